@@ -1,0 +1,299 @@
+//! Builds the CUDA kernels of moe-gemm and the cxx bridge.
+//!
+//! 1. Finds nvcc (>= 12.8) and CUTLASS (>= 4.0); where either is missing, provisions the pinned CUDA 13.0
+//!    toolkit and CUTLASS 4.2 from PyPI into `third_party/pypi` (set `MOE_GEMM_NO_PROVISION=1` to forbid that).
+//! 2. Compiles every `.cu` of `KERNEL_UNITS` for sm_90a with one nvcc process each, in parallel, into objects
+//!    cached under OUT_DIR by a hash of their inputs: a bridge edit reruns this script but recompiles no CUDA.
+//! 3. Compiles the cxx bridge with the host compiler and links cudart statically.
+
+#[path = "build/toolchain.rs"]
+mod toolchain;
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use toolchain::*;
+
+/// The CUDA translation units, one per (arch x dtype family) plus small helpers. Explicit, so that nothing
+/// compiles by accident.
+const KERNEL_UNITS: &[&str] = &["cpp/grouped_gemm_sm90_bf16.cu", "cpp/grouped_gemm_sm90_f16.cu", "cpp/runtime.cu"];
+/// Real SASS for Hopper's arch-specific features (wgmma, setmaxnreg); never the `-arch=sm_90a` shorthand.
+const GENCODE: &[&str] = &["-gencode=arch=compute_90a,code=sm_90a"];
+const ARCHS: &str = "sm_90a";
+
+fn main() {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    for p in ["build.rs", "build/toolchain.rs", "cpp", "src/ffi/bridge.rs"] {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    for v in ["NVCC", "CUDA_HOME", "CUDA_PATH", "CUTLASS_DIR", "MOE_GEMM_NO_PROVISION", "MOE_GEMM_LINEINFO", "PYTHON", "NVCC_CCBIN"] {
+        println!("cargo:rerun-if-env-changed={v}");
+    }
+
+    let tc = Toolchain::find_or_provision(&root);
+    println!("cargo:rustc-env=MOE_GEMM_NVCC={}", tc.nvcc.display());
+    println!("cargo:rustc-env=MOE_GEMM_NVCC_RELEASE={}.{}", tc.nvcc_release.0, tc.nvcc_release.1);
+    let (cm, cn, cp) = tc.cutlass_version;
+    println!("cargo:rustc-env=MOE_GEMM_CUTLASS_VERSION={cm}.{cn}.{cp}");
+    println!("cargo:rustc-env=MOE_GEMM_CUTLASS_DIR={}", tc.cutlass.display());
+    println!("cargo:rustc-env=MOE_GEMM_CUDA_ARCHS={ARCHS}");
+
+    // The bridge first: it references the CUDA library, which must come after it on the link line.
+    cxx_build::bridge("src/ffi/bridge.rs")
+        .file("cpp/bridge.cc")
+        .include(root.join("cpp"))
+        .std("c++17")
+        .flag_if_supported("-Wno-unused-parameter")
+        .compile("moe_gemm_bridge");
+
+    let objects = compile_cuda(&root, &out, &tc);
+    let lib = out.join("libmoe_gemm_cuda.a");
+    let _ = fs::remove_file(&lib);
+    let ar = env::var("AR").unwrap_or_else(|_| "ar".into());
+    run(Command::new(&ar).arg("crs").arg(&lib).args(&objects), "ar");
+
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static=moe_gemm_cuda");
+    println!("cargo:rustc-link-search=native={}", tc.cudart_dir.display());
+    println!("cargo:rustc-link-lib=static=cudart_static");
+    for l in ["stdc++", "dl", "rt", "pthread"] {
+        println!("cargo:rustc-link-lib=dylib={l}");
+    }
+}
+
+struct Toolchain {
+    nvcc: PathBuf,
+    nvcc_release: (u32, u32),
+    cuda_include: Vec<PathBuf>,
+    cudart_dir: PathBuf,
+    cutlass: PathBuf,
+    cutlass_version: (u32, u32, u32),
+}
+
+impl Toolchain {
+    fn find_or_provision(root: &Path) -> Toolchain {
+        let pypi = root.join("third_party/pypi");
+        let mut nvcc = find_nvcc(&pypi);
+        let mut cutlass = find_cutlass(root, &pypi);
+        if nvcc.is_none() || cutlass.is_none() {
+            provision(&pypi, nvcc.is_none(), cutlass.is_none());
+            nvcc = nvcc.or_else(|| find_nvcc(&pypi));
+            cutlass = cutlass.or_else(|| find_cutlass(root, &pypi));
+        }
+        let (nvcc, nvcc_release) = nvcc.unwrap_or_else(|| fail("nvcc still not found after provisioning", ""));
+        let (cutlass, cutlass_version) =
+            cutlass.unwrap_or_else(|| fail("CUTLASS still not found after provisioning", ""));
+        let cuda_root = nvcc.parent().and_then(Path::parent).unwrap().to_path_buf();
+        let mut cuda_include = vec![cuda_root.join("include")];
+        if cuda_root.join("include/cccl").is_dir() {
+            cuda_include.push(cuda_root.join("include/cccl"));
+        }
+        let cudart_dir = ["lib64", "lib", "targets/x86_64-linux/lib"]
+            .iter()
+            .map(|d| cuda_root.join(d))
+            .find(|d| d.join("libcudart_static.a").is_file())
+            .unwrap_or_else(|| {
+                fail(
+                    &format!("libcudart_static.a not found under {}", cuda_root.display()),
+                    "install the CUDA runtime of the same release as nvcc (PyPI: nvidia-cuda-runtime)",
+                )
+            });
+        Toolchain { nvcc, nvcc_release, cuda_include, cudart_dir, cutlass, cutlass_version }
+    }
+}
+
+fn nvcc_release(nvcc: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(nvcc).arg("--version").output().ok()?;
+    parse_nvcc_release(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `NVCC`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, `/usr/local/cuda`, then the provisioned toolkit. An explicit choice
+/// (the two variables) that is unusable is an error; a too-old nvcc found by searching is skipped with a warning.
+fn find_nvcc(pypi: &Path) -> Option<(PathBuf, (u32, u32))> {
+    let explicit = env::var_os("NVCC")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("CUDA_HOME").or_else(|| env::var_os("CUDA_PATH")).map(|h| Path::new(&h).join("bin/nvcc")));
+    if let Some(p) = explicit {
+        match nvcc_release(&p) {
+            Some(v) if v >= MIN_NVCC => return Some((p, v)),
+            Some(v) => fail(
+                &format!("{} is CUDA {}.{}, older than the required {}.{}", p.display(), v.0, v.1, MIN_NVCC.0, MIN_NVCC.1),
+                "point NVCC / CUDA_HOME at CUDA >= 12.8, or unset them to use the provisioned CUDA 13.0",
+            ),
+            None => fail(&format!("{} (from NVCC / CUDA_HOME / CUDA_PATH) does not run", p.display()), "fix or unset the variable"),
+        }
+    }
+    let mut candidates: Vec<PathBuf> =
+        env::var_os("PATH").map(|p| env::split_paths(&p).map(|d| d.join("nvcc")).collect()).unwrap_or_default();
+    candidates.push("/usr/local/cuda/bin/nvcc".into());
+    candidates.push(pypi.join("nvidia/cu13/bin/nvcc"));
+    for p in candidates.into_iter().filter(|p| p.is_file()) {
+        match nvcc_release(&p) {
+            Some(v) if v >= MIN_NVCC => return Some((p, v)),
+            Some(v) => println!("cargo:warning=skipping {} (CUDA {}.{} < {}.{})", p.display(), v.0, v.1, MIN_NVCC.0, MIN_NVCC.1),
+            None => {}
+        }
+    }
+    None
+}
+
+/// `CUTLASS_DIR`, then `third_party/cutlass` (a checkout), then the provisioned PyPI headers.
+fn find_cutlass(root: &Path, pypi: &Path) -> Option<(PathBuf, (u32, u32, u32))> {
+    let check = |dir: &Path| -> Option<(u32, u32, u32)> {
+        let v = parse_cutlass_version(&fs::read_to_string(dir.join("include/cutlass/version.h")).ok()?)?;
+        if v < MIN_CUTLASS {
+            println!("cargo:warning=skipping CUTLASS {}.{}.{} at {} (need >= 4.0)", v.0, v.1, v.2, dir.display());
+            return None;
+        }
+        Some(v)
+    };
+    if let Some(dir) = env::var_os("CUTLASS_DIR").map(PathBuf::from) {
+        return match check(&dir) {
+            Some(v) => Some((dir, v)),
+            None => fail(
+                &format!("CUTLASS_DIR={} has no usable include/cutlass/version.h (CUTLASS >= 4.0)", dir.display()),
+                "point CUTLASS_DIR at a CUTLASS 4.x source tree, or unset it to use the provisioned CUTLASS 4.2",
+            ),
+        };
+    }
+    [root.join("third_party/cutlass"), pypi.join("cutlass_library/source")]
+        .into_iter()
+        .find_map(|d| check(&d).map(|v| (d, v)))
+}
+
+/// Installs the pinned wheels with pip into a temporary folder, then renames it into place, so that an
+/// interrupted download never leaves a half toolkit behind.
+fn provision(pypi: &Path, need_nvcc: bool, need_cutlass: bool) {
+    let missing = match (need_nvcc, need_cutlass) {
+        (true, true) => "nvcc (CUDA >= 12.8) and CUTLASS (>= 4.0)",
+        (true, false) => "nvcc (CUDA >= 12.8)",
+        _ => "CUTLASS (>= 4.0)",
+    };
+    let hint = format!(
+        "either install them yourself and set NVCC (or CUDA_HOME) and CUTLASS_DIR, or let this build fetch them:\n  \
+         {} -m pip install --no-deps --target {} {}",
+        python(),
+        pypi.display(),
+        PYPI_PINS.join(" ")
+    );
+    if env::var_os("MOE_GEMM_NO_PROVISION").is_some_and(|v| v != "0") {
+        fail(&format!("{missing} not found and MOE_GEMM_NO_PROVISION is set"), &hint);
+    }
+    if pypi.exists() {
+        // A provisioned folder that lacks what we need is stale or broken: replace it.
+        let _ = fs::remove_dir_all(pypi);
+    }
+    let tmp = pypi.with_file_name(format!(".pypi-tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    println!("cargo:warning=moe-gemm: provisioning {missing} from PyPI into {} (~330 MB, once)", pypi.display());
+    let status = Command::new(python())
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(&tmp)
+        .args(PYPI_PINS)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            let _ = fs::remove_dir_all(&tmp);
+            fail(&format!("{missing} not found, and `pip install` of the pinned wheels failed ({s}); offline?"), &hint)
+        }
+        Err(e) => fail(&format!("{missing} not found, and `{} -m pip` could not run: {e}", python()), &hint),
+    }
+    if fs::rename(&tmp, pypi).is_err() {
+        // Another build provisioned it concurrently; keep theirs.
+        let _ = fs::remove_dir_all(&tmp);
+    }
+}
+
+fn python() -> String {
+    env::var("PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn fail(what: &str, fix: &str) -> ! {
+    if fix.is_empty() {
+        panic!("\n\nmoe-gemm build: {what}\n\n");
+    }
+    panic!("\n\nmoe-gemm build: {what}\n  fix: {fix}\n\n");
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| fail(&format!("{what} could not start: {e}"), ""));
+    if !out.status.success() {
+        fail(
+            &format!(
+                "{what} failed ({})\ncommand: {cmd:?}\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            "",
+        );
+    }
+}
+
+/// Compiles each kernel unit with its own nvcc process (no relocatable device code), several at a time. An
+/// object is reused when the hash of its source, every header in cpp/, the flags and the toolchain is unchanged.
+fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
+    let mut flags: Vec<String> = [
+        "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", "-Xcudafe=--diag_suppress=esa_on_defaulted_function_ignored",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    flags.extend(GENCODE.iter().map(|s| s.to_string()));
+    if env::var_os("MOE_GEMM_LINEINFO").is_some_and(|v| v != "0") {
+        flags.push("-lineinfo".into()); // never -G: it serialises wgmma and ran ptxas to 22 GB here
+    }
+    if let Ok(ccbin) = env::var("NVCC_CCBIN") {
+        flags.push(format!("-ccbin={ccbin}"));
+    }
+    let includes = [root.join("cpp"), tc.cutlass.join("include"), tc.cutlass.join("tools/util/include")]
+        .into_iter()
+        .chain(tc.cuda_include.iter().cloned())
+        .map(|p| format!("-I{}", p.display()));
+    flags.extend(includes);
+
+    let mut headers: Vec<PathBuf> = fs::read_dir(root.join("cpp"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("h" | "cuh")))
+        .collect();
+    headers.sort();
+    let header_text: Vec<u8> = headers.iter().flat_map(|h| fs::read(h).unwrap()).collect();
+    let toolchain_id = format!("{}|{:?}|{}|{:?}", tc.nvcc.display(), tc.nvcc_release, tc.cutlass.display(), tc.cutlass_version);
+
+    let obj_dir = out.join("cuda-objects");
+    fs::create_dir_all(&obj_dir).unwrap();
+    let jobs: usize = env::var("NUM_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
+
+    let units: Vec<(PathBuf, PathBuf)> = KERNEL_UNITS
+        .iter()
+        .map(|u| {
+            let src = root.join(u);
+            let text = fs::read(&src).unwrap_or_else(|e| fail(&format!("{u}: {e}"), ""));
+            let hash = fnv1a(&[&text, &header_text, flags.join(" ").as_bytes(), toolchain_id.as_bytes()]);
+            let stem = Path::new(u).file_stem().unwrap().to_string_lossy().to_string();
+            (src, obj_dir.join(format!("{stem}-{hash:016x}.o")))
+        })
+        .collect();
+
+    let todo: Vec<&(PathBuf, PathBuf)> = units.iter().filter(|(_, o)| !o.is_file()).collect();
+    for chunk in todo.chunks(jobs) {
+        std::thread::scope(|s| {
+            for (src, obj) in chunk {
+                let flags = &flags;
+                s.spawn(move || {
+                    let tmp = obj.with_extension("o.tmp");
+                    let t0 = std::time::Instant::now();
+                    run(Command::new(&tc.nvcc).arg("-c").arg(src).arg("-o").arg(&tmp).args(flags), &format!("nvcc {}", src.display()));
+                    fs::rename(&tmp, obj).unwrap();
+                    eprintln!("moe-gemm: compiled {} in {:.0} s", src.display(), t0.elapsed().as_secs_f64());
+                });
+            }
+        });
+    }
+    units.into_iter().map(|(_, o)| o).collect()
+}

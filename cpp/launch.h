@@ -1,0 +1,85 @@
+// moe-gemm: the plain C++17 surface between the cxx bridge (bridge.cc, host compiler) and the CUDA translation
+// units (*.cu, nvcc). No CUTLASS, no CUDA and no cxx headers here: both sides include it.
+//
+// The enums are the source of truth; src/ffi/bridge.rs redeclares them and cxx static_asserts that the
+// discriminants agree.
+#pragma once
+
+#include <cstdint>
+
+namespace moe_gemm {
+
+enum class DType : uint32_t {
+  BF16 = 0,
+  F16 = 1,
+};
+
+// Kernel configurations of the SM90 persistent grouped GEMM, named by schedule and CTA tile (M x N x K).
+// Cluster shape is 1x1x1 for all of them. Keep in sync with the instantiation lists in grouped_gemm_sm90_*.cu.
+enum class TileConfig : uint32_t {
+  Cooperative128x128x64 = 0,
+  Cooperative128x256x64 = 1,
+  Pingpong64x128x64 = 2,
+  Pingpong128x128x64 = 3,
+};
+
+enum class StatusCode : uint32_t {
+  Ok = 0,
+  NotBuilt = 1,               // this (arch, dtype, config) was not compiled into the library
+  WorkspaceTooSmall = 2,      // detail = bytes needed (low 32 bits clamp)
+  CutlassCannotImplement = 3, // detail = cutlass::Status
+  CutlassInitialize = 4,      // detail = cutlass::Status
+  CutlassRun = 5,             // detail = cutlass::Status
+  Cuda = 6,                   // detail = cudaError_t
+};
+
+struct Status {
+  StatusCode code;
+  int32_t detail;
+};
+
+// Bits of the device-side error word (first 4 bytes of the workspace). Kernels only OR bits in; the host clears
+// it when it reads it. The matching Rust constants live in src/kernels/grouped.rs.
+constexpr uint32_t kErrOffsetsNotZeroBased = 1u << 0;
+constexpr uint32_t kErrOffsetsNotMonotone = 1u << 1;
+constexpr uint32_t kErrOffsetsOutOfRange = 1u << 2;
+
+// The first bytes of every workspace belong to the error word (padded to keep what follows aligned).
+constexpr uint64_t kWorkspaceHeaderBytes = 256;
+
+// One grouped GEMM D[g] = A[g] * B[g]^T over groups described by device offsets.
+//   A: [max_rows, k] row-major; group g owns rows offsets[g] .. offsets[g+1]
+//   B: [groups, n, k] (nn.Linear weight per group, i.e. column-major k x n)
+//   D: [max_rows, n] row-major; rows past offsets[groups] are not written
+//   offsets: int32 [groups + 1], offsets[0] == 0, non-decreasing, offsets[groups] <= max_rows
+struct GroupedGemmArgs {
+  DType dtype;
+  TileConfig config;
+  int32_t groups;
+  int32_t n;
+  int32_t k;
+  int64_t max_rows;
+  uint64_t a;
+  uint64_t b;
+  uint64_t d;
+  uint64_t offsets;
+  uint64_t workspace;
+  uint64_t workspace_bytes;
+  int32_t device;
+  int32_t sm_count;
+  uint64_t stream;  // cudaStream_t / CUstream
+};
+
+// Per dtype family: one definition each in grouped_gemm_sm90_<dtype>.cu.
+bool grouped_gemm_sm90_bf16_built(TileConfig config);
+Status grouped_gemm_sm90_bf16_workspace(TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
+Status grouped_gemm_sm90_bf16_run(const GroupedGemmArgs& args);
+
+bool grouped_gemm_sm90_f16_built(TileConfig config);
+Status grouped_gemm_sm90_f16_workspace(TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
+Status grouped_gemm_sm90_f16_run(const GroupedGemmArgs& args);
+
+// Facts about the compiled library (runtime.cu).
+int32_t cudart_version();
+
+}  // namespace moe_gemm

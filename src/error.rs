@@ -1,0 +1,57 @@
+//! The crate's one error type.
+
+use crate::dtype::DType;
+use crate::kernels::TileConfig;
+
+/// Everything that can go wrong in moe-gemm. Messages name the violated constraint and the values involved.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A problem description violates a shape or alignment constraint of the kernels.
+    #[error("invalid problem: {0}")]
+    InvalidProblem(String),
+
+    /// A buffer passed at launch does not match the plan it is launched with.
+    #[error("buffer `{name}`: {detail}")]
+    Buffer { name: &'static str, detail: String },
+
+    /// The device's architecture is not one the operation was built for.
+    #[error("{op} needs an {required} GPU, but device {ordinal} ({name}) is compute capability {major}.{minor}")]
+    UnsupportedArch { op: &'static str, required: &'static str, ordinal: usize, name: String, major: i32, minor: i32 },
+
+    /// The requested (arch, dtype, tile config) was not compiled into the library.
+    #[error("kernel not built: {op} for {dtype} with {config} (see `moe-gemm info` for what was compiled)")]
+    KernelNotBuilt { op: &'static str, dtype: DType, config: TileConfig },
+
+    /// A workspace smaller than the plan requires.
+    #[error("workspace too small: {op} needs {needed} bytes, the workspace has {got}")]
+    WorkspaceTooSmall { op: &'static str, needed: u64, got: u64 },
+
+    /// CUTLASS refused or failed an operation.
+    #[error("CUTLASS {stage} failed in {op}: {status}")]
+    Cutlass { op: &'static str, stage: &'static str, status: String },
+
+    /// A CUDA runtime call or kernel launch failed.
+    #[error("CUDA runtime error {code} in {op}")]
+    CudaRuntime { op: &'static str, code: i32 },
+
+    /// A device-side check found invalid data (offsets, ids, capacity); the kernels clamped instead of
+    /// reading or writing out of bounds, so the results of that launch are not meaningful.
+    #[error("device-side check failed in {op}: {what} (error word {word:#x})")]
+    DeviceCheck { op: &'static str, word: u32, what: String },
+
+    /// No CUDA driver (libcuda) could be loaded on this machine.
+    #[error("no CUDA driver: {0}")]
+    NoDriver(String),
+
+    /// An error of the CUDA driver API, through cudarc.
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+
+    /// An unexpected C++ exception crossed the bridge.
+    #[error("C++ exception across the bridge: {0}")]
+    Bridge(#[from] cxx::Exception),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

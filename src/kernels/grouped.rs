@@ -1,0 +1,238 @@
+//! SM90 persistent grouped GEMM with device-side group offsets.
+//!
+//! `D[r, :] = A[r, :] · B[g]ᵀ` for every row `r` of group `g`, where group `g` owns rows
+//! `offsets[g] .. offsets[g+1]` of A and D:
+//!
+//! * A `[max_rows, K]` row-major: the rows of all groups back to back (e.g. tokens permuted by expert);
+//! * B `[G, N, K]`: one nn.Linear weight `[out, in]` per group (expert);
+//! * D `[max_rows, N]` row-major; rows at and past `offsets[G]` are never written;
+//! * `offsets`: **int32 `[G + 1]` on the device**, exclusive prefix sums of the group sizes: `offsets[0] == 0`,
+//!   non-decreasing, `offsets[G] <= max_rows`. Groups with zero rows cost nothing and write nothing.
+//!
+//! The plan ([`GroupedGemm`]) is validated once for a shape (`G`, `N`, `K`, `max_rows`) and a device; a launch
+//! queues two kernels (ours, which turns the offsets into CUTLASS's per-group arguments inside the
+//! [`Workspace`], then CUTLASS's) and does nothing else on the host: no allocation, no copy, no
+//! synchronisation. It can therefore be captured in a CUDA graph and replayed with new offsets.
+//!
+//! Invalid offsets are not trusted: the device clamps them into `[0, max_rows]` and sets a bit in the
+//! workspace's error word, which [`Workspace::check`] turns into [`Error::DeviceCheck`].
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::device::{Arch, DeviceInfo};
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::kernels::TileConfig;
+
+/// Bits of the device error word (`kErr*` in `cpp/launch.h`).
+pub mod error_bits {
+    pub const OFFSETS_NOT_ZERO_BASED: u32 = 1 << 0;
+    pub const OFFSETS_NOT_MONOTONE: u32 = 1 << 1;
+    pub const OFFSETS_OUT_OF_RANGE: u32 = 1 << 2;
+}
+
+/// Describes the set bits of a device error word.
+pub fn describe_error_word(word: u32) -> String {
+    use error_bits::*;
+    let mut parts = Vec::new();
+    if word & OFFSETS_NOT_ZERO_BASED != 0 {
+        parts.push("offsets[0] != 0");
+    }
+    if word & OFFSETS_NOT_MONOTONE != 0 {
+        parts.push("offsets decrease (offsets[g+1] < offsets[g])");
+    }
+    if word & OFFSETS_OUT_OF_RANGE != 0 {
+        parts.push("an offset is negative or exceeds max_rows (capacity of A and D)");
+    }
+    if word & !(OFFSETS_NOT_ZERO_BASED | OFFSETS_NOT_MONOTONE | OFFSETS_OUT_OF_RANGE) != 0 {
+        parts.push("unknown error bits");
+    }
+    parts.join("; ")
+}
+
+/// The shape of a grouped GEMM, validated against the kernels' constraints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupedGemmShape {
+    groups: usize,
+    n: usize,
+    k: usize,
+    max_rows: usize,
+}
+
+impl GroupedGemmShape {
+    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: `groups` in 1..=65536; `n`, `k` positive multiples of 8
+    /// (rows of A, B and D must start on 16-byte boundaries for TMA); every extent and `max_rows·max(n,k)`
+    /// within the kernels' 32-bit problem sizes and 64-bit addressing.
+    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
+        let bad = |s: String| Err(Error::InvalidProblem(s));
+        if groups == 0 || groups > 65536 {
+            return bad(format!("groups = {groups}: must be in 1..=65536"));
+        }
+        for (name, v) in [("N", n), ("K", k)] {
+            if v == 0 {
+                return bad(format!("{name} = 0: must be positive"));
+            }
+            if v % 8 != 0 {
+                return bad(format!(
+                    "{name} = {v} is not a multiple of 8: rows of 16-bit elements must be 16-byte aligned for TMA"
+                ));
+            }
+            if v > i32::MAX as usize {
+                return bad(format!("{name} = {v} exceeds i32::MAX (CUTLASS problem sizes are 32-bit)"));
+            }
+        }
+        if max_rows > i32::MAX as usize {
+            return bad(format!("max_rows = {max_rows} exceeds i32::MAX (offsets are int32)"));
+        }
+        if groups.checked_mul(n).and_then(|x| x.checked_mul(k)).is_none_or(|x| x > (isize::MAX as usize) / 2) {
+            return bad(format!("G x N x K = {groups} x {n} x {k} overflows the address space"));
+        }
+        Ok(GroupedGemmShape { groups, n, k, max_rows })
+    }
+
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+}
+
+/// Options of a [`GroupedGemm`] plan.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupedGemmOptions {
+    /// Force a tile configuration; `None` picks [`TileConfig::heuristic`].
+    pub config: Option<TileConfig>,
+    /// Expected rows per group, a speed hint only (DeepGEMM's `expected_m`); default `max_rows / groups`.
+    pub expected_rows_per_group: Option<usize>,
+}
+
+/// A grouped GEMM planned for one shape, element type and device.
+#[derive(Debug)]
+pub struct GroupedGemm<T: Element> {
+    shape: GroupedGemmShape,
+    config: TileConfig,
+    device: DeviceInfo,
+    workspace_bytes: u64,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> GroupedGemm<T> {
+    /// Plans the grouped GEMM on the device of `stream`.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0);
+    /// [`Error::KernelNotBuilt`] when the configuration was not compiled for `T`; driver errors.
+    pub fn new(stream: &Arc<CudaStream>, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
+        let device = DeviceInfo::query(stream.context())?;
+        Self::for_device(device, shape, options)
+    }
+
+    /// Plans for an already queried device (no driver call).
+    pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
+        device.require("grouped_gemm_sm90", Arch::Sm90)?;
+        let expected = options.expected_rows_per_group.unwrap_or(shape.max_rows / shape.groups);
+        let config = options.config.unwrap_or_else(|| TileConfig::heuristic(expected, shape.n));
+        if !config.is_built(T::DTYPE) {
+            return Err(Error::KernelNotBuilt { op: "grouped_gemm_sm90", dtype: T::DTYPE, config });
+        }
+        let workspace_bytes =
+            ffi::grouped_gemm_sm90_workspace(T::DTYPE, config, shape.groups as i32, device.sm_count)?;
+        Ok(GroupedGemm { shape, config, device, workspace_bytes, _t: PhantomData })
+    }
+
+    pub fn shape(&self) -> &GroupedGemmShape {
+        &self.shape
+    }
+    pub fn config(&self) -> TileConfig {
+        self.config
+    }
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+    /// Bytes of device workspace a launch needs.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes as usize
+    }
+
+    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
+    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
+        Ok(Workspace { buf: stream.alloc_zeros::<u8>(self.workspace_bytes())? })
+    }
+
+    /// Queues `D = grouped(A, B, offsets)` on `stream`. See the module docs for the layouts.
+    ///
+    /// # Errors
+    /// [`Error::Buffer`] if a buffer is smaller than the plan's shape implies or not 16-byte aligned;
+    /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset *values* are reported later,
+    /// by [`Workspace::check`].
+    pub fn launch(
+        &self,
+        stream: &CudaStream,
+        a: &impl DevicePtr<T>,
+        b: &impl DevicePtr<T>,
+        offsets: &impl DevicePtr<i32>,
+        d: &mut impl DevicePtrMut<T>,
+        workspace: &mut Workspace,
+    ) -> Result<()> {
+        let plan = ffi::GroupedLaunch {
+            shape: &self.shape,
+            config: self.config,
+            device: self.device.ordinal as i32,
+            sm_count: self.device.sm_count,
+            workspace_bytes: self.workspace_bytes,
+        };
+        ffi::launch_grouped_gemm_sm90(stream, &plan, a, b, offsets, d, &mut workspace.buf)
+    }
+
+    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+    pub fn flops(&self, rows: usize) -> f64 {
+        2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
+    }
+}
+
+/// Caller-owned device workspace of a plan. Its first word is the device error word.
+#[derive(Debug)]
+pub struct Workspace {
+    buf: CudaSlice<u8>,
+}
+
+impl Workspace {
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Reads and clears the device error word: a checked point, which **synchronises** `stream`. Call it
+    /// outside the hot path (after a step, in tests, in debug builds).
+    ///
+    /// # Errors
+    /// [`Error::DeviceCheck`] describing every check that failed since the last call.
+    pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        let head = self.buf.slice(0..4);
+        let mut word = [0u8; 4];
+        stream.memcpy_dtoh(&head, &mut word)?;
+        stream.synchronize()?;
+        let word = u32::from_le_bytes(word);
+        if word == 0 {
+            return Ok(());
+        }
+        stream.memset_zeros(&mut self.buf.slice_mut(0..ffi::WORKSPACE_HEADER_BYTES))?;
+        Err(Error::DeviceCheck { op: "grouped_gemm_sm90", word, what: describe_error_word(word) })
+    }
+}
