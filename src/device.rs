@@ -52,6 +52,14 @@ pub fn driver_present() -> bool {
     crate::ffi::driver_present()
 }
 
+/// The CUDA version the installed driver supports, e.g. 13000 for 13.0.
+pub fn driver_version() -> Result<i32> {
+    if !driver_present() {
+        return Err(Error::NoDriver("libcuda.so could not be loaded (no NVIDIA driver on this machine)".into()));
+    }
+    crate::ffi::driver_version()
+}
+
 /// Opens device `ordinal`, turning "no driver" into an error instead of cudarc's panic.
 pub fn open(ordinal: usize) -> Result<Arc<CudaContext>> {
     if !driver_present() {

@@ -1,1 +1,32 @@
-fn main(){}
+//! `moe-gemm`: what was built and what the device can do (`info`), and how fast it runs (`bench`).
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "moe-gemm", version, about = "CUTLASS-backed MoE grouped GEMMs for Hopper, from Rust")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the toolchain, the compiled architectures and kernel configurations, and the CUDA devices.
+    Info,
+    /// Time the grouped GEMM on real MoE model shapes (needs an SM90 GPU).
+    Bench(cli::bench::BenchArgs),
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Info => cli::info::run(),
+        Command::Bench(b) => cli::bench::run(b),
+    };
+    if let Err(e) = result {
+        eprintln!("moe-gemm: {e}");
+        std::process::exit(1);
+    }
+}

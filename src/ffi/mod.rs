@@ -88,6 +88,14 @@ pub(crate) fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// The CUDA version the installed driver supports (e.g. 13000). Call only after [`driver_present`].
+pub(crate) fn driver_version() -> Result<i32> {
+    let mut v = 0i32;
+    // SAFETY: the driver library is loaded (caller checked `driver_present`); the call writes one int.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result()?;
+    Ok(v)
+}
+
 pub(crate) fn cudart_version() -> i32 {
     ffi::cudart_version()
 }

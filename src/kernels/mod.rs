@@ -94,6 +94,6 @@ impl TileConfig {
 
 impl fmt::Display for TileConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Peer measurement for `moe-gemm bench`: PyTorch's F.grouped_mm on the same points, timed the same way.
+
+Reads a JSON spec written by the Rust side ({"reps", "warmup", "flush_bytes", "points": [{"name", "dtype",
+"groups", "n", "k", "sizes"}]}) and writes {"torch", "device", "points": [{"name", "median_us", "p10_us",
+"p90_us"} or {"name", "error"}]}. A is [rows, K], B is [G, N, K] (nn.Linear per expert) passed transposed, as
+transformers' grouped_mm experts backend does; offs are the cumulative group ends (int32 [G]).
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def grouped_mm():
+    if hasattr(F, "grouped_mm"):
+        return F.grouped_mm
+    return torch._grouped_mm  # older releases
+
+
+def measure(fn, reps, warmup, flush):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if flush is not None:
+            flush.zero_()  # evict L2 so weights come from HBM, as in a real layer stack
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    q = lambda p: times[min(len(times) - 1, int(p * len(times)))]
+    return statistics.median(times), q(0.1), q(0.9)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    spec = json.load(open(args.spec))
+    dev = torch.device("cuda")
+    gmm = grouped_mm()
+    flush = torch.empty(spec.get("flush_bytes", 0) // 4, dtype=torch.float32, device=dev) if spec.get("flush_bytes") else None
+    out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "points": []}
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16}
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for p in spec["points"]:
+        try:
+            dt = dtypes[p["dtype"]]
+            g, n, k, sizes = p["groups"], p["n"], p["k"], p["sizes"]
+            rows = sum(sizes)
+            a = torch.randn(max(rows, 1), k, device=dev, dtype=dt, generator=gen)[:rows]
+            b = torch.randn(g, n, k, device=dev, dtype=dt, generator=gen) * 0.02
+            offs = torch.tensor(sizes, device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+            bt = b.transpose(-2, -1)
+            fn = lambda: gmm(a, bt, offs=offs)
+            med, p10, p90 = measure(fn, spec["reps"], spec["warmup"], flush)
+            out["points"].append({"name": p["name"], "median_us": med, "p10_us": p10, "p90_us": p90})
+            del a, b, bt
+        except Exception as e:  # report, never hide: the Rust side prints the error in the peer column
+            out["points"].append({"name": p["name"], "error": f"{type(e).__name__}: {e}"})
+        torch.cuda.empty_cache()
+    json.dump(out, open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+//! `moe-gemm bench`: the SM90 grouped GEMM on real MoE shapes, next to PyTorch's `F.grouped_mm` measured in the
+//! same run (benches/peers/grouped_mm_peer.py, when python3 with torch is there).
+//!
+//! Each point: the two expert GEMMs of one MoE layer at T tokens, rows = T·k routed uniformly at random
+//! (seeded; each token picks k distinct experts) or perfectly balanced. GEMM1 = w13 (N = 2·I, K = H),
+//! GEMM2 = w2 (N = H, K = I). Timing: CUDA events around each launch, L2 flushed before each repetition
+//! (weights cold, as in a layer stack), median and p10/p90 of `--reps`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use clap::Args;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+use moe_gemm::{device, Error, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Result, TileConfig};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
+    #[arg(long, value_delimiter = ',', default_value = "mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,gpt-oss-120b")]
+    models: Vec<String>,
+    /// Token counts (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64,512,4096")]
+    tokens: Vec<usize>,
+    /// Which GEMM: w13 (gate|up), w2 (down), or both.
+    #[arg(long, default_value = "both")]
+    gemm: String,
+    /// Tile config: auto (the plan's heuristic), all (every compiled config), or a name from `moe-gemm info`.
+    #[arg(long, default_value = "auto")]
+    config: String,
+    /// Timed repetitions per point.
+    #[arg(long, default_value_t = 20)]
+    reps: usize,
+    /// Untimed launches before timing.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Do not flush L2 between repetitions.
+    #[arg(long)]
+    no_flush: bool,
+    /// Also run the balanced-routing points (every expert gets exactly T·k/E rows).
+    #[arg(long)]
+    balanced: bool,
+    /// Python interpreter for the PyTorch peer; "none" skips it.
+    #[arg(long, default_value = "python3")]
+    peer: String,
+    /// Peer script (defaults to benches/peers/grouped_mm_peer.py under the working directory or the crate).
+    #[arg(long)]
+    peer_script: Option<PathBuf>,
+    /// Write every point as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Model {
+    name: &'static str,
+    experts: usize,
+    top_k: usize,
+    hidden: usize,
+    inter: usize,
+}
+
+const MODELS: &[Model] = &[
+    Model { name: "mixtral-8x7b", experts: 8, top_k: 2, hidden: 4096, inter: 14336 },
+    Model { name: "qwen3-30b-a3b", experts: 128, top_k: 8, hidden: 2048, inter: 768 },
+    Model { name: "deepseek-v3", experts: 256, top_k: 8, hidden: 7168, inter: 2048 },
+    Model { name: "gpt-oss-120b", experts: 128, top_k: 4, hidden: 2880, inter: 2880 },
+];
+
+struct Point {
+    name: String,
+    gemm: &'static str,
+    tokens: usize,
+    routing: &'static str,
+    groups: usize,
+    n: usize,
+    k: usize,
+    sizes: Vec<usize>,
+}
+
+struct Stats {
+    median_us: f64,
+    p10_us: f64,
+    p90_us: f64,
+}
+
+struct Row {
+    point_idx: usize,
+    config: TileConfig,
+    stats: Stats,
+}
+
+/// splitmix64 for seeded routing and data.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Group sizes when each of `tokens` tokens picks `k` distinct experts of `e` uniformly at random.
+fn uniform_routing(e: usize, k: usize, tokens: usize, seed: u64) -> Vec<usize> {
+    let mut rng = Rng(seed);
+    let mut sizes = vec![0; e];
+    let mut picked = Vec::with_capacity(k);
+    for _ in 0..tokens {
+        picked.clear();
+        while picked.len() < k {
+            let x = (rng.next() % e as u64) as usize;
+            if !picked.contains(&x) {
+                picked.push(x);
+            }
+        }
+        for &x in &picked {
+            sizes[x] += 1;
+        }
+    }
+    sizes
+}
+
+fn balanced_routing(e: usize, k: usize, tokens: usize) -> Vec<usize> {
+    let rows = tokens * k;
+    (0..e).map(|g| rows / e + usize::from(g < rows % e)).collect()
+}
+
+fn points(args: &BenchArgs) -> Result<Vec<Point>> {
+    let mut out = Vec::new();
+    for name in &args.models {
+        let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| {
+            Error::InvalidProblem(format!(
+                "unknown model {name:?}; known: {}",
+                MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        let gemms: Vec<(&'static str, usize, usize)> = match args.gemm.as_str() {
+            "w13" => vec![("w13", 2 * m.inter, m.hidden)],
+            "w2" => vec![("w2", m.hidden, m.inter)],
+            "both" => vec![("w13", 2 * m.inter, m.hidden), ("w2", m.hidden, m.inter)],
+            g => return Err(Error::InvalidProblem(format!("--gemm {g:?}: expected w13, w2 or both"))),
+        };
+        for &t in &args.tokens {
+            let mut routings = vec![("uniform", uniform_routing(m.experts, m.top_k, t, 42 + t as u64))];
+            if args.balanced {
+                routings.push(("balanced", balanced_routing(m.experts, m.top_k, t)));
+            }
+            for (routing, sizes) in routings {
+                for &(gemm, n, k) in &gemms {
+                    out.push(Point {
+                        name: format!("{}/{gemm}/T={t}/{routing}", m.name),
+                        gemm,
+                        tokens: t,
+                        routing,
+                        groups: m.experts,
+                        n,
+                        k,
+                        sizes: sizes.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Fills `buf` with random bf16 in [-scale, scale): a 16 Mi-element random block, tiled by device copies (fast
+/// for weights of many gigabytes; the values only need to be non-trivial, not independent).
+fn fill_random(stream: &Arc<CudaStream>, buf: &mut CudaSlice<bf16>, seed: u64, scale: f32) -> Result<()> {
+    let block = buf.len().min(16 << 20);
+    let mut rng = Rng(seed);
+    let host: Vec<bf16> = (0..block)
+        .map(|_| bf16::from_f32(((rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale))
+        .collect();
+    let mut at = 0;
+    while at < buf.len() {
+        let len = block.min(buf.len() - at);
+        stream.memcpy_htod(&host[..len], &mut buf.slice_mut(at..at + len))?;
+        at += len;
+    }
+    Ok(())
+}
+
+fn time_it(
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    warmup: usize,
+    flush: &mut Option<CudaSlice<u8>>,
+    mut launch: impl FnMut() -> Result<()>,
+) -> Result<Stats> {
+    let ctx = stream.context();
+    for _ in 0..warmup {
+        launch()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        if let Some(f) = flush.as_mut() {
+            stream.memset_zeros(f)?;
+        }
+        let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        start.record(stream)?;
+        launch()?;
+        end.record(stream)?;
+        times.push(start.elapsed_ms(&end)? as f64 * 1e3);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| times[((p * times.len() as f64) as usize).min(times.len() - 1)];
+    let median = if times.len() % 2 == 1 {
+        times[times.len() / 2]
+    } else {
+        0.5 * (times[times.len() / 2 - 1] + times[times.len() / 2])
+    };
+    Ok(Stats { median_us: median, p10_us: q(0.1), p90_us: q(0.9) })
+}
+
+fn configs(arg: &str) -> Result<Option<Vec<TileConfig>>> {
+    match arg {
+        "auto" => Ok(None),
+        "all" => Ok(Some(TileConfig::ALL.to_vec())),
+        name => TileConfig::from_name(name).map(|c| Some(vec![c])).ok_or_else(|| {
+            Error::InvalidProblem(format!("unknown --config {name:?}; see `moe-gemm info` for the names"))
+        }),
+    }
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    if !device::driver_present() {
+        println!("moe-gemm bench: no CUDA device (libcuda.so could not be loaded); nothing to measure.");
+        return Ok(());
+    }
+    let ctx = device::open(0)?;
+    let stream = ctx.per_thread_stream();
+    let info = moe_gemm::DeviceInfo::query(&ctx)?;
+    info.require("moe-gemm bench", moe_gemm::Arch::Sm90)?;
+    let forced = configs(&args.config)?;
+    let pts = points(&args)?;
+    println!(
+        "device 0: {} ({} SMs); bf16, fp32 accumulation; {} reps, median [p10-p90]; L2 {}",
+        info.name,
+        info.sm_count,
+        args.reps,
+        if args.no_flush { "not flushed" } else { "flushed before each rep" }
+    );
+    let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
+
+    let mut rows: Vec<Row> = Vec::new();
+    // Points sharing a weight shape reuse one B; A is sized for the largest row count of that shape.
+    let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
+    for p in &pts {
+        if !shapes.contains(&(p.groups, p.n, p.k)) {
+            shapes.push((p.groups, p.n, p.k));
+        }
+    }
+    for (g, n, k) in shapes {
+        let same: Vec<usize> = (0..pts.len()).filter(|&j| (pts[j].groups, pts[j].n, pts[j].k) == (g, n, k)).collect();
+        let max_rows = same.iter().map(|&j| pts[j].sizes.iter().sum::<usize>()).max().unwrap().max(1);
+        let mut a = stream.alloc_zeros::<bf16>(max_rows * k)?;
+        let mut b = stream.alloc_zeros::<bf16>(g * n * k)?;
+        let mut d = stream.alloc_zeros::<bf16>(max_rows * n)?;
+        fill_random(&stream, &mut a, 1, 1.0)?;
+        fill_random(&stream, &mut b, 2, 0.02)?;
+        let shape = GroupedGemmShape::new(g, n, k, max_rows)?;
+        for j in same {
+            let p = &pts[j];
+            let offsets = stream.clone_htod(&moe_gemm::layouts::offsets_from_sizes(&p.sizes)?)?;
+            let expected = p.sizes.iter().sum::<usize>().div_ceil(g);
+            let list = forced.clone().unwrap_or_else(|| vec![TileConfig::heuristic(expected, n)]);
+            for config in list {
+                let plan = GroupedGemm::<bf16>::new(
+                    &stream,
+                    shape,
+                    GroupedGemmOptions { config: Some(config), expected_rows_per_group: Some(expected) },
+                )?;
+                let mut ws = plan.alloc_workspace(&stream)?;
+                let stats = time_it(&stream, args.reps, args.warmup, &mut flush, || {
+                    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws)
+                })?;
+                ws.check(&stream)?;
+                rows.push(Row { point_idx: j, config, stats });
+            }
+        }
+    }
+    drop(flush);
+
+    let peer = run_peer(&args, &pts);
+    print_table(&pts, &rows, &peer);
+    if let Some(path) = &args.json {
+        write_json(path, &info, &pts, &rows, &peer)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Per point name: Ok(median µs) or Err(why the peer has no number).
+type PeerResults = std::collections::HashMap<String, std::result::Result<f64, String>>;
+
+fn run_peer(args: &BenchArgs, pts: &[Point]) -> std::result::Result<PeerResults, String> {
+    if args.peer == "none" {
+        return Err("peer skipped (--peer none)".into());
+    }
+    let script = args.peer_script.clone().unwrap_or_else(|| {
+        let local = PathBuf::from("benches/peers/grouped_mm_peer.py");
+        if local.is_file() {
+            local
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/grouped_mm_peer.py")
+        }
+    });
+    let dir = std::env::temp_dir();
+    let spec_path = dir.join(format!("moe-gemm-peer-spec-{}.json", std::process::id()));
+    let out_path = dir.join(format!("moe-gemm-peer-out-{}.json", std::process::id()));
+    let spec = serde_json::json!({
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
+        "points": pts.iter().map(|p| serde_json::json!({
+            "name": p.name, "dtype": "bf16", "groups": p.groups, "n": p.n, "k": p.k, "sizes": p.sizes,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(&spec_path, spec.to_string()).map_err(|e| e.to_string())?;
+    eprintln!("running the PyTorch peer: {} {}", args.peer, script.display());
+    let status = Command::new(&args.peer)
+        .arg(&script)
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out_path)
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", args.peer))?;
+    if !status.success() {
+        return Err(format!("peer exited with {status}"));
+    }
+    let text = std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    eprintln!("peer: torch {} on {}", v["torch"], v["device"]);
+    let mut out = PeerResults::new();
+    for p in v["points"].as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or_default().to_string();
+        let r = match p["median_us"].as_f64() {
+            Some(us) => Ok(us),
+            None => Err(p["error"].as_str().unwrap_or("no result").to_string()),
+        };
+        out.insert(name, r);
+    }
+    Ok(out)
+}
+
+fn metrics(p: &Point, s: &Stats) -> (f64, f64) {
+    let rows: usize = p.sizes.iter().sum();
+    let active = p.sizes.iter().filter(|&&s| s > 0).count();
+    let tflops = 2.0 * rows as f64 * p.n as f64 * p.k as f64 / (s.median_us * 1e-6) / 1e12;
+    let weight_gbs = (active * p.n * p.k * 2) as f64 / (s.median_us * 1e-6) / 1e9;
+    (tflops, weight_gbs)
+}
+
+fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResults, String>) {
+    println!(
+        "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10} {:>19} {:>8} {:>8} {:>10} {:>9}",
+        "point", "rows", "E*", "N", "K", "config", "median µs", "p10-p90 µs", "TFLOP/s", "wGB/s", "torch µs", "t/torch"
+    );
+    for r in rows {
+        let p = &pts[r.point_idx];
+        let (tf, gbs) = metrics(p, &r.stats);
+        let total: usize = p.sizes.iter().sum();
+        let active = p.sizes.iter().filter(|&&s| s > 0).count();
+        let (peer_us, ratio) = match peer.as_ref().map(|m| m.get(&p.name)) {
+            Ok(Some(Ok(us))) => (format!("{us:.1}"), format!("{:.3}", r.stats.median_us / us)),
+            Ok(Some(Err(_))) => ("error".into(), "-".into()),
+            _ => ("-".into(), "-".into()),
+        };
+        println!(
+            "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10.1} {:>19} {:>8.1} {:>8.0} {:>10} {:>9}",
+            p.name,
+            total,
+            active,
+            p.n,
+            p.k,
+            r.config.name(),
+            r.stats.median_us,
+            format!("{:.1}-{:.1}", r.stats.p10_us, r.stats.p90_us),
+            tf,
+            gbs,
+            peer_us,
+            ratio
+        );
+    }
+    match peer {
+        Err(why) => println!("peer: {why}"),
+        Ok(m) => {
+            for (name, r) in m {
+                if let Err(e) = r {
+                    println!("peer error at {name}: {e}");
+                }
+            }
+        }
+    }
+    println!("E* = experts with rows; wGB/s = E* x N x K x 2 bytes / median; t/torch = our median / torch's (< 1: faster)");
+}
+
+fn write_json(
+    path: &Path,
+    info: &moe_gemm::DeviceInfo,
+    pts: &[Point],
+    rows: &[Row],
+    peer: &std::result::Result<PeerResults, String>,
+) -> Result<()> {
+    let points: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let p = &pts[r.point_idx];
+            let (tf, gbs) = metrics(p, &r.stats);
+            let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name)).and_then(|r| r.as_ref().ok()).copied();
+            serde_json::json!({
+                "point": p.name, "gemm": p.gemm, "tokens": p.tokens, "routing": p.routing,
+                "groups": p.groups, "n": p.n, "k": p.k, "rows": p.sizes.iter().sum::<usize>(),
+                "config": r.config.name(), "median_us": r.stats.median_us, "p10_us": r.stats.p10_us,
+                "p90_us": r.stats.p90_us, "tflops": tf, "weight_gbs": gbs, "torch_median_us": peer_us,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({"device": info.name, "sm_count": info.sm_count, "points": points});
+    std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap())
+        .map_err(|e| Error::InvalidProblem(format!("cannot write {}: {e}", path.display())))
+}

@@ -1,0 +1,62 @@
+//! `moe-gemm info`.
+
+use moe_gemm::{build_info, device, DType, DeviceInfo, TileConfig};
+
+pub fn run() -> moe_gemm::Result<()> {
+    println!("moe-gemm {}", env!("CARGO_PKG_VERSION"));
+    println!("toolchain");
+    println!("  nvcc      {} (CUDA {})", build_info::NVCC, build_info::NVCC_RELEASE);
+    println!("  CUTLASS   {} ({})", build_info::CUTLASS_VERSION, build_info::CUTLASS_DIR);
+    let v = build_info::cudart_version();
+    println!("  cudart    {}.{} (static)", v / 1000, (v % 1000) / 10);
+    println!("  SASS for  {}", build_info::CUDA_ARCHS);
+    println!("kernels");
+    for dtype in [DType::BF16, DType::F16] {
+        for c in TileConfig::ALL {
+            let (m, n, k) = c.tile();
+            println!(
+                "  grouped_gemm_sm90  {dtype:<4}  {:<20}  {:?}, tile {m}x{n}x{k}, cluster 1x1x1  {}",
+                c.name(),
+                c.schedule(),
+                if c.is_built(dtype) { "built" } else { "not built" }
+            );
+        }
+    }
+    println!("devices");
+    if !device::driver_present() {
+        println!("  no CUDA device: libcuda.so could not be loaded (no NVIDIA driver on this machine)");
+        return Ok(());
+    }
+    let count = match cudarc::driver::CudaContext::device_count() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("  no CUDA device: the driver reports {e}");
+            return Ok(());
+        }
+    };
+    let driver = device::driver_version()?;
+    println!("  driver supports CUDA {}.{}", driver / 1000, (driver % 1000) / 10);
+    if count == 0 {
+        println!("  no CUDA device: the driver found none");
+    }
+    for i in 0..count as usize {
+        let ctx = device::open(i)?;
+        let d = DeviceInfo::query(&ctx)?;
+        let (maj, min) = d.compute_capability;
+        let (free, total) = ctx.mem_get_info()?;
+        println!(
+            "  {i}: {}, compute capability {maj}.{min}, {} SMs, {} MiB L2, {:.1}/{:.1} GiB free, {} KiB smem/block; kernels here: {}",
+            d.name,
+            d.sm_count,
+            d.l2_bytes >> 20,
+            free as f64 / (1u64 << 30) as f64,
+            total as f64 / (1u64 << 30) as f64,
+            d.max_smem_per_block_optin >> 10,
+            match d.arch {
+                Some(moe_gemm::Arch::Sm90) => "SM90 grouped GEMM",
+                _ => "none (moe-gemm's kernels are built for sm_90a)",
+            }
+        );
+    }
+    Ok(())
+}
