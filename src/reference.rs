@@ -27,8 +27,12 @@ pub fn grouped_gemm_rows<T: Element>(
             }
             seen += s;
         }
-        panic!("row {r} is past the last group (total {seen})");
+        unreachable!("row {r} checked against the total {seen}");
     };
+    let total: usize = sizes.iter().sum();
+    if let Some(&r) = rows.iter().find(|&&r| r >= total) {
+        panic!("row {r} is past the last group (total {total})");
+    }
     let mut out = vec![0f32; rows.len() * n];
     let threads = thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(64);
     let chunk = rows.len().div_ceil(threads).max(1);

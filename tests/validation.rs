@@ -1,0 +1,160 @@
+//! CPU tests of every host-side constraint: each error names what was violated. No GPU needed: plans can be
+//! made for a described device, and the workspace size is a host computation.
+
+use moe_gemm::kernels::grouped::{describe_error_word, error_bits};
+use moe_gemm::layouts::{offsets_from_sizes, sizes_from_offsets};
+use moe_gemm::*;
+
+fn h200() -> DeviceInfo {
+    DeviceInfo {
+        ordinal: 0,
+        name: "NVIDIA H200".into(),
+        compute_capability: (9, 0),
+        sm_count: 132,
+        l2_bytes: 60 << 20,
+        max_smem_per_block_optin: 227 << 10,
+        arch: Arch::from_compute_capability(9, 0),
+    }
+}
+
+fn invalid(r: Result<GroupedGemmShape>) -> String {
+    match r {
+        Err(Error::InvalidProblem(msg)) => msg,
+        other => panic!("expected InvalidProblem, got {other:?}"),
+    }
+}
+
+#[test]
+fn k_not_multiple_of_8_names_tma_alignment() {
+    let msg = invalid(GroupedGemmShape::new(8, 4096, 4100, 1024));
+    assert!(msg.contains("K = 4100") && msg.contains("multiple of 8") && msg.contains("TMA"), "{msg}");
+}
+
+#[test]
+fn n_not_multiple_of_8_is_rejected() {
+    let msg = invalid(GroupedGemmShape::new(8, 4090, 4096, 1024));
+    assert!(msg.contains("N = 4090") && msg.contains("multiple of 8"), "{msg}");
+}
+
+#[test]
+fn zero_extents_are_rejected() {
+    assert!(invalid(GroupedGemmShape::new(0, 64, 64, 8)).contains("groups = 0"));
+    assert!(invalid(GroupedGemmShape::new(4, 0, 64, 8)).contains("N = 0"));
+    assert!(invalid(GroupedGemmShape::new(4, 64, 0, 8)).contains("K = 0"));
+}
+
+#[test]
+fn oversized_extents_are_rejected() {
+    assert!(invalid(GroupedGemmShape::new(70_000, 64, 64, 8)).contains("groups = 70000"));
+    assert!(invalid(GroupedGemmShape::new(4, 64, 64, 1 << 31)).contains("max_rows"));
+    assert!(invalid(GroupedGemmShape::new(4, 1 << 32, 64, 8)).contains("i32::MAX"));
+}
+
+#[test]
+fn valid_shape_keeps_its_extents_and_zero_rows_is_allowed() {
+    let s = GroupedGemmShape::new(256, 4096, 7168, 0).unwrap();
+    assert_eq!((s.groups(), s.n(), s.k(), s.max_rows()), (256, 4096, 7168, 0));
+}
+
+#[test]
+fn non_sm90_device_is_an_error_naming_both_archs() {
+    let mut dev = h200();
+    dev.name = "NVIDIA A100".into();
+    dev.compute_capability = (8, 0);
+    dev.arch = Arch::from_compute_capability(8, 0);
+    let shape = GroupedGemmShape::new(8, 256, 256, 64).unwrap();
+    let err = GroupedGemm::<half::bf16>::for_device(dev, shape, Default::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::UnsupportedArch { major: 8, minor: 0, .. }), "{err:?}");
+    assert!(msg.contains("sm_90a") && msg.contains("8.0") && msg.contains("A100"), "{msg}");
+}
+
+#[test]
+fn blackwell_is_not_mistaken_for_hopper() {
+    // sm_90a SASS does not run on 10.0: the plan must refuse, not launch.
+    let mut dev = h200();
+    dev.compute_capability = (10, 0);
+    dev.arch = Arch::from_compute_capability(10, 0);
+    let shape = GroupedGemmShape::new(8, 256, 256, 64).unwrap();
+    assert!(matches!(
+        GroupedGemm::<half::bf16>::for_device(dev, shape, Default::default()),
+        Err(Error::UnsupportedArch { major: 10, .. })
+    ));
+    assert_eq!(Arch::from_compute_capability(9, 0), Some(Arch::Sm90));
+    assert_eq!(Arch::from_compute_capability(8, 9), None);
+}
+
+#[test]
+fn plans_for_sm90_every_dtype_and_config() {
+    for config in TileConfig::ALL {
+        let shape = GroupedGemmShape::new(256, 4096, 7168, 32768).unwrap();
+        let opts = GroupedGemmOptions { config: Some(config), ..Default::default() };
+        let p = GroupedGemm::<half::bf16>::for_device(h200(), shape, opts).unwrap();
+        assert_eq!(p.config(), config);
+        // Header + 7 per-group arrays + CUTLASS's per-SM tensor maps: more than the arrays alone.
+        assert!(p.workspace_bytes() > 256 + 256 * 12, "{config}: {}", p.workspace_bytes());
+        GroupedGemm::<half::f16>::for_device(h200(), shape, opts).unwrap();
+    }
+}
+
+#[test]
+fn workspace_grows_with_groups() {
+    let plan = |g| {
+        let shape = GroupedGemmShape::new(g, 256, 256, 1024).unwrap();
+        GroupedGemm::<half::bf16>::for_device(h200(), shape, Default::default()).unwrap().workspace_bytes()
+    };
+    assert!(plan(1024) > plan(8));
+}
+
+#[test]
+fn heuristic_picks_the_small_tile_for_decode_and_wide_tile_for_prefill() {
+    assert_eq!(TileConfig::heuristic(1, 4096), TileConfig::Pingpong64x128x64);
+    assert_eq!(TileConfig::heuristic(64, 4096), TileConfig::Pingpong64x128x64);
+    assert_eq!(TileConfig::heuristic(128, 4096), TileConfig::Cooperative128x256x64);
+    assert_eq!(TileConfig::heuristic(4096, 128), TileConfig::Cooperative128x128x64);
+    for c in TileConfig::ALL {
+        assert_eq!(TileConfig::from_name(c.name()), Some(c));
+    }
+}
+
+#[test]
+fn offsets_round_trip_with_sizes() {
+    let sizes = [0, 1, 7, 63, 64, 65, 127, 128, 129, 0];
+    let offsets = offsets_from_sizes(&sizes).unwrap();
+    assert_eq!(offsets.len(), sizes.len() + 1);
+    assert_eq!(offsets[0], 0);
+    assert_eq!(*offsets.last().unwrap() as usize, sizes.iter().sum::<usize>());
+    assert_eq!(sizes_from_offsets(&offsets, 584).unwrap(), sizes);
+}
+
+#[test]
+fn offsets_overflowing_int32_are_rejected() {
+    let err = offsets_from_sizes(&[1 << 30, 1 << 30, 1 << 30]).unwrap_err();
+    assert!(err.to_string().contains("overflow int32"), "{err}");
+}
+
+#[test]
+fn offsets_contract_violations_are_named() {
+    let msg = |o: &[i32], max| sizes_from_offsets(o, max).unwrap_err().to_string();
+    assert!(msg(&[0], 10).contains("G + 1 >= 2"));
+    assert!(msg(&[1, 4], 10).contains("offsets[0] = 1"));
+    assert!(msg(&[0, 4, 3], 10).contains("offsets[2] = 3 < offsets[1] = 4"));
+    assert!(msg(&[0, 4, 11], 10).contains("exceeds max_rows = 10"));
+}
+
+#[test]
+fn device_error_word_is_described_bit_by_bit() {
+    assert_eq!(describe_error_word(0), "");
+    let all = describe_error_word(
+        error_bits::OFFSETS_NOT_ZERO_BASED | error_bits::OFFSETS_NOT_MONOTONE | error_bits::OFFSETS_OUT_OF_RANGE,
+    );
+    assert!(all.contains("offsets[0] != 0") && all.contains("decrease") && all.contains("max_rows"), "{all}");
+    assert!(describe_error_word(1 << 20).contains("unknown"));
+}
+
+#[test]
+fn dtype_facts() {
+    assert_eq!(DType::BF16.tma_alignment(), 8);
+    assert_eq!(DType::F16.size_bytes(), 2);
+    assert_eq!(format!("{:<5}|", DType::BF16), "bf16 |");
+}
