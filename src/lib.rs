@@ -1,21 +1,4 @@
-//! # moe-gemm
-//!
-//! The expert-compute layer of a Mixture-of-Experts model: CUTLASS-backed grouped GEMMs for Hopper (SM90)
-//! behind safe Rust types, over cudarc's device memory and streams.
-//!
-//! ## Support matrix
-//! | operation | arch | dtypes | status |
-//! |---|---|---|---|
-//! | grouped GEMM, device offsets ([`kernels::grouped`]) | SM90 (`sm_90a`) | bf16, f16 → same, fp32 accumulation | tested on H200 |
-//!
-//! ## Safety model
-//! All `unsafe` code and the cxx bridge live in the private `ffi` module. Plans validate shapes once
-//! ([`kernels::grouped::GroupedGemmShape`]); a launch checks buffer lengths and alignment against the plan
-//! (O(1), host only), holds cudarc's stream-ordering guards across the C++ call, and queues work without
-//! allocating, copying or synchronising. Device data (offsets) is never trusted: kernels clamp it and report
-//! violations through a device error word that [`kernels::grouped::Workspace::check`] surfaces.
-//! Launching on a device of another architecture is an [`Error::UnsupportedArch`], never undefined behaviour.
-
+#![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
@@ -25,6 +8,7 @@ pub mod error;
 mod ffi;
 pub mod kernels;
 pub mod layouts;
+pub mod random;
 pub mod reference;
 
 pub use device::{Arch, DeviceInfo};

@@ -254,3 +254,45 @@ fn graph_capture_replays_with_new_offsets() {
         verify(&case, plan.config(), &a_host, &b_host, &padded);
     }
 }
+
+/// Launch-time checks: every buffer that does not fit the plan is refused with an error naming it.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn launch_rejects_buffers_that_do_not_fit_the_plan() {
+    let (_ctx, stream) = gpu();
+    let (g, n, k, max_rows) = (4usize, 64usize, 64usize, 32usize);
+    let plan = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(g, n, k, max_rows).unwrap(), Default::default())
+        .unwrap();
+    let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let a = stream.alloc_zeros::<bf16>(max_rows * k).unwrap();
+    let b = stream.alloc_zeros::<bf16>(g * n * k).unwrap();
+    let offsets = stream.clone_htod(&[0i32, 8, 16, 24, 32]).unwrap();
+    let mut d = stream.alloc_zeros::<bf16>(max_rows * n + 8).unwrap();
+    let name_of = |r: Result<()>| match r {
+        Err(Error::Buffer { name, detail }) => format!("{name}: {detail}"),
+        other => panic!("expected a buffer error, got {other:?}"),
+    };
+    let short_a = stream.alloc_zeros::<bf16>(max_rows * k - 1).unwrap();
+    assert!(name_of(plan.launch(&stream, &short_a, &b, &offsets, &mut d, &mut ws)).starts_with("a: "));
+    let short_b = stream.alloc_zeros::<bf16>(g * n * k - 8).unwrap();
+    assert!(name_of(plan.launch(&stream, &a, &short_b, &offsets, &mut d, &mut ws)).starts_with("b: "));
+    let short_offsets = stream.clone_htod(&[0i32, 8, 16, 24]).unwrap();
+    let msg = name_of(plan.launch(&stream, &a, &b, &short_offsets, &mut d, &mut ws));
+    assert!(msg.starts_with("offsets: ") && msg.contains("G + 1"), "{msg}");
+    let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(0..max_rows * n - 1), &mut ws));
+    assert!(msg.starts_with("d: "), "{msg}");
+    // A view one element in: 2-byte aligned, not 16.
+    let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(1..max_rows * n + 1), &mut ws));
+    assert!(msg.starts_with("d: ") && msg.contains("16-byte"), "{msg}");
+    // A workspace of another, smaller plan.
+    let small = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(1, n, k, max_rows).unwrap(), Default::default())
+        .unwrap();
+    let mut small_ws = small.alloc_workspace(&stream).unwrap();
+    match plan.launch(&stream, &a, &b, &offsets, &mut d, &mut small_ws) {
+        Err(Error::WorkspaceTooSmall { needed, got, .. }) => assert!(needed > got),
+        other => panic!("expected WorkspaceTooSmall, got {other:?}"),
+    }
+    // And the correct call works.
+    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws).unwrap();
+    ws.check(&stream).unwrap();
+}

@@ -14,6 +14,7 @@ use clap::Args;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
+use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::{device, Error, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Result, TileConfig};
 
 #[derive(Args, Debug)]
@@ -92,27 +93,15 @@ struct Row {
     stats: Stats,
 }
 
-/// splitmix64 for seeded routing and data.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 /// Group sizes when each of `tokens` tokens picks `k` distinct experts of `e` uniformly at random.
 fn uniform_routing(e: usize, k: usize, tokens: usize, seed: u64) -> Vec<usize> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let mut sizes = vec![0; e];
     let mut picked = Vec::with_capacity(k);
     for _ in 0..tokens {
         picked.clear();
         while picked.len() < k {
-            let x = (rng.next() % e as u64) as usize;
+            let x = rng.below(e);
             if !picked.contains(&x) {
                 picked.push(x);
             }
@@ -166,23 +155,6 @@ fn points(args: &BenchArgs) -> Result<Vec<Point>> {
         }
     }
     Ok(out)
-}
-
-/// Fills `buf` with random bf16 in [-scale, scale): a 16 Mi-element random block, tiled by device copies (fast
-/// for weights of many gigabytes; the values only need to be non-trivial, not independent).
-fn fill_random(stream: &Arc<CudaStream>, buf: &mut CudaSlice<bf16>, seed: u64, scale: f32) -> Result<()> {
-    let block = buf.len().min(16 << 20);
-    let mut rng = Rng(seed);
-    let host: Vec<bf16> = (0..block)
-        .map(|_| bf16::from_f32(((rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale))
-        .collect();
-    let mut at = 0;
-    while at < buf.len() {
-        let len = block.min(buf.len() - at);
-        stream.memcpy_htod(&host[..len], &mut buf.slice_mut(at..at + len))?;
-        at += len;
-    }
-    Ok(())
 }
 
 fn time_it(
@@ -262,8 +234,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let mut a = stream.alloc_zeros::<bf16>(max_rows * k)?;
         let mut b = stream.alloc_zeros::<bf16>(g * n * k)?;
         let mut d = stream.alloc_zeros::<bf16>(max_rows * n)?;
-        fill_random(&stream, &mut a, 1, 1.0)?;
-        fill_random(&stream, &mut b, 2, 0.02)?;
+        fill_device(&stream, &mut a, 1, 1.0)?;
+        fill_device(&stream, &mut b, 2, 0.02)?;
         let shape = GroupedGemmShape::new(g, n, k, max_rows)?;
         for j in same {
             let p = &pts[j];
