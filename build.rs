@@ -295,5 +295,12 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
             }
         });
     }
+    // Objects of earlier inputs are dead weight in OUT_DIR: keep only the current ones.
+    let keep: Vec<&PathBuf> = units.iter().map(|(_, o)| o).collect();
+    for stale in fs::read_dir(&obj_dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())) {
+        if !keep.contains(&&stale) {
+            let _ = fs::remove_file(stale);
+        }
+    }
     units.into_iter().map(|(_, o)| o).collect()
 }

@@ -29,9 +29,10 @@ fn grouped(c: &mut Criterion) {
         let plan = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(e, n, k, rows).unwrap(), Default::default())
             .unwrap();
         let mut ws = plan.alloc_workspace(&stream).unwrap();
+        let mut st = moe_gemm::DeviceStatus::new(&stream).unwrap();
         c.bench_function(name, |bench| {
             bench.iter(|| {
-                plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws).unwrap();
+                plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st).unwrap();
                 stream.synchronize().unwrap();
             })
         });

@@ -27,7 +27,7 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
 
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
   const GroupedGemmArgs args{p.dtype, p.config, p.groups, p.n, p.k, p.max_rows, p.a, p.b, p.d, p.offsets,
-                             p.workspace, p.workspace_bytes, p.device, p.sm_count, p.stream};
+                             p.workspace, p.workspace_bytes, p.status, p.device, p.sm_count, p.stream};
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::grouped_gemm_sm90_bf16_run(args));
     case DType::F16: return wrap(moe_gemm::grouped_gemm_sm90_f16_run(args));

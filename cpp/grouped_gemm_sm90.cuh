@@ -30,10 +30,10 @@ namespace sm90 {
 using namespace cute;
 
 // Schedules and tiles, named as in launch.h's TileConfig.
-template <class Tile_, class Kernel_, class Epilogue_>
+template <class Tile_, class Kernel_, class Epilogue_, class Cluster_ = Shape<_1, _1, _1>>
 struct Config {
   using Tile = Tile_;
-  using Cluster = Shape<_1, _1, _1>;
+  using Cluster = Cluster_;
   using KernelSchedule = Kernel_;
   using EpilogueSchedule = Epilogue_;
 };
@@ -46,6 +46,10 @@ using Cooperative128x128x64 = Config<Shape<_128, _128, _64>, Coop, CoopEpi>;
 using Cooperative128x256x64 = Config<Shape<_128, _256, _64>, Coop, CoopEpi>;
 using Pingpong64x128x64 = Config<Shape<_64, _128, _64>, Ping, PingEpi>;
 using Pingpong128x128x64 = Config<Shape<_128, _128, _64>, Ping, PingEpi>;
+// Large groups (prefill): a 2x1 cluster multicasts each B tile to the two CTAs that share it.
+using Cooperative256x128x64Cluster2x1 = Config<Shape<_256, _128, _64>, Coop, CoopEpi, Shape<_2, _1, _1>>;
+// Decode with few active experts: 64-wide N tiles double the CTAs that stream weights.
+using Pingpong64x64x128 = Config<Shape<_64, _64, _128>, Ping, PingEpi>;
 
 inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -80,7 +84,7 @@ struct GroupedGemmSm90 {
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
 
-  // Our per-group arrays, carved from the workspace after its header.
+  // Our per-group arrays, carved from the start of the workspace; CUTLASS's own workspace follows.
   struct Arrays {
     UnderlyingShape* shapes;
     const Element** a;
@@ -133,12 +137,12 @@ struct GroupedGemmSm90 {
   static uint64_t workspace_bytes(int groups, int sm_count) {
     Arrays arr = carve(nullptr, groups);
     auto args = arguments(arr, groups, 0, sm_count);
-    return kWorkspaceHeaderBytes + arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
+    return arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
   }
 };
 
 // One thread per group: offsets -> shapes, pointers and strides. Invalid offsets are clamped into
-// [0, max_rows] so nothing is read or written out of bounds, and reported through the error word.
+// [0, max_rows] so nothing is read or written out of bounds, and reported through the status word.
 template <class G>
 __global__ void prepare_groups(const int32_t* __restrict__ offsets, int groups, int n, int k, int64_t max_rows,
                                const typename G::Arrays arr, const void* a, const void* b, void* d,
@@ -173,8 +177,8 @@ Status run(const GroupedGemmArgs& p) {
     return {StatusCode::WorkspaceTooSmall, static_cast<int32_t>(need > 0x7fffffff ? 0x7fffffff : need)};
   }
   auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
-  auto* error_word = reinterpret_cast<uint32_t*>(ws);
-  typename G::Arrays arr = G::carve(ws + kWorkspaceHeaderBytes, p.groups);
+  auto* error_word = reinterpret_cast<uint32_t*>(p.status);
+  typename G::Arrays arr = G::carve(ws, p.groups);
   auto stream = reinterpret_cast<cudaStream_t>(p.stream);
 
   constexpr int kThreads = 128;
@@ -189,7 +193,7 @@ Status run(const GroupedGemmArgs& p) {
   typename G::Gemm gemm;
   cutlass::Status s = gemm.can_implement(args);
   if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
-  uint8_t* cutlass_ws = ws + kWorkspaceHeaderBytes + arr.bytes;
+  uint8_t* cutlass_ws = ws + arr.bytes;
   s = gemm.initialize(args, cutlass_ws, stream);
   if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
   s = gemm.run(stream);

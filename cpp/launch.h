@@ -15,12 +15,14 @@ enum class DType : uint32_t {
 };
 
 // Kernel configurations of the SM90 persistent grouped GEMM, named by schedule and CTA tile (M x N x K).
-// Cluster shape is 1x1x1 for all of them. Keep in sync with the instantiation lists in grouped_gemm_sm90_*.cu.
+// Cluster 1x1x1 unless named. Keep in sync with the instantiation lists in grouped_gemm_sm90_*.cu.
 enum class TileConfig : uint32_t {
   Cooperative128x128x64 = 0,
   Cooperative128x256x64 = 1,
   Pingpong64x128x64 = 2,
   Pingpong128x128x64 = 3,
+  Cooperative256x128x64Cluster2x1 = 4,
+  Pingpong64x64x128 = 5,
 };
 
 enum class StatusCode : uint32_t {
@@ -38,14 +40,12 @@ struct Status {
   int32_t detail;
 };
 
-// Bits of the device-side error word (first 4 bytes of the workspace). Kernels only OR bits in; the host clears
-// it when it reads it. The matching Rust constants live in src/kernels/grouped.rs.
+// Bits of the device status word (a caller-owned uint32 on the device, `moe_gemm::DeviceStatus` in Rust). Kernels
+// that validate device data only OR bits in, after clamping so that nothing is read or written out of bounds;
+// the host reads and clears the word at a checked point. The Rust names are in src/status.rs.
 constexpr uint32_t kErrOffsetsNotZeroBased = 1u << 0;
 constexpr uint32_t kErrOffsetsNotMonotone = 1u << 1;
 constexpr uint32_t kErrOffsetsOutOfRange = 1u << 2;
-
-// The first bytes of every workspace belong to the error word (padded to keep what follows aligned).
-constexpr uint64_t kWorkspaceHeaderBytes = 256;
 
 // One grouped GEMM D[g] = A[g] * B[g]^T over groups described by device offsets.
 //   A: [max_rows, k] row-major; group g owns rows offsets[g] .. offsets[g+1]
@@ -65,6 +65,7 @@ struct GroupedGemmArgs {
   uint64_t offsets;
   uint64_t workspace;
   uint64_t workspace_bytes;
+  uint64_t status;  // uint32_t* device status word
   int32_t device;
   int32_t sm_count;
   uint64_t stream;  // cudaStream_t / CUstream

@@ -37,8 +37,8 @@ pub enum Error {
 
     /// A device-side check found invalid data (offsets, ids, capacity); the kernels clamped instead of
     /// reading or writing out of bounds, so the results of that launch are not meaningful.
-    #[error("device-side check failed in {op}: {what} (error word {word:#x})")]
-    DeviceCheck { op: &'static str, word: u32, what: String },
+    #[error("device-side check failed: {what} (status word {word:#x})")]
+    DeviceCheck { word: u32, what: String },
 
     /// No CUDA driver (libcuda) could be loaded on this machine.
     #[error("no CUDA driver: {0}")]

@@ -10,12 +10,14 @@ pub mod kernels;
 pub mod layouts;
 pub mod random;
 pub mod reference;
+pub mod status;
 
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 pub use kernels::TileConfig;
+pub use status::DeviceStatus;
 
 /// What was compiled into this library, from the build script.
 pub mod build_info {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::*;
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
-use moe_gemm::kernels::grouped::error_bits;
+use moe_gemm::status::bits as error_bits;
 use moe_gemm::layouts::offsets_from_sizes;
 use moe_gemm::reference::{first_mismatch, grouped_gemm_rows, Tolerance};
 use moe_gemm::*;
@@ -117,10 +117,11 @@ fn run_case<T: Element>(case: &Case, configs: &[TileConfig]) {
         let plan = GroupedGemm::<T>::new(&stream, shape, GroupedGemmOptions { config: Some(config), ..Default::default() })
             .unwrap();
         let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
         stream.memcpy_htod(&vec![T::nan(); max_rows * case.n + GUARD], &mut dev.d).unwrap();
         let mut d_view = dev.d.slice_mut(0..max_rows * case.n);
-        plan.launch(&stream, &dev.a, &dev.b, &dev.offsets, &mut d_view, &mut ws).unwrap();
-        ws.check(&stream).unwrap();
+        plan.launch(&stream, &dev.a, &dev.b, &dev.offsets, &mut d_view, &mut ws, &mut st).unwrap();
+        st.check(&stream).unwrap();
         let d = stream.clone_dtoh(&dev.d).unwrap();
         verify(case, config, &a, &b, &d);
     }
@@ -169,7 +170,7 @@ fn unaligned_k_and_odd_n_tiles() {
 fn real_shape_mixtral_w1_uniform_routing() {
     // Mixtral-8x7B GEMM1 (w13): E 8, N = 2 x 14336, K 4096; 512 tokens x top-2.
     let case = Case { name: "mixtral w13", sizes: uniform_sizes(8, 1024, 3), n: 28672, k: 4096, spare_rows: 0, check: Check::Sampled };
-    run_case::<bf16>(&case, &[TileConfig::heuristic(128, 28672)]);
+    run_case::<bf16>(&case, &[TileConfig::heuristic(8, 28672, 1024, 132), TileConfig::Cooperative256x128x64Cluster2x1]);
 }
 
 #[test]
@@ -189,6 +190,7 @@ fn invalid_offsets_are_reported_and_contained() {
     let shape = GroupedGemmShape::new(g, n, k, max_rows).unwrap();
     let plan = GroupedGemm::<bf16>::new(&stream, shape, Default::default()).unwrap();
     let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
     let a = stream.clone_htod(&random_vec::<bf16>(max_rows * k, 5, 1.0)).unwrap();
     let b = stream.clone_htod(&random_vec::<bf16>(g * n * k, 6, 1.0)).unwrap();
     let cases: [(&[i32], u32); 4] = [
@@ -201,8 +203,8 @@ fn invalid_offsets_are_reported_and_contained() {
         let offsets_dev = stream.clone_htod(offsets).unwrap();
         let mut d = stream.clone_htod(&vec![bf16::NAN; max_rows * n + GUARD]).unwrap();
         let mut d_view = d.slice_mut(0..max_rows * n);
-        plan.launch(&stream, &a, &b, &offsets_dev, &mut d_view, &mut ws).unwrap();
-        match ws.check(&stream) {
+        plan.launch(&stream, &a, &b, &offsets_dev, &mut d_view, &mut ws, &mut st).unwrap();
+        match st.check(&stream) {
             Err(Error::DeviceCheck { word, .. }) => assert_eq!(word & want, want, "offsets {offsets:?}: word {word:#x}"),
             other => panic!("offsets {offsets:?}: expected a device check error, got {other:?}"),
         }
@@ -210,8 +212,8 @@ fn invalid_offsets_are_reported_and_contained() {
         assert!(d_host[max_rows * n..].iter().all(|x| x.is_nan()), "offsets {offsets:?}: guard past D was written");
         // The word was cleared by the check: a valid launch afterwards is clean.
         let ok = stream.clone_htod(&[0i32, 5, 10, 20]).unwrap();
-        plan.launch(&stream, &a, &b, &ok, &mut d.slice_mut(0..max_rows * n), &mut ws).unwrap();
-        ws.check(&stream).unwrap();
+        plan.launch(&stream, &a, &b, &ok, &mut d.slice_mut(0..max_rows * n), &mut ws, &mut st).unwrap();
+        st.check(&stream).unwrap();
     }
 }
 
@@ -231,10 +233,11 @@ fn graph_capture_replays_with_new_offsets() {
     let plan = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(g, n, k, max_rows).unwrap(), Default::default())
         .unwrap();
     let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
     stream.synchronize().unwrap();
 
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws).unwrap();
+    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st).unwrap();
     let graph = stream.end_capture(CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("captured graph");
@@ -245,7 +248,7 @@ fn graph_capture_replays_with_new_offsets() {
         stream.memcpy_htod(&offsets_from_sizes(&sizes).unwrap(), &mut offsets).unwrap();
         stream.memcpy_htod(&vec![bf16::NAN; max_rows * n], &mut d).unwrap();
         graph.launch().unwrap();
-        ws.check(&stream).unwrap();
+        st.check(&stream).unwrap();
         let d_host = stream.clone_dtoh(&d).unwrap();
         let case = Case { name: "graph replay", sizes, n, k, spare_rows: max_rows - rows, check: Check::All };
         // verify() expects a guard region; give it an empty one by checking only up to max_rows.
@@ -264,6 +267,7 @@ fn launch_rejects_buffers_that_do_not_fit_the_plan() {
     let plan = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(g, n, k, max_rows).unwrap(), Default::default())
         .unwrap();
     let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
     let a = stream.alloc_zeros::<bf16>(max_rows * k).unwrap();
     let b = stream.alloc_zeros::<bf16>(g * n * k).unwrap();
     let offsets = stream.clone_htod(&[0i32, 8, 16, 24, 32]).unwrap();
@@ -273,26 +277,26 @@ fn launch_rejects_buffers_that_do_not_fit_the_plan() {
         other => panic!("expected a buffer error, got {other:?}"),
     };
     let short_a = stream.alloc_zeros::<bf16>(max_rows * k - 1).unwrap();
-    assert!(name_of(plan.launch(&stream, &short_a, &b, &offsets, &mut d, &mut ws)).starts_with("a: "));
+    assert!(name_of(plan.launch(&stream, &short_a, &b, &offsets, &mut d, &mut ws, &mut st)).starts_with("a: "));
     let short_b = stream.alloc_zeros::<bf16>(g * n * k - 8).unwrap();
-    assert!(name_of(plan.launch(&stream, &a, &short_b, &offsets, &mut d, &mut ws)).starts_with("b: "));
+    assert!(name_of(plan.launch(&stream, &a, &short_b, &offsets, &mut d, &mut ws, &mut st)).starts_with("b: "));
     let short_offsets = stream.clone_htod(&[0i32, 8, 16, 24]).unwrap();
-    let msg = name_of(plan.launch(&stream, &a, &b, &short_offsets, &mut d, &mut ws));
+    let msg = name_of(plan.launch(&stream, &a, &b, &short_offsets, &mut d, &mut ws, &mut st));
     assert!(msg.starts_with("offsets: ") && msg.contains("G + 1"), "{msg}");
-    let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(0..max_rows * n - 1), &mut ws));
+    let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(0..max_rows * n - 1), &mut ws, &mut st));
     assert!(msg.starts_with("d: "), "{msg}");
     // A view one element in: 2-byte aligned, not 16.
-    let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(1..max_rows * n + 1), &mut ws));
+    let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(1..max_rows * n + 1), &mut ws, &mut st));
     assert!(msg.starts_with("d: ") && msg.contains("16-byte"), "{msg}");
     // A workspace of another, smaller plan.
     let small = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(1, n, k, max_rows).unwrap(), Default::default())
         .unwrap();
     let mut small_ws = small.alloc_workspace(&stream).unwrap();
-    match plan.launch(&stream, &a, &b, &offsets, &mut d, &mut small_ws) {
+    match plan.launch(&stream, &a, &b, &offsets, &mut d, &mut small_ws, &mut st) {
         Err(Error::WorkspaceTooSmall { needed, got, .. }) => assert!(needed > got),
         other => panic!("expected WorkspaceTooSmall, got {other:?}"),
     }
     // And the correct call works.
-    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws).unwrap();
-    ws.check(&stream).unwrap();
+    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st).unwrap();
+    st.check(&stream).unwrap();
 }

@@ -1,7 +1,7 @@
 //! CPU tests of every host-side constraint: each error names what was violated. No GPU needed: plans can be
 //! made for a described device, and the workspace size is a host computation.
 
-use moe_gemm::kernels::grouped::{describe_error_word, error_bits};
+use moe_gemm::status::{bits as error_bits, describe as describe_error_word};
 use moe_gemm::layouts::{offsets_from_sizes, sizes_from_offsets};
 use moe_gemm::*;
 
@@ -107,11 +107,14 @@ fn workspace_grows_with_groups() {
 }
 
 #[test]
-fn heuristic_picks_the_small_tile_for_decode_and_wide_tile_for_prefill() {
-    assert_eq!(TileConfig::heuristic(1, 4096), TileConfig::Pingpong64x128x64);
-    assert_eq!(TileConfig::heuristic(64, 4096), TileConfig::Pingpong64x128x64);
-    assert_eq!(TileConfig::heuristic(128, 4096), TileConfig::Cooperative128x256x64);
-    assert_eq!(TileConfig::heuristic(4096, 128), TileConfig::Cooperative128x128x64);
+fn heuristic_follows_the_measured_regimes() {
+    use TileConfig::*;
+    // DeepSeek-V3 w13 (E 256, N 4096): decode, balanced prefill, large prefill.
+    assert_eq!(TileConfig::heuristic(256, 4096, 8, 132), Pingpong64x128x64);
+    assert_eq!(TileConfig::heuristic(256, 4096, 4096 * 8, 132), Cooperative128x256x64);
+    assert_eq!(TileConfig::heuristic(256, 4096, 16384 * 8 * 4, 132), Cooperative256x128x64Cluster2x1);
+    // Mixtral w2 at T=1: two experts x 32 N tiles < 132 SMs -> 64-wide N tiles.
+    assert_eq!(TileConfig::heuristic(8, 4096, 2, 132), Pingpong64x64x128);
     for c in TileConfig::ALL {
         assert_eq!(TileConfig::from_name(c.name()), Some(c));
     }

@@ -240,19 +240,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
         for j in same {
             let p = &pts[j];
             let offsets = stream.clone_htod(&moe_gemm::layouts::offsets_from_sizes(&p.sizes)?)?;
-            let expected = p.sizes.iter().sum::<usize>().div_ceil(g);
-            let list = forced.clone().unwrap_or_else(|| vec![TileConfig::heuristic(expected, n)]);
+            let expected = p.sizes.iter().sum::<usize>();
+            let list = forced
+                .clone()
+                .unwrap_or_else(|| vec![TileConfig::heuristic(g, n, expected, info.sm_count as usize)]);
             for config in list {
                 let plan = GroupedGemm::<bf16>::new(
                     &stream,
                     shape,
-                    GroupedGemmOptions { config: Some(config), expected_rows_per_group: Some(expected) },
+                    GroupedGemmOptions { config: Some(config), expected_rows: Some(expected) },
                 )?;
                 let mut ws = plan.alloc_workspace(&stream)?;
+                let mut st = moe_gemm::DeviceStatus::new(&stream)?;
                 let stats = time_it(&stream, args.reps, args.warmup, &mut flush, || {
-                    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws)
+                    plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st)
                 })?;
-                ws.check(&stream)?;
+                st.check(&stream)?;
                 rows.push(Row { point_idx: j, config, stats });
             }
         }

@@ -14,10 +14,11 @@ pub fn run() -> moe_gemm::Result<()> {
     for dtype in [DType::BF16, DType::F16] {
         for c in TileConfig::ALL {
             let (m, n, k) = c.tile();
+            let (cm, cn) = c.cluster();
             println!(
-                "  grouped_gemm_sm90  {dtype:<4}  {:<20}  {:?}, tile {m}x{n}x{k}, cluster 1x1x1  {}",
+                "  grouped_gemm_sm90  {dtype:<4}  {:<22}  {:<11} tile {m}x{n}x{k}, cluster {cm}x{cn}x1  {}",
                 c.name(),
-                c.schedule(),
+                format!("{:?},", c.schedule()),
                 if c.is_built(dtype) { "built" } else { "not built" }
             );
         }

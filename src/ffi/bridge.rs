@@ -20,6 +20,8 @@ pub(crate) mod ffi {
         Cooperative128x256x64 = 1,
         Pingpong64x128x64 = 2,
         Pingpong128x128x64 = 3,
+        Cooperative256x128x64Cluster2x1 = 4,
+        Pingpong64x64x128 = 5,
     }
 
     #[namespace = "moe_gemm"]
@@ -55,6 +57,7 @@ pub(crate) mod ffi {
         offsets: u64,
         workspace: u64,
         workspace_bytes: u64,
+        status: u64,
         device: i32,
         sm_count: i32,
         stream: u64,

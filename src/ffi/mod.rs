@@ -29,6 +29,8 @@ fn config(c: TileConfig) -> ffi::TileConfig {
         TileConfig::Cooperative128x256x64 => ffi::TileConfig::Cooperative128x256x64,
         TileConfig::Pingpong64x128x64 => ffi::TileConfig::Pingpong64x128x64,
         TileConfig::Pingpong128x128x64 => ffi::TileConfig::Pingpong128x128x64,
+        TileConfig::Cooperative256x128x64Cluster2x1 => ffi::TileConfig::Cooperative256x128x64Cluster2x1,
+        TileConfig::Pingpong64x64x128 => ffi::TileConfig::Pingpong64x64x128,
     }
 }
 
@@ -100,9 +102,6 @@ pub(crate) fn cudart_version() -> i32 {
     ffi::cudart_version()
 }
 
-/// The size of the device error word at the start of every workspace (`kWorkspaceHeaderBytes` in launch.h).
-pub(crate) const WORKSPACE_HEADER_BYTES: usize = 256;
-
 /// Everything a grouped-GEMM launch needs besides its buffers, fixed by a plan.
 pub(crate) struct GroupedLaunch<'p> {
     pub shape: &'p GroupedGemmShape,
@@ -135,6 +134,7 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     offsets: &impl DevicePtr<i32>,
     d: &mut impl DevicePtrMut<T>,
     workspace: &mut CudaSlice<u8>,
+    status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     let s = plan.shape;
     need_len("a", a.len(), s.max_rows() * s.k(), "max_rows x K")?;
@@ -156,6 +156,7 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
     let workspace_bytes = workspace.len() as u64;
     let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
+    let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
     for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr)] {
         need_aligned(name, p)?;
     }
@@ -172,13 +173,14 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
         offsets: o_ptr,
         workspace: w_ptr,
         workspace_bytes,
+        status: s_ptr,
         device: plan.device,
         sm_count: plan.sm_count,
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: every address is a live cudarc allocation on this stream's context, checked above to hold what the
     // validated shape implies (A max_rows*K, B G*N*K, D max_rows*N, offsets G+1, workspace >= the size C++
-    // asked for); A/B/D bases are 16-byte aligned and K, N are multiples of 8 (GroupedGemmShape), so every group
+    // asked for, status one u32 by its type); A/B/D bases are 16-byte aligned and K, N are multiples of 8 (GroupedGemmShape), so every group
     // base is too. Offsets are device data the kernel clamps to [0, max_rows] before use. The guards above keep
     // the buffers ordered on `stream`, and the borrows keep them alive until this function returns; cudarc frees
     // memory stream-ordered, so queued work never outlives its buffers.

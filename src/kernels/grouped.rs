@@ -15,7 +15,7 @@
 //! synchronisation. It can therefore be captured in a CUDA graph and replayed with new offsets.
 //!
 //! Invalid offsets are not trusted: the device clamps them into `[0, max_rows]` and sets a bit in the
-//! workspace's error word, which [`Workspace::check`] turns into [`Error::DeviceCheck`].
+//! caller's [`DeviceStatus`], which [`DeviceStatus::check`] turns into [`Error::DeviceCheck`].
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -27,32 +27,7 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::TileConfig;
-
-/// Bits of the device error word (`kErr*` in `cpp/launch.h`).
-pub mod error_bits {
-    pub const OFFSETS_NOT_ZERO_BASED: u32 = 1 << 0;
-    pub const OFFSETS_NOT_MONOTONE: u32 = 1 << 1;
-    pub const OFFSETS_OUT_OF_RANGE: u32 = 1 << 2;
-}
-
-/// Describes the set bits of a device error word.
-pub fn describe_error_word(word: u32) -> String {
-    use error_bits::*;
-    let mut parts = Vec::new();
-    if word & OFFSETS_NOT_ZERO_BASED != 0 {
-        parts.push("offsets[0] != 0");
-    }
-    if word & OFFSETS_NOT_MONOTONE != 0 {
-        parts.push("offsets decrease (offsets[g+1] < offsets[g])");
-    }
-    if word & OFFSETS_OUT_OF_RANGE != 0 {
-        parts.push("an offset is negative or exceeds max_rows (capacity of A and D)");
-    }
-    if word & !(OFFSETS_NOT_ZERO_BASED | OFFSETS_NOT_MONOTONE | OFFSETS_OUT_OF_RANGE) != 0 {
-        parts.push("unknown error bits");
-    }
-    parts.join("; ")
-}
+use crate::status::DeviceStatus;
 
 /// The shape of a grouped GEMM, validated against the kernels' constraints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,8 +91,9 @@ impl GroupedGemmShape {
 pub struct GroupedGemmOptions {
     /// Force a tile configuration; `None` picks [`TileConfig::heuristic`].
     pub config: Option<TileConfig>,
-    /// Expected rows per group, a speed hint only (DeepGEMM's `expected_m`); default `max_rows / groups`.
-    pub expected_rows_per_group: Option<usize>,
+    /// Expected rows in all groups together (T·k), a speed hint only: it picks the tile configuration and never
+    /// changes results. Default `max_rows`. (DeepGEMM's `expected_m` is this divided by the groups.)
+    pub expected_rows: Option<usize>,
 }
 
 /// A grouped GEMM planned for one shape, element type and device.
@@ -144,8 +120,10 @@ impl<T: Element> GroupedGemm<T> {
     /// Plans for an already queried device (no driver call).
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
         device.require("grouped_gemm_sm90", Arch::Sm90)?;
-        let expected = options.expected_rows_per_group.unwrap_or(shape.max_rows / shape.groups);
-        let config = options.config.unwrap_or_else(|| TileConfig::heuristic(expected, shape.n));
+        let expected = options.expected_rows.unwrap_or(shape.max_rows);
+        let config = options.config.unwrap_or_else(|| {
+            TileConfig::heuristic(shape.groups, shape.n, expected, device.sm_count.max(1) as usize)
+        });
         if !config.is_built(T::DTYPE) {
             return Err(Error::KernelNotBuilt { op: "grouped_gemm_sm90", dtype: T::DTYPE, config });
         }
@@ -178,7 +156,8 @@ impl<T: Element> GroupedGemm<T> {
     /// # Errors
     /// [`Error::Buffer`] if a buffer is smaller than the plan's shape implies or not 16-byte aligned;
     /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset *values* are reported later,
-    /// by [`Workspace::check`].
+    /// into `status`, read by [`DeviceStatus::check`].
+    #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
         stream: &CudaStream,
@@ -187,6 +166,7 @@ impl<T: Element> GroupedGemm<T> {
         offsets: &impl DevicePtr<i32>,
         d: &mut impl DevicePtrMut<T>,
         workspace: &mut Workspace,
+        status: &mut DeviceStatus,
     ) -> Result<()> {
         let plan = ffi::GroupedLaunch {
             shape: &self.shape,
@@ -195,7 +175,7 @@ impl<T: Element> GroupedGemm<T> {
             sm_count: self.device.sm_count,
             workspace_bytes: self.workspace_bytes,
         };
-        ffi::launch_grouped_gemm_sm90(stream, &plan, a, b, offsets, d, &mut workspace.buf)
+        ffi::launch_grouped_gemm_sm90(stream, &plan, a, b, offsets, d, &mut workspace.buf, status.word_mut())
     }
 
     /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
@@ -204,7 +184,7 @@ impl<T: Element> GroupedGemm<T> {
     }
 }
 
-/// Caller-owned device workspace of a plan. Its first word is the device error word.
+/// Caller-owned device workspace of a plan: the per-group argument arrays and CUTLASS's scratch.
 #[derive(Debug)]
 pub struct Workspace {
     buf: CudaSlice<u8>,
@@ -216,23 +196,5 @@ impl Workspace {
     }
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
-    }
-
-    /// Reads and clears the device error word: a checked point, which **synchronises** `stream`. Call it
-    /// outside the hot path (after a step, in tests, in debug builds).
-    ///
-    /// # Errors
-    /// [`Error::DeviceCheck`] describing every check that failed since the last call.
-    pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
-        let head = self.buf.slice(0..4);
-        let mut word = [0u8; 4];
-        stream.memcpy_dtoh(&head, &mut word)?;
-        stream.synchronize()?;
-        let word = u32::from_le_bytes(word);
-        if word == 0 {
-            return Ok(());
-        }
-        stream.memset_zeros(&mut self.buf.slice_mut(0..ffi::WORKSPACE_HEADER_BYTES))?;
-        Err(Error::DeviceCheck { op: "grouped_gemm_sm90", word, what: describe_error_word(word) })
     }
 }

@@ -33,14 +33,20 @@ pub enum TileConfig {
     Pingpong64x128x64,
     /// Ping-pong, 128x128x64.
     Pingpong128x128x64,
+    /// Cooperative, 256x128x64 on a 2x1 cluster (B tiles multicast to both CTAs): large groups (prefill).
+    Cooperative256x128x64Cluster2x1,
+    /// Ping-pong, 64x64x128: decode with few active experts, twice the CTAs streaming weights.
+    Pingpong64x64x128,
 }
 
 impl TileConfig {
-    pub const ALL: [TileConfig; 4] = [
+    pub const ALL: [TileConfig; 6] = [
         TileConfig::Cooperative128x128x64,
         TileConfig::Cooperative128x256x64,
         TileConfig::Pingpong64x128x64,
         TileConfig::Pingpong128x128x64,
+        TileConfig::Cooperative256x128x64Cluster2x1,
+        TileConfig::Pingpong64x64x128,
     ];
 
     /// CTA tile (M, N, K).
@@ -49,13 +55,27 @@ impl TileConfig {
             TileConfig::Cooperative128x128x64 | TileConfig::Pingpong128x128x64 => (128, 128, 64),
             TileConfig::Cooperative128x256x64 => (128, 256, 64),
             TileConfig::Pingpong64x128x64 => (64, 128, 64),
+            TileConfig::Cooperative256x128x64Cluster2x1 => (256, 128, 64),
+            TileConfig::Pingpong64x64x128 => (64, 64, 128),
+        }
+    }
+
+    /// Thread-block cluster (M, N).
+    pub const fn cluster(self) -> (u32, u32) {
+        match self {
+            TileConfig::Cooperative256x128x64Cluster2x1 => (2, 1),
+            _ => (1, 1),
         }
     }
 
     pub const fn schedule(self) -> Schedule {
         match self {
-            TileConfig::Cooperative128x128x64 | TileConfig::Cooperative128x256x64 => Schedule::Cooperative,
-            TileConfig::Pingpong64x128x64 | TileConfig::Pingpong128x128x64 => Schedule::Pingpong,
+            TileConfig::Cooperative128x128x64
+            | TileConfig::Cooperative128x256x64
+            | TileConfig::Cooperative256x128x64Cluster2x1 => Schedule::Cooperative,
+            TileConfig::Pingpong64x128x64 | TileConfig::Pingpong128x128x64 | TileConfig::Pingpong64x64x128 => {
+                Schedule::Pingpong
+            }
         }
     }
 
@@ -65,6 +85,8 @@ impl TileConfig {
             TileConfig::Cooperative128x256x64 => "coop-128x256x64",
             TileConfig::Pingpong64x128x64 => "pingpong-64x128x64",
             TileConfig::Pingpong128x128x64 => "pingpong-128x128x64",
+            TileConfig::Cooperative256x128x64Cluster2x1 => "coop-256x128x64-c2x1",
+            TileConfig::Pingpong64x64x128 => "pingpong-64x64x128",
         }
     }
 
@@ -77,17 +99,26 @@ impl TileConfig {
         ffi::grouped_gemm_sm90_built(dtype, self)
     }
 
-    /// The default choice for a grouped GEMM whose groups hold about `expected_rows` rows each.
+    /// The default choice for `groups` groups of an `[n, k]` weight over about `expected_rows` rows in all,
+    /// on a device with `sm_count` SMs. Measured on an H200 over the model suite of `moe-gemm bench`:
     ///
-    /// Small groups (decode) waste most of a 128-row tile, so they take the 64-row ping-pong tile; larger groups
-    /// take the 128x256 cooperative tile, which re-reads A half as often.
-    pub fn heuristic(expected_rows: usize, n: usize) -> TileConfig {
-        if expected_rows <= 64 {
-            TileConfig::Pingpong64x128x64
-        } else if n >= 256 {
-            TileConfig::Cooperative128x256x64
+    /// * up to 64 rows per group (decode): 64-row ping-pong tiles, which waste least of the MMA; 64-wide N tiles
+    ///   when the experts that can be active hold fewer 128-wide N tiles than there are SMs;
+    /// * 512 rows per group and more (large prefill): 256x128 cooperative tiles on a 2x1 cluster;
+    /// * in between: 128x256 cooperative tiles, which re-read A half as often as 128x128.
+    pub fn heuristic(groups: usize, n: usize, expected_rows: usize, sm_count: usize) -> TileConfig {
+        let per_group = expected_rows.div_ceil(groups.max(1));
+        let active = groups.min(expected_rows.max(1));
+        if per_group <= 64 {
+            if active * n.div_ceil(128) < sm_count {
+                TileConfig::Pingpong64x64x128
+            } else {
+                TileConfig::Pingpong64x128x64
+            }
+        } else if per_group >= 512 {
+            TileConfig::Cooperative256x128x64Cluster2x1
         } else {
-            TileConfig::Cooperative128x128x64
+            TileConfig::Cooperative128x256x64
         }
     }
 }

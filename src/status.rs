@@ -1,0 +1,68 @@
+//! The device status word: how kernels report invalid device data without trusting it.
+//!
+//! Kernels that read data produced on the device (offsets, expert ids, logits, per-expert counts) never follow
+//! it out of bounds: they clamp, skip or drop, and OR a bit into a caller-owned `u32` on the device. Reading the
+//! word is a *checked point* ([`DeviceStatus::check`]): it synchronises the stream, so it belongs after a step,
+//! in tests or in debug builds, never inside the launch path or a captured graph.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+
+use crate::error::{Error, Result};
+
+/// Bits of the status word (`kErr*` in `cpp/launch.h`).
+pub mod bits {
+    /// Grouped GEMM: `offsets[0] != 0`.
+    pub const OFFSETS_NOT_ZERO_BASED: u32 = 1 << 0;
+    /// Grouped GEMM: `offsets[g+1] < offsets[g]`.
+    pub const OFFSETS_NOT_MONOTONE: u32 = 1 << 1;
+    /// Grouped GEMM: an offset is negative or past `max_rows`.
+    pub const OFFSETS_OUT_OF_RANGE: u32 = 1 << 2;
+
+    pub(crate) const KNOWN: &[(u32, &str)] = &[
+        (OFFSETS_NOT_ZERO_BASED, "offsets[0] != 0"),
+        (OFFSETS_NOT_MONOTONE, "offsets decrease (offsets[g+1] < offsets[g])"),
+        (OFFSETS_OUT_OF_RANGE, "an offset is negative or exceeds max_rows (capacity of A and D)"),
+    ];
+}
+
+/// Describes the set bits of a status word, one clause per bit.
+pub fn describe(word: u32) -> String {
+    let mut parts: Vec<&str> = bits::KNOWN.iter().filter(|(b, _)| word & b != 0).map(|(_, s)| *s).collect();
+    let known = bits::KNOWN.iter().fold(0, |m, (b, _)| m | b);
+    if word & !known != 0 {
+        parts.push("unknown bits");
+    }
+    parts.join("; ")
+}
+
+/// A device status word, shared by every kernel of a step.
+#[derive(Debug)]
+pub struct DeviceStatus {
+    word: CudaSlice<u32>,
+}
+
+impl DeviceStatus {
+    /// A cleared word on `stream`'s device.
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
+        Ok(DeviceStatus { word: stream.alloc_zeros::<u32>(1)? })
+    }
+
+    /// Reads and clears the word (synchronises `stream`).
+    ///
+    /// # Errors
+    /// [`Error::DeviceCheck`] naming every check that failed since the last call.
+    pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        let word = stream.clone_dtoh(&self.word)?[0];
+        if word == 0 {
+            return Ok(());
+        }
+        stream.memset_zeros(&mut self.word)?;
+        Err(Error::DeviceCheck { word, what: describe(word) })
+    }
+
+    pub(crate) fn word_mut(&mut self) -> &mut impl DevicePtrMut<u32> {
+        &mut self.word
+    }
+}
