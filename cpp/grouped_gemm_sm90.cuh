@@ -30,10 +30,10 @@ namespace sm90 {
 using namespace cute;
 
 // Schedules and tiles, named as in launch.h's TileConfig.
-template <class Tile_, class Kernel_, class Epilogue_, class Cluster_ = Shape<_1, _1, _1>>
+template <class Tile_, class Kernel_, class Epilogue_>
 struct Config {
   using Tile = Tile_;
-  using Cluster = Cluster_;
+  using Cluster = Shape<_1, _1, _1>;
   using KernelSchedule = Kernel_;
   using EpilogueSchedule = Epilogue_;
 };
@@ -46,8 +46,6 @@ using Cooperative128x128x64 = Config<Shape<_128, _128, _64>, Coop, CoopEpi>;
 using Cooperative128x256x64 = Config<Shape<_128, _256, _64>, Coop, CoopEpi>;
 using Pingpong64x128x64 = Config<Shape<_64, _128, _64>, Ping, PingEpi>;
 using Pingpong128x128x64 = Config<Shape<_128, _128, _64>, Ping, PingEpi>;
-// Large groups (prefill): a 2x1 cluster multicasts each B tile to the two CTAs that share it.
-using Cooperative256x128x64Cluster2x1 = Config<Shape<_256, _128, _64>, Coop, CoopEpi, Shape<_2, _1, _1>>;
 // Decode with few active experts: 64-wide N tiles double the CTAs that stream weights.
 using Pingpong64x64x128 = Config<Shape<_64, _64, _128>, Ping, PingEpi>;
 

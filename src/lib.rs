@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod layouts;
 pub mod random;
 pub mod reference;
+pub mod routing;
 pub mod status;
 
 pub use device::{Arch, DeviceInfo};

@@ -20,10 +20,23 @@ pub mod bits {
     /// Grouped GEMM: an offset is negative or past `max_rows`.
     pub const OFFSETS_OUT_OF_RANGE: u32 = 1 << 2;
 
+    /// Router: a logit was NaN or infinite.
+    pub const NONFINITE_LOGITS: u32 = 1 << 3;
+    /// Layout: an expert id outside `0..experts`.
+    pub const EXPERT_ID_OUT_OF_RANGE: u32 = 1 << 4;
+    /// Layout: more rows for one expert than the masked layout's capacity `max_m`.
+    pub const CAPACITY_OVERFLOW: u32 = 1 << 5;
+    /// Grouped GEMM: a group's row count exceeds the room its layout gives it.
+    pub const GROUP_COUNT_OUT_OF_RANGE: u32 = 1 << 6;
+
     pub(crate) const KNOWN: &[(u32, &str)] = &[
         (OFFSETS_NOT_ZERO_BASED, "offsets[0] != 0"),
         (OFFSETS_NOT_MONOTONE, "offsets decrease (offsets[g+1] < offsets[g])"),
         (OFFSETS_OUT_OF_RANGE, "an offset is negative or exceeds max_rows (capacity of A and D)"),
+        (NONFINITE_LOGITS, "a router logit is NaN or infinite (NaN treated as -inf, inf clamped)"),
+        (EXPERT_ID_OUT_OF_RANGE, "an expert id is outside 0..experts (its row was dropped)"),
+        (CAPACITY_OVERFLOW, "an expert received more rows than the masked layout's max_m (rows past it dropped)"),
+        (GROUP_COUNT_OUT_OF_RANGE, "a group's row count is negative or exceeds its room in the layout (clamped)"),
     ];
 }
 

@@ -170,7 +170,7 @@ fn unaligned_k_and_odd_n_tiles() {
 fn real_shape_mixtral_w1_uniform_routing() {
     // Mixtral-8x7B GEMM1 (w13): E 8, N = 2 x 14336, K 4096; 512 tokens x top-2.
     let case = Case { name: "mixtral w13", sizes: uniform_sizes(8, 1024, 3), n: 28672, k: 4096, spare_rows: 0, check: Check::Sampled };
-    run_case::<bf16>(&case, &[TileConfig::heuristic(8, 28672, 1024, 132), TileConfig::Cooperative256x128x64Cluster2x1]);
+    run_case::<bf16>(&case, &[TileConfig::heuristic(8, 28672, 1024, 132), TileConfig::Pingpong64x64x128]);
 }
 
 #[test]
@@ -288,12 +288,17 @@ fn launch_rejects_buffers_that_do_not_fit_the_plan() {
     // A view one element in: 2-byte aligned, not 16.
     let msg = name_of(plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(1..max_rows * n + 1), &mut ws, &mut st));
     assert!(msg.starts_with("d: ") && msg.contains("16-byte"), "{msg}");
-    // A workspace of another, smaller plan.
-    let small = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(1, n, k, max_rows).unwrap(), Default::default())
+    // The workspace of a plan with fewer groups is too small for one with many.
+    let big_g = 256;
+    let big = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(big_g, n, k, max_rows).unwrap(), Default::default())
         .unwrap();
-    let mut small_ws = small.alloc_workspace(&stream).unwrap();
-    match plan.launch(&stream, &a, &b, &offsets, &mut d, &mut small_ws, &mut st) {
-        Err(Error::WorkspaceTooSmall { needed, got, .. }) => assert!(needed > got),
+    assert!(big.workspace_bytes() > plan.workspace_bytes());
+    let big_b = stream.alloc_zeros::<bf16>(big_g * n * k).unwrap();
+    let big_offsets = stream.alloc_zeros::<i32>(big_g + 1).unwrap();
+    match big.launch(&stream, &a, &big_b, &big_offsets, &mut d, &mut ws, &mut st) {
+        Err(Error::WorkspaceTooSmall { needed, got, .. }) => {
+            assert_eq!((needed, got), (big.workspace_bytes() as u64, plan.workspace_bytes() as u64))
+        }
         other => panic!("expected WorkspaceTooSmall, got {other:?}"),
     }
     // And the correct call works.

@@ -112,9 +112,11 @@ fn heuristic_follows_the_measured_regimes() {
     // DeepSeek-V3 w13 (E 256, N 4096): decode, balanced prefill, large prefill.
     assert_eq!(TileConfig::heuristic(256, 4096, 8, 132), Pingpong64x128x64);
     assert_eq!(TileConfig::heuristic(256, 4096, 4096 * 8, 132), Cooperative128x256x64);
-    assert_eq!(TileConfig::heuristic(256, 4096, 16384 * 8 * 4, 132), Cooperative256x128x64Cluster2x1);
-    // Mixtral w2 at T=1: two experts x 32 N tiles < 132 SMs -> 64-wide N tiles.
+    assert_eq!(TileConfig::heuristic(8, 28672, 16384 * 2, 132), Cooperative128x256x64);
+    // Mixtral w2 at T=1: two experts x 32 N tiles <= half of 132 SMs -> 64-wide N tiles; Qwen3 w13 at T=1
+    // (8 experts x 12 tiles) keeps 128-wide ones.
     assert_eq!(TileConfig::heuristic(8, 4096, 2, 132), Pingpong64x64x128);
+    assert_eq!(TileConfig::heuristic(128, 1536, 8, 132), Pingpong64x128x64);
     for c in TileConfig::ALL {
         assert_eq!(TileConfig::from_name(c.name()), Some(c));
     }

@@ -20,8 +20,7 @@ pub(crate) mod ffi {
         Cooperative128x256x64 = 1,
         Pingpong64x128x64 = 2,
         Pingpong128x128x64 = 3,
-        Cooperative256x128x64Cluster2x1 = 4,
-        Pingpong64x64x128 = 5,
+        Pingpong64x64x128 = 4,
     }
 
     #[namespace = "moe_gemm"]

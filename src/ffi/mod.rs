@@ -29,7 +29,6 @@ fn config(c: TileConfig) -> ffi::TileConfig {
         TileConfig::Cooperative128x256x64 => ffi::TileConfig::Cooperative128x256x64,
         TileConfig::Pingpong64x128x64 => ffi::TileConfig::Pingpong64x128x64,
         TileConfig::Pingpong128x128x64 => ffi::TileConfig::Pingpong128x128x64,
-        TileConfig::Cooperative256x128x64Cluster2x1 => ffi::TileConfig::Cooperative256x128x64Cluster2x1,
         TileConfig::Pingpong64x64x128 => ffi::TileConfig::Pingpong64x64x128,
     }
 }

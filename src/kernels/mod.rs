@@ -33,19 +33,16 @@ pub enum TileConfig {
     Pingpong64x128x64,
     /// Ping-pong, 128x128x64.
     Pingpong128x128x64,
-    /// Cooperative, 256x128x64 on a 2x1 cluster (B tiles multicast to both CTAs): large groups (prefill).
-    Cooperative256x128x64Cluster2x1,
     /// Ping-pong, 64x64x128: decode with few active experts, twice the CTAs streaming weights.
     Pingpong64x64x128,
 }
 
 impl TileConfig {
-    pub const ALL: [TileConfig; 6] = [
+    pub const ALL: [TileConfig; 5] = [
         TileConfig::Cooperative128x128x64,
         TileConfig::Cooperative128x256x64,
         TileConfig::Pingpong64x128x64,
         TileConfig::Pingpong128x128x64,
-        TileConfig::Cooperative256x128x64Cluster2x1,
         TileConfig::Pingpong64x64x128,
     ];
 
@@ -55,24 +52,18 @@ impl TileConfig {
             TileConfig::Cooperative128x128x64 | TileConfig::Pingpong128x128x64 => (128, 128, 64),
             TileConfig::Cooperative128x256x64 => (128, 256, 64),
             TileConfig::Pingpong64x128x64 => (64, 128, 64),
-            TileConfig::Cooperative256x128x64Cluster2x1 => (256, 128, 64),
             TileConfig::Pingpong64x64x128 => (64, 64, 128),
         }
     }
 
-    /// Thread-block cluster (M, N).
+    /// Thread-block cluster (M, N): 1x1 for every compiled configuration.
     pub const fn cluster(self) -> (u32, u32) {
-        match self {
-            TileConfig::Cooperative256x128x64Cluster2x1 => (2, 1),
-            _ => (1, 1),
-        }
+        (1, 1)
     }
 
     pub const fn schedule(self) -> Schedule {
         match self {
-            TileConfig::Cooperative128x128x64
-            | TileConfig::Cooperative128x256x64
-            | TileConfig::Cooperative256x128x64Cluster2x1 => Schedule::Cooperative,
+            TileConfig::Cooperative128x128x64 | TileConfig::Cooperative128x256x64 => Schedule::Cooperative,
             TileConfig::Pingpong64x128x64 | TileConfig::Pingpong128x128x64 | TileConfig::Pingpong64x64x128 => {
                 Schedule::Pingpong
             }
@@ -85,7 +76,6 @@ impl TileConfig {
             TileConfig::Cooperative128x256x64 => "coop-128x256x64",
             TileConfig::Pingpong64x128x64 => "pingpong-64x128x64",
             TileConfig::Pingpong128x128x64 => "pingpong-128x128x64",
-            TileConfig::Cooperative256x128x64Cluster2x1 => "coop-256x128x64-c2x1",
             TileConfig::Pingpong64x64x128 => "pingpong-64x64x128",
         }
     }
@@ -100,25 +90,23 @@ impl TileConfig {
     }
 
     /// The default choice for `groups` groups of an `[n, k]` weight over about `expected_rows` rows in all,
-    /// on a device with `sm_count` SMs. Measured on an H200 over the model suite of `moe-gemm bench`:
+    /// on a device with `sm_count` SMs. Measured on an H200 over the model suite of `moe-gemm bench`
+    /// (`--config all`, 2026-11-29):
     ///
-    /// * up to 64 rows per group (decode): 64-row ping-pong tiles, which waste least of the MMA; 64-wide N tiles
-    ///   when the experts that can be active hold fewer 128-wide N tiles than there are SMs;
-    /// * 512 rows per group and more (large prefill): 256x128 cooperative tiles on a 2x1 cluster;
-    /// * in between: 128x256 cooperative tiles, which re-read A half as often as 128x128.
+    /// * up to 64 rows per group (decode): 64-row ping-pong tiles, which waste least of the MMA; and 64-wide
+    ///   N tiles when the experts that can be active hold 128-wide N tiles for fewer than half the SMs
+    ///   (Mixtral w2 at T=1: 89 µs against 102);
+    /// * more rows: 128x256 cooperative tiles, which re-read A half as often as 128x128 and were best or
+    ///   within 3% of best at every prefill point.
     pub fn heuristic(groups: usize, n: usize, expected_rows: usize, sm_count: usize) -> TileConfig {
         let per_group = expected_rows.div_ceil(groups.max(1));
         let active = groups.min(expected_rows.max(1));
-        if per_group <= 64 {
-            if active * n.div_ceil(128) < sm_count {
-                TileConfig::Pingpong64x64x128
-            } else {
-                TileConfig::Pingpong64x128x64
-            }
-        } else if per_group >= 512 {
-            TileConfig::Cooperative256x128x64Cluster2x1
-        } else {
+        if per_group > 64 {
             TileConfig::Cooperative128x256x64
+        } else if 2 * active * n.div_ceil(128) <= sm_count {
+            TileConfig::Pingpong64x64x128
+        } else {
+            TileConfig::Pingpong64x128x64
         }
     }
 }

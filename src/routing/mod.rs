@@ -1,0 +1,108 @@
+//! Routers: router logits `[T, E]` (f32) → `topk_ids [T, k]` (int32) and `topk_weights [T, k]` (f32), on the
+//! device, graph-safe, with a CPU reference ([`reference`]) for each.
+//!
+//! | [`RouterKind`] | models | computation |
+//! |---|---|---|
+//! | `Softmax { renormalize }` | Mixtral (`true`), Qwen3-MoE (`norm_topk_prob`) | `p = softmax(l)`; ids = top-k of `p`; `w = p[ids]`, `/ Σ` if renormalize |
+//! | `TopKSoftmax` | gpt-oss | ids = top-k of `l`; `w = softmax(l[ids])` over the k only |
+//! | `GroupedSigmoid { .. }` | DeepSeek-V3, Kimi-K2 | `s = sigmoid(l)`; `c = s + bias` (selection only); group score = sum of the top-2 `c` of each of `n_group` consecutive groups; keep `topk_group` groups; ids = top-k of `c` in them; `w = s[ids]`, `/ (Σ + 1e-20)` if renormalize, `× routed_scaling_factor` |
+//!
+//! Ties are broken towards the lowest expert id, everywhere (expert and group selection). Ids come out in
+//! descending order of the selection score. Non-finite logits are a data error: a NaN logit sets
+//! [`bits::NONFINITE_LOGITS`](crate::status::bits::NONFINITE_LOGITS) and is treated as −∞ (never preferred
+//! over a finite one); ±∞ set the same bit and are clamped to ±f32::MAX.
+//! Weights are f32 for every family (Qwen3 and gpt-oss round them to bf16 in transformers; the layer multiplies
+//! in f32, which differs from them by at most one bf16 rounding of the weight).
+
+pub mod reference;
+
+use crate::error::{Error, Result};
+
+/// The routing function of a model family.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RouterKind {
+    /// Softmax over all experts, then top-k; optionally renormalise the k weights to sum to 1.
+    Softmax { renormalize: bool },
+    /// Top-k of the logits, then softmax over the k chosen (gpt-oss).
+    TopKSoftmax,
+    /// DeepSeek-V3 / Kimi-K2: sigmoid scores, a per-expert correction bias for selection only, group-limited
+    /// top-k, weights from the unbiased scores.
+    GroupedSigmoid { n_group: usize, topk_group: usize, renormalize: bool, routed_scaling_factor: f32 },
+}
+
+/// A validated router configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouterConfig {
+    experts: usize,
+    top_k: usize,
+    kind: RouterKind,
+}
+
+/// Most experts the router kernels handle (their per-warp shared memory holds one row of scores).
+pub const MAX_EXPERTS: usize = 1024;
+
+impl RouterConfig {
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: `1 <= top_k <= experts <= 1024`; for
+    /// `GroupedSigmoid`: `experts % n_group == 0`, `1 <= topk_group <= n_group <= 32`, groups of at least 2
+    /// experts when `n_group > 1` (a group scores its top 2), `top_k <= topk_group · experts / n_group`
+    /// (enough experts in the kept groups), and a finite scaling factor.
+    pub fn new(experts: usize, top_k: usize, kind: RouterKind) -> Result<Self> {
+        let bad = |s: String| Err(Error::InvalidProblem(s));
+        if experts == 0 || experts > MAX_EXPERTS {
+            return bad(format!("experts = {experts}: must be in 1..={MAX_EXPERTS}"));
+        }
+        if top_k == 0 || top_k > experts {
+            return bad(format!("top_k = {top_k}: must be in 1..=experts ({experts})"));
+        }
+        if let RouterKind::GroupedSigmoid { n_group, topk_group, routed_scaling_factor, .. } = kind {
+            if n_group == 0 || n_group > 32 {
+                return bad(format!("n_group = {n_group}: must be in 1..=32"));
+            }
+            if experts % n_group != 0 {
+                return bad(format!("experts = {experts} is not a multiple of n_group = {n_group}"));
+            }
+            if topk_group == 0 || topk_group > n_group {
+                return bad(format!("topk_group = {topk_group}: must be in 1..=n_group ({n_group})"));
+            }
+            let group = experts / n_group;
+            if n_group > 1 && group < 2 {
+                return bad(format!("groups of {group} expert: a group scores the sum of its top 2, needs >= 2"));
+            }
+            if top_k > topk_group * group {
+                return bad(format!(
+                    "top_k = {top_k} exceeds the {} experts of the topk_group = {topk_group} kept groups",
+                    topk_group * group
+                ));
+            }
+            if !routed_scaling_factor.is_finite() {
+                return bad(format!("routed_scaling_factor = {routed_scaling_factor} is not finite"));
+            }
+        }
+        Ok(RouterConfig { experts, top_k, kind })
+    }
+
+    /// Mixtral-8x7B: 8 experts, top-2, softmax, renormalised.
+    pub fn mixtral() -> Self {
+        Self::new(8, 2, RouterKind::Softmax { renormalize: true }).unwrap()
+    }
+    /// DeepSeek-V3: 256 experts, top-8, 8 groups keep 4, renormalised, scaled by 2.5.
+    pub fn deepseek_v3() -> Self {
+        let kind = RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 2.5 };
+        Self::new(256, 8, kind).unwrap()
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn top_k(&self) -> usize {
+        self.top_k
+    }
+    pub fn kind(&self) -> RouterKind {
+        self.kind
+    }
+    /// Whether the router takes a per-expert correction bias.
+    pub fn takes_bias(&self) -> bool {
+        matches!(self.kind, RouterKind::GroupedSigmoid { .. })
+    }
+}
