@@ -18,7 +18,13 @@ use toolchain::*;
 
 /// The CUDA translation units, one per (arch x dtype family) plus small helpers. Explicit, so that nothing
 /// compiles by accident.
-const KERNEL_UNITS: &[&str] = &["cpp/grouped_gemm_sm90_bf16.cu", "cpp/grouped_gemm_sm90_f16.cu", "cpp/runtime.cu"];
+const KERNEL_UNITS: &[&str] = &[
+    "cpp/grouped_gemm_sm90_bf16.cu",
+    "cpp/grouped_gemm_sm90_f16.cu",
+    "cpp/routing.cu",
+    "cpp/layouts.cu",
+    "cpp/runtime.cu",
+];
 /// Real SASS for Hopper's arch-specific features (wgmma, setmaxnreg); never the `-arch=sm_90a` shorthand.
 const GENCODE: &[&str] = &["-gencode=arch=compute_90a,code=sm_90a"];
 const ARCHS: &str = "sm_90a";
@@ -234,6 +240,30 @@ fn run(cmd: &mut Command, what: &str) {
     }
 }
 
+/// The text of `src` and of every header of ours it includes, transitively (`#include "x"` found in `dir`), in
+/// a fixed order: what the object cache hashes, so that a header edit recompiles only the units that use it.
+fn local_sources(src: &Path, dir: &Path) -> Vec<u8> {
+    let mut seen: Vec<PathBuf> = Vec::new();
+    let mut todo = vec![src.to_path_buf()];
+    let mut text = Vec::new();
+    while let Some(file) = todo.pop() {
+        if seen.contains(&file) {
+            continue;
+        }
+        let body = fs::read_to_string(&file).unwrap_or_else(|e| fail(&format!("{}: {e}", file.display()), ""));
+        for line in body.lines() {
+            let inc = line.trim_start().strip_prefix("#include \"").and_then(|r| r.split('"').next());
+            if let Some(path) = inc.map(|i| dir.join(i)).filter(|p| p.is_file()) {
+                todo.push(path);
+            }
+        }
+        text.extend_from_slice(file.display().to_string().as_bytes());
+        text.extend_from_slice(body.as_bytes());
+        seen.push(file);
+    }
+    text
+}
+
 /// Compiles each kernel unit with its own nvcc process (no relocatable device code), several at a time. An
 /// object is reused when the hash of its source, every header in cpp/, the flags and the toolchain is unchanged.
 fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
@@ -256,13 +286,6 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         .map(|p| format!("-I{}", p.display()));
     flags.extend(includes);
 
-    let mut headers: Vec<PathBuf> = fs::read_dir(root.join("cpp"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("h" | "cuh")))
-        .collect();
-    headers.sort();
-    let header_text: Vec<u8> = headers.iter().flat_map(|h| fs::read(h).unwrap()).collect();
     let toolchain_id = format!("{}|{:?}|{}|{:?}", tc.nvcc.display(), tc.nvcc_release, tc.cutlass.display(), tc.cutlass_version);
 
     let obj_dir = out.join("cuda-objects");
@@ -273,8 +296,8 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         .iter()
         .map(|u| {
             let src = root.join(u);
-            let text = fs::read(&src).unwrap_or_else(|e| fail(&format!("{u}: {e}"), ""));
-            let hash = fnv1a(&[&text, &header_text, flags.join(" ").as_bytes(), toolchain_id.as_bytes()]);
+            let text = local_sources(&src, &root.join("cpp"));
+            let hash = fnv1a(&[&text, flags.join(" ").as_bytes(), toolchain_id.as_bytes()]);
             let stem = Path::new(u).file_stem().unwrap().to_string_lossy().to_string();
             (src, obj_dir.join(format!("{stem}-{hash:016x}.o")))
         })

@@ -26,8 +26,10 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
 }
 
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
-  const GroupedGemmArgs args{p.dtype, p.config, p.groups, p.n, p.k, p.max_rows, p.a, p.b, p.d, p.offsets,
-                             p.workspace, p.workspace_bytes, p.status, p.device, p.sm_count, p.stream};
+  const GroupedGemmArgs args{p.dtype,   p.config,  p.mode,      p.max_m,           p.groups,    p.n,
+                             p.k,       p.max_rows, p.a,        p.b,               p.d,         p.offsets,
+                             p.counts,  p.workspace, p.workspace_bytes, p.status, p.device, p.sm_count,
+                             p.stream};
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::grouped_gemm_sm90_bf16_run(args));
     case DType::F16: return wrap(moe_gemm::grouped_gemm_sm90_f16_run(args));
@@ -36,6 +38,29 @@ LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
 }
 
 int32_t cudart_version() { return moe_gemm::cudart_version(); }
+
+LaunchStatus route(const RouterParams& p) {
+  const RouterArgs a{p.kind,    p.tokens, p.experts, p.top_k, p.n_group, p.topk_group, p.renormalize,
+                     p.scaling, p.logits, p.bias,    p.ids,   p.weights, p.status,     p.stream};
+  return wrap(moe_gemm::route(a));
+}
+
+LaunchStatus build_layout(const LayoutParams& p) {
+  const LayoutArgs a{p.kind,    p.rows,       p.experts,   p.local_experts, p.block_m,   p.max_m,
+                     p.capacity, p.topk_ids,  p.expert_map, p.counts,       p.offsets,   p.sorted_ids,
+                     p.expert_ids, p.m_indices, p.positions, p.total,       p.status,    p.stream};
+  return wrap(moe_gemm::build_layout(a));
+}
+
+LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
+                         int64_t out_rows, uint64_t status, uint64_t stream) {
+  return wrap(moe_gemm::gather_rows(rows, top_k, hidden, x, positions, out, out_rows, status, stream));
+}
+
+LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+                          uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream) {
+  return wrap(moe_gemm::combine_rows(dtype, tokens, top_k, hidden, d, d_rows, positions, weights, y, stream));
+}
 
 }  // namespace bridge
 }  // namespace moe_gemm

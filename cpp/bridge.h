@@ -5,18 +5,27 @@
 #include <cstdint>
 
 #include "launch.h"
+#include "moe_ops.h"
 
 namespace moe_gemm {
 namespace bridge {
 
 struct LaunchStatus;
 struct GroupedGemmParams;
+struct RouterParams;
+struct LayoutParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
                                          uint64_t& bytes);
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& params);
 int32_t cudart_version();
+LaunchStatus route(const RouterParams& params);
+LaunchStatus build_layout(const LayoutParams& params);
+LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
+                         int64_t out_rows, uint64_t status, uint64_t stream);
+LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+                          uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream);
 
 }  // namespace bridge
 }  // namespace moe_gemm

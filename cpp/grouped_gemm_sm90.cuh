@@ -139,23 +139,38 @@ struct GroupedGemmSm90 {
   }
 };
 
-// One thread per group: offsets -> shapes, pointers and strides. Invalid offsets are clamped into
-// [0, max_rows] so nothing is read or written out of bounds, and reported through the status word.
+// One thread per group: (offsets | counts) -> shapes, pointers and strides. Invalid values are clamped so that
+// nothing is read or written out of bounds ([0, max_rows], and each group within its room), and reported
+// through the status word.
 template <class G>
-__global__ void prepare_groups(const int32_t* __restrict__ offsets, int groups, int n, int k, int64_t max_rows,
-                               const typename G::Arrays arr, const void* a, const void* b, void* d,
-                               uint32_t* error_word) {
+__global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
+                               int max_m, int groups, int n, int k, int64_t max_rows, const typename G::Arrays arr,
+                               const void* a, const void* b, void* d, uint32_t* error_word) {
   using Element = typename G::Element;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
-  int64_t lo = offsets[g];
-  int64_t hi = offsets[g + 1];
+  auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
   uint32_t err = 0;
-  if (g == 0 && lo != 0) err |= kErrOffsetsNotZeroBased;
-  if (hi < lo) err |= kErrOffsetsNotMonotone;
-  if (lo < 0 || hi > max_rows) err |= kErrOffsetsOutOfRange;
-  lo = lo < 0 ? 0 : (lo > max_rows ? max_rows : lo);
-  hi = hi < lo ? lo : (hi > max_rows ? max_rows : hi);
+  int64_t lo, hi;
+  if (mode == GroupMode::Masked) {
+    lo = static_cast<int64_t>(g) * max_m;
+    const int64_t c = counts[g];
+    if (c < 0 || c > max_m) err |= kErrGroupCountOutOfRange;
+    hi = lo + clamp(c, 0, max_m);
+  } else {
+    lo = offsets[g];
+    hi = offsets[g + 1];
+    if (g == 0 && lo != 0) err |= kErrOffsetsNotZeroBased;
+    if (hi < lo) err |= kErrOffsetsNotMonotone;
+    if (lo < 0 || hi > max_rows) err |= kErrOffsetsOutOfRange;
+    lo = clamp(lo, 0, max_rows);
+    hi = clamp(hi, lo, max_rows);
+    if (mode == GroupMode::Padded) {
+      const int64_t c = counts[g];
+      if (c < 0 || c > hi - lo) err |= kErrGroupCountOutOfRange;
+      hi = lo + clamp(c, 0, hi - lo);
+    }
+  }
   const int m = static_cast<int>(hi - lo);
   arr.shapes[g] = typename G::UnderlyingShape{m, n, k};
   arr.a[g] = static_cast<const Element*>(a) + lo * k;
@@ -181,7 +196,8 @@ Status run(const GroupedGemmArgs& p) {
 
   constexpr int kThreads = 128;
   prepare_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      reinterpret_cast<const int32_t*>(p.offsets), p.groups, p.n, p.k, p.max_rows, arr,
+      p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
+      p.groups, p.n, p.k, p.max_rows, arr,
       reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d),
       error_word);
   cudaError_t e = cudaGetLastError();

@@ -46,15 +46,29 @@ struct Status {
 constexpr uint32_t kErrOffsetsNotZeroBased = 1u << 0;
 constexpr uint32_t kErrOffsetsNotMonotone = 1u << 1;
 constexpr uint32_t kErrOffsetsOutOfRange = 1u << 2;
+constexpr uint32_t kErrNonfiniteLogits = 1u << 3;
+constexpr uint32_t kErrExpertIdOutOfRange = 1u << 4;
+constexpr uint32_t kErrCapacityOverflow = 1u << 5;
+constexpr uint32_t kErrGroupCountOutOfRange = 1u << 6;
 
-// One grouped GEMM D[g] = A[g] * B[g]^T over groups described by device offsets.
-//   A: [max_rows, k] row-major; group g owns rows offsets[g] .. offsets[g+1]
+// How a grouped GEMM finds the rows of group g (see GroupedGemmArgs).
+enum class GroupMode : uint32_t {
+  Offsets = 0,  // rows offsets[g] .. offsets[g+1]
+  Padded = 1,   // rows offsets[g] .. offsets[g] + counts[g]; counts[g] <= offsets[g+1] - offsets[g]
+  Masked = 2,   // rows g * max_m .. g * max_m + counts[g]; counts[g] <= max_m
+};
+
+// One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device (GroupMode).
+//   A: [max_rows, k] row-major; group g owns the rows its GroupMode gives
 //   B: [groups, n, k] (nn.Linear weight per group, i.e. column-major k x n)
 //   D: [max_rows, n] row-major; rows past offsets[groups] are not written
-//   offsets: int32 [groups + 1], offsets[0] == 0, non-decreasing, offsets[groups] <= max_rows
+//   offsets: int32 [groups + 1], offsets[0] == 0, non-decreasing, offsets[groups] <= max_rows (Offsets, Padded)
+//   counts: int32 [groups] (Padded, Masked); max_m: rows per group (Masked), groups * max_m <= max_rows
 struct GroupedGemmArgs {
   DType dtype;
   TileConfig config;
+  GroupMode mode;
+  int32_t max_m;
   int32_t groups;
   int32_t n;
   int32_t k;
@@ -63,6 +77,7 @@ struct GroupedGemmArgs {
   uint64_t b;
   uint64_t d;
   uint64_t offsets;
+  uint64_t counts;
   uint64_t workspace;
   uint64_t workspace_bytes;
   uint64_t status;  // uint32_t* device status word

@@ -16,7 +16,9 @@ pub mod status;
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+pub use routing::{Router, RouterConfig, RouterKind};
 pub use kernels::TileConfig;
 pub use status::DeviceStatus;
 

@@ -36,6 +36,32 @@ pub(crate) mod ffi {
         Cuda = 6,
     }
 
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum GroupMode {
+        Offsets = 0,
+        Padded = 1,
+        Masked = 2,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum RouterKind {
+        Softmax = 0,
+        TopKSoftmax = 1,
+        GroupedSigmoid = 2,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum LayoutKind {
+        Packed = 0,
+        Masked = 1,
+    }
+
     #[derive(Debug)]
     struct LaunchStatus {
         code: StatusCode,
@@ -46,6 +72,8 @@ pub(crate) mod ffi {
     struct GroupedGemmParams {
         dtype: DType,
         config: TileConfig,
+        mode: GroupMode,
+        max_m: i32,
         groups: i32,
         n: i32,
         k: i32,
@@ -54,11 +82,52 @@ pub(crate) mod ffi {
         b: u64,
         d: u64,
         offsets: u64,
+        counts: u64,
         workspace: u64,
         workspace_bytes: u64,
         status: u64,
         device: i32,
         sm_count: i32,
+        stream: u64,
+    }
+
+    /// Mirrors `moe_gemm::RouterArgs`.
+    struct RouterParams {
+        kind: RouterKind,
+        tokens: i32,
+        experts: i32,
+        top_k: i32,
+        n_group: i32,
+        topk_group: i32,
+        renormalize: i32,
+        scaling: f32,
+        logits: u64,
+        bias: u64,
+        ids: u64,
+        weights: u64,
+        status: u64,
+        stream: u64,
+    }
+
+    /// Mirrors `moe_gemm::LayoutArgs`.
+    struct LayoutParams {
+        kind: LayoutKind,
+        rows: i32,
+        experts: i32,
+        local_experts: i32,
+        block_m: i32,
+        max_m: i32,
+        capacity: i64,
+        topk_ids: u64,
+        expert_map: u64,
+        counts: u64,
+        offsets: u64,
+        sorted_ids: u64,
+        expert_ids: u64,
+        m_indices: u64,
+        positions: u64,
+        total: u64,
+        status: u64,
         stream: u64,
     }
 
@@ -71,6 +140,12 @@ pub(crate) mod ffi {
         type TileConfig;
         #[namespace = "moe_gemm"]
         type StatusCode;
+        #[namespace = "moe_gemm"]
+        type GroupMode;
+        #[namespace = "moe_gemm"]
+        type RouterKind;
+        #[namespace = "moe_gemm"]
+        type LayoutKind;
 
         fn grouped_gemm_sm90_built(dtype: DType, config: TileConfig) -> bool;
         fn grouped_gemm_sm90_workspace(
@@ -85,5 +160,41 @@ pub(crate) mod ffi {
         /// device and stream given, and stay alive until the queued work completes.
         unsafe fn grouped_gemm_sm90_run(params: &GroupedGemmParams) -> LaunchStatus;
         fn cudart_version() -> i32;
+
+        /// # Safety
+        /// As for `grouped_gemm_sm90_run`: live device buffers of the sizes the params imply, on `stream`.
+        unsafe fn route(params: &RouterParams) -> LaunchStatus;
+        /// # Safety
+        /// As for `grouped_gemm_sm90_run`.
+        unsafe fn build_layout(params: &LayoutParams) -> LaunchStatus;
+        /// # Safety
+        /// `x` [rows / top_k, hidden], `positions` [rows], `out` [out_rows, hidden] 16-bit, 16-byte aligned.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn gather_rows(
+            rows: i32,
+            top_k: i32,
+            hidden: i32,
+            x: u64,
+            positions: u64,
+            out: u64,
+            out_rows: i64,
+            status: u64,
+            stream: u64,
+        ) -> LaunchStatus;
+        /// # Safety
+        /// `d` [d_rows, hidden], `positions`/`weights` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn combine_rows(
+            dtype: DType,
+            tokens: i32,
+            top_k: i32,
+            hidden: i32,
+            d: u64,
+            d_rows: i64,
+            positions: u64,
+            weights: u64,
+            y: u64,
+            stream: u64,
+        ) -> LaunchStatus;
     }
 }

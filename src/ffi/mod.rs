@@ -7,7 +7,11 @@
 
 mod bridge;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+
+use crate::kernels::grouped::GroupRows;
+use crate::layouts::{LayoutDims, LayoutSpec};
+use crate::routing::{RouterConfig, RouterKind};
 
 use bridge::ffi;
 
@@ -130,7 +134,7 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     plan: &GroupedLaunch<'_>,
     a: &impl DevicePtr<T>,
     b: &impl DevicePtr<T>,
-    offsets: &impl DevicePtr<i32>,
+    rows: &GroupRows<'_>,
     d: &mut impl DevicePtrMut<T>,
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
@@ -138,7 +142,23 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     let s = plan.shape;
     need_len("a", a.len(), s.max_rows() * s.k(), "max_rows x K")?;
     need_len("b", b.len(), s.groups() * s.n() * s.k(), "G x N x K")?;
-    need_len("offsets", offsets.len(), s.groups() + 1, "G + 1")?;
+    let (mode, offsets, counts, max_m) = match rows {
+        GroupRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
+        GroupRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
+        GroupRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), *max_m),
+    };
+    if let Some(o) = offsets {
+        need_len("offsets", o.len(), s.groups() + 1, "G + 1")?;
+    }
+    if let Some(c) = counts {
+        need_len("counts", c.len(), s.groups(), "G")?;
+    }
+    if mode == ffi::GroupMode::Masked && s.groups() * max_m > s.max_rows() {
+        return Err(Error::Buffer {
+            name: "masked_m",
+            detail: format!("G x max_m = {} x {max_m} exceeds the plan's max_rows = {}", s.groups(), s.max_rows()),
+        });
+    }
     need_len("d", d.len(), s.max_rows() * s.n(), "max_rows x N")?;
     if (workspace.len() as u64) < plan.workspace_bytes {
         return Err(Error::WorkspaceTooSmall {
@@ -151,7 +171,8 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     // the C++ call that queues the kernels, so they are bound to named locals.
     let (a_ptr, _a_guard) = a.device_ptr(stream);
     let (b_ptr, _b_guard) = b.device_ptr(stream);
-    let (o_ptr, _o_guard) = offsets.device_ptr(stream);
+    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
+    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
     let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
     let workspace_bytes = workspace.len() as u64;
     let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
@@ -162,6 +183,8 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     let params = ffi::GroupedGemmParams {
         dtype: dtype(T::DTYPE),
         config: config(plan.config),
+        mode,
+        max_m: max_m as i32,
         groups: s.groups() as i32,
         n: s.n() as i32,
         k: s.k() as i32,
@@ -169,7 +192,8 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
         a: a_ptr,
         b: b_ptr,
         d: d_ptr,
-        offsets: o_ptr,
+        offsets: o_ptr.unwrap_or(0),
+        counts: c_ptr.unwrap_or(0),
         workspace: w_ptr,
         workspace_bytes,
         status: s_ptr,
@@ -178,11 +202,260 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: every address is a live cudarc allocation on this stream's context, checked above to hold what the
-    // validated shape implies (A max_rows*K, B G*N*K, D max_rows*N, offsets G+1, workspace >= the size C++
-    // asked for, status one u32 by its type); A/B/D bases are 16-byte aligned and K, N are multiples of 8 (GroupedGemmShape), so every group
-    // base is too. Offsets are device data the kernel clamps to [0, max_rows] before use. The guards above keep
+    // validated shape implies (A max_rows*K, B G*N*K, D max_rows*N, offsets G+1 / counts G where the mode
+    // reads them, G*max_m <= max_rows, workspace >= the size C++ asked for, status one u32 by its type); A/B/D bases are 16-byte aligned and K, N are multiples of 8 (GroupedGemmShape), so every group
+    // base is too. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's room. The guards above keep
     // the buffers ordered on `stream`, and the borrows keep them alive until this function returns; cudarc frees
     // memory stream-ordered, so queued work never outlives its buffers.
     let status = unsafe { ffi::grouped_gemm_sm90_run(&params) };
     check("grouped_gemm_sm90", T::DTYPE, plan.config, status)
+}
+
+fn status_check(op: &'static str, s: ffi::LaunchStatus) -> Result<()> {
+    match s.code {
+        ffi::StatusCode::Ok => Ok(()),
+        ffi::StatusCode::Cuda => Err(Error::CudaRuntime { op, code: s.detail }),
+        _ => Err(Error::CudaRuntime { op, code: -1 }),
+    }
+}
+
+/// Queues the router on `stream` for `tokens` tokens.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_router(
+    stream: &CudaStream,
+    cfg: &RouterConfig,
+    tokens: usize,
+    logits: &impl DevicePtr<f32>,
+    bias: Option<&CudaView<'_, f32>>,
+    ids: &mut impl DevicePtrMut<i32>,
+    weights: &mut impl DevicePtrMut<f32>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let (e, k) = (cfg.experts(), cfg.top_k());
+    need_len("logits", logits.len(), tokens * e, "tokens x experts")?;
+    need_len("topk_ids", ids.len(), tokens * k, "tokens x top_k")?;
+    need_len("topk_weights", weights.len(), tokens * k, "tokens x top_k")?;
+    match (cfg.takes_bias(), bias) {
+        (true, Some(b)) => need_len("bias", b.len(), e, "experts")?,
+        (true, None) => {
+            return Err(Error::Buffer {
+                name: "bias",
+                detail: "the grouped sigmoid router (DeepSeek-V3) needs e_score_correction_bias [experts]".into(),
+            })
+        }
+        (false, Some(_)) => {
+            return Err(Error::Buffer { name: "bias", detail: "this router takes no correction bias".into() })
+        }
+        (false, None) => {}
+    }
+    if tokens > i32::MAX as usize {
+        return Err(Error::InvalidProblem(format!("tokens = {tokens} exceeds i32::MAX")));
+    }
+    let (kind, n_group, topk_group, renorm, scaling) = match cfg.kind() {
+        RouterKind::Softmax { renormalize } => (ffi::RouterKind::Softmax, 1, 1, renormalize, 1.0),
+        RouterKind::TopKSoftmax => (ffi::RouterKind::TopKSoftmax, 1, 1, false, 1.0),
+        RouterKind::GroupedSigmoid { n_group, topk_group, renormalize, routed_scaling_factor } => {
+            (ffi::RouterKind::GroupedSigmoid, n_group, topk_group, renormalize, routed_scaling_factor)
+        }
+    };
+    let (l_ptr, _l) = logits.device_ptr(stream);
+    let (b_ptr, _b) = bias.map(|b| b.device_ptr(stream)).unzip();
+    let (i_ptr, _i) = ids.device_ptr_mut(stream);
+    let (w_ptr, _w) = weights.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    let params = ffi::RouterParams {
+        kind,
+        tokens: tokens as i32,
+        experts: e as i32,
+        top_k: k as i32,
+        n_group: n_group as i32,
+        topk_group: topk_group as i32,
+        renormalize: renorm as i32,
+        scaling,
+        logits: l_ptr,
+        bias: b_ptr.unwrap_or(0),
+        ids: i_ptr,
+        weights: w_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: logits hold tokens*E f32, ids/weights tokens*k, bias E where the kind reads it (checked above);
+    // E <= 1024 and k <= 32 by RouterConfig, which the kernel's shared memory and lane-per-choice rely on. The
+    // guards order every buffer on `stream` and outlive the call that queues the kernel.
+    status_check("route", unsafe { ffi::route(&params) })
+}
+
+/// Buffers a layout build writes, borrowed from an `ExpertLayout`.
+pub(crate) struct LayoutOut<'a> {
+    pub counts: &'a mut CudaSlice<i32>,
+    pub offsets: &'a mut CudaSlice<i32>,
+    pub sorted_ids: &'a mut CudaSlice<i32>,
+    pub expert_ids: &'a mut CudaSlice<i32>,
+    pub m_indices: &'a mut CudaSlice<i32>,
+    pub positions: &'a mut CudaSlice<i32>,
+    pub total: &'a mut CudaSlice<i32>,
+}
+
+/// Queues the layout build for `tokens` tokens.
+pub(crate) fn launch_build_layout(
+    stream: &CudaStream,
+    dims: &LayoutDims,
+    tokens: usize,
+    topk_ids: &impl DevicePtr<i32>,
+    expert_map: Option<&CudaView<'_, i32>>,
+    out: LayoutOut<'_>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let rows = tokens * dims.top_k;
+    if tokens > dims.max_tokens {
+        return Err(Error::InvalidProblem(format!(
+            "tokens = {tokens} exceeds the layout's max_tokens = {}",
+            dims.max_tokens
+        )));
+    }
+    need_len("topk_ids", topk_ids.len(), rows, "tokens x top_k")?;
+    if let Some(m) = expert_map {
+        need_len("expert_map", m.len(), dims.experts, "experts")?;
+    }
+    let cap = dims.capacity();
+    // The layout's own buffers were sized from `dims` at construction; checked again because they are
+    // the kernel's bounds.
+    need_len("counts", out.counts.len(), dims.local_experts, "local experts")?;
+    need_len("offsets", out.offsets.len(), dims.local_experts + 1, "local experts + 1")?;
+    need_len("sorted_ids", out.sorted_ids.len(), cap, "capacity")?;
+    need_len("expert_ids", out.expert_ids.len(), cap / dims.block_m(), "capacity / block_m")?;
+    need_len("m_indices", out.m_indices.len(), cap, "capacity")?;
+    need_len("positions", out.positions.len(), dims.max_tokens * dims.top_k, "max_tokens x top_k")?;
+    let (kind, max_m) = match dims.spec {
+        LayoutSpec::Masked { max_m } => (ffi::LayoutKind::Masked, max_m),
+        _ => (ffi::LayoutKind::Packed, 0),
+    };
+    let (t_ptr, _t) = topk_ids.device_ptr(stream);
+    let (m_ptr, _m) = expert_map.map(|m| m.device_ptr(stream)).unzip();
+    let (c_ptr, _c) = out.counts.device_ptr_mut(stream);
+    let (o_ptr, _o) = out.offsets.device_ptr_mut(stream);
+    let (si_ptr, _si) = out.sorted_ids.device_ptr_mut(stream);
+    let (ei_ptr, _ei) = out.expert_ids.device_ptr_mut(stream);
+    let (mi_ptr, _mi) = out.m_indices.device_ptr_mut(stream);
+    let (p_ptr, _p) = out.positions.device_ptr_mut(stream);
+    let (tot_ptr, _tot) = out.total.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    let params = ffi::LayoutParams {
+        kind,
+        rows: rows as i32,
+        experts: dims.experts as i32,
+        local_experts: dims.local_experts as i32,
+        block_m: dims.block_m() as i32,
+        max_m: max_m as i32,
+        capacity: cap as i64,
+        topk_ids: t_ptr,
+        expert_map: m_ptr.unwrap_or(0),
+        counts: c_ptr,
+        offsets: o_ptr,
+        sorted_ids: si_ptr,
+        expert_ids: ei_ptr,
+        m_indices: mi_ptr,
+        positions: p_ptr,
+        total: tot_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: every buffer holds what `dims` implies (checked above: ids `rows`, map `experts`, counts and
+    // offsets per local expert, the position-indexed arrays `capacity`, positions max_tokens*k). Ids and map
+    // entries are device data the kernel range-checks before indexing; positions past `capacity` are dropped.
+    // Local experts <= 1024 (LayoutDims) bounds the kernel's shared memory. Guards outlive the call.
+    status_check("build_layout", unsafe { ffi::build_layout(&params) })
+}
+
+/// Queues `out[positions[r]] = x[r / top_k]` for `tokens * top_k` rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_gather<T: Element>(
+    stream: &CudaStream,
+    tokens: usize,
+    top_k: usize,
+    hidden: usize,
+    x: &impl DevicePtr<T>,
+    positions: &CudaSlice<i32>,
+    out: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    check_hidden(hidden)?;
+    need_len("x", x.len(), tokens * hidden, "tokens x hidden")?;
+    need_len("positions", positions.len(), tokens * top_k, "tokens x top_k")?;
+    let out_rows = out.len() / hidden;
+    let (x_ptr, _x) = x.device_ptr(stream);
+    let (p_ptr, _p) = positions.device_ptr(stream);
+    let (o_ptr, _o) = out.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    for (name, p) in [("x", x_ptr), ("out", o_ptr)] {
+        need_aligned(name, p)?;
+    }
+    // SAFETY: x holds tokens*hidden, positions tokens*top_k, out out_rows*hidden elements of 2 bytes, both
+    // 16-byte aligned with hidden % 8 == 0 (16-byte rows); positions are device data the kernel checks against
+    // out_rows before writing. Guards outlive the call.
+    status_check("gather_rows", unsafe {
+        ffi::gather_rows(
+            (tokens * top_k) as i32,
+            top_k as i32,
+            hidden as i32,
+            x_ptr,
+            p_ptr,
+            o_ptr,
+            out_rows as i64,
+            s_ptr,
+            stream.cu_stream() as u64,
+        )
+    })
+}
+
+/// Queues `y[t] = Σ_j w[t, j] · d[positions[t·k + j]]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_combine<T: Element>(
+    stream: &CudaStream,
+    tokens: usize,
+    top_k: usize,
+    hidden: usize,
+    d: &impl DevicePtr<T>,
+    positions: &CudaSlice<i32>,
+    weights: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    check_hidden(hidden)?;
+    need_len("positions", positions.len(), tokens * top_k, "tokens x top_k")?;
+    need_len("topk_weights", weights.len(), tokens * top_k, "tokens x top_k")?;
+    need_len("y", y.len(), tokens * hidden, "tokens x hidden")?;
+    let d_rows = d.len() / hidden;
+    let (d_ptr, _d) = d.device_ptr(stream);
+    let (p_ptr, _p) = positions.device_ptr(stream);
+    let (w_ptr, _w) = weights.device_ptr(stream);
+    let (y_ptr, _y) = y.device_ptr_mut(stream);
+    for (name, p) in [("d", d_ptr), ("y", y_ptr)] {
+        need_aligned(name, p)?;
+    }
+    // SAFETY: d holds d_rows*hidden, y tokens*hidden elements, positions and weights tokens*top_k (checked);
+    // rows are 16-byte aligned (hidden % 8 == 0, aligned bases); the kernel skips positions outside
+    // [0, d_rows). Guards outlive the call.
+    status_check("combine_rows", unsafe {
+        ffi::combine_rows(
+            dtype(T::DTYPE),
+            tokens as i32,
+            top_k as i32,
+            hidden as i32,
+            d_ptr,
+            d_rows as i64,
+            p_ptr,
+            w_ptr,
+            y_ptr,
+            stream.cu_stream() as u64,
+        )
+    })
+}
+
+fn check_hidden(hidden: usize) -> Result<()> {
+    if hidden == 0 || hidden % 8 != 0 || hidden > i32::MAX as usize {
+        return Err(Error::InvalidProblem(format!(
+            "hidden = {hidden}: must be a positive multiple of 8 (16-byte rows of 16-bit elements)"
+        )));
+    }
+    Ok(())
 }

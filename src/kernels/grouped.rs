@@ -20,7 +20,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use crate::device::{Arch, DeviceInfo};
 use crate::dtype::Element;
@@ -83,6 +83,33 @@ impl GroupedGemmShape {
     }
     pub fn max_rows(&self) -> usize {
         self.max_rows
+    }
+}
+
+/// Where each group's rows are, on the device. Every form is read by the GEMM's own prepare kernel, which
+/// clamps what it reads and reports violations to the [`DeviceStatus`].
+#[derive(Debug)]
+pub enum GroupRows<'a> {
+    /// int32 `[G + 1]` exclusive prefix sums: group `g` owns rows `offsets[g] .. offsets[g+1]`.
+    Offsets(CudaView<'a, i32>),
+    /// Padded layouts (vLLM align, DeepGEMM contiguous): group `g` starts at `offsets[g]` (`[G + 1]`, padded) and
+    /// holds `counts[g]` rows (`[G]`); the padding rows are neither read nor written.
+    Padded { offsets: CudaView<'a, i32>, counts: CudaView<'a, i32> },
+    /// DeepGEMM masked layout: group `g` owns rows `g·max_m .. g·max_m + masked_m[g]` (`masked_m` int32 `[G]`).
+    Masked { masked_m: CudaView<'a, i32>, max_m: usize },
+}
+
+impl<'a> From<&'a CudaSlice<i32>> for GroupRows<'a> {
+    /// Offsets `[G + 1]`.
+    fn from(offsets: &'a CudaSlice<i32>) -> Self {
+        GroupRows::Offsets(offsets.as_view())
+    }
+}
+
+impl<'a> From<CudaView<'a, i32>> for GroupRows<'a> {
+    /// Offsets `[G + 1]`.
+    fn from(offsets: CudaView<'a, i32>) -> Self {
+        GroupRows::Offsets(offsets)
     }
 }
 
@@ -151,19 +178,20 @@ impl<T: Element> GroupedGemm<T> {
         Ok(Workspace { buf: stream.alloc_zeros::<u8>(self.workspace_bytes())? })
     }
 
-    /// Queues `D = grouped(A, B, offsets)` on `stream`. See the module docs for the layouts.
+    /// Queues `D = grouped(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
+    /// `stream`. See the module docs for the layouts.
     ///
     /// # Errors
     /// [`Error::Buffer`] if a buffer is smaller than the plan's shape implies or not 16-byte aligned;
     /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset *values* are reported later,
     /// into `status`, read by [`DeviceStatus::check`].
     #[allow(clippy::too_many_arguments)]
-    pub fn launch(
+    pub fn launch<'r>(
         &self,
         stream: &CudaStream,
         a: &impl DevicePtr<T>,
         b: &impl DevicePtr<T>,
-        offsets: &impl DevicePtr<i32>,
+        rows: impl Into<GroupRows<'r>>,
         d: &mut impl DevicePtrMut<T>,
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
@@ -175,7 +203,7 @@ impl<T: Element> GroupedGemm<T> {
             sm_count: self.device.sm_count,
             workspace_bytes: self.workspace_bytes,
         };
-        ffi::launch_grouped_gemm_sm90(stream, &plan, a, b, offsets, d, &mut workspace.buf, status.word_mut())
+        ffi::launch_grouped_gemm_sm90(stream, &plan, a, b, &rows.into(), d, &mut workspace.buf, status.word_mut())
     }
 
     /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.

@@ -1,8 +1,28 @@
-//! Host-side descriptions of how the T·k (token, slot) rows are laid out per expert.
+//! How the T·k (token, slot) rows are laid out per expert, built on the device from `topk_ids` with no host
+//! synchronisation ([`ExpertLayout`]), plus host helpers for offsets.
 //!
-//! Grouped layout: rows of all groups back to back, described on the device by int32 offsets `[G + 1]`
-//! (exclusive prefix sums of the group sizes, `offsets[0] == 0`). The routing kernels produce these offsets on
-//! the device; these helpers build them on the host for tests, benchmarks and callers that route on the CPU.
+//! Flat row `r = t·k + j` is token `t`'s `j`-th choice. Every layout gives each row a *position* (or drops it:
+//! remote expert under an `expert_map`, invalid id, masked capacity exceeded — the latter two set
+//! [`DeviceStatus`](crate::DeviceStatus) bits), keeps each expert's rows in token order, and exposes:
+//!
+//! | [`LayoutSpec`] | positions | per expert | for |
+//! |---|---|---|---|
+//! | `Grouped` | experts back to back, no padding | `offsets [E+1]` | the grouped GEMM ([`GroupRows::Offsets`]) |
+//! | `Aligned { block_m }` | each expert padded to a multiple of `block_m` (none if empty) | padded `offsets [E+1]`, `counts [E]`, `expert_ids` per tile, `m_indices` per position (−1 on padding) | vLLM's `moe_align_block_size` contract (`sorted_ids`, sentinel `T·k`); DeepGEMM's contiguous layout (`block_m` 128) |
+//! | `Masked { max_m }` | expert `e` at `e·max_m ..` | `masked_m [E]` (`counts`) | DeepGEMM's masked decode layout |
+//!
+//! `sorted_ids[p]` is the flat row at position `p` (`T·k` on padding); `positions[r]` is its inverse (−1 if
+//! dropped). [`ExpertLayout::gather`] copies token rows to their positions, [`ExpertLayout::combine`] sums the
+//! k results of each token back in token order, weighted by the router.
+//!
+//! **Sizing `max_m`** (masked): a token picks each expert at most once, so `max_m >= max_tokens` can never
+//! overflow; smaller values trade memory for a capacity that a skewed batch can exceed, which is reported
+//! (never silently dropped) at the next [`DeviceStatus::check`](crate::DeviceStatus::check).
+
+mod expert_layout;
+pub mod reference;
+
+pub use expert_layout::{ExpertLayout, LayoutDims, LayoutSpec};
 
 use crate::error::{Error, Result};
 

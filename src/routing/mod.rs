@@ -43,7 +43,7 @@ pub const MAX_EXPERTS: usize = 1024;
 
 impl RouterConfig {
     /// # Errors
-    /// [`Error::InvalidProblem`] naming the constraint: `1 <= top_k <= experts <= 1024`; for
+    /// [`Error::InvalidProblem`] naming the constraint: `1 <= top_k <= min(experts, 32)`, `experts <= 1024`; for
     /// `GroupedSigmoid`: `experts % n_group == 0`, `1 <= topk_group <= n_group <= 32`, groups of at least 2
     /// experts when `n_group > 1` (a group scores its top 2), `top_k <= topk_group · experts / n_group`
     /// (enough experts in the kept groups), and a finite scaling factor.
@@ -52,8 +52,8 @@ impl RouterConfig {
         if experts == 0 || experts > MAX_EXPERTS {
             return bad(format!("experts = {experts}: must be in 1..={MAX_EXPERTS}"));
         }
-        if top_k == 0 || top_k > experts {
-            return bad(format!("top_k = {top_k}: must be in 1..=experts ({experts})"));
+        if top_k == 0 || top_k > experts || top_k > 32 {
+            return bad(format!("top_k = {top_k}: must be in 1..=min(experts, 32) (experts = {experts})"));
         }
         if let RouterKind::GroupedSigmoid { n_group, topk_group, routed_scaling_factor, .. } = kind {
             if n_group == 0 || n_group > 32 {
@@ -104,5 +104,45 @@ impl RouterConfig {
     /// Whether the router takes a per-expert correction bias.
     pub fn takes_bias(&self) -> bool {
         matches!(self.kind, RouterKind::GroupedSigmoid { .. })
+    }
+}
+
+/// A router planned for a device.
+#[derive(Debug)]
+pub struct Router {
+    config: RouterConfig,
+}
+
+impl Router {
+    /// # Errors
+    /// [`Error::UnsupportedArch`] unless the device of `stream` is SM90.
+    pub fn new(stream: &std::sync::Arc<cudarc::driver::CudaStream>, config: RouterConfig) -> Result<Self> {
+        crate::DeviceInfo::query(stream.context())?.require("router", crate::Arch::Sm90)?;
+        Ok(Router { config })
+    }
+
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// Routes `tokens` rows of `logits [tokens, E]` (f32) into `topk_ids [tokens, k]` and
+    /// `topk_weights [tokens, k]`. `bias [E]` (f32) is DeepSeek's `e_score_correction_bias`: required by the
+    /// grouped sigmoid router and refused by the others.
+    ///
+    /// # Errors
+    /// [`Error::Buffer`] for a short buffer or a missing / unexpected bias; launch errors. Non-finite logits
+    /// are reported through `status`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        stream: &cudarc::driver::CudaStream,
+        tokens: usize,
+        logits: &impl cudarc::driver::DevicePtr<f32>,
+        bias: Option<&cudarc::driver::CudaView<'_, f32>>,
+        topk_ids: &mut impl cudarc::driver::DevicePtrMut<i32>,
+        topk_weights: &mut impl cudarc::driver::DevicePtrMut<f32>,
+        status: &mut crate::DeviceStatus,
+    ) -> Result<()> {
+        crate::ffi::launch_router(stream, &self.config, tokens, logits, bias, topk_ids, topk_weights, status.word_mut())
     }
 }

@@ -1,15 +1,10 @@
-//! GPU tests: every test here needs an SM90 device and is ignored elsewhere. One binary, so it can be carried
-//! to the GPU host and run with `--include-ignored`.
-//!
-//! Each case poisons D with NaN, launches, then compares every checked row token by token with the CPU
+//! Grouped GEMM on the GPU. Each case poisons D with NaN, launches, then compares every checked row token by token with the CPU
 //! reference (f32 over the same 16-bit inputs), and checks that rows past `offsets[G]` and a guard region past
 //! D are still poisoned (nothing written out of place).
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
 use moe_gemm::status::bits as error_bits;

@@ -1,0 +1,73 @@
+// moe-gemm: the plain C++17 surface of the routing and layout kernels (routing.cu, layouts.cu). Kept apart from
+// launch.h so that editing these declarations recompiles no CUTLASS translation unit.
+#pragma once
+
+#include <cstdint>
+
+#include "launch.h"
+
+namespace moe_gemm {
+
+// Routers (routing.cu): logits [tokens, experts] f32 -> ids [tokens, top_k] int32, weights [tokens, top_k] f32.
+enum class RouterKind : uint32_t {
+  Softmax = 0,         // softmax, top-k, optional renormalisation (Mixtral, Qwen3)
+  TopKSoftmax = 1,     // top-k of the logits, softmax over the k (gpt-oss)
+  GroupedSigmoid = 2,  // sigmoid, bias for selection, group-limited top-k, renorm, scale (DeepSeek-V3)
+};
+
+struct RouterArgs {
+  RouterKind kind;
+  int32_t tokens;
+  int32_t experts;
+  int32_t top_k;
+  int32_t n_group;
+  int32_t topk_group;
+  int32_t renormalize;
+  float scaling;
+  uint64_t logits;
+  uint64_t bias;  // float [experts] or 0
+  uint64_t ids;
+  uint64_t weights;
+  uint64_t status;
+  uint64_t stream;
+};
+Status route(const RouterArgs& args);
+
+// Expert layouts (layouts.cu). One kernel turns topk_ids into a layout: per-expert counts, (padded) offsets, the
+// forward map position -> flat row (sorted_ids, vLLM's contract), the inverse map flat row -> position, and
+// optionally the expert of every BLOCK_M tile (expert_ids) and of every position (m_indices, DeepGEMM's).
+enum class LayoutKind : uint32_t {
+  Packed = 0,  // experts back to back, each padded to a multiple of block_m (block_m = 1: no padding)
+  Masked = 1,  // expert e at positions e * max_m .. e * max_m + max_m
+};
+
+struct LayoutArgs {
+  LayoutKind kind;
+  int32_t rows;           // tokens * top_k flat rows, r = t * top_k + j
+  int32_t experts;        // global experts (range of topk_ids)
+  int32_t local_experts;  // experts on this device (expert_map's range), == experts without a map
+  int32_t block_m;
+  int32_t max_m;
+  int64_t capacity;       // positions available in sorted_ids / m_indices
+  uint64_t topk_ids;      // int32 [rows]
+  uint64_t expert_map;    // int32 [experts] -> local id or -1, or 0
+  uint64_t counts;        // int32 [local_experts] (masked_m for Masked, clamped to max_m)
+  uint64_t offsets;       // int32 [local_experts + 1]
+  uint64_t sorted_ids;    // int32 [capacity] or 0; padding holds the sentinel `rows`
+  uint64_t expert_ids;    // int32 [capacity / block_m] or 0; -1 past the last tile
+  uint64_t m_indices;     // int32 [capacity] or 0; -1 on padding
+  uint64_t positions;     // int32 [rows]; -1 for a dropped row (remote expert, bad id, overflow)
+  uint64_t total;         // int32 [1]: padded rows in use (vLLM's num_tokens_post_padded)
+  uint64_t status;
+  uint64_t stream;
+};
+Status build_layout(const LayoutArgs& args);
+
+// out[positions[r], :] = x[r / top_k, :] for every flat row r with a position (16-bit elements).
+Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
+                   int64_t out_rows, uint64_t status, uint64_t stream);
+// y[t, :] = sum_j weights[t, j] * d[positions[t * top_k + j], :] in f32, rounded once (16-bit elements).
+Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+                    uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream);
+
+}  // namespace moe_gemm

@@ -1,0 +1,173 @@
+// Routers: one warp per token, the token's scores in shared memory. See src/routing/mod.rs for the semantics
+// of each RouterKind; the CPU reference (src/routing/reference.rs) is written independently from those.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+
+#include "moe_ops.h"
+
+namespace moe_gemm {
+namespace routing {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kWarps = 4;
+
+// Preference order of every selection: higher score, then lower index.
+__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+__device__ __forceinline__ void warp_best(float& v, int& i) {
+  for (int off = 16; off; off >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, v, off);
+    const int oi = __shfl_xor_sync(kFull, i, off);
+    if (better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+
+// "Taken" marks an expert already selected: a NaN key, which no comparison prefers (real NaN logits were
+// turned into -inf on load).
+__device__ __forceinline__ bool taken(float key) { return key != key; }
+
+__global__ void route_kernel(const RouterArgs a) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= a.tokens) return;
+  const int E = a.experts;
+  float* key = smem + warp * 2 * E;  // selection key
+  float* score = key + E;            // weight source (softmax / sigmoid / raw logit)
+  const float* logits = reinterpret_cast<const float*>(a.logits) + static_cast<int64_t>(t) * E;
+  const float* bias = reinterpret_cast<const float*>(a.bias);
+
+  bool nonfinite = false;
+  float lmax = -INFINITY;
+  for (int e = lane; e < E; e += 32) {
+    float x = logits[e];
+    if (!isfinite(x)) {
+      nonfinite = true;
+      x = isnan(x) ? -INFINITY : copysignf(FLT_MAX, x);
+    }
+    score[e] = x;
+    lmax = fmaxf(lmax, x);
+  }
+  if (__any_sync(kFull, nonfinite) && lane == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), kErrNonfiniteLogits);
+
+  if (a.kind == RouterKind::Softmax) {
+    const float m = warp_max(lmax);
+    float sum = 0.f;
+    for (int e = lane; e < E; e += 32) sum += __expf(score[e] - m);
+    const float inv = 1.f / warp_sum(sum);
+    for (int e = lane; e < E; e += 32) key[e] = score[e] = __expf(score[e] - m) * inv;
+  } else if (a.kind == RouterKind::TopKSoftmax) {
+    for (int e = lane; e < E; e += 32) key[e] = score[e];
+  } else {
+    for (int e = lane; e < E; e += 32) {
+      const float s = 1.f / (1.f + __expf(-score[e]));
+      score[e] = s;
+      key[e] = s + bias[e];  // the correction bias steers selection only
+    }
+  }
+  __syncwarp();
+
+  if (a.kind == RouterKind::GroupedSigmoid && a.n_group > 1) {
+    const int size = E / a.n_group;
+    // Group score: the sum of the group's two best biased scores.
+    float gscore = -INFINITY;
+    if (lane < a.n_group) {
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int j = 0; j < size; ++j) {
+        const float v = key[lane * size + j];
+        if (v > b1) {
+          b2 = b1;
+          b1 = v;
+        } else if (v > b2) {
+          b2 = v;
+        }
+      }
+      gscore = b1 + b2;
+    }
+    unsigned kept = 0;
+    for (int r = 0; r < a.topk_group; ++r) {
+      const bool candidate = lane < a.n_group && !((kept >> lane) & 1u);
+      float v = candidate ? gscore : -INFINITY;
+      int i = candidate ? lane : INT_MAX;
+      warp_best(v, i);
+      kept |= 1u << i;
+    }
+    for (int e = lane; e < E; e += 32)
+      if (!((kept >> (e / size)) & 1u)) key[e] = -INFINITY;
+    __syncwarp();
+  }
+
+  int my_id = -1;  // lane r holds the r-th choice
+  for (int r = 0; r < a.top_k; ++r) {
+    float v = -INFINITY;
+    int i = INT_MAX;
+    for (int e = lane; e < E; e += 32) {
+      const float kv = key[e];
+      if (!taken(kv) && better(kv, e, v, i)) {
+        v = kv;
+        i = e;
+      }
+    }
+    warp_best(v, i);
+    if (lane == r) my_id = i;
+    if (lane == 0) key[i] = NAN;
+    __syncwarp();
+  }
+
+  const bool mine = lane < a.top_k;
+  float w = 0.f;
+  if (a.kind == RouterKind::TopKSoftmax) {
+    const float x = mine ? score[my_id] : -INFINITY;
+    const float m = warp_max(x);
+    const float ex = mine ? __expf(x - m) : 0.f;
+    w = ex / warp_sum(ex);
+  } else {
+    w = mine ? score[my_id] : 0.f;
+    if (a.renormalize) {
+      const float s = warp_sum(w);
+      w = a.kind == RouterKind::GroupedSigmoid ? w / (s + 1e-20f) : w / s;
+    }
+    if (a.kind == RouterKind::GroupedSigmoid) w *= a.scaling;
+  }
+  if (mine) {
+    const int64_t o = static_cast<int64_t>(t) * a.top_k + lane;
+    reinterpret_cast<int32_t*>(a.ids)[o] = my_id;
+    reinterpret_cast<float*>(a.weights)[o] = w;
+  }
+}
+
+}  // namespace routing
+
+Status route(const RouterArgs& a) {
+  if (a.tokens == 0) return {StatusCode::Ok, 0};
+  const size_t smem = sizeof(float) * 2 * a.experts * routing::kWarps;
+  auto stream = reinterpret_cast<cudaStream_t>(a.stream);
+  cudaError_t e = cudaSuccess;
+  if (smem > 48 * 1024) {
+    e = cudaFuncSetAttribute(routing::route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  }
+  const int blocks = (a.tokens + routing::kWarps - 1) / routing::kWarps;
+  routing::route_kernel<<<blocks, 32 * routing::kWarps, smem, stream>>>(a);
+  e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+}  // namespace moe_gemm

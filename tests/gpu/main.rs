@@ -1,0 +1,10 @@
+//! GPU tests: every test here needs an SM90 device and is `#[ignore]`d elsewhere. One binary, so it can be
+//! carried to the GPU host and run with `--include-ignored`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod gemm;
+mod layouts;
+mod pipeline;
+mod routing;

@@ -1,0 +1,180 @@
+//! Routers on the GPU against the f64 CPU reference, token by token.
+
+use cudarc::driver::CudaSlice;
+use moe_gemm::routing::reference::{self, Routing};
+use moe_gemm::status::bits;
+use moe_gemm::*;
+
+use crate::common::*;
+
+/// Routes on the GPU and returns (ids, weights).
+pub fn gpu_route(config: RouterConfig, logits: &[f32], bias: Option<&[f32]>) -> (Vec<i32>, Vec<f32>, Result<()>) {
+    let (_ctx, stream) = gpu();
+    let tokens = logits.len() / config.experts();
+    let router = Router::new(&stream, config).unwrap();
+    let l = stream.clone_htod(logits).unwrap();
+    let b: Option<CudaSlice<f32>> = bias.map(|b| stream.clone_htod(b).unwrap());
+    let mut ids = stream.alloc_zeros::<i32>(tokens * config.top_k()).unwrap();
+    let mut w = stream.alloc_zeros::<f32>(tokens * config.top_k()).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    router.launch(&stream, tokens, &l, b.as_ref().map(|b| b.as_view()).as_ref(), &mut ids, &mut w, &mut st).unwrap();
+    let checked = st.check(&stream);
+    (stream.clone_dtoh(&ids).unwrap(), stream.clone_dtoh(&w).unwrap(), checked)
+}
+
+/// Compares a router's output with the reference token by token: ids exactly (in order), weights to 1e-5
+/// relative. Tokens whose selection margin is within f32 rounding of the scores are skipped, as
+/// shared/MOE_SEMANTICS.md advises. Returns the number of tokens compared.
+pub fn compare(name: &str, k: usize, want: &Routing, ids: &[i32], weights: &[f32]) -> Result<usize, String> {
+    let mut compared = 0;
+    for t in 0..want.margin.len() {
+        if want.margin[t] < 1e-5 {
+            continue;
+        }
+        let r = t * k..(t + 1) * k;
+        if ids[r.clone()] != want.ids[r.clone()] {
+            return Err(format!("{name}: token {t}: ids {:?}, reference {:?}", &ids[r.clone()], &want.ids[r]));
+        }
+        for i in r {
+            let (g, w) = (weights[i], want.weights[i]);
+            if !((g - w).abs() <= 1e-5 * w.abs().max(1e-3)) {
+                return Err(format!("{name}: token {t} slot {}: weight {g}, reference {w}", i % k));
+            }
+        }
+        compared += 1;
+    }
+    Ok(compared)
+}
+
+fn logits(tokens: usize, experts: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    (0..tokens * experts).map(|_| rng.unit() * scale).collect()
+}
+
+fn deepseek_bias(experts: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    (0..experts).map(|_| rng.unit() * 0.1).collect()
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn routers_match_the_reference() {
+    let cases: Vec<(&str, RouterConfig)> = vec![
+        ("mixtral", RouterConfig::mixtral()),
+        ("qwen3 norm", RouterConfig::new(128, 8, RouterKind::Softmax { renormalize: true }).unwrap()),
+        ("qwen3 no norm", RouterConfig::new(128, 8, RouterKind::Softmax { renormalize: false }).unwrap()),
+        ("gpt-oss", RouterConfig::new(128, 4, RouterKind::TopKSoftmax).unwrap()),
+        ("deepseek-v3", RouterConfig::deepseek_v3()),
+        (
+            "kimi-k2 (1 group)",
+            RouterConfig::new(
+                384,
+                8,
+                RouterKind::GroupedSigmoid { n_group: 1, topk_group: 1, renormalize: true, routed_scaling_factor: 2.827 },
+            )
+            .unwrap(),
+        ),
+        ("1024 experts", RouterConfig::new(1024, 32, RouterKind::Softmax { renormalize: true }).unwrap()),
+    ];
+    for (name, config) in cases {
+        for tokens in [1usize, 37, 1000] {
+            let l = logits(tokens, config.experts(), tokens as u64, 4.0);
+            let bias = config.takes_bias().then(|| deepseek_bias(config.experts(), 9));
+            let want = reference::route(&config, &l, bias.as_deref());
+            let (ids, w, st) = gpu_route(config, &l, bias.as_deref());
+            st.unwrap();
+            let n = compare(&format!("{name} T={tokens}"), config.top_k(), &want, &ids, &w).unwrap();
+            assert!(n * 10 >= tokens * 9, "{name} T={tokens}: only {n} tokens outside the precision margin");
+        }
+    }
+}
+
+/// Ties go to the lowest expert id: all-equal logits pick experts 0..k.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn ties_pick_the_lowest_expert_ids() {
+    let config = RouterConfig::new(64, 6, RouterKind::Softmax { renormalize: true }).unwrap();
+    let (ids, w, st) = gpu_route(config, &[0.5f32; 64 * 3], None);
+    st.unwrap();
+    for t in 0..3 {
+        assert_eq!(&ids[t * 6..t * 6 + 6], &[0, 1, 2, 3, 4, 5]);
+        assert!(w[t * 6..t * 6 + 6].iter().all(|&x| (x - 1.0 / 6.0).abs() < 1e-6));
+    }
+}
+
+/// DeepSeek's correction bias steers the selection, never the weights; and a router that leaked the bias into
+/// the weights would fail the comparison these tests use.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn deepseek_bias_selects_but_does_not_weigh() {
+    let config = RouterConfig::deepseek_v3();
+    let (e, k, tokens) = (256, 8, 256);
+    let l = logits(tokens, e, 77, 2.0);
+    let mut rng = Rng(5);
+    let bias: Vec<f32> = (0..e).map(|_| rng.unit() * 0.5).collect();
+    let zero = vec![0f32; e];
+    let (ids_b, w_b, st) = gpu_route(config, &l, Some(&bias));
+    st.unwrap();
+    let (ids_0, _, _) = gpu_route(config, &l, Some(&zero));
+    let changed = (0..tokens).filter(|t| ids_b[t * k..(t + 1) * k] != ids_0[t * k..(t + 1) * k]).count();
+    assert!(changed > tokens / 2, "the bias changed the selection of only {changed} of {tokens} tokens");
+    // Weights are the unbiased sigmoid of the chosen experts, renormalised and scaled.
+    for t in 0..tokens {
+        let s: Vec<f64> = ids_b[t * k..(t + 1) * k].iter().map(|&i| 1.0 / (1.0 + (-(l[t * e + i as usize] as f64)).exp())).collect();
+        let sum: f64 = s.iter().sum();
+        for j in 0..k {
+            let want = s[j] / sum * 2.5;
+            assert!((w_b[t * k + j] as f64 - want).abs() < 1e-5 * want, "token {t} slot {j}");
+        }
+    }
+    // The leak (weights from biased scores) is caught by `compare`.
+    let want = reference::route(&config, &l, Some(&bias));
+    let mut leaky = w_b.clone();
+    for t in 0..tokens {
+        let c: Vec<f64> = ids_b[t * k..(t + 1) * k]
+            .iter()
+            .map(|&i| 1.0 / (1.0 + (-(l[t * e + i as usize] as f64)).exp()) + bias[i as usize] as f64)
+            .collect();
+        let sum: f64 = c.iter().sum();
+        for j in 0..k {
+            leaky[t * k + j] = (c[j] / sum * 2.5) as f32;
+        }
+    }
+    assert!(compare("honest", k, &want, &ids_b, &w_b).is_ok());
+    assert!(compare("leaky", k, &want, &ids_b, &leaky).is_err(), "a bias leaking into the weights went unnoticed");
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn nonfinite_logits_are_reported_and_never_chosen_over_finite_ones() {
+    let config = RouterConfig::new(16, 2, RouterKind::Softmax { renormalize: true }).unwrap();
+    let mut l = logits(2, 16, 3, 1.0);
+    l[3] = f32::NAN;
+    l[16 + 5] = f32::INFINITY;
+    let (ids, _, st) = gpu_route(config, &l, None);
+    match st {
+        Err(Error::DeviceCheck { word, .. }) => assert_ne!(word & bits::NONFINITE_LOGITS, 0),
+        other => panic!("expected a non-finite-logits report, got {other:?}"),
+    }
+    assert!(!ids[..2].contains(&3), "a NaN logit was chosen");
+    assert_eq!(ids[2], 5, "+inf is the largest logit");
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn router_refuses_missing_or_unexpected_bias() {
+    let (_ctx, stream) = gpu();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let l = stream.alloc_zeros::<f32>(256).unwrap();
+    let b = stream.alloc_zeros::<f32>(256).unwrap();
+    let mut ids = stream.alloc_zeros::<i32>(8).unwrap();
+    let mut w = stream.alloc_zeros::<f32>(8).unwrap();
+    let ds = Router::new(&stream, RouterConfig::deepseek_v3()).unwrap();
+    let e = ds.launch(&stream, 1, &l, None, &mut ids, &mut w, &mut st).unwrap_err();
+    assert!(e.to_string().contains("e_score_correction_bias"), "{e}");
+    let mx = Router::new(&stream, RouterConfig::new(256, 8, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
+    let e = mx.launch(&stream, 1, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st).unwrap_err();
+    assert!(e.to_string().contains("no correction bias"), "{e}");
+    let e = mx.launch(&stream, 2, &l, None, &mut ids, &mut w, &mut st).unwrap_err();
+    assert!(e.to_string().contains("logits"), "{e}");
+}

@@ -1,0 +1,125 @@
+//! CPU tests of the router and layout references and of every validation error.
+
+use moe_gemm::layouts::reference as layout_ref;
+use moe_gemm::routing::reference::route;
+use moe_gemm::*;
+
+fn invalid<T: std::fmt::Debug>(r: Result<T>) -> String {
+    match r {
+        Err(Error::InvalidProblem(m)) => m,
+        other => panic!("expected InvalidProblem, got {other:?}"),
+    }
+}
+
+#[test]
+fn router_config_constraints_are_named() {
+    let soft = RouterKind::Softmax { renormalize: true };
+    assert!(invalid(RouterConfig::new(0, 1, soft)).contains("experts = 0"));
+    assert!(invalid(RouterConfig::new(2048, 1, soft)).contains("1..=1024"));
+    assert!(invalid(RouterConfig::new(8, 9, soft)).contains("top_k = 9"));
+    assert!(invalid(RouterConfig::new(64, 33, soft)).contains("top_k = 33"));
+    let g = |n_group, topk_group, k| {
+        RouterConfig::new(256, k, RouterKind::GroupedSigmoid { n_group, topk_group, renormalize: true, routed_scaling_factor: 2.5 })
+    };
+    assert!(invalid(g(6, 2, 8)).contains("not a multiple of n_group = 6"));
+    assert!(invalid(g(8, 9, 8)).contains("topk_group = 9"));
+    assert!(invalid(g(64, 4, 8)).contains("n_group = 64"));
+    assert!(invalid(g(8, 1, 33)).contains("top_k = 33"));
+    let tiny = RouterConfig::new(8, 2, RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 1.0 });
+    assert!(invalid(tiny).contains("needs >= 2"));
+    let few = RouterConfig::new(16, 8, RouterKind::GroupedSigmoid { n_group: 4, topk_group: 1, renormalize: true, routed_scaling_factor: 1.0 });
+    assert!(invalid(few).contains("exceeds the 4 experts"));
+    let nan = RouterConfig::new(16, 2, RouterKind::GroupedSigmoid { n_group: 1, topk_group: 1, renormalize: true, routed_scaling_factor: f32::NAN });
+    assert!(invalid(nan).contains("not finite"));
+    assert!(RouterConfig::deepseek_v3().takes_bias());
+    assert!(!RouterConfig::mixtral().takes_bias());
+}
+
+#[test]
+fn softmax_reference_by_hand() {
+    // logits [0, ln 2, ln 3, ln 4]: p = [1, 2, 3, 4] / 10; top-2 = experts 3, 2.
+    let l = [0.0, 2f32.ln(), 3f32.ln(), 4f32.ln()];
+    let cfg = RouterConfig::new(4, 2, RouterKind::Softmax { renormalize: false }).unwrap();
+    let r = route(&cfg, &l, None);
+    assert_eq!(r.ids, vec![3, 2]);
+    assert!((r.weights[0] - 0.4).abs() < 1e-6 && (r.weights[1] - 0.3).abs() < 1e-6);
+    let cfg = RouterConfig::new(4, 2, RouterKind::Softmax { renormalize: true }).unwrap();
+    let r = route(&cfg, &l, None);
+    assert!((r.weights[0] - 4.0 / 7.0).abs() < 1e-6 && (r.weights[1] - 3.0 / 7.0).abs() < 1e-6);
+}
+
+#[test]
+fn gpt_oss_softmax_runs_over_the_chosen_only() {
+    let l = [1.0f32, 5.0, 3.0, 3.0];
+    let cfg = RouterConfig::new(4, 2, RouterKind::TopKSoftmax).unwrap();
+    let r = route(&cfg, &l, None);
+    assert_eq!(r.ids, vec![1, 2], "tie between 2 and 3 goes to the lower id");
+    let e = (-2f32).exp();
+    assert!((r.weights[0] - 1.0 / (1.0 + e)).abs() < 1e-6);
+    assert_eq!(r.margin[0], 0.0, "the tie is reported as a zero margin");
+}
+
+#[test]
+fn deepseek_reference_limits_groups_and_keeps_bias_out_of_weights() {
+    // 8 experts in 4 groups of 2, keep 1 group, top-2.
+    let cfg = RouterConfig::new(8, 2, RouterKind::GroupedSigmoid { n_group: 4, topk_group: 1, renormalize: true, routed_scaling_factor: 2.0 }).unwrap();
+    let l = [0.0f32, 0.0, 1.0, -1.0, 3.0, -3.0, 0.5, 0.5];
+    // Without bias, group scores (sum of 2 sigmoids): g0 1.0, g1 ~1.0, g2 ~1.0 (0.9526+0.0474), g3 ~1.245 -> g3.
+    let r = route(&cfg, &l, Some(&[0.0; 8]));
+    assert_eq!(r.ids, vec![6, 7]);
+    // A bias on expert 0 moves the kept group to g0, but the weights stay those of the unbiased scores.
+    let r = route(&cfg, &l, Some(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]));
+    assert_eq!(r.ids, vec![0, 1]);
+    assert!((r.weights[0] - 1.0).abs() < 1e-6 && (r.weights[1] - 1.0).abs() < 1e-6, "{:?}", r.weights);
+}
+
+#[test]
+fn reference_treats_nan_as_minus_infinity() {
+    let cfg = RouterConfig::new(4, 1, RouterKind::TopKSoftmax).unwrap();
+    assert_eq!(route(&cfg, &[f32::NAN, -5.0, -6.0, -7.0], None).ids, vec![1]);
+}
+
+#[test]
+fn layout_dims_constraints_are_named() {
+    assert!(invalid(LayoutDims::new(LayoutSpec::Grouped, 0, 2, 8, 8)).contains("positive"));
+    assert!(invalid(LayoutDims::new(LayoutSpec::Grouped, 4, 2, 8, 9)).contains("local_experts = 9"));
+    assert!(invalid(LayoutDims::new(LayoutSpec::Grouped, 4, 9, 8, 8)).contains("top_k = 9"));
+    assert!(invalid(LayoutDims::new(LayoutSpec::Aligned { block_m: 0 }, 4, 2, 8, 8)).contains("block_m = 0"));
+    assert!(invalid(LayoutDims::new(LayoutSpec::Masked { max_m: 0 }, 4, 2, 8, 8)).contains("max_m = 0"));
+    assert!(invalid(LayoutDims::new(LayoutSpec::Masked { max_m: 1 << 30 }, 4, 2, 8, 8)).contains("overflows int32"));
+    assert!(invalid(LayoutDims::new(LayoutSpec::Grouped, 4, 2, 2048, 2048)).contains("1024"));
+}
+
+#[test]
+fn capacities_follow_the_documented_formulas() {
+    let d = |spec| LayoutDims::new(spec, 100, 8, 256, 256).unwrap().capacity();
+    assert_eq!(d(LayoutSpec::Grouped), 800);
+    // vLLM: numel + E * (block - 1), rounded up to the block
+    assert_eq!(d(LayoutSpec::Aligned { block_m: 16 }), (800 + 256 * 15usize).next_multiple_of(16));
+    assert_eq!(d(LayoutSpec::Masked { max_m: 100 }), 25600);
+}
+
+#[test]
+fn layout_reference_reproduces_the_vllm_example() {
+    let ids = [2, 3, 4, 1, 2, 4, 1, 3, 4, 1, 2, 3];
+    let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 4 }, 4, 3, 5, 5).unwrap();
+    let r = layout_ref::build(&dims, 4, &ids, None);
+    assert_eq!(&r.sorted_ids[..16], &[3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12]);
+    assert_eq!(&r.expert_ids[..4], &[1, 2, 3, 4]);
+    assert_eq!(r.total, 16);
+    assert_eq!(r.counts, vec![0, 3, 3, 3, 3]);
+    // the inverse permutation really inverts sorted_ids
+    for (row, &p) in r.positions.iter().enumerate() {
+        assert_eq!(r.sorted_ids[p as usize], row as i32);
+    }
+}
+
+#[test]
+fn layout_reference_drops_remote_and_invalid_rows() {
+    let dims = LayoutDims::new(LayoutSpec::Grouped, 3, 2, 4, 2).unwrap();
+    let map = [-1, 0, -1, 1];
+    let r = layout_ref::build(&dims, 3, &[1, 0, 3, 2, 7, 1], Some(&map));
+    assert_eq!(r.positions, vec![0, -1, 2, -1, -1, 1]);
+    assert!(r.bad_id);
+    assert_eq!(r.counts, vec![2, 1]);
+}
