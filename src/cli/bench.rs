@@ -49,6 +49,9 @@ pub struct BenchArgs {
     /// Peer script (defaults to benches/peers/grouped_mm_peer.py under the working directory or the crate).
     #[arg(long)]
     peer_script: Option<PathBuf>,
+    /// Skip the route + layout timing (DeepSeek-V3 routing, T = 1, 64, 4096).
+    #[arg(long)]
+    no_routing: bool,
     /// Write every point as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -264,6 +267,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let peer = run_peer(&args, &pts);
     print_table(&pts, &rows, &peer);
+    if !args.no_routing {
+        bench_routing(&stream, &args, &pts, &rows)?;
+    }
     if let Some(path) = &args.json {
         write_json(path, &info, &pts, &rows, &peer)?;
         println!("wrote {}", path.display());
@@ -401,4 +407,53 @@ fn write_json(
     let doc = serde_json::json!({"device": info.name, "sm_count": info.sm_count, "points": points});
     std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap())
         .map_err(|e| Error::InvalidProblem(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Route (DeepSeek-V3 grouped sigmoid, E 256, k 8) + layout build (grouped), event-timed, next to the
+/// DeepSeek-V3 expert GEMMs (w13 + w2, uniform routing) measured above at the same T.
+fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows: &[Row]) -> Result<()> {
+    use moe_gemm::{DeviceStatus, ExpertLayout, LayoutDims, LayoutSpec, Router, RouterConfig};
+    let config = RouterConfig::deepseek_v3();
+    let (e, k) = (config.experts(), config.top_k());
+    let router = Router::new(stream, config)?;
+    let mut none = None;
+    println!("route + layout (DeepSeek-V3 router: E 256, k 8, 8 groups keep 4; grouped layout), median of {} reps:", args.reps);
+    println!("{:>6} {:>10} {:>10} {:>10} {:>16} {:>10}", "T", "route µs", "layout µs", "sum µs", "GEMMs w13+w2 µs", "sum/GEMMs");
+    for tokens in [1usize, 64, 4096] {
+        let mut rng = SplitMix64(tokens as u64);
+        let logits: Vec<f32> = (0..tokens * e).map(|_| rng.unit() * 3.0).collect();
+        let bias: Vec<f32> = (0..e).map(|_| rng.unit() * 0.1).collect();
+        let l = stream.clone_htod(&logits)?;
+        let b = stream.clone_htod(&bias)?;
+        let mut ids = stream.alloc_zeros::<i32>(tokens * k)?;
+        let mut w = stream.alloc_zeros::<f32>(tokens * k)?;
+        let mut st = DeviceStatus::new(stream)?;
+        let mut layout = ExpertLayout::new(stream, LayoutDims::new(LayoutSpec::Grouped, tokens, k, e, e)?)?;
+        let route = time_it(stream, args.reps, args.warmup, &mut none, || {
+            router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)
+        })?;
+        let lay = time_it(stream, args.reps, args.warmup, &mut none, || layout.build(stream, tokens, &ids, None, &mut st))?;
+        let both = time_it(stream, args.reps, args.warmup, &mut none, || {
+            router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)?;
+            layout.build(stream, tokens, &ids, None, &mut st)
+        })?;
+        st.check(stream)?;
+        // The best configuration of each DeepSeek-V3 GEMM at this T (one per point unless --config all).
+        let gemm_us: f64 = (0..pts.len())
+            .filter(|&j| pts[j].name.starts_with("deepseek-v3/") && pts[j].tokens == tokens && pts[j].routing == "uniform")
+            .filter_map(|j| {
+                rows.iter().filter(|r| r.point_idx == j).map(|r| r.stats.median_us).min_by(|a, b| a.total_cmp(b))
+            })
+            .sum();
+        let (g, ratio) = if gemm_us > 0.0 {
+            (format!("{gemm_us:.1}"), format!("{:.4}", both.median_us / gemm_us))
+        } else {
+            ("-".to_string(), "-".to_string())
+        };
+        println!(
+            "{tokens:>6} {:>10.1} {:>10.1} {:>10.1} {g:>16} {ratio:>10}",
+            route.median_us, lay.median_us, both.median_us
+        );
+    }
+    Ok(())
 }
