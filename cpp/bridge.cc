@@ -39,6 +39,8 @@ LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
 
 int32_t cudart_version() { return moe_gemm::cudart_version(); }
 
+int32_t spin(uint64_t ns, uint64_t stream) { return moe_gemm::spin(ns, stream); }
+
 LaunchStatus route(const RouterParams& p) {
   const RouterArgs a{p.kind,    p.tokens, p.experts, p.top_k, p.n_group, p.topk_group, p.renormalize,
                      p.scaling, p.logits, p.bias,    p.ids,   p.weights, p.status,     p.stream};
@@ -48,8 +50,13 @@ LaunchStatus route(const RouterParams& p) {
 LaunchStatus build_layout(const LayoutParams& p) {
   const LayoutArgs a{p.kind,    p.rows,       p.experts,   p.local_experts, p.block_m,   p.max_m,
                      p.capacity, p.topk_ids,  p.expert_map, p.counts,       p.offsets,   p.sorted_ids,
-                     p.expert_ids, p.m_indices, p.positions, p.total,       p.status,    p.stream};
+                     p.expert_ids, p.m_indices, p.positions, p.total,       p.scratch,   p.status,
+                     p.stream};
   return wrap(moe_gemm::build_layout(a));
+}
+
+int64_t layout_scratch_ints(int64_t rows, int64_t local_experts) {
+  return moe_gemm::layout_scratch_ints(rows, local_experts);
 }
 
 LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,

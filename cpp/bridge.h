@@ -20,8 +20,10 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
                                          uint64_t& bytes);
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& params);
 int32_t cudart_version();
+int32_t spin(uint64_t ns, uint64_t stream);
 LaunchStatus route(const RouterParams& params);
 LaunchStatus build_layout(const LayoutParams& params);
+int64_t layout_scratch_ints(int64_t rows, int64_t local_experts);
 LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
                          int64_t out_rows, uint64_t status, uint64_t stream);
 LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,

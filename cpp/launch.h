@@ -97,5 +97,8 @@ Status grouped_gemm_sm90_f16_run(const GroupedGemmArgs& args);
 
 // Facts about the compiled library (runtime.cu).
 int32_t cudart_version();
+// Queues a one-thread kernel that keeps `stream` busy for `ns` nanoseconds (benchmarks: lets the host queue
+// the timed work before the device reaches it). Returns the cudaError_t of the launch.
+int32_t spin(uint64_t ns, uint64_t stream);
 
 }  // namespace moe_gemm

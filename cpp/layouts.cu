@@ -20,6 +20,47 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 
+// In-place exclusive scan of v[0..n) in shared memory by the whole block; returns the total. Hillis-Steele
+// over ceil(n / blockDim) elements per thread, then a scan of the per-thread sums.
+__device__ int64_t block_exclusive_scan(int32_t* v, int n, int32_t* tmp /* [blockDim] */) {
+  const int per = (n + blockDim.x - 1) / blockDim.x;
+  const int lo = threadIdx.x * per, hi = min(n, lo + per);
+  int32_t sum = 0;
+  for (int i = lo; i < hi; ++i) sum += v[i];
+  tmp[threadIdx.x] = sum;
+  __syncthreads();
+  for (int off = 1; off < blockDim.x; off *= 2) {
+    const int32_t add = threadIdx.x >= off ? tmp[threadIdx.x - off] : 0;
+    __syncthreads();
+    tmp[threadIdx.x] += add;
+    __syncthreads();
+  }
+  int32_t run = tmp[threadIdx.x] - sum;  // exclusive prefix of this thread's slice
+  for (int i = lo; i < hi; ++i) {
+    const int32_t x = v[i];
+    v[i] = run;
+    run += x;
+  }
+  const int64_t total = tmp[blockDim.x - 1];
+  __syncthreads();
+  return total;
+}
+
+// Room an expert takes in the layout.
+__device__ __forceinline__ int32_t room(const LayoutArgs& a, int32_t count) {
+  return a.kind == LayoutKind::Masked ? a.max_m : (count + a.block_m - 1) / a.block_m * a.block_m;
+}
+
+// The expert whose range [start[e], start[e+1]) holds `row` (the last of several empty ones).
+__device__ __forceinline__ int32_t owner(const int32_t* start, int E, int64_t row) {
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= row) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
 // The local expert of flat row r, or -1 (and the status bit) when it has none.
 __device__ __forceinline__ int local_expert(const LayoutArgs& a, int r, uint32_t& err) {
   const int e = reinterpret_cast<const int32_t*>(a.topk_ids)[r];
@@ -36,44 +77,28 @@ __device__ __forceinline__ int local_expert(const LayoutArgs& a, int r, uint32_t
   return le;  // -1: expert on another device, its rows are not ours
 }
 
-__global__ void __launch_bounds__(kThreads) build_layout_kernel(const LayoutArgs a) {
-  extern __shared__ int32_t sm[];
+// Fills what does not depend on the routing: sentinels in sorted_ids, -1 in m_indices (grid-stride).
+__device__ void fill_padding(const LayoutArgs& a, int64_t first, int64_t step) {
+  if (a.sorted_ids)
+    for (int64_t p = first; p < a.capacity; p += step) reinterpret_cast<int32_t*>(a.sorted_ids)[p] = a.rows;
+  if (a.m_indices)
+    for (int64_t p = first; p < a.capacity; p += step) reinterpret_cast<int32_t*>(a.m_indices)[p] = -1;
+}
+
+// Offsets from counts (shared memory), and every per-expert output. `start` has E + 1 entries.
+__device__ void write_offsets(const LayoutArgs& a, const int32_t* count, int32_t* start, int32_t* tmp, uint32_t& err) {
   const int E = a.local_experts;
-  int32_t* count = sm;              // [E]
-  int32_t* start = count + E;       // [E + 1] offsets
-  int32_t* cursor = start + E + 1;  // [E] next rank per expert
-  int32_t* wcount = cursor + E;     // [kWarps][E] rows per (warp, expert) in the current chunk
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  uint32_t err = 0;
-
-  for (int e = tid; e < E; e += kThreads) count[e] = cursor[e] = 0;
-  for (int i = tid; i < kWarps * E; i += kThreads) wcount[i] = 0;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) start[e] = room(a, count[e]);
   __syncthreads();
-  for (int r = tid; r < a.rows; r += kThreads) {
-    const int le = local_expert(a, r, err);
-    if (le >= 0) atomicAdd(&count[le], 1);
+  const int64_t total = block_exclusive_scan(start, E, tmp);
+  if (threadIdx.x == 0) {
+    start[E] = static_cast<int32_t>(total);
+    if (total > a.capacity) err |= kErrCapacityOverflow;  // the host sizes capacity so this cannot happen
+    reinterpret_cast<int32_t*>(a.total)[0] = static_cast<int32_t>(total < a.capacity ? total : a.capacity);
   }
   __syncthreads();
-
-  // Offsets: a serial scan by one thread (E <= 1024 adds), then everything else in parallel.
-  if (tid == 0) {
-    int64_t at = 0;
-    for (int e = 0; e < E; ++e) {
-      start[e] = static_cast<int32_t>(at);
-      if (a.kind == LayoutKind::Masked) {
-        at += a.max_m;
-      } else {
-        at += (count[e] + a.block_m - 1) / a.block_m * a.block_m;
-      }
-    }
-    start[E] = static_cast<int32_t>(at);
-    if (at > a.capacity) err |= kErrCapacityOverflow;  // the host sizes capacity so this cannot happen
-    reinterpret_cast<int32_t*>(a.total)[0] = static_cast<int32_t>(at < a.capacity ? at : a.capacity);
-  }
-  __syncthreads();
-  const int64_t total = start[E] < a.capacity ? start[E] : a.capacity;
-  for (int e = tid; e <= E; e += kThreads) reinterpret_cast<int32_t*>(a.offsets)[e] = start[e];
-  for (int e = tid; e < E; e += kThreads) {
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) reinterpret_cast<int32_t*>(a.offsets)[e] = start[e];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int c = count[e];
     if (a.kind == LayoutKind::Masked && c > a.max_m) {
       err |= kErrCapacityOverflow;
@@ -81,44 +106,73 @@ __global__ void __launch_bounds__(kThreads) build_layout_kernel(const LayoutArgs
     }
     reinterpret_cast<int32_t*>(a.counts)[e] = c;
   }
-  if (a.sorted_ids)
-    for (int64_t p = tid; p < a.capacity; p += kThreads) reinterpret_cast<int32_t*>(a.sorted_ids)[p] = a.rows;
-  if (a.m_indices)
-    for (int64_t p = tid; p < a.capacity; p += kThreads) reinterpret_cast<int32_t*>(a.m_indices)[p] = -1;
-  if (a.expert_ids) {
-    const int64_t tiles = a.capacity / a.block_m;
-    for (int64_t b = tid; b < tiles; b += kThreads) {
-      // The expert whose padded range holds tile b: binary search over the offsets.
-      int32_t owner = -1;
-      const int64_t row = b * a.block_m;
-      if (row < total) {
-        int lo = 0, hi = E - 1;
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) / 2;
-          if (start[mid] <= row) lo = mid; else hi = mid - 1;
-        }
-        owner = lo;
-      }
-      reinterpret_cast<int32_t*>(a.expert_ids)[b] = owner;
-    }
+}
+
+// expert_ids: the owner of every tile below the total, -1 above (grid-stride).
+__device__ void write_expert_ids(const LayoutArgs& a, const int32_t* start, int64_t first, int64_t step) {
+  if (!a.expert_ids) return;
+  const int64_t total = start[a.local_experts] < a.capacity ? start[a.local_experts] : a.capacity;
+  for (int64_t b = first; b < a.capacity / a.block_m; b += step) {
+    const int64_t row = b * a.block_m;
+    reinterpret_cast<int32_t*>(a.expert_ids)[b] = row < total ? owner(start, a.local_experts, row) : -1;
+  }
+}
+
+// Ranks rows base .. base + blockDim of the block in token order within each expert: returns this thread's
+// row's rank among the chunk's rows of the same expert, and leaves per-expert chunk counts in wcount[w * E + e]
+// (one row per warp; the caller sums and clears them).
+__device__ __forceinline__ int rank_in_chunk(int le, int32_t* wcount, int E) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned peers = __match_any_sync(kFull, le);
+  const int rank_in_warp = __popc(peers & ((1u << lane) - 1));
+  if (le >= 0 && rank_in_warp == 0) wcount[warp * E + le] = __popc(peers);
+  __syncthreads();
+  int before = 0;
+  if (le >= 0)
+    for (int w = 0; w < warp; ++w) before += wcount[w * E + le];
+  return before + rank_in_warp;
+}
+
+__device__ __forceinline__ void place(const LayoutArgs& a, int r, int le, int64_t p, int32_t first_of_expert) {
+  if (le < 0 || (a.kind == LayoutKind::Masked && p - first_of_expert >= a.max_m) || p >= a.capacity) p = -1;
+  reinterpret_cast<int32_t*>(a.positions)[r] = static_cast<int32_t>(p);
+  if (p >= 0) {
+    if (a.sorted_ids) reinterpret_cast<int32_t*>(a.sorted_ids)[p] = r;
+    if (a.m_indices) reinterpret_cast<int32_t*>(a.m_indices)[p] = le;
+  }
+}
+
+// Small batches (rows <= kLayoutSingleCtaRows): everything in one CTA and one launch.
+__global__ void __launch_bounds__(kThreads) build_layout_kernel(const LayoutArgs a) {
+  extern __shared__ int32_t sm[];
+  const int E = a.local_experts;
+  int32_t* count = sm;              // [E]
+  int32_t* start = count + E;       // [E + 1]
+  int32_t* cursor = start + E + 1;  // [E] rows placed so far per expert
+  int32_t* wcount = cursor + E;     // [kWarps][E]
+  int32_t* tmp = wcount + kWarps * E;  // [kThreads]
+  const int tid = threadIdx.x;
+  uint32_t err = 0;
+
+  for (int e = tid; e < E; e += kThreads) count[e] = cursor[e] = 0;
+  for (int i = tid; i < kWarps * E; i += kThreads) wcount[i] = 0;
+  fill_padding(a, tid, kThreads);
+  __syncthreads();
+  for (int r = tid; r < a.rows; r += kThreads) {
+    const int le = local_expert(a, r, err);
+    if (le >= 0) atomicAdd(&count[le], 1);
   }
   __syncthreads();
+  write_offsets(a, count, start, tmp, err);
+  write_expert_ids(a, start, tid, kThreads);
+  __syncthreads();
 
-  // Stable scatter, one chunk of kThreads flat rows at a time.
   for (int base = 0; base < a.rows; base += kThreads) {
     const int r = base + tid;
-    uint32_t dummy = 0;
-    const int le = r < a.rows ? local_expert(a, r, dummy) : -1;
-    const unsigned peers = __match_any_sync(kFull, le);
-    const int rank_in_warp = __popc(peers & ((1u << lane) - 1));
-    if (le >= 0 && rank_in_warp == 0) wcount[warp * E + le] = __popc(peers);
-    __syncthreads();
-    int rank = -1;
-    if (le >= 0) {
-      int before = 0;
-      for (int w = 0; w < warp; ++w) before += wcount[w * E + le];
-      rank = cursor[le] + before + rank_in_warp;
-    }
+    uint32_t ignored = 0;  // reported by the counting pass
+    const int le = r < a.rows ? local_expert(a, r, ignored) : -1;
+    const int rank = rank_in_chunk(le, wcount, E);
+    const int64_t p = le >= 0 ? static_cast<int64_t>(start[le]) + cursor[le] + rank : -1;
     __syncthreads();
     for (int e = tid; e < E; e += kThreads) {
       int sum = 0;
@@ -128,19 +182,78 @@ __global__ void __launch_bounds__(kThreads) build_layout_kernel(const LayoutArgs
       }
       cursor[e] += sum;
     }
-    if (r < a.rows) {
-      int64_t p = -1;
-      if (le >= 0 && !(a.kind == LayoutKind::Masked && rank >= a.max_m)) p = start[le] + rank;
-      if (p >= a.capacity) p = -1;
-      reinterpret_cast<int32_t*>(a.positions)[r] = static_cast<int32_t>(p);
-      if (p >= 0) {
-        if (a.sorted_ids) reinterpret_cast<int32_t*>(a.sorted_ids)[p] = r;
-        if (a.m_indices) reinterpret_cast<int32_t*>(a.m_indices)[p] = le;
-      }
-    }
+    if (r < a.rows) place(a, r, le, p, le >= 0 ? start[le] : 0);
     __syncthreads();
   }
   if (err) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
+}
+
+// Large batches, pass 1 of 3: one CTA per chunk of kLayoutChunkRows rows counts its rows per expert into
+// scratch[chunk][e]; all CTAs fill the padding.
+__global__ void __launch_bounds__(kLayoutChunkRows) count_chunks_kernel(const LayoutArgs a) {
+  extern __shared__ int32_t sm[];
+  const int E = a.local_experts;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) sm[e] = 0;
+  fill_padding(a, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, static_cast<int64_t>(gridDim.x) * blockDim.x);
+  __syncthreads();
+  uint32_t err = 0;
+  const int r = blockIdx.x * kLayoutChunkRows + threadIdx.x;
+  if (r < a.rows) {
+    const int le = local_expert(a, r, err);
+    if (le >= 0) atomicAdd(&sm[le], 1);
+  }
+  __syncthreads();
+  int32_t* chunk_count = reinterpret_cast<int32_t*>(a.scratch) + static_cast<int64_t>(blockIdx.x) * E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) chunk_count[e] = sm[e];
+  if (err) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
+}
+
+// Pass 2: one CTA scans the chunk counts per expert (token order) and the experts' rooms (offsets).
+// scratch[chunks + chunk][e] = the position of the chunk's first row of expert e.
+__global__ void __launch_bounds__(kThreads) scan_chunks_kernel(const LayoutArgs a, int chunks) {
+  extern __shared__ int32_t sm[];
+  const int E = a.local_experts;
+  int32_t* count = sm;         // [E]
+  int32_t* start = count + E;  // [E + 1]
+  int32_t* tmp = start + E + 1;
+  const int32_t* chunk_count = reinterpret_cast<const int32_t*>(a.scratch);
+  int32_t* chunk_base = reinterpret_cast<int32_t*>(a.scratch) + static_cast<int64_t>(chunks) * E;
+  uint32_t err = 0;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t run = 0;
+    for (int c = 0; c < chunks; ++c) {
+      chunk_base[static_cast<int64_t>(c) * E + e] = run;
+      run += chunk_count[static_cast<int64_t>(c) * E + e];
+    }
+    count[e] = run;
+  }
+  __syncthreads();
+  write_offsets(a, count, start, tmp, err);
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int c = 0; c < chunks; ++c) chunk_base[static_cast<int64_t>(c) * E + e] += start[e];
+  if (err) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
+}
+
+// Pass 3: one CTA per chunk places its rows (stable within the chunk, chunks in order); all CTAs write
+// expert_ids.
+__global__ void __launch_bounds__(kLayoutChunkRows) scatter_chunks_kernel(const LayoutArgs a, int chunks) {
+  extern __shared__ int32_t sm[];
+  const int E = a.local_experts;
+  int32_t* start = sm;               // [E + 1]
+  int32_t* wcount = start + E + 1;   // [kLayoutChunkRows / 32][E]
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) start[e] = reinterpret_cast<const int32_t*>(a.offsets)[e];
+  for (int i = threadIdx.x; i < (kLayoutChunkRows / 32) * E; i += blockDim.x) wcount[i] = 0;
+  __syncthreads();
+  write_expert_ids(a, start, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, static_cast<int64_t>(gridDim.x) * blockDim.x);
+  const int r = blockIdx.x * kLayoutChunkRows + threadIdx.x;
+  uint32_t ignored = 0;
+  const int le = r < a.rows ? local_expert(a, r, ignored) : -1;
+  const int rank = rank_in_chunk(le, wcount, E);
+  if (r < a.rows) {
+    const int32_t* chunk_base = reinterpret_cast<const int32_t*>(a.scratch) + static_cast<int64_t>(chunks + blockIdx.x) * E;
+    const int64_t p = le >= 0 ? static_cast<int64_t>(chunk_base[le]) + rank : -1;
+    place(a, r, le, p, le >= 0 ? start[le] : 0);
+  }
 }
 
 // One warp per flat row: 16-byte copies of one hidden row.
@@ -208,14 +321,30 @@ inline Status last_error() {
 }  // namespace layouts
 
 Status build_layout(const LayoutArgs& a) {
-  const size_t smem = sizeof(int32_t) * (3 * a.local_experts + 1 + layouts::kWarps * a.local_experts);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(layouts::build_layout_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  using namespace layouts;
+  auto stream = reinterpret_cast<cudaStream_t>(a.stream);
+  const int E = a.local_experts;
+  auto smem_attr = [](auto kernel, size_t bytes) {
+    return bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(bytes))
+                             : cudaSuccess;
+  };
+  if (a.rows <= kLayoutSingleCtaRows) {
+    const size_t smem = sizeof(int32_t) * (3 * E + 1 + kWarps * E + kThreads);
+    const cudaError_t e = smem_attr(build_layout_kernel, smem);
     if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+    build_layout_kernel<<<1, kThreads, smem, stream>>>(a);
+    return last_error();
   }
-  layouts::build_layout_kernel<<<1, layouts::kThreads, smem, reinterpret_cast<cudaStream_t>(a.stream)>>>(a);
-  return layouts::last_error();
+  const int chunks = (a.rows + kLayoutChunkRows - 1) / kLayoutChunkRows;
+  const size_t scan_smem = sizeof(int32_t) * (2 * E + 1 + kThreads);
+  const size_t scatter_smem = sizeof(int32_t) * (E + 1 + (kLayoutChunkRows / 32) * E);
+  cudaError_t e = smem_attr(scatter_chunks_kernel, scatter_smem);
+  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  count_chunks_kernel<<<chunks, kLayoutChunkRows, sizeof(int32_t) * E, stream>>>(a);
+  scan_chunks_kernel<<<1, kThreads, scan_smem, stream>>>(a, chunks);
+  scatter_chunks_kernel<<<chunks, kLayoutChunkRows, scatter_smem, stream>>>(a, chunks);
+  return last_error();
 }
 
 Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,

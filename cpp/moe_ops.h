@@ -58,10 +58,17 @@ struct LayoutArgs {
   uint64_t m_indices;     // int32 [capacity] or 0; -1 on padding
   uint64_t positions;     // int32 [rows]; -1 for a dropped row (remote expert, bad id, overflow)
   uint64_t total;         // int32 [1]: padded rows in use (vLLM's num_tokens_post_padded)
+  uint64_t scratch;       // int32 [2 * layout_chunks(rows) * local_experts]: per-chunk counts and bases
   uint64_t status;
   uint64_t stream;
 };
 Status build_layout(const LayoutArgs& args);
+// Rows per chunk of the multi-CTA layout build, and the largest row count built by the single-CTA kernel.
+constexpr int32_t kLayoutChunkRows = 512;
+constexpr int32_t kLayoutSingleCtaRows = 4096;
+inline int64_t layout_scratch_ints(int64_t rows, int64_t local_experts) {
+  return rows <= kLayoutSingleCtaRows ? 0 : 2 * ((rows + kLayoutChunkRows - 1) / kLayoutChunkRows) * local_experts;
+}
 
 // out[positions[r], :] = x[r / top_k, :] for every flat row r with a position (16-bit elements).
 Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,

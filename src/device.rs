@@ -68,6 +68,13 @@ pub fn open(ordinal: usize) -> Result<Arc<CudaContext>> {
     Ok(CudaContext::new(ordinal)?)
 }
 
+/// Queues a kernel that keeps `stream` busy for `micros` microseconds. Benchmarks queue their timed work
+/// behind it, so that CUDA events measure the device's execution of back-to-back launches (as a CUDA graph
+/// replays them) rather than the host's launch rate.
+pub fn spin(stream: &cudarc::driver::CudaStream, micros: u64) -> Result<()> {
+    crate::ffi::spin(stream, micros * 1000)
+}
+
 /// Facts about one device, read once.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {

@@ -21,6 +21,10 @@ def grouped_mm():
     return torch._grouped_mm  # older releases
 
 
+# ~200 µs at the H200's 1.98 GHz boost clock, as the Rust side's spin kernel.
+SPIN_CYCLES = int(200e-6 * 1.98e9)
+
+
 def measure(fn, reps, warmup, flush):
     for _ in range(warmup):
         fn()
@@ -30,6 +34,7 @@ def measure(fn, reps, warmup, flush):
             flush.zero_()  # evict L2 so weights come from HBM, as in a real layer stack
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SPIN_CYCLES)  # keep the GPU busy while the host queues the op: time execution
         start.record()
         fn()
         end.record()

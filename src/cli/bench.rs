@@ -4,7 +4,9 @@
 //! Each point: the two expert GEMMs of one MoE layer at T tokens, rows = T·k routed uniformly at random
 //! (seeded; each token picks k distinct experts) or perfectly balanced. GEMM1 = w13 (N = 2·I, K = H),
 //! GEMM2 = w2 (N = H, K = I). Timing: CUDA events around each launch, L2 flushed before each repetition
-//! (weights cold, as in a layer stack), median and p10/p90 of `--reps`.
+//! (weights cold, as in a layer stack), median and p10/p90 of `--reps`. Before each start event a 200 µs spin
+//! kernel keeps the device busy while the host queues the timed launches, so events measure back-to-back
+//! execution (as a CUDA graph replays it), not host launch latency; the peer does the same (torch.cuda._sleep).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -178,6 +180,8 @@ fn time_it(
         }
         let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        // Keep the device busy while the host queues the work, so the events time execution, not launch.
+        device::spin(stream, 200)?;
         start.record(stream)?;
         launch()?;
         end.record(stream)?;

@@ -127,6 +127,7 @@ pub(crate) mod ffi {
         m_indices: u64,
         positions: u64,
         total: u64,
+        scratch: u64,
         status: u64,
         stream: u64,
     }
@@ -160,6 +161,9 @@ pub(crate) mod ffi {
         /// device and stream given, and stay alive until the queued work completes.
         unsafe fn grouped_gemm_sm90_run(params: &GroupedGemmParams) -> LaunchStatus;
         fn cudart_version() -> i32;
+        /// # Safety
+        /// `stream` is a live stream of the current context.
+        unsafe fn spin(ns: u64, stream: u64) -> i32;
 
         /// # Safety
         /// As for `grouped_gemm_sm90_run`: live device buffers of the sizes the params imply, on `stream`.
@@ -167,6 +171,7 @@ pub(crate) mod ffi {
         /// # Safety
         /// As for `grouped_gemm_sm90_run`.
         unsafe fn build_layout(params: &LayoutParams) -> LaunchStatus;
+        fn layout_scratch_ints(rows: i64, local_experts: i64) -> i64;
         /// # Safety
         /// `x` [rows / top_k, hidden], `positions` [rows], `out` [out_rows, hidden] 16-bit, 16-byte aligned.
         #[allow(clippy::too_many_arguments)]

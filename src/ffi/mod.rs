@@ -101,6 +101,17 @@ pub(crate) fn driver_version() -> Result<i32> {
     Ok(v)
 }
 
+/// Queues a kernel that keeps `stream` busy for `ns` nanoseconds.
+pub(crate) fn spin(stream: &CudaStream, ns: u64) -> Result<()> {
+    stream.context().bind_to_thread()?;
+    // SAFETY: the stream handle comes from a live cudarc stream whose context is bound to this thread; the
+    // kernel touches no memory.
+    match unsafe { ffi::spin(ns, stream.cu_stream() as u64) } {
+        0 => Ok(()),
+        code => Err(Error::CudaRuntime { op: "spin", code }),
+    }
+}
+
 pub(crate) fn cudart_version() -> i32 {
     ffi::cudart_version()
 }
@@ -294,6 +305,12 @@ pub(crate) struct LayoutOut<'a> {
     pub m_indices: &'a mut CudaSlice<i32>,
     pub positions: &'a mut CudaSlice<i32>,
     pub total: &'a mut CudaSlice<i32>,
+    pub scratch: &'a mut CudaSlice<i32>,
+}
+
+/// int32 elements of scratch the layout build needs for `rows` rows (0 for the single-CTA path).
+pub(crate) fn layout_scratch_ints(rows: usize, local_experts: usize) -> usize {
+    ffi::layout_scratch_ints(rows as i64, local_experts as i64) as usize
 }
 
 /// Queues the layout build for `tokens` tokens.
@@ -326,6 +343,7 @@ pub(crate) fn launch_build_layout(
     need_len("expert_ids", out.expert_ids.len(), cap / dims.block_m(), "capacity / block_m")?;
     need_len("m_indices", out.m_indices.len(), cap, "capacity")?;
     need_len("positions", out.positions.len(), dims.max_tokens * dims.top_k, "max_tokens x top_k")?;
+    need_len("scratch", out.scratch.len(), layout_scratch_ints(rows, dims.local_experts), "chunks x experts x 2")?;
     let (kind, max_m) = match dims.spec {
         LayoutSpec::Masked { max_m } => (ffi::LayoutKind::Masked, max_m),
         _ => (ffi::LayoutKind::Packed, 0),
@@ -339,6 +357,7 @@ pub(crate) fn launch_build_layout(
     let (mi_ptr, _mi) = out.m_indices.device_ptr_mut(stream);
     let (p_ptr, _p) = out.positions.device_ptr_mut(stream);
     let (tot_ptr, _tot) = out.total.device_ptr_mut(stream);
+    let (sc_ptr, _sc) = out.scratch.device_ptr_mut(stream);
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     let params = ffi::LayoutParams {
         kind,
@@ -357,11 +376,13 @@ pub(crate) fn launch_build_layout(
         m_indices: mi_ptr,
         positions: p_ptr,
         total: tot_ptr,
+        scratch: sc_ptr,
         status: s_ptr,
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: every buffer holds what `dims` implies (checked above: ids `rows`, map `experts`, counts and
-    // offsets per local expert, the position-indexed arrays `capacity`, positions max_tokens*k). Ids and map
+    // offsets per local expert, the position-indexed arrays `capacity`, positions max_tokens*k, scratch what
+    // C++ asks for these rows). Ids and map
     // entries are device data the kernel range-checks before indexing; positions past `capacity` are dropped.
     // Local experts <= 1024 (LayoutDims) bounds the kernel's shared memory. Guards outlive the call.
     status_check("build_layout", unsafe { ffi::build_layout(&params) })

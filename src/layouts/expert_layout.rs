@@ -124,6 +124,8 @@ pub struct ExpertLayout {
     m_indices: CudaSlice<i32>,
     positions: CudaSlice<i32>,
     total: CudaSlice<i32>,
+    /// Per-chunk counts of the multi-CTA build (large batches).
+    scratch: CudaSlice<i32>,
 }
 
 impl ExpertLayout {
@@ -143,6 +145,9 @@ impl ExpertLayout {
             m_indices: stream.alloc_zeros(cap)?,
             positions: stream.alloc_zeros(dims.max_tokens * dims.top_k)?,
             total: stream.alloc_zeros(1)?,
+            scratch: stream.alloc_zeros(
+                ffi::layout_scratch_ints(dims.max_tokens * dims.top_k, dims.local_experts).max(1),
+            )?,
         })
     }
 
@@ -181,6 +186,7 @@ impl ExpertLayout {
             m_indices: &mut self.m_indices,
             positions: &mut self.positions,
             total: &mut self.total,
+            scratch: &mut self.scratch,
         };
         ffi::launch_build_layout(stream, &self.dims, tokens, topk_ids, expert_map, out, status.word_mut())
     }

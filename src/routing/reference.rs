@@ -10,8 +10,8 @@ pub struct Routing {
     pub ids: Vec<i32>,
     /// `[T, k]` gate weights.
     pub weights: Vec<f32>,
-    /// Per token, how far the selection was from changing: the smallest gap between a kept and a rejected
-    /// candidate (expert or group). A reduced-precision router may legitimately choose differently when this
+    /// Per token, how far the selection was from changing: the smallest relative gap
+    /// `(kept − rejected) / max(|kept|, |rejected|)` between a kept and a rejected candidate (expert or group). A reduced-precision router may legitimately choose differently when this
     /// is within its rounding; tests skip such tokens instead of loosening every tolerance.
     pub margin: Vec<f64>,
 }
@@ -21,7 +21,7 @@ fn better(a: (f64, usize), b: (f64, usize)) -> bool {
     a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
 }
 
-/// Indices of the `k` best of `keys` (in preference order) and the gap between the k-th and the best
+/// Indices of the `k` best of `keys` (in preference order) and the relative gap between the k-th and the best
 /// rejected one (`inf` when nothing was rejected).
 fn top_k(keys: &[f64], k: usize) -> (Vec<usize>, f64) {
     let mut order: Vec<usize> = (0..keys.len()).collect();
@@ -33,7 +33,8 @@ fn top_k(keys: &[f64], k: usize) -> (Vec<usize>, f64) {
         }
     });
     let gap = if k < keys.len() && keys[order[k - 1]].is_finite() && keys[order[k]].is_finite() {
-        keys[order[k - 1]] - keys[order[k]]
+        let (a, b) = (keys[order[k - 1]], keys[order[k]]);
+        (a - b) / a.abs().max(b.abs()).max(1e-300)
     } else {
         f64::INFINITY
     };

@@ -123,6 +123,35 @@ fn layouts_match_the_reference_on_adversarial_routing() {
     }
 }
 
+/// Batches past the single-CTA limit take the three-pass build: the same arrays, stable across chunks.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn large_batches_match_the_reference() {
+    let (e, k) = (256usize, 8usize);
+    for t in [513usize, 4096, 5000] {
+        let mut rng = Rng(t as u64);
+        let ids: Vec<i32> = (0..t)
+            .flat_map(|i| {
+                // a skewed mix: expert 7 in every token, others uniform
+                let mut v = vec![7i32];
+                while v.len() < k {
+                    let x = if i % 3 == 0 { rng.below(16) } else { rng.below(e) } as i32;
+                    if !v.contains(&x) {
+                        v.push(x);
+                    }
+                }
+                v
+            })
+            .collect();
+        for spec in [LayoutSpec::Grouped, LayoutSpec::Aligned { block_m: 128 }, LayoutSpec::Masked { max_m: t / 2 }] {
+            let dims = LayoutDims::new(spec, t, k, e, e).unwrap();
+            check("large", dims, t, &ids, None);
+        }
+        let map: Vec<i32> = (0..e).map(|x| if x % 4 == 0 { (x / 4) as i32 } else { -1 }).collect();
+        check("large + map", LayoutDims::new(LayoutSpec::Grouped, t, k, e, e / 4).unwrap(), t, &ids, Some(&map));
+    }
+}
+
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn half_the_experts_remote_via_expert_map() {
