@@ -86,12 +86,13 @@ __global__ void route_kernel(const RouterArgs a) {
 
   if (a.kind == RouterKind::GroupedSigmoid && a.n_group > 1) {
     const int size = E / a.n_group;
-    // Group score: the sum of the group's two best biased scores.
+    // Group score: the sum of the group's two best biased scores, found by the whole warp per group (lanes
+    // stride through the group, then a top-2 merge across lanes), so no lane walks a group alone.
     float gscore = -INFINITY;
-    if (lane < a.n_group) {
+    for (int g = 0; g < a.n_group; ++g) {
       float b1 = -INFINITY, b2 = -INFINITY;
-      for (int j = 0; j < size; ++j) {
-        const float v = key[lane * size + j];
+      for (int j = lane; j < size; j += 32) {
+        const float v = key[g * size + j];
         if (v > b1) {
           b2 = b1;
           b1 = v;
@@ -99,7 +100,14 @@ __global__ void route_kernel(const RouterArgs a) {
           b2 = v;
         }
       }
-      gscore = b1 + b2;
+      for (int off = 16; off; off >>= 1) {
+        const float o1 = __shfl_xor_sync(kFull, b1, off);
+        const float o2 = __shfl_xor_sync(kFull, b2, off);
+        const float hi = fmaxf(b1, o1);
+        b2 = fmaxf(fminf(b1, o1), fmaxf(b2, o2));
+        b1 = hi;
+      }
+      if (lane == g) gscore = b1 + b2;
     }
     unsigned kept = 0;
     for (int r = 0; r < a.topk_group; ++r) {
