@@ -23,6 +23,7 @@ const KERNEL_UNITS: &[&str] = &[
     "cpp/grouped_gemm_sm90_f16.cu",
     "cpp/routing.cu",
     "cpp/layouts.cu",
+    "cpp/activation.cu",
     "cpp/runtime.cu",
 ];
 /// Real SASS for Hopper's arch-specific features (wgmma, setmaxnreg); never the `-arch=sm_90a` shorthand.

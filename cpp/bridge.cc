@@ -26,7 +26,7 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
 }
 
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
-  const GroupedGemmArgs args{p.dtype,   p.config,  p.mode,      p.max_m,           p.groups,    p.n,
+  const GroupedGemmArgs args{p.dtype,   p.config,  p.mode,      p.max_m,  p.a_div, p.experts, p.groups,    p.n,
                              p.k,       p.max_rows, p.a,        p.b,               p.d,         p.offsets,
                              p.counts,  p.workspace, p.workspace_bytes, p.status, p.device, p.sm_count,
                              p.stream};
@@ -65,8 +65,16 @@ LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x
 }
 
 LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
-                          uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream) {
-  return wrap(moe_gemm::combine_rows(dtype, tokens, top_k, hidden, d, d_rows, positions, weights, y, stream));
+                          uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias,
+                          int32_t experts, uint64_t y, uint64_t stream) {
+  return wrap(moe_gemm::combine_rows(dtype, tokens, top_k, hidden, d, d_rows, positions, weights, row_experts, bias,
+                                     experts, y, stream));
+}
+
+LaunchStatus activate(const ActivationParams& p) {
+  const ActivationArgs a{p.dtype, p.act,     p.gate_up, p.inter, p.rows, p.total, p.row_experts,
+                         p.experts, p.bias, p.d1,      p.h,     p.status, p.stream};
+  return wrap(moe_gemm::activate(a));
 }
 
 }  // namespace bridge

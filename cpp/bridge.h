@@ -14,6 +14,7 @@ struct LaunchStatus;
 struct GroupedGemmParams;
 struct RouterParams;
 struct LayoutParams;
+struct ActivationParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
@@ -27,7 +28,9 @@ int64_t layout_scratch_ints(int64_t rows, int64_t local_experts);
 LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
                          int64_t out_rows, uint64_t status, uint64_t stream);
 LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
-                          uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream);
+                          uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias,
+                          int32_t experts, uint64_t y, uint64_t stream);
+LaunchStatus activate(const ActivationParams& params);
 
 }  // namespace bridge
 }  // namespace moe_gemm

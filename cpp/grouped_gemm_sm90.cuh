@@ -144,7 +144,7 @@ struct GroupedGemmSm90 {
 // through the status word.
 template <class G>
 __global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
-                               int max_m, int groups, int n, int k, int64_t max_rows, const typename G::Arrays arr,
+                               int max_m, int a_div, int experts, int groups, int n, int k, int64_t max_rows, const typename G::Arrays arr,
                                const void* a, const void* b, void* d, uint32_t* error_word) {
   using Element = typename G::Element;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
@@ -152,7 +152,18 @@ __global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offse
   auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
   uint32_t err = 0;
   int64_t lo, hi;
-  if (mode == GroupMode::Masked) {
+  int64_t a_row = -1, b_index = g;
+  if (mode == GroupMode::PerRow) {
+    lo = g;
+    hi = g + 1 <= max_rows ? g + 1 : g;  // the host checks groups <= max_rows
+    a_row = g / a_div;
+    b_index = counts[g];
+    if (b_index < 0 || b_index >= experts) {
+      err |= kErrGroupCountOutOfRange;
+      b_index = 0;
+      hi = lo;  // an invalid expert computes nothing
+    }
+  } else if (mode == GroupMode::Masked) {
     lo = static_cast<int64_t>(g) * max_m;
     const int64_t c = counts[g];
     if (c < 0 || c > max_m) err |= kErrGroupCountOutOfRange;
@@ -173,8 +184,8 @@ __global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offse
   }
   const int m = static_cast<int>(hi - lo);
   arr.shapes[g] = typename G::UnderlyingShape{m, n, k};
-  arr.a[g] = static_cast<const Element*>(a) + lo * k;
-  arr.b[g] = static_cast<const Element*>(b) + static_cast<int64_t>(g) * n * k;
+  arr.a[g] = static_cast<const Element*>(a) + (a_row >= 0 ? a_row : lo) * k;
+  arr.b[g] = static_cast<const Element*>(b) + b_index * n * k;
   arr.d[g] = static_cast<Element*>(d) + lo * n;
   arr.sa[g] = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(m, k, 1));
   arr.sb[g] = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(n, k, 1));
@@ -197,7 +208,7 @@ Status run(const GroupedGemmArgs& p) {
   constexpr int kThreads = 128;
   prepare_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
       p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
-      p.groups, p.n, p.k, p.max_rows, arr,
+      p.a_div, p.experts, p.groups, p.n, p.k, p.max_rows, arr,
       reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d),
       error_word);
   cudaError_t e = cudaGetLastError();

@@ -56,6 +56,7 @@ enum class GroupMode : uint32_t {
   Offsets = 0,  // rows offsets[g] .. offsets[g+1]
   Padded = 1,   // rows offsets[g] .. offsets[g] + counts[g]; counts[g] <= offsets[g+1] - offsets[g]
   Masked = 2,   // rows g * max_m .. g * max_m + counts[g]; counts[g] <= max_m
+  PerRow = 3,   // one row per group: D row g = A row (g / a_div) x B[counts[g]]^T; counts are expert ids < experts
 };
 
 // One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device (GroupMode).
@@ -63,12 +64,15 @@ enum class GroupMode : uint32_t {
 //   B: [groups, n, k] (nn.Linear weight per group, i.e. column-major k x n)
 //   D: [max_rows, n] row-major; rows past offsets[groups] are not written
 //   offsets: int32 [groups + 1], offsets[0] == 0, non-decreasing, offsets[groups] <= max_rows (Offsets, Padded)
-//   counts: int32 [groups] (Padded, Masked); max_m: rows per group (Masked), groups * max_m <= max_rows
+//   counts: int32 [groups] (Padded, Masked; expert ids for PerRow); max_m: rows per group (Masked),
+//   groups * max_m <= max_rows; PerRow: `groups` rows, B holds `experts` matrices, A row of group g is g / a_div
 struct GroupedGemmArgs {
   DType dtype;
   TileConfig config;
   GroupMode mode;
   int32_t max_m;
+  int32_t a_div;
+  int32_t experts;
   int32_t groups;
   int32_t n;
   int32_t k;

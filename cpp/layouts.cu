@@ -291,6 +291,7 @@ __device__ __forceinline__ __half from_f32(float x) { return __float2half(x); }
 template <class T>
 __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, int64_t d_rows,
                                const int32_t* __restrict__ positions, const float* __restrict__ weights,
+                               const int32_t* __restrict__ row_experts, const float* __restrict__ bias, int experts,
                                T* __restrict__ y) {
   const int t = blockIdx.x;
   for (int h0 = threadIdx.x * 8; h0 < hidden; h0 += blockDim.x * 8) {
@@ -302,8 +303,10 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
       const float w = weights[r];
       uint4 raw = *reinterpret_cast<const uint4*>(d + static_cast<int64_t>(p) * hidden + h0);
       const T* v = reinterpret_cast<const T*>(&raw);
+      const int e = bias ? row_experts[p] : -1;
+      const float* b = (e >= 0 && e < experts) ? bias + static_cast<int64_t>(e) * hidden + h0 : nullptr;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += w * to_f32(v[i]);
+      for (int i = 0; i < 8; ++i) acc[i] += w * (to_f32(v[i]) + (b ? b[i] : 0.f));
     }
     uint4 out;
     T* o = reinterpret_cast<T*>(&out);
@@ -359,18 +362,23 @@ Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint
 }
 
 Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
-                    uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream) {
+                    uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias, int32_t experts,
+                    uint64_t y, uint64_t stream) {
   if (tokens == 0) return {StatusCode::Ok, 0};
   const int threads = hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256;
   auto s = reinterpret_cast<cudaStream_t>(stream);
   auto pos = reinterpret_cast<const int32_t*>(positions);
   auto w = reinterpret_cast<const float*>(weights);
+  auto re = reinterpret_cast<const int32_t*>(row_experts);
+  auto b = reinterpret_cast<const float*>(bias);
   if (dtype == DType::BF16) {
     layouts::combine_kernel<__nv_bfloat16><<<tokens, threads, 0, s>>>(
-        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(d), d_rows, pos, w, reinterpret_cast<__nv_bfloat16*>(y));
+        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(d), d_rows, pos, w, re, b, experts,
+        reinterpret_cast<__nv_bfloat16*>(y));
   } else {
     layouts::combine_kernel<__half><<<tokens, threads, 0, s>>>(top_k, hidden, reinterpret_cast<const __half*>(d),
-                                                               d_rows, pos, w, reinterpret_cast<__half*>(y));
+                                                               d_rows, pos, w, re, b, experts,
+                                                               reinterpret_cast<__half*>(y));
   }
   return layouts::last_error();
 }

@@ -73,8 +73,40 @@ inline int64_t layout_scratch_ints(int64_t rows, int64_t local_experts) {
 // out[positions[r], :] = x[r / top_k, :] for every flat row r with a position (16-bit elements).
 Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
                    int64_t out_rows, uint64_t status, uint64_t stream);
-// y[t, :] = sum_j weights[t, j] * d[positions[t * top_k + j], :] in f32, rounded once (16-bit elements).
+// y[t, :] = sum_j weights[t, j] * (d[p, :] + bias[expert(p), :]) with p = positions[t * top_k + j], in f32,
+// rounded once (16-bit elements). bias (f32 [experts, hidden]) and row_experts (int32 [d_rows], the expert of
+// each row of d) may be 0 together.
 Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
-                    uint64_t positions, uint64_t weights, uint64_t y, uint64_t stream);
+                    uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias, int32_t experts,
+                    uint64_t y, uint64_t stream);
+
+// Gated activations between the expert GEMMs (activation.cu).
+enum class GateUp : uint32_t {
+  Concatenated = 0,  // [gate | up] along the output dimension (Mixtral, Qwen, DeepSeek; vLLM's w13)
+  Interleaved = 1,   // [g0, u0, g1, u1, ...] (gpt-oss)
+};
+
+enum class Activation : uint32_t {
+  SiluGated = 0,     // silu(gate) * up (SwiGLU)
+  GptOssSwiglu = 1,  // gate = min(gate, 7); up = clamp(up, -7, 7); (up + 1) * gate * sigmoid(1.702 gate)
+  Silu = 2,          // not gated: silu(x), d1 has `inter` columns
+};
+
+struct ActivationArgs {
+  DType dtype;
+  Activation act;
+  GateUp gate_up;
+  int32_t inter;        // I: columns of h; d1 has 2I (gated) or I
+  int64_t rows;         // rows of d1 and h
+  uint64_t total;       // int32* device count of rows in use, or 0 (all `rows`)
+  uint64_t row_experts; // int32 [rows]: the expert of each row, -1 for none (skipped)
+  int32_t experts;
+  uint64_t bias;        // f32 [experts, 2I or I] added to d1 before the activation, or 0
+  uint64_t d1;
+  uint64_t h;
+  uint64_t status;
+  uint64_t stream;
+};
+Status activate(const ActivationArgs& args);
 
 }  // namespace moe_gemm

@@ -43,6 +43,7 @@ pub(crate) mod ffi {
         Offsets = 0,
         Padded = 1,
         Masked = 2,
+        PerRow = 3,
     }
 
     #[namespace = "moe_gemm"]
@@ -62,6 +63,40 @@ pub(crate) mod ffi {
         Masked = 1,
     }
 
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum GateUp {
+        Concatenated = 0,
+        Interleaved = 1,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum Activation {
+        SiluGated = 0,
+        GptOssSwiglu = 1,
+        Silu = 2,
+    }
+
+    /// Mirrors `moe_gemm::ActivationArgs`.
+    struct ActivationParams {
+        dtype: DType,
+        act: Activation,
+        gate_up: GateUp,
+        inter: i32,
+        rows: i64,
+        total: u64,
+        row_experts: u64,
+        experts: i32,
+        bias: u64,
+        d1: u64,
+        h: u64,
+        status: u64,
+        stream: u64,
+    }
+
     #[derive(Debug)]
     struct LaunchStatus {
         code: StatusCode,
@@ -74,6 +109,8 @@ pub(crate) mod ffi {
         config: TileConfig,
         mode: GroupMode,
         max_m: i32,
+        a_div: i32,
+        experts: i32,
         groups: i32,
         n: i32,
         k: i32,
@@ -147,6 +184,10 @@ pub(crate) mod ffi {
         type RouterKind;
         #[namespace = "moe_gemm"]
         type LayoutKind;
+        #[namespace = "moe_gemm"]
+        type GateUp;
+        #[namespace = "moe_gemm"]
+        type Activation;
 
         fn grouped_gemm_sm90_built(dtype: DType, config: TileConfig) -> bool;
         fn grouped_gemm_sm90_workspace(
@@ -198,8 +239,15 @@ pub(crate) mod ffi {
             d_rows: i64,
             positions: u64,
             weights: u64,
+            row_experts: u64,
+            bias: u64,
+            experts: i32,
             y: u64,
             stream: u64,
         ) -> LaunchStatus;
+        /// # Safety
+        /// `d1` [rows, 2I or I], `h` [rows, I], `row_experts` [rows], `bias` [experts, 2I or I] or 0, `total`
+        /// one int32 or 0; live on `stream`.
+        unsafe fn activate(params: &ActivationParams) -> LaunchStatus;
     }
 }

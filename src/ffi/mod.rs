@@ -151,18 +151,33 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     let s = plan.shape;
-    need_len("a", a.len(), s.max_rows() * s.k(), "max_rows x K")?;
-    need_len("b", b.len(), s.groups() * s.n() * s.k(), "G x N x K")?;
     let (mode, offsets, counts, max_m) = match rows {
         GroupRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
         GroupRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
         GroupRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), *max_m),
+        GroupRows::PerRow { experts, .. } => (ffi::GroupMode::PerRow, None, Some(experts), 0),
     };
+    // What A and B must hold, and how many groups this launch runs.
+    let (a_rows, b_mats, groups, a_div, num_experts) = match rows {
+        GroupRows::PerRow { rows, a_div, num_experts, .. } => {
+            if *rows > s.groups() || *rows > s.max_rows() || *a_div == 0 || *num_experts == 0 {
+                return Err(Error::InvalidProblem(format!(
+                    "per-row groups: rows = {rows} must be <= the plan's groups ({}) and max_rows ({}), a_div = {a_div} and num_experts = {num_experts} positive",
+                    s.groups(),
+                    s.max_rows()
+                )));
+            }
+            (rows.div_ceil(*a_div), *num_experts, *rows, *a_div, *num_experts)
+        }
+        _ => (s.max_rows(), s.groups(), s.groups(), 1, s.groups()),
+    };
+    need_len("a", a.len(), a_rows * s.k(), "rows of A x K")?;
+    need_len("b", b.len(), b_mats * s.n() * s.k(), "matrices x N x K")?;
     if let Some(o) = offsets {
         need_len("offsets", o.len(), s.groups() + 1, "G + 1")?;
     }
     if let Some(c) = counts {
-        need_len("counts", c.len(), s.groups(), "G")?;
+        need_len("counts", c.len(), groups, "groups")?;
     }
     if mode == ffi::GroupMode::Masked && s.groups() * max_m > s.max_rows() {
         return Err(Error::Buffer {
@@ -196,7 +211,9 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
         config: config(plan.config),
         mode,
         max_m: max_m as i32,
-        groups: s.groups() as i32,
+        a_div: a_div as i32,
+        experts: num_experts as i32,
+        groups: groups as i32,
         n: s.n() as i32,
         k: s.k() as i32,
         max_rows: s.max_rows() as i64,
@@ -213,8 +230,9 @@ pub(crate) fn launch_grouped_gemm_sm90<T: Element>(
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: every address is a live cudarc allocation on this stream's context, checked above to hold what the
-    // validated shape implies (A max_rows*K, B G*N*K, D max_rows*N, offsets G+1 / counts G where the mode
-    // reads them, G*max_m <= max_rows, workspace >= the size C++ asked for, status one u32 by its type); A/B/D bases are 16-byte aligned and K, N are multiples of 8 (GroupedGemmShape), so every group
+    // validated shape implies (A max_rows*K or the per-row tokens, B G*N*K or num_experts matrices, D
+    // max_rows*N, offsets G+1 / counts per group where the mode reads them, G*max_m <= max_rows, per-row groups
+    // <= G and max_rows, workspace >= the size C++ asked for for G >= the groups launched, status one u32); A/B/D bases are 16-byte aligned and K, N are multiples of 8 (GroupedGemmShape), so every group
     // base is too. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's room. The guards above keep
     // the buffers ordered on `stream`, and the borrows keep them alive until this function returns; cudarc frees
     // memory stream-ordered, so queued work never outlives its buffers.
@@ -437,8 +455,9 @@ pub(crate) fn launch_combine<T: Element>(
     top_k: usize,
     hidden: usize,
     d: &impl DevicePtr<T>,
-    positions: &CudaSlice<i32>,
+    positions: &impl DevicePtr<i32>,
     weights: &impl DevicePtr<f32>,
+    bias: Option<(&CudaView<'_, i32>, &CudaView<'_, f32>, usize)>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
     check_hidden(hidden)?;
@@ -446,16 +465,24 @@ pub(crate) fn launch_combine<T: Element>(
     need_len("topk_weights", weights.len(), tokens * top_k, "tokens x top_k")?;
     need_len("y", y.len(), tokens * hidden, "tokens x hidden")?;
     let d_rows = d.len() / hidden;
+    if let Some((re, b, experts)) = bias {
+        need_len("row experts", re.len(), d_rows, "rows of d")?;
+        need_len("b2 bias", b.len(), experts * hidden, "experts x hidden")?;
+    }
     let (d_ptr, _d) = d.device_ptr(stream);
     let (p_ptr, _p) = positions.device_ptr(stream);
     let (w_ptr, _w) = weights.device_ptr(stream);
+    let (re_ptr, _re) = bias.map(|(re, _, _)| re.device_ptr(stream)).unzip();
+    let (b_ptr, _b) = bias.map(|(_, b, _)| b.device_ptr(stream)).unzip();
+    let experts = bias.map(|(_, _, e)| e).unwrap_or(0);
     let (y_ptr, _y) = y.device_ptr_mut(stream);
     for (name, p) in [("d", d_ptr), ("y", y_ptr)] {
         need_aligned(name, p)?;
     }
     // SAFETY: d holds d_rows*hidden, y tokens*hidden elements, positions and weights tokens*top_k (checked);
     // rows are 16-byte aligned (hidden % 8 == 0, aligned bases); the kernel skips positions outside
-    // [0, d_rows). Guards outlive the call.
+    // [0, d_rows) and bias rows of experts outside [0, experts); row experts cover d_rows, bias experts*hidden.
+    // Guards outlive the call.
     status_check("combine_rows", unsafe {
         ffi::combine_rows(
             dtype(T::DTYPE),
@@ -466,10 +493,77 @@ pub(crate) fn launch_combine<T: Element>(
             d_rows as i64,
             p_ptr,
             w_ptr,
+            re_ptr.unwrap_or(0),
+            b_ptr.unwrap_or(0),
+            experts as i32,
             y_ptr,
             stream.cu_stream() as u64,
         )
     })
+}
+
+/// Gated activation of the layer (mirrors `ActivationArgs`).
+pub(crate) struct ActivationLaunch<'a> {
+    pub act: crate::layer::Activation,
+    pub gate_up: crate::layer::GateUp,
+    pub inter: usize,
+    pub rows: usize,
+    pub total: Option<&'a CudaSlice<i32>>,
+    pub row_experts: CudaView<'a, i32>,
+    pub experts: usize,
+    pub bias: Option<&'a CudaSlice<f32>>,
+}
+
+/// Queues `h = act(d1 (+ bias))` for the rows of `d1 [rows, 2I or I]` that have an expert.
+pub(crate) fn launch_activate<T: Element>(
+    stream: &CudaStream,
+    p: &ActivationLaunch<'_>,
+    d1: &impl DevicePtr<T>,
+    h: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    use crate::layer::{Activation, GateUp};
+    let width = if p.act == Activation::Silu { p.inter } else { 2 * p.inter };
+    need_len("d1", d1.len(), p.rows * width, "rows x (2I or I)")?;
+    need_len("h", h.len(), p.rows * p.inter, "rows x I")?;
+    need_len("row experts", p.row_experts.len(), p.rows, "rows")?;
+    if let Some(b) = p.bias {
+        need_len("b13 bias", b.len(), p.experts * width, "experts x (2I or I)")?;
+    }
+    if p.rows > u32::MAX as usize || p.inter > i32::MAX as usize {
+        return Err(Error::InvalidProblem(format!("activation over {} rows of {} exceeds the grid", p.rows, p.inter)));
+    }
+    let (d_ptr, _d) = d1.device_ptr(stream);
+    let (h_ptr, _h) = h.device_ptr_mut(stream);
+    let (re_ptr, _re) = p.row_experts.device_ptr(stream);
+    let (t_ptr, _t) = p.total.map(|t| t.device_ptr(stream)).unzip();
+    let (b_ptr, _b) = p.bias.map(|b| b.device_ptr(stream)).unzip();
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    let params = ffi::ActivationParams {
+        dtype: dtype(T::DTYPE),
+        act: match p.act {
+            Activation::SiluGated => ffi::Activation::SiluGated,
+            Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
+            Activation::Silu => ffi::Activation::Silu,
+        },
+        gate_up: match p.gate_up {
+            GateUp::Concatenated => ffi::GateUp::Concatenated,
+            GateUp::Interleaved => ffi::GateUp::Interleaved,
+        },
+        inter: p.inter as i32,
+        rows: p.rows as i64,
+        total: t_ptr.unwrap_or(0),
+        row_experts: re_ptr,
+        experts: p.experts as i32,
+        bias: b_ptr.unwrap_or(0),
+        d1: d_ptr,
+        h: h_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: d1 holds rows*(2I or I), h rows*I, row_experts rows, bias experts*(2I or I) (checked above); the
+    // kernel skips rows whose expert is outside [0, experts) and rows at or past *total. Guards outlive the call.
+    status_check("activate", unsafe { ffi::activate(&params) })
 }
 
 fn check_hidden(hidden: usize) -> Result<()> {

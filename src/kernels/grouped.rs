@@ -97,6 +97,10 @@ pub enum GroupRows<'a> {
     Padded { offsets: CudaView<'a, i32>, counts: CudaView<'a, i32> },
     /// DeepGEMM masked layout: group `g` owns rows `g·max_m .. g·max_m + masked_m[g]` (`masked_m` int32 `[G]`).
     Masked { masked_m: CudaView<'a, i32>, max_m: usize },
+    /// One group per output row (decode, the "batched" backend): D row `r` = A row `r / a_div` · B[`experts[r]`]ᵀ
+    /// for `r < rows`; B holds `num_experts` matrices. With `a_div = k`, A is the tokens themselves, each read
+    /// for its k choices, and nothing is gathered. `rows` must not exceed the plan's groups and max_rows.
+    PerRow { experts: CudaView<'a, i32>, rows: usize, a_div: usize, num_experts: usize },
 }
 
 impl<'a> From<&'a CudaSlice<i32>> for GroupRows<'a> {

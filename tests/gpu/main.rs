@@ -5,6 +5,7 @@
 mod common;
 
 mod gemm;
+mod layer;
 mod layouts;
 mod pipeline;
 mod routing;

@@ -166,3 +166,39 @@ fn masked_step_captured_in_a_graph_replays_new_routing() {
     }
     assert_eq!(seen_ids.len(), 12, "every replay routed differently");
 }
+
+/// Mutations through the public API: an offsets array shifted by one row, and a pipeline that skips the inverse
+/// permutation, must each fail the token-level comparison.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn shifted_offsets_and_a_skipped_inverse_permutation_are_caught() {
+    let (_ctx, stream) = gpu();
+    let config = RouterConfig::new(16, 1, RouterKind::Softmax { renormalize: true }).unwrap();
+    let tokens = 64;
+    let mut step = Step::new(&stream, LayoutSpec::Grouped, config, tokens, 128, 64);
+    random_logits(&stream, &mut step, tokens, 16, 7);
+    step.queue(&stream, tokens);
+    step.st.check(&stream).unwrap();
+    let want = step.reference(&stream, tokens);
+    assert_close("honest", &stream.clone_dtoh(&step.y).unwrap(), &want);
+
+    // Offsets with one inner boundary moved by one row: one row is multiplied by its neighbour's expert.
+    let mut offsets = stream.clone_dtoh(step.layout.offsets()).unwrap();
+    let g = (1..16).find(|&g| offsets[g] > 0 && offsets[g] < offsets[16]).unwrap();
+    offsets[g] += 1;
+    let shifted = stream.clone_htod(&offsets).unwrap();
+    step.gemm.launch(&stream, &step.a, &step.w, &shifted, &mut step.d, &mut step.ws, &mut step.st).unwrap();
+    step.layout.combine(&stream, tokens, step.n, &step.d, &step.weights, &mut step.y).unwrap();
+    step.st.check(&stream).unwrap();
+    let y = stream.clone_dtoh(&step.y).unwrap();
+    let caught = std::panic::catch_unwind(|| assert_close("shifted", &y, &want)).is_err();
+    assert!(caught, "an offsets array shifted by one row went unnoticed");
+
+    // No inverse permutation: read the expert-ordered GEMM output as if it were in token order (k = 1).
+    step.queue(&stream, tokens);
+    let d = stream.clone_dtoh(&step.d).unwrap();
+    let w = stream.clone_dtoh(&step.weights).unwrap();
+    let unpermuted: Vec<bf16> = (0..tokens * step.n).map(|i| bf16::from_f32(w[i / step.n] * d[i].to_f32())).collect();
+    let caught = std::panic::catch_unwind(|| assert_close("unpermuted", &unpermuted, &want)).is_err();
+    assert!(caught, "a skipped inverse permutation went unnoticed");
+}

@@ -1,0 +1,78 @@
+// Gated activations between the two expert GEMMs: h = act(gate, up) per row, f32 math on 16-bit inputs, one
+// rounding on output. Rows whose expert is -1 (padding, dropped) and rows past the device-side total are skipped.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moe_ops.h"
+
+namespace moe_gemm {
+namespace activation {
+
+template <class T>
+__device__ __forceinline__ float f32(T x);
+template <>
+__device__ __forceinline__ float f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <>
+__device__ __forceinline__ float f32(__half x) { return __half2float(x); }
+template <class T>
+__device__ __forceinline__ T cast(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 cast(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half cast(float x) { return __float2half(x); }
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+// gpt-oss: the constants are fixed in its code, not read from the config.
+__device__ __forceinline__ float gpt_oss(float gate, float up) {
+  gate = fminf(gate, 7.f);
+  up = fminf(fmaxf(up, -7.f), 7.f);
+  return (up + 1.f) * gate / (1.f + __expf(-1.702f * gate));
+}
+
+// One block per row, threads over the I outputs.
+template <class T>
+__global__ void activate_kernel(const ActivationArgs a) {
+  const int64_t row = blockIdx.x;
+  const int32_t* total = reinterpret_cast<const int32_t*>(a.total);
+  if (total && row >= *total) return;
+  const int e = reinterpret_cast<const int32_t*>(a.row_experts)[row];
+  if (e < 0 || e >= a.experts) return;
+  const int I = a.inter;
+  const bool gated = a.act != Activation::Silu;
+  const int width = gated ? 2 * I : I;
+  const T* d = reinterpret_cast<const T*>(a.d1) + row * width;
+  const float* bias = a.bias ? reinterpret_cast<const float*>(a.bias) + static_cast<int64_t>(e) * width : nullptr;
+  T* h = reinterpret_cast<T*>(a.h) + row * I;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    if (!gated) {
+      h[i] = cast<T>(silu(f32(d[i]) + (bias ? bias[i] : 0.f)));
+      continue;
+    }
+    const int gi = a.gate_up == GateUp::Interleaved ? 2 * i : i;
+    const int ui = a.gate_up == GateUp::Interleaved ? 2 * i + 1 : I + i;
+    const float g = f32(d[gi]) + (bias ? bias[gi] : 0.f);
+    const float u = f32(d[ui]) + (bias ? bias[ui] : 0.f);
+    h[i] = cast<T>(a.act == Activation::GptOssSwiglu ? gpt_oss(g, u) : silu(g) * u);
+  }
+}
+
+}  // namespace activation
+
+Status activate(const ActivationArgs& a) {
+  if (a.rows == 0) return {StatusCode::Ok, 0};
+  auto s = reinterpret_cast<cudaStream_t>(a.stream);
+  const int threads = a.inter >= 256 ? 256 : ((a.inter + 31) / 32) * 32;
+  if (a.dtype == DType::BF16) {
+    activation::activate_kernel<__nv_bfloat16><<<static_cast<unsigned>(a.rows), threads, 0, s>>>(a);
+  } else {
+    activation::activate_kernel<__half><<<static_cast<unsigned>(a.rows), threads, 0, s>>>(a);
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+}  // namespace moe_gemm

@@ -1,0 +1,344 @@
+//! The MoE expert layer: `y = Σ_j w[t,j] · W2[e] · act(W13[e] · x[t])` over each token's k routed experts, on
+//! packed weights, with a backend switchable at run time.
+//!
+//! | [`Backend`] | how | when |
+//! |---|---|---|
+//! | `Eager` | loop over the experts that received rows, one GEMM each; reads the counts back (synchronises) | correctness oracle |
+//! | `Batched` | one GEMM row per (token, slot): A rows read straight from `x`, B picked per row by expert id; no layout | decode, T·k < E |
+//! | `Grouped` | grouped layout: permute, persistent grouped GEMMs over device offsets, inverse permutation | prefill |
+//! | `Contiguous` | DeepGEMM contiguous layout (experts padded to 128 rows), GEMMs over the padded groups | prefill |
+//! | `Masked` | DeepGEMM masked layout `[E, max_m]`, CUDA-graph friendly | decode |
+//!
+//! All compute the same function: GEMM1 (fp32 accumulation, rounded to the element type), the activation in
+//! f32 with optional `b13`, rounded; GEMM2 likewise; the combine adds `b2`, weights by the router and sums the
+//! k contributions in f32, rounding once. A `Fused` backend (gather in GEMM1's loads, weight + scatter in
+//! GEMM2's epilogue) is not built yet.
+//!
+//! The layer is planned for `max_tokens`; it owns every intermediate buffer, so `forward` allocates nothing and
+//! (except `Eager`) never synchronises: it can be captured in a CUDA graph.
+
+pub mod reference;
+mod weights;
+
+
+pub use weights::{Activation, ExpertFormat, ExpertWeights, GateUp, PackedExperts, Storage};
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+use crate::status::DeviceStatus;
+
+/// How the layer lays out and multiplies the routed rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Eager,
+    Batched,
+    Grouped,
+    Contiguous,
+    Masked,
+    /// Picks per call: see [`MoeLayer::backend_for`].
+    Auto,
+}
+
+impl Backend {
+    pub const CONCRETE: [Backend; 5] =
+        [Backend::Eager, Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked];
+}
+
+/// Options of a [`MoeLayer`].
+#[derive(Clone, Copy, Debug)]
+pub struct MoeLayerOptions {
+    /// Most tokens a forward takes.
+    pub max_tokens: usize,
+    pub top_k: usize,
+    /// Rows per expert of the masked layout (default `min(max_tokens, 256)`): a batch of at most this many
+    /// tokens can never overflow it.
+    pub masked_max_m: Option<usize>,
+    pub backend: Backend,
+}
+
+/// One GEMM pair (w13, w2) planned for one layout.
+#[derive(Debug)]
+struct GemmPair<T: Element> {
+    g1: GroupedGemm<T>,
+    g2: GroupedGemm<T>,
+    ws1: Workspace,
+    ws2: Workspace,
+}
+
+impl<T: Element> GemmPair<T> {
+    fn new(stream: &Arc<CudaStream>, w: &ExpertWeights<T>, groups: usize, max_rows: usize, expected: usize) -> Result<Self> {
+        let opts = GroupedGemmOptions { config: None, expected_rows: Some(expected) };
+        let g1 = GroupedGemm::new(stream, GroupedGemmShape::new(groups, w.w13_rows(), w.hidden, max_rows)?, opts)?;
+        let g2 = GroupedGemm::new(stream, GroupedGemmShape::new(groups, w.hidden, w.inter, max_rows)?, opts)?;
+        Ok(GemmPair { ws1: g1.alloc_workspace(stream)?, ws2: g2.alloc_workspace(stream)?, g1, g2 })
+    }
+}
+
+/// An MoE expert layer on the device.
+#[derive(Debug)]
+pub struct MoeLayer<T: Element> {
+    weights: ExpertWeights<T>,
+    backend: Backend,
+    max_tokens: usize,
+    top_k: usize,
+    max_m: usize,
+    grouped: ExpertLayout,
+    contiguous: ExpertLayout,
+    masked: ExpertLayout,
+    gemm_grouped: GemmPair<T>,
+    gemm_contiguous: GemmPair<T>,
+    gemm_masked: GemmPair<T>,
+    gemm_batched: GemmPair<T>,
+    gemm_single: GemmPair<T>,
+    /// `[0, n]` offsets of the eager backend's one-group launches.
+    single_offsets: CudaSlice<i32>,
+    /// `0..max_tokens·k`: the batched backend's identity positions.
+    iota: CudaSlice<i32>,
+    a: CudaSlice<T>,
+    d1: CudaSlice<T>,
+    h: CudaSlice<T>,
+    d2: CudaSlice<T>,
+    status: DeviceStatus,
+}
+
+const CONTIGUOUS_BLOCK_M: usize = 128;
+
+impl<T: Element> MoeLayer<T> {
+    /// Plans the layer for `options.max_tokens` tokens and allocates every buffer it will use.
+    ///
+    /// # Errors
+    /// Shape errors of the GEMMs and layouts (naming the constraint), arch and driver errors.
+    pub fn new(stream: &Arc<CudaStream>, weights: ExpertWeights<T>, options: MoeLayerOptions) -> Result<Self> {
+        let (e, k, t) = (weights.experts, options.top_k, options.max_tokens);
+        let max_m = options.masked_max_m.unwrap_or(t.min(256));
+        let dims = |spec| LayoutDims::new(spec, t, k, e, e);
+        let (dg, dc, dm) =
+            (dims(LayoutSpec::Grouped)?, dims(LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M })?, dims(LayoutSpec::Masked { max_m })?);
+        // Room for every layout, plus max_tokens rows so that the eager backend's per-expert slices (which
+        // start anywhere below the capacity) always hold a single-group plan's max_rows.
+        let cap = dg.capacity().max(dc.capacity()).max(dm.capacity()) + t;
+        let rows = t * k;
+        let zeros = |n: usize| stream.alloc_zeros::<T>(n);
+        let iota: Vec<i32> = (0..rows as i32).collect();
+        Ok(MoeLayer {
+            gemm_grouped: GemmPair::new(stream, &weights, e, dg.capacity(), rows)?,
+            gemm_contiguous: GemmPair::new(stream, &weights, e, dc.capacity(), rows)?,
+            gemm_masked: GemmPair::new(stream, &weights, e, dm.capacity(), rows.min(e * max_m))?,
+            gemm_batched: GemmPair::new(stream, &weights, rows, rows, rows)?,
+            gemm_single: GemmPair::new(stream, &weights, 1, t, t)?,
+            single_offsets: stream.alloc_zeros(2)?,
+            iota: stream.clone_htod(&iota)?,
+            grouped: ExpertLayout::new(stream, dg)?,
+            contiguous: ExpertLayout::new(stream, dc)?,
+            masked: ExpertLayout::new(stream, dm)?,
+            a: zeros(cap * weights.hidden)?,
+            d1: zeros(cap * weights.w13_rows())?,
+            h: zeros(cap * weights.inter)?,
+            d2: zeros(cap * weights.hidden)?,
+            status: DeviceStatus::new(stream)?,
+            backend: options.backend,
+            max_tokens: t,
+            top_k: k,
+            max_m,
+            weights,
+        })
+    }
+
+    pub fn weights(&self) -> &ExpertWeights<T> {
+        &self.weights
+    }
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+    /// Switches the backend of a live layer (no reload, no allocation).
+    pub fn set_backend(&mut self, backend: Backend) {
+        self.backend = backend;
+    }
+
+    /// The backend a forward of `tokens` tokens runs. `Auto`: `Batched` when the T·k rows are fewer than the
+    /// experts (most experts get at most one row: a tile per pair streams the fewest weights and needs no
+    /// layout); `Masked` while a batch fits the masked capacity and T·k ≤ 8·E (decode); `Grouped` otherwise.
+    pub fn backend_for(&self, tokens: usize) -> Backend {
+        match self.backend {
+            Backend::Auto => {
+                let rows = tokens * self.top_k;
+                if rows < self.weights.experts {
+                    Backend::Batched
+                } else if tokens <= self.max_m && rows <= 8 * self.weights.experts {
+                    Backend::Masked
+                } else {
+                    Backend::Grouped
+                }
+            }
+            b => b,
+        }
+    }
+
+    /// Reads and clears the layer's device status word (synchronises): reports invalid expert ids, capacity
+    /// overflow and any other device-side check of the last forwards.
+    pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.status.check(stream)
+    }
+
+    /// `y [tokens, H] = MoE(x [tokens, H])` for the routing `topk_ids`, `topk_weights` (`[tokens, k]`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] if `tokens > max_tokens`, or the `Masked` backend is asked for more tokens than
+    /// its capacity `max_m` guarantees; buffer and launch errors.
+    pub fn forward(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        topk_ids: &CudaSlice<i32>,
+        topk_weights: &CudaSlice<f32>,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        if tokens > self.max_tokens {
+            return Err(Error::InvalidProblem(format!("tokens = {tokens} exceeds max_tokens = {}", self.max_tokens)));
+        }
+        if tokens == 0 {
+            return Ok(());
+        }
+        match self.backend_for(tokens) {
+            Backend::Batched => self.forward_batched(stream, tokens, x, topk_ids, topk_weights, y),
+            Backend::Eager => self.forward_eager(stream, tokens, x, topk_ids, topk_weights, y),
+            b => self.forward_layout(stream, b, tokens, x, topk_ids, topk_weights, y),
+        }
+    }
+
+    fn forward_layout(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        backend: Backend,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        if backend == Backend::Masked && tokens > self.max_m {
+            return Err(Error::InvalidProblem(format!(
+                "the Masked backend holds max_m = {} rows per expert; {tokens} tokens could overflow it (raise masked_max_m or use another backend)",
+                self.max_m
+            )));
+        }
+        let (layout, gemms) = match backend {
+            Backend::Grouped => (&mut self.grouped, &mut self.gemm_grouped),
+            Backend::Contiguous => (&mut self.contiguous, &mut self.gemm_contiguous),
+            _ => (&mut self.masked, &mut self.gemm_masked),
+        };
+        let w = &self.weights;
+        let (h, i) = (w.hidden, w.inter);
+        let cap = layout.dims().capacity();
+        layout.build(stream, tokens, ids, None, &mut self.status)?;
+        layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
+        gemms.g1.launch(stream, &self.a, &w.w13, layout.group_rows(), &mut self.d1, &mut gemms.ws1, &mut self.status)?;
+        let act = ffi::ActivationLaunch {
+            act: w.activation,
+            gate_up: w.gate_up,
+            inter: i,
+            rows: cap,
+            total: Some(layout.total()),
+            row_experts: layout.m_indices().as_view(),
+            experts: w.experts,
+            bias: w.b13.as_ref(),
+        };
+        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        gemms.g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, &mut gemms.ws2, &mut self.status)?;
+        let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
+        ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+    }
+
+    fn forward_batched(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let w = &self.weights;
+        let (k, e) = (self.top_k, w.experts);
+        let rows = tokens * k;
+        let g = &mut self.gemm_batched;
+        let per_row = |a_div| GroupRows::PerRow { experts: ids.slice(0..rows), rows, a_div, num_experts: e };
+        g.g1.launch(stream, x, &w.w13, per_row(k), &mut self.d1, &mut g.ws1, &mut self.status)?;
+        let act = ffi::ActivationLaunch {
+            act: w.activation,
+            gate_up: w.gate_up,
+            inter: w.inter,
+            rows,
+            total: None,
+            row_experts: ids.slice(0..rows),
+            experts: e,
+            bias: w.b13.as_ref(),
+        };
+        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        g.g2.launch(stream, &self.h, &w.w2, per_row(1), &mut self.d2, &mut g.ws2, &mut self.status)?;
+        let bias = w.b2.as_ref().map(|b| (ids.slice(0..rows), b.as_view(), e));
+        let positions = self.iota.slice(0..rows);
+        ffi::launch_combine(stream, tokens, k, w.hidden, &self.d2, &positions, weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+    }
+
+    /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts
+    /// are read back: this synchronises).
+    fn forward_eager(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let w = &self.weights;
+        let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
+        let layout = &mut self.grouped;
+        layout.build(stream, tokens, ids, None, &mut self.status)?;
+        layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
+        let offsets = stream.clone_dtoh(layout.offsets())?;
+        let g = &mut self.gemm_single;
+        for e in 0..w.experts {
+            let (lo, hi) = (offsets[e] as usize, offsets[e + 1] as usize);
+            if hi == lo {
+                continue;
+            }
+            stream.memcpy_htod(&[0i32, (hi - lo) as i32], &mut self.single_offsets)?;
+            let a = self.a.slice(lo * h..);
+            let mut d1 = self.d1.slice_mut(lo * r13..);
+            g.g1.launch(stream, &a, &w.w13.slice(e * r13 * h..(e + 1) * r13 * h), &self.single_offsets, &mut d1, &mut g.ws1, &mut self.status)?;
+        }
+        let act = ffi::ActivationLaunch {
+            act: w.activation,
+            gate_up: w.gate_up,
+            inter: i,
+            rows: layout.dims().capacity(),
+            total: Some(layout.total()),
+            row_experts: layout.m_indices().as_view(),
+            experts: w.experts,
+            bias: w.b13.as_ref(),
+        };
+        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        for e in 0..w.experts {
+            let (lo, hi) = (offsets[e] as usize, offsets[e + 1] as usize);
+            if hi == lo {
+                continue;
+            }
+            stream.memcpy_htod(&[0i32, (hi - lo) as i32], &mut self.single_offsets)?;
+            let hin = self.h.slice(lo * i..);
+            let mut d2 = self.d2.slice_mut(lo * h..);
+            g.g2.launch(stream, &hin, &w.w2.slice(e * h * i..(e + 1) * h * i), &self.single_offsets, &mut d2, &mut g.ws2, &mut self.status)?;
+        }
+        let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
+        ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+    }
+}

@@ -1,0 +1,262 @@
+//! The MoE layer: every backend against the CPU reference and each other, mutation checks that prove the
+//! comparison bites, and the masked layer captured in a CUDA graph.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::reference::{first_mismatch, Tolerance};
+use moe_gemm::*;
+
+use crate::common::*;
+
+fn packed(e: usize, h: usize, i: usize, format: ExpertFormat, biases: bool, seed: u64) -> PackedExperts<bf16> {
+    let r13 = if format.activation.gated() { 2 * i } else { i };
+    let mut rng = Rng(seed);
+    let bias = |n: usize, rng: &mut Rng| (0..n).map(|_| rng.unit() * 0.5).collect::<Vec<f32>>();
+    let (b13, b2) = if biases { (Some(bias(e * r13, &mut rng)), Some(bias(e * h, &mut rng))) } else { (None, None) };
+    PackedExperts::new(
+        e,
+        h,
+        i,
+        format,
+        random_vec::<bf16>(e * r13 * h, seed + 1, 0.15),
+        random_vec::<bf16>(e * h * i, seed + 2, 0.15),
+        b13,
+        b2,
+    )
+    .unwrap()
+}
+
+/// Normalised random router weights for given ids.
+fn weights_for(tokens: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let mut w: Vec<f32> = (0..tokens * k).map(|_| rng.unit().abs() + 0.1).collect();
+    for t in 0..tokens {
+        let s: f32 = w[t * k..(t + 1) * k].iter().sum();
+        w[t * k..(t + 1) * k].iter_mut().for_each(|x| *x /= s);
+    }
+    w
+}
+
+fn distinct_ids(tokens: usize, k: usize, e: usize, seed: u64) -> Vec<i32> {
+    let mut rng = Rng(seed);
+    (0..tokens)
+        .flat_map(|_| {
+            let mut v: Vec<i32> = Vec::new();
+            while v.len() < k {
+                let x = rng.below(e) as i32;
+                if !v.contains(&x) {
+                    v.push(x);
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+struct Rig {
+    stream: Arc<CudaStream>,
+    layer: MoeLayer<bf16>,
+}
+
+impl Rig {
+    fn new(p: &PackedExperts<bf16>, max_tokens: usize, k: usize) -> Rig {
+        let (_ctx, stream) = gpu();
+        let weights = ExpertWeights::upload(&stream, p).unwrap();
+        let opts = MoeLayerOptions { max_tokens, top_k: k, masked_max_m: None, backend: Backend::Auto };
+        Rig { layer: MoeLayer::new(&stream, weights, opts).unwrap(), stream }
+    }
+
+    fn forward(&mut self, backend: Backend, x: &[bf16], ids: &CudaSlice<i32>, w: &CudaSlice<f32>) -> Vec<bf16> {
+        let h = self.layer.weights().hidden();
+        let tokens = x.len() / h;
+        let xd = self.stream.clone_htod(x).unwrap();
+        let mut y = self.stream.clone_htod(&vec![bf16::NAN; tokens * h]).unwrap();
+        self.layer.set_backend(backend);
+        self.layer.forward(&self.stream, tokens, &xd, ids, w, &mut y).unwrap();
+        self.layer.check(&self.stream).unwrap();
+        self.stream.clone_dtoh(&y).unwrap()
+    }
+}
+
+fn mismatch(got: &[bf16], want: &[bf16]) -> Option<String> {
+    let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+    let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
+    let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+    // A few bf16 steps of the output's magnitude (MOE_SEMANTICS: summation order moves results by one step).
+    let tol = Tolerance { atol: 4.0 * max / 256.0 * 0.5, rtol: 2.0 / 256.0 };
+    first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b} ({tol:?})"))
+}
+
+fn check_all_backends(name: &str, p: &PackedExperts<bf16>, max_tokens: usize, k: usize, ids: &[i32], w: &[f32]) {
+    let mut rig = Rig::new(p, max_tokens, k);
+    let tokens = ids.len() / k;
+    let x = random_vec::<bf16>(tokens * p.hidden, 99, 1.0);
+    let want = moe_forward(p, &x, ids, w, k);
+    let ids_d = rig.stream.clone_htod(ids).unwrap();
+    let w_d = rig.stream.clone_htod(w).unwrap();
+    let mut first: Option<Vec<bf16>> = None;
+    for backend in Backend::CONCRETE {
+        let got = rig.forward(backend, &x, &ids_d, &w_d);
+        if let Some(m) = mismatch(&got, &want) {
+            panic!("{name} [{backend:?}]: {m}");
+        }
+        // Every backend computes the same function: at most a bf16 step apart from each other.
+        if let Some(f) = &first {
+            assert!(mismatch(&got, f).is_none(), "{name}: {backend:?} disagrees with {:?}", Backend::CONCRETE[0]);
+        } else {
+            first = Some(got);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn all_backends_match_the_reference_on_adversarial_routing() {
+    let (e, h, i) = (8usize, 256usize, 128usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 1);
+    let k = 2;
+    check_all_backends("uniform E8 k2", &p, 160, k, &distinct_ids(64, k, e, 2), &weights_for(64, k, 3));
+    let hot: Vec<i32> = distinct_ids(64, 1, 7, 4).iter().flat_map(|&x| [3, if x >= 3 { x + 1 } else { x }]).collect();
+    check_all_backends("one hot expert", &p, 160, k, &hot, &weights_for(64, k, 5));
+    let no_zero: Vec<i32> = distinct_ids(50, k, e - 1, 6).iter().map(|&x| x + 1).collect();
+    check_all_backends("expert 0 gets no rows", &p, 160, k, &no_zero, &weights_for(50, k, 7));
+    check_all_backends("T = 1", &p, 160, k, &[6, 1], &[0.7, 0.3]);
+    check_all_backends("T = 37, k = 1, one expert takes every token", &p, 160, 1, &[5; 37], &[1.0; 37]);
+    for t in [127usize, 128, 129] {
+        check_all_backends(&format!("{t} rows on one expert (BLOCK_M ± 1)"), &p, 160, 1, &vec![2; t], &weights_for(t, 1, 8));
+    }
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn deepseek_routing_e256_k8_all_backends() {
+    let (e, k, h, i, t) = (256usize, 8usize, 128usize, 64usize, 48usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 11);
+    let config = RouterConfig::deepseek_v3();
+    let mut rng = Rng(12);
+    let logits: Vec<f32> = (0..t * e).map(|_| rng.unit() * 3.0).collect();
+    let bias: Vec<f32> = (0..e).map(|_| rng.unit() * 0.1).collect();
+    let (ids, w, st) = crate::routing::gpu_route(config, &logits, Some(&bias));
+    st.unwrap();
+    check_all_backends("deepseek-v3 routing", &p, 64, k, &ids, &w);
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn gpt_oss_format_interleaved_transposed_biased_clamped() {
+    let (e, k, h, i, t) = (8usize, 4usize, 128usize, 64usize, 40usize);
+    let p = packed(e, h, i, ExpertFormat::GPT_OSS, true, 21);
+    check_all_backends("gpt-oss", &p, 64, k, &distinct_ids(t, k, e, 22), &weights_for(t, k, 23));
+    let silu = ExpertFormat { gate_up: GateUp::Concatenated, activation: Activation::Silu, storage: Storage::OutIn };
+    check_all_backends("non-gated silu", &packed(e, h, i, silu, true, 24), 64, k, &distinct_ids(t, k, e, 25), &weights_for(t, k, 26));
+}
+
+/// Mutations fed through the public API must make the comparison fail.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn mutations_are_caught() {
+    let (e, k, h, i, t) = (8usize, 2usize, 128usize, 64usize, 32usize);
+    // An interleaved checkpoint read as concatenated.
+    let good = packed(e, h, i, ExpertFormat::GPT_OSS, true, 31);
+    let mut misread = good.clone();
+    misread.format.gate_up = GateUp::Concatenated;
+    let ids = distinct_ids(t, k, e, 32);
+    let w = weights_for(t, k, 33);
+    let x = random_vec::<bf16>(t * h, 34, 1.0);
+    let want = moe_forward(&good, &x, &ids, &w, k);
+    let mut rig = Rig::new(&misread, t, k);
+    let (ids_d, w_d) = (rig.stream.clone_htod(&ids).unwrap(), rig.stream.clone_htod(&w).unwrap());
+    for backend in Backend::CONCRETE {
+        assert!(mismatch(&rig.forward(backend, &x, &ids_d, &w_d), &want).is_some(), "{backend:?}: misread gate/up went unnoticed");
+    }
+    // Gate weights taken from the biased scores (DeepSeek): the layer's output moves past the tolerance.
+    let p = packed(256, 128, 64, ExpertFormat::SWIGLU, false, 35);
+    let config = RouterConfig::deepseek_v3();
+    let mut rng = Rng(36);
+    let logits: Vec<f32> = (0..t * 256).map(|_| rng.unit() * 2.0).collect();
+    let bias: Vec<f32> = (0..256).map(|_| rng.unit() * 0.5).collect();
+    let (ids, w, _) = crate::routing::gpu_route(config, &logits, Some(&bias));
+    let leaky: Vec<f32> = (0..t)
+        .flat_map(|tt| {
+            let c: Vec<f32> = (0..8)
+                .map(|j| {
+                    let e = ids[tt * 8 + j] as usize;
+                    1.0 / (1.0 + (-logits[tt * 256 + e]).exp()) + bias[e]
+                })
+                .collect();
+            let s: f32 = c.iter().sum();
+            c.into_iter().map(move |v| v / s * 2.5)
+        })
+        .collect();
+    let x = random_vec::<bf16>(t * 128, 37, 1.0);
+    let want = moe_forward(&p, &x, &ids, &w, 8);
+    let mut rig = Rig::new(&p, t, 8);
+    let (ids_d, leak_d) = (rig.stream.clone_htod(&ids).unwrap(), rig.stream.clone_htod(&leaky).unwrap());
+    assert!(mismatch(&rig.forward(Backend::Grouped, &x, &ids_d, &leak_d), &want).is_some(), "biased gate weights went unnoticed");
+}
+
+/// The masked layer with its router, captured once and replayed with new logits: each replay equals an
+/// uncaptured forward bit for bit and the reference within tolerance.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn masked_layer_with_router_replays_in_a_graph() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (e, k, h, i, t) = (32usize, 4usize, 128usize, 64usize, 16usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 41);
+    let (_ctx, stream) = gpu();
+    let weights = ExpertWeights::upload(&stream, &p).unwrap();
+    let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: Some(t), backend: Backend::Masked };
+    let mut layer = MoeLayer::new(&stream, weights, opts).unwrap();
+    let router = Router::new(&stream, RouterConfig::new(e, k, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let x_host = random_vec::<bf16>(t * h, 42, 1.0);
+    let x = stream.clone_htod(&x_host).unwrap();
+    let mut logits = stream.alloc_zeros::<f32>(t * e).unwrap();
+    let mut ids = stream.alloc_zeros::<i32>(t * k).unwrap();
+    let mut w = stream.alloc_zeros::<f32>(t * k).unwrap();
+    let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
+    let mut step = |layer: &mut MoeLayer<bf16>, ids: &mut CudaSlice<i32>, w: &mut CudaSlice<f32>, y: &mut CudaSlice<bf16>, logits: &CudaSlice<f32>| {
+        router.launch(&stream, t, logits, None, ids, w, &mut st).unwrap();
+        layer.forward(&stream, t, &x, ids, w, y).unwrap();
+    };
+    step(&mut layer, &mut ids, &mut w, &mut y, &logits);
+    stream.synchronize().unwrap();
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    step(&mut layer, &mut ids, &mut w, &mut y, &logits);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
+    for replay in 0..10u64 {
+        let mut rng = Rng(500 + replay);
+        let l: Vec<f32> = (0..t * e).map(|_| rng.unit() * 3.0).collect();
+        stream.memcpy_htod(&l, &mut logits).unwrap();
+        graph.launch().unwrap();
+        let from_graph = stream.clone_dtoh(&y).unwrap();
+        let (ids_h, w_h) = (stream.clone_dtoh(&ids).unwrap(), stream.clone_dtoh(&w).unwrap());
+        step(&mut layer, &mut ids, &mut w, &mut y, &logits);
+        let eager = stream.clone_dtoh(&y).unwrap();
+        layer.check(&stream).unwrap();
+        assert!(from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()), "replay {replay} differs from eager");
+        if let Some(m) = mismatch(&from_graph, &moe_forward(&p, &x_host, &ids_h, &w_h, k)) {
+            panic!("replay {replay}: {m}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn auto_policy_is_inspectable_and_masked_refuses_oversized_batches() {
+    let p = packed(64, 128, 64, ExpertFormat::SWIGLU, false, 51);
+    let mut rig = Rig::new(&p, 1024, 8);
+    assert_eq!(rig.layer.backend_for(1), Backend::Batched);
+    assert_eq!(rig.layer.backend_for(16), Backend::Masked);
+    assert_eq!(rig.layer.backend_for(1024), Backend::Grouped);
+    rig.layer.set_backend(Backend::Masked);
+    let x = rig.stream.alloc_zeros::<bf16>(1024 * 128).unwrap();
+    let ids = rig.stream.alloc_zeros::<i32>(1024 * 8).unwrap();
+    let w = rig.stream.alloc_zeros::<f32>(1024 * 8).unwrap();
+    let mut y = rig.stream.alloc_zeros::<bf16>(1024 * 128).unwrap();
+    let err = rig.layer.forward(&rig.stream, 1000, &x, &ids, &w, &mut y).unwrap_err();
+    assert!(err.to_string().contains("max_m = 256"), "{err}");
+}
