@@ -464,9 +464,12 @@ pub(crate) fn launch_combine<T: Element>(
     need_len("positions", positions.len(), tokens * top_k, "tokens x top_k")?;
     need_len("topk_weights", weights.len(), tokens * top_k, "tokens x top_k")?;
     need_len("y", y.len(), tokens * hidden, "tokens x hidden")?;
-    let d_rows = d.len() / hidden;
-    if let Some((re, b, experts)) = bias {
-        need_len("row experts", re.len(), d_rows, "rows of d")?;
+    // With a bias the kernel reads the expert of every row it combines: only rows that have one are valid.
+    let d_rows = match bias {
+        Some((re, _, _)) => (d.len() / hidden).min(re.len()),
+        None => d.len() / hidden,
+    };
+    if let Some((_, b, experts)) = bias {
         need_len("b2 bias", b.len(), experts * hidden, "experts x hidden")?;
     }
     let (d_ptr, _d) = d.device_ptr(stream);
@@ -481,7 +484,8 @@ pub(crate) fn launch_combine<T: Element>(
     }
     // SAFETY: d holds d_rows*hidden, y tokens*hidden elements, positions and weights tokens*top_k (checked);
     // rows are 16-byte aligned (hidden % 8 == 0, aligned bases); the kernel skips positions outside
-    // [0, d_rows) and bias rows of experts outside [0, experts); row experts cover d_rows, bias experts*hidden.
+    // [0, d_rows) and bias rows of experts outside [0, experts); row experts cover d_rows (d_rows is clamped to
+    // them), bias experts*hidden.
     // Guards outlive the call.
     status_check("combine_rows", unsafe {
         ffi::combine_rows(
