@@ -64,6 +64,8 @@ pub trait Element: sealed::Sealed + DeviceRepr + ValidAsZeroBits + Copy + Send +
     fn to_f32(self) -> f32;
     /// A quiet NaN: used to poison outputs so that unwritten elements are seen.
     fn nan() -> Self;
+    fn to_bits(self) -> u16;
+    fn from_bits(bits: u16) -> Self;
 }
 
 impl Element for half::bf16 {
@@ -77,6 +79,12 @@ impl Element for half::bf16 {
     fn nan() -> Self {
         half::bf16::NAN
     }
+    fn to_bits(self) -> u16 {
+        half::bf16::to_bits(self)
+    }
+    fn from_bits(bits: u16) -> Self {
+        half::bf16::from_bits(bits)
+    }
 }
 
 impl Element for half::f16 {
@@ -89,5 +97,11 @@ impl Element for half::f16 {
     }
     fn nan() -> Self {
         half::f16::NAN
+    }
+    fn to_bits(self) -> u16 {
+        half::f16::to_bits(self)
+    }
+    fn from_bits(bits: u16) -> Self {
+        half::f16::from_bits(bits)
     }
 }

@@ -40,6 +40,10 @@ pub enum Error {
     #[error("device-side check failed: {what} (status word {word:#x})")]
     DeviceCheck { word: u32, what: String },
 
+    /// A checkpoint tensor is missing or does not fit the others.
+    #[error("checkpoint tensor `{tensor}`: {problem}")]
+    Checkpoint { tensor: String, problem: String },
+
     /// No CUDA driver (libcuda) could be loaded on this machine.
     #[error("no CUDA driver: {0}")]
     NoDriver(String),

@@ -87,6 +87,14 @@ pub(crate) fn grouped_gemm_sm90_workspace(d: DType, c: TileConfig, groups: i32, 
     Ok(bytes)
 }
 
+/// Maps a checkpoint file read-only.
+pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the map is read-only and private to the Checkpoint that owns it; as with every memory-mapped
+    // file, another process truncating the file while it is mapped would fault, which callers accept by
+    // loading checkpoints (documented on Checkpoint::open).
+    unsafe { memmap2::Mmap::map(file) }
+}
+
 /// Whether libcuda can be loaded (cudarc's dynamic loading panics on first use otherwise).
 pub(crate) fn driver_present() -> bool {
     // SAFETY: only attempts to dlopen the driver library and reports whether that succeeded.

@@ -1,0 +1,228 @@
+//! Expert weights from checkpoints: per-expert tensors named as real checkpoints name them, memory-mapped from
+//! `.safetensors` files, packed into [`PackedExperts`] (stack over experts, concatenate gate and up), and
+//! unpacked back bit for bit so a save round-trips.
+//!
+//! | [`ExpertNaming`] | per-expert tensors under `{prefix}.experts.{e}.` | families |
+//! |---|---|---|
+//! | `Mixtral` | `w1.weight` (gate) `[I, H]`, `w3.weight` (up) `[I, H]`, `w2.weight` (down) `[H, I]` | Mixtral (`prefix` = `model.layers.L.block_sparse_moe`) |
+//! | `GateUpDown` | `gate_proj.weight`, `up_proj.weight`, `down_proj.weight` | Qwen3-MoE, DeepSeek-V3 (`prefix` = `model.layers.L.mlp`) |
+//!
+//! gpt-oss stores its experts packed already (`{prefix}.experts.gate_up_proj [E, H, 2I]` interleaved,
+//! `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`): [`Checkpoint::pack_gpt_oss`].
+//! (The released gpt-oss checkpoints hold MXFP4 blocks; this reads the dequantised bf16 form.)
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, Metadata, TensorView};
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::layer::{ExpertFormat, PackedExperts};
+
+/// How per-expert tensors are named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertNaming {
+    /// `w1` (gate), `w3` (up), `w2` (down).
+    Mixtral,
+    /// `gate_proj`, `up_proj`, `down_proj`.
+    GateUpDown,
+}
+
+impl ExpertNaming {
+    /// (gate, up, down) tensor names of expert `e` under `prefix`.
+    pub fn names(self, prefix: &str, e: usize) -> [String; 3] {
+        let (g, u, d) = match self {
+            ExpertNaming::Mixtral => ("w1", "w3", "w2"),
+            ExpertNaming::GateUpDown => ("gate_proj", "up_proj", "down_proj"),
+        };
+        [g, u, d].map(|n| format!("{prefix}.experts.{e}.{n}.weight"))
+    }
+}
+
+fn bad(tensor: &str, problem: String) -> Error {
+    Error::Checkpoint { tensor: tensor.to_string(), problem }
+}
+
+fn st_dtype(d: DType) -> Dtype {
+    match d {
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+    }
+}
+
+fn to_bytes<T: Element>(v: &[T]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
+}
+
+fn from_bytes<T: Element>(b: &[u8]) -> Vec<T> {
+    b.chunks_exact(2).map(|c| T::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
+}
+
+/// A memory-mapped `.safetensors` file.
+#[derive(Debug)]
+pub struct Checkpoint {
+    map: Mmap,
+    header: usize,
+    meta: Metadata,
+}
+
+impl Checkpoint {
+    /// Maps `path` and reads its header. The file must not be truncated while the checkpoint is open (the
+    /// caveat of every memory-mapped file).
+    pub fn open(path: &Path) -> Result<Checkpoint> {
+        let file = File::open(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
+        let map = crate::ffi::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
+        let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
+            .map_err(|e| bad(&path.display().to_string(), format!("not a safetensors file: {e}")))?;
+        Ok(Checkpoint { map, header, meta })
+    }
+
+    /// Names of every tensor in the file.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.meta.tensors().into_keys().collect();
+        v.sort();
+        v
+    }
+
+    /// The shape and elements of tensor `name`, which must hold `T`'s dtype.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor: missing, or another dtype.
+    pub fn tensor<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
+        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        if info.dtype != st_dtype(T::DTYPE) {
+            return Err(bad(name, format!("dtype {:?}, expected {}", info.dtype, T::DTYPE)));
+        }
+        let base = 8 + self.header;
+        let (s, e) = info.data_offsets;
+        Ok((info.shape.clone(), from_bytes(&self.map[base + s..base + e])))
+    }
+
+    /// A tensor converted to f32 (biases), from a 16-bit or f32 tensor.
+    fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        let base = 8 + self.header;
+        let bytes = &self.map[base + info.data_offsets.0..base + info.data_offsets.1];
+        let v = match info.dtype {
+            Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::BF16 => from_bytes::<half::bf16>(bytes).into_iter().map(f32::from).collect(),
+            Dtype::F16 => from_bytes::<half::f16>(bytes).into_iter().map(f32::from).collect(),
+            d => return Err(bad(name, format!("dtype {d:?}, expected f32, bf16 or f16"))),
+        };
+        Ok((info.shape.clone(), v))
+    }
+
+    /// Packs per-expert gate/up/down tensors of experts `0..experts` under `prefix` (SwiGLU, `[gate | up]`).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the first missing tensor or the first whose shape disagrees with expert 0.
+    pub fn pack_experts<T: Element>(&self, prefix: &str, experts: usize, naming: ExpertNaming) -> Result<PackedExperts<T>> {
+        pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
+    }
+
+    /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form).
+    pub fn pack_gpt_oss<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
+        let n = |s: &str| format!("{prefix}.experts.{s}");
+        let (s13, w13) = self.tensor::<T>(&n("gate_up_proj"))?;
+        let (s2, w2) = self.tensor::<T>(&n("down_proj"))?;
+        let [e, h, i2] = s13[..] else {
+            return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}, expected [E, H, 2I]")));
+        };
+        if i2 % 2 != 0 || s2 != [e, i2 / 2, h] {
+            return Err(bad(&n("down_proj"), format!("shape {s2:?}, expected [{e}, {}, {h}] from gate_up_proj {s13:?}", i2 / 2)));
+        }
+        let b13 = self.tensor_f32(&n("gate_up_proj_bias"))?;
+        let b2 = self.tensor_f32(&n("down_proj_bias"))?;
+        if b13.0 != [e, i2] {
+            return Err(bad(&n("gate_up_proj_bias"), format!("shape {:?}, expected [{e}, {i2}]", b13.0)));
+        }
+        if b2.0 != [e, h] {
+            return Err(bad(&n("down_proj_bias"), format!("shape {:?}, expected [{e}, {h}]", b2.0)));
+        }
+        PackedExperts::new(e, h, i2 / 2, ExpertFormat::GPT_OSS, w13, w2, Some(b13.1), Some(b2.1))
+    }
+}
+
+/// Packs per-expert tensors found by `get` (name → shape, elements) into `[E, 2I, H]` (gate then up) and
+/// `[E, H, I]`.
+pub fn pack_experts<T: Element>(
+    get: impl Fn(&str) -> Result<(Vec<usize>, Vec<T>)>,
+    prefix: &str,
+    experts: usize,
+    naming: ExpertNaming,
+) -> Result<PackedExperts<T>> {
+    let mut w13 = Vec::new();
+    let mut w2 = Vec::new();
+    let mut dims: Option<(usize, usize)> = None; // (I, H)
+    for e in 0..experts {
+        let [gn, un, dn] = naming.names(prefix, e);
+        let (gs, g) = get(&gn)?;
+        let (us, u) = get(&un)?;
+        let (ds, d) = get(&dn)?;
+        let (i, h) = match gs[..] {
+            [i, h] => (i, h),
+            _ => return Err(bad(&gn, format!("shape {gs:?}, expected [I, H]"))),
+        };
+        if let Some(first) = dims {
+            if first != (i, h) {
+                return Err(bad(&gn, format!("shape {gs:?}, expert 0 has [{}, {}]", first.0, first.1)));
+            }
+        }
+        dims = Some((i, h));
+        if us != [i, h] {
+            return Err(bad(&un, format!("shape {us:?}, expected [{i}, {h}] like the gate")));
+        }
+        if ds != [h, i] {
+            return Err(bad(&dn, format!("shape {ds:?}, expected [{h}, {i}]")));
+        }
+        w13.extend_from_slice(&g);
+        w13.extend_from_slice(&u);
+        w2.extend_from_slice(&d);
+    }
+    let (i, h) = dims.ok_or_else(|| bad(prefix, "experts = 0".into()))?;
+    PackedExperts::new(experts, h, i, ExpertFormat::SWIGLU, w13, w2, None, None)
+}
+
+/// The per-expert tensors of packed SwiGLU experts (`[gate | up]`, `[out, in]`), named as `naming` does:
+/// the inverse of [`pack_experts`].
+///
+/// # Errors
+/// [`Error::InvalidProblem`] for experts of another format (interleaved, transposed, biased or not gated).
+pub fn unpack_experts<T: Element>(
+    p: &PackedExperts<T>,
+    prefix: &str,
+    naming: ExpertNaming,
+) -> Result<Vec<(String, Vec<usize>, Vec<T>)>> {
+    if p.format != ExpertFormat::SWIGLU || p.b13.is_some() || p.b2.is_some() {
+        return Err(Error::InvalidProblem(format!(
+            "unpack_experts writes per-expert gate/up/down tensors of concatenated [out, in] SwiGLU experts without biases; got {:?}",
+            p.format
+        )));
+    }
+    let (h, i) = (p.hidden, p.inter);
+    let mut out = Vec::with_capacity(3 * p.experts);
+    for e in 0..p.experts {
+        let [gn, un, dn] = naming.names(prefix, e);
+        let base = e * 2 * i * h;
+        out.push((gn, vec![i, h], p.w13[base..base + i * h].to_vec()));
+        out.push((un, vec![i, h], p.w13[base + i * h..base + 2 * i * h].to_vec()));
+        out.push((dn, vec![h, i], p.w2[e * h * i..(e + 1) * h * i].to_vec()));
+    }
+    Ok(out)
+}
+
+/// Writes 16-bit tensors to a `.safetensors` file.
+pub fn save<T: Element>(path: &Path, tensors: &[(String, Vec<usize>, Vec<T>)]) -> Result<()> {
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| to_bytes(v)).collect();
+    let views: HashMap<String, TensorView<'_>> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((n, s, _), b)| {
+            TensorView::new(st_dtype(T::DTYPE), s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| bad(n, e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    safetensors::serialize_to_file(views, None, path).map_err(|e| bad(&path.display().to_string(), e.to_string()))
+}

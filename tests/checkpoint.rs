@@ -1,0 +1,149 @@
+//! Checkpoint packing on the CPU: real tensor names, safetensors files, exact round trips, errors naming the
+//! tensor, and the packed layout computing what the per-expert tensors define.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use half::bf16;
+use moe_gemm::checkpoint::{pack_experts, save, unpack_experts, Checkpoint, ExpertNaming};
+use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::*;
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("moe-gemm-test-{}-{name}.safetensors", std::process::id()))
+}
+
+type Tensors = Vec<(String, Vec<usize>, Vec<bf16>)>;
+
+fn experts(prefix: &str, naming: ExpertNaming, e: usize, i: usize, h: usize) -> Tensors {
+    let mut out = Vec::new();
+    for x in 0..e {
+        let [g, u, d] = naming.names(prefix, x);
+        out.push((g, vec![i, h], random_vec::<bf16>(i * h, 10 * x as u64 + 1, 1.0)));
+        out.push((u, vec![i, h], random_vec::<bf16>(i * h, 10 * x as u64 + 2, 1.0)));
+        out.push((d, vec![h, i], random_vec::<bf16>(h * i, 10 * x as u64 + 3, 1.0)));
+    }
+    out
+}
+
+fn bits(v: &[bf16]) -> Vec<u16> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn mixtral_and_qwen_names_round_trip_bit_for_bit() {
+    for (prefix, naming) in [
+        ("model.layers.3.block_sparse_moe", ExpertNaming::Mixtral),
+        ("model.layers.0.mlp", ExpertNaming::GateUpDown),
+    ] {
+        let original = experts(prefix, naming, 4, 16, 8);
+        let path = tmp(&format!("{naming:?}"));
+        save(&path, &original).unwrap();
+        let ckpt = Checkpoint::open(&path).unwrap();
+        assert!(ckpt.names().iter().any(|n| n.ends_with(if naming == ExpertNaming::Mixtral { "experts.2.w3.weight" } else { "experts.2.up_proj.weight" })));
+        let packed = ckpt.pack_experts::<bf16>(prefix, 4, naming).unwrap();
+        assert_eq!((packed.experts, packed.hidden, packed.inter), (4, 8, 16));
+        // [gate | up]: expert 1's up rows start I rows into its block.
+        let up1 = &original.iter().find(|t| t.0 == naming.names(prefix, 1)[1]).unwrap().2;
+        assert_eq!(bits(&packed.w13[(2 * 16) * 8 + 16 * 8..(2 * 16) * 8 + 32 * 8]), bits(up1));
+        let unpacked = unpack_experts(&packed, prefix, naming).unwrap();
+        let mut a = original.clone();
+        let mut b = unpacked.clone();
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        b.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((&x.0, &x.1), (&y.0, &y.1));
+            assert_eq!(bits(&x.2), bits(&y.2), "{}", x.0);
+        }
+        // Saving the unpacked tensors gives a file that packs to the same experts.
+        let again = tmp(&format!("{naming:?}-again"));
+        save(&again, &unpacked).unwrap();
+        assert_eq!(Checkpoint::open(&again).unwrap().pack_experts::<bf16>(prefix, 4, naming).unwrap(), packed);
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(again);
+    }
+}
+
+#[test]
+fn missing_expert_and_bad_shapes_name_the_tensor() {
+    let prefix = "model.layers.1.block_sparse_moe";
+    let mut t = experts(prefix, ExpertNaming::Mixtral, 3, 16, 8);
+    t.retain(|x| x.0 != "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+    let path = tmp("missing");
+    save(&path, &t).unwrap();
+    let err = Checkpoint::open(&path).unwrap().pack_experts::<bf16>(prefix, 3, ExpertNaming::Mixtral).unwrap_err();
+    assert!(err.to_string().contains("experts.2.w3.weight") && err.to_string().contains("missing"), "{err}");
+
+    let mut t = experts(prefix, ExpertNaming::Mixtral, 3, 16, 8);
+    let w2 = t.iter_mut().find(|x| x.0.ends_with("experts.1.w2.weight")).unwrap();
+    w2.1 = vec![16, 8]; // transposed by mistake
+    let err = pack_experts(|n| Ok(t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).unwrap()), prefix, 3, ExpertNaming::Mixtral)
+        .unwrap_err();
+    assert!(err.to_string().contains("experts.1.w2.weight") && err.to_string().contains("[8, 16]"), "{err}");
+
+    let f16s: Vec<(String, Vec<usize>, Vec<half::f16>)> = vec![("x".into(), vec![2], vec![half::f16::ONE; 2])];
+    save(&path, &f16s).unwrap();
+    let err = Checkpoint::open(&path).unwrap().tensor::<bf16>("x").unwrap_err();
+    assert!(err.to_string().contains("`x`") && err.to_string().contains("F16"), "{err}");
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn gpt_oss_packed_tensors_load_with_their_format() {
+    let (e, h, i) = (2usize, 8usize, 16usize);
+    let prefix = "model.layers.0.mlp";
+    let t: Tensors = vec![
+        (format!("{prefix}.experts.gate_up_proj"), vec![e, h, 2 * i], random_vec(e * h * 2 * i, 1, 1.0)),
+        (format!("{prefix}.experts.gate_up_proj_bias"), vec![e, 2 * i], random_vec(e * 2 * i, 2, 1.0)),
+        (format!("{prefix}.experts.down_proj"), vec![e, i, h], random_vec(e * i * h, 3, 1.0)),
+        (format!("{prefix}.experts.down_proj_bias"), vec![e, h], random_vec(e * h, 4, 1.0)),
+    ];
+    let path = tmp("gptoss");
+    save(&path, &t).unwrap();
+    let p = Checkpoint::open(&path).unwrap().pack_gpt_oss::<bf16>(prefix).unwrap();
+    assert_eq!(p.format, ExpertFormat::GPT_OSS);
+    assert_eq!((p.experts, p.hidden, p.inter), (e, h, i));
+    assert_eq!(p.b13.as_ref().unwrap()[5], t[1].2[5].to_f32());
+    let _ = std::fs::remove_file(path);
+}
+
+/// The packed layer computes exactly what the per-expert tensors define: y = Σ w · W2 (silu(W1 x) ⊙ W3 x).
+#[test]
+fn packed_experts_compute_the_per_expert_definition() {
+    let (e, i, h, k) = (3usize, 16usize, 8usize, 2usize);
+    let prefix = "p";
+    let t = experts(prefix, ExpertNaming::Mixtral, e, i, h);
+    let get = |n: &str| Ok(t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).unwrap());
+    let packed = pack_experts(get, prefix, e, ExpertNaming::Mixtral).unwrap();
+    let x = random_vec::<bf16>(h, 9, 1.0);
+    let (ids, w) = ([2i32, 0], [0.75f32, 0.25]);
+    let y = moe_forward(&packed, &x, &ids, &w, k);
+    let tensor = |n: &str| t.iter().find(|q| q.0 == n).unwrap().2.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+    for o in 0..h {
+        let mut acc = 0f32;
+        for (j, &ex) in ids.iter().enumerate() {
+            let [g, u, d] = ExpertNaming::Mixtral.names(prefix, ex as usize);
+            let (g, u, d) = (tensor(&g), tensor(&u), tensor(&d));
+            let r = |v: f32| bf16::from_f32(v).to_f32();
+            let act: Vec<f32> = (0..i)
+                .map(|n| {
+                    let gv = r((0..h).map(|c| g[n * h + c] * x[c].to_f32()).sum());
+                    let uv = r((0..h).map(|c| u[n * h + c] * x[c].to_f32()).sum());
+                    r(gv / (1.0 + (-gv).exp()) * uv)
+                })
+                .collect();
+            acc += w[j] * r((0..i).map(|n| d[o * i + n] * act[n]).sum());
+        }
+        assert_eq!(y[o].to_bits(), bf16::from_f32(acc).to_bits(), "output {o}");
+    }
+}
+
+#[test]
+fn packed_experts_validate_lengths() {
+    let err = PackedExperts::<bf16>::new(2, 8, 16, ExpertFormat::SWIGLU, vec![bf16::ZERO; 10], vec![bf16::ZERO; 256], None, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("w13 (gate_up_proj) has 10 elements, expected 512"), "{err}");
+}
