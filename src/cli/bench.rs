@@ -21,54 +21,63 @@ use moe_gemm::{device, Error, GroupedGemm, GroupedGemmOptions, GroupedGemmShape,
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// Time the whole MoE layer per backend instead of the single grouped GEMM.
+    #[arg(long)]
+    pub layer: bool,
+    /// Token counts of --layer (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64,256,1024,4096,16384")]
+    pub layer_tokens: Vec<usize>,
+    /// Backends of --layer: eager, batched, grouped, contiguous, masked, auto.
+    #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,auto")]
+    pub backends: Vec<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
     #[arg(long, value_delimiter = ',', default_value = "mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,gpt-oss-120b")]
-    models: Vec<String>,
+    pub models: Vec<String>,
     /// Token counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,512,4096")]
-    tokens: Vec<usize>,
+    pub tokens: Vec<usize>,
     /// Which GEMM: w13 (gate|up), w2 (down), or both.
     #[arg(long, default_value = "both")]
-    gemm: String,
+    pub gemm: String,
     /// Tile config: auto (the plan's heuristic), all (every compiled config), or a name from `moe-gemm info`.
     #[arg(long, default_value = "auto")]
-    config: String,
+    pub config: String,
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 20)]
-    reps: usize,
+    pub reps: usize,
     /// Untimed launches before timing.
     #[arg(long, default_value_t = 3)]
-    warmup: usize,
+    pub warmup: usize,
     /// Do not flush L2 between repetitions.
     #[arg(long)]
-    no_flush: bool,
+    pub no_flush: bool,
     /// Also run the balanced-routing points (every expert gets exactly T·k/E rows).
     #[arg(long)]
-    balanced: bool,
+    pub balanced: bool,
     /// Python interpreter for the PyTorch peer; "none" skips it.
     #[arg(long, default_value = "python3")]
-    peer: String,
+    pub peer: String,
     /// Peer script (defaults to benches/peers/grouped_mm_peer.py under the working directory or the crate).
     #[arg(long)]
-    peer_script: Option<PathBuf>,
+    pub peer_script: Option<PathBuf>,
     /// Skip the route + layout timing (DeepSeek-V3 routing, T = 1, 64, 4096).
     #[arg(long)]
-    no_routing: bool,
+    pub no_routing: bool,
     /// Write every point as JSON here.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Model {
-    name: &'static str,
-    experts: usize,
-    top_k: usize,
-    hidden: usize,
-    inter: usize,
+pub struct Model {
+    pub name: &'static str,
+    pub experts: usize,
+    pub top_k: usize,
+    pub hidden: usize,
+    pub inter: usize,
 }
 
-const MODELS: &[Model] = &[
+pub const MODELS: &[Model] = &[
     Model { name: "mixtral-8x7b", experts: 8, top_k: 2, hidden: 4096, inter: 14336 },
     Model { name: "qwen3-30b-a3b", experts: 128, top_k: 8, hidden: 2048, inter: 768 },
     Model { name: "deepseek-v3", experts: 256, top_k: 8, hidden: 7168, inter: 2048 },
@@ -77,8 +86,8 @@ const MODELS: &[Model] = &[
 
 struct Point {
     name: String,
-    gemm: &'static str,
-    tokens: usize,
+    pub gemm: &'static str,
+    pub tokens: usize,
     routing: &'static str,
     groups: usize,
     n: usize,
@@ -94,7 +103,7 @@ struct Stats {
 
 struct Row {
     point_idx: usize,
-    config: TileConfig,
+    pub config: TileConfig,
     stats: Stats,
 }
 
@@ -216,6 +225,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let stream = ctx.per_thread_stream();
     let info = moe_gemm::DeviceInfo::query(&ctx)?;
     info.require("moe-gemm bench", moe_gemm::Arch::Sm90)?;
+    if args.layer {
+        return super::layer_bench::run(&args, &stream, &info);
+    }
     let forced = configs(&args.config)?;
     let pts = points(&args)?;
     println!(

@@ -1,2 +1,3 @@
 pub mod bench;
 pub mod info;
+pub mod layer_bench;

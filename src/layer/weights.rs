@@ -158,13 +158,6 @@ impl<T: Element> ExpertWeights<T> {
     /// # Errors
     /// [`Error::InvalidProblem`] unless `H` and `I` are multiples of 8 (16-byte rows for TMA); driver errors.
     pub fn upload(stream: &Arc<CudaStream>, p: &PackedExperts<T>) -> Result<Self> {
-        for (name, v) in [("hidden", p.hidden), ("inter", p.inter)] {
-            if v % 8 != 0 {
-                return Err(Error::InvalidProblem(format!(
-                    "{name} = {v} is not a multiple of 8: rows of 16-bit elements must be 16-byte aligned for TMA"
-                )));
-            }
-        }
         let rows13 = p.w13_rows();
         let (w13, w2) = match p.format.storage {
             Storage::OutIn => (stream.clone_htod(&p.w13)?, stream.clone_htod(&p.w2)?),
@@ -173,17 +166,61 @@ impl<T: Element> ExpertWeights<T> {
                 stream.clone_htod(&transpose_experts(&p.w2, p.experts, p.inter, p.hidden))?,
             ),
         };
-        Ok(ExpertWeights {
-            experts: p.experts,
-            hidden: p.hidden,
-            inter: p.inter,
-            gate_up: p.format.gate_up,
-            activation: p.format.activation,
+        Self::from_device(
+            p.experts,
+            p.hidden,
+            p.inter,
+            p.format.gate_up,
+            p.format.activation,
             w13,
             w2,
-            b13: p.b13.as_ref().map(|b| stream.clone_htod(b)).transpose()?,
-            b2: p.b2.as_ref().map(|b| stream.clone_htod(b)).transpose()?,
-        })
+            p.b13.as_ref().map(|b| stream.clone_htod(b)).transpose()?,
+            p.b2.as_ref().map(|b| stream.clone_htod(b)).transpose()?,
+        )
+    }
+
+    /// Wraps weights already on the device, in the kernels' `[out, in]` layout: `w13 [E, 2I or I, H]`,
+    /// `w2 [E, H, I]`, biases f32 `[E, 2I or I]` and `[E, H]`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the buffer whose length does not match, or `H`, `I` not multiples of 8.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_device(
+        experts: usize,
+        hidden: usize,
+        inter: usize,
+        gate_up: GateUp,
+        activation: Activation,
+        w13: CudaSlice<T>,
+        w2: CudaSlice<T>,
+        b13: Option<CudaSlice<f32>>,
+        b2: Option<CudaSlice<f32>>,
+    ) -> Result<Self> {
+        let rows13 = if activation.gated() { 2 * inter } else { inter };
+        let check = |name: &str, got: usize, want: usize| {
+            if got != want {
+                return Err(Error::InvalidProblem(format!(
+                    "{name} holds {got} elements, expected {want} for E = {experts}, H = {hidden}, I = {inter}"
+                )));
+            }
+            Ok(())
+        };
+        for (name, v) in [("hidden", hidden), ("inter", inter)] {
+            if v == 0 || v % 8 != 0 {
+                return Err(Error::InvalidProblem(format!(
+                    "{name} = {v} is not a positive multiple of 8: rows of 16-bit elements must be 16-byte aligned for TMA"
+                )));
+            }
+        }
+        check("w13", w13.len(), experts * rows13 * hidden)?;
+        check("w2", w2.len(), experts * hidden * inter)?;
+        if let Some(b) = &b13 {
+            check("b13", b.len(), experts * rows13)?;
+        }
+        if let Some(b) = &b2 {
+            check("b2", b.len(), experts * hidden)?;
+        }
+        Ok(ExpertWeights { experts, hidden, inter, gate_up, activation, w13, w2, b13, b2 })
     }
 
     pub fn experts(&self) -> usize {

@@ -1,0 +1,252 @@
+//! `moe-gemm bench --layer`: the whole MoE expert layer (GEMM1 + activation + GEMM2 + combine, with the layout
+//! work of each backend) on the model suite, per backend, captured in a CUDA graph and timed over replays with
+//! L2 flushed, next to PyTorch's grouped_mm MLP (benches/peers/moe_layer_peer.py) on the same routing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+use moe_gemm::random::{fill_device, SplitMix64};
+use moe_gemm::{device, Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
+
+use super::bench::{BenchArgs, MODELS};
+
+/// Ceilings from shared/PERF_TARGETS.md (measured on this H200 model on 2026-11-29: streaming read, cuBLAS bf16);
+/// the floor of a point is max(active experts' weight bytes / BW, useful FLOPs / rate).
+const HBM_BYTES_PER_S: f64 = 4.47e12;
+const BF16_FLOPS: f64 = 789e12;
+
+struct Point {
+    model: &'static str,
+    experts: usize,
+    top_k: usize,
+    hidden: usize,
+    inter: usize,
+    tokens: usize,
+    ids: Vec<i32>,
+    weights: Vec<f32>,
+}
+
+impl Point {
+    fn name(&self) -> String {
+        format!("{}/T={}", self.model, self.tokens)
+    }
+    fn floor_us(&self) -> f64 {
+        let mut active = vec![false; self.experts];
+        self.ids.iter().for_each(|&e| active[e as usize] = true);
+        let n = active.iter().filter(|&&a| a).count() as f64;
+        let bytes = n * 3.0 * (self.hidden * self.inter) as f64 * 2.0;
+        let flops = 2.0 * 3.0 * (self.tokens * self.top_k * self.hidden * self.inter) as f64;
+        (bytes / HBM_BYTES_PER_S).max(flops / BF16_FLOPS) * 1e6
+    }
+}
+
+/// Each token picks k distinct experts uniformly (seeded); weights are a softmax over the k of random logits.
+fn routing(e: usize, k: usize, t: usize, seed: u64) -> (Vec<i32>, Vec<f32>) {
+    let mut rng = SplitMix64(seed);
+    let mut ids = Vec::with_capacity(t * k);
+    let mut w = Vec::with_capacity(t * k);
+    for _ in 0..t {
+        let start = ids.len();
+        while ids.len() - start < k {
+            let x = rng.below(e) as i32;
+            if !ids[start..].contains(&x) {
+                ids.push(x);
+            }
+        }
+        let l: Vec<f32> = (0..k).map(|_| rng.unit() * 2.0).collect();
+        let m = l.iter().cloned().fold(f32::MIN, f32::max);
+        let s: f32 = l.iter().map(|x| (x - m).exp()).sum();
+        w.extend(l.iter().map(|x| (x - m).exp() / s));
+    }
+    (ids, w)
+}
+
+fn parse_backend(s: &str) -> Result<Backend> {
+    Ok(match s {
+        "eager" => Backend::Eager,
+        "batched" => Backend::Batched,
+        "grouped" => Backend::Grouped,
+        "contiguous" => Backend::Contiguous,
+        "masked" => Backend::Masked,
+        "auto" => Backend::Auto,
+        other => {
+            return Err(Error::InvalidProblem(format!(
+                "unknown backend {other:?}: expected eager, batched, grouped, contiguous, masked or auto"
+            )))
+        }
+    })
+}
+
+/// Median and p10/p90 of graph replays, each behind an L2 flush and a spin (device execution, not launch).
+fn time_graph(
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    flush: &mut Option<CudaSlice<u8>>,
+    graph: &cudarc::driver::CudaGraph,
+) -> Result<(f64, f64, f64)> {
+    let ctx = stream.context();
+    for _ in 0..3 {
+        graph.launch()?;
+    }
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        if let Some(f) = flush.as_mut() {
+            stream.memset_zeros(f)?;
+        }
+        let (a, b) = (ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?, ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?);
+        device::spin(stream, 200)?;
+        a.record(stream)?;
+        graph.launch()?;
+        b.record(stream)?;
+        t.push(a.elapsed_ms(&b)? as f64 * 1e3);
+    }
+    t.sort_by(|x, y| x.total_cmp(y));
+    let q = |p: f64| t[((p * t.len() as f64) as usize).min(t.len() - 1)];
+    Ok((q(0.5), q(0.1), q(0.9)))
+}
+
+pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Result<()> {
+    let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
+    let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
+    let mut points = Vec::new();
+    let mut results: Vec<(usize, Backend, Backend, Option<(f64, f64, f64)>)> = Vec::new(); // point, asked, ran, times
+    for name in &args.models {
+        let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
+        let (e, k, h, i) = (m.experts, m.top_k, m.hidden, m.inter);
+        let max_t = *args.layer_tokens.iter().max().unwrap_or(&1);
+        let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h)?;
+        let mut w2 = stream.alloc_zeros::<bf16>(e * h * i)?;
+        fill_device(stream, &mut w13, 3, 0.02)?;
+        fill_device(stream, &mut w2, 4, 0.02)?;
+        let weights = ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None)?;
+        let opts = MoeLayerOptions { max_tokens: max_t, top_k: k, masked_max_m: None, backend: Backend::Auto };
+        let mut layer = MoeLayer::new(stream, weights, opts)?;
+        let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
+        fill_device(stream, &mut x, 5, 1.0)?;
+        let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
+        for &t in &args.layer_tokens {
+            let (ids, w) = routing(e, k, t, 7 + t as u64);
+            let ids_d = stream.clone_htod(&ids)?;
+            let w_d = stream.clone_htod(&w)?;
+            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w });
+            let pi = points.len() - 1;
+            for &b in &backends {
+                layer.set_backend(b);
+                let ran = layer.backend_for(t);
+                // A backend that cannot take this batch (masked capacity) is reported, not timed.
+                if ran == Backend::Masked && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err() {
+                    results.push((pi, b, ran, None));
+                    continue;
+                }
+                let times = if ran == Backend::Eager {
+                    None // synchronises: not capturable, not a serving path
+                } else {
+                    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                    let queued = layer.forward(stream, t, &x, &ids_d, &w_d, &mut y);
+                    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+                    queued?;
+                    let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
+                    Some(time_graph(stream, args.reps, &mut flush, &graph)?)
+                };
+                layer.check(stream)?;
+                results.push((pi, b, ran, times));
+            }
+            eprint!(".");
+        }
+        eprintln!(" {}", m.name);
+    }
+    drop(flush);
+    let peer = run_peer(args, &points);
+    println!(
+        "MoE layer (bf16, SwiGLU, uniform top-k routing), {}: CUDA-graph replays, median of {}, L2 {}",
+        info.name,
+        args.reps,
+        if args.no_flush { "not flushed" } else { "flushed" }
+    );
+    println!("floor = max(active experts' weight bytes / 4.47 TB/s, FLOPs / 789 TFLOP/s) (PERF_TARGETS.md ceilings)");
+    println!(
+        "{:<24} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
+        "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "torch µs", "t/torch"
+    );
+    for (pi, asked, ran, times) in &results {
+        let p = &points[*pi];
+        let floor = p.floor_us();
+        let (peer_us, ratio) = match (&peer, times) {
+            (Ok(m), Some((med, _, _))) => match m.get(&p.name()) {
+                Some(Ok(us)) => (format!("{us:.1}"), format!("{:.3}", med / us)),
+                _ => ("-".into(), "-".into()),
+            },
+            _ => ("-".into(), "-".into()),
+        };
+        match times {
+            Some((med, p10, p90)) => println!(
+                "{:<24} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}",
+                p.name(),
+                format!("{asked:?}"),
+                format!("{ran:?}"),
+                med,
+                format!("{p10:.1}-{p90:.1}"),
+                floor,
+                med / floor,
+                peer_us,
+                ratio
+            ),
+            None => println!("{:<24} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed"),
+        }
+    }
+    if let Err(why) = &peer {
+        println!("peer: {why}");
+    }
+    println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the backend cannot take the batch (masked capacity) or synchronises (eager)");
+    Ok(())
+}
+
+type Peer = std::result::Result<std::collections::HashMap<String, std::result::Result<f64, String>>, String>;
+
+fn run_peer(args: &BenchArgs, points: &[Point]) -> Peer {
+    if args.peer == "none" {
+        return Err("skipped (--peer none)".into());
+    }
+    let local = PathBuf::from("benches/peers/moe_layer_peer.py");
+    let script =
+        if local.is_file() { local } else { Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/moe_layer_peer.py") };
+    let dir = std::env::temp_dir();
+    let spec_path = dir.join(format!("moe-gemm-layer-spec-{}.json", std::process::id()));
+    let out_path = dir.join(format!("moe-gemm-layer-out-{}.json", std::process::id()));
+    let spec = serde_json::json!({
+        "reps": args.reps,
+        "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
+        "points": points.iter().map(|p| serde_json::json!({
+            "name": p.name(), "experts": p.experts, "top_k": p.top_k, "hidden": p.hidden, "inter": p.inter,
+            "tokens": p.tokens, "ids": p.ids, "weights": p.weights,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(&spec_path, spec.to_string()).map_err(|e| e.to_string())?;
+    eprintln!("running the PyTorch peer: {} {}", args.peer, script.display());
+    let status = Command::new(&args.peer)
+        .arg(&script)
+        .args(["--spec"])
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out_path)
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", args.peer))?;
+    if !status.success() {
+        return Err(format!("peer exited with {status}"));
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    Ok(v["points"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let r = p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string());
+            (p["name"].as_str().unwrap_or_default().to_string(), r)
+        })
+        .collect())
+}
