@@ -28,7 +28,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,256,1024,4096,16384")]
     pub layer_tokens: Vec<usize>,
     /// Backends of --layer: eager, batched, grouped, contiguous, masked, auto.
-    #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,auto")]
+    #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked")]
     pub backends: Vec<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
     #[arg(long, value_delimiter = ',', default_value = "mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,gpt-oss-120b")]

@@ -28,6 +28,8 @@ struct Point {
     tokens: usize,
     ids: Vec<i32>,
     weights: Vec<f32>,
+    /// The backend `Auto` picks here.
+    auto: Backend,
 }
 
 impl Point {
@@ -132,13 +134,15 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
             let (ids, w) = routing(e, k, t, 7 + t as u64);
             let ids_d = stream.clone_htod(&ids)?;
             let w_d = stream.clone_htod(&w)?;
-            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w });
+            layer.set_backend(Backend::Auto);
+            let auto = layer.backend_for(t);
+            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w, auto });
             let pi = points.len() - 1;
             for &b in &backends {
                 layer.set_backend(b);
                 let ran = layer.backend_for(t);
-                // A backend that cannot take this batch (masked capacity) is reported, not timed.
-                if ran == Backend::Masked && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err() {
+                // A backend that cannot take this batch (masked capacity, batched rows) is reported, not timed.
+                if matches!(ran, Backend::Masked | Backend::Batched) && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err() {
                     results.push((pi, b, ran, None));
                     continue;
                 }
@@ -187,7 +191,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
                 "{:<24} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}",
                 p.name(),
                 format!("{asked:?}"),
-                format!("{ran:?}"),
+                format!("{ran:?}{}", if *ran == p.auto { "*" } else { "" }),
                 med,
                 format!("{p10:.1}-{p90:.1}"),
                 floor,
@@ -201,7 +205,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
     if let Err(why) = &peer {
         println!("peer: {why}");
     }
-    println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the backend cannot take the batch (masked capacity) or synchronises (eager)");
+    println!("* = the backend Auto picks for this point");
+    println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the backend cannot take the batch (masked capacity, batched row limit) or synchronises (eager)");
     Ok(())
 }
 

@@ -109,6 +109,8 @@ pub struct MoeLayer<T: Element> {
 }
 
 const CONTIGUOUS_BLOCK_M: usize = 128;
+/// Most (token, slot) rows the batched backend takes: one GEMM group per row is a decode strategy.
+pub const BATCHED_MAX_ROWS: usize = 4096;
 
 impl<T: Element> MoeLayer<T> {
     /// Plans the layer for `options.max_tokens` tokens and allocates every buffer it will use.
@@ -131,7 +133,7 @@ impl<T: Element> MoeLayer<T> {
             gemm_grouped: GemmPair::new(stream, &weights, e, dg.capacity(), rows)?,
             gemm_contiguous: GemmPair::new(stream, &weights, e, dc.capacity(), rows)?,
             gemm_masked: GemmPair::new(stream, &weights, e, dm.capacity(), rows.min(e * max_m))?,
-            gemm_batched: GemmPair::new(stream, &weights, rows, rows, rows)?,
+            gemm_batched: GemmPair::new(stream, &weights, rows.min(BATCHED_MAX_ROWS), rows.min(BATCHED_MAX_ROWS), rows.min(BATCHED_MAX_ROWS))?,
             gemm_single: GemmPair::new(stream, &weights, 1, t, t)?,
             single_offsets: stream.alloc_zeros(2)?,
             iota: stream.clone_htod(&iota)?,
@@ -169,7 +171,7 @@ impl<T: Element> MoeLayer<T> {
         match self.backend {
             Backend::Auto => {
                 let rows = tokens * self.top_k;
-                if rows < self.weights.experts {
+                if rows < self.weights.experts && rows <= BATCHED_MAX_ROWS {
                     Backend::Batched
                 } else if tokens <= self.max_m && rows <= 8 * self.weights.experts {
                     Backend::Masked
@@ -190,8 +192,9 @@ impl<T: Element> MoeLayer<T> {
     /// `y [tokens, H] = MoE(x [tokens, H])` for the routing `topk_ids`, `topk_weights` (`[tokens, k]`).
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] if `tokens > max_tokens`, or the `Masked` backend is asked for more tokens than
-    /// its capacity `max_m` guarantees; buffer and launch errors.
+    /// [`Error::InvalidProblem`] if `tokens > max_tokens`, the `Masked` backend is asked for more tokens than
+    /// its capacity `max_m` guarantees, or `Batched` for more than [`BATCHED_MAX_ROWS`] rows; buffer and launch
+    /// errors.
     pub fn forward(
         &mut self,
         stream: &Arc<CudaStream>,
@@ -269,6 +272,11 @@ impl<T: Element> MoeLayer<T> {
         let w = &self.weights;
         let (k, e) = (self.top_k, w.experts);
         let rows = tokens * k;
+        if rows > BATCHED_MAX_ROWS {
+            return Err(Error::InvalidProblem(format!(
+                "the Batched backend takes at most {BATCHED_MAX_ROWS} (token, slot) rows; {tokens} tokens x top-{k} = {rows} (use another backend)"
+            )));
+        }
         let g = &mut self.gemm_batched;
         let per_row = |a_div| GroupRows::PerRow { experts: ids.slice(0..rows), rows, a_div, num_experts: e };
         g.g1.launch(stream, x, &w.w13, per_row(k), &mut self.d1, &mut g.ws1, &mut self.status)?;
