@@ -30,7 +30,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::device::DeviceInfo;
 use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use crate::kernels::TileConfig;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::status::DeviceStatus;
 
@@ -63,21 +65,55 @@ pub struct MoeLayerOptions {
     pub backend: Backend,
 }
 
-/// One GEMM pair (w13, w2) planned for one layout.
+/// The plans of one GEMM of one layout: one per tile configuration the heuristic picks for some batch size
+/// up to the layer's maximum, so each forward runs the configuration measured best for its own T·k.
+#[derive(Debug)]
+struct GemmPlans<T: Element> {
+    plans: Vec<(GroupedGemm<T>, Workspace)>,
+    groups: usize,
+    n: usize,
+    sm_count: usize,
+}
+
+impl<T: Element> GemmPlans<T> {
+    fn new(stream: &Arc<CudaStream>, groups: usize, n: usize, k: usize, max_rows: usize, rows: usize, sm_count: usize) -> Result<Self> {
+        let shape = GroupedGemmShape::new(groups, n, k, max_rows)?;
+        let mut plans: Vec<(GroupedGemm<T>, Workspace)> = Vec::new();
+        let candidates = (0..).map(|s| 1usize << s).take_while(|&r| r < rows).chain([rows]);
+        for r in candidates {
+            let config = TileConfig::heuristic(groups, n, r, sm_count);
+            if plans.iter().any(|(p, _)| p.config() == config) {
+                continue;
+            }
+            let plan = GroupedGemm::new(stream, shape, GroupedGemmOptions { config: Some(config), expected_rows: Some(r) })?;
+            let ws = plan.alloc_workspace(stream)?;
+            plans.push((plan, ws));
+        }
+        Ok(GemmPlans { plans, groups, n, sm_count })
+    }
+
+    /// The plan for a batch of `rows` routed rows.
+    fn for_rows(&mut self, rows: usize) -> (&GroupedGemm<T>, &mut Workspace) {
+        let config = TileConfig::heuristic(self.groups, self.n, rows, self.sm_count);
+        let i = self.plans.iter().position(|(p, _)| p.config() == config).unwrap_or(0);
+        let (p, w) = &mut self.plans[i];
+        (p, w)
+    }
+}
+
+/// GEMM1 (w13) and GEMM2 (w2) plans of one layout.
 #[derive(Debug)]
 struct GemmPair<T: Element> {
-    g1: GroupedGemm<T>,
-    g2: GroupedGemm<T>,
-    ws1: Workspace,
-    ws2: Workspace,
+    g1: GemmPlans<T>,
+    g2: GemmPlans<T>,
 }
 
 impl<T: Element> GemmPair<T> {
-    fn new(stream: &Arc<CudaStream>, w: &ExpertWeights<T>, groups: usize, max_rows: usize, expected: usize) -> Result<Self> {
-        let opts = GroupedGemmOptions { config: None, expected_rows: Some(expected) };
-        let g1 = GroupedGemm::new(stream, GroupedGemmShape::new(groups, w.w13_rows(), w.hidden, max_rows)?, opts)?;
-        let g2 = GroupedGemm::new(stream, GroupedGemmShape::new(groups, w.hidden, w.inter, max_rows)?, opts)?;
-        Ok(GemmPair { ws1: g1.alloc_workspace(stream)?, ws2: g2.alloc_workspace(stream)?, g1, g2 })
+    fn new(stream: &Arc<CudaStream>, w: &ExpertWeights<T>, groups: usize, max_rows: usize, rows: usize, sm: usize) -> Result<Self> {
+        Ok(GemmPair {
+            g1: GemmPlans::new(stream, groups, w.w13_rows(), w.hidden, max_rows, rows, sm)?,
+            g2: GemmPlans::new(stream, groups, w.hidden, w.inter, max_rows, rows, sm)?,
+        })
     }
 }
 
@@ -129,12 +165,14 @@ impl<T: Element> MoeLayer<T> {
         let rows = t * k;
         let zeros = |n: usize| stream.alloc_zeros::<T>(n);
         let iota: Vec<i32> = (0..rows as i32).collect();
+        let sm = DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
+        let brows = rows.min(BATCHED_MAX_ROWS);
         Ok(MoeLayer {
-            gemm_grouped: GemmPair::new(stream, &weights, e, dg.capacity(), rows)?,
-            gemm_contiguous: GemmPair::new(stream, &weights, e, dc.capacity(), rows)?,
-            gemm_masked: GemmPair::new(stream, &weights, e, dm.capacity(), rows.min(e * max_m))?,
-            gemm_batched: GemmPair::new(stream, &weights, rows.min(BATCHED_MAX_ROWS), rows.min(BATCHED_MAX_ROWS), rows.min(BATCHED_MAX_ROWS))?,
-            gemm_single: GemmPair::new(stream, &weights, 1, t, t)?,
+            gemm_grouped: GemmPair::new(stream, &weights, e, dg.capacity(), rows, sm)?,
+            gemm_contiguous: GemmPair::new(stream, &weights, e, dc.capacity(), rows, sm)?,
+            gemm_masked: GemmPair::new(stream, &weights, e, dm.capacity(), rows.min(e * max_m), sm)?,
+            gemm_batched: GemmPair::new(stream, &weights, brows, brows, brows, sm)?,
+            gemm_single: GemmPair::new(stream, &weights, 1, t, t, sm)?,
             single_offsets: stream.alloc_zeros(2)?,
             iota: stream.clone_htod(&iota)?,
             grouped: ExpertLayout::new(stream, dg)?,
@@ -243,7 +281,9 @@ impl<T: Element> MoeLayer<T> {
         let cap = layout.dims().capacity();
         layout.build(stream, tokens, ids, None, &mut self.status)?;
         layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
-        gemms.g1.launch(stream, &self.a, &w.w13, layout.group_rows(), &mut self.d1, &mut gemms.ws1, &mut self.status)?;
+        let rows = tokens * self.top_k;
+        let (g1, ws1) = gemms.g1.for_rows(rows);
+        g1.launch(stream, &self.a, &w.w13, layout.group_rows(), &mut self.d1, ws1, &mut self.status)?;
         let act = ffi::ActivationLaunch {
             act: w.activation,
             gate_up: w.gate_up,
@@ -255,7 +295,8 @@ impl<T: Element> MoeLayer<T> {
             bias: w.b13.as_ref(),
         };
         ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
-        gemms.g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, &mut gemms.ws2, &mut self.status)?;
+        let (g2, ws2) = gemms.g2.for_rows(rows);
+        g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, ws2, &mut self.status)?;
         let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
         ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
     }
@@ -279,7 +320,8 @@ impl<T: Element> MoeLayer<T> {
         }
         let g = &mut self.gemm_batched;
         let per_row = |a_div| GroupRows::PerRow { experts: ids.slice(0..rows), rows, a_div, num_experts: e };
-        g.g1.launch(stream, x, &w.w13, per_row(k), &mut self.d1, &mut g.ws1, &mut self.status)?;
+        let (g1, ws1) = g.g1.for_rows(rows);
+        g1.launch(stream, x, &w.w13, per_row(k), &mut self.d1, ws1, &mut self.status)?;
         let act = ffi::ActivationLaunch {
             act: w.activation,
             gate_up: w.gate_up,
@@ -291,7 +333,8 @@ impl<T: Element> MoeLayer<T> {
             bias: w.b13.as_ref(),
         };
         ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
-        g.g2.launch(stream, &self.h, &w.w2, per_row(1), &mut self.d2, &mut g.ws2, &mut self.status)?;
+        let (g2, ws2) = g.g2.for_rows(rows);
+        g2.launch(stream, &self.h, &w.w2, per_row(1), &mut self.d2, ws2, &mut self.status)?;
         let bias = w.b2.as_ref().map(|b| (ids.slice(0..rows), b.as_view(), e));
         let positions = self.iota.slice(0..rows);
         ffi::launch_combine(stream, tokens, k, w.hidden, &self.d2, &positions, weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
@@ -323,7 +366,8 @@ impl<T: Element> MoeLayer<T> {
             stream.memcpy_htod(&[0i32, (hi - lo) as i32], &mut self.single_offsets)?;
             let a = self.a.slice(lo * h..);
             let mut d1 = self.d1.slice_mut(lo * r13..);
-            g.g1.launch(stream, &a, &w.w13.slice(e * r13 * h..(e + 1) * r13 * h), &self.single_offsets, &mut d1, &mut g.ws1, &mut self.status)?;
+            let (g1, ws1) = g.g1.for_rows(hi - lo);
+            g1.launch(stream, &a, &w.w13.slice(e * r13 * h..(e + 1) * r13 * h), &self.single_offsets, &mut d1, ws1, &mut self.status)?;
         }
         let act = ffi::ActivationLaunch {
             act: w.activation,
@@ -344,7 +388,8 @@ impl<T: Element> MoeLayer<T> {
             stream.memcpy_htod(&[0i32, (hi - lo) as i32], &mut self.single_offsets)?;
             let hin = self.h.slice(lo * i..);
             let mut d2 = self.d2.slice_mut(lo * h..);
-            g.g2.launch(stream, &hin, &w.w2.slice(e * h * i..(e + 1) * h * i), &self.single_offsets, &mut d2, &mut g.ws2, &mut self.status)?;
+            let (g2, ws2) = g.g2.for_rows(hi - lo);
+            g2.launch(stream, &hin, &w.w2.slice(e * h * i..(e + 1) * h * i), &self.single_offsets, &mut d2, ws2, &mut self.status)?;
         }
         let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
         ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
