@@ -24,6 +24,7 @@ const KERNEL_UNITS: &[&str] = &[
     "cpp/routing.cu",
     "cpp/layouts.cu",
     "cpp/activation.cu",
+    "cpp/decode.cu",
     "cpp/runtime.cu",
 ];
 /// Real SASS for Hopper's arch-specific features (wgmma, setmaxnreg); never the `-arch=sm_90a` shorthand.

@@ -77,5 +77,11 @@ LaunchStatus activate(const ActivationParams& p) {
   return wrap(moe_gemm::activate(a));
 }
 
+LaunchStatus decode_layer(const DecodeParams& p) {
+  const DecodeArgs a{p.dtype, p.act, p.gate_up, p.tokens, p.top_k, p.experts, p.hidden, p.inter, p.x, p.ids,
+                     p.weights, p.w13, p.w2, p.b13, p.b2, p.h, p.y, p.status, p.stream};
+  return wrap(moe_gemm::decode_layer(a));
+}
+
 }  // namespace bridge
 }  // namespace moe_gemm

@@ -15,6 +15,7 @@ struct GroupedGemmParams;
 struct RouterParams;
 struct LayoutParams;
 struct ActivationParams;
+struct DecodeParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
@@ -31,6 +32,7 @@ LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hi
                           uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias,
                           int32_t experts, uint64_t y, uint64_t stream);
 LaunchStatus activate(const ActivationParams& params);
+LaunchStatus decode_layer(const DecodeParams& params);
 
 }  // namespace bridge
 }  // namespace moe_gemm

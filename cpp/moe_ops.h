@@ -109,4 +109,29 @@ struct ActivationArgs {
 };
 Status activate(const ActivationArgs& args);
 
+// The whole layer for small batches (decode.cu): h = act(W13[e] x (+ b13)) per (token, slot) row, then
+// y[t] = sum_j w[t, j] (W2[e] h + b2), weights streamed by all SMs with no layout. H and I multiples of 8.
+struct DecodeArgs {
+  DType dtype;
+  Activation act;
+  GateUp gate_up;
+  int32_t tokens;
+  int32_t top_k;
+  int32_t experts;
+  int32_t hidden;
+  int32_t inter;
+  uint64_t x;        // [tokens, H]
+  uint64_t ids;      // int32 [tokens * top_k]
+  uint64_t weights;  // f32 [tokens * top_k]
+  uint64_t w13;      // [E, 2I or I, H]
+  uint64_t w2;       // [E, H, I]
+  uint64_t b13;      // f32 [E, 2I or I] or 0
+  uint64_t b2;       // f32 [E, H] or 0
+  uint64_t h;        // scratch [tokens * top_k, I]
+  uint64_t y;        // [tokens, H]
+  uint64_t status;
+  uint64_t stream;
+};
+Status decode_layer(const DecodeArgs& args);
+
 }  // namespace moe_gemm

@@ -97,6 +97,29 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::DecodeArgs`.
+    struct DecodeParams {
+        dtype: DType,
+        act: Activation,
+        gate_up: GateUp,
+        tokens: i32,
+        top_k: i32,
+        experts: i32,
+        hidden: i32,
+        inter: i32,
+        x: u64,
+        ids: u64,
+        weights: u64,
+        w13: u64,
+        w2: u64,
+        b13: u64,
+        b2: u64,
+        h: u64,
+        y: u64,
+        status: u64,
+        stream: u64,
+    }
+
     #[derive(Debug)]
     struct LaunchStatus {
         code: StatusCode,
@@ -249,5 +272,8 @@ pub(crate) mod ffi {
         /// `d1` [rows, 2I or I], `h` [rows, I], `row_experts` [rows], `bias` [experts, 2I or I] or 0, `total`
         /// one int32 or 0; live on `stream`.
         unsafe fn activate(params: &ActivationParams) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `DecodeArgs` documents, live on `stream`.
+        unsafe fn decode_layer(params: &DecodeParams) -> LaunchStatus;
     }
 }

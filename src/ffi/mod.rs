@@ -586,3 +586,75 @@ fn check_hidden(hidden: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Queues the two decode kernels of the batched backend: the whole layer for `tokens` tokens.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_decode_layer<T: Element>(
+    stream: &CudaStream,
+    w: &crate::layer::ExpertWeights<T>,
+    tokens: usize,
+    top_k: usize,
+    x: &impl DevicePtr<T>,
+    ids: &CudaSlice<i32>,
+    weights: &CudaSlice<f32>,
+    h: &mut CudaSlice<T>,
+    y: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    use crate::layer::{Activation, GateUp};
+    let (hid, inter, e) = (w.hidden(), w.inter(), w.experts());
+    let rows = tokens * top_k;
+    need_len("x", x.len(), tokens * hid, "tokens x hidden")?;
+    need_len("topk_ids", ids.len(), rows, "tokens x top_k")?;
+    need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
+    need_len("h", h.len(), rows * inter, "rows x I")?;
+    need_len("y", y.len(), tokens * hid, "tokens x hidden")?;
+    if rows > u16::MAX as usize {
+        return Err(Error::InvalidProblem(format!("decode path: {rows} rows exceed the grid's 65535")));
+    }
+    let (x_ptr, _x) = x.device_ptr(stream);
+    let (i_ptr, _i) = ids.device_ptr(stream);
+    let (wt_ptr, _wt) = weights.device_ptr(stream);
+    let (w13_ptr, _w13) = w.w13.device_ptr(stream);
+    let (w2_ptr, _w2) = w.w2.device_ptr(stream);
+    let (b13_ptr, _b13) = w.b13.as_ref().map(|b| b.device_ptr(stream)).unzip();
+    let (b2_ptr, _b2) = w.b2.as_ref().map(|b| b.device_ptr(stream)).unzip();
+    let (h_ptr, _h) = h.device_ptr_mut(stream);
+    let (y_ptr, _y) = y.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    for (name, p) in [("x", x_ptr), ("y", y_ptr)] {
+        need_aligned(name, p)?;
+    }
+    let params = ffi::DecodeParams {
+        dtype: dtype(T::DTYPE),
+        act: match w.activation() {
+            Activation::SiluGated => ffi::Activation::SiluGated,
+            Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
+            Activation::Silu => ffi::Activation::Silu,
+        },
+        gate_up: match w.gate_up() {
+            GateUp::Concatenated => ffi::GateUp::Concatenated,
+            GateUp::Interleaved => ffi::GateUp::Interleaved,
+        },
+        tokens: tokens as i32,
+        top_k: top_k as i32,
+        experts: e as i32,
+        hidden: hid as i32,
+        inter: inter as i32,
+        x: x_ptr,
+        ids: i_ptr,
+        weights: wt_ptr,
+        w13: w13_ptr,
+        w2: w2_ptr,
+        b13: b13_ptr.unwrap_or(0),
+        b2: b2_ptr.unwrap_or(0),
+        h: h_ptr,
+        y: y_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H (checked above); the weights hold
+    // E*(2I or I)*H and E*H*I with biases E*(2I or I) and E*H (ExpertWeights validates at construction); H and
+    // I are multiples of 8 (16-byte rows, aligned bases). Expert ids are device data the kernels range-check.
+    status_check("decode_layer", unsafe { ffi::decode_layer(&params) })
+}

@@ -93,15 +93,16 @@ impl TileConfig {
     /// on a device with `sm_count` SMs. Measured on an H200 over the model suite of `moe-gemm bench`
     /// (`--config all`, 2026-11-29):
     ///
-    /// * up to 64 rows per group (decode): 64-row ping-pong tiles, which waste least of the MMA; and 64-wide
+    /// * up to 32 rows per group (decode): 64-row ping-pong tiles, which waste least of the MMA; and 64-wide
     ///   N tiles when the experts that can be active hold 128-wide N tiles for fewer than half the SMs
     ///   (Mixtral w2 at T=1: 89 µs against 102);
     /// * more rows: 128x256 cooperative tiles, which re-read A half as often as 128x128 and were best or
-    ///   within 3% of best at every prefill point.
+    ///   within 3% of best at every prefill point (and at Mixtral's 64 rows per expert, 797 µs against 912 for
+    ///   the layer at T = 256).
     pub fn heuristic(groups: usize, n: usize, expected_rows: usize, sm_count: usize) -> TileConfig {
         let per_group = expected_rows.div_ceil(groups.max(1));
         let active = groups.min(expected_rows.max(1));
-        if per_group > 64 {
+        if per_group > 32 {
             TileConfig::Cooperative128x256x64
         } else if 2 * active * n.div_ceil(128) <= sm_count {
             TileConfig::Pingpong64x64x128

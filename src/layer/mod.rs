@@ -4,7 +4,7 @@
 //! | [`Backend`] | how | when |
 //! |---|---|---|
 //! | `Eager` | loop over the experts that received rows, one GEMM each; reads the counts back (synchronises) | correctness oracle |
-//! | `Batched` | one GEMM row per (token, slot): A rows read straight from `x`, B picked per row by expert id; no layout | decode, T·k < E |
+//! | `Batched` | two kernels: every SM streams the experts' weight rows for each (token, slot) with 16-byte loads; activation and the weighted sum over k fused; no layout | decode, T·k < E |
 //! | `Grouped` | grouped layout: permute, persistent grouped GEMMs over device offsets, inverse permutation | prefill |
 //! | `Contiguous` | DeepGEMM contiguous layout (experts padded to 128 rows), GEMMs over the padded groups | prefill |
 //! | `Masked` | DeepGEMM masked layout `[E, max_m]`, CUDA-graph friendly | decode |
@@ -31,7 +31,7 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::device::DeviceInfo;
-use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::TileConfig;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::status::DeviceStatus;
@@ -131,12 +131,9 @@ pub struct MoeLayer<T: Element> {
     gemm_grouped: GemmPair<T>,
     gemm_contiguous: GemmPair<T>,
     gemm_masked: GemmPair<T>,
-    gemm_batched: GemmPair<T>,
     gemm_single: GemmPair<T>,
     /// `[0, n]` offsets of the eager backend's one-group launches.
     single_offsets: CudaSlice<i32>,
-    /// `0..max_tokens·k`: the batched backend's identity positions.
-    iota: CudaSlice<i32>,
     a: CudaSlice<T>,
     d1: CudaSlice<T>,
     h: CudaSlice<T>,
@@ -164,17 +161,13 @@ impl<T: Element> MoeLayer<T> {
         let cap = dg.capacity().max(dc.capacity()).max(dm.capacity()) + t;
         let rows = t * k;
         let zeros = |n: usize| stream.alloc_zeros::<T>(n);
-        let iota: Vec<i32> = (0..rows as i32).collect();
         let sm = DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
-        let brows = rows.min(BATCHED_MAX_ROWS);
         Ok(MoeLayer {
             gemm_grouped: GemmPair::new(stream, &weights, e, dg.capacity(), rows, sm)?,
             gemm_contiguous: GemmPair::new(stream, &weights, e, dc.capacity(), rows, sm)?,
             gemm_masked: GemmPair::new(stream, &weights, e, dm.capacity(), rows.min(e * max_m), sm)?,
-            gemm_batched: GemmPair::new(stream, &weights, brows, brows, brows, sm)?,
             gemm_single: GemmPair::new(stream, &weights, 1, t, t, sm)?,
             single_offsets: stream.alloc_zeros(2)?,
-            iota: stream.clone_htod(&iota)?,
             grouped: ExpertLayout::new(stream, dg)?,
             contiguous: ExpertLayout::new(stream, dc)?,
             masked: ExpertLayout::new(stream, dm)?,
@@ -301,6 +294,8 @@ impl<T: Element> MoeLayer<T> {
         ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
     }
 
+    /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
+    /// W2 h per output with the router weights and the sum over k fused.
     fn forward_batched(
         &mut self,
         stream: &Arc<CudaStream>,
@@ -310,34 +305,14 @@ impl<T: Element> MoeLayer<T> {
         weights: &CudaSlice<f32>,
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        let w = &self.weights;
-        let (k, e) = (self.top_k, w.experts);
-        let rows = tokens * k;
+        let rows = tokens * self.top_k;
         if rows > BATCHED_MAX_ROWS {
             return Err(Error::InvalidProblem(format!(
-                "the Batched backend takes at most {BATCHED_MAX_ROWS} (token, slot) rows; {tokens} tokens x top-{k} = {rows} (use another backend)"
+                "the Batched backend takes at most {BATCHED_MAX_ROWS} (token, slot) rows; {tokens} tokens x top-{} = {rows} (use another backend)",
+                self.top_k
             )));
         }
-        let g = &mut self.gemm_batched;
-        let per_row = |a_div| GroupRows::PerRow { experts: ids.slice(0..rows), rows, a_div, num_experts: e };
-        let (g1, ws1) = g.g1.for_rows(rows);
-        g1.launch(stream, x, &w.w13, per_row(k), &mut self.d1, ws1, &mut self.status)?;
-        let act = ffi::ActivationLaunch {
-            act: w.activation,
-            gate_up: w.gate_up,
-            inter: w.inter,
-            rows,
-            total: None,
-            row_experts: ids.slice(0..rows),
-            experts: e,
-            bias: w.b13.as_ref(),
-        };
-        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
-        let (g2, ws2) = g.g2.for_rows(rows);
-        g2.launch(stream, &self.h, &w.w2, per_row(1), &mut self.d2, ws2, &mut self.status)?;
-        let bias = w.b2.as_ref().map(|b| (ids.slice(0..rows), b.as_view(), e));
-        let positions = self.iota.slice(0..rows);
-        ffi::launch_combine(stream, tokens, k, w.hidden, &self.d2, &positions, weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+        ffi::launch_decode_layer(stream, &self.weights, tokens, self.top_k, x, ids, weights, &mut self.h, y, self.status.word_mut())
     }
 
     /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts

@@ -300,3 +300,41 @@ fn launch_rejects_buffers_that_do_not_fit_the_plan() {
     plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st).unwrap();
     st.check(&stream).unwrap();
 }
+
+/// One group per output row, B picked by expert id, A rows shared by the k slots of a token.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn per_row_groups_pick_their_expert() {
+    let (_ctx, stream) = gpu();
+    let (e, n, k_dim, tokens, top_k) = (6usize, 128usize, 256usize, 5usize, 3usize);
+    let rows = tokens * top_k;
+    let x = random_vec::<bf16>(tokens * k_dim, 61, 1.0);
+    let w = random_vec::<bf16>(e * n * k_dim, 62, 1.0);
+    let ids: Vec<i32> = (0..rows).map(|r| ((r * 5 + r / 3) % e) as i32).collect();
+    let shape = GroupedGemmShape::new(rows, n, k_dim, rows).unwrap();
+    let plan = GroupedGemm::<bf16>::new(&stream, shape, Default::default()).unwrap();
+    let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let (xd, wd, idd) = (stream.clone_htod(&x).unwrap(), stream.clone_htod(&w).unwrap(), stream.clone_htod(&ids).unwrap());
+    let mut d = stream.clone_htod(&vec![bf16::NAN; rows * n]).unwrap();
+    let rows_desc = GroupRows::PerRow { experts: idd.as_view(), rows, a_div: top_k, num_experts: e };
+    plan.launch(&stream, &xd, &wd, rows_desc, &mut d, &mut ws, &mut st).unwrap();
+    st.check(&stream).unwrap();
+    let got: Vec<f32> = stream.clone_dtoh(&d).unwrap().iter().map(|v| v.to_f32()).collect();
+    let want: Vec<f32> = (0..rows)
+        .flat_map(|r| {
+            let (t, ex) = (r / top_k, ids[r] as usize);
+            let (x, w) = (&x, &w);
+            (0..n).map(move |c| (0..k_dim).map(|i| x[t * k_dim + i].to_f32() * w[(ex * n + c) * k_dim + i].to_f32()).sum::<f32>())
+        })
+        .collect();
+    let max = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert_eq!(first_mismatch(&got, &want, Tolerance::for_output::<bf16>(max)), None);
+    // An expert id out of range computes nothing for that row and is reported.
+    let mut bad = ids.clone();
+    bad[4] = 99;
+    let badd = stream.clone_htod(&bad).unwrap();
+    let rows_desc = GroupRows::PerRow { experts: badd.as_view(), rows, a_div: top_k, num_experts: e };
+    plan.launch(&stream, &xd, &wd, rows_desc, &mut d, &mut ws, &mut st).unwrap();
+    assert!(matches!(st.check(&stream), Err(Error::DeviceCheck { word, .. }) if word & moe_gemm::status::bits::GROUP_COUNT_OUT_OF_RANGE != 0));
+}
