@@ -33,14 +33,8 @@ __device__ __forceinline__ float gpt_oss(float gate, float up) {
   return (up + 1.f) * gate / (1.f + __expf(-1.702f * gate));
 }
 
-// One block per row, threads over the I outputs.
 template <class T>
-__global__ void activate_kernel(const ActivationArgs a) {
-  const int64_t row = blockIdx.x;
-  const int32_t* total = reinterpret_cast<const int32_t*>(a.total);
-  if (total && row >= *total) return;
-  const int e = reinterpret_cast<const int32_t*>(a.row_experts)[row];
-  if (e < 0 || e >= a.experts) return;
+__device__ void activate_row(const ActivationArgs& a, int64_t row, int e) {
   const int I = a.inter;
   const bool gated = a.act != Activation::Silu;
   const int width = gated ? 2 * I : I;
@@ -60,16 +54,30 @@ __global__ void activate_kernel(const ActivationArgs a) {
   }
 }
 
+// Blocks stride over the rows (a masked layout's capacity is mostly empty rows: a block per row would spend
+// its time launching blocks that exit), threads over the I outputs.
+template <class T>
+__global__ void activate_kernel(const ActivationArgs a) {
+  const int32_t* total = reinterpret_cast<const int32_t*>(a.total);
+  const int64_t rows = total ? (*total < a.rows ? *total : a.rows) : a.rows;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int e = reinterpret_cast<const int32_t*>(a.row_experts)[row];
+    if (e < 0 || e >= a.experts) continue;
+    activate_row<T>(a, row, e);
+  }
+}
+
 }  // namespace activation
 
 Status activate(const ActivationArgs& a) {
   if (a.rows == 0) return {StatusCode::Ok, 0};
   auto s = reinterpret_cast<cudaStream_t>(a.stream);
   const int threads = a.inter >= 256 ? 256 : ((a.inter + 31) / 32) * 32;
+  const unsigned blocks = static_cast<unsigned>(a.rows < 4096 ? a.rows : 4096);
   if (a.dtype == DType::BF16) {
-    activation::activate_kernel<__nv_bfloat16><<<static_cast<unsigned>(a.rows), threads, 0, s>>>(a);
+    activation::activate_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(a);
   } else {
-    activation::activate_kernel<__half><<<static_cast<unsigned>(a.rows), threads, 0, s>>>(a);
+    activation::activate_kernel<__half><<<blocks, threads, 0, s>>>(a);
   }
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};

@@ -195,17 +195,23 @@ impl<T: Element> MoeLayer<T> {
         self.backend = backend;
     }
 
-    /// The backend a forward of `tokens` tokens runs. `Auto`: `Batched` when the T·k rows are fewer than the
-    /// experts (most experts get at most one row: a tile per pair streams the fewest weights and needs no
-    /// layout); `Masked` while a batch fits the masked capacity and T·k ≤ 8·E (decode); `Grouped` otherwise.
+    /// The backend a forward of `tokens` tokens runs. `Auto` compares two costs measured on the H200
+    /// (`moe-gemm bench --layer`, 2026-11-29): `Batched` streams one expert's weights per (token, slot) row at
+    /// about 3.8 TB/s; `Grouped` streams each *active* expert once at about 4.16 TB/s plus about 40 µs of
+    /// layout, gather, activation and combine. Batched wins while rows are few and rarely share an expert
+    /// (T = 1 everywhere; Qwen3 at T = 8); Grouped otherwise. Masked measured slower than Grouped at every
+    /// point and is never picked; it stays for callers who want its fixed-capacity layout.
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
             Backend::Auto => {
-                let rows = tokens * self.top_k;
-                if rows < self.weights.experts && rows <= BATCHED_MAX_ROWS {
+                let (e, k) = (self.weights.experts as f64, self.top_k as f64);
+                let rows = tokens as f64 * k;
+                let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
+                let expert_bytes = 3.0 * (self.weights.hidden * self.weights.inter) as f64 * 2.0;
+                let batched_us = rows * expert_bytes / 3.8e12 * 1e6;
+                let grouped_us = active * expert_bytes / 4.16e12 * 1e6 + 40.0;
+                if tokens * self.top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
                     Backend::Batched
-                } else if tokens <= self.max_m && rows <= 8 * self.weights.experts {
-                    Backend::Masked
                 } else {
                     Backend::Grouped
                 }
