@@ -197,7 +197,7 @@ impl<T: Element> MoeLayer<T> {
 
     /// The backend a forward of `tokens` tokens runs. `Auto` compares two costs measured on the H200
     /// (`moe-gemm bench --layer`, 2026-11-29): `Batched` streams one expert's weights per (token, slot) row at
-    /// about 3.8 TB/s; `Grouped` streams each *active* expert once at about 4.16 TB/s plus about 40 µs of
+    /// about 3.8 TB/s; `Grouped` streams each *active* expert once at about 4.16 TB/s plus about 60 µs of
     /// layout, gather, activation and combine. Batched wins while rows are few and rarely share an expert
     /// (T = 1 everywhere; Qwen3 at T = 8); Grouped otherwise. Masked measured slower than Grouped at every
     /// point and is never picked; it stays for callers who want its fixed-capacity layout.
@@ -209,7 +209,7 @@ impl<T: Element> MoeLayer<T> {
                 let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
                 let expert_bytes = 3.0 * (self.weights.hidden * self.weights.inter) as f64 * 2.0;
                 let batched_us = rows * expert_bytes / 3.8e12 * 1e6;
-                let grouped_us = active * expert_bytes / 4.16e12 * 1e6 + 40.0;
+                let grouped_us = active * expert_bytes / 4.16e12 * 1e6 + 60.0;
                 if tokens * self.top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
                     Backend::Batched
                 } else {
