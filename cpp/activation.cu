@@ -6,23 +6,14 @@
 
 #include <cstdint>
 
+#include "element.cuh"
 #include "moe_ops.h"
 
 namespace moe_gemm {
 namespace activation {
 
-template <class T>
-__device__ __forceinline__ float f32(T x);
-template <>
-__device__ __forceinline__ float f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float f32(__half x) { return __half2float(x); }
-template <class T>
-__device__ __forceinline__ T cast(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 cast(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half cast(float x) { return __float2half(x); }
+using element::cast;
+using element::f32;
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "element.cuh"
 #include "moe_ops.h"
 
 namespace moe_gemm {
@@ -18,20 +19,9 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kWarps = 8;
 constexpr int kOutPerWarp = 2;  // outputs per warp: several weight rows in flight
 
-template <class T>
-__device__ __forceinline__ float f32(T x);
-template <>
-__device__ __forceinline__ float f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float f32(__half x) { return __half2float(x); }
-template <class T>
-__device__ __forceinline__ T cast(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 cast(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half cast(float x) { return __float2half(x); }
-template <class T>
-__device__ __forceinline__ float round_to(float x) { return f32(cast<T>(x)); }
+using element::cast;
+using element::f32;
+using element::round_to;
 
 // Dot products of `n` weight rows with one activation row, all of length `len` (a multiple of 8): lane-strided
 // 16-byte loads, then a warp reduction. Every lane returns the sums.

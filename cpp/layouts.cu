@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "element.cuh"
 #include "moe_ops.h"
 
 namespace moe_gemm {
@@ -273,18 +274,8 @@ __global__ void gather_kernel(int rows, int top_k, int vecs, const uint4* __rest
   for (int v = threadIdx.x % 32; v < vecs; v += 32) dst[v] = src[v];
 }
 
-template <class T>
-__device__ __forceinline__ float to_f32(T x);
-template <>
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half from_f32(float x) { return __float2half(x); }
+using element::cast;
+using element::f32;
 
 // One block per token; each thread owns 8 consecutive hidden elements per step. Sums the k contributions in
 // f32 and rounds once (the more accurate of transformers' two orders).
@@ -306,12 +297,12 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
       const int e = bias ? row_experts[p] : -1;
       const float* b = (e >= 0 && e < experts) ? bias + static_cast<int64_t>(e) * hidden + h0 : nullptr;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += w * (to_f32(v[i]) + (b ? b[i] : 0.f));
+      for (int i = 0; i < 8; ++i) acc[i] += w * (f32(v[i]) + (b ? b[i] : 0.f));
     }
     uint4 out;
     T* o = reinterpret_cast<T*>(&out);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] = from_f32<T>(acc[i]);
+    for (int i = 0; i < 8; ++i) o[i] = cast<T>(acc[i]);
     *reinterpret_cast<uint4*>(y + static_cast<int64_t>(t) * hidden + h0) = out;
   }
 }

@@ -9,7 +9,6 @@
 //! execution (as a CUDA graph replays it), not host launch latency; the peer does the same (torch.cuda._sleep).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use clap::Args;
@@ -293,24 +292,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Per point name: Ok(median µs) or Err(why the peer has no number).
-type PeerResults = std::collections::HashMap<String, std::result::Result<f64, String>>;
+type PeerResults = super::peer::Medians;
 
 fn run_peer(args: &BenchArgs, pts: &[Point]) -> std::result::Result<PeerResults, String> {
-    if args.peer == "none" {
-        return Err("peer skipped (--peer none)".into());
-    }
-    let script = args.peer_script.clone().unwrap_or_else(|| {
-        let local = PathBuf::from("benches/peers/grouped_mm_peer.py");
-        if local.is_file() {
-            local
-        } else {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/grouped_mm_peer.py")
-        }
-    });
-    let dir = std::env::temp_dir();
-    let spec_path = dir.join(format!("moe-gemm-peer-spec-{}.json", std::process::id()));
-    let out_path = dir.join(format!("moe-gemm-peer-out-{}.json", std::process::id()));
     let spec = serde_json::json!({
         "reps": args.reps,
         "warmup": args.warmup,
@@ -319,32 +303,7 @@ fn run_peer(args: &BenchArgs, pts: &[Point]) -> std::result::Result<PeerResults,
             "name": p.name, "dtype": "bf16", "groups": p.groups, "n": p.n, "k": p.k, "sizes": p.sizes,
         })).collect::<Vec<_>>(),
     });
-    std::fs::write(&spec_path, spec.to_string()).map_err(|e| e.to_string())?;
-    eprintln!("running the PyTorch peer: {} {}", args.peer, script.display());
-    let status = Command::new(&args.peer)
-        .arg(&script)
-        .arg("--spec")
-        .arg(&spec_path)
-        .arg("--out")
-        .arg(&out_path)
-        .status()
-        .map_err(|e| format!("could not run {}: {e}", args.peer))?;
-    if !status.success() {
-        return Err(format!("peer exited with {status}"));
-    }
-    let text = std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    eprintln!("peer: torch {} on {}", v["torch"], v["device"]);
-    let mut out = PeerResults::new();
-    for p in v["points"].as_array().into_iter().flatten() {
-        let name = p["name"].as_str().unwrap_or_default().to_string();
-        let r = match p["median_us"].as_f64() {
-            Some(us) => Ok(us),
-            None => Err(p["error"].as_str().unwrap_or("no result").to_string()),
-        };
-        out.insert(name, r);
-    }
-    Ok(out)
+    super::peer::run(&args.peer, "grouped_mm_peer.py", args.peer_script.as_deref(), &spec)
 }
 
 fn metrics(p: &Point, s: &Stats) -> (f64, f64) {

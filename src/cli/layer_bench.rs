@@ -2,8 +2,6 @@
 //! work of each backend) on the model suite, per backend, captured in a CUDA graph and timed over replays with
 //! L2 flushed, next to PyTorch's grouped_mm MLP (benches/peers/moe_layer_peer.py) on the same routing.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -210,18 +208,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
     Ok(())
 }
 
-type Peer = std::result::Result<std::collections::HashMap<String, std::result::Result<f64, String>>, String>;
+type Peer = std::result::Result<super::peer::Medians, String>;
 
 fn run_peer(args: &BenchArgs, points: &[Point]) -> Peer {
-    if args.peer == "none" {
-        return Err("skipped (--peer none)".into());
-    }
-    let local = PathBuf::from("benches/peers/moe_layer_peer.py");
-    let script =
-        if local.is_file() { local } else { Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/moe_layer_peer.py") };
-    let dir = std::env::temp_dir();
-    let spec_path = dir.join(format!("moe-gemm-layer-spec-{}.json", std::process::id()));
-    let out_path = dir.join(format!("moe-gemm-layer-out-{}.json", std::process::id()));
     let spec = serde_json::json!({
         "reps": args.reps,
         "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
@@ -230,28 +219,5 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> Peer {
             "tokens": p.tokens, "ids": p.ids, "weights": p.weights,
         })).collect::<Vec<_>>(),
     });
-    std::fs::write(&spec_path, spec.to_string()).map_err(|e| e.to_string())?;
-    eprintln!("running the PyTorch peer: {} {}", args.peer, script.display());
-    let status = Command::new(&args.peer)
-        .arg(&script)
-        .args(["--spec"])
-        .arg(&spec_path)
-        .arg("--out")
-        .arg(&out_path)
-        .status()
-        .map_err(|e| format!("could not run {}: {e}", args.peer))?;
-    if !status.success() {
-        return Err(format!("peer exited with {status}"));
-    }
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    Ok(v["points"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            let r = p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string());
-            (p["name"].as_str().unwrap_or_default().to_string(), r)
-        })
-        .collect())
+    super::peer::run(&args.peer, "moe_layer_peer.py", None, &spec)
 }

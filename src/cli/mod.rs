@@ -1,3 +1,4 @@
 pub mod bench;
 pub mod info;
 pub mod layer_bench;
+pub mod peer;

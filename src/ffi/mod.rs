@@ -27,6 +27,23 @@ fn dtype(d: DType) -> ffi::DType {
     }
 }
 
+fn activation(a: crate::layer::Activation) -> ffi::Activation {
+    use crate::layer::Activation;
+    match a {
+        Activation::SiluGated => ffi::Activation::SiluGated,
+        Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
+        Activation::Silu => ffi::Activation::Silu,
+    }
+}
+
+fn gate_up(g: crate::layer::GateUp) -> ffi::GateUp {
+    use crate::layer::GateUp;
+    match g {
+        GateUp::Concatenated => ffi::GateUp::Concatenated,
+        GateUp::Interleaved => ffi::GateUp::Interleaved,
+    }
+}
+
 fn config(c: TileConfig) -> ffi::TileConfig {
     match c {
         TileConfig::Cooperative128x128x64 => ffi::TileConfig::Cooperative128x128x64,
@@ -534,8 +551,7 @@ pub(crate) fn launch_activate<T: Element>(
     h: &mut impl DevicePtrMut<T>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    use crate::layer::{Activation, GateUp};
-    let width = if p.act == Activation::Silu { p.inter } else { 2 * p.inter };
+    let width = if p.act == crate::layer::Activation::Silu { p.inter } else { 2 * p.inter };
     need_len("d1", d1.len(), p.rows * width, "rows x (2I or I)")?;
     need_len("h", h.len(), p.rows * p.inter, "rows x I")?;
     need_len("row experts", p.row_experts.len(), p.rows, "rows")?;
@@ -553,15 +569,8 @@ pub(crate) fn launch_activate<T: Element>(
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     let params = ffi::ActivationParams {
         dtype: dtype(T::DTYPE),
-        act: match p.act {
-            Activation::SiluGated => ffi::Activation::SiluGated,
-            Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
-            Activation::Silu => ffi::Activation::Silu,
-        },
-        gate_up: match p.gate_up {
-            GateUp::Concatenated => ffi::GateUp::Concatenated,
-            GateUp::Interleaved => ffi::GateUp::Interleaved,
-        },
+        act: activation(p.act),
+        gate_up: gate_up(p.gate_up),
         inter: p.inter as i32,
         rows: p.rows as i64,
         total: t_ptr.unwrap_or(0),
@@ -601,7 +610,6 @@ pub(crate) fn launch_decode_layer<T: Element>(
     y: &mut impl DevicePtrMut<T>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    use crate::layer::{Activation, GateUp};
     let (hid, inter, e) = (w.hidden(), w.inter(), w.experts());
     let rows = tokens * top_k;
     need_len("x", x.len(), tokens * hid, "tokens x hidden")?;
@@ -627,15 +635,8 @@ pub(crate) fn launch_decode_layer<T: Element>(
     }
     let params = ffi::DecodeParams {
         dtype: dtype(T::DTYPE),
-        act: match w.activation() {
-            Activation::SiluGated => ffi::Activation::SiluGated,
-            Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
-            Activation::Silu => ffi::Activation::Silu,
-        },
-        gate_up: match w.gate_up() {
-            GateUp::Concatenated => ffi::GateUp::Concatenated,
-            GateUp::Interleaved => ffi::GateUp::Interleaved,
-        },
+        act: activation(w.activation()),
+        gate_up: gate_up(w.gate_up()),
         tokens: tokens as i32,
         top_k: top_k as i32,
         experts: e as i32,

@@ -339,17 +339,8 @@ impl<T: Element> MoeLayer<T> {
         layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
         let offsets = stream.clone_dtoh(layout.offsets())?;
         let g = &mut self.gemm_single;
-        for e in 0..w.experts {
-            let (lo, hi) = (offsets[e] as usize, offsets[e + 1] as usize);
-            if hi == lo {
-                continue;
-            }
-            stream.memcpy_htod(&[0i32, (hi - lo) as i32], &mut self.single_offsets)?;
-            let a = self.a.slice(lo * h..);
-            let mut d1 = self.d1.slice_mut(lo * r13..);
-            let (g1, ws1) = g.g1.for_rows(hi - lo);
-            g1.launch(stream, &a, &w.w13.slice(e * r13 * h..(e + 1) * r13 * h), &self.single_offsets, &mut d1, ws1, &mut self.status)?;
-        }
+        let mut one = PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
+        one.gemms(&mut g.g1, &self.a, h, &w.w13, r13, &mut self.d1)?;
         let act = ffi::ActivationLaunch {
             act: w.activation,
             gate_up: w.gate_up,
@@ -361,18 +352,44 @@ impl<T: Element> MoeLayer<T> {
             bias: w.b13.as_ref(),
         };
         ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
-        for e in 0..w.experts {
-            let (lo, hi) = (offsets[e] as usize, offsets[e + 1] as usize);
+        let mut one = PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
+        one.gemms(&mut g.g2, &self.h, i, &w.w2, h, &mut self.d2)?;
+        let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
+        ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+    }
+}
+
+/// The eager backend's loop: one single-group GEMM per expert that received rows.
+struct PerExpert<'a> {
+    stream: &'a Arc<CudaStream>,
+    /// Host copy of the grouped layout's offsets `[E + 1]`.
+    offsets: &'a [i32],
+    /// Device `[0, rows]` of the current expert.
+    single: &'a mut CudaSlice<i32>,
+    status: &'a mut DeviceStatus,
+}
+
+impl PerExpert<'_> {
+    /// `out[rows of e] = inp[rows of e] · W[e]ᵀ` for every expert `e` with rows; `W` is `[E, n, k]`.
+    fn gemms<T: Element>(
+        &mut self,
+        plans: &mut GemmPlans<T>,
+        inp: &CudaSlice<T>,
+        k: usize,
+        w: &CudaSlice<T>,
+        n: usize,
+        out: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        for e in 0..self.offsets.len() - 1 {
+            let (lo, hi) = (self.offsets[e] as usize, self.offsets[e + 1] as usize);
             if hi == lo {
                 continue;
             }
-            stream.memcpy_htod(&[0i32, (hi - lo) as i32], &mut self.single_offsets)?;
-            let hin = self.h.slice(lo * i..);
-            let mut d2 = self.d2.slice_mut(lo * h..);
-            let (g2, ws2) = g.g2.for_rows(hi - lo);
-            g2.launch(stream, &hin, &w.w2.slice(e * h * i..(e + 1) * h * i), &self.single_offsets, &mut d2, ws2, &mut self.status)?;
+            self.stream.memcpy_htod(&[0i32, (hi - lo) as i32], self.single)?;
+            let (plan, ws) = plans.for_rows(hi - lo);
+            let (a, b, mut d) = (inp.slice(lo * k..), w.slice(e * n * k..(e + 1) * n * k), out.slice_mut(lo * n..));
+            plan.launch(self.stream, &a, &b, &*self.single, &mut d, ws, self.status)?;
         }
-        let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-        ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+        Ok(())
     }
 }

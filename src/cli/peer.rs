@@ -1,0 +1,52 @@
+//! Running a Python peer script of benches/peers/ on a JSON spec and reading its JSON result.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Per point name: the peer's median µs, or why it has none.
+pub type Medians = HashMap<String, Result<f64, String>>;
+
+/// Runs `python script --spec <file> --out <file>`; `script` is found under the working directory's
+/// benches/peers/ first (the GPU host runs from a copy of the repository), then the crate's.
+pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_json::Value) -> Result<Medians, String> {
+    if python == "none" {
+        return Err("peer skipped (--peer none)".into());
+    }
+    let script = explicit.map(Path::to_path_buf).unwrap_or_else(|| {
+        let local = PathBuf::from("benches/peers").join(script);
+        if local.is_file() {
+            local
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers").join(script)
+        }
+    });
+    let dir = std::env::temp_dir();
+    let tag = format!("{}-{}", std::process::id(), script.file_stem().unwrap_or_default().to_string_lossy());
+    let (spec_path, out_path) = (dir.join(format!("moe-gemm-spec-{tag}.json")), dir.join(format!("moe-gemm-out-{tag}.json")));
+    std::fs::write(&spec_path, spec.to_string()).map_err(|e| e.to_string())?;
+    eprintln!("running the PyTorch peer: {python} {}", script.display());
+    let status = Command::new(python)
+        .arg(&script)
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out_path)
+        .status()
+        .map_err(|e| format!("could not run {python}: {e}"))?;
+    if !status.success() {
+        return Err(format!("peer exited with {status}"));
+    }
+    let text = std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    eprintln!("peer: torch {} on {}", v["torch"], v["device"]);
+    Ok(v["points"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let r = p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string());
+            (p["name"].as_str().unwrap_or_default().to_string(), r)
+        })
+        .collect())
+}
