@@ -14,6 +14,7 @@ pub mod random;
 pub mod reference;
 pub mod routing;
 pub mod status;
+pub mod tuning;
 
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};

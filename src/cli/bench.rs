@@ -26,6 +26,20 @@ pub struct BenchArgs {
     /// Token counts of --layer (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,256,1024,4096,16384")]
     pub layer_tokens: Vec<usize>,
+    /// --layer: also benchmark the shapes and token counts of these vLLM tuned fused-MoE config files
+    /// (`E=..,N=..,device_name=...json`; H and k from the model suite when E and N match one, else --hidden/--top-k).
+    #[arg(long)]
+    pub vllm_config: Vec<PathBuf>,
+    /// Hidden size for --vllm-config files that match no suite model.
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Top-k for --vllm-config files that match no suite model.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// --layer: write this crate's choices (backend, tile, schedule, cluster per token bucket, with the measured
+    /// median) as vLLM-format config files into this folder.
+    #[arg(long)]
+    pub write_configs: Option<PathBuf>,
     /// Backends of --layer: eager, batched, grouped, contiguous, masked, auto.
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked")]
     pub backends: Vec<String>,

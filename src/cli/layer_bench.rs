@@ -10,7 +10,10 @@ use half::bf16;
 use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::{device, Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
 
-use super::bench::{BenchArgs, MODELS};
+use moe_gemm::tuning::{ConfigFile, ConfigName};
+use moe_gemm::TileConfig;
+
+use super::bench::{BenchArgs, Model, MODELS};
 
 /// Ceilings from shared/PERF_TARGETS.md (measured on this H200 model on 2026-11-29: streaming read, cuBLAS bf16);
 /// the floor of a point is max(active experts' weight bytes / BW, useful FLOPs / rate).
@@ -109,15 +112,96 @@ fn time_graph(
     Ok((q(0.5), q(0.1), q(0.9)))
 }
 
+/// A model shape and the token counts to run it at.
+struct Shape {
+    model: Model,
+    tokens: Vec<usize>,
+}
+
+/// The suite models (at --layer-tokens), then the shapes of every --vllm-config file (at its token counts).
+fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
+    let mut out = Vec::new();
+    for name in &args.models {
+        let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
+        out.push(Shape { model: *m, tokens: args.layer_tokens.clone() });
+    }
+    for path in &args.vllm_config {
+        let f = ConfigFile::read(path)?;
+        let known = MODELS.iter().find(|m| m.experts == f.name.experts && m.inter == f.name.n);
+        let (hidden, top_k, name) = match (known, args.hidden, args.top_k) {
+            (_, Some(h), Some(k)) => (h, k, "vllm-config"),
+            (Some(m), _, _) => (m.hidden, m.top_k, m.name),
+            _ => {
+                return Err(Error::InvalidProblem(format!(
+                    "{}: E = {}, N = {} match no suite model: pass --hidden and --top-k",
+                    path.display(),
+                    f.name.experts,
+                    f.name.n
+                )))
+            }
+        };
+        let model = Model { name: leak(format!("{name}[{}]", f.name)), experts: f.name.experts, top_k, hidden, inter: f.name.n };
+        out.push(Shape { model, tokens: f.buckets.keys().copied().collect() });
+    }
+    Ok(out)
+}
+
+/// Point names are `&'static str` like the suite's; a few config-file names per run are leaked on purpose.
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// Per model and token bucket: the backend Auto picks, the tile configuration of each GEMM, and the measured
+/// median of that backend, in vLLM's file format (dtype=bf16, this device's name).
+fn write_configs(
+    dir: &std::path::Path,
+    info: &DeviceInfo,
+    points: &[Point],
+    results: &[(usize, Backend, Backend, Option<(f64, f64, f64)>)],
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
+    let mut files: Vec<ConfigFile> = Vec::new();
+    for (pi, p) in points.iter().enumerate() {
+        let name = ConfigName {
+            experts: p.experts,
+            n: p.inter,
+            device_name: ConfigName::device(&info.name),
+            dtype: Some("bf16".into()),
+            block_shape: None,
+        };
+        let rows = p.tokens * p.top_k;
+        let gemm = |n: usize| {
+            let c = TileConfig::heuristic(p.experts, n, rows, info.sm_count as usize);
+            let (tm, tn, tk) = c.tile();
+            let (cm, cn) = c.cluster();
+            serde_json::json!({"config": c.name(), "schedule": format!("{:?}", c.schedule()), "tile": [tm, tn, tk], "cluster": [cm, cn, 1]})
+        };
+        let median = results.iter().find(|r| r.0 == pi && r.2 == p.auto).and_then(|r| r.3).map(|t| t.0);
+        let entry = serde_json::json!({
+            "backend": format!("{:?}", p.auto), "w13": gemm(2 * p.inter), "w2": gemm(p.hidden), "median_us": median,
+        });
+        match files.iter_mut().find(|f| f.name == name) {
+            Some(f) => {
+                f.buckets.insert(p.tokens, entry);
+            }
+            None => files.push(ConfigFile { name, buckets: [(p.tokens, entry)].into() }),
+        }
+    }
+    for f in files {
+        println!("wrote {}", f.write(dir)?.display());
+    }
+    Ok(())
+}
+
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Result<()> {
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();
     let mut results: Vec<(usize, Backend, Backend, Option<(f64, f64, f64)>)> = Vec::new(); // point, asked, ran, times
-    for name in &args.models {
-        let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
+    for shape in shapes(args)? {
+        let m = &shape.model;
         let (e, k, h, i) = (m.experts, m.top_k, m.hidden, m.inter);
-        let max_t = *args.layer_tokens.iter().max().unwrap_or(&1);
+        let max_t = *shape.tokens.iter().max().unwrap_or(&1);
         let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h)?;
         let mut w2 = stream.alloc_zeros::<bf16>(e * h * i)?;
         fill_device(stream, &mut w13, 3, 0.02)?;
@@ -128,7 +212,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
-        for &t in &args.layer_tokens {
+        for &t in &shape.tokens {
             let (ids, w) = routing(e, k, t, 7 + t as u64);
             let ids_d = stream.clone_htod(&ids)?;
             let w_d = stream.clone_htod(&w)?;
@@ -162,6 +246,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
         eprintln!(" {}", m.name);
     }
     drop(flush);
+    if let Some(dir) = &args.write_configs {
+        write_configs(dir, info, &points, &results)?;
+    }
     let peer = run_peer(args, &points);
     println!(
         "MoE layer (bf16, SwiGLU, uniform top-k routing), {}: CUDA-graph replays, median of {}, L2 {}",

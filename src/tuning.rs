@@ -1,0 +1,141 @@
+//! Tuned-config files in vLLM's fused-MoE format, read and written.
+//!
+//! vLLM names a tuned config `E=<E>,N=<N>,device_name=<GPU>[,dtype=<d>][,block_shape=[<n>, <k>]].json`, where `N`
+//! is the intermediate size per tensor-parallel shard and `<GPU>` is `torch.cuda.get_device_name()` with spaces
+//! replaced by `_`; the file maps token counts (`"1"`, `"2"`, …) to a kernel configuration. `moe-gemm` reads such
+//! files to derive the shapes and batch sizes to benchmark, and writes its own choices (tile, schedule, cluster
+//! and backend per token bucket) under the same name format, so the two can be diffed bucket by bucket.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The parsed name of a tuned-config file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigName {
+    pub experts: usize,
+    /// Intermediate size per shard (vLLM's `N`).
+    pub n: usize,
+    pub device_name: String,
+    pub dtype: Option<String>,
+    pub block_shape: Option<[usize; 2]>,
+}
+
+fn bad(name: &str, why: &str) -> Error {
+    Error::InvalidProblem(format!(
+        "config file name {name:?}: {why} (expected E=<E>,N=<N>,device_name=<GPU>[,dtype=<d>][,block_shape=[<n>, <k>]].json)"
+    ))
+}
+
+impl ConfigName {
+    /// The device name as vLLM writes it: spaces become underscores.
+    pub fn device(name: &str) -> String {
+        name.replace(' ', "_")
+    }
+
+    /// Parses a file name (a path's last component is taken).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming what is missing or malformed.
+    pub fn parse(path: &str) -> Result<ConfigName> {
+        let file = Path::new(path).file_name().and_then(|f| f.to_str()).unwrap_or(path);
+        let stem = file.strip_suffix(".json").ok_or_else(|| bad(file, "no .json suffix"))?;
+        // block_shape holds a comma: take it off the end first.
+        let (head, block_shape) = match stem.find(",block_shape=") {
+            Some(i) => {
+                let v = &stem[i + ",block_shape=".len()..];
+                let inner = v.strip_prefix('[').and_then(|v| v.strip_suffix(']')).ok_or_else(|| bad(file, "block_shape is not [n, k]"))?;
+                let dims: Vec<usize> = inner
+                    .split(',')
+                    .map(|d| d.trim().parse().map_err(|_| bad(file, "block_shape is not [n, k]")))
+                    .collect::<Result<_>>()?;
+                let [bn, bk] = dims[..] else { return Err(bad(file, "block_shape needs two sizes")) };
+                (&stem[..i], Some([bn, bk]))
+            }
+            None => (stem, None),
+        };
+        let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
+        for part in head.split(',') {
+            let (k, v) = part.split_once('=').ok_or_else(|| bad(file, &format!("field {part:?} has no '='")))?;
+            fields.insert(k, v);
+        }
+        let num = |k: &str| -> Result<usize> {
+            fields.get(k).ok_or_else(|| bad(file, &format!("no {k}=")))?.parse().map_err(|_| bad(file, &format!("{k} is not a number")))
+        };
+        let name = ConfigName {
+            experts: num("E")?,
+            n: num("N")?,
+            device_name: fields.get("device_name").ok_or_else(|| bad(file, "no device_name="))?.to_string(),
+            dtype: fields.get("dtype").map(|d| d.to_string()),
+            block_shape,
+        };
+        if let Some(k) = fields.keys().find(|k| !matches!(**k, "E" | "N" | "device_name" | "dtype")) {
+            return Err(bad(file, &format!("unknown field {k:?}")));
+        }
+        Ok(name)
+    }
+}
+
+impl fmt::Display for ConfigName {
+    /// The file name, as vLLM formats it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "E={},N={},device_name={}", self.experts, self.n, self.device_name)?;
+        if let Some(d) = &self.dtype {
+            write!(f, ",dtype={d}")?;
+        }
+        if let Some([n, k]) = self.block_shape {
+            write!(f, ",block_shape=[{n}, {k}]")?;
+        }
+        f.write_str(".json")
+    }
+}
+
+/// A tuned-config file: its name and, per token count, the configuration object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigFile {
+    pub name: ConfigName,
+    pub buckets: BTreeMap<usize, serde_json::Value>,
+}
+
+impl ConfigFile {
+    /// Reads a vLLM-format file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for an unreadable file, a malformed name, or keys that are not token counts.
+    pub fn read(path: &Path) -> Result<ConfigFile> {
+        let name = ConfigName::parse(&path.to_string_lossy())?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::InvalidProblem(format!("cannot read {}: {e}", path.display())))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidProblem(format!("{}: not JSON: {e}", path.display())))?;
+        let obj = v.as_object().ok_or_else(|| Error::InvalidProblem(format!("{}: not a JSON object", path.display())))?;
+        let mut buckets = BTreeMap::new();
+        for (k, cfg) in obj {
+            let t: usize = k.parse().map_err(|_| {
+                Error::InvalidProblem(format!("{}: key {k:?} is not a token count", path.display()))
+            })?;
+            buckets.insert(t, cfg.clone());
+        }
+        Ok(ConfigFile { name, buckets })
+    }
+
+    /// Writes the file as `dir/<name>`, keys in increasing token count (as vLLM's files are).
+    pub fn write(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join(self.name.to_string());
+        let mut obj = serde_json::Map::new();
+        for (t, cfg) in &self.buckets {
+            obj.insert(t.to_string(), cfg.clone());
+        }
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(obj)).expect("JSON of JSON values");
+        std::fs::write(&path, text + "\n")
+            .map_err(|e| Error::InvalidProblem(format!("cannot write {}: {e}", path.display())))?;
+        Ok(path)
+    }
+
+    /// The token counts both files tune, with each side's configuration: for diffing.
+    pub fn common_buckets<'a>(&'a self, other: &'a ConfigFile) -> Vec<(usize, &'a serde_json::Value, &'a serde_json::Value)> {
+        self.buckets.iter().filter_map(|(t, a)| other.buckets.get(t).map(|b| (*t, a, b))).collect()
+    }
+}

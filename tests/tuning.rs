@@ -1,0 +1,66 @@
+//! vLLM-format tuned-config files: names, reading, writing, diffing (CPU).
+
+use std::path::Path;
+
+use moe_gemm::tuning::{ConfigFile, ConfigName};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/configs");
+
+#[test]
+fn names_parse_and_format_like_vllm() {
+    let plain = "E=8,N=14336,device_name=NVIDIA_H200.json";
+    let n = ConfigName::parse(plain).unwrap();
+    assert_eq!((n.experts, n.n, n.device_name.as_str(), n.dtype.as_deref(), n.block_shape), (8, 14336, "NVIDIA_H200", None, None));
+    assert_eq!(n.to_string(), plain);
+    let fp8 = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json";
+    let n = ConfigName::parse(&format!("/some/dir/{fp8}")).unwrap();
+    assert_eq!((n.dtype.as_deref(), n.block_shape), (Some("fp8_w8a8"), Some([128, 128])));
+    assert_eq!(n.to_string(), fp8);
+    assert_eq!(ConfigName::device("NVIDIA H100 80GB HBM3"), "NVIDIA_H100_80GB_HBM3");
+}
+
+#[test]
+fn malformed_names_say_what_is_wrong() {
+    let msg = |s: &str| ConfigName::parse(s).unwrap_err().to_string();
+    assert!(msg("E=8,N=14336,device_name=X").contains(".json"));
+    assert!(msg("N=14336,device_name=X.json").contains("no E="));
+    assert!(msg("E=eight,N=1,device_name=X.json").contains("E is not a number"));
+    assert!(msg("E=8,N=1,device_name=X,block_shape=[128].json").contains("two sizes"));
+    assert!(msg("E=8,N=1,device_name=X,tp=2.json").contains("unknown field"));
+}
+
+#[test]
+fn fixtures_read_with_their_token_buckets() {
+    let f = ConfigFile::read(&Path::new(FIXTURES).join("E=8,N=14336,device_name=NVIDIA_H200.json")).unwrap();
+    assert_eq!(f.buckets.keys().copied().collect::<Vec<_>>(), vec![1, 8, 64, 256, 4096]);
+    assert_eq!(f.buckets[&4096]["BLOCK_SIZE_N"], 256);
+    let g = ConfigFile::read(&Path::new(FIXTURES).join("E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"))
+        .unwrap();
+    assert_eq!(g.name.block_shape, Some([128, 128]));
+}
+
+#[test]
+fn ours_write_in_the_same_format_and_diff_bucket_by_bucket() {
+    let theirs = ConfigFile::read(&Path::new(FIXTURES).join("E=8,N=14336,device_name=NVIDIA_H200.json")).unwrap();
+    let mut name = theirs.name.clone();
+    name.dtype = Some("bf16".into());
+    let ours = ConfigFile {
+        name,
+        buckets: [1usize, 64, 16384]
+            .into_iter()
+            .map(|t| (t, serde_json::json!({"backend": "Grouped", "w13": {"config": "pingpong-64x128x64"}})))
+            .collect(),
+    };
+    let dir = std::env::temp_dir().join(format!("moe-gemm-tuning-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = ours.write(&dir).unwrap();
+    assert!(path.ends_with("E=8,N=14336,device_name=NVIDIA_H200,dtype=bf16.json"));
+    let back = ConfigFile::read(&path).unwrap();
+    assert_eq!(back, ours);
+    let common: Vec<usize> = back.common_buckets(&theirs).iter().map(|c| c.0).collect();
+    assert_eq!(common, vec![1, 64]);
+    std::fs::write(dir.join("E=1,N=1,device_name=X.json"), "{\"one\": {}}").unwrap();
+    let err = ConfigFile::read(&dir.join("E=1,N=1,device_name=X.json")).unwrap_err();
+    assert!(err.to_string().contains("not a token count"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
