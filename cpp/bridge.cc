@@ -41,6 +41,10 @@ int32_t cudart_version() { return moe_gemm::cudart_version(); }
 
 int32_t spin(uint64_t ns, uint64_t stream) { return moe_gemm::spin(ns, stream); }
 
+int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, uint64_t stream) {
+  return moe_gemm::read_sweep(ptr, bytes, sink, blocks, stream);
+}
+
 LaunchStatus route(const RouterParams& p) {
   const RouterArgs a{p.kind,    p.tokens, p.experts, p.top_k, p.n_group, p.topk_group, p.renormalize,
                      p.scaling, p.logits, p.bias,    p.ids,   p.weights, p.status,     p.stream};

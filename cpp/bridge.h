@@ -23,6 +23,7 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& params);
 int32_t cudart_version();
 int32_t spin(uint64_t ns, uint64_t stream);
+int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, uint64_t stream);
 LaunchStatus route(const RouterParams& params);
 LaunchStatus build_layout(const LayoutParams& params);
 int64_t layout_scratch_ints(int64_t rows, int64_t local_experts);

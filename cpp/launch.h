@@ -104,5 +104,7 @@ int32_t cudart_version();
 // Queues a one-thread kernel that keeps `stream` busy for `ns` nanoseconds (benchmarks: lets the host queue
 // the timed work before the device reaches it). Returns the cudaError_t of the launch.
 int32_t spin(uint64_t ns, uint64_t stream);
+// Queues a streaming read of `bytes` (a multiple of 16) at `ptr` by `blocks` blocks; `sink` holds `blocks` words.
+int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, uint64_t stream);
 
 }  // namespace moe_gemm

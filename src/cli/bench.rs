@@ -9,6 +9,7 @@
 //! execution (as a CUDA graph replays it), not host launch latency; the peer does the same (torch.cuda._sleep).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 
 use clap::Args;
@@ -76,6 +77,16 @@ pub struct BenchArgs {
     /// Skip the route + layout timing (DeepSeek-V3 routing, T = 1, 64, 4096).
     #[arg(long)]
     pub no_routing: bool,
+    /// --layer: write an SVG plot per model here (time against T: this crate's Auto and best backend, the
+    /// PyTorch peer, the floor).
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// Write every point as CSV here.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Skip measuring the device's ceilings (read bandwidth, cuBLAS bf16 rate) at the start.
+    #[arg(long)]
+    pub no_ceilings: bool,
     /// Write every point as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -238,8 +249,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let stream = ctx.per_thread_stream();
     let info = moe_gemm::DeviceInfo::query(&ctx)?;
     info.require("moe-gemm bench", moe_gemm::Arch::Sm90)?;
+    let clocks_before = clocks();
+    let ceil = if args.no_ceilings {
+        // Without measurement, the ceilings of shared/PERF_TARGETS.md (one H200, 2026-11-29), labelled as such.
+        println!("ceilings: not measured (--no-ceilings); floors use PERF_TARGETS.md's 4.47 TB/s and 789 TFLOP/s");
+        moe_gemm::ceilings::Ceilings { read_bytes_per_s: 4.47e12, bf16_flops: Some(789e12) }
+    } else {
+        let c = moe_gemm::ceilings::measure(&stream)?;
+        println!(
+            "ceilings measured now: streaming read {:.2} TB/s (4 GiB); dense bf16 {} (cuBLAS 8192^3)",
+            c.read_bytes_per_s / 1e12,
+            c.bf16_flops.map_or("not measured: libcublas not found".to_string(), |f| format!("{:.0} TFLOP/s", f / 1e12))
+        );
+        c
+    };
+    println!("clocks before: {clocks_before}");
     if args.layer {
-        return super::layer_bench::run(&args, &stream, &info);
+        let r = super::layer_bench::run(&args, &stream, &info, &ceil);
+        println!("clocks after: {}", clocks());
+        return r;
     }
     let forced = configs(&args.config)?;
     let pts = points(&args)?;
@@ -295,7 +323,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
     drop(flush);
 
     let peer = run_peer(&args, &pts);
-    print_table(&pts, &rows, &peer);
+    print_table(&pts, &rows, &peer, &ceil);
+    println!("clocks after: {}", clocks());
+    if let Some(path) = &args.csv {
+        let mut csv = String::from("point,gemm,tokens,routing,groups,n,k,rows,config,median_us,p10_us,p90_us,tflops,weight_gbs,floor_us,torch_us\n");
+        for r in &rows {
+            let p = &pts[r.point_idx];
+            let (tf, gbs) = metrics(p, &r.stats);
+            let torch = peer.as_ref().ok().and_then(|m| m.get(&p.name)).and_then(|x| x.as_ref().ok()).map_or(String::new(), |v| format!("{v:.2}"));
+            csv += &format!(
+                "{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{tf:.2},{gbs:.1},{:.2},{torch}\n",
+                p.name, p.gemm, p.tokens, p.routing, p.groups, p.n, p.k, p.sizes.iter().sum::<usize>(), r.config.name(),
+                r.stats.median_us, r.stats.p10_us, r.stats.p90_us, floor_us(p, &ceil)
+            );
+        }
+        write_file(path, &csv)?;
+    }
     if !args.no_routing {
         bench_routing(&stream, &args, &pts, &rows)?;
     }
@@ -328,10 +371,36 @@ fn metrics(p: &Point, s: &Stats) -> (f64, f64) {
     (tflops, weight_gbs)
 }
 
-fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResults, String>) {
+/// Clocks and power state read by nvidia-smi, or why not.
+fn clocks() -> String {
+    match Command::new("nvidia-smi")
+        .args(["--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu", "--format=csv,noheader"])
+        .output()
+    {
+        Ok(o) if o.status.success() => format!("SM, mem, max SM, power, temp = {}", String::from_utf8_lossy(&o.stdout).trim()),
+        _ => "nvidia-smi not available".into(),
+    }
+}
+
+pub fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| Error::InvalidProblem(format!("cannot write {}: {e}", path.display())))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The floor of a GEMM point: max(bytes / read bandwidth, FLOPs / dense rate), bytes = active experts'
+/// weights + A rows + D rows.
+fn floor_us(p: &Point, c: &moe_gemm::ceilings::Ceilings) -> f64 {
+    let rows: usize = p.sizes.iter().sum();
+    let active = p.sizes.iter().filter(|&&s| s > 0).count();
+    let bytes = 2.0 * (active * p.n * p.k + rows * p.k + rows * p.n) as f64;
+    c.floor_us(bytes, 2.0 * rows as f64 * p.n as f64 * p.k as f64)
+}
+
+fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResults, String>, ceil: &moe_gemm::ceilings::Ceilings) {
     println!(
-        "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10} {:>19} {:>8} {:>8} {:>10} {:>9}",
-        "point", "rows", "E*", "N", "K", "config", "median µs", "p10-p90 µs", "TFLOP/s", "wGB/s", "torch µs", "t/torch"
+        "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10} {:>19} {:>8} {:>8} {:>9} {:>7} {:>10} {:>9}",
+        "point", "rows", "E*", "N", "K", "config", "median µs", "p10-p90 µs", "TFLOP/s", "wGB/s", "floor µs", "x floor", "torch µs", "t/torch"
     );
     for r in rows {
         let p = &pts[r.point_idx];
@@ -343,8 +412,9 @@ fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResul
             Ok(Some(Err(_))) => ("error".into(), "-".into()),
             _ => ("-".into(), "-".into()),
         };
+        let floor = floor_us(p, ceil);
         println!(
-            "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10.1} {:>19} {:>8.1} {:>8.0} {:>10} {:>9}",
+            "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10.1} {:>19} {:>8.1} {:>8.0} {:>9.1} {:>7.2} {:>10} {:>9}",
             p.name,
             total,
             active,
@@ -355,6 +425,8 @@ fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResul
             format!("{:.1}-{:.1}", r.stats.p10_us, r.stats.p90_us),
             tf,
             gbs,
+            floor,
+            r.stats.median_us / floor,
             peer_us,
             ratio
         );
@@ -369,7 +441,7 @@ fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResul
             }
         }
     }
-    println!("E* = experts with rows; wGB/s = E* x N x K x 2 bytes / median; t/torch = our median / torch's (< 1: faster)");
+    println!("E* = experts with rows; wGB/s = E* x N x K x 2 bytes / median; floor = max((E* x N x K + rows x (N + K)) x 2 bytes / read BW, 2 x rows x N x K / dense rate); t/torch = our median / torch's (< 1: faster)");
 }
 
 fn write_json(

@@ -10,15 +10,12 @@ use half::bf16;
 use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::{device, Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
 
+use moe_gemm::ceilings::Ceilings;
 use moe_gemm::tuning::{ConfigFile, ConfigName};
 use moe_gemm::TileConfig;
 
 use super::bench::{BenchArgs, Model, MODELS};
 
-/// Ceilings from shared/PERF_TARGETS.md (measured on this H200 model on 2026-11-29: streaming read, cuBLAS bf16);
-/// the floor of a point is max(active experts' weight bytes / BW, useful FLOPs / rate).
-const HBM_BYTES_PER_S: f64 = 4.47e12;
-const BF16_FLOPS: f64 = 789e12;
 
 struct Point {
     model: &'static str,
@@ -37,13 +34,15 @@ impl Point {
     fn name(&self) -> String {
         format!("{}/T={}", self.model, self.tokens)
     }
-    fn floor_us(&self) -> f64 {
+    /// max(active experts' weight bytes / read bandwidth, useful FLOPs / dense rate), as PERF_TARGETS.md
+    /// defines it, with the ceilings measured in this run.
+    fn floor_us(&self, c: &Ceilings) -> f64 {
         let mut active = vec![false; self.experts];
         self.ids.iter().for_each(|&e| active[e as usize] = true);
         let n = active.iter().filter(|&&a| a).count() as f64;
         let bytes = n * 3.0 * (self.hidden * self.inter) as f64 * 2.0;
         let flops = 2.0 * 3.0 * (self.tokens * self.top_k * self.hidden * self.inter) as f64;
-        (bytes / HBM_BYTES_PER_S).max(flops / BF16_FLOPS) * 1e6
+        c.floor_us(bytes, flops)
     }
 }
 
@@ -193,13 +192,19 @@ fn write_configs(
     Ok(())
 }
 
-pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Result<()> {
+pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();
     let mut results: Vec<(usize, Backend, Backend, Option<(f64, f64, f64)>)> = Vec::new(); // point, asked, ran, times
-    for shape in shapes(args)? {
+    let shapes = shapes(args)?;
+    let bar = indicatif::ProgressBar::new(shapes.iter().map(|s| s.tokens.len() * backends.len()).sum::<usize>() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} [{elapsed}]").expect("static template"),
+    );
+    for shape in shapes {
         let m = &shape.model;
+        bar.set_message(m.name);
         let (e, k, h, i) = (m.experts, m.top_k, m.hidden, m.inter);
         let max_t = *shape.tokens.iter().max().unwrap_or(&1);
         let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h)?;
@@ -226,6 +231,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
                 // A backend that cannot take this batch (masked capacity, batched rows) is reported, not timed.
                 if matches!(ran, Backend::Masked | Backend::Batched) && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err() {
                     results.push((pi, b, ran, None));
+                    bar.inc(1);
                     continue;
                 }
                 let times = if ran == Backend::Eager {
@@ -240,11 +246,11 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
                 };
                 layer.check(stream)?;
                 results.push((pi, b, ran, times));
+                bar.inc(1);
             }
-            eprint!(".");
         }
-        eprintln!(" {}", m.name);
     }
+    bar.finish_and_clear();
     drop(flush);
     if let Some(dir) = &args.write_configs {
         write_configs(dir, info, &points, &results)?;
@@ -256,14 +262,14 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
         args.reps,
         if args.no_flush { "not flushed" } else { "flushed" }
     );
-    println!("floor = max(active experts' weight bytes / 4.47 TB/s, FLOPs / 789 TFLOP/s) (PERF_TARGETS.md ceilings)");
+    println!("floor = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate), ceilings measured above");
     println!(
         "{:<24} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
         "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "torch µs", "t/torch"
     );
     for (pi, asked, ran, times) in &results {
         let p = &points[*pi];
-        let floor = p.floor_us();
+        let floor = p.floor_us(ceil);
         let (peer_us, ratio) = match (&peer, times) {
             (Ok(m), Some((med, _, _))) => match m.get(&p.name()) {
                 Some(Ok(us)) => (format!("{us:.1}"), format!("{:.3}", med / us)),
@@ -290,6 +296,32 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo) -> Res
     if let Err(why) = &peer {
         println!("peer: {why}");
     }
+    if let Some(dir) = &args.plots {
+        plots(dir, ceil, &points, &results, &peer)?;
+    }
+    if let Some(path) = &args.csv {
+        let mut csv = String::from("model,tokens,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n");
+        for (pi, asked, ran, times) in &results {
+            let p = &points[*pi];
+            let floor = p.floor_us(ceil);
+            let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().ok()).copied();
+            let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
+            let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+            csv += &format!(
+                "{},{},{asked:?},{ran:?},{:?},{},{},{},{floor:.2},{},{},{}\n",
+                p.model,
+                p.tokens,
+                p.auto,
+                f(med),
+                f(p10),
+                f(p90),
+                f(med.map(|m| m / floor)),
+                f(peer_us),
+                f(med.zip(peer_us).map(|(m, t)| m / t))
+            );
+        }
+        super::bench::write_file(path, &csv)?;
+    }
     println!("* = the backend Auto picks for this point");
     println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the backend cannot take the batch (masked capacity, batched row limit) or synchronises (eager)");
     Ok(())
@@ -307,4 +339,45 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> Peer {
         })).collect::<Vec<_>>(),
     });
     super::peer::run(&args.peer, "moe_layer_peer.py", None, &spec)
+}
+
+/// One SVG per model: Auto's backend, the best backend, the PyTorch peer and the floor against T.
+fn plots(
+    dir: &std::path::Path,
+    ceil: &Ceilings,
+    points: &[Point],
+    results: &[(usize, Backend, Backend, Option<(f64, f64, f64)>)],
+    peer: &Peer,
+) -> Result<()> {
+    use super::plot::{time_vs_tokens, Series};
+    std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
+    let mut models: Vec<&str> = points.iter().map(|p| p.model).collect();
+    models.dedup();
+    for model in models {
+        let mut auto = Series { label: "moe-gemm (Auto)".into(), points: vec![] };
+        let mut best = Series { label: "moe-gemm (best backend)".into(), points: vec![] };
+        let mut torch = Series { label: "PyTorch grouped_mm MLP".into(), points: vec![] };
+        let mut floor = Series { label: "floor (measured ceilings)".into(), points: vec![] };
+        for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.model == model) {
+            let t = p.tokens as f64;
+            let times: Vec<(Backend, f64)> =
+                results.iter().filter(|r| r.0 == pi).filter_map(|r| r.3.map(|x| (r.2, x.0))).collect();
+            if let Some(&(_, us)) = times.iter().find(|(b, _)| *b == p.auto) {
+                auto.points.push((t, us));
+            }
+            if let Some(us) = times.iter().map(|x| x.1).min_by(|a, b| a.total_cmp(b)) {
+                best.points.push((t, us));
+            }
+            if let Ok(m) = peer {
+                if let Some(Ok(us)) = m.get(&p.name()) {
+                    torch.points.push((t, *us));
+                }
+            }
+            floor.points.push((t, p.floor_us(ceil)));
+        }
+        let file = dir.join(format!("{}.svg", model.replace(['/', '[', ']', ',', '='], "_")));
+        time_vs_tokens(&file, &format!("{model}: MoE layer, bf16, H200"), &[auto, best, torch, floor])?;
+        println!("wrote {}", file.display());
+    }
+    Ok(())
 }

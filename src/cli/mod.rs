@@ -2,3 +2,4 @@ pub mod bench;
 pub mod info;
 pub mod layer_bench;
 pub mod peer;
+pub mod plot;

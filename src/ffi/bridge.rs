@@ -228,6 +228,9 @@ pub(crate) mod ffi {
         /// # Safety
         /// `stream` is a live stream of the current context.
         unsafe fn spin(ns: u64, stream: u64) -> i32;
+        /// # Safety
+        /// `ptr` holds `bytes` (a multiple of 16) and `sink` `blocks` u32, live on `stream`.
+        unsafe fn read_sweep(ptr: u64, bytes: u64, sink: u64, blocks: i32, stream: u64) -> i32;
 
         /// # Safety
         /// As for `grouped_gemm_sm90_run`: live device buffers of the sizes the params imply, on `stream`.

@@ -137,6 +137,54 @@ pub(crate) fn spin(stream: &CudaStream, ns: u64) -> Result<()> {
     }
 }
 
+/// Queues a streaming read of all of `buf` (its whole 16-byte vectors) by `sink.len()` blocks.
+pub(crate) fn read_sweep<T>(stream: &CudaStream, buf: &CudaSlice<T>, sink: &mut CudaSlice<u32>) -> Result<()> {
+    let bytes = (buf.num_bytes() / 16 * 16) as u64;
+    let blocks = sink.len().min(i32::MAX as usize) as i32;
+    let (p, _p) = buf.device_ptr(stream);
+    let (s, _s) = sink.device_ptr_mut(stream);
+    // SAFETY: the kernel reads bytes <= buf's size from its (256-byte aligned) start and writes at most one
+    // word per block into sink, which has `blocks` words; the guards order both on `stream`.
+    match unsafe { ffi::read_sweep(p, bytes, s, blocks, stream.cu_stream() as u64) } {
+        0 => Ok(()),
+        code => Err(Error::CudaRuntime { op: "read_sweep", code }),
+    }
+}
+
+/// Whether libcublas can be loaded (cudarc panics on first use otherwise).
+pub(crate) fn cublas_present() -> bool {
+    // SAFETY: only attempts to dlopen the library and reports whether that succeeded.
+    unsafe { cudarc::cublas::sys::is_culib_present() }
+}
+
+/// Queues `C = A · B` for square bf16 matrices of side `n` through cuBLAS (column-major, no transposes).
+pub(crate) fn cublas_gemm_bf16(
+    blas: &cudarc::cublas::CudaBlas,
+    n: usize,
+    a: &CudaSlice<half::bf16>,
+    b: &CudaSlice<half::bf16>,
+    c: &mut CudaSlice<half::bf16>,
+) -> Result<()> {
+    use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
+    need_len("a", a.len(), n * n, "n x n")?;
+    need_len("b", b.len(), n * n, "n x n")?;
+    need_len("c", c.len(), n * n, "n x n")?;
+    let cfg = GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: n as i32,
+        n: n as i32,
+        k: n as i32,
+        alpha: half::bf16::ONE,
+        lda: n as i32,
+        ldb: n as i32,
+        beta: half::bf16::ZERO,
+        ldc: n as i32,
+    };
+    // SAFETY: a, b, c hold n*n elements each (checked), matching the leading dimensions given to cuBLAS.
+    unsafe { blas.gemm(cfg, a, b, c) }.map_err(|e| Error::InvalidProblem(format!("cuBLAS gemm: {e:?}")))
+}
+
 pub(crate) fn cudart_version() -> i32 {
     ffi::cudart_version()
 }

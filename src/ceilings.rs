@@ -1,0 +1,73 @@
+//! The device's ceilings, measured in the run that uses them: streaming HBM read bandwidth (a kernel of ours)
+//! and the dense bf16 GEMM rate (cuBLAS through cudarc, 8192³, random data). A benchmark point's floor is
+//! `max(bytes / read bandwidth, FLOPs / dense rate)`.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::CudaStream;
+use half::bf16;
+
+use crate::error::{Error, Result};
+use crate::{device, ffi, random};
+
+/// Ceilings of one device, as measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Ceilings {
+    /// Bytes per second of a streaming read over 4 GiB (L2-cold).
+    pub read_bytes_per_s: f64,
+    /// Dense bf16 FLOP/s of cuBLAS on 8192 x 8192 x 8192, or `None` where libcublas cannot be loaded.
+    pub bf16_flops: Option<f64>,
+}
+
+impl Ceilings {
+    /// The floor, in µs, of moving `bytes` and computing `flops` (bf16); the rate term is dropped when
+    /// there is no measured rate.
+    pub fn floor_us(&self, bytes: f64, flops: f64) -> f64 {
+        let mem = bytes / self.read_bytes_per_s;
+        let math = self.bf16_flops.map_or(0.0, |r| flops / r);
+        mem.max(math) * 1e6
+    }
+}
+
+fn median_us(stream: &Arc<CudaStream>, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let ctx = stream.context();
+    f()?;
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let (a, b) = (ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?, ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?);
+        device::spin(stream, 200)?;
+        a.record(stream)?;
+        f()?;
+        b.record(stream)?;
+        t.push(a.elapsed_ms(&b)? as f64 * 1e3);
+    }
+    t.sort_by(|x, y| x.total_cmp(y));
+    Ok(t[t.len() / 2])
+}
+
+/// Measures both ceilings on `stream`'s device (a few seconds, ~4.4 GiB of device memory).
+pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
+    let sm = device::DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
+    let mut buf = stream.alloc_zeros::<bf16>(2 << 30)?; // 4 GiB
+    random::fill_device(stream, &mut buf, 11, 1.0)?;
+    let mut sink = stream.alloc_zeros::<u32>(sm * 4)?;
+    let us = median_us(stream, 10, || ffi::read_sweep(stream, &buf, &mut sink))?;
+    let read_bytes_per_s = buf.num_bytes() as f64 / (us * 1e-6);
+    drop(buf);
+    let bf16_flops = if ffi::cublas_present() {
+        let n = 8192usize;
+        let blas = cudarc::cublas::CudaBlas::new(stream.clone())
+            .map_err(|e| Error::InvalidProblem(format!("cuBLAS handle: {e:?}")))?;
+        let mut a = stream.alloc_zeros::<bf16>(n * n)?;
+        let mut b = stream.alloc_zeros::<bf16>(n * n)?;
+        let mut c = stream.alloc_zeros::<bf16>(n * n)?;
+        random::fill_device(stream, &mut a, 12, 1.0)?;
+        random::fill_device(stream, &mut b, 13, 1.0)?;
+        let us = median_us(stream, 10, || ffi::cublas_gemm_bf16(&blas, n, &a, &b, &mut c))?;
+        Some(2.0 * (n as f64).powi(3) / (us * 1e-6))
+    } else {
+        None
+    };
+    Ok(Ceilings { read_bytes_per_s, bf16_flops })
+}
