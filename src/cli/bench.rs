@@ -27,6 +27,17 @@ pub struct BenchArgs {
     /// Token counts of --layer (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,256,1024,4096,16384")]
     pub layer_tokens: Vec<usize>,
+    /// --layer: the whole suite: T = 1, 2, 4, ..., 256 (decode) and 512 ... 16384 (prefill), routings uniform,
+    /// balanced and zipf (overrides --layer-tokens and --routing).
+    #[arg(long)]
+    pub suite: bool,
+    /// --layer routings (comma-separated): uniform (seeded), balanced (every expert T·k/E rows), zipf (expert
+    /// popularity ∝ 1/rank^1.2, a skewed batch).
+    #[arg(long, value_delimiter = ',', default_value = "uniform")]
+    pub routing: Vec<String>,
+    /// --layer: a tensor-parallel slice: each GPU holds I / tp of every expert.
+    #[arg(long, default_value_t = 1)]
+    pub tp: usize,
     /// --layer: also benchmark the shapes and token counts of these vLLM tuned fused-MoE config files
     /// (`E=..,N=..,device_name=...json`; H and k from the model suite when E and N match one, else --hidden/--top-k).
     #[arg(long)]
@@ -45,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked")]
     pub backends: Vec<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
-    #[arg(long, value_delimiter = ',', default_value = "mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,gpt-oss-120b")]
+    #[arg(long, value_delimiter = ',', default_value = "mixtral-8x7b,qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,gpt-oss-120b")]
     pub models: Vec<String>,
     /// Token counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,512,4096")]
@@ -104,6 +115,7 @@ pub struct Model {
 pub const MODELS: &[Model] = &[
     Model { name: "mixtral-8x7b", experts: 8, top_k: 2, hidden: 4096, inter: 14336 },
     Model { name: "qwen3-30b-a3b", experts: 128, top_k: 8, hidden: 2048, inter: 768 },
+    Model { name: "qwen3-235b-a22b", experts: 128, top_k: 8, hidden: 4096, inter: 1536 },
     Model { name: "deepseek-v3", experts: 256, top_k: 8, hidden: 7168, inter: 2048 },
     Model { name: "gpt-oss-120b", experts: 128, top_k: 4, hidden: 2880, inter: 2880 },
 ];

@@ -28,11 +28,16 @@ struct Point {
     weights: Vec<f32>,
     /// The backend `Auto` picks here.
     auto: Backend,
+    routing: &'static str,
 }
 
 impl Point {
     fn name(&self) -> String {
-        format!("{}/T={}", self.model, self.tokens)
+        if self.routing == "uniform" {
+            format!("{}/T={}", self.model, self.tokens)
+        } else {
+            format!("{}/T={}/{}", self.model, self.tokens, self.routing)
+        }
     }
     /// max(active experts' weight bytes / read bandwidth, useful FLOPs / dense rate), as PERF_TARGETS.md
     /// defines it, with the ceilings measured in this run.
@@ -46,15 +51,38 @@ impl Point {
     }
 }
 
-/// Each token picks k distinct experts uniformly (seeded); weights are a softmax over the k of random logits.
-fn routing(e: usize, k: usize, t: usize, seed: u64) -> (Vec<i32>, Vec<f32>) {
+/// Routing of a benchmark point: each token picks k distinct experts (seeded) — uniformly, round-robin so
+/// that every expert gets T·k/E rows (balanced), or with popularity ∝ 1/rank^1.2 (zipf, skewed); weights are a
+/// softmax over the k of random logits.
+fn routing(kind: &str, e: usize, k: usize, t: usize, seed: u64) -> Result<(Vec<i32>, Vec<f32>)> {
     let mut rng = SplitMix64(seed);
+    let zipf_cdf: Vec<f64> = {
+        let w: Vec<f64> = (1..=e).map(|r| 1.0 / (r as f64).powf(1.2)).collect();
+        let total: f64 = w.iter().sum();
+        w.iter().scan(0.0, |acc, x| {
+            *acc += x / total;
+            Some(*acc)
+        })
+        .collect()
+    };
     let mut ids = Vec::with_capacity(t * k);
     let mut w = Vec::with_capacity(t * k);
-    for _ in 0..t {
+    for tok in 0..t {
         let start = ids.len();
+        let mut j = 0;
         while ids.len() - start < k {
-            let x = rng.below(e) as i32;
+            let x = match kind {
+                "uniform" => rng.below(e),
+                "balanced" => (tok * k + j) % e,
+                "zipf" => {
+                    let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                    zipf_cdf.partition_point(|&c| c < u).min(e - 1)
+                }
+                other => {
+                    return Err(Error::InvalidProblem(format!("unknown routing {other:?}: expected uniform, balanced or zipf")))
+                }
+            } as i32;
+            j += 1;
             if !ids[start..].contains(&x) {
                 ids.push(x);
             }
@@ -64,7 +92,7 @@ fn routing(e: usize, k: usize, t: usize, seed: u64) -> (Vec<i32>, Vec<f32>) {
         let s: f32 = l.iter().map(|x| (x - m).exp()).sum();
         w.extend(l.iter().map(|x| (x - m).exp() / s));
     }
-    (ids, w)
+    Ok((ids, w))
 }
 
 fn parse_backend(s: &str) -> Result<Backend> {
@@ -120,9 +148,23 @@ struct Shape {
 /// The suite models (at --layer-tokens), then the shapes of every --vllm-config file (at its token counts).
 fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
     let mut out = Vec::new();
+    const SUITE_TOKENS: [usize; 15] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
+    let tokens = if args.suite { SUITE_TOKENS.to_vec() } else { args.layer_tokens.clone() };
+    if args.tp == 0 {
+        return Err(Error::InvalidProblem("--tp 0: must be >= 1".into()));
+    }
     for name in &args.models {
         let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
-        out.push(Shape { model: *m, tokens: args.layer_tokens.clone() });
+        let mut model = *m;
+        if args.tp > 1 {
+            // A tensor-parallel slice holds I / tp of every expert (vLLM's N).
+            if m.inter % (8 * args.tp) != 0 {
+                return Err(Error::InvalidProblem(format!("{}: I = {} / tp = {} is not a multiple of 8", m.name, m.inter, args.tp)));
+            }
+            model.inter = m.inter / args.tp;
+            model.name = leak(format!("{}/tp{}", m.name, args.tp));
+        }
+        out.push(Shape { model, tokens: tokens.clone() });
     }
     for path in &args.vllm_config {
         let f = ConfigFile::read(path)?;
@@ -160,7 +202,7 @@ fn write_configs(
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
-    for (pi, p) in points.iter().enumerate() {
+    for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.routing == points[0].routing) {
         let name = ConfigName {
             experts: p.experts,
             n: p.inter,
@@ -198,7 +240,14 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     let mut points = Vec::new();
     let mut results: Vec<(usize, Backend, Backend, Option<(f64, f64, f64)>)> = Vec::new(); // point, asked, ran, times
     let shapes = shapes(args)?;
-    let bar = indicatif::ProgressBar::new(shapes.iter().map(|s| s.tokens.len() * backends.len()).sum::<usize>() as u64);
+    let routings: Vec<&'static str> = if args.suite {
+        vec!["uniform", "balanced", "zipf"]
+    } else {
+        args.routing.iter().map(|r| leak(r.clone())).collect()
+    };
+    let bar = indicatif::ProgressBar::new(
+        shapes.iter().map(|s| s.tokens.len() * routings.len() * backends.len()).sum::<usize>() as u64,
+    );
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} [{elapsed}]").expect("static template"),
     );
@@ -217,13 +266,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
-        for &t in &shape.tokens {
-            let (ids, w) = routing(e, k, t, 7 + t as u64);
+        for (&t, kind) in shape.tokens.iter().flat_map(|t| routings.iter().map(move |r| (t, *r))) {
+            let (ids, w) = routing(kind, e, k, t, 7 + t as u64)?;
             let ids_d = stream.clone_htod(&ids)?;
             let w_d = stream.clone_htod(&w)?;
             layer.set_backend(Backend::Auto);
             let auto = layer.backend_for(t);
-            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w, auto });
+            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w, auto, routing: kind });
             let pi = points.len() - 1;
             for &b in &backends {
                 layer.set_backend(b);
@@ -255,7 +304,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if let Some(dir) = &args.write_configs {
         write_configs(dir, info, &points, &results)?;
     }
-    let peer = run_peer(args, &points);
+    let (peer, extras) = run_peer(args, &points);
     println!(
         "MoE layer (bf16, SwiGLU, uniform top-k routing), {}: CUDA-graph replays, median of {}, L2 {}",
         info.name,
@@ -264,7 +313,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     );
     println!("floor = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate), ceilings measured above");
     println!(
-        "{:<24} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
+        "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
         "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "torch µs", "t/torch"
     );
     for (pi, asked, ran, times) in &results {
@@ -279,7 +328,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         };
         match times {
             Some((med, p10, p90)) => println!(
-                "{:<24} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}",
+                "{:<34} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}",
                 p.name(),
                 format!("{asked:?}"),
                 format!("{ran:?}{}", if *ran == p.auto { "*" } else { "" }),
@@ -290,17 +339,33 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 peer_us,
                 ratio
             ),
-            None => println!("{:<24} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed"),
+            None => println!("{:<34} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed"),
         }
     }
     if let Err(why) = &peer {
         println!("peer: {why}");
     }
+    if !extras.is_empty() {
+        println!("other PyTorch peers of the same points (µs; ratio = Auto's median / peer's):");
+        for (pi, p) in points.iter().enumerate() {
+            let Some(list) = extras.get(&p.name()) else { continue };
+            let ours = results.iter().find(|r| r.0 == pi && r.2 == p.auto).and_then(|r| r.3).map(|t| t.0);
+            let cells: Vec<String> = list
+                .iter()
+                .map(|(k, v)| match (v, ours) {
+                    (Ok(us), Some(o)) => format!("{k} {us:.1} ({:.3})", o / us),
+                    (Ok(us), None) => format!("{k} {us:.1}"),
+                    (Err(why), _) => format!("{k}: {why}"),
+                })
+                .collect();
+            println!("  {:<34} {}", p.name(), cells.join("  "));
+        }
+    }
     if let Some(dir) = &args.plots {
         plots(dir, ceil, &points, &results, &peer)?;
     }
     if let Some(path) = &args.csv {
-        let mut csv = String::from("model,tokens,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n");
+        let mut csv = String::from("model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n");
         for (pi, asked, ran, times) in &results {
             let p = &points[*pi];
             let floor = p.floor_us(ceil);
@@ -308,9 +373,10 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
             csv += &format!(
-                "{},{},{asked:?},{ran:?},{:?},{},{},{},{floor:.2},{},{},{}\n",
+                "{},{},{},{asked:?},{ran:?},{:?},{},{},{},{floor:.2},{},{},{}\n",
                 p.model,
                 p.tokens,
+                p.routing,
                 p.auto,
                 f(med),
                 f(p10),
@@ -328,8 +394,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
 }
 
 type Peer = std::result::Result<super::peer::Medians, String>;
+type Extras = super::peer::Extras;
 
-fn run_peer(args: &BenchArgs, points: &[Point]) -> Peer {
+fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras) {
     let spec = serde_json::json!({
         "reps": args.reps,
         "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
@@ -338,7 +405,9 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> Peer {
             "tokens": p.tokens, "ids": p.ids, "weights": p.weights,
         })).collect::<Vec<_>>(),
     });
-    super::peer::run(&args.peer, "moe_layer_peer.py", None, &spec)
+    super::peer::run_report(&args.peer, "moe_layer_peer.py", None, &spec)
+        .map(|r| (r.medians, r.extras))
+        .map_or_else(|e| (Err(e), Extras::new()), |(m, x)| (Ok(m), x))
 }
 
 /// One SVG per model: Auto's backend, the best backend, the PyTorch peer and the floor against T.
@@ -353,12 +422,13 @@ fn plots(
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut models: Vec<&str> = points.iter().map(|p| p.model).collect();
     models.dedup();
+    // One plot per model for its uniform routing (the other routings are in the CSV and the table).
     for model in models {
         let mut auto = Series { label: "moe-gemm (Auto)".into(), points: vec![] };
         let mut best = Series { label: "moe-gemm (best backend)".into(), points: vec![] };
         let mut torch = Series { label: "PyTorch grouped_mm MLP".into(), points: vec![] };
         let mut floor = Series { label: "floor (measured ceilings)".into(), points: vec![] };
-        for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.model == model) {
+        for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.model == model && p.routing == points[0].routing) {
             let t = p.tokens as f64;
             let times: Vec<(Backend, f64)> =
                 results.iter().filter(|r| r.0 == pi).filter_map(|r| r.3.map(|x| (r.2, x.0))).collect();

@@ -7,9 +7,23 @@ use std::process::Command;
 /// Per point name: the peer's median µs, or why it has none.
 pub type Medians = HashMap<String, Result<f64, String>>;
 
+/// Per point name, the other peers the script measured (name, µs or why not), in the script's order.
+pub type Extras = HashMap<String, Vec<(String, Result<f64, String>)>>;
+
+/// What a peer script reported: the headline peer's medians and any other peers.
+pub struct Report {
+    pub medians: Medians,
+    pub extras: Extras,
+}
+
 /// Runs `python script --spec <file> --out <file>`; `script` is found under the working directory's
 /// benches/peers/ first (the GPU host runs from a copy of the repository), then the crate's.
 pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_json::Value) -> Result<Medians, String> {
+    run_report(python, script, explicit, spec).map(|r| r.medians)
+}
+
+/// As [`run`], with the other peers of each point.
+pub fn run_report(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_json::Value) -> Result<Report, String> {
     if python == "none" {
         return Err("peer skipped (--peer none)".into());
     }
@@ -40,13 +54,22 @@ pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_jso
     let text = std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     eprintln!("peer: torch {} on {}", v["torch"], v["device"]);
-    Ok(v["points"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let points = v["points"].as_array().cloned().unwrap_or_default();
+    let name = |p: &serde_json::Value| p["name"].as_str().unwrap_or_default().to_string();
+    let medians = points
+        .iter()
+        .map(|p| (name(p), p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string())))
+        .collect();
+    let extras = points
+        .iter()
         .map(|p| {
-            let r = p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string());
-            (p["name"].as_str().unwrap_or_default().to_string(), r)
+            let peers = p["peers"].as_object().map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_f64().ok_or_else(|| v.as_str().unwrap_or("no result").to_string())))
+                    .collect()
+            });
+            (name(p), peers.unwrap_or_default())
         })
-        .collect())
+        .collect();
+    Ok(Report { medians, extras })
 }
