@@ -195,12 +195,13 @@ impl<T: Element> MoeLayer<T> {
         self.backend = backend;
     }
 
-    /// The backend a forward of `tokens` tokens runs. `Auto` compares two costs measured on the H200
-    /// (`moe-gemm bench --layer`, 2026-11-29): `Batched` streams one expert's weights per (token, slot) row at
-    /// about 3.8 TB/s; `Grouped` streams each *active* expert once at about 4.16 TB/s plus about 60 µs of
-    /// layout, gather, activation and combine. Batched wins while rows are few and rarely share an expert
-    /// (T = 1 everywhere; Qwen3 at T = 8); Grouped otherwise. Masked measured slower than Grouped at every
-    /// point and is never picked; it stays for callers who want its fixed-capacity layout.
+    /// The backend a forward of `tokens` tokens runs. `Auto` compares two costs fitted to the H200 suite
+    /// (`moe-gemm bench --layer --suite`, 2026-11-29): `Batched` streams one expert's weights per (token, slot)
+    /// row at about 4.0 TB/s plus 8 µs; `Grouped` streams each *active* expert once, at about 4.16 TB/s when 16
+    /// or more experts are active and 3.3 TB/s when fewer (few large experts leave the grouped GEMM short of
+    /// parallelism at small M), plus about 60 µs of layout, gather, activation and combine. Batched wins at
+    /// T = 1 everywhere, Mixtral T = 2 and Qwen3-30B T = 8; Grouped otherwise. Masked measured slower than
+    /// Grouped at every point and is never picked; it stays for callers who want its fixed-capacity layout.
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
             Backend::Auto => {
@@ -208,8 +209,9 @@ impl<T: Element> MoeLayer<T> {
                 let rows = tokens as f64 * k;
                 let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
                 let expert_bytes = 3.0 * (self.weights.hidden * self.weights.inter) as f64 * 2.0;
-                let batched_us = rows * expert_bytes / 3.8e12 * 1e6;
-                let grouped_us = active * expert_bytes / 4.16e12 * 1e6 + 60.0;
+                let batched_us = rows * expert_bytes / 4.0e12 * 1e6 + 8.0;
+                let grouped_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
+                let grouped_us = active * expert_bytes / grouped_bw * 1e6 + 60.0;
                 if tokens * self.top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
                     Backend::Batched
                 } else {
