@@ -163,3 +163,27 @@ fn dtype_facts() {
     assert_eq!(DType::F16.size_bytes(), 2);
     assert_eq!(format!("{:<5}|", DType::BF16), "bf16 |");
 }
+
+/// Auto's choices at the points of the H200 suite where the measured best backend was clear (2026-11-29).
+#[test]
+fn auto_policy_matches_the_measured_suite() {
+    use moe_gemm::{auto_backend, Backend::*};
+    // (E, k, H, I, T, measured best)
+    let cases = [
+        (8, 2, 4096, 14336, 1, Batched),     // 191 vs 269 us
+        (8, 2, 4096, 14336, 2, Batched),     // 342 vs 427
+        (8, 2, 4096, 14336, 4, Grouped),     // 632 vs 658
+        (8, 2, 4096, 14336, 64, Grouped),    // 765 vs 9866
+        (128, 8, 2048, 768, 1, Batched),     // 42 vs 57
+        (128, 8, 2048, 768, 8, Batched),     // 152 vs 195
+        (128, 8, 2048, 768, 64, Grouped),    // 360 vs 1037
+        (128, 8, 4096, 1536, 8, Grouped),    // 531 vs 561
+        (256, 8, 7168, 2048, 1, Batched),    // 179 vs 235
+        (256, 8, 7168, 2048, 8, Grouped),    // 1185 vs 1238
+        (128, 4, 2880, 2880, 1, Batched),    // 89 vs 104
+        (256, 8, 7168, 2048, 16384, Grouped), // batched row limit
+    ];
+    for (e, k, h, i, t, want) in cases {
+        assert_eq!(auto_backend(e, k, h, i, t), want, "E={e} k={k} H={h} I={i} T={t}");
+    }
+}

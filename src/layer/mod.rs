@@ -117,6 +117,23 @@ impl<T: Element> GemmPair<T> {
     }
 }
 
+/// `Auto`'s choice for `tokens` tokens of a layer of `experts` experts of `[hidden, inter]` with top-`top_k`
+/// routing (see [`MoeLayer::backend_for`]): a pure function, so the policy can be checked without a GPU.
+pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
+    let (e, k) = (experts as f64, top_k as f64);
+    let rows = tokens as f64 * k;
+    let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
+    let expert_bytes = 3.0 * (hidden * inter) as f64 * 2.0;
+    let batched_us = rows * expert_bytes / 4.0e12 * 1e6 + 8.0;
+    let grouped_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
+    let grouped_us = active * expert_bytes / grouped_bw * 1e6 + 60.0;
+    if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
+        Backend::Batched
+    } else {
+        Backend::Grouped
+    }
+}
+
 /// An MoE expert layer on the device.
 #[derive(Debug)]
 pub struct MoeLayer<T: Element> {
@@ -204,20 +221,7 @@ impl<T: Element> MoeLayer<T> {
     /// Grouped at every point and is never picked; it stays for callers who want its fixed-capacity layout.
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
-            Backend::Auto => {
-                let (e, k) = (self.weights.experts as f64, self.top_k as f64);
-                let rows = tokens as f64 * k;
-                let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
-                let expert_bytes = 3.0 * (self.weights.hidden * self.weights.inter) as f64 * 2.0;
-                let batched_us = rows * expert_bytes / 4.0e12 * 1e6 + 8.0;
-                let grouped_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
-                let grouped_us = active * expert_bytes / grouped_bw * 1e6 + 60.0;
-                if tokens * self.top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
-                    Backend::Batched
-                } else {
-                    Backend::Grouped
-                }
-            }
+            Backend::Auto => auto_backend(self.weights.experts, self.top_k, self.weights.hidden, self.weights.inter, tokens),
             b => b,
         }
     }
