@@ -364,6 +364,31 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if let Some(dir) = &args.plots {
         plots(dir, ceil, &points, &results, &peer)?;
     }
+    if let Some(path) = &args.json {
+        let rows: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(pi, asked, ran, times)| {
+                let p = &points[*pi];
+                let peers: serde_json::Map<String, serde_json::Value> = extras
+                    .get(&p.name())
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.as_ref().map_or_else(|e| serde_json::json!(e), |us| serde_json::json!(us))))
+                    .collect();
+                serde_json::json!({
+                    "model": p.model, "tokens": p.tokens, "routing": p.routing, "experts": p.experts, "top_k": p.top_k,
+                    "hidden": p.hidden, "inter": p.inter, "backend": format!("{asked:?}"), "ran": format!("{ran:?}"),
+                    "auto": format!("{:?}", p.auto), "median_us": times.map(|t| t.0), "p10_us": times.map(|t| t.1),
+                    "p90_us": times.map(|t| t.2), "floor_us": p.floor_us(ceil), "peers": peers,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "device": info.name, "sm_count": info.sm_count, "read_bytes_per_s": ceil.read_bytes_per_s,
+            "bf16_flops": ceil.bf16_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
+        });
+        super::bench::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
+    }
     if let Some(path) = &args.csv {
         let mut csv = String::from("model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n");
         for (pi, asked, ran, times) in &results {
