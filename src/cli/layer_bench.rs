@@ -476,3 +476,39 @@ fn plots(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::routing;
+
+    fn counts(ids: &[i32], e: usize) -> Vec<usize> {
+        let mut c = vec![0; e];
+        ids.iter().for_each(|&x| c[x as usize] += 1);
+        c
+    }
+
+    #[test]
+    fn routings_pick_k_distinct_experts_with_normalised_weights() {
+        for kind in ["uniform", "balanced", "zipf"] {
+            let (ids, w) = routing(kind, 64, 8, 100, 1).unwrap();
+            for t in 0..100 {
+                let mut row = ids[t * 8..(t + 1) * 8].to_vec();
+                row.sort();
+                row.dedup();
+                assert_eq!(row.len(), 8, "{kind}: token {t} repeats an expert");
+                let s: f32 = w[t * 8..(t + 1) * 8].iter().sum();
+                assert!((s - 1.0).abs() < 1e-5, "{kind}: weights sum to {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn balanced_is_exact_and_zipf_is_skewed() {
+        let (ids, _) = routing("balanced", 16, 4, 64, 1).unwrap();
+        assert!(counts(&ids, 16).iter().all(|&c| c == 16));
+        let (ids, _) = routing("zipf", 64, 4, 2000, 1).unwrap();
+        let c = counts(&ids, 64);
+        assert!(c[0] > 4 * c[32].max(1), "zipf: the top expert ({}) should dwarf the median one ({})", c[0], c[32]);
+        assert!(routing("pareto", 8, 2, 4, 1).is_err());
+    }
+}
