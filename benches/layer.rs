@@ -4,23 +4,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use half::bf16;
-use moe_gemm::random::{fill_device, SplitMix64};
+use moe_gemm::random::{fill_device, topk_ids};
 use moe_gemm::*;
 
 fn ids(tokens: usize, k: usize, e: usize) -> Vec<i32> {
-    let mut rng = SplitMix64(tokens as u64);
-    (0..tokens)
-        .flat_map(|_| {
-            let mut v: Vec<i32> = Vec::new();
-            while v.len() < k {
-                let x = rng.below(e) as i32;
-                if !v.contains(&x) {
-                    v.push(x);
-                }
-            }
-            v
-        })
-        .collect()
+    topk_ids(tokens, k, e, tokens as u64)
 }
 
 fn benches(c: &mut Criterion) {

@@ -31,6 +31,23 @@ impl SplitMix64 {
     }
 }
 
+/// `tokens` rows of `k` distinct expert ids in `0..experts`, uniformly at random (seeded): `[tokens, k]`.
+pub fn topk_ids(tokens: usize, k: usize, experts: usize, seed: u64) -> Vec<i32> {
+    assert!(k <= experts, "k = {k} distinct ids out of {experts} experts");
+    let mut rng = SplitMix64(seed);
+    let mut ids = Vec::with_capacity(tokens * k);
+    for _ in 0..tokens {
+        let start = ids.len();
+        while ids.len() - start < k {
+            let x = rng.below(experts) as i32;
+            if !ids[start..].contains(&x) {
+                ids.push(x);
+            }
+        }
+    }
+    ids
+}
+
 /// `len` values uniform in [-scale, scale), generated on all cores (weights of real shapes are gigabytes).
 pub fn random_vec<T: Element>(len: usize, seed: u64, scale: f32) -> Vec<T> {
     let mut v = vec![T::from_f32(0.0); len];

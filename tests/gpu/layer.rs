@@ -41,19 +41,7 @@ fn weights_for(tokens: usize, k: usize, seed: u64) -> Vec<f32> {
 }
 
 fn distinct_ids(tokens: usize, k: usize, e: usize, seed: u64) -> Vec<i32> {
-    let mut rng = Rng(seed);
-    (0..tokens)
-        .flat_map(|_| {
-            let mut v: Vec<i32> = Vec::new();
-            while v.len() < k {
-                let x = rng.below(e) as i32;
-                if !v.contains(&x) {
-                    v.push(x);
-                }
-            }
-            v
-        })
-        .collect()
+    moe_gemm::random::topk_ids(tokens, k, e, seed)
 }
 
 struct Rig {
