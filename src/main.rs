@@ -12,6 +12,7 @@ struct Args {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 enum Command {
     /// Print the toolchain, the compiled architectures and kernel configurations, and the CUDA devices.
     Info,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use common::*;
 use half::bf16;
-use moe_gemm::checkpoint::{pack_experts, save, unpack_experts, Checkpoint, ExpertNaming};
+use moe_gemm::checkpoint::{pack_experts, save, unpack_experts, Checkpoint, ExpertNaming, NamedTensor};
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::*;
 
@@ -15,7 +15,7 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("moe-gemm-test-{}-{name}.safetensors", std::process::id()))
 }
 
-type Tensors = Vec<(String, Vec<usize>, Vec<bf16>)>;
+type Tensors = Vec<NamedTensor<bf16>>;
 
 fn experts(prefix: &str, naming: ExpertNaming, e: usize, i: usize, h: usize) -> Tensors {
     let mut out = Vec::new();
@@ -84,7 +84,7 @@ fn missing_expert_and_bad_shapes_name_the_tensor() {
         .unwrap_err();
     assert!(err.to_string().contains("experts.1.w2.weight") && err.to_string().contains("[8, 16]"), "{err}");
 
-    let f16s: Vec<(String, Vec<usize>, Vec<half::f16>)> = vec![("x".into(), vec![2], vec![half::f16::ONE; 2])];
+    let f16s: Vec<NamedTensor<half::f16>> = vec![("x".into(), vec![2], vec![half::f16::ONE; 2])];
     save(&path, &f16s).unwrap();
     let err = Checkpoint::open(&path).unwrap().tensor::<bf16>("x").unwrap_err();
     assert!(err.to_string().contains("`x`") && err.to_string().contains("F16"), "{err}");

@@ -22,6 +22,9 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts};
 
+/// A named tensor: (name, shape, elements).
+pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);
+
 /// How per-expert tensors are named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertNaming {
@@ -195,7 +198,7 @@ pub fn unpack_experts<T: Element>(
     p: &PackedExperts<T>,
     prefix: &str,
     naming: ExpertNaming,
-) -> Result<Vec<(String, Vec<usize>, Vec<T>)>> {
+) -> Result<Vec<NamedTensor<T>>> {
     if p.format != ExpertFormat::SWIGLU || p.b13.is_some() || p.b2.is_some() {
         return Err(Error::InvalidProblem(format!(
             "unpack_experts writes per-expert gate/up/down tensors of concatenated [out, in] SwiGLU experts without biases; got {:?}",
@@ -215,7 +218,7 @@ pub fn unpack_experts<T: Element>(
 }
 
 /// Writes 16-bit tensors to a `.safetensors` file.
-pub fn save<T: Element>(path: &Path, tensors: &[(String, Vec<usize>, Vec<T>)]) -> Result<()> {
+pub fn save<T: Element>(path: &Path, tensors: &[NamedTensor<T>]) -> Result<()> {
     let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| to_bytes(v)).collect();
     let views: HashMap<String, TensorView<'_>> = tensors
         .iter()

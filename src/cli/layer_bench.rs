@@ -16,6 +16,9 @@ use moe_gemm::TileConfig;
 
 use super::bench::{BenchArgs, Model, MODELS};
 
+/// One timed entry: point index, backend asked, backend run, (median, p10, p90) µs or not timed.
+type Timed = (usize, Backend, Backend, Option<(f64, f64, f64)>);
+
 
 struct Point {
     model: &'static str,
@@ -198,7 +201,7 @@ fn write_configs(
     dir: &std::path::Path,
     info: &DeviceInfo,
     points: &[Point],
-    results: &[(usize, Backend, Backend, Option<(f64, f64, f64)>)],
+    results: &[Timed],
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
@@ -238,7 +241,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();
-    let mut results: Vec<(usize, Backend, Backend, Option<(f64, f64, f64)>)> = Vec::new(); // point, asked, ran, times
+    let mut results: Vec<Timed> = Vec::new();
     let shapes = shapes(args)?;
     let routings: Vec<&'static str> = if args.suite {
         vec!["uniform", "balanced", "zipf"]
@@ -440,7 +443,7 @@ fn plots(
     dir: &std::path::Path,
     ceil: &Ceilings,
     points: &[Point],
-    results: &[(usize, Backend, Backend, Option<(f64, f64, f64)>)],
+    results: &[Timed],
     peer: &Peer,
 ) -> Result<()> {
     use super::plot::{time_vs_tokens, Series};

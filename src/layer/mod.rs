@@ -260,6 +260,7 @@ impl<T: Element> MoeLayer<T> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward_layout(
         &mut self,
         stream: &Arc<CudaStream>,
