@@ -151,6 +151,8 @@ pub struct MoeLayer<T: Element> {
     gemm_single: GemmPair<T>,
     /// `[0, n]` offsets of the eager backend's one-group launches.
     single_offsets: CudaSlice<i32>,
+    /// Global expert -> local index or -1 (expert parallelism); `None`: all experts are local.
+    expert_map: Option<CudaSlice<i32>>,
     a: CudaSlice<T>,
     d1: CudaSlice<T>,
     h: CudaSlice<T>,
@@ -168,9 +170,47 @@ impl<T: Element> MoeLayer<T> {
     /// # Errors
     /// Shape errors of the GEMMs and layouts (naming the constraint), arch and driver errors.
     pub fn new(stream: &Arc<CudaStream>, weights: ExpertWeights<T>, options: MoeLayerOptions) -> Result<Self> {
+        Self::build(stream, weights, options, None)
+    }
+
+    /// An expert-parallel slice: `weights` hold this device's experts; routing ids range over
+    /// `expert_map.len()` global experts, and `expert_map[e]` is `e`'s local index or −1 (on another device).
+    /// Rows of remote experts are dropped by the layout, so `y` holds this device's share of the sum over k
+    /// (the caller reduces it across devices). The `Batched` backend does not take a map; `Auto` picks among
+    /// the layout backends.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] if the map's local ids do not cover exactly the `weights`' experts.
+    pub fn with_expert_map(
+        stream: &Arc<CudaStream>,
+        weights: ExpertWeights<T>,
+        options: MoeLayerOptions,
+        expert_map: &[i32],
+    ) -> Result<Self> {
+        let mut local: Vec<i32> = expert_map.iter().copied().filter(|&l| l >= 0).collect();
+        local.sort_unstable();
+        if local != (0..weights.experts as i32).collect::<Vec<_>>() {
+            return Err(Error::InvalidProblem(format!(
+                "expert_map must give each of the {} local experts exactly one global id (and -1 to the rest); it gives {:?}",
+                weights.experts, local
+            )));
+        }
+        if expert_map.iter().any(|&l| l < -1) {
+            return Err(Error::InvalidProblem("expert_map entries must be a local id or -1".into()));
+        }
+        Self::build(stream, weights, options, Some(expert_map))
+    }
+
+    fn build(
+        stream: &Arc<CudaStream>,
+        weights: ExpertWeights<T>,
+        options: MoeLayerOptions,
+        expert_map: Option<&[i32]>,
+    ) -> Result<Self> {
         let (e, k, t) = (weights.experts, options.top_k, options.max_tokens);
+        let global = expert_map.map_or(e, <[i32]>::len);
         let max_m = options.masked_max_m.unwrap_or(t.min(256));
-        let dims = |spec| LayoutDims::new(spec, t, k, e, e);
+        let dims = |spec| LayoutDims::new(spec, t, k, global, e);
         let (dg, dc, dm) =
             (dims(LayoutSpec::Grouped)?, dims(LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M })?, dims(LayoutSpec::Masked { max_m })?);
         // Room for every layout, plus max_tokens rows so that the eager backend's per-expert slices (which
@@ -193,6 +233,7 @@ impl<T: Element> MoeLayer<T> {
             h: zeros(cap * weights.inter)?,
             d2: zeros(cap * weights.hidden)?,
             status: DeviceStatus::new(stream)?,
+            expert_map: expert_map.map(|m| stream.clone_htod(m)).transpose()?,
             backend: options.backend,
             max_tokens: t,
             top_k: k,
@@ -221,6 +262,8 @@ impl<T: Element> MoeLayer<T> {
     /// Grouped at every point and is never picked; it stays for callers who want its fixed-capacity layout.
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
+            // An expert map rules out Batched, which reads global ids as weight indices.
+            Backend::Auto if self.expert_map.is_some() => Backend::Grouped,
             Backend::Auto => auto_backend(self.weights.experts, self.top_k, self.weights.hidden, self.weights.inter, tokens),
             b => b,
         }
@@ -285,7 +328,7 @@ impl<T: Element> MoeLayer<T> {
         let w = &self.weights;
         let (h, i) = (w.hidden, w.inter);
         let cap = layout.dims().capacity();
-        layout.build(stream, tokens, ids, None, &mut self.status)?;
+        layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
         layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
         let rows = tokens * self.top_k;
         let (g1, ws1) = gemms.g1.for_rows(rows);
@@ -319,6 +362,11 @@ impl<T: Element> MoeLayer<T> {
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
         let rows = tokens * self.top_k;
+        if self.expert_map.is_some() {
+            return Err(Error::InvalidProblem(
+                "the Batched backend takes no expert map (expert parallelism): use a layout backend".into(),
+            ));
+        }
         if rows > BATCHED_MAX_ROWS {
             return Err(Error::InvalidProblem(format!(
                 "the Batched backend takes at most {BATCHED_MAX_ROWS} (token, slot) rows; {tokens} tokens x top-{} = {rows} (use another backend)",
@@ -342,7 +390,7 @@ impl<T: Element> MoeLayer<T> {
         let w = &self.weights;
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
         let layout = &mut self.grouped;
-        layout.build(stream, tokens, ids, None, &mut self.status)?;
+        layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
         layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
         let offsets = stream.clone_dtoh(layout.offsets())?;
         let g = &mut self.gemm_single;

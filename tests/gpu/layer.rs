@@ -247,3 +247,41 @@ fn auto_policy_is_inspectable_and_masked_refuses_oversized_batches() {
     let err = rig.layer.forward(&rig.stream, 1000, &x, &ids, &w, &mut y).unwrap_err();
     assert!(err.to_string().contains("max_m = 256"), "{err}");
 }
+
+/// Expert parallelism: a slice holding the odd experts of 16 computes its share of every token's sum, and the
+/// batched backend refuses the map.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn expert_parallel_slice_sums_its_local_experts() {
+    let (e_global, k, h, i, t) = (16usize, 4usize, 128usize, 64usize, 40usize);
+    let map: Vec<i32> = (0..e_global).map(|g| if g % 2 == 1 { (g / 2) as i32 } else { -1 }).collect();
+    let local = packed(e_global / 2, h, i, ExpertFormat::SWIGLU, true, 71);
+    let ids = distinct_ids(t, k, e_global, 72);
+    let w = weights_for(t, k, 73);
+    let x = random_vec::<bf16>(t * h, 74, 1.0);
+    // Reference: remote rows weigh nothing (any local id will do for them).
+    let (ids_ref, w_ref): (Vec<i32>, Vec<f32>) =
+        ids.iter().zip(&w).map(|(&g, &wt)| if map[g as usize] >= 0 { (map[g as usize], wt) } else { (0, 0.0) }).unzip();
+    let want = moe_forward(&local, &x, &ids_ref, &w_ref, k);
+    let (_ctx, stream) = gpu();
+    let weights = ExpertWeights::upload(&stream, &local).unwrap();
+    let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: None, backend: Backend::Auto };
+    let mut layer = MoeLayer::with_expert_map(&stream, weights, opts, &map).unwrap();
+    assert_eq!(layer.backend_for(1), Backend::Grouped, "Auto never picks Batched with a map");
+    let (xd, idd, wd) = (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&w).unwrap());
+    let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
+    for backend in [Backend::Eager, Backend::Grouped, Backend::Contiguous, Backend::Masked] {
+        layer.set_backend(backend);
+        layer.forward(&stream, t, &xd, &idd, &wd, &mut y).unwrap();
+        layer.check(&stream).unwrap();
+        if let Some(m) = mismatch(&stream.clone_dtoh(&y).unwrap(), &want) {
+            panic!("EP slice [{backend:?}]: {m}");
+        }
+    }
+    layer.set_backend(Backend::Batched);
+    assert!(layer.forward(&stream, t, &xd, &idd, &wd, &mut y).unwrap_err().to_string().contains("expert map"));
+    // A map that does not cover the local experts is refused.
+    let bad: Vec<i32> = (0..e_global).map(|g| if g < 4 { g as i32 } else { -1 }).collect();
+    let weights = ExpertWeights::upload(&stream, &local).unwrap();
+    assert!(MoeLayer::with_expert_map(&stream, weights, opts, &bad).is_err());
+}
