@@ -38,6 +38,10 @@ pub struct BenchArgs {
     /// --layer: a tensor-parallel slice: each GPU holds I / tp of every expert.
     #[arg(long, default_value_t = 1)]
     pub tp: usize,
+    /// --layer: an expert-parallel slice: each GPU holds E / ep experts (every ep-th) and routing ranges over
+    /// all E; the floor counts this GPU's experts and rows. The PyTorch peer has no expert map and is skipped.
+    #[arg(long, default_value_t = 1)]
+    pub ep: usize,
     /// --layer: also benchmark the shapes and token counts of these vLLM tuned fused-MoE config files
     /// (`E=..,N=..,device_name=...json`; H and k from the model suite when E and N match one, else --hidden/--top-k).
     #[arg(long)]

@@ -32,6 +32,8 @@ struct Point {
     /// The backend `Auto` picks here.
     auto: Backend,
     routing: &'static str,
+    /// Expert-parallel degree: this GPU holds the experts `e` with `e % ep == 0` (1: all).
+    ep: usize,
 }
 
 impl Point {
@@ -46,10 +48,11 @@ impl Point {
     /// defines it, with the ceilings measured in this run.
     fn floor_us(&self, c: &Ceilings) -> f64 {
         let mut active = vec![false; self.experts];
-        self.ids.iter().for_each(|&e| active[e as usize] = true);
+        let local = self.ids.iter().filter(|&&e| e as usize % self.ep == 0);
+        local.clone().for_each(|&e| active[e as usize] = true);
         let n = active.iter().filter(|&&a| a).count() as f64;
         let bytes = n * 3.0 * (self.hidden * self.inter) as f64 * 2.0;
-        let flops = 2.0 * 3.0 * (self.tokens * self.top_k * self.hidden * self.inter) as f64;
+        let flops = 2.0 * 3.0 * (local.count() * self.hidden * self.inter) as f64;
         c.floor_us(bytes, flops)
     }
 }
@@ -153,8 +156,8 @@ fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
     let mut out = Vec::new();
     const SUITE_TOKENS: [usize; 15] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
     let tokens = if args.suite { SUITE_TOKENS.to_vec() } else { args.layer_tokens.clone() };
-    if args.tp == 0 {
-        return Err(Error::InvalidProblem("--tp 0: must be >= 1".into()));
+    if args.tp == 0 || args.ep == 0 {
+        return Err(Error::InvalidProblem("--tp and --ep must be >= 1".into()));
     }
     for name in &args.models {
         let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
@@ -166,6 +169,12 @@ fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
             }
             model.inter = m.inter / args.tp;
             model.name = leak(format!("{}/tp{}", m.name, args.tp));
+        }
+        if args.ep > 1 {
+            if m.experts % args.ep != 0 {
+                return Err(Error::InvalidProblem(format!("{}: E = {} is not a multiple of ep = {}", m.name, m.experts, args.ep)));
+            }
+            model.name = leak(format!("{}/ep{}", model.name, args.ep));
         }
         out.push(Shape { model, tokens: tokens.clone() });
     }
@@ -258,14 +267,22 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let m = &shape.model;
         bar.set_message(m.name);
         let (e, k, h, i) = (m.experts, m.top_k, m.hidden, m.inter);
+        // Expert parallelism: this GPU holds every ep-th expert; routing still ranges over all of them.
+        let ep = args.ep;
+        let local_e = e / ep;
         let max_t = *shape.tokens.iter().max().unwrap_or(&1);
-        let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h)?;
-        let mut w2 = stream.alloc_zeros::<bf16>(e * h * i)?;
+        let mut w13 = stream.alloc_zeros::<bf16>(local_e * 2 * i * h)?;
+        let mut w2 = stream.alloc_zeros::<bf16>(local_e * h * i)?;
         fill_device(stream, &mut w13, 3, 0.02)?;
         fill_device(stream, &mut w2, 4, 0.02)?;
-        let weights = ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None)?;
+        let weights = ExpertWeights::from_device(local_e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None)?;
         let opts = MoeLayerOptions { max_tokens: max_t, top_k: k, masked_max_m: None, backend: Backend::Auto };
-        let mut layer = MoeLayer::new(stream, weights, opts)?;
+        let mut layer = if ep > 1 {
+            let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
+            MoeLayer::with_expert_map(stream, weights, opts, &map)?
+        } else {
+            MoeLayer::new(stream, weights, opts)?
+        };
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
@@ -275,7 +292,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let w_d = stream.clone_htod(&w)?;
             layer.set_backend(Backend::Auto);
             let auto = layer.backend_for(t);
-            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w, auto, routing: kind });
+            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w, auto, routing: kind, ep });
             let pi = points.len() - 1;
             for &b in &backends {
                 layer.set_backend(b);
@@ -428,7 +445,7 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras) {
     let spec = serde_json::json!({
         "reps": args.reps,
         "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
-        "points": points.iter().map(|p| serde_json::json!({
+        "points": points.iter().filter(|p| p.ep == 1).map(|p| serde_json::json!({
             "name": p.name(), "experts": p.experts, "top_k": p.top_k, "hidden": p.hidden, "inter": p.inter,
             "tokens": p.tokens, "ids": p.ids, "weights": p.weights,
         })).collect::<Vec<_>>(),
