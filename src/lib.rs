@@ -11,6 +11,7 @@ mod ffi;
 pub mod kernels;
 pub mod layer;
 pub mod layouts;
+pub mod quant;
 pub mod random;
 pub mod reference;
 pub mod routing;

@@ -21,6 +21,7 @@ use safetensors::tensor::{Dtype, Metadata, TensorView};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts};
+use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);
@@ -124,6 +125,64 @@ impl Checkpoint {
     /// [`Error::Checkpoint`] naming the first missing tensor or the first whose shape disagrees with expert 0.
     pub fn pack_experts<T: Element>(&self, prefix: &str, experts: usize, naming: ExpertNaming) -> Result<PackedExperts<T>> {
         pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
+    }
+
+    /// An FP8 weight of a DeepSeek-style checkpoint: `name` (F8_E4M3, `[out, in]`) and `{name}_scale_inv`
+    /// (f32, one dequantisation multiplier per 128 × 128 block, grid `[ceil(out/128), ceil(in/128)]`).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor: missing, wrong dtype, or a scale grid that does not fit.
+    pub fn fp8_weight(&self, name: &str) -> Result<BlockFp8> {
+        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        if info.dtype != Dtype::F8_E4M3 {
+            return Err(bad(name, format!("dtype {:?}, expected F8_E4M3", info.dtype)));
+        }
+        let [rows, cols] = info.shape[..] else {
+            return Err(bad(name, format!("shape {:?}, expected [out, in]", info.shape)));
+        };
+        let base = 8 + self.header;
+        let q = self.map[base + info.data_offsets.0..base + info.data_offsets.1].iter().map(|&b| F8E4M3::from_bits(b)).collect();
+        let sname = format!("{name}_scale_inv");
+        let sinfo = self.meta.info(&sname).ok_or_else(|| bad(&sname, "missing from the checkpoint".into()))?;
+        if sinfo.dtype != Dtype::F32 {
+            return Err(bad(&sname, format!("dtype {:?}, expected F32 (DeepSeek's weight_scale_inv)", sinfo.dtype)));
+        }
+        let block = BlockShape::DEEPSEEK;
+        let grid = block.grid(rows, cols);
+        if sinfo.shape != [grid.0, grid.1] {
+            return Err(bad(&sname, format!("shape {:?}, expected [{}, {}] for {name} {:?} in 128x128 blocks", sinfo.shape, grid.0, grid.1, info.shape)));
+        }
+        let bytes = &self.map[base + sinfo.data_offsets.0..base + sinfo.data_offsets.1];
+        let scales = Scales::from_bytes(ScaleFormat::F32, grid.0 * grid.1, bytes).map_err(|e| bad(&sname, e.to_string()))?;
+        BlockFp8::from_parts(rows, cols, block, q, scales).map_err(|e| bad(name, e.to_string()))
+    }
+
+    /// Per expert: w13 (`gate` stacked on `up`, `[2I, H]`) and w2 (`[H, I]`) of an FP8 checkpoint with 128 × 128
+    /// block scales (DeepSeek-V3's `…experts.{e}.{gate,up,down}_proj.weight` + `weight_scale_inv`).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the first tensor that is missing, of another shape than expert 0's, or
+    /// whose gate rows are not a multiple of 128 (a scale block would straddle gate and up).
+    pub fn pack_experts_fp8(&self, prefix: &str, experts: usize, naming: ExpertNaming) -> Result<Vec<(BlockFp8, BlockFp8)>> {
+        let mut out: Vec<(BlockFp8, BlockFp8)> = Vec::with_capacity(experts);
+        for e in 0..experts {
+            let [gn, un, dn] = naming.names(prefix, e);
+            let (g, u, d) = (self.fp8_weight(&gn)?, self.fp8_weight(&un)?, self.fp8_weight(&dn)?);
+            if (u.rows, u.cols) != (g.rows, g.cols) {
+                return Err(bad(&un, format!("shape [{}, {}], expected [{}, {}] like the gate", u.rows, u.cols, g.rows, g.cols)));
+            }
+            if (d.rows, d.cols) != (g.cols, g.rows) {
+                return Err(bad(&dn, format!("shape [{}, {}], expected [{}, {}]", d.rows, d.cols, g.cols, g.rows)));
+            }
+            if let Some((w13, _)) = out.first() {
+                if (w13.rows, w13.cols) != (2 * g.rows, g.cols) {
+                    return Err(bad(&gn, format!("shape [{}, {}], expert 0 has [{}, {}]", g.rows, g.cols, w13.rows / 2, w13.cols)));
+                }
+            }
+            let w13 = g.stack_rows(&u).map_err(|err| bad(&gn, err.to_string()))?;
+            out.push((w13, d));
+        }
+        Ok(out)
     }
 
     /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form).

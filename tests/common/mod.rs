@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+#[allow(unused_imports)] // each test binary uses a different part
 pub use moe_gemm::random::{random_vec, SplitMix64 as Rng};
 
 /// Sizes of `groups` groups from `rows` rows routed uniformly at random (seeded).

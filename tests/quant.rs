@@ -1,0 +1,137 @@
+//! FP8 block quantization references and FP8 checkpoints on the CPU.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use moe_gemm::checkpoint::{Checkpoint, ExpertNaming};
+use moe_gemm::quant::*;
+use safetensors::tensor::{Dtype, TensorView};
+
+#[test]
+fn e4m3_conversion_is_e4m3fn_with_saturation_and_even_rounding() {
+    assert_eq!(F8E4M3::from_f32(448.0).to_f32(), 448.0);
+    assert_eq!(F8E4M3::from_f32(1e6).to_f32(), 448.0, "saturates to the largest finite value");
+    assert_eq!(F8E4M3::from_f32(-1e6).to_f32(), -448.0);
+    // 1.0625 is halfway between 1.0 and 1.125: ties go to the even mantissa (1.0).
+    assert_eq!(F8E4M3::from_f32(1.0625).to_f32(), 1.0);
+    assert_eq!(F8E4M3::from_f32(1.1875).to_f32(), 1.25);
+    assert!(F8E4M3::from_f32(f32::NAN).to_f32().is_nan());
+}
+
+#[test]
+fn ue8m0_scales_are_powers_of_two_rounded_up() {
+    assert_eq!(Ue8m0::ONE.to_f32(), 1.0);
+    assert_eq!(Ue8m0::from_f32_ceil(1.0).unwrap(), Ue8m0(127));
+    assert_eq!(Ue8m0::from_f32_ceil(3.0).unwrap().to_f32(), 4.0);
+    assert_eq!(Ue8m0::from_f32_ceil(0.3).unwrap().to_f32(), 0.5);
+    assert_eq!(Ue8m0::from_f32_ceil(2f32.powi(-20)).unwrap().to_f32(), 2f32.powi(-20));
+    assert!(Ue8m0(0xFF).to_f32().is_nan());
+    for bad in [0.0, -1.0, f32::INFINITY, f32::NAN] {
+        assert!(Ue8m0::from_f32_ceil(bad).is_err(), "{bad}");
+    }
+}
+
+fn random_weight(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    // Blocks of very different magnitudes, as real weights have.
+    (0..rows * cols).map(|i| rng.unit() * if (i / cols) % 200 < 100 { 0.02 } else { 3.0 }).collect()
+}
+
+#[test]
+fn block_quantization_round_trips_within_e4m3_precision() {
+    let (rows, cols) = (300, 260); // partial blocks on both edges
+    let w = random_weight(rows, cols, 1);
+    for format in [ScaleFormat::F32, ScaleFormat::Ue8m0] {
+        let q = BlockFp8::quantize(&w, rows, cols, BlockShape::DEEPSEEK, format).unwrap();
+        assert_eq!(q.scales.len(), 3 * 3);
+        let dq = q.dequantize();
+        for i in 0..w.len() {
+            let s = q.scale_of(i / cols, i % cols);
+            // e4m3: 3 mantissa bits -> half-ulp 2^-4 relative; subnormal step 2^-9 of the scale.
+            let tol = w[i].abs() / 16.0 + s * 2f32.powi(-9);
+            assert!((dq[i] - w[i]).abs() <= tol, "{format:?} element {i}: {} vs {}", dq[i], w[i]);
+        }
+        // The largest element of a block uses the top of the e4m3 range (F32) or at least half of it (UE8M0).
+        let top = q.q.iter().map(|x| x.to_f32().abs()).fold(0f32, f32::max);
+        assert!(top >= if format == ScaleFormat::F32 { 440.0 } else { 224.0 }, "{format:?}: {top}");
+    }
+}
+
+#[test]
+fn zero_blocks_and_bad_inputs() {
+    let q = BlockFp8::quantize(&vec![0.0; 128 * 128], 128, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+    assert_eq!(q.scales, Scales::F32(vec![1.0]));
+    assert!(q.dequantize().iter().all(|&x| x == 0.0));
+    let mut w = vec![1.0f32; 4 * 4];
+    w[6] = f32::INFINITY;
+    let err = BlockFp8::quantize(&w, 4, 4, BlockShape { rows: 2, cols: 2 }, ScaleFormat::F32).unwrap_err();
+    assert!(err.to_string().contains("[1, 2]"), "{err}");
+}
+
+#[test]
+fn scales_read_in_the_wrong_format_are_refused_not_misread() {
+    let f32_scales: Vec<u8> = [0.5f32, 0.25, 2.0, 1.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let err = Scales::from_bytes(ScaleFormat::Ue8m0, 4, &f32_scales).unwrap_err();
+    assert!(err.to_string().contains("16 bytes of scales for 4 Ue8m0 scales"), "{err}");
+    assert_eq!(Scales::from_bytes(ScaleFormat::F32, 4, &f32_scales).unwrap(), Scales::F32(vec![0.5, 0.25, 2.0, 1.0]));
+    assert!(Scales::from_bytes(ScaleFormat::F32, 16, &[127u8; 16]).is_err());
+    // And the grid must fit the weight.
+    let err = BlockFp8::from_parts(256, 300, BlockShape::DEEPSEEK, vec![F8E4M3::from_f32(0.0); 256 * 300], Scales::F32(vec![1.0; 4]))
+        .unwrap_err();
+    assert!(err.to_string().contains("expected a [2, 3] grid"), "{err}");
+}
+
+#[test]
+fn stacking_gate_on_up_needs_whole_blocks() {
+    let g = BlockFp8::quantize(&random_weight(256, 128, 2), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+    let u = BlockFp8::quantize(&random_weight(256, 128, 3), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+    let w13 = g.stack_rows(&u).unwrap();
+    assert_eq!((w13.rows, w13.scales.len()), (512, 4));
+    assert_eq!(w13.scale_of(300, 0), u.scale_of(44, 0));
+    let odd = BlockFp8::quantize(&random_weight(100, 128, 4), 100, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+    assert!(odd.stack_rows(&odd).unwrap_err().to_string().contains("straddle"));
+    let ue = BlockFp8::quantize(&random_weight(256, 128, 5), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::Ue8m0).unwrap();
+    assert!(g.stack_rows(&ue).unwrap_err().to_string().contains("scale format"));
+}
+
+/// A DeepSeek-style FP8 checkpoint (F8_E4M3 weights + f32 weight_scale_inv) written with safetensors directly.
+#[test]
+fn deepseek_fp8_checkpoint_packs_and_dequantizes() {
+    let (e, i, h) = (2usize, 256usize, 384usize);
+    let prefix = "model.layers.3.mlp";
+    let mut store: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut originals: HashMap<String, BlockFp8> = HashMap::new();
+    for x in 0..e {
+        for (name, rows, cols) in ExpertNaming::GateUpDown.names(prefix, x).into_iter().zip([(i, h), (i, h), (h, i)]).map(|(n, (r, c))| (n, r, c)) {
+            let q = BlockFp8::quantize(&random_weight(rows, cols, store.len() as u64), rows, cols, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+            let Scales::F32(s) = &q.scales else { unreachable!() };
+            let (gr, gc) = BlockShape::DEEPSEEK.grid(rows, cols);
+            store.push((name.clone(), Dtype::F8_E4M3, vec![rows, cols], q.q.iter().map(|v| v.to_bits()).collect()));
+            store.push((format!("{name}_scale_inv"), Dtype::F32, vec![gr, gc], s.iter().flat_map(|v| v.to_le_bytes()).collect()));
+            originals.insert(name, q);
+        }
+    }
+    let path = std::env::temp_dir().join(format!("moe-gemm-fp8-{}.safetensors", std::process::id()));
+    let views: HashMap<String, TensorView<'_>> =
+        store.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    safetensors::serialize_to_file(views, None, &path).unwrap();
+    let ckpt = Checkpoint::open(&path).unwrap();
+    let experts = ckpt.pack_experts_fp8(prefix, e, ExpertNaming::GateUpDown).unwrap();
+    for (x, (w13, w2)) in experts.iter().enumerate() {
+        let [g, u, d] = ExpertNaming::GateUpDown.names(prefix, x);
+        assert_eq!(*w13, originals[&g].stack_rows(&originals[&u]).unwrap());
+        assert_eq!(*w2, originals[&d]);
+    }
+    // A missing scale names the tensor.
+    let without: HashMap<String, TensorView<'_>> = store
+        .iter()
+        .filter(|(n, ..)| !n.ends_with("experts.1.down_proj.weight_scale_inv"))
+        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(without, None, &path).unwrap();
+    let err = Checkpoint::open(&path).unwrap().pack_experts_fp8(prefix, e, ExpertNaming::GateUpDown).unwrap_err();
+    assert!(err.to_string().contains("experts.1.down_proj.weight_scale_inv") && err.to_string().contains("missing"), "{err}");
+    let _ = std::fs::remove_file(path);
+}
