@@ -23,6 +23,10 @@ pub fn run() -> moe_gemm::Result<()> {
             );
         }
     }
+    println!("  routers           f32 logits  softmax top-k, top-k softmax, DeepSeek grouped sigmoid (E <= 1024, k <= 32)");
+    println!("  expert layouts    int32 ids   grouped, aligned (vLLM / DeepGEMM contiguous), masked; gather, combine");
+    println!("  activation        bf16, f16   SwiGLU, gpt-oss clamped SwiGLU, SiLU; concatenated or interleaved");
+    println!("  decode layer      bf16, f16   two streaming kernels (the Batched backend)");
     println!("devices");
     if !device::driver_present() {
         println!("  no CUDA device: libcuda.so could not be loaded (no NVIDIA driver on this machine)");
