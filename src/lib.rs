@@ -28,6 +28,15 @@ pub use routing::{Router, RouterConfig, RouterKind};
 pub use kernels::TileConfig;
 pub use status::DeviceStatus;
 
+/// For command-line tools built on the crate.
+pub mod process {
+    /// Lets a closed pipe (`moe-gemm info | head`) end the process quietly, as C tools do, instead of making
+    /// `println!` panic. Call first thing in `main`.
+    pub fn default_sigpipe() {
+        crate::ffi::default_sigpipe();
+    }
+}
+
 /// What was compiled into this library, from the build script.
 pub mod build_info {
     pub const NVCC: &str = env!("MOE_GEMM_NVCC");

@@ -21,6 +21,7 @@ enum Command {
 }
 
 fn main() {
+    moe_gemm::process::default_sigpipe();
     let args = Args::parse();
     let result = match args.command {
         Command::Info => cli::info::run(),

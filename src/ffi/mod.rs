@@ -104,6 +104,15 @@ pub(crate) fn grouped_gemm_sm90_workspace(d: DType, c: TileConfig, groups: i32, 
     Ok(bytes)
 }
 
+/// Restores the default action of SIGPIPE (Rust ignores it, so `println!` into a closed pipe panics).
+pub(crate) fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL has no memory-safety preconditions; called once at the
+    // start of the command-line tool, before any thread is spawned.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Maps a checkpoint file read-only.
 pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: the map is read-only and private to the Checkpoint that owns it; as with every memory-mapped
