@@ -1,4 +1,4 @@
-//! SM90 persistent grouped GEMM with device-side group offsets.
+//! SM90 persistent grouped GEMM with device-side groups.
 //!
 //! `D[r, :] = A[r, :] · B[g]ᵀ` for every row `r` of group `g`, where group `g` owns rows
 //! `offsets[g] .. offsets[g+1]` of A and D:
@@ -8,6 +8,10 @@
 //! * D `[max_rows, N]` row-major; rows at and past `offsets[G]` are never written;
 //! * `offsets`: **int32 `[G + 1]` on the device**, exclusive prefix sums of the group sizes: `offsets[0] == 0`,
 //!   non-decreasing, `offsets[G] <= max_rows`. Groups with zero rows cost nothing and write nothing.
+//!
+//! [`GroupRows`] also describes padded groups (vLLM align, DeepGEMM contiguous: start offsets plus counts), the
+//! masked layout (`g·max_m` plus `masked_m[g]`) and one group per row with the expert picked by id (decode);
+//! the layouts of [`crate::layouts`] produce each form on the device.
 //!
 //! The plan ([`GroupedGemm`]) is validated once for a shape (`G`, `N`, `K`, `max_rows`) and a device; a launch
 //! queues two kernels (ours, which turns the offsets into CUTLASS's per-group arguments inside the
@@ -187,8 +191,8 @@ impl<T: Element> GroupedGemm<T> {
     ///
     /// # Errors
     /// [`Error::Buffer`] if a buffer is smaller than the plan's shape implies or not 16-byte aligned;
-    /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset *values* are reported later,
-    /// into `status`, read by [`DeviceStatus::check`].
+    /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset, count or expert-id
+    /// *values* are clamped on the device and reported into `status`, read by [`DeviceStatus::check`].
     #[allow(clippy::too_many_arguments)]
     pub fn launch<'r>(
         &self,

@@ -7,7 +7,7 @@
 //!
 //! | [`LayoutSpec`] | positions | per expert | for |
 //! |---|---|---|---|
-//! | `Grouped` | experts back to back, no padding | `offsets [E+1]` | the grouped GEMM ([`GroupRows::Offsets`]) |
+//! | `Grouped` | experts back to back, no padding | `offsets [E+1]` | the grouped GEMM ([`GroupRows::Offsets`](crate::GroupRows::Offsets)) |
 //! | `Aligned { block_m }` | each expert padded to a multiple of `block_m` (none if empty) | padded `offsets [E+1]`, `counts [E]`, `expert_ids` per tile, `m_indices` per position (−1 on padding) | vLLM's `moe_align_block_size` contract (`sorted_ids`, sentinel `T·k`); DeepGEMM's contiguous layout (`block_m` 128) |
 //! | `Masked { max_m }` | expert `e` at `e·max_m ..` | `masked_m [E]` (`counts`) | DeepGEMM's masked decode layout |
 //!

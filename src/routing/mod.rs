@@ -1,5 +1,5 @@
 //! Routers: router logits `[T, E]` (f32) → `topk_ids [T, k]` (int32) and `topk_weights [T, k]` (f32), on the
-//! device, graph-safe, with a CPU reference ([`reference`]) for each.
+//! device, graph-safe, with a CPU reference ([`mod@reference`]) for each.
 //!
 //! | [`RouterKind`] | models | computation |
 //! |---|---|---|
