@@ -37,7 +37,16 @@ fn main() {
     for p in ["build.rs", "build/toolchain.rs", "cpp", "src/ffi/bridge.rs"] {
         println!("cargo:rerun-if-changed={p}");
     }
-    for v in ["NVCC", "CUDA_HOME", "CUDA_PATH", "CUTLASS_DIR", "MOE_GEMM_NO_PROVISION", "MOE_GEMM_LINEINFO", "PYTHON", "NVCC_CCBIN"] {
+    for v in [
+        "NVCC",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "CUTLASS_DIR",
+        "MOE_GEMM_NO_PROVISION",
+        "MOE_GEMM_LINEINFO",
+        "PYTHON",
+        "NVCC_CCBIN",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
 
@@ -121,17 +130,27 @@ fn nvcc_release(nvcc: &Path) -> Option<(u32, u32)> {
 /// `NVCC`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, `/usr/local/cuda`, then the provisioned toolkit. An explicit choice
 /// (the two variables) that is unusable is an error; a too-old nvcc found by searching is skipped with a warning.
 fn find_nvcc(pypi: &Path) -> Option<(PathBuf, (u32, u32))> {
-    let explicit = env::var_os("NVCC")
-        .map(PathBuf::from)
-        .or_else(|| env::var_os("CUDA_HOME").or_else(|| env::var_os("CUDA_PATH")).map(|h| Path::new(&h).join("bin/nvcc")));
+    let explicit = env::var_os("NVCC").map(PathBuf::from).or_else(|| {
+        env::var_os("CUDA_HOME").or_else(|| env::var_os("CUDA_PATH")).map(|h| Path::new(&h).join("bin/nvcc"))
+    });
     if let Some(p) = explicit {
         match nvcc_release(&p) {
             Some(v) if v >= MIN_NVCC => return Some((p, v)),
             Some(v) => fail(
-                &format!("{} is CUDA {}.{}, older than the required {}.{}", p.display(), v.0, v.1, MIN_NVCC.0, MIN_NVCC.1),
+                &format!(
+                    "{} is CUDA {}.{}, older than the required {}.{}",
+                    p.display(),
+                    v.0,
+                    v.1,
+                    MIN_NVCC.0,
+                    MIN_NVCC.1
+                ),
                 "point NVCC / CUDA_HOME at CUDA >= 12.8, or unset them to use the provisioned CUDA 13.0",
             ),
-            None => fail(&format!("{} (from NVCC / CUDA_HOME / CUDA_PATH) does not run", p.display()), "fix or unset the variable"),
+            None => fail(
+                &format!("{} (from NVCC / CUDA_HOME / CUDA_PATH) does not run", p.display()),
+                "fix or unset the variable",
+            ),
         }
     }
     let mut candidates: Vec<PathBuf> =
@@ -141,7 +160,14 @@ fn find_nvcc(pypi: &Path) -> Option<(PathBuf, (u32, u32))> {
     for p in candidates.into_iter().filter(|p| p.is_file()) {
         match nvcc_release(&p) {
             Some(v) if v >= MIN_NVCC => return Some((p, v)),
-            Some(v) => println!("cargo:warning=skipping {} (CUDA {}.{} < {}.{})", p.display(), v.0, v.1, MIN_NVCC.0, MIN_NVCC.1),
+            Some(v) => println!(
+                "cargo:warning=skipping {} (CUDA {}.{} < {}.{})",
+                p.display(),
+                v.0,
+                v.1,
+                MIN_NVCC.0,
+                MIN_NVCC.1
+            ),
             None => {}
         }
     }
@@ -270,7 +296,12 @@ fn local_sources(src: &Path, dir: &Path) -> Vec<u8> {
 /// object is reused when the hash of its source, every header in cpp/, the flags and the toolchain is unchanged.
 fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
     let mut flags: Vec<String> = [
-        "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", "-Xcudafe=--diag_suppress=esa_on_defaulted_function_ignored",
+        "-std=c++17",
+        "-O3",
+        "-DNDEBUG",
+        "--expt-relaxed-constexpr",
+        "-Xcompiler=-fPIC",
+        "-Xcudafe=--diag_suppress=esa_on_defaulted_function_ignored",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -288,7 +319,8 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         .map(|p| format!("-I{}", p.display()));
     flags.extend(includes);
 
-    let toolchain_id = format!("{}|{:?}|{}|{:?}", tc.nvcc.display(), tc.nvcc_release, tc.cutlass.display(), tc.cutlass_version);
+    let toolchain_id =
+        format!("{}|{:?}|{}|{:?}", tc.nvcc.display(), tc.nvcc_release, tc.cutlass.display(), tc.cutlass_version);
 
     let obj_dir = out.join("cuda-objects");
     fs::create_dir_all(&obj_dir).unwrap();
@@ -313,7 +345,10 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
                 s.spawn(move || {
                     let tmp = obj.with_extension("o.tmp");
                     let t0 = std::time::Instant::now();
-                    run(Command::new(&tc.nvcc).arg("-c").arg(src).arg("-o").arg(&tmp).args(flags), &format!("nvcc {}", src.display()));
+                    run(
+                        Command::new(&tc.nvcc).arg("-c").arg(src).arg("-o").arg(&tmp).args(flags),
+                        &format!("nvcc {}", src.display()),
+                    );
                     fs::rename(&tmp, obj).unwrap();
                     eprintln!("moe-gemm: compiled {} in {:.0} s", src.display(), t0.elapsed().as_secs_f64());
                 });

@@ -21,7 +21,9 @@ fn benches(c: &mut Criterion) {
     let mut status = DeviceStatus::new(&stream).unwrap();
     for tokens in [1usize, 64, 4096] {
         let idd = stream.clone_htod(&ids(tokens, k, e)).unwrap();
-        let mut layout = ExpertLayout::new(&stream, LayoutDims::new(LayoutSpec::Aligned { block_m: 16 }, tokens, k, e, e).unwrap()).unwrap();
+        let mut layout =
+            ExpertLayout::new(&stream, LayoutDims::new(LayoutSpec::Aligned { block_m: 16 }, tokens, k, e, e).unwrap())
+                .unwrap();
         c.bench_function(&format!("align E=256 k=8 T={tokens}"), |b| {
             b.iter(|| {
                 layout.build(&stream, tokens, &idd, None, &mut status).unwrap();
@@ -35,7 +37,8 @@ fn benches(c: &mut Criterion) {
     let mut w2 = stream.alloc_zeros::<bf16>(e * h * i).unwrap();
     fill_device(&stream, &mut w13, 1, 0.02).unwrap();
     fill_device(&stream, &mut w2, 2, 0.02).unwrap();
-    let weights = ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None).unwrap();
+    let weights =
+        ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None).unwrap();
     let opts = MoeLayerOptions { max_tokens: 1024, top_k: k, masked_max_m: None, backend: Backend::Auto };
     let mut layer = MoeLayer::new(&stream, weights, opts).unwrap();
     let mut x = stream.alloc_zeros::<bf16>(1024 * h).unwrap();

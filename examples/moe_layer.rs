@@ -20,7 +20,11 @@ fn main() -> Result<()> {
     let (e, k, h, i, tokens) = (64usize, 8usize, 1024usize, 256usize, 48usize);
     let router = Router::new(
         &stream,
-        RouterConfig::new(e, k, RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 2.5 })?,
+        RouterConfig::new(
+            e,
+            k,
+            RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 2.5 },
+        )?,
     )?;
     let packed = PackedExperts::new(
         e,

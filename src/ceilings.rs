@@ -35,7 +35,10 @@ fn median_us(stream: &Arc<CudaStream>, reps: usize, mut f: impl FnMut() -> Resul
     f()?;
     let mut t = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let (a, b) = (ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?, ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?);
+        let (a, b) = (
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+        );
         device::spin(stream, 200)?;
         a.record(stream)?;
         f()?;

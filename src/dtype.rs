@@ -31,7 +31,7 @@ impl DType {
     /// round-to-nearest conversion from f32.
     pub const fn half_ulp(self) -> f32 {
         match self {
-            DType::BF16 => 1.0 / 256.0,  // 8 significant bits
+            DType::BF16 => 1.0 / 256.0, // 8 significant bits
             DType::F16 => 1.0 / 2048.0, // 11 significant bits
         }
     }

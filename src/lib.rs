@@ -22,10 +22,13 @@ pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
-pub use layer::{auto_backend, Activation, Backend, ExpertFormat, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, PackedExperts, Storage};
+pub use kernels::TileConfig;
+pub use layer::{
+    auto_backend, Activation, Backend, ExpertFormat, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, PackedExperts,
+    Storage,
+};
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use routing::{Router, RouterConfig, RouterKind};
-pub use kernels::TileConfig;
 pub use status::DeviceStatus;
 
 /// For command-line tools built on the crate.

@@ -46,7 +46,10 @@ impl ConfigName {
         let (head, block_shape) = match stem.find(",block_shape=") {
             Some(i) => {
                 let v = &stem[i + ",block_shape=".len()..];
-                let inner = v.strip_prefix('[').and_then(|v| v.strip_suffix(']')).ok_or_else(|| bad(file, "block_shape is not [n, k]"))?;
+                let inner = v
+                    .strip_prefix('[')
+                    .and_then(|v| v.strip_suffix(']'))
+                    .ok_or_else(|| bad(file, "block_shape is not [n, k]"))?;
                 let dims: Vec<usize> = inner
                     .split(',')
                     .map(|d| d.trim().parse().map_err(|_| bad(file, "block_shape is not [n, k]")))
@@ -62,7 +65,11 @@ impl ConfigName {
             fields.insert(k, v);
         }
         let num = |k: &str| -> Result<usize> {
-            fields.get(k).ok_or_else(|| bad(file, &format!("no {k}=")))?.parse().map_err(|_| bad(file, &format!("{k} is not a number")))
+            fields
+                .get(k)
+                .ok_or_else(|| bad(file, &format!("no {k}=")))?
+                .parse()
+                .map_err(|_| bad(file, &format!("{k} is not a number")))
         };
         let name = ConfigName {
             experts: num("E")?,
@@ -110,12 +117,13 @@ impl ConfigFile {
             .map_err(|e| Error::InvalidProblem(format!("cannot read {}: {e}", path.display())))?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidProblem(format!("{}: not JSON: {e}", path.display())))?;
-        let obj = v.as_object().ok_or_else(|| Error::InvalidProblem(format!("{}: not a JSON object", path.display())))?;
+        let obj =
+            v.as_object().ok_or_else(|| Error::InvalidProblem(format!("{}: not a JSON object", path.display())))?;
         let mut buckets = BTreeMap::new();
         for (k, cfg) in obj {
-            let t: usize = k.parse().map_err(|_| {
-                Error::InvalidProblem(format!("{}: key {k:?} is not a token count", path.display()))
-            })?;
+            let t: usize = k
+                .parse()
+                .map_err(|_| Error::InvalidProblem(format!("{}: key {k:?} is not a token count", path.display())))?;
             buckets.insert(t, cfg.clone());
         }
         Ok(ConfigFile { name, buckets })
@@ -135,7 +143,10 @@ impl ConfigFile {
     }
 
     /// The token counts both files tune, with each side's configuration: for diffing.
-    pub fn common_buckets<'a>(&'a self, other: &'a ConfigFile) -> Vec<(usize, &'a serde_json::Value, &'a serde_json::Value)> {
+    pub fn common_buckets<'a>(
+        &'a self,
+        other: &'a ConfigFile,
+    ) -> Vec<(usize, &'a serde_json::Value, &'a serde_json::Value)> {
         self.buckets.iter().filter_map(|(t, a)| other.buckets.get(t).map(|b| (*t, a, b))).collect()
     }
 }

@@ -34,15 +34,18 @@ fn bits(v: &[bf16]) -> Vec<u16> {
 
 #[test]
 fn mixtral_and_qwen_names_round_trip_bit_for_bit() {
-    for (prefix, naming) in [
-        ("model.layers.3.block_sparse_moe", ExpertNaming::Mixtral),
-        ("model.layers.0.mlp", ExpertNaming::GateUpDown),
-    ] {
+    for (prefix, naming) in
+        [("model.layers.3.block_sparse_moe", ExpertNaming::Mixtral), ("model.layers.0.mlp", ExpertNaming::GateUpDown)]
+    {
         let original = experts(prefix, naming, 4, 16, 8);
         let path = tmp(&format!("{naming:?}"));
         save(&path, &original).unwrap();
         let ckpt = Checkpoint::open(&path).unwrap();
-        assert!(ckpt.names().iter().any(|n| n.ends_with(if naming == ExpertNaming::Mixtral { "experts.2.w3.weight" } else { "experts.2.up_proj.weight" })));
+        assert!(ckpt.names().iter().any(|n| n.ends_with(if naming == ExpertNaming::Mixtral {
+            "experts.2.w3.weight"
+        } else {
+            "experts.2.up_proj.weight"
+        })));
         let packed = ckpt.pack_experts::<bf16>(prefix, 4, naming).unwrap();
         assert_eq!((packed.experts, packed.hidden, packed.inter), (4, 8, 16));
         // [gate | up]: expert 1's up rows start I rows into its block.
@@ -80,8 +83,13 @@ fn missing_expert_and_bad_shapes_name_the_tensor() {
     let mut t = experts(prefix, ExpertNaming::Mixtral, 3, 16, 8);
     let w2 = t.iter_mut().find(|x| x.0.ends_with("experts.1.w2.weight")).unwrap();
     w2.1 = vec![16, 8]; // transposed by mistake
-    let err = pack_experts(|n| Ok(t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).unwrap()), prefix, 3, ExpertNaming::Mixtral)
-        .unwrap_err();
+    let err = pack_experts(
+        |n| Ok(t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).unwrap()),
+        prefix,
+        3,
+        ExpertNaming::Mixtral,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("experts.1.w2.weight") && err.to_string().contains("[8, 16]"), "{err}");
 
     let f16s: Vec<NamedTensor<half::f16>> = vec![("x".into(), vec![2], vec![half::f16::ONE; 2])];
@@ -143,7 +151,16 @@ fn packed_experts_compute_the_per_expert_definition() {
 
 #[test]
 fn packed_experts_validate_lengths() {
-    let err = PackedExperts::<bf16>::new(2, 8, 16, ExpertFormat::SWIGLU, vec![bf16::ZERO; 10], vec![bf16::ZERO; 256], None, None)
-        .unwrap_err();
+    let err = PackedExperts::<bf16>::new(
+        2,
+        8,
+        16,
+        ExpertFormat::SWIGLU,
+        vec![bf16::ZERO; 10],
+        vec![bf16::ZERO; 256],
+        None,
+        None,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("w13 (gate_up_proj) has 10 elements, expected 512"), "{err}");
 }

@@ -78,8 +78,14 @@ fn scales_read_in_the_wrong_format_are_refused_not_misread() {
     assert_eq!(Scales::from_bytes(ScaleFormat::F32, 4, &f32_scales).unwrap(), Scales::F32(vec![0.5, 0.25, 2.0, 1.0]));
     assert!(Scales::from_bytes(ScaleFormat::F32, 16, &[127u8; 16]).is_err());
     // And the grid must fit the weight.
-    let err = BlockFp8::from_parts(256, 300, BlockShape::DEEPSEEK, vec![F8E4M3::from_f32(0.0); 256 * 300], Scales::F32(vec![1.0; 4]))
-        .unwrap_err();
+    let err = BlockFp8::from_parts(
+        256,
+        300,
+        BlockShape::DEEPSEEK,
+        vec![F8E4M3::from_f32(0.0); 256 * 300],
+        Scales::F32(vec![1.0; 4]),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("expected a [2, 3] grid"), "{err}");
 }
 
@@ -90,9 +96,11 @@ fn stacking_gate_on_up_needs_whole_blocks() {
     let w13 = g.stack_rows(&u).unwrap();
     assert_eq!((w13.rows, w13.scales.len()), (512, 4));
     assert_eq!(w13.scale_of(300, 0), u.scale_of(44, 0));
-    let odd = BlockFp8::quantize(&random_weight(100, 128, 4), 100, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+    let odd =
+        BlockFp8::quantize(&random_weight(100, 128, 4), 100, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
     assert!(odd.stack_rows(&odd).unwrap_err().to_string().contains("straddle"));
-    let ue = BlockFp8::quantize(&random_weight(256, 128, 5), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::Ue8m0).unwrap();
+    let ue =
+        BlockFp8::quantize(&random_weight(256, 128, 5), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::Ue8m0).unwrap();
     assert!(g.stack_rows(&ue).unwrap_err().to_string().contains("scale format"));
 }
 
@@ -104,12 +112,29 @@ fn deepseek_fp8_checkpoint_packs_and_dequantizes() {
     let mut store: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     let mut originals: HashMap<String, BlockFp8> = HashMap::new();
     for x in 0..e {
-        for (name, rows, cols) in ExpertNaming::GateUpDown.names(prefix, x).into_iter().zip([(i, h), (i, h), (h, i)]).map(|(n, (r, c))| (n, r, c)) {
-            let q = BlockFp8::quantize(&random_weight(rows, cols, store.len() as u64), rows, cols, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
+        for (name, rows, cols) in ExpertNaming::GateUpDown
+            .names(prefix, x)
+            .into_iter()
+            .zip([(i, h), (i, h), (h, i)])
+            .map(|(n, (r, c))| (n, r, c))
+        {
+            let q = BlockFp8::quantize(
+                &random_weight(rows, cols, store.len() as u64),
+                rows,
+                cols,
+                BlockShape::DEEPSEEK,
+                ScaleFormat::F32,
+            )
+            .unwrap();
             let Scales::F32(s) = &q.scales else { unreachable!() };
             let (gr, gc) = BlockShape::DEEPSEEK.grid(rows, cols);
             store.push((name.clone(), Dtype::F8_E4M3, vec![rows, cols], q.q.iter().map(|v| v.to_bits()).collect()));
-            store.push((format!("{name}_scale_inv"), Dtype::F32, vec![gr, gc], s.iter().flat_map(|v| v.to_le_bytes()).collect()));
+            store.push((
+                format!("{name}_scale_inv"),
+                Dtype::F32,
+                vec![gr, gc],
+                s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ));
             originals.insert(name, q);
         }
     }
@@ -132,6 +157,9 @@ fn deepseek_fp8_checkpoint_packs_and_dequantizes() {
         .collect();
     safetensors::serialize_to_file(without, None, &path).unwrap();
     let err = Checkpoint::open(&path).unwrap().pack_experts_fp8(prefix, e, ExpertNaming::GateUpDown).unwrap_err();
-    assert!(err.to_string().contains("experts.1.down_proj.weight_scale_inv") && err.to_string().contains("missing"), "{err}");
+    assert!(
+        err.to_string().contains("experts.1.down_proj.weight_scale_inv") && err.to_string().contains("missing"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(path);
 }

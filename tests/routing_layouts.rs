@@ -19,17 +19,33 @@ fn router_config_constraints_are_named() {
     assert!(invalid(RouterConfig::new(8, 9, soft)).contains("top_k = 9"));
     assert!(invalid(RouterConfig::new(64, 33, soft)).contains("top_k = 33"));
     let g = |n_group, topk_group, k| {
-        RouterConfig::new(256, k, RouterKind::GroupedSigmoid { n_group, topk_group, renormalize: true, routed_scaling_factor: 2.5 })
+        RouterConfig::new(
+            256,
+            k,
+            RouterKind::GroupedSigmoid { n_group, topk_group, renormalize: true, routed_scaling_factor: 2.5 },
+        )
     };
     assert!(invalid(g(6, 2, 8)).contains("not a multiple of n_group = 6"));
     assert!(invalid(g(8, 9, 8)).contains("topk_group = 9"));
     assert!(invalid(g(64, 4, 8)).contains("n_group = 64"));
     assert!(invalid(g(8, 1, 33)).contains("top_k = 33"));
-    let tiny = RouterConfig::new(8, 2, RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 1.0 });
+    let tiny = RouterConfig::new(
+        8,
+        2,
+        RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 1.0 },
+    );
     assert!(invalid(tiny).contains("needs >= 2"));
-    let few = RouterConfig::new(16, 8, RouterKind::GroupedSigmoid { n_group: 4, topk_group: 1, renormalize: true, routed_scaling_factor: 1.0 });
+    let few = RouterConfig::new(
+        16,
+        8,
+        RouterKind::GroupedSigmoid { n_group: 4, topk_group: 1, renormalize: true, routed_scaling_factor: 1.0 },
+    );
     assert!(invalid(few).contains("exceeds the 4 experts"));
-    let nan = RouterConfig::new(16, 2, RouterKind::GroupedSigmoid { n_group: 1, topk_group: 1, renormalize: true, routed_scaling_factor: f32::NAN });
+    let nan = RouterConfig::new(
+        16,
+        2,
+        RouterKind::GroupedSigmoid { n_group: 1, topk_group: 1, renormalize: true, routed_scaling_factor: f32::NAN },
+    );
     assert!(invalid(nan).contains("not finite"));
     assert!(RouterConfig::deepseek_v3().takes_bias());
     assert!(!RouterConfig::mixtral().takes_bias());
@@ -62,7 +78,12 @@ fn gpt_oss_softmax_runs_over_the_chosen_only() {
 #[test]
 fn deepseek_reference_limits_groups_and_keeps_bias_out_of_weights() {
     // 8 experts in 4 groups of 2, keep 1 group, top-2.
-    let cfg = RouterConfig::new(8, 2, RouterKind::GroupedSigmoid { n_group: 4, topk_group: 1, renormalize: true, routed_scaling_factor: 2.0 }).unwrap();
+    let cfg = RouterConfig::new(
+        8,
+        2,
+        RouterKind::GroupedSigmoid { n_group: 4, topk_group: 1, renormalize: true, routed_scaling_factor: 2.0 },
+    )
+    .unwrap();
     let l = [0.0f32, 0.0, 1.0, -1.0, 3.0, -3.0, 0.5, 0.5];
     // Without bias, group scores (sum of 2 sigmoids): g0 1.0, g1 ~1.0, g2 ~1.0 (0.9526+0.0474), g3 ~1.245 -> g3.
     let r = route(&cfg, &l, Some(&[0.0; 8]));

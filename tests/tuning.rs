@@ -10,7 +10,10 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/conf
 fn names_parse_and_format_like_vllm() {
     let plain = "E=8,N=14336,device_name=NVIDIA_H200.json";
     let n = ConfigName::parse(plain).unwrap();
-    assert_eq!((n.experts, n.n, n.device_name.as_str(), n.dtype.as_deref(), n.block_shape), (8, 14336, "NVIDIA_H200", None, None));
+    assert_eq!(
+        (n.experts, n.n, n.device_name.as_str(), n.dtype.as_deref(), n.block_shape),
+        (8, 14336, "NVIDIA_H200", None, None)
+    );
     assert_eq!(n.to_string(), plain);
     let fp8 = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json";
     let n = ConfigName::parse(&format!("/some/dir/{fp8}")).unwrap();
@@ -34,8 +37,10 @@ fn fixtures_read_with_their_token_buckets() {
     let f = ConfigFile::read(&Path::new(FIXTURES).join("E=8,N=14336,device_name=NVIDIA_H200.json")).unwrap();
     assert_eq!(f.buckets.keys().copied().collect::<Vec<_>>(), vec![1, 8, 64, 256, 4096]);
     assert_eq!(f.buckets[&4096]["BLOCK_SIZE_N"], 256);
-    let g = ConfigFile::read(&Path::new(FIXTURES).join("E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"))
-        .unwrap();
+    let g = ConfigFile::read(
+        &Path::new(FIXTURES).join("E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"),
+    )
+    .unwrap();
     assert_eq!(g.name.block_shape, Some([128, 128]));
 }
 

@@ -1,8 +1,8 @@
 //! CPU tests of every host-side constraint: each error names what was violated. No GPU needed: plans can be
 //! made for a described device, and the workspace size is a host computation.
 
-use moe_gemm::status::{bits as error_bits, describe as describe_error_word};
 use moe_gemm::layouts::{offsets_from_sizes, sizes_from_offsets};
+use moe_gemm::status::{bits as error_bits, describe as describe_error_word};
 use moe_gemm::*;
 
 fn h200() -> DeviceInfo {
@@ -170,17 +170,17 @@ fn auto_policy_matches_the_measured_suite() {
     use moe_gemm::{auto_backend, Backend::*};
     // (E, k, H, I, T, measured best)
     let cases = [
-        (8, 2, 4096, 14336, 1, Batched),     // 191 vs 269 us
-        (8, 2, 4096, 14336, 2, Batched),     // 342 vs 427
-        (8, 2, 4096, 14336, 4, Grouped),     // 632 vs 658
-        (8, 2, 4096, 14336, 64, Grouped),    // 765 vs 9866
-        (128, 8, 2048, 768, 1, Batched),     // 42 vs 57
-        (128, 8, 2048, 768, 8, Batched),     // 152 vs 195
-        (128, 8, 2048, 768, 64, Grouped),    // 360 vs 1037
-        (128, 8, 4096, 1536, 8, Grouped),    // 531 vs 561
-        (256, 8, 7168, 2048, 1, Batched),    // 179 vs 235
-        (256, 8, 7168, 2048, 8, Grouped),    // 1185 vs 1238
-        (128, 4, 2880, 2880, 1, Batched),    // 89 vs 104
+        (8, 2, 4096, 14336, 1, Batched),      // 191 vs 269 us
+        (8, 2, 4096, 14336, 2, Batched),      // 342 vs 427
+        (8, 2, 4096, 14336, 4, Grouped),      // 632 vs 658
+        (8, 2, 4096, 14336, 64, Grouped),     // 765 vs 9866
+        (128, 8, 2048, 768, 1, Batched),      // 42 vs 57
+        (128, 8, 2048, 768, 8, Batched),      // 152 vs 195
+        (128, 8, 2048, 768, 64, Grouped),     // 360 vs 1037
+        (128, 8, 4096, 1536, 8, Grouped),     // 531 vs 561
+        (256, 8, 7168, 2048, 1, Batched),     // 179 vs 235
+        (256, 8, 7168, 2048, 8, Grouped),     // 1185 vs 1238
+        (128, 4, 2880, 2880, 1, Batched),     // 89 vs 104
         (256, 8, 7168, 2048, 16384, Grouped), // batched row limit
     ];
     for (e, k, h, i, t, want) in cases {

@@ -123,7 +123,12 @@ impl Checkpoint {
     ///
     /// # Errors
     /// [`Error::Checkpoint`] naming the first missing tensor or the first whose shape disagrees with expert 0.
-    pub fn pack_experts<T: Element>(&self, prefix: &str, experts: usize, naming: ExpertNaming) -> Result<PackedExperts<T>> {
+    pub fn pack_experts<T: Element>(
+        &self,
+        prefix: &str,
+        experts: usize,
+        naming: ExpertNaming,
+    ) -> Result<PackedExperts<T>> {
         pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
     }
 
@@ -141,7 +146,10 @@ impl Checkpoint {
             return Err(bad(name, format!("shape {:?}, expected [out, in]", info.shape)));
         };
         let base = 8 + self.header;
-        let q = self.map[base + info.data_offsets.0..base + info.data_offsets.1].iter().map(|&b| F8E4M3::from_bits(b)).collect();
+        let q = self.map[base + info.data_offsets.0..base + info.data_offsets.1]
+            .iter()
+            .map(|&b| F8E4M3::from_bits(b))
+            .collect();
         let sname = format!("{name}_scale_inv");
         let sinfo = self.meta.info(&sname).ok_or_else(|| bad(&sname, "missing from the checkpoint".into()))?;
         if sinfo.dtype != Dtype::F32 {
@@ -150,10 +158,17 @@ impl Checkpoint {
         let block = BlockShape::DEEPSEEK;
         let grid = block.grid(rows, cols);
         if sinfo.shape != [grid.0, grid.1] {
-            return Err(bad(&sname, format!("shape {:?}, expected [{}, {}] for {name} {:?} in 128x128 blocks", sinfo.shape, grid.0, grid.1, info.shape)));
+            return Err(bad(
+                &sname,
+                format!(
+                    "shape {:?}, expected [{}, {}] for {name} {:?} in 128x128 blocks",
+                    sinfo.shape, grid.0, grid.1, info.shape
+                ),
+            ));
         }
         let bytes = &self.map[base + sinfo.data_offsets.0..base + sinfo.data_offsets.1];
-        let scales = Scales::from_bytes(ScaleFormat::F32, grid.0 * grid.1, bytes).map_err(|e| bad(&sname, e.to_string()))?;
+        let scales =
+            Scales::from_bytes(ScaleFormat::F32, grid.0 * grid.1, bytes).map_err(|e| bad(&sname, e.to_string()))?;
         BlockFp8::from_parts(rows, cols, block, q, scales).map_err(|e| bad(name, e.to_string()))
     }
 
@@ -163,20 +178,31 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Checkpoint`] naming the first tensor that is missing, of another shape than expert 0's, or
     /// whose gate rows are not a multiple of 128 (a scale block would straddle gate and up).
-    pub fn pack_experts_fp8(&self, prefix: &str, experts: usize, naming: ExpertNaming) -> Result<Vec<(BlockFp8, BlockFp8)>> {
+    pub fn pack_experts_fp8(
+        &self,
+        prefix: &str,
+        experts: usize,
+        naming: ExpertNaming,
+    ) -> Result<Vec<(BlockFp8, BlockFp8)>> {
         let mut out: Vec<(BlockFp8, BlockFp8)> = Vec::with_capacity(experts);
         for e in 0..experts {
             let [gn, un, dn] = naming.names(prefix, e);
             let (g, u, d) = (self.fp8_weight(&gn)?, self.fp8_weight(&un)?, self.fp8_weight(&dn)?);
             if (u.rows, u.cols) != (g.rows, g.cols) {
-                return Err(bad(&un, format!("shape [{}, {}], expected [{}, {}] like the gate", u.rows, u.cols, g.rows, g.cols)));
+                return Err(bad(
+                    &un,
+                    format!("shape [{}, {}], expected [{}, {}] like the gate", u.rows, u.cols, g.rows, g.cols),
+                ));
             }
             if (d.rows, d.cols) != (g.cols, g.rows) {
                 return Err(bad(&dn, format!("shape [{}, {}], expected [{}, {}]", d.rows, d.cols, g.cols, g.rows)));
             }
             if let Some((w13, _)) = out.first() {
                 if (w13.rows, w13.cols) != (2 * g.rows, g.cols) {
-                    return Err(bad(&gn, format!("shape [{}, {}], expert 0 has [{}, {}]", g.rows, g.cols, w13.rows / 2, w13.cols)));
+                    return Err(bad(
+                        &gn,
+                        format!("shape [{}, {}], expert 0 has [{}, {}]", g.rows, g.cols, w13.rows / 2, w13.cols),
+                    ));
                 }
             }
             let w13 = g.stack_rows(&u).map_err(|err| bad(&gn, err.to_string()))?;
@@ -194,7 +220,10 @@ impl Checkpoint {
             return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}, expected [E, H, 2I]")));
         };
         if i2 % 2 != 0 || s2 != [e, i2 / 2, h] {
-            return Err(bad(&n("down_proj"), format!("shape {s2:?}, expected [{e}, {}, {h}] from gate_up_proj {s13:?}", i2 / 2)));
+            return Err(bad(
+                &n("down_proj"),
+                format!("shape {s2:?}, expected [{e}, {}, {h}] from gate_up_proj {s13:?}", i2 / 2),
+            ));
         }
         let b13 = self.tensor_f32(&n("gate_up_proj_bias"))?;
         let b2 = self.tensor_f32(&n("down_proj_bias"))?;

@@ -60,7 +60,11 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked")]
     pub backends: Vec<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
-    #[arg(long, value_delimiter = ',', default_value = "mixtral-8x7b,qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,gpt-oss-120b")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "mixtral-8x7b,qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,gpt-oss-120b"
+    )]
     pub models: Vec<String>,
     /// Token counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,512,4096")]
@@ -275,7 +279,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         println!(
             "ceilings measured now: streaming read {:.2} TB/s (4 GiB); dense bf16 {} (cuBLAS 8192^3)",
             c.read_bytes_per_s / 1e12,
-            c.bf16_flops.map_or("not measured: libcublas not found".to_string(), |f| format!("{:.0} TFLOP/s", f / 1e12))
+            c.bf16_flops
+                .map_or("not measured: libcublas not found".to_string(), |f| format!("{:.0} TFLOP/s", f / 1e12))
         );
         c
     };
@@ -317,9 +322,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let p = &pts[j];
             let offsets = stream.clone_htod(&moe_gemm::layouts::offsets_from_sizes(&p.sizes)?)?;
             let expected = p.sizes.iter().sum::<usize>();
-            let list = forced
-                .clone()
-                .unwrap_or_else(|| vec![TileConfig::heuristic(g, n, expected, info.sm_count as usize)]);
+            let list =
+                forced.clone().unwrap_or_else(|| vec![TileConfig::heuristic(g, n, expected, info.sm_count as usize)]);
             for config in list {
                 let plan = GroupedGemm::<bf16>::new(
                     &stream,
@@ -346,11 +350,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
         for r in &rows {
             let p = &pts[r.point_idx];
             let (tf, gbs) = metrics(p, &r.stats);
-            let torch = peer.as_ref().ok().and_then(|m| m.get(&p.name)).and_then(|x| x.as_ref().ok()).map_or(String::new(), |v| format!("{v:.2}"));
+            let torch = peer
+                .as_ref()
+                .ok()
+                .and_then(|m| m.get(&p.name))
+                .and_then(|x| x.as_ref().ok())
+                .map_or(String::new(), |v| format!("{v:.2}"));
             csv += &format!(
                 "{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{tf:.2},{gbs:.1},{:.2},{torch}\n",
-                p.name, p.gemm, p.tokens, p.routing, p.groups, p.n, p.k, p.sizes.iter().sum::<usize>(), r.config.name(),
-                r.stats.median_us, r.stats.p10_us, r.stats.p90_us, floor_us(p, &ceil)
+                p.name,
+                p.gemm,
+                p.tokens,
+                p.routing,
+                p.groups,
+                p.n,
+                p.k,
+                p.sizes.iter().sum::<usize>(),
+                r.config.name(),
+                r.stats.median_us,
+                r.stats.p10_us,
+                r.stats.p90_us,
+                floor_us(p, &ceil)
             );
         }
         write_file(path, &csv)?;
@@ -393,7 +413,9 @@ fn clocks() -> String {
         .args(["--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu", "--format=csv,noheader"])
         .output()
     {
-        Ok(o) if o.status.success() => format!("SM, mem, max SM, power, temp = {}", String::from_utf8_lossy(&o.stdout).trim()),
+        Ok(o) if o.status.success() => {
+            format!("SM, mem, max SM, power, temp = {}", String::from_utf8_lossy(&o.stdout).trim())
+        }
         _ => "nvidia-smi not available".into(),
     }
 }
@@ -413,10 +435,28 @@ fn floor_us(p: &Point, c: &moe_gemm::ceilings::Ceilings) -> f64 {
     c.floor_us(bytes, 2.0 * rows as f64 * p.n as f64 * p.k as f64)
 }
 
-fn print_table(pts: &[Point], rows: &[Row], peer: &std::result::Result<PeerResults, String>, ceil: &moe_gemm::ceilings::Ceilings) {
+fn print_table(
+    pts: &[Point],
+    rows: &[Row],
+    peer: &std::result::Result<PeerResults, String>,
+    ceil: &moe_gemm::ceilings::Ceilings,
+) {
     println!(
         "{:<36} {:>6} {:>4} {:>6} {:>6} {:<20} {:>10} {:>19} {:>8} {:>8} {:>9} {:>7} {:>10} {:>9}",
-        "point", "rows", "E*", "N", "K", "config", "median µs", "p10-p90 µs", "TFLOP/s", "wGB/s", "floor µs", "x floor", "torch µs", "t/torch"
+        "point",
+        "rows",
+        "E*",
+        "N",
+        "K",
+        "config",
+        "median µs",
+        "p10-p90 µs",
+        "TFLOP/s",
+        "wGB/s",
+        "floor µs",
+        "x floor",
+        "torch µs",
+        "t/torch"
     );
     for r in rows {
         let p = &pts[r.point_idx];
@@ -494,8 +534,14 @@ fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows
     let (e, k) = (config.experts(), config.top_k());
     let router = Router::new(stream, config)?;
     let mut none = None;
-    println!("route + layout (DeepSeek-V3 router: E 256, k 8, 8 groups keep 4; grouped layout), median of {} reps:", args.reps);
-    println!("{:>6} {:>10} {:>10} {:>10} {:>16} {:>10}", "T", "route µs", "layout µs", "sum µs", "GEMMs w13+w2 µs", "sum/GEMMs");
+    println!(
+        "route + layout (DeepSeek-V3 router: E 256, k 8, 8 groups keep 4; grouped layout), median of {} reps:",
+        args.reps
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>16} {:>10}",
+        "T", "route µs", "layout µs", "sum µs", "GEMMs w13+w2 µs", "sum/GEMMs"
+    );
     for tokens in [1usize, 64, 4096] {
         let mut rng = SplitMix64(tokens as u64);
         let logits: Vec<f32> = (0..tokens * e).map(|_| rng.unit() * 3.0).collect();
@@ -509,7 +555,8 @@ fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows
         let route = time_it(stream, args.reps, args.warmup, &mut none, || {
             router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)
         })?;
-        let lay = time_it(stream, args.reps, args.warmup, &mut none, || layout.build(stream, tokens, &ids, None, &mut st))?;
+        let lay =
+            time_it(stream, args.reps, args.warmup, &mut none, || layout.build(stream, tokens, &ids, None, &mut st))?;
         let both = time_it(stream, args.reps, args.warmup, &mut none, || {
             router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)?;
             layout.build(stream, tokens, &ids, None, &mut st)
@@ -517,7 +564,9 @@ fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows
         st.check(stream)?;
         // The best configuration of each DeepSeek-V3 GEMM at this T (one per point unless --config all).
         let gemm_us: f64 = (0..pts.len())
-            .filter(|&j| pts[j].name.starts_with("deepseek-v3/") && pts[j].tokens == tokens && pts[j].routing == "uniform")
+            .filter(|&j| {
+                pts[j].name.starts_with("deepseek-v3/") && pts[j].tokens == tokens && pts[j].routing == "uniform"
+            })
             .filter_map(|j| {
                 rows.iter().filter(|r| r.point_idx == j).map(|r| r.stats.median_us).min_by(|a, b| a.total_cmp(b))
             })

@@ -23,7 +23,9 @@ pub fn run() -> moe_gemm::Result<()> {
             );
         }
     }
-    println!("  routers           f32 logits  softmax top-k, top-k softmax, DeepSeek grouped sigmoid (E <= 1024, k <= 32)");
+    println!(
+        "  routers           f32 logits  softmax top-k, top-k softmax, DeepSeek grouped sigmoid (E <= 1024, k <= 32)"
+    );
     println!("  expert layouts    int32 ids   grouped, aligned (vLLM / DeepGEMM contiguous), masked; gather, combine");
     println!("  activation        bf16, f16   SwiGLU, gpt-oss clamped SwiGLU, SiLU; concatenated or interleaved");
     println!("  decode layer      bf16, f16   two streaming kernels (the Batched backend)");

@@ -8,7 +8,9 @@ use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptu
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::random::{fill_device, SplitMix64};
-use moe_gemm::{device, Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
+use moe_gemm::{
+    device, Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result,
+};
 
 use moe_gemm::ceilings::Ceilings;
 use moe_gemm::tuning::{ConfigFile, ConfigName};
@@ -18,7 +20,6 @@ use super::bench::{BenchArgs, Model, MODELS};
 
 /// One timed entry: point index, backend asked, backend run, (median, p10, p90) µs or not timed.
 type Timed = (usize, Backend, Backend, Option<(f64, f64, f64)>);
-
 
 struct Point {
     model: &'static str,
@@ -65,11 +66,12 @@ fn routing(kind: &str, e: usize, k: usize, t: usize, seed: u64) -> Result<(Vec<i
     let zipf_cdf: Vec<f64> = {
         let w: Vec<f64> = (1..=e).map(|r| 1.0 / (r as f64).powf(1.2)).collect();
         let total: f64 = w.iter().sum();
-        w.iter().scan(0.0, |acc, x| {
-            *acc += x / total;
-            Some(*acc)
-        })
-        .collect()
+        w.iter()
+            .scan(0.0, |acc, x| {
+                *acc += x / total;
+                Some(*acc)
+            })
+            .collect()
     };
     let mut ids = Vec::with_capacity(t * k);
     let mut w = Vec::with_capacity(t * k);
@@ -85,7 +87,9 @@ fn routing(kind: &str, e: usize, k: usize, t: usize, seed: u64) -> Result<(Vec<i
                     zipf_cdf.partition_point(|&c| c < u).min(e - 1)
                 }
                 other => {
-                    return Err(Error::InvalidProblem(format!("unknown routing {other:?}: expected uniform, balanced or zipf")))
+                    return Err(Error::InvalidProblem(format!(
+                        "unknown routing {other:?}: expected uniform, balanced or zipf"
+                    )))
                 }
             } as i32;
             j += 1;
@@ -133,7 +137,10 @@ fn time_graph(
         if let Some(f) = flush.as_mut() {
             stream.memset_zeros(f)?;
         }
-        let (a, b) = (ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?, ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?);
+        let (a, b) = (
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+        );
         device::spin(stream, 200)?;
         a.record(stream)?;
         graph.launch()?;
@@ -160,19 +167,28 @@ fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
         return Err(Error::InvalidProblem("--tp and --ep must be >= 1".into()));
     }
     for name in &args.models {
-        let m = MODELS.iter().find(|m| m.name == name).ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
+        let m = MODELS
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
         let mut model = *m;
         if args.tp > 1 {
             // A tensor-parallel slice holds I / tp of every expert (vLLM's N).
             if m.inter % (8 * args.tp) != 0 {
-                return Err(Error::InvalidProblem(format!("{}: I = {} / tp = {} is not a multiple of 8", m.name, m.inter, args.tp)));
+                return Err(Error::InvalidProblem(format!(
+                    "{}: I = {} / tp = {} is not a multiple of 8",
+                    m.name, m.inter, args.tp
+                )));
             }
             model.inter = m.inter / args.tp;
             model.name = leak(format!("{}/tp{}", m.name, args.tp));
         }
         if args.ep > 1 {
             if m.experts % args.ep != 0 {
-                return Err(Error::InvalidProblem(format!("{}: E = {} is not a multiple of ep = {}", m.name, m.experts, args.ep)));
+                return Err(Error::InvalidProblem(format!(
+                    "{}: E = {} is not a multiple of ep = {}",
+                    m.name, m.experts, args.ep
+                )));
             }
             model.name = leak(format!("{}/ep{}", model.name, args.ep));
         }
@@ -193,7 +209,13 @@ fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
                 )))
             }
         };
-        let model = Model { name: leak(format!("{name}[{}]", f.name)), experts: f.name.experts, top_k, hidden, inter: f.name.n };
+        let model = Model {
+            name: leak(format!("{name}[{}]", f.name)),
+            experts: f.name.experts,
+            top_k,
+            hidden,
+            inter: f.name.n,
+        };
         out.push(Shape { model, tokens: f.buckets.keys().copied().collect() });
     }
     Ok(out)
@@ -206,12 +228,7 @@ fn leak(s: String) -> &'static str {
 
 /// Per model and token bucket: the backend Auto picks, the tile configuration of each GEMM, and the measured
 /// median of that backend, in vLLM's file format (dtype=bf16, this device's name).
-fn write_configs(
-    dir: &std::path::Path,
-    info: &DeviceInfo,
-    points: &[Point],
-    results: &[Timed],
-) -> Result<()> {
+fn write_configs(dir: &std::path::Path, info: &DeviceInfo, points: &[Point], results: &[Timed]) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
     for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.routing == points[0].routing) {
@@ -261,7 +278,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         shapes.iter().map(|s| s.tokens.len() * routings.len() * backends.len()).sum::<usize>() as u64,
     );
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} [{elapsed}]").expect("static template"),
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} [{elapsed}]")
+            .expect("static template"),
     );
     for shape in shapes {
         let m = &shape.model;
@@ -275,7 +293,17 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let mut w2 = stream.alloc_zeros::<bf16>(local_e * h * i)?;
         fill_device(stream, &mut w13, 3, 0.02)?;
         fill_device(stream, &mut w2, 4, 0.02)?;
-        let weights = ExpertWeights::from_device(local_e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None)?;
+        let weights = ExpertWeights::from_device(
+            local_e,
+            h,
+            i,
+            GateUp::Concatenated,
+            Activation::SiluGated,
+            w13,
+            w2,
+            None,
+            None,
+        )?;
         let opts = MoeLayerOptions { max_tokens: max_t, top_k: k, masked_max_m: None, backend: Backend::Auto };
         let mut layer = if ep > 1 {
             let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
@@ -292,13 +320,27 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let w_d = stream.clone_htod(&w)?;
             layer.set_backend(Backend::Auto);
             let auto = layer.backend_for(t);
-            points.push(Point { model: m.name, experts: e, top_k: k, hidden: h, inter: i, tokens: t, ids, weights: w, auto, routing: kind, ep });
+            points.push(Point {
+                model: m.name,
+                experts: e,
+                top_k: k,
+                hidden: h,
+                inter: i,
+                tokens: t,
+                ids,
+                weights: w,
+                auto,
+                routing: kind,
+                ep,
+            });
             let pi = points.len() - 1;
             for &b in &backends {
                 layer.set_backend(b);
                 let ran = layer.backend_for(t);
                 // A backend that cannot take this batch (masked capacity, batched rows) is reported, not timed.
-                if matches!(ran, Backend::Masked | Backend::Batched) && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err() {
+                if matches!(ran, Backend::Masked | Backend::Batched)
+                    && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err()
+                {
                     results.push((pi, b, ran, None));
                     bar.inc(1);
                     continue;
@@ -331,7 +373,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         args.reps,
         if args.no_flush { "not flushed" } else { "flushed" }
     );
-    println!("floor = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate), ceilings measured above");
+    println!(
+        "floor = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate), ceilings measured above"
+    );
     println!(
         "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
         "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "torch µs", "t/torch"
@@ -359,7 +403,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 peer_us,
                 ratio
             ),
-            None => println!("{:<34} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed"),
+            None => {
+                println!("{:<34} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed")
+            }
         }
     }
     if let Err(why) = &peer {
@@ -393,7 +439,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     .get(&p.name())
                     .into_iter()
                     .flatten()
-                    .map(|(k, v)| (k.clone(), v.as_ref().map_or_else(|e| serde_json::json!(e), |us| serde_json::json!(us))))
+                    .map(|(k, v)| {
+                        (k.clone(), v.as_ref().map_or_else(|e| serde_json::json!(e), |us| serde_json::json!(us)))
+                    })
                     .collect();
                 serde_json::json!({
                     "model": p.model, "tokens": p.tokens, "routing": p.routing, "experts": p.experts, "top_k": p.top_k,
@@ -410,7 +458,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         super::bench::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
     if let Some(path) = &args.csv {
-        let mut csv = String::from("model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n");
+        let mut csv = String::from(
+            "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n",
+        );
         for (pi, asked, ran, times) in &results {
             let p = &points[*pi];
             let floor = p.floor_us(ceil);
@@ -456,13 +506,7 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras) {
 }
 
 /// One SVG per model: Auto's backend, the best backend, the PyTorch peer and the floor against T.
-fn plots(
-    dir: &std::path::Path,
-    ceil: &Ceilings,
-    points: &[Point],
-    results: &[Timed],
-    peer: &Peer,
-) -> Result<()> {
+fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Timed], peer: &Peer) -> Result<()> {
     use super::plot::{time_vs_tokens, Series};
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut models: Vec<&str> = points.iter().map(|p| p.model).collect();

@@ -23,7 +23,12 @@ pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_jso
 }
 
 /// As [`run`], with the other peers of each point.
-pub fn run_report(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_json::Value) -> Result<Report, String> {
+pub fn run_report(
+    python: &str,
+    script: &str,
+    explicit: Option<&Path>,
+    spec: &serde_json::Value,
+) -> Result<Report, String> {
     if python == "none" {
         return Err("peer skipped (--peer none)".into());
     }
@@ -37,7 +42,8 @@ pub fn run_report(python: &str, script: &str, explicit: Option<&Path>, spec: &se
     });
     let dir = std::env::temp_dir();
     let tag = format!("{}-{}", std::process::id(), script.file_stem().unwrap_or_default().to_string_lossy());
-    let (spec_path, out_path) = (dir.join(format!("moe-gemm-spec-{tag}.json")), dir.join(format!("moe-gemm-out-{tag}.json")));
+    let (spec_path, out_path) =
+        (dir.join(format!("moe-gemm-spec-{tag}.json")), dir.join(format!("moe-gemm-out-{tag}.json")));
     std::fs::write(&spec_path, spec.to_string()).map_err(|e| e.to_string())?;
     eprintln!("running the PyTorch peer: {python} {}", script.display());
     let status = Command::new(python)
@@ -58,7 +64,9 @@ pub fn run_report(python: &str, script: &str, explicit: Option<&Path>, spec: &se
     let name = |p: &serde_json::Value| p["name"].as_str().unwrap_or_default().to_string();
     let medians = points
         .iter()
-        .map(|p| (name(p), p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string())))
+        .map(|p| {
+            (name(p), p["median_us"].as_f64().ok_or_else(|| p["error"].as_str().unwrap_or("no result").to_string()))
+        })
         .collect();
     let extras = points
         .iter()

@@ -29,12 +29,7 @@ pub fn time_vs_tokens(path: &Path, title: &str, series: &[Series]) -> Result<()>
         .y_label_area_size(70)
         .build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), (y0 * 0.8..y1 * 1.25).log_scale())
         .map_err(|e| err(e.to_string()))?;
-    chart
-        .configure_mesh()
-        .x_desc("tokens T")
-        .y_desc("time per layer (µs)")
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
+    chart.configure_mesh().x_desc("tokens T").y_desc("time per layer (µs)").draw().map_err(|e| err(e.to_string()))?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
@@ -63,7 +58,10 @@ mod tests {
     #[test]
     fn writes_an_svg_with_every_series() {
         let path = std::env::temp_dir().join(format!("moe-gemm-plot-{}.svg", std::process::id()));
-        let s = |label: &str, f: f64| Series { label: label.into(), points: vec![(1.0, 10.0 * f), (64.0, 100.0 * f), (4096.0, 900.0 * f)] };
+        let s = |label: &str, f: f64| Series {
+            label: label.into(),
+            points: vec![(1.0, 10.0 * f), (64.0, 100.0 * f), (4096.0, 900.0 * f)],
+        };
         time_vs_tokens(&path, "test model", &[s("ours", 1.0), s("torch", 1.5), s("floor", 0.8)]).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("ours") && svg.contains("torch") && svg.contains("test model"));

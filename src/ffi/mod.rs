@@ -78,9 +78,7 @@ fn check(op: &'static str, d: DType, c: TileConfig, s: ffi::LaunchStatus) -> Res
     match s.code {
         ffi::StatusCode::Ok => Ok(()),
         ffi::StatusCode::NotBuilt => Err(Error::KernelNotBuilt { op, dtype: d, config: c }),
-        ffi::StatusCode::WorkspaceTooSmall => {
-            Err(Error::WorkspaceTooSmall { op, needed: s.detail as u64, got: 0 })
-        }
+        ffi::StatusCode::WorkspaceTooSmall => Err(Error::WorkspaceTooSmall { op, needed: s.detail as u64, got: 0 }),
         ffi::StatusCode::CutlassCannotImplement => {
             Err(Error::Cutlass { op, stage: "can_implement", status: cutlass_status_name(s.detail) })
         }

@@ -156,14 +156,13 @@ impl<T: Element> GroupedGemm<T> {
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
         device.require("grouped_gemm_sm90", Arch::Sm90)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
-        let config = options.config.unwrap_or_else(|| {
-            TileConfig::heuristic(shape.groups, shape.n, expected, device.sm_count.max(1) as usize)
-        });
+        let config = options
+            .config
+            .unwrap_or_else(|| TileConfig::heuristic(shape.groups, shape.n, expected, device.sm_count.max(1) as usize));
         if !config.is_built(T::DTYPE) {
             return Err(Error::KernelNotBuilt { op: "grouped_gemm_sm90", dtype: T::DTYPE, config });
         }
-        let workspace_bytes =
-            ffi::grouped_gemm_sm90_workspace(T::DTYPE, config, shape.groups as i32, device.sm_count)?;
+        let workspace_bytes = ffi::grouped_gemm_sm90_workspace(T::DTYPE, config, shape.groups as i32, device.sm_count)?;
         Ok(GroupedGemm { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 

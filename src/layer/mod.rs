@@ -20,17 +20,16 @@
 pub mod reference;
 mod weights;
 
-
 pub use weights::{Activation, ExpertFormat, ExpertWeights, GateUp, PackedExperts, Storage};
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
+use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::device::DeviceInfo;
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::TileConfig;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
@@ -76,7 +75,15 @@ struct GemmPlans<T: Element> {
 }
 
 impl<T: Element> GemmPlans<T> {
-    fn new(stream: &Arc<CudaStream>, groups: usize, n: usize, k: usize, max_rows: usize, rows: usize, sm_count: usize) -> Result<Self> {
+    fn new(
+        stream: &Arc<CudaStream>,
+        groups: usize,
+        n: usize,
+        k: usize,
+        max_rows: usize,
+        rows: usize,
+        sm_count: usize,
+    ) -> Result<Self> {
         let shape = GroupedGemmShape::new(groups, n, k, max_rows)?;
         let mut plans: Vec<(GroupedGemm<T>, Workspace)> = Vec::new();
         let candidates = (0..).map(|s| 1usize << s).take_while(|&r| r < rows).chain([rows]);
@@ -85,7 +92,8 @@ impl<T: Element> GemmPlans<T> {
             if plans.iter().any(|(p, _)| p.config() == config) {
                 continue;
             }
-            let plan = GroupedGemm::new(stream, shape, GroupedGemmOptions { config: Some(config), expected_rows: Some(r) })?;
+            let plan =
+                GroupedGemm::new(stream, shape, GroupedGemmOptions { config: Some(config), expected_rows: Some(r) })?;
             let ws = plan.alloc_workspace(stream)?;
             plans.push((plan, ws));
         }
@@ -109,7 +117,14 @@ struct GemmPair<T: Element> {
 }
 
 impl<T: Element> GemmPair<T> {
-    fn new(stream: &Arc<CudaStream>, w: &ExpertWeights<T>, groups: usize, max_rows: usize, rows: usize, sm: usize) -> Result<Self> {
+    fn new(
+        stream: &Arc<CudaStream>,
+        w: &ExpertWeights<T>,
+        groups: usize,
+        max_rows: usize,
+        rows: usize,
+        sm: usize,
+    ) -> Result<Self> {
         Ok(GemmPair {
             g1: GemmPlans::new(stream, groups, w.w13_rows(), w.hidden, max_rows, rows, sm)?,
             g2: GemmPlans::new(stream, groups, w.hidden, w.inter, max_rows, rows, sm)?,
@@ -211,8 +226,11 @@ impl<T: Element> MoeLayer<T> {
         let global = expert_map.map_or(e, <[i32]>::len);
         let max_m = options.masked_max_m.unwrap_or(t.min(256));
         let dims = |spec| LayoutDims::new(spec, t, k, global, e);
-        let (dg, dc, dm) =
-            (dims(LayoutSpec::Grouped)?, dims(LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M })?, dims(LayoutSpec::Masked { max_m })?);
+        let (dg, dc, dm) = (
+            dims(LayoutSpec::Grouped)?,
+            dims(LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M })?,
+            dims(LayoutSpec::Masked { max_m })?,
+        );
         // Room for every layout, plus max_tokens rows so that the eager backend's per-expert slices (which
         // start anywhere below the capacity) always hold a single-group plan's max_rows.
         let cap = dg.capacity().max(dc.capacity()).max(dm.capacity()) + t;
@@ -264,7 +282,9 @@ impl<T: Element> MoeLayer<T> {
         match self.backend {
             // An expert map rules out Batched, which reads global ids as weight indices.
             Backend::Auto if self.expert_map.is_some() => Backend::Grouped,
-            Backend::Auto => auto_backend(self.weights.experts, self.top_k, self.weights.hidden, self.weights.inter, tokens),
+            Backend::Auto => {
+                auto_backend(self.weights.experts, self.top_k, self.weights.hidden, self.weights.inter, tokens)
+            }
             b => b,
         }
     }
@@ -347,7 +367,17 @@ impl<T: Element> MoeLayer<T> {
         let (g2, ws2) = gemms.g2.for_rows(rows);
         g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, ws2, &mut self.status)?;
         let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-        ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+        ffi::launch_combine(
+            stream,
+            tokens,
+            self.top_k,
+            h,
+            &self.d2,
+            layout.positions(),
+            weights,
+            bias.as_ref().map(|(a, b, c)| (a, b, *c)),
+            y,
+        )
     }
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
@@ -373,7 +403,18 @@ impl<T: Element> MoeLayer<T> {
                 self.top_k
             )));
         }
-        ffi::launch_decode_layer(stream, &self.weights, tokens, self.top_k, x, ids, weights, &mut self.h, y, self.status.word_mut())
+        ffi::launch_decode_layer(
+            stream,
+            &self.weights,
+            tokens,
+            self.top_k,
+            x,
+            ids,
+            weights,
+            &mut self.h,
+            y,
+            self.status.word_mut(),
+        )
     }
 
     /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts
@@ -394,7 +435,8 @@ impl<T: Element> MoeLayer<T> {
         layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
         let offsets = stream.clone_dtoh(layout.offsets())?;
         let g = &mut self.gemm_single;
-        let mut one = PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
+        let mut one =
+            PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
         one.gemms(&mut g.g1, &self.a, h, &w.w13, r13, &mut self.d1)?;
         let act = ffi::ActivationLaunch {
             act: w.activation,
@@ -407,10 +449,21 @@ impl<T: Element> MoeLayer<T> {
             bias: w.b13.as_ref(),
         };
         ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
-        let mut one = PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
+        let mut one =
+            PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
         one.gemms(&mut g.g2, &self.h, i, &w.w2, h, &mut self.d2)?;
         let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-        ffi::launch_combine(stream, tokens, self.top_k, h, &self.d2, layout.positions(), weights, bias.as_ref().map(|(a, b, c)| (a, b, *c)), y)
+        ffi::launch_combine(
+            stream,
+            tokens,
+            self.top_k,
+            h,
+            &self.d2,
+            layout.positions(),
+            weights,
+            bias.as_ref().map(|(a, b, c)| (a, b, *c)),
+            y,
+        )
     }
 }
 

@@ -103,7 +103,9 @@ impl<T: Element> PackedExperts<T> {
             Ok(())
         };
         if experts == 0 || hidden == 0 || inter == 0 {
-            return Err(Error::InvalidProblem(format!("E = {experts}, H = {hidden}, I = {inter}: all must be positive")));
+            return Err(Error::InvalidProblem(format!(
+                "E = {experts}, H = {hidden}, I = {inter}: all must be positive"
+            )));
         }
         check("w13 (gate_up_proj)", w13.len(), experts * width * hidden)?;
         check("w2 (down_proj)", w2.len(), experts * hidden * inter)?;

@@ -42,7 +42,13 @@ impl LayoutDims {
     /// # Errors
     /// [`Error::InvalidProblem`] naming the constraint: positive sizes, `local_experts <= experts <= 2^31`,
     /// `local_experts <= 1024`, `block_m >= 1`, `max_m >= 1`, and capacities that fit int32 positions.
-    pub fn new(spec: LayoutSpec, max_tokens: usize, top_k: usize, experts: usize, local_experts: usize) -> Result<Self> {
+    pub fn new(
+        spec: LayoutSpec,
+        max_tokens: usize,
+        top_k: usize,
+        experts: usize,
+        local_experts: usize,
+    ) -> Result<Self> {
         let bad = |s: String| Err(Error::InvalidProblem(s));
         if max_tokens == 0 || top_k == 0 || experts == 0 || local_experts == 0 {
             return bad(format!(
@@ -145,9 +151,8 @@ impl ExpertLayout {
             m_indices: stream.alloc_zeros(cap)?,
             positions: stream.alloc_zeros(dims.max_tokens * dims.top_k)?,
             total: stream.alloc_zeros(1)?,
-            scratch: stream.alloc_zeros(
-                ffi::layout_scratch_ints(dims.max_tokens * dims.top_k, dims.local_experts).max(1),
-            )?,
+            scratch: stream
+                .alloc_zeros(ffi::layout_scratch_ints(dims.max_tokens * dims.top_k, dims.local_experts).max(1))?,
         })
     }
 
@@ -206,7 +211,11 @@ impl ExpertLayout {
         if out.len() < self.dims.capacity() * hidden {
             return Err(Error::Buffer {
                 name: "out",
-                detail: format!("holds {} elements, needs capacity x hidden = {}", out.len(), self.dims.capacity() * hidden),
+                detail: format!(
+                    "holds {} elements, needs capacity x hidden = {}",
+                    out.len(),
+                    self.dims.capacity() * hidden
+                ),
             });
         }
         ffi::launch_gather(stream, tokens, self.dims.top_k, hidden, x, &self.positions, out, status.word_mut())

@@ -181,7 +181,12 @@ impl BlockFp8 {
             return Err(Error::InvalidProblem(format!("{} elements for a [{rows}, {cols}] weight", w.len())));
         }
         if let Some(i) = w.iter().position(|x| !x.is_finite()) {
-            return Err(Error::InvalidProblem(format!("element [{}, {}] = {} is not finite", i / cols, i % cols, w[i])));
+            return Err(Error::InvalidProblem(format!(
+                "element [{}, {}] = {} is not finite",
+                i / cols,
+                i % cols,
+                w[i]
+            )));
         }
         let (gr, gc) = block.grid(rows, cols);
         let mut s32 = vec![1f32; gr * gc];

@@ -88,7 +88,8 @@ impl RouterConfig {
     }
     /// DeepSeek-V3: 256 experts, top-8, 8 groups keep 4, renormalised, scaled by 2.5.
     pub fn deepseek_v3() -> Self {
-        let kind = RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 2.5 };
+        let kind =
+            RouterKind::GroupedSigmoid { n_group: 8, topk_group: 4, renormalize: true, routed_scaling_factor: 2.5 };
         Self::new(256, 8, kind).unwrap()
     }
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crate::common::*;
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
-use moe_gemm::status::bits as error_bits;
 use moe_gemm::layouts::offsets_from_sizes;
 use moe_gemm::reference::{first_mismatch, grouped_gemm_rows, Tolerance};
+use moe_gemm::status::bits as error_bits;
 use moe_gemm::*;
 
 const GUARD: usize = 4096;
@@ -79,8 +79,7 @@ fn verify<T: Element>(case: &Case, config: TileConfig, a: &[T], b: &[T], d: &[T]
     let reference = grouped_gemm_rows(a, b, &case.sizes, case.n, case.k, &rows);
     let max_abs = reference.iter().fold(0f32, |m, x| m.max(x.abs()));
     let tol = Tolerance::for_output::<T>(max_abs);
-    let got: Vec<f32> =
-        rows.iter().flat_map(|&r| d[r * case.n..(r + 1) * case.n].iter().map(|x| x.to_f32())).collect();
+    let got: Vec<f32> = rows.iter().flat_map(|&r| d[r * case.n..(r + 1) * case.n].iter().map(|x| x.to_f32())).collect();
     if let Some((i, g, r)) = first_mismatch(&got, &reference, tol) {
         panic!(
             "{} [{} {config}]: row {} col {}: got {g}, reference {r} (tolerance {:?})",
@@ -109,10 +108,11 @@ fn run_case<T: Element>(case: &Case, configs: &[TileConfig]) {
     let mut dev = upload(&stream, case, &a, &b);
     let shape = GroupedGemmShape::new(g, case.n, case.k, max_rows).unwrap();
     for &config in configs {
-        let plan = GroupedGemm::<T>::new(&stream, shape, GroupedGemmOptions { config: Some(config), ..Default::default() })
-            .unwrap();
+        let plan =
+            GroupedGemm::<T>::new(&stream, shape, GroupedGemmOptions { config: Some(config), ..Default::default() })
+                .unwrap();
         let mut ws = plan.alloc_workspace(&stream).unwrap();
-    let mut st = DeviceStatus::new(&stream).unwrap();
+        let mut st = DeviceStatus::new(&stream).unwrap();
         stream.memcpy_htod(&vec![T::nan(); max_rows * case.n + GUARD], &mut dev.d).unwrap();
         let mut d_view = dev.d.slice_mut(0..max_rows * case.n);
         plan.launch(&stream, &dev.a, &dev.b, &dev.offsets, &mut d_view, &mut ws, &mut st).unwrap();
@@ -141,7 +141,14 @@ fn boundary_group_sizes_f16_every_config() {
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn one_group_holds_every_row() {
-    let case = Case { name: "one group", sizes: vec![0, 0, 0, 300, 0, 0, 0, 0], n: 128, k: 256, spare_rows: 3, check: Check::All };
+    let case = Case {
+        name: "one group",
+        sizes: vec![0, 0, 0, 300, 0, 0, 0, 0],
+        n: 128,
+        k: 256,
+        spare_rows: 3,
+        check: Check::All,
+    };
     run_case::<bf16>(&case, &TileConfig::ALL);
 }
 
@@ -156,7 +163,8 @@ fn all_groups_empty_write_nothing() {
 #[ignore = "needs an SM90 GPU"]
 fn unaligned_k_and_odd_n_tiles() {
     // N and K multiples of 8 but not of the tiles: partial tiles on both edges.
-    let case = Case { name: "partial tiles", sizes: vec![3, 130, 0, 77], n: 200, k: 136, spare_rows: 0, check: Check::All };
+    let case =
+        Case { name: "partial tiles", sizes: vec![3, 130, 0, 77], n: 200, k: 136, spare_rows: 0, check: Check::All };
     run_case::<bf16>(&case, &TileConfig::ALL);
 }
 
@@ -164,7 +172,14 @@ fn unaligned_k_and_odd_n_tiles() {
 #[ignore = "needs an SM90 GPU"]
 fn real_shape_mixtral_w1_uniform_routing() {
     // Mixtral-8x7B GEMM1 (w13): E 8, N = 2 x 14336, K 4096; 512 tokens x top-2.
-    let case = Case { name: "mixtral w13", sizes: uniform_sizes(8, 1024, 3), n: 28672, k: 4096, spare_rows: 0, check: Check::Sampled };
+    let case = Case {
+        name: "mixtral w13",
+        sizes: uniform_sizes(8, 1024, 3),
+        n: 28672,
+        k: 4096,
+        spare_rows: 0,
+        check: Check::Sampled,
+    };
     run_case::<bf16>(&case, &[TileConfig::heuristic(8, 28672, 1024, 132), TileConfig::Pingpong64x64x128]);
 }
 
@@ -172,7 +187,14 @@ fn real_shape_mixtral_w1_uniform_routing() {
 #[ignore = "needs an SM90 GPU"]
 fn real_shape_deepseek_v3_w13_uniform_routing() {
     // DeepSeek-V3 GEMM1: E 256, N = 2 x 2048, K 7168; 512 tokens x top-8, uniform routing.
-    let case = Case { name: "deepseek-v3 w13", sizes: uniform_sizes(256, 4096, 4), n: 4096, k: 7168, spare_rows: 0, check: Check::Sampled };
+    let case = Case {
+        name: "deepseek-v3 w13",
+        sizes: uniform_sizes(256, 4096, 4),
+        n: 4096,
+        k: 7168,
+        spare_rows: 0,
+        check: Check::Sampled,
+    };
     run_case::<bf16>(&case, &[TileConfig::Pingpong64x128x64, TileConfig::Cooperative128x256x64]);
 }
 
@@ -200,7 +222,9 @@ fn invalid_offsets_are_reported_and_contained() {
         let mut d_view = d.slice_mut(0..max_rows * n);
         plan.launch(&stream, &a, &b, &offsets_dev, &mut d_view, &mut ws, &mut st).unwrap();
         match st.check(&stream) {
-            Err(Error::DeviceCheck { word, .. }) => assert_eq!(word & want, want, "offsets {offsets:?}: word {word:#x}"),
+            Err(Error::DeviceCheck { word, .. }) => {
+                assert_eq!(word & want, want, "offsets {offsets:?}: word {word:#x}")
+            }
             other => panic!("offsets {offsets:?}: expected a device check error, got {other:?}"),
         }
         let d_host = stream.clone_dtoh(&d).unwrap();
@@ -233,9 +257,7 @@ fn graph_capture_replays_with_new_offsets() {
 
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
     plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st).unwrap();
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0))
-        .unwrap()
-        .expect("captured graph");
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
 
     for replay in 0..10u64 {
         let rows = 100 + 50 * replay as usize;
@@ -285,8 +307,9 @@ fn launch_rejects_buffers_that_do_not_fit_the_plan() {
     assert!(msg.starts_with("d: ") && msg.contains("16-byte"), "{msg}");
     // The workspace of a plan with fewer groups is too small for one with many.
     let big_g = 256;
-    let big = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(big_g, n, k, max_rows).unwrap(), Default::default())
-        .unwrap();
+    let big =
+        GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(big_g, n, k, max_rows).unwrap(), Default::default())
+            .unwrap();
     assert!(big.workspace_bytes() > plan.workspace_bytes());
     let big_b = stream.alloc_zeros::<bf16>(big_g * n * k).unwrap();
     let big_offsets = stream.alloc_zeros::<i32>(big_g + 1).unwrap();
@@ -315,7 +338,8 @@ fn per_row_groups_pick_their_expert() {
     let plan = GroupedGemm::<bf16>::new(&stream, shape, Default::default()).unwrap();
     let mut ws = plan.alloc_workspace(&stream).unwrap();
     let mut st = DeviceStatus::new(&stream).unwrap();
-    let (xd, wd, idd) = (stream.clone_htod(&x).unwrap(), stream.clone_htod(&w).unwrap(), stream.clone_htod(&ids).unwrap());
+    let (xd, wd, idd) =
+        (stream.clone_htod(&x).unwrap(), stream.clone_htod(&w).unwrap(), stream.clone_htod(&ids).unwrap());
     let mut d = stream.clone_htod(&vec![bf16::NAN; rows * n]).unwrap();
     let rows_desc = GroupRows::PerRow { experts: idd.as_view(), rows, a_div: top_k, num_experts: e };
     plan.launch(&stream, &xd, &wd, rows_desc, &mut d, &mut ws, &mut st).unwrap();
@@ -325,7 +349,9 @@ fn per_row_groups_pick_their_expert() {
         .flat_map(|r| {
             let (t, ex) = (r / top_k, ids[r] as usize);
             let (x, w) = (&x, &w);
-            (0..n).map(move |c| (0..k_dim).map(|i| x[t * k_dim + i].to_f32() * w[(ex * n + c) * k_dim + i].to_f32()).sum::<f32>())
+            (0..n).map(move |c| {
+                (0..k_dim).map(|i| x[t * k_dim + i].to_f32() * w[(ex * n + c) * k_dim + i].to_f32()).sum::<f32>()
+            })
         })
         .collect();
     let max = want.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -336,5 +362,7 @@ fn per_row_groups_pick_their_expert() {
     let badd = stream.clone_htod(&bad).unwrap();
     let rows_desc = GroupRows::PerRow { experts: badd.as_view(), rows, a_div: top_k, num_experts: e };
     plan.launch(&stream, &xd, &wd, rows_desc, &mut d, &mut ws, &mut st).unwrap();
-    assert!(matches!(st.check(&stream), Err(Error::DeviceCheck { word, .. }) if word & moe_gemm::status::bits::GROUP_COUNT_OUT_OF_RANGE != 0));
+    assert!(
+        matches!(st.check(&stream), Err(Error::DeviceCheck { word, .. }) if word & moe_gemm::status::bits::GROUP_COUNT_OUT_OF_RANGE != 0)
+    );
 }

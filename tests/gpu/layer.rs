@@ -114,7 +114,14 @@ fn all_backends_match_the_reference_on_adversarial_routing() {
     check_all_backends("T = 1", &p, 160, k, &[6, 1], &[0.7, 0.3]);
     check_all_backends("T = 37, k = 1, one expert takes every token", &p, 160, 1, &[5; 37], &[1.0; 37]);
     for t in [127usize, 128, 129] {
-        check_all_backends(&format!("{t} rows on one expert (BLOCK_M ± 1)"), &p, 160, 1, &vec![2; t], &weights_for(t, 1, 8));
+        check_all_backends(
+            &format!("{t} rows on one expert (BLOCK_M ± 1)"),
+            &p,
+            160,
+            1,
+            &vec![2; t],
+            &weights_for(t, 1, 8),
+        );
     }
 }
 
@@ -139,7 +146,14 @@ fn gpt_oss_format_interleaved_transposed_biased_clamped() {
     let p = packed(e, h, i, ExpertFormat::GPT_OSS, true, 21);
     check_all_backends("gpt-oss", &p, 64, k, &distinct_ids(t, k, e, 22), &weights_for(t, k, 23));
     let silu = ExpertFormat { gate_up: GateUp::Concatenated, activation: Activation::Silu, storage: Storage::OutIn };
-    check_all_backends("non-gated silu", &packed(e, h, i, silu, true, 24), 64, k, &distinct_ids(t, k, e, 25), &weights_for(t, k, 26));
+    check_all_backends(
+        "non-gated silu",
+        &packed(e, h, i, silu, true, 24),
+        64,
+        k,
+        &distinct_ids(t, k, e, 25),
+        &weights_for(t, k, 26),
+    );
 }
 
 /// Mutations fed through the public API must make the comparison fail.
@@ -158,7 +172,10 @@ fn mutations_are_caught() {
     let mut rig = Rig::new(&misread, t, k);
     let (ids_d, w_d) = (rig.stream.clone_htod(&ids).unwrap(), rig.stream.clone_htod(&w).unwrap());
     for backend in Backend::CONCRETE {
-        assert!(mismatch(&rig.forward(backend, &x, &ids_d, &w_d), &want).is_some(), "{backend:?}: misread gate/up went unnoticed");
+        assert!(
+            mismatch(&rig.forward(backend, &x, &ids_d, &w_d), &want).is_some(),
+            "{backend:?}: misread gate/up went unnoticed"
+        );
     }
     // Gate weights taken from the biased scores (DeepSeek): the layer's output moves past the tolerance.
     let p = packed(256, 128, 64, ExpertFormat::SWIGLU, false, 35);
@@ -183,7 +200,10 @@ fn mutations_are_caught() {
     let want = moe_forward(&p, &x, &ids, &w, 8);
     let mut rig = Rig::new(&p, t, 8);
     let (ids_d, leak_d) = (rig.stream.clone_htod(&ids).unwrap(), rig.stream.clone_htod(&leaky).unwrap());
-    assert!(mismatch(&rig.forward(Backend::Grouped, &x, &ids_d, &leak_d), &want).is_some(), "biased gate weights went unnoticed");
+    assert!(
+        mismatch(&rig.forward(Backend::Grouped, &x, &ids_d, &leak_d), &want).is_some(),
+        "biased gate weights went unnoticed"
+    );
 }
 
 /// The masked layer with its router, captured once and replayed with new logits: each replay equals an
@@ -198,7 +218,8 @@ fn masked_layer_with_router_replays_in_a_graph() {
     let weights = ExpertWeights::upload(&stream, &p).unwrap();
     let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: Some(t), backend: Backend::Masked };
     let mut layer = MoeLayer::new(&stream, weights, opts).unwrap();
-    let router = Router::new(&stream, RouterConfig::new(e, k, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
+    let router =
+        Router::new(&stream, RouterConfig::new(e, k, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
     let mut st = DeviceStatus::new(&stream).unwrap();
     let x_host = random_vec::<bf16>(t * h, 42, 1.0);
     let x = stream.clone_htod(&x_host).unwrap();
@@ -206,7 +227,11 @@ fn masked_layer_with_router_replays_in_a_graph() {
     let mut ids = stream.alloc_zeros::<i32>(t * k).unwrap();
     let mut w = stream.alloc_zeros::<f32>(t * k).unwrap();
     let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
-    let mut step = |layer: &mut MoeLayer<bf16>, ids: &mut CudaSlice<i32>, w: &mut CudaSlice<f32>, y: &mut CudaSlice<bf16>, logits: &CudaSlice<f32>| {
+    let mut step = |layer: &mut MoeLayer<bf16>,
+                    ids: &mut CudaSlice<i32>,
+                    w: &mut CudaSlice<f32>,
+                    y: &mut CudaSlice<bf16>,
+                    logits: &CudaSlice<f32>| {
         router.launch(&stream, t, logits, None, ids, w, &mut st).unwrap();
         layer.forward(&stream, t, &x, ids, w, y).unwrap();
     };
@@ -225,7 +250,10 @@ fn masked_layer_with_router_replays_in_a_graph() {
         step(&mut layer, &mut ids, &mut w, &mut y, &logits);
         let eager = stream.clone_dtoh(&y).unwrap();
         layer.check(&stream).unwrap();
-        assert!(from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()), "replay {replay} differs from eager");
+        assert!(
+            from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "replay {replay} differs from eager"
+        );
         if let Some(m) = mismatch(&from_graph, &moe_forward(&p, &x_host, &ids_h, &w_h, k)) {
             panic!("replay {replay}: {m}");
         }
@@ -268,7 +296,8 @@ fn expert_parallel_slice_sums_its_local_experts() {
     let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: None, backend: Backend::Auto };
     let mut layer = MoeLayer::with_expert_map(&stream, weights, opts, &map).unwrap();
     assert_eq!(layer.backend_for(1), Backend::Grouped, "Auto never picks Batched with a map");
-    let (xd, idd, wd) = (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&w).unwrap());
+    let (xd, idd, wd) =
+        (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&w).unwrap());
     let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
     for backend in [Backend::Eager, Backend::Grouped, Backend::Contiguous, Backend::Masked] {
         layer.set_backend(backend);

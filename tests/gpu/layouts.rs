@@ -96,7 +96,9 @@ fn adversarial(e: usize, k: usize, block: usize) -> Vec<(&'static str, usize, Ve
             })
             .collect(),
     ));
-    for (name, rows_per_expert) in [("BLOCK_M - 1 rows each", block - 1), ("BLOCK_M rows each", block), ("BLOCK_M + 1 rows each", block + 1)] {
+    for (name, rows_per_expert) in
+        [("BLOCK_M - 1 rows each", block - 1), ("BLOCK_M rows each", block), ("BLOCK_M + 1 rows each", block + 1)]
+    {
         // rows_per_expert * e rows in all, each token picking k consecutive experts
         let t = rows_per_expert * e / k;
         if t > 0 {
@@ -115,7 +117,9 @@ fn layouts_match_the_reference_on_adversarial_routing() {
     let (e, k) = (32usize, 4usize);
     for block in [4usize, 16, 128] {
         for (name, t, ids) in adversarial(e, k, block) {
-            for spec in [LayoutSpec::Grouped, LayoutSpec::Aligned { block_m: block }, LayoutSpec::Masked { max_m: t.max(1) }] {
+            for spec in
+                [LayoutSpec::Grouped, LayoutSpec::Aligned { block_m: block }, LayoutSpec::Masked { max_m: t.max(1) }]
+            {
                 let dims = LayoutDims::new(spec, t.max(4), k, e, e).unwrap();
                 check(name, dims, t, &ids, None);
             }
@@ -159,16 +163,18 @@ fn half_the_experts_remote_via_expert_map() {
     // This device holds the odd experts, as local ids 0..16; even experts are remote (-1).
     let map: Vec<i32> = (0..e).map(|x| if x % 2 == 1 { (x / 2) as i32 } else { -1 }).collect();
     let mut rng = Rng(21);
-    let ids: Vec<i32> = (0..t).flat_map(|_| {
-        let mut v: Vec<i32> = Vec::new();
-        while v.len() < k {
-            let x = rng.below(e) as i32;
-            if !v.contains(&x) {
-                v.push(x);
+    let ids: Vec<i32> = (0..t)
+        .flat_map(|_| {
+            let mut v: Vec<i32> = Vec::new();
+            while v.len() < k {
+                let x = rng.below(e) as i32;
+                if !v.contains(&x) {
+                    v.push(x);
+                }
             }
-        }
-        v
-    }).collect();
+            v
+        })
+        .collect();
     for spec in [LayoutSpec::Grouped, LayoutSpec::Aligned { block_m: 16 }, LayoutSpec::Masked { max_m: t }] {
         let dims = LayoutDims::new(spec, t, k, e, e / 2).unwrap();
         check("expert_map", dims, t, &ids, Some(&map));

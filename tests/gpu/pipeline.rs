@@ -30,7 +30,14 @@ struct Step {
 }
 
 impl Step {
-    fn new(stream: &Arc<CudaStream>, spec: LayoutSpec, config: RouterConfig, max_tokens: usize, hidden: usize, n: usize) -> Step {
+    fn new(
+        stream: &Arc<CudaStream>,
+        spec: LayoutSpec,
+        config: RouterConfig,
+        max_tokens: usize,
+        hidden: usize,
+        n: usize,
+    ) -> Step {
         let (e, k) = (config.experts(), config.top_k());
         let dims = LayoutDims::new(spec, max_tokens, k, e, e).unwrap();
         let cap = dims.capacity();
@@ -65,10 +72,14 @@ impl Step {
     /// Queues the whole step: nothing here allocates or synchronises, so it can be captured.
     fn queue(&mut self, stream: &CudaStream, tokens: usize) {
         let bias = self.router.config().takes_bias().then(|| self.bias.as_view());
-        self.router.launch(stream, tokens, &self.logits, bias.as_ref(), &mut self.ids, &mut self.weights, &mut self.st).unwrap();
+        self.router
+            .launch(stream, tokens, &self.logits, bias.as_ref(), &mut self.ids, &mut self.weights, &mut self.st)
+            .unwrap();
         self.layout.build(stream, tokens, &self.ids, None, &mut self.st).unwrap();
         self.layout.gather(stream, tokens, self.hidden, &self.x, &mut self.a, &mut self.st).unwrap();
-        self.gemm.launch(stream, &self.a, &self.w, self.layout.group_rows(), &mut self.d, &mut self.ws, &mut self.st).unwrap();
+        self.gemm
+            .launch(stream, &self.a, &self.w, self.layout.group_rows(), &mut self.d, &mut self.ws, &mut self.st)
+            .unwrap();
         self.layout.combine(stream, tokens, self.n, &self.d, &self.weights, &mut self.y).unwrap();
     }
 
@@ -120,7 +131,12 @@ fn every_layout_computes_the_same_moe_step() {
         RouterKind::GroupedSigmoid { n_group: 4, topk_group: 2, renormalize: true, routed_scaling_factor: 2.5 },
     )
     .unwrap();
-    for spec in [LayoutSpec::Grouped, LayoutSpec::Aligned { block_m: 128 }, LayoutSpec::Aligned { block_m: 16 }, LayoutSpec::Masked { max_m: 96 }] {
+    for spec in [
+        LayoutSpec::Grouped,
+        LayoutSpec::Aligned { block_m: 128 },
+        LayoutSpec::Aligned { block_m: 16 },
+        LayoutSpec::Masked { max_m: 96 },
+    ] {
         let mut step = Step::new(&stream, spec, config, 96, 256, 192);
         for tokens in [1usize, 37, 96] {
             random_logits(&stream, &mut step, tokens, 32, tokens as u64);

@@ -77,7 +77,12 @@ fn routers_match_the_reference() {
             RouterConfig::new(
                 384,
                 8,
-                RouterKind::GroupedSigmoid { n_group: 1, topk_group: 1, renormalize: true, routed_scaling_factor: 2.827 },
+                RouterKind::GroupedSigmoid {
+                    n_group: 1,
+                    topk_group: 1,
+                    renormalize: true,
+                    routed_scaling_factor: 2.827,
+                },
             )
             .unwrap(),
         ),
@@ -127,7 +132,8 @@ fn deepseek_bias_selects_but_does_not_weigh() {
     assert!(changed > tokens / 2, "the bias changed the selection of only {changed} of {tokens} tokens");
     // Weights are the unbiased sigmoid of the chosen experts, renormalised and scaled.
     for t in 0..tokens {
-        let s: Vec<f64> = ids_b[t * k..(t + 1) * k].iter().map(|&i| 1.0 / (1.0 + (-(l[t * e + i as usize] as f64)).exp())).collect();
+        let s: Vec<f64> =
+            ids_b[t * k..(t + 1) * k].iter().map(|&i| 1.0 / (1.0 + (-(l[t * e + i as usize] as f64)).exp())).collect();
         let sum: f64 = s.iter().sum();
         for j in 0..k {
             let want = s[j] / sum * 2.5;
@@ -179,7 +185,8 @@ fn router_refuses_missing_or_unexpected_bias() {
     let ds = Router::new(&stream, RouterConfig::deepseek_v3()).unwrap();
     let e = ds.launch(&stream, 1, &l, None, &mut ids, &mut w, &mut st).unwrap_err();
     assert!(e.to_string().contains("e_score_correction_bias"), "{e}");
-    let mx = Router::new(&stream, RouterConfig::new(256, 8, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
+    let mx =
+        Router::new(&stream, RouterConfig::new(256, 8, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
     let e = mx.launch(&stream, 1, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st).unwrap_err();
     assert!(e.to_string().contains("no correction bias"), "{e}");
     let e = mx.launch(&stream, 2, &l, None, &mut ids, &mut w, &mut st).unwrap_err();
