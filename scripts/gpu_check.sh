@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# On the GPU host, from the repository root, after scripts/carry.sh here: every GPU check in one go.
+# Writes logs under ${OUT:-out}/ and prints the summary lines.
+set -uo pipefail
+out=${OUT:-out}
+mkdir -p "$out"
+# cuBLAS (the dense-rate ceiling) from PyTorch's CUDA wheels, where present.
+lib=$(python3 -c "import os,glob,nvidia; print(':'.join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d+'/**/libcublas.so*', recursive=True)})))" 2>/dev/null)
+export LD_LIBRARY_PATH="${lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+./carry/moe-gemm info | tail -3
+./carry/gpu --include-ignored --test-threads=1 > "$out/gpu.log" 2>&1; grep -E "test result|FAILED|panicked" "$out/gpu.log"
+./carry/moe_layer 2>&1 | tee "$out/example.log"
+./carry/moe-gemm bench --layer --layer-tokens 1,64,4096 --models deepseek-v3 --ep 8 --peer none > "$out/ep.log" 2>&1
+grep -E "ceilings|Grouped\*|Batched\*|error" "$out/ep.log" | head -8
