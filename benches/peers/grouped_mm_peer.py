@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Peer measurement for `moe-gemm bench`: PyTorch's F.grouped_mm on the same points, timed the same way.
 
-Reads a JSON spec written by the Rust side ({"reps", "warmup", "flush_bytes", "points": [{"name", "dtype",
-"groups", "n", "k", "sizes"}]}) and writes {"torch", "device", "points": [{"name", "median_us", "p10_us",
-"p90_us"} or {"name", "error"}]}. A is [rows, K], B is [G, N, K] (nn.Linear per expert) passed transposed, as
-transformers' grouped_mm experts backend does; offs are the cumulative group ends (int32 [G]).
+Reads a JSON spec written by the Rust side ({"reps", "warmup", "flush_bytes", "fp8", "points": [{"name", "dtype",
+"groups", "n", "k", "sizes"}]}) and writes {"torch", "device", "fp8_dense_tflops", "points": [{"name", "median_us",
+"p10_us", "p90_us", "peers": {"scaled_grouped_mm_fp8": us}} or {"name", "error"}]}. A is [rows, K], B is [G, N, K] (nn.Linear per expert)
+passed transposed, as transformers' grouped_mm experts backend does; offs are the cumulative group ends.
+
+With "fp8": also the dense e4m3 rate (torch._scaled_mm, cuBLASLt, 8192^3, per-tensor scales) once, and per point
+torch._scaled_grouped_mm on e4m3 copies of the same operands with row-wise scales: the fp8 ceiling and peer for
+the crate's FP8 path. Failures are reported as strings, never fatal.
 """
 import argparse
 import json
@@ -45,6 +49,27 @@ def measure(fn, reps, warmup, flush):
     return statistics.median(times), q(0.1), q(0.9)
 
 
+def fp8_dense_tflops(reps, warmup):
+    n = 8192
+    dev = torch.device("cuda")
+    a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
+    one = torch.ones((), device=dev)
+    med, _, _ = measure(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), reps, warmup, None)
+    return 2 * n**3 / (med * 1e-6) / 1e12
+
+
+def fp8_grouped(a, b, offs):
+    """torch._scaled_grouped_mm on e4m3 copies: A [rows, K] with a scale per row, B [G, N, K] with a scale per
+    (group, column)."""
+    a8 = a.float().to(torch.float8_e4m3fn)
+    b8 = b.float().to(torch.float8_e4m3fn)
+    sa = torch.ones(a.shape[0], device=a.device, dtype=torch.float32)
+    sb = torch.ones(b.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
+    bt = b8.transpose(-2, -1)
+    return lambda: torch._scaled_grouped_mm(a8, bt, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
@@ -55,6 +80,11 @@ def main():
     gmm = grouped_mm()
     flush = torch.empty(spec.get("flush_bytes", 0) // 4, dtype=torch.float32, device=dev) if spec.get("flush_bytes") else None
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "points": []}
+    if spec.get("fp8"):
+        try:
+            out["fp8_dense_tflops"] = fp8_dense_tflops(spec["reps"], spec["warmup"])
+        except Exception as e:
+            out["fp8_dense_tflops"] = f"{type(e).__name__}: {e}"
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16}
     gen = torch.Generator(device=dev).manual_seed(0)
     for p in spec["points"]:
@@ -68,7 +98,14 @@ def main():
             bt = b.transpose(-2, -1)
             fn = lambda: gmm(a, bt, offs=offs)
             med, p10, p90 = measure(fn, spec["reps"], spec["warmup"], flush)
-            out["points"].append({"name": p["name"], "median_us": med, "p10_us": p10, "p90_us": p90})
+            point = {"name": p["name"], "median_us": med, "p10_us": p10, "p90_us": p90}
+            if spec.get("fp8"):
+                try:
+                    fp8 = measure(fp8_grouped(a, b, offs), spec["reps"], spec["warmup"], flush)[0]
+                except Exception as e:
+                    fp8 = f"{type(e).__name__}: {e}"
+                point["peers"] = {"scaled_grouped_mm_fp8": fp8}
+            out["points"].append(point)
             del a, b, bt
         except Exception as e:  # report, never hide: the Rust side prints the error in the peer column
             out["points"].append({"name": p["name"], "error": f"{type(e).__name__}: {e}"})

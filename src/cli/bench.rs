@@ -93,6 +93,10 @@ pub struct BenchArgs {
     /// Peer script (defaults to benches/peers/grouped_mm_peer.py under the working directory or the crate).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
+    /// GEMM mode: the PyTorch peer also measures the dense fp8 rate (torch._scaled_mm, cuBLASLt) and
+    /// torch._scaled_grouped_mm on e4m3 copies of each point: the ceiling and peer of the crate's FP8 path.
+    #[arg(long)]
+    pub fp8_peer: bool,
     /// Skip the route + layout timing (DeepSeek-V3 routing, T = 1, 64, 4096).
     #[arg(long)]
     pub no_routing: bool,
@@ -391,12 +395,31 @@ fn run_peer(args: &BenchArgs, pts: &[Point]) -> std::result::Result<PeerResults,
     let spec = serde_json::json!({
         "reps": args.reps,
         "warmup": args.warmup,
+        "fp8": args.fp8_peer,
         "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
         "points": pts.iter().map(|p| serde_json::json!({
             "name": p.name, "dtype": "bf16", "groups": p.groups, "n": p.n, "k": p.k, "sizes": p.sizes,
         })).collect::<Vec<_>>(),
     });
-    super::peer::run(&args.peer, "grouped_mm_peer.py", args.peer_script.as_deref(), &spec)
+    let report = super::peer::run_report(&args.peer, "grouped_mm_peer.py", args.peer_script.as_deref(), &spec)?;
+    if args.fp8_peer {
+        match &report.doc["fp8_dense_tflops"] {
+            serde_json::Value::Number(n) => println!(
+                "fp8 dense rate (torch._scaled_mm, cuBLASLt, 8192^3): {:.0} TFLOP/s",
+                n.as_f64().unwrap_or(0.0)
+            ),
+            other => println!("fp8 dense rate: not measured ({other})"),
+        }
+        for p in pts {
+            for (peer, v) in report.extras.get(&p.name).into_iter().flatten() {
+                match v {
+                    Ok(us) => println!("  {:<36} {peer} {us:.1} µs", p.name),
+                    Err(why) => println!("  {:<36} {peer}: {why}", p.name),
+                }
+            }
+        }
+    }
+    Ok(report.medians)
 }
 
 fn metrics(p: &Point, s: &Stats) -> (f64, f64) {

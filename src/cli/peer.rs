@@ -14,6 +14,8 @@ pub type Extras = HashMap<String, Vec<(String, Result<f64, String>)>>;
 pub struct Report {
     pub medians: Medians,
     pub extras: Extras,
+    /// The whole document, for top-level fields (e.g. `fp8_dense_tflops`).
+    pub doc: serde_json::Value,
 }
 
 /// Runs `python script --spec <file> --out <file>`; `script` is found under the working directory's
@@ -79,5 +81,5 @@ pub fn run_report(
             (name(p), peers.unwrap_or_default())
         })
         .collect();
-    Ok(Report { medians, extras })
+    Ok(Report { medians, extras, doc: v })
 }
