@@ -401,7 +401,7 @@ fn run_peer(args: &BenchArgs, pts: &[Point]) -> std::result::Result<PeerResults,
             "name": p.name, "dtype": "bf16", "groups": p.groups, "n": p.n, "k": p.k, "sizes": p.sizes,
         })).collect::<Vec<_>>(),
     });
-    let report = super::peer::run_report(&args.peer, "grouped_mm_peer.py", args.peer_script.as_deref(), &spec)?;
+    let report = super::peer::run(&args.peer, "grouped_mm_peer.py", args.peer_script.as_deref(), &spec)?;
     if args.fp8_peer {
         match &report.doc["fp8_dense_tflops"] {
             serde_json::Value::Number(n) => println!(

@@ -500,7 +500,7 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras) {
             "tokens": p.tokens, "ids": p.ids, "weights": p.weights,
         })).collect::<Vec<_>>(),
     });
-    super::peer::run_report(&args.peer, "moe_layer_peer.py", None, &spec)
+    super::peer::run(&args.peer, "moe_layer_peer.py", None, &spec)
         .map(|r| (r.medians, r.extras))
         .map_or_else(|e| (Err(e), Extras::new()), |(m, x)| (Ok(m), x))
 }

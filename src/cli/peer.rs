@@ -20,17 +20,7 @@ pub struct Report {
 
 /// Runs `python script --spec <file> --out <file>`; `script` is found under the working directory's
 /// benches/peers/ first (the GPU host runs from a copy of the repository), then the crate's.
-pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_json::Value) -> Result<Medians, String> {
-    run_report(python, script, explicit, spec).map(|r| r.medians)
-}
-
-/// As [`run`], with the other peers of each point.
-pub fn run_report(
-    python: &str,
-    script: &str,
-    explicit: Option<&Path>,
-    spec: &serde_json::Value,
-) -> Result<Report, String> {
+pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_json::Value) -> Result<Report, String> {
     if python == "none" {
         return Err("peer skipped (--peer none)".into());
     }
