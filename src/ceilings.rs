@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaStream;
 use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::{device, ffi, random};
+use crate::{device, ffi, random, timing};
 
 /// Ceilings of one device, as measured.
 #[derive(Clone, Copy, Debug)]
@@ -30,32 +29,13 @@ impl Ceilings {
     }
 }
 
-fn median_us(stream: &Arc<CudaStream>, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    let ctx = stream.context();
-    f()?;
-    let mut t = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let (a, b) = (
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-        );
-        device::spin(stream, 200)?;
-        a.record(stream)?;
-        f()?;
-        b.record(stream)?;
-        t.push(a.elapsed_ms(&b)? as f64 * 1e3);
-    }
-    t.sort_by(|x, y| x.total_cmp(y));
-    Ok(t[t.len() / 2])
-}
-
 /// Measures both ceilings on `stream`'s device (a few seconds, ~4.4 GiB of device memory).
 pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
     let sm = device::DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
     let mut buf = stream.alloc_zeros::<bf16>(2 << 30)?; // 4 GiB
     random::fill_device(stream, &mut buf, 11, 1.0)?;
     let mut sink = stream.alloc_zeros::<u32>(sm * 4)?;
-    let us = median_us(stream, 10, || ffi::read_sweep(stream, &buf, &mut sink))?;
+    let us = timing::measure(stream, 10, 1, &mut None, || ffi::read_sweep(stream, &buf, &mut sink))?.median_us;
     let read_bytes_per_s = buf.num_bytes() as f64 / (us * 1e-6);
     drop(buf);
     let bf16_flops = if ffi::cublas_present() {
@@ -67,7 +47,8 @@ pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
         let mut c = stream.alloc_zeros::<bf16>(n * n)?;
         random::fill_device(stream, &mut a, 12, 1.0)?;
         random::fill_device(stream, &mut b, 13, 1.0)?;
-        let us = median_us(stream, 10, || ffi::cublas_gemm_bf16(&blas, n, &a, &b, &mut c))?;
+        let us =
+            timing::measure(stream, 10, 1, &mut None, || ffi::cublas_gemm_bf16(&blas, n, &a, &b, &mut c))?.median_us;
         Some(2.0 * (n as f64).powi(3) / (us * 1e-6))
     } else {
         None

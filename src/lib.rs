@@ -16,6 +16,7 @@ pub mod random;
 pub mod reference;
 pub mod routing;
 pub mod status;
+pub mod timing;
 pub mod tuning;
 
 pub use device::{Arch, DeviceInfo};

@@ -13,10 +13,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use clap::Args;
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::random::{fill_device, SplitMix64};
+use moe_gemm::timing::{measure, Stats};
 use moe_gemm::{device, Error, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Result, TileConfig};
 
 #[derive(Args, Debug)]
@@ -143,12 +143,6 @@ struct Point {
     sizes: Vec<usize>,
 }
 
-struct Stats {
-    median_us: f64,
-    p10_us: f64,
-    p90_us: f64,
-}
-
 struct Row {
     point_idx: usize,
     pub config: TileConfig,
@@ -217,41 +211,6 @@ fn points(args: &BenchArgs) -> Result<Vec<Point>> {
         }
     }
     Ok(out)
-}
-
-fn time_it(
-    stream: &Arc<CudaStream>,
-    reps: usize,
-    warmup: usize,
-    flush: &mut Option<CudaSlice<u8>>,
-    mut launch: impl FnMut() -> Result<()>,
-) -> Result<Stats> {
-    let ctx = stream.context();
-    for _ in 0..warmup {
-        launch()?;
-    }
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        if let Some(f) = flush.as_mut() {
-            stream.memset_zeros(f)?;
-        }
-        let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        // Keep the device busy while the host queues the work, so the events time execution, not launch.
-        device::spin(stream, 200)?;
-        start.record(stream)?;
-        launch()?;
-        end.record(stream)?;
-        times.push(start.elapsed_ms(&end)? as f64 * 1e3);
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    let q = |p: f64| times[((p * times.len() as f64) as usize).min(times.len() - 1)];
-    let median = if times.len() % 2 == 1 {
-        times[times.len() / 2]
-    } else {
-        0.5 * (times[times.len() / 2 - 1] + times[times.len() / 2])
-    };
-    Ok(Stats { median_us: median, p10_us: q(0.1), p90_us: q(0.9) })
 }
 
 fn configs(arg: &str) -> Result<Option<Vec<TileConfig>>> {
@@ -336,7 +295,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 )?;
                 let mut ws = plan.alloc_workspace(&stream)?;
                 let mut st = moe_gemm::DeviceStatus::new(&stream)?;
-                let stats = time_it(&stream, args.reps, args.warmup, &mut flush, || {
+                let stats = measure(&stream, args.reps, args.warmup, &mut flush, || {
                     plan.launch(&stream, &a, &b, &offsets, &mut d, &mut ws, &mut st)
                 })?;
                 st.check(&stream)?;
@@ -575,12 +534,12 @@ fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows
         let mut w = stream.alloc_zeros::<f32>(tokens * k)?;
         let mut st = DeviceStatus::new(stream)?;
         let mut layout = ExpertLayout::new(stream, LayoutDims::new(LayoutSpec::Grouped, tokens, k, e, e)?)?;
-        let route = time_it(stream, args.reps, args.warmup, &mut none, || {
+        let route = measure(stream, args.reps, args.warmup, &mut none, || {
             router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)
         })?;
         let lay =
-            time_it(stream, args.reps, args.warmup, &mut none, || layout.build(stream, tokens, &ids, None, &mut st))?;
-        let both = time_it(stream, args.reps, args.warmup, &mut none, || {
+            measure(stream, args.reps, args.warmup, &mut none, || layout.build(stream, tokens, &ids, None, &mut st))?;
+        let both = measure(stream, args.reps, args.warmup, &mut none, || {
             router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)?;
             layout.build(stream, tokens, &ids, None, &mut st)
         })?;

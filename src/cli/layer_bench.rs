@@ -4,13 +4,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::random::{fill_device, SplitMix64};
-use moe_gemm::{
-    device, Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result,
-};
+use moe_gemm::{Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
 
 use moe_gemm::ceilings::Ceilings;
 use moe_gemm::tuning::{ConfigFile, ConfigName};
@@ -119,37 +117,6 @@ fn parse_backend(s: &str) -> Result<Backend> {
             )))
         }
     })
-}
-
-/// Median and p10/p90 of graph replays, each behind an L2 flush and a spin (device execution, not launch).
-fn time_graph(
-    stream: &Arc<CudaStream>,
-    reps: usize,
-    flush: &mut Option<CudaSlice<u8>>,
-    graph: &cudarc::driver::CudaGraph,
-) -> Result<(f64, f64, f64)> {
-    let ctx = stream.context();
-    for _ in 0..3 {
-        graph.launch()?;
-    }
-    let mut t = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        if let Some(f) = flush.as_mut() {
-            stream.memset_zeros(f)?;
-        }
-        let (a, b) = (
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-        );
-        device::spin(stream, 200)?;
-        a.record(stream)?;
-        graph.launch()?;
-        b.record(stream)?;
-        t.push(a.elapsed_ms(&b)? as f64 * 1e3);
-    }
-    t.sort_by(|x, y| x.total_cmp(y));
-    let q = |p: f64| t[((p * t.len() as f64) as usize).min(t.len() - 1)];
-    Ok((q(0.5), q(0.1), q(0.9)))
 }
 
 /// A model shape and the token counts to run it at.
@@ -353,7 +320,10 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
                     queued?;
                     let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
-                    Some(time_graph(stream, args.reps, &mut flush, &graph)?)
+                    {
+                        let t = moe_gemm::timing::measure(stream, args.reps, 3, &mut flush, || Ok(graph.launch()?))?;
+                        Some((t.median_us, t.p10_us, t.p90_us))
+                    }
                 };
                 layer.check(stream)?;
                 results.push((pi, b, ran, times));

@@ -366,18 +366,7 @@ impl<T: Element> MoeLayer<T> {
         ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
         let (g2, ws2) = gemms.g2.for_rows(rows);
         g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, ws2, &mut self.status)?;
-        let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-        ffi::launch_combine(
-            stream,
-            tokens,
-            self.top_k,
-            h,
-            &self.d2,
-            layout.positions(),
-            weights,
-            bias.as_ref().map(|(a, b, c)| (a, b, *c)),
-            y,
-        )
+        combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
     }
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
@@ -452,19 +441,34 @@ impl<T: Element> MoeLayer<T> {
         let mut one =
             PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
         one.gemms(&mut g.g2, &self.h, i, &w.w2, h, &mut self.d2)?;
-        let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-        ffi::launch_combine(
-            stream,
-            tokens,
-            self.top_k,
-            h,
-            &self.d2,
-            layout.positions(),
-            weights,
-            bias.as_ref().map(|(a, b, c)| (a, b, *c)),
-            y,
-        )
+        combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
     }
+}
+
+/// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order.
+#[allow(clippy::too_many_arguments)]
+fn combine_layout<T: Element>(
+    stream: &Arc<CudaStream>,
+    w: &ExpertWeights<T>,
+    top_k: usize,
+    tokens: usize,
+    layout: &ExpertLayout,
+    d2: &CudaSlice<T>,
+    weights: &CudaSlice<f32>,
+    y: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
+    ffi::launch_combine(
+        stream,
+        tokens,
+        top_k,
+        w.hidden,
+        d2,
+        layout.positions(),
+        weights,
+        bias.as_ref().map(|(a, b, c)| (a, b, *c)),
+        y,
+    )
 }
 
 /// The eager backend's loop: one single-group GEMM per expert that received rows.

@@ -62,6 +62,27 @@ impl ExpertFormat {
         ExpertFormat { gate_up: GateUp::Interleaved, activation: Activation::GptOssSwiglu, storage: Storage::InOut };
 }
 
+/// Checks the element counts of packed expert tensors against `E`, `H`, `I` (and `2I` rows when gated), naming
+/// the first tensor that does not fit.
+fn check_lengths(
+    experts: usize,
+    hidden: usize,
+    inter: usize,
+    gated: bool,
+    [w13, w2, b13, b2]: [(&str, Option<usize>); 4],
+) -> Result<()> {
+    let width = if gated { 2 * inter } else { inter };
+    let want = [experts * width * hidden, experts * hidden * inter, experts * width, experts * hidden];
+    for ((name, got), want) in [w13, w2, b13, b2].into_iter().zip(want) {
+        if let Some(got) = got.filter(|&g| g != want) {
+            return Err(Error::InvalidProblem(format!(
+                "{name} has {got} elements, expected {want} for E = {experts}, H = {hidden}, I = {inter}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Host tensors of all experts, packed and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackedExperts<T: Element> {
@@ -93,28 +114,23 @@ impl<T: Element> PackedExperts<T> {
         b13: Option<Vec<f32>>,
         b2: Option<Vec<f32>>,
     ) -> Result<Self> {
-        let width = if format.activation.gated() { 2 * inter } else { inter };
-        let check = |name: &str, got: usize, want: usize| {
-            if got != want {
-                return Err(Error::InvalidProblem(format!(
-                    "{name} has {got} elements, expected {want} for E = {experts}, H = {hidden}, I = {inter}"
-                )));
-            }
-            Ok(())
-        };
         if experts == 0 || hidden == 0 || inter == 0 {
             return Err(Error::InvalidProblem(format!(
                 "E = {experts}, H = {hidden}, I = {inter}: all must be positive"
             )));
         }
-        check("w13 (gate_up_proj)", w13.len(), experts * width * hidden)?;
-        check("w2 (down_proj)", w2.len(), experts * hidden * inter)?;
-        if let Some(b) = &b13 {
-            check("b13 (gate_up_proj_bias)", b.len(), experts * width)?;
-        }
-        if let Some(b) = &b2 {
-            check("b2 (down_proj_bias)", b.len(), experts * hidden)?;
-        }
+        check_lengths(
+            experts,
+            hidden,
+            inter,
+            format.activation.gated(),
+            [
+                ("w13 (gate_up_proj)", Some(w13.len())),
+                ("w2 (down_proj)", Some(w2.len())),
+                ("b13 (gate_up_proj_bias)", b13.as_ref().map(Vec::len)),
+                ("b2 (down_proj_bias)", b2.as_ref().map(Vec::len)),
+            ],
+        )?;
         Ok(PackedExperts { experts, hidden, inter, format, w13, w2, b13, b2 })
     }
 
@@ -198,15 +214,6 @@ impl<T: Element> ExpertWeights<T> {
         b13: Option<CudaSlice<f32>>,
         b2: Option<CudaSlice<f32>>,
     ) -> Result<Self> {
-        let rows13 = if activation.gated() { 2 * inter } else { inter };
-        let check = |name: &str, got: usize, want: usize| {
-            if got != want {
-                return Err(Error::InvalidProblem(format!(
-                    "{name} holds {got} elements, expected {want} for E = {experts}, H = {hidden}, I = {inter}"
-                )));
-            }
-            Ok(())
-        };
         for (name, v) in [("hidden", hidden), ("inter", inter)] {
             if v == 0 || v % 8 != 0 {
                 return Err(Error::InvalidProblem(format!(
@@ -214,14 +221,18 @@ impl<T: Element> ExpertWeights<T> {
                 )));
             }
         }
-        check("w13", w13.len(), experts * rows13 * hidden)?;
-        check("w2", w2.len(), experts * hidden * inter)?;
-        if let Some(b) = &b13 {
-            check("b13", b.len(), experts * rows13)?;
-        }
-        if let Some(b) = &b2 {
-            check("b2", b.len(), experts * hidden)?;
-        }
+        check_lengths(
+            experts,
+            hidden,
+            inter,
+            activation.gated(),
+            [
+                ("w13", Some(w13.len())),
+                ("w2", Some(w2.len())),
+                ("b13", b13.as_ref().map(CudaSlice::len)),
+                ("b2", b2.as_ref().map(CudaSlice::len)),
+            ],
+        )?;
         Ok(ExpertWeights { experts, hidden, inter, gate_up, activation, w13, w2, b13, b2 })
     }
 
