@@ -21,6 +21,8 @@ use toolchain::*;
 const KERNEL_UNITS: &[&str] = &[
     "cpp/grouped_gemm_sm90_bf16.cu",
     "cpp/grouped_gemm_sm90_f16.cu",
+    "cpp/fused_moe_sm90_bf16.cu",
+    "cpp/fused_moe_sm90_f16.cu",
     "cpp/routing.cu",
     "cpp/layouts.cu",
     "cpp/activation.cu",

@@ -87,5 +87,21 @@ LaunchStatus decode_layer(const DecodeParams& p) {
   return wrap(moe_gemm::decode_layer(a));
 }
 
+LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
+  const FusedGemmArgs a{p.dtype,    p.tile, p.mode,       p.top_k,      p.experts, p.n,       p.k,
+                        p.rows,     p.capacity, p.a,      p.b,          p.d,       p.sorted_ids, p.expert_ids,
+                        p.total,    p.weights, p.bias,    p.stream};
+  switch (p.dtype) {
+    case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
+    case DType::F16: return wrap(moe_gemm::fused_moe_gemm_f16(a));
+  }
+  return LaunchStatus{StatusCode::NotBuilt, 0};
+}
+
+LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
+                       uint64_t y, uint64_t stream) {
+  return wrap(moe_gemm::sum_slots(dtype, tokens, top_k, hidden, pairs, positions, y, stream));
+}
+
 }  // namespace bridge
 }  // namespace moe_gemm

@@ -16,6 +16,7 @@ struct RouterParams;
 struct LayoutParams;
 struct ActivationParams;
 struct DecodeParams;
+struct FusedGemmParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
@@ -34,6 +35,9 @@ LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hi
                           int32_t experts, uint64_t y, uint64_t stream);
 LaunchStatus activate(const ActivationParams& params);
 LaunchStatus decode_layer(const DecodeParams& params);
+LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
+LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
+                       uint64_t y, uint64_t stream);
 
 }  // namespace bridge
 }  // namespace moe_gemm

@@ -307,6 +307,29 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
   }
 }
 
+// The Fused backend's combine: GEMM2 already weighted each (token, slot) row and wrote it at its flat row.
+template <class T>
+__global__ void sum_slots_kernel(int top_k, int hidden, const T* __restrict__ pairs,
+                                 const int32_t* __restrict__ positions, T* __restrict__ y) {
+  const int t = blockIdx.x;
+  for (int h0 = threadIdx.x * 8; h0 < hidden; h0 += blockDim.x * 8) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t r = static_cast<int64_t>(t) * top_k + j;
+      if (positions[r] < 0) continue;  // dropped rows (remote experts) were never written
+      uint4 raw = *reinterpret_cast<const uint4*>(pairs + r * hidden + h0);
+      const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += f32(v[i]);
+    }
+    uint4 out;
+    T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = cast<T>(acc[i]);
+    *reinterpret_cast<uint4*>(y + static_cast<int64_t>(t) * hidden + h0) = out;
+  }
+}
+
 inline Status last_error() {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
@@ -370,6 +393,22 @@ Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, 
     layouts::combine_kernel<__half><<<tokens, threads, 0, s>>>(top_k, hidden, reinterpret_cast<const __half*>(d),
                                                                d_rows, pos, w, re, b, experts,
                                                                reinterpret_cast<__half*>(y));
+  }
+  return layouts::last_error();
+}
+
+Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
+                 uint64_t y, uint64_t stream) {
+  if (tokens == 0) return {StatusCode::Ok, 0};
+  const int threads = hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256;
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  auto pos = reinterpret_cast<const int32_t*>(positions);
+  if (dtype == DType::BF16) {
+    layouts::sum_slots_kernel<__nv_bfloat16><<<tokens, threads, 0, s>>>(
+        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(pairs), pos, reinterpret_cast<__nv_bfloat16*>(y));
+  } else {
+    layouts::sum_slots_kernel<__half><<<tokens, threads, 0, s>>>(
+        top_k, hidden, reinterpret_cast<const __half*>(pairs), pos, reinterpret_cast<__half*>(y));
   }
   return layouts::last_error();
 }

@@ -134,4 +134,47 @@ struct DecodeArgs {
 };
 Status decode_layer(const DecodeArgs& args);
 
+// Fused MoE GEMMs on SM90 (fused_moe_sm90_<dtype>.cu): vLLM's fused_moe design, no permuted copy of x. The
+// aligned layout, built with block_m = the tile's M, gives each BM-row tile of positions one expert
+// (expert_ids) and each position p its flat row r = sorted_ids[p] (the sentinel `rows` on padding).
+//   Gather:  D[p, :] = A[r / top_k, :] . B[e]^T for positions p < total (A = x [tokens, K]; D [capacity, N])
+//   Scatter: D[r, :] = w[r] * (round(A[p, :] . B[e]^T) + bias[e]) for r < rows (A [capacity, K]; D [rows, N])
+// B is [experts, N, K]; N % 8 == 0 and K % 8 == 0 (16-byte rows); weights f32 [rows] and bias f32 [experts, N]
+// may be 0 (Scatter only).
+enum class FusedTile : uint32_t {
+  M64N128K64 = 0,
+  M128N128K64 = 1,
+};
+enum class FusedMode : uint32_t {
+  Gather = 0,
+  Scatter = 1,
+};
+struct FusedGemmArgs {
+  DType dtype;
+  FusedTile tile;
+  FusedMode mode;
+  int32_t top_k;
+  int32_t experts;    // local experts (rows of B / N / K)
+  int32_t n;
+  int32_t k;
+  int32_t rows;       // tokens * top_k
+  int64_t capacity;   // positions of the layout
+  uint64_t a;
+  uint64_t b;
+  uint64_t d;
+  uint64_t sorted_ids;
+  uint64_t expert_ids;
+  uint64_t total;
+  uint64_t weights;
+  uint64_t bias;
+  uint64_t stream;
+};
+Status fused_moe_gemm_bf16(const FusedGemmArgs& args);
+Status fused_moe_gemm_f16(const FusedGemmArgs& args);
+
+// y[t, :] = sum_j pairs[t * top_k + j, :] over the slots placed by the layout (positions >= 0), in f32, rounded
+// once (layouts.cu): the Fused backend's combine, after GEMM2 weighted and scattered the pairs.
+Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
+                 uint64_t y, uint64_t stream);
+
 }  // namespace moe_gemm

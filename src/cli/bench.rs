@@ -57,7 +57,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub write_configs: Option<PathBuf>,
     /// Backends of --layer: eager, batched, grouped, contiguous, masked, auto.
-    #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked")]
+    #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,fused")]
     pub backends: Vec<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
     #[arg(

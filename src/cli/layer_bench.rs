@@ -110,10 +110,11 @@ fn parse_backend(s: &str) -> Result<Backend> {
         "grouped" => Backend::Grouped,
         "contiguous" => Backend::Contiguous,
         "masked" => Backend::Masked,
+        "fused" => Backend::Fused,
         "auto" => Backend::Auto,
         other => {
             return Err(Error::InvalidProblem(format!(
-                "unknown backend {other:?}: expected eager, batched, grouped, contiguous, masked or auto"
+                "unknown backend {other:?}: expected eager, batched, grouped, contiguous, masked, fused or auto"
             )))
         }
     })

@@ -80,6 +80,44 @@ pub(crate) mod ffi {
         Silu = 2,
     }
 
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum FusedTile {
+        M64N128K64 = 0,
+        M128N128K64 = 1,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum FusedMode {
+        Gather = 0,
+        Scatter = 1,
+    }
+
+    /// Mirrors `moe_gemm::FusedGemmArgs`.
+    struct FusedGemmParams {
+        dtype: DType,
+        tile: FusedTile,
+        mode: FusedMode,
+        top_k: i32,
+        experts: i32,
+        n: i32,
+        k: i32,
+        rows: i32,
+        capacity: i64,
+        a: u64,
+        b: u64,
+        d: u64,
+        sorted_ids: u64,
+        expert_ids: u64,
+        total: u64,
+        weights: u64,
+        bias: u64,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::ActivationArgs`.
     struct ActivationParams {
         dtype: DType,
@@ -211,6 +249,10 @@ pub(crate) mod ffi {
         type GateUp;
         #[namespace = "moe_gemm"]
         type Activation;
+        #[namespace = "moe_gemm"]
+        type FusedTile;
+        #[namespace = "moe_gemm"]
+        type FusedMode;
 
         fn grouped_gemm_sm90_built(dtype: DType, config: TileConfig) -> bool;
         fn grouped_gemm_sm90_workspace(
@@ -278,5 +320,21 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `DecodeArgs` documents, live on `stream`.
         unsafe fn decode_layer(params: &DecodeParams) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`.
+        unsafe fn fused_moe_gemm(params: &FusedGemmParams) -> LaunchStatus;
+        /// # Safety
+        /// `pairs` [tokens * top_k, hidden], `positions` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn sum_slots(
+            dtype: DType,
+            tokens: i32,
+            top_k: i32,
+            hidden: i32,
+            pairs: u64,
+            positions: u64,
+            y: u64,
+            stream: u64,
+        ) -> LaunchStatus;
     }
 }

@@ -715,3 +715,142 @@ pub(crate) fn launch_decode_layer<T: Element>(
     // I are multiples of 8 (16-byte rows, aligned bases). Expert ids are device data the kernels range-check.
     status_check("decode_layer", unsafe { ffi::decode_layer(&params) })
 }
+
+fn fused_tile(t: crate::kernels::fused::FusedTile) -> ffi::FusedTile {
+    use crate::kernels::fused::FusedTile;
+    match t {
+        FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
+        FusedTile::M128N128K64 => ffi::FusedTile::M128N128K64,
+    }
+}
+
+/// One fused MoE GEMM over an aligned layout (mirrors `FusedGemmArgs`; see `kernels::fused`).
+pub(crate) struct FusedLaunch<'a> {
+    pub tile: crate::kernels::fused::FusedTile,
+    /// `None`: gather (A = x by token, D by position); `Some`: scatter (A by position, D by flat row, weighted).
+    pub scatter: Option<FusedScatter<'a>>,
+    pub top_k: usize,
+    pub experts: usize,
+    pub n: usize,
+    pub k: usize,
+    pub rows: usize,
+    pub capacity: usize,
+    pub sorted_ids: &'a CudaSlice<i32>,
+    pub expert_ids: &'a CudaSlice<i32>,
+    pub total: &'a CudaSlice<i32>,
+}
+
+/// The scatter epilogue's router weights `[rows]` and bias `[experts, n]`.
+pub(crate) struct FusedScatter<'a> {
+    pub weights: &'a CudaSlice<f32>,
+    pub bias: Option<&'a CudaSlice<f32>>,
+}
+
+/// Queues one fused MoE GEMM (gather or scatter) on `stream`.
+pub(crate) fn launch_fused_gemm<T: Element>(
+    stream: &CudaStream,
+    p: &FusedLaunch<'_>,
+    a: &impl DevicePtr<T>,
+    b: &impl DevicePtr<T>,
+    d: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    let bm = p.tile.block_m();
+    if p.top_k == 0 || p.rows % p.top_k != 0 || p.capacity % bm != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "fused GEMM: rows = {} must be a multiple of top_k = {} and the layout's capacity {} a multiple of the tile's BLOCK_M = {bm}",
+            p.rows, p.top_k, p.capacity
+        )));
+    }
+    if p.rows > i32::MAX as usize || p.n > i32::MAX as usize || p.k > i32::MAX as usize {
+        return Err(Error::InvalidProblem("fused GEMM: rows, n and k must fit int32".into()));
+    }
+    need_len("sorted_ids", p.sorted_ids.len(), p.capacity, "the layout's capacity")?;
+    need_len("expert_ids", p.expert_ids.len(), p.capacity / bm, "capacity / BLOCK_M")?;
+    need_len("total", p.total.len(), 1, "one count")?;
+    need_len("B", b.len(), p.experts * p.n * p.k, "experts x n x k")?;
+    let (a_rows, d_rows) = match p.scatter {
+        None => (p.rows / p.top_k, p.capacity),
+        Some(_) => (p.capacity, p.rows),
+    };
+    need_len("A", a.len(), a_rows * p.k, "its rows x k")?;
+    need_len("D", d.len(), d_rows * p.n, "its rows x n")?;
+    if let Some(s) = &p.scatter {
+        need_len("topk_weights", s.weights.len(), p.rows, "tokens x top_k")?;
+        if let Some(bias) = s.bias {
+            need_len("b2 bias", bias.len(), p.experts * p.n, "experts x n")?;
+        }
+    }
+    let (a_ptr, _a) = a.device_ptr(stream);
+    let (b_ptr, _b) = b.device_ptr(stream);
+    let (d_ptr, _d) = d.device_ptr_mut(stream);
+    for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
+        need_aligned(name, ptr)?;
+    }
+    let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
+    let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
+    let (t_ptr, _t) = p.total.device_ptr(stream);
+    let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
+    let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
+    let params = ffi::FusedGemmParams {
+        dtype: dtype(T::DTYPE),
+        tile: fused_tile(p.tile),
+        mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
+        top_k: p.top_k as i32,
+        experts: p.experts as i32,
+        n: p.n as i32,
+        k: p.k as i32,
+        rows: p.rows as i32,
+        capacity: p.capacity as i64,
+        a: a_ptr,
+        b: b_ptr,
+        d: d_ptr,
+        sorted_ids: s_ptr,
+        expert_ids: e_ptr,
+        total: t_ptr,
+        weights: w_ptr.unwrap_or(0),
+        bias: bias_ptr.unwrap_or(0),
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: A, B, D, sorted_ids, expert_ids, weights and bias hold what the mode needs (checked above), with
+    // 16-byte aligned bases and n, k multiples of 8 (kernels::fused validates them). The kernel reads positions
+    // below min(*total, capacity) only, skips tiles whose expert id is negative, zero-fills A rows whose flat row
+    // is outside [0, rows) and writes D rows below capacity (gather) or flat rows in [0, rows) (scatter).
+    // Expert ids come from our layout build, which only writes ids below `experts`. Guards outlive the call.
+    status_check("fused_moe_gemm", unsafe { ffi::fused_moe_gemm(&params) })
+}
+
+/// Queues `y[t] = Σ_j pairs[t·k + j]` over the slots the layout placed (the Fused backend's combine).
+pub(crate) fn launch_sum_slots<T: Element>(
+    stream: &CudaStream,
+    tokens: usize,
+    top_k: usize,
+    hidden: usize,
+    pairs: &impl DevicePtr<T>,
+    positions: &CudaSlice<i32>,
+    y: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    check_hidden(hidden)?;
+    need_len("pairs", pairs.len(), tokens * top_k * hidden, "tokens x top_k x hidden")?;
+    need_len("positions", positions.len(), tokens * top_k, "tokens x top_k")?;
+    need_len("y", y.len(), tokens * hidden, "tokens x hidden")?;
+    let (p_ptr, _p) = pairs.device_ptr(stream);
+    let (pos_ptr, _pos) = positions.device_ptr(stream);
+    let (y_ptr, _y) = y.device_ptr_mut(stream);
+    for (name, ptr) in [("pairs", p_ptr), ("y", y_ptr)] {
+        need_aligned(name, ptr)?;
+    }
+    // SAFETY: pairs holds tokens*k*hidden, positions tokens*k, y tokens*hidden elements (checked), 16-byte
+    // aligned rows (hidden % 8 == 0). Guards outlive the call.
+    status_check("sum_slots", unsafe {
+        ffi::sum_slots(
+            dtype(T::DTYPE),
+            tokens as i32,
+            top_k as i32,
+            hidden as i32,
+            p_ptr,
+            pos_ptr,
+            y_ptr,
+            stream.cu_stream() as u64,
+        )
+    })
+}

@@ -8,11 +8,12 @@
 //! | `Grouped` | grouped layout: permute, persistent grouped GEMMs over device offsets, inverse permutation | prefill |
 //! | `Contiguous` | DeepGEMM contiguous layout (experts padded to 128 rows), GEMMs over the padded groups | prefill |
 //! | `Masked` | DeepGEMM masked layout `[E, max_m]`, CUDA-graph friendly | decode |
+//! | `Fused` | vLLM's design: aligned layout, GEMM1 gathers x's rows in its loads, GEMM2 applies bias and router weight in its epilogue and scatters to the (token, slot) row, combine sums over k; no permuted copy | prefill, large T·k |
 //!
 //! All compute the same function: GEMM1 (fp32 accumulation, rounded to the element type), the activation in
 //! f32 with optional `b13`, rounded; GEMM2 likewise; the combine adds `b2`, weights by the router and sums the
-//! k contributions in f32, rounding once. A `Fused` backend (gather in GEMM1's loads, weight + scatter in
-//! GEMM2's epilogue) is not built yet.
+//! k contributions in f32, rounding once. `Fused` rounds once more: GEMM2's epilogue stores the weighted
+//! `(d2 + b2)` of each (token, slot) in the element type before the sum over k (as vLLM does).
 //!
 //! The layer is planned for `max_tokens`; it owns every intermediate buffer, so `forward` allocates nothing and
 //! (except `Eager`) never synchronises: it can be captured in a CUDA graph.
@@ -30,6 +31,7 @@ use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::fused::{self, FusedTile};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::TileConfig;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
@@ -43,13 +45,14 @@ pub enum Backend {
     Grouped,
     Contiguous,
     Masked,
+    Fused,
     /// Picks per call: see [`MoeLayer::backend_for`].
     Auto,
 }
 
 impl Backend {
-    pub const CONCRETE: [Backend; 5] =
-        [Backend::Eager, Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked];
+    pub const CONCRETE: [Backend; 6] =
+        [Backend::Eager, Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused];
 }
 
 /// Options of a [`MoeLayer`].
@@ -160,6 +163,8 @@ pub struct MoeLayer<T: Element> {
     grouped: ExpertLayout,
     contiguous: ExpertLayout,
     masked: ExpertLayout,
+    /// The fused backend's aligned layout for 64-row tiles (128-row tiles share `contiguous`).
+    fused64: ExpertLayout,
     gemm_grouped: GemmPair<T>,
     gemm_contiguous: GemmPair<T>,
     gemm_masked: GemmPair<T>,
@@ -175,7 +180,8 @@ pub struct MoeLayer<T: Element> {
     status: DeviceStatus,
 }
 
-const CONTIGUOUS_BLOCK_M: usize = 128;
+// The contiguous layout doubles as the fused backend's layout for its 128-row tile.
+const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N128K64.block_m();
 /// Most (token, slot) rows the batched backend takes: one GEMM group per row is a decode strategy.
 pub const BATCHED_MAX_ROWS: usize = 4096;
 
@@ -226,14 +232,15 @@ impl<T: Element> MoeLayer<T> {
         let global = expert_map.map_or(e, <[i32]>::len);
         let max_m = options.masked_max_m.unwrap_or(t.min(256));
         let dims = |spec| LayoutDims::new(spec, t, k, global, e);
-        let (dg, dc, dm) = (
+        let (dg, dc, dm, df) = (
             dims(LayoutSpec::Grouped)?,
             dims(LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M })?,
             dims(LayoutSpec::Masked { max_m })?,
+            dims(LayoutSpec::Aligned { block_m: FusedTile::M64N128K64.block_m() })?,
         );
         // Room for every layout, plus max_tokens rows so that the eager backend's per-expert slices (which
         // start anywhere below the capacity) always hold a single-group plan's max_rows.
-        let cap = dg.capacity().max(dc.capacity()).max(dm.capacity()) + t;
+        let cap = dg.capacity().max(dc.capacity()).max(dm.capacity()).max(df.capacity()) + t;
         let rows = t * k;
         let zeros = |n: usize| stream.alloc_zeros::<T>(n);
         let sm = DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
@@ -246,6 +253,7 @@ impl<T: Element> MoeLayer<T> {
             grouped: ExpertLayout::new(stream, dg)?,
             contiguous: ExpertLayout::new(stream, dc)?,
             masked: ExpertLayout::new(stream, dm)?,
+            fused64: ExpertLayout::new(stream, df)?,
             a: zeros(cap * weights.hidden)?,
             d1: zeros(cap * weights.w13_rows())?,
             h: zeros(cap * weights.inter)?,
@@ -319,6 +327,7 @@ impl<T: Element> MoeLayer<T> {
         match self.backend_for(tokens) {
             Backend::Batched => self.forward_batched(stream, tokens, x, topk_ids, topk_weights, y),
             Backend::Eager => self.forward_eager(stream, tokens, x, topk_ids, topk_weights, y),
+            Backend::Fused => self.forward_fused(stream, tokens, x, topk_ids, topk_weights, y),
             b => self.forward_layout(stream, b, tokens, x, topk_ids, topk_weights, y),
         }
     }
@@ -367,6 +376,41 @@ impl<T: Element> MoeLayer<T> {
         let (g2, ws2) = gemms.g2.for_rows(rows);
         g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, ws2, &mut self.status)?;
         combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
+    }
+
+    /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
+    /// biases and scatters each row to its (token, slot) row; the combine sums the k rows of each token.
+    fn forward_fused(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let w = &self.weights;
+        let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
+        let tile = FusedTile::for_rows(tokens * self.top_k, w.experts);
+        let layout = match tile {
+            FusedTile::M64N128K64 => &mut self.fused64,
+            FusedTile::M128N128K64 => &mut self.contiguous,
+        };
+        layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
+        fused::gemm1_gather(stream, tile, layout, tokens, x, &w.w13, r13, h, &mut self.d1)?;
+        let act = ffi::ActivationLaunch {
+            act: w.activation,
+            gate_up: w.gate_up,
+            inter: i,
+            rows: layout.dims().capacity(),
+            total: Some(layout.total()),
+            row_experts: layout.m_indices().as_view(),
+            experts: w.experts,
+            bias: w.b13.as_ref(),
+        };
+        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        fused::gemm2_scatter(stream, tile, layout, tokens, &self.h, &w.w2, h, i, weights, w.b2.as_ref(), &mut self.d2)?;
+        fused::sum_slots(stream, layout, tokens, h, &self.d2, y)
     }
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then

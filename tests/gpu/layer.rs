@@ -112,6 +112,15 @@ fn all_backends_match_the_reference_on_adversarial_routing() {
     let no_zero: Vec<i32> = distinct_ids(50, k, e - 1, 6).iter().map(|&x| x + 1).collect();
     check_all_backends("expert 0 gets no rows", &p, 160, k, &no_zero, &weights_for(50, k, 7));
     check_all_backends("T = 1", &p, 160, k, &[6, 1], &[0.7, 0.3]);
+    // 160 rows per expert: Fused takes its 128-row tile (64-row tiles everywhere else here).
+    check_all_backends(
+        "T = 160, k = 8: every token on every expert",
+        &p,
+        160,
+        8,
+        &distinct_ids(160, 8, e, 9),
+        &weights_for(160, 8, 10),
+    );
     check_all_backends("T = 37, k = 1, one expert takes every token", &p, 160, 1, &[5; 37], &[1.0; 37]);
     for t in [127usize, 128, 129] {
         check_all_backends(
@@ -206,17 +215,22 @@ fn mutations_are_caught() {
     );
 }
 
-/// The masked layer with its router, captured once and replayed with new logits: each replay equals an
-/// uncaptured forward bit for bit and the reference within tolerance.
+/// The masked and the fused layer with their router, each captured once and replayed with new logits: each
+/// replay equals an uncaptured forward bit for bit and the reference within tolerance.
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn masked_layer_with_router_replays_in_a_graph() {
+fn masked_and_fused_layers_with_router_replay_in_a_graph() {
+    replay_in_a_graph(Backend::Masked);
+    replay_in_a_graph(Backend::Fused);
+}
+
+fn replay_in_a_graph(backend: Backend) {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let (e, k, h, i, t) = (32usize, 4usize, 128usize, 64usize, 16usize);
     let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 41);
     let (_ctx, stream) = gpu();
     let weights = ExpertWeights::upload(&stream, &p).unwrap();
-    let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: Some(t), backend: Backend::Masked };
+    let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: Some(t), backend };
     let mut layer = MoeLayer::new(&stream, weights, opts).unwrap();
     let router =
         Router::new(&stream, RouterConfig::new(e, k, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
@@ -252,10 +266,10 @@ fn masked_layer_with_router_replays_in_a_graph() {
         layer.check(&stream).unwrap();
         assert!(
             from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()),
-            "replay {replay} differs from eager"
+            "{backend:?}: replay {replay} differs from eager"
         );
         if let Some(m) = mismatch(&from_graph, &moe_forward(&p, &x_host, &ids_h, &w_h, k)) {
-            panic!("replay {replay}: {m}");
+            panic!("{backend:?}: replay {replay}: {m}");
         }
     }
 }
@@ -299,7 +313,7 @@ fn expert_parallel_slice_sums_its_local_experts() {
     let (xd, idd, wd) =
         (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&w).unwrap());
     let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
-    for backend in [Backend::Eager, Backend::Grouped, Backend::Contiguous, Backend::Masked] {
+    for backend in [Backend::Eager, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused] {
         layer.set_backend(backend);
         layer.forward(&stream, t, &xd, &idd, &wd, &mut y).unwrap();
         layer.check(&stream).unwrap();

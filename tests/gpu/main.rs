@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod fused;
 mod gemm;
 mod layer;
 mod layouts;

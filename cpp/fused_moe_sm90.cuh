@@ -1,0 +1,259 @@
+// SM90 fused MoE GEMMs: vLLM's fused_moe design on Hopper tensor cores (wgmma), no permuted copy of x.
+//
+// The aligned layout (block_m = the tile's M) gives every BM-row tile of positions one expert (expert_ids) and
+// maps each position p to a flat row r = t * top_k + j (sorted_ids, the sentinel `rows` on padding). One CTA
+// computes one BM x BN tile of one expert:
+//   Gather:  D[p, :]  = A[sorted_ids[p] / top_k, :] . B[e]^T        (A = x; padding rows load zeros)
+//   Scatter: D[r, :]  = w[r] * (round(A[p, :] . B[e]^T) + bias[e])  (A in position order; r = sorted_ids[p])
+// TMA cannot gather rows, so a producer warpgroup issues 16-byte cp.async copies into CUTLASS's swizzled shared
+// memory stages (row addresses computed once per tile) and the consumer warpgroups run CUTLASS's SM90 cp.async
+// GMMA collective; the epilogue stores straight from the accumulators (gather: by position; scatter: by flat row,
+// weighted). Launched with a fixed grid bounded by the batch size, so a CUDA graph replays it for any routing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/pipeline/pipeline.hpp"
+
+#include "moe_ops.h"
+
+#if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "fused_moe_sm90 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
+#endif
+
+namespace moe_gemm {
+namespace fused {
+
+using namespace cute;
+
+template <class Element_, int BM, int BN, int BK, int Stages>
+struct FusedGemm {
+  using Element = Element_;
+  using Tile = Shape<Int<BM>, Int<BN>, Int<BK>>;
+  static constexpr int kBM = BM, kBN = BN, kBK = BK;
+  // One consumer warpgroup per 64 rows (the builder's cooperative atom layout); one producer warpgroup.
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
+      cutlass::layout::ColumnMajor, 8, float, Tile, Shape<_1, _1, _1>,
+      cutlass::gemm::collective::StageCount<Stages>,
+      cutlass::gemm::KernelCpAsyncWarpSpecializedCooperative>::CollectiveOp;
+  using TiledMma = typename Mainloop::TiledMma;
+  using Pipeline = typename Mainloop::MainloopPipeline;
+  using PipelineState = typename Mainloop::PipelineState;
+  static constexpr int kMmaThreads = size(TiledMma{});
+  static constexpr int kThreads = 128 + kMmaThreads;
+
+  struct SharedStorage {
+    typename Mainloop::TensorStorage tensors;
+    alignas(16) typename Mainloop::PipelineStorage pipeline;
+  };
+
+  // 16-byte chunks per row of a k-tile, and rows one pass of the 128 producer threads covers.
+  static constexpr int kChunks = BK * int(sizeof(Element)) / 16;
+  static constexpr int kRowsPerPass = 128 / kChunks;
+  static_assert(128 % kChunks == 0 && BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0);
+};
+
+struct Params {
+  FusedMode mode;
+  int32_t top_k, experts, n, k, rows;
+  int64_t capacity;
+  const void* a;
+  const void* b;
+  void* d;
+  const int32_t* sorted_ids;
+  const int32_t* expert_ids;
+  const int32_t* total;
+  const float* weights;
+  const float* bias;
+};
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // src-size 0 fills the 16 bytes with zeros and reads nothing.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+template <class G>
+__global__ void __launch_bounds__(G::kThreads, 1) fused_moe_gemm_kernel(const Params p) {
+  using Element = typename G::Element;
+  constexpr int BM = G::kBM, BN = G::kBN, BK = G::kBK;
+  extern __shared__ __align__(128) char smem_raw[];
+  auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
+
+  const int64_t m0 = int64_t(blockIdx.x) * BM;
+  const int n0 = int(blockIdx.y) * BN;
+  const int64_t total = *p.total;
+  if (m0 >= total || m0 >= p.capacity) return;  // past the last tile of this batch: the whole CTA leaves
+  const int e = p.expert_ids[blockIdx.x];
+  if (e < 0 || e >= p.experts) return;  // our layout writes ids below `experts`; never index past B
+  const int k_tiles = (p.k + BK - 1) / BK;
+
+  const int warp_group = int(threadIdx.x) / 128;
+  typename G::Pipeline::Params pp;
+  pp.role = warp_group == 0 ? G::Pipeline::ThreadCategory::Producer : G::Pipeline::ThreadCategory::Consumer;
+  pp.producer_arv_count = 128;
+  pp.consumer_arv_count = G::kMmaThreads;
+  typename G::Pipeline pipeline(ss.pipeline, pp);
+  __syncthreads();
+
+  const auto* B = static_cast<const Element*>(p.b) + int64_t(e) * p.n * p.k;
+  if (warp_group == 0) {
+    // Producer: every thread owns one 16-byte column chunk of BM/16 A rows and BN/16 B rows.
+    const int t = int(threadIdx.x);
+    const int chunk = t % G::kChunks, row0 = t / G::kChunks;
+    constexpr int kA = BM / G::kRowsPerPass, kB = BN / G::kRowsPerPass;
+    const auto* A = static_cast<const Element*>(p.a);
+    const Element* a_row[kA];
+    bool a_ok[kA];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kA; ++i) {
+      const int64_t pos = m0 + row0 + i * G::kRowsPerPass;
+      int64_t src = -1;
+      if (pos < total) {
+        if (p.mode == FusedMode::Gather) {
+          const int r = p.sorted_ids[pos];
+          src = (r >= 0 && r < p.rows) ? r / p.top_k : -1;
+        } else {
+          src = pos;
+        }
+      }
+      a_ok[i] = src >= 0;
+      a_row[i] = A + (src >= 0 ? src : 0) * p.k;
+    }
+    const Element* b_row[kB];
+    bool b_ok[kB];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kB; ++i) {
+      const int n = n0 + row0 + i * G::kRowsPerPass;
+      b_ok[i] = n < p.n;
+      b_row[i] = B + int64_t(b_ok[i] ? n : 0) * p.k;
+    }
+    Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename G::Mainloop::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(ss.tensors.smem_B.data()), typename G::Mainloop::SmemLayoutB{});
+    auto state = cutlass::make_producer_start_state<typename G::Pipeline>();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      pipeline.producer_acquire(state);
+      const int stage = state.index();
+      const int kc = chunk * (16 / int(sizeof(Element)));  // element column of this chunk in the k-tile
+      const int kg = kt * BK + kc;
+      const bool k_ok = kg < p.k;  // k % 8 == 0: a chunk is wholly inside or outside
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kA; ++i) {
+        cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), a_row[i] + (k_ok ? kg : 0), a_ok[i] && k_ok);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kB; ++i) {
+        cp_async_16(&sB(row0 + i * G::kRowsPerPass, kc, stage), b_row[i] + (k_ok ? kg : 0), b_ok[i] && k_ok);
+      }
+      pipeline.producer_commit(state, cutlass::arch::cpasync_barrier_arrive);
+      ++state;
+    }
+    pipeline.producer_tail(state);
+  } else {
+    const int mma_thread = int(threadIdx.x) - 128;
+    typename G::TiledMma tiled_mma;
+    Tensor accum = partition_fragment_C(tiled_mma, make_shape(Int<BM>{}, Int<BN>{}));
+    typename G::Mainloop mainloop;
+    typename G::PipelineState read_state;
+    typename G::Mainloop::Params unused{};
+    mainloop.mma(pipeline, read_state, accum, k_tiles, mma_thread, ss.tensors, unused);
+    mainloop.mma_tail(pipeline, read_state, k_tiles);
+
+    // Epilogue from registers: columns come in adjacent pairs (GMMA's accumulator layout), stored as one word.
+    auto thr = tiled_mma.get_slice(mma_thread);
+    Tensor coord = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    static_assert(decltype(size(accum))::value % 2 == 0);
+    auto* D = static_cast<Element*>(p.d);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accum); i += 2) {
+      const int m = get<0>(coord(i)), n = n0 + get<1>(coord(i));
+      const int64_t pos = m0 + m;
+      if (pos >= total || n >= p.n) continue;
+      Element v0, v1;
+      int64_t row;
+      if (p.mode == FusedMode::Gather) {
+        row = pos;
+        v0 = Element(accum(i));
+        v1 = Element(accum(i + 1));
+      } else {
+        const int r = p.sorted_ids[pos];
+        if (r < 0 || r >= p.rows) continue;
+        row = r;
+        const float w = p.weights ? p.weights[r] : 1.0f;
+        const float b0 = p.bias ? p.bias[int64_t(e) * p.n + n] : 0.0f;
+        const float b1 = p.bias ? p.bias[int64_t(e) * p.n + n + 1] : 0.0f;
+        // GEMM2 rounds to the element type before the bias and the router weight, as the other backends do.
+        v0 = Element((float(Element(accum(i))) + b0) * w);
+        v1 = Element((float(Element(accum(i + 1))) + b1) * w);
+      }
+      // n is even and n + 1 < N (N % 8 == 0): one aligned 4-byte store.
+      cutlass::Array<Element, 2> pair;
+      pair[0] = v0;
+      pair[1] = v1;
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(D + row * p.n + n) = pair;
+    }
+  }
+}
+
+// Tiles the aligned layout can have for `rows` flat rows over `experts` local experts (each expert with rows
+// adds at most BM - 1 rows of padding), and at most the layout's capacity.
+inline int64_t tile_bound(int64_t rows, int64_t experts, int64_t capacity, int bm) {
+  const int64_t active = experts < rows ? experts : rows;
+  const int64_t by_rows = (rows + active * (bm - 1)) / bm;
+  const int64_t by_cap = capacity / bm;
+  return by_rows < by_cap ? by_rows : by_cap;
+}
+
+template <class G>
+Status run(const FusedGemmArgs& a) {
+  const int64_t m_tiles = tile_bound(a.rows, a.experts, a.capacity, G::kBM);
+  const int64_t n_tiles = (a.n + G::kBN - 1) / G::kBN;
+  if (m_tiles == 0 || n_tiles == 0) return {StatusCode::Ok, 0};
+  if (n_tiles > 65535) return {StatusCode::CutlassCannotImplement, 0};
+  const Params p{a.mode,
+                 a.top_k,
+                 a.experts,
+                 a.n,
+                 a.k,
+                 a.rows,
+                 a.capacity,
+                 reinterpret_cast<const void*>(a.a),
+                 reinterpret_cast<const void*>(a.b),
+                 reinterpret_cast<void*>(a.d),
+                 reinterpret_cast<const int32_t*>(a.sorted_ids),
+                 reinterpret_cast<const int32_t*>(a.expert_ids),
+                 reinterpret_cast<const int32_t*>(a.total),
+                 reinterpret_cast<const float*>(a.weights),
+                 reinterpret_cast<const float*>(a.bias)};
+  constexpr int smem = int(sizeof(typename G::SharedStorage));
+  cudaError_t e = cudaFuncSetAttribute(fused_moe_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  fused_moe_gemm_kernel<G><<<dim3(unsigned(m_tiles), unsigned(n_tiles)), G::kThreads, smem,
+                             reinterpret_cast<cudaStream_t>(a.stream)>>>(p);
+  e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+// The tiles, named as in moe_ops.h's FusedTile. Stages fill shared memory for one CTA per SM.
+template <class E>
+using M64N128K64 = FusedGemm<E, 64, 128, 64, 8>;
+template <class E>
+using M128N128K64 = FusedGemm<E, 128, 128, 64, 6>;
+
+template <class E>
+Status run_tile(const FusedGemmArgs& a) {
+  switch (a.tile) {
+    case FusedTile::M64N128K64: return run<M64N128K64<E>>(a);
+    case FusedTile::M128N128K64: return run<M128N128K64<E>>(a);
+  }
+  return {StatusCode::NotBuilt, 0};
+}
+
+}  // namespace fused
+}  // namespace moe_gemm

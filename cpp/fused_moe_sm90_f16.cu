@@ -1,0 +1,6 @@
+// Explicit instantiations: SM90 fused MoE GEMMs, f16 in / f16 out, fp32 accumulation.
+#include "fused_moe_sm90.cuh"
+
+moe_gemm::Status moe_gemm::fused_moe_gemm_f16(const FusedGemmArgs& args) {
+  return fused::run_tile<cutlass::half_t>(args);
+}

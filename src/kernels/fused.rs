@@ -1,0 +1,181 @@
+//! Fused MoE GEMMs on SM90: vLLM's `fused_moe` design on Hopper tensor cores, with no permuted copy of `x`.
+//!
+//! Both GEMMs run over an aligned [`ExpertLayout`] built with `block_m` equal to the tile's `BLOCK_M`, whose
+//! every `BLOCK_M` tile of positions belongs to one expert (`expert_ids`) and whose `sorted_ids[p]` is the
+//! flat row `r = t·k + j` of position `p` (the sentinel `T·k` on padding):
+//!
+//! - [`gemm1_gather`]: `d1[p] = x[sorted_ids[p] / k] · W13[e]ᵀ`: A rows are gathered in the GEMM's loads
+//!   (16-byte `cp.async` into the swizzled stages; TMA cannot gather rows); padding rows are zeros.
+//! - [`gemm2_scatter`]: `pairs[r] = w[r] · (round(h[p] · W2[e]ᵀ) + b2[e])`: the router weight and bias are
+//!   applied in the epilogue, which writes each row straight to its flat row; the combine is a sum over k.
+//!
+//! One CTA computes one `BLOCK_M x 128` tile (one producer warpgroup, one consumer warpgroup per 64 rows, CUTLASS's
+//! SM90 cp.async GMMA collective for the math); the grid is bounded by the batch size, so launches capture in a
+//! CUDA graph and replay for any routing.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::layouts::{ExpertLayout, LayoutSpec};
+
+/// A compiled tile of the fused GEMMs (`cpp/moe_ops.h`'s `FusedTile`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FusedTile {
+    /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
+    M64N128K64,
+    /// 128 x 128 x 64, two consumer warpgroups: prefill.
+    M128N128K64,
+}
+
+impl FusedTile {
+    pub const ALL: [FusedTile; 2] = [FusedTile::M64N128K64, FusedTile::M128N128K64];
+
+    /// Rows of a tile: the `block_m` its aligned layout must have.
+    pub const fn block_m(self) -> usize {
+        match self {
+            FusedTile::M64N128K64 => 64,
+            FusedTile::M128N128K64 => 128,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            FusedTile::M64N128K64 => "fused-64x128x64",
+            FusedTile::M128N128K64 => "fused-128x128x64",
+        }
+    }
+
+    /// The tile for `rows` routed rows over `experts` experts: 128-row tiles once the average expert that
+    /// receives rows gets at least 96 of them (less padding waste than compute lost to 64-row tiles below).
+    pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
+        let active = experts.min(rows).max(1);
+        if rows / active >= 96 {
+            FusedTile::M128N128K64
+        } else {
+            FusedTile::M64N128K64
+        }
+    }
+}
+
+fn check_layout(layout: &ExpertLayout, tile: FusedTile, tokens: usize) -> Result<()> {
+    let dims = layout.dims();
+    if dims.spec() != (LayoutSpec::Aligned { block_m: tile.block_m() }) {
+        return Err(Error::InvalidProblem(format!(
+            "{}: needs an aligned layout with block_m = {} (one expert per tile), got {:?}",
+            tile.name(),
+            tile.block_m(),
+            dims.spec()
+        )));
+    }
+    if tokens > dims.max_tokens() {
+        return Err(Error::InvalidProblem(format!(
+            "tokens = {tokens} exceeds the layout's max_tokens = {}",
+            dims.max_tokens()
+        )));
+    }
+    Ok(())
+}
+
+fn check_nk(n: usize, k: usize) -> Result<()> {
+    if n == 0 || k == 0 || n % 8 != 0 || k % 8 != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "fused GEMM: n = {n} and k = {k} must be positive multiples of 8 (16-byte rows of 16-bit elements)"
+        )));
+    }
+    Ok(())
+}
+
+/// GEMM1 with the gather fused into its loads: `d1[p, :n] = x[sorted_ids[p] / k] · w[e]ᵀ` for the `tokens`
+/// of the batch `layout` was last built for; `w` is `[local experts, n, kdim]`, `x` `[tokens, kdim]`, `d1`
+/// `[capacity, n]` in position order.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] if the layout is not aligned to the tile, `n`/`kdim` are not multiples of 8;
+/// [`Error::Buffer`] for short or misaligned buffers; launch errors.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm1_gather<T: Element>(
+    stream: &Arc<CudaStream>,
+    tile: FusedTile,
+    layout: &ExpertLayout,
+    tokens: usize,
+    x: &impl DevicePtr<T>,
+    w: &impl DevicePtr<T>,
+    n: usize,
+    kdim: usize,
+    d1: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    check_layout(layout, tile, tokens)?;
+    check_nk(n, kdim)?;
+    let launch = launch_params(layout, tile, tokens, n, kdim, None);
+    ffi::launch_fused_gemm(stream, &launch, x, w, d1)
+}
+
+/// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
+/// `pairs[r, :n] = weights[r] · (round(h[p] · w[e]ᵀ) + bias[e])` with `r = sorted_ids[p]`; `h` is
+/// `[capacity, kdim]` in position order, `pairs` `[tokens·k, n]` by flat row (rows of remote experts are not
+/// written). Sum the k rows of each token with [`sum_slots`].
+///
+/// # Errors
+/// As [`gemm1_gather`], and for `weights`/`bias` shorter than `tokens·k` / `experts·n`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm2_scatter<T: Element>(
+    stream: &Arc<CudaStream>,
+    tile: FusedTile,
+    layout: &ExpertLayout,
+    tokens: usize,
+    h: &impl DevicePtr<T>,
+    w: &impl DevicePtr<T>,
+    n: usize,
+    kdim: usize,
+    weights: &CudaSlice<f32>,
+    bias: Option<&CudaSlice<f32>>,
+    pairs: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    check_layout(layout, tile, tokens)?;
+    check_nk(n, kdim)?;
+    let launch = launch_params(layout, tile, tokens, n, kdim, Some(ffi::FusedScatter { weights, bias }));
+    ffi::launch_fused_gemm(stream, &launch, h, w, pairs)
+}
+
+/// `y[t] = Σ_j pairs[t·k + j]` over the slots `layout` placed: the fused backend's combine.
+///
+/// # Errors
+/// [`Error::Buffer`] for short or misaligned buffers; `hidden` not a multiple of 8; launch errors.
+pub fn sum_slots<T: Element>(
+    stream: &Arc<CudaStream>,
+    layout: &ExpertLayout,
+    tokens: usize,
+    hidden: usize,
+    pairs: &impl DevicePtr<T>,
+    y: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    ffi::launch_sum_slots(stream, tokens, layout.dims().top_k(), hidden, pairs, layout.positions(), y)
+}
+
+fn launch_params<'a>(
+    layout: &'a ExpertLayout,
+    tile: FusedTile,
+    tokens: usize,
+    n: usize,
+    kdim: usize,
+    scatter: Option<ffi::FusedScatter<'a>>,
+) -> ffi::FusedLaunch<'a> {
+    let dims = layout.dims();
+    ffi::FusedLaunch {
+        tile,
+        scatter,
+        top_k: dims.top_k(),
+        experts: dims.local_experts(),
+        n,
+        k: kdim,
+        rows: tokens * dims.top_k(),
+        capacity: dims.capacity(),
+        sorted_ids: layout.sorted_ids(),
+        expert_ids: layout.expert_ids(),
+        total: layout.total(),
+    }
+}

@@ -1,0 +1,178 @@
+//! The fused MoE GEMMs (gather in GEMM1's loads, weight + bias + scatter in GEMM2's epilogue) against an f64
+//! CPU reference, row by row, for both tiles: padding rows, N and K residues, hot and empty experts, expert
+//! parallelism, and a layout of the wrong block size refused.
+
+use half::bf16;
+use moe_gemm::kernels::fused::{self, FusedTile};
+use moe_gemm::reference::{first_mismatch, Tolerance};
+use moe_gemm::*;
+
+use crate::common::*;
+
+struct Case {
+    name: &'static str,
+    tokens: usize,
+    top_k: usize,
+    experts: usize,
+    /// GEMM1: n1 x k1 (n1 = 2I, k1 = H); GEMM2: n2 x k2 (n2 = H, k2 = I).
+    n1: usize,
+    k1: usize,
+    ids: Vec<i32>,
+    map: Option<Vec<i32>>,
+}
+
+fn dot(a: &[bf16], b: &[bf16]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x.to_f64() * y.to_f64()).sum()
+}
+
+fn run_case(c: &Case, tile: FusedTile) {
+    let (_ctx, stream) = gpu();
+    let (t, k) = (c.tokens, c.top_k);
+    let rows = t * k;
+    let local = c.map.as_ref().map_or(c.experts, |m| m.iter().filter(|&&l| l >= 0).count());
+    let (n1, k1) = (c.n1, c.k1);
+    let (n2, k2) = (k1, n1 / 2);
+    let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: tile.block_m() }, t, k, c.experts, local).unwrap();
+    let cap = dims.capacity();
+    let mut layout = ExpertLayout::new(&stream, dims).unwrap();
+    let mut status = DeviceStatus::new(&stream).unwrap();
+    let ids_d = stream.clone_htod(&c.ids).unwrap();
+    let map_d = c.map.as_ref().map(|m| stream.clone_htod(m).unwrap());
+    layout.build(&stream, t, &ids_d, map_d.as_ref().map(|m| m.as_view()).as_ref(), &mut status).unwrap();
+
+    let x = random_vec::<bf16>(t * k1, 1, 1.0);
+    let w1 = random_vec::<bf16>(local * n1 * k1, 2, 0.2);
+    let h = random_vec::<bf16>(cap * k2, 3, 1.0);
+    let w2 = random_vec::<bf16>(local * n2 * k2, 4, 0.2);
+    let mut rng = Rng(5);
+    let weights: Vec<f32> = (0..rows).map(|_| rng.unit().abs() + 0.1).collect();
+    let bias: Vec<f32> = (0..local * n2).map(|_| rng.unit()).collect();
+    let (xd, w1d, hd, w2d) = (
+        stream.clone_htod(&x).unwrap(),
+        stream.clone_htod(&w1).unwrap(),
+        stream.clone_htod(&h).unwrap(),
+        stream.clone_htod(&w2).unwrap(),
+    );
+    let (wd, bd) = (stream.clone_htod(&weights).unwrap(), stream.clone_htod(&bias).unwrap());
+    let mut d1 = stream.clone_htod(&vec![bf16::NAN; cap * n1]).unwrap();
+    let mut pairs = stream.clone_htod(&vec![bf16::NAN; rows * n2]).unwrap();
+    fused::gemm1_gather(&stream, tile, &layout, t, &xd, &w1d, n1, k1, &mut d1).unwrap();
+    fused::gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd, Some(&bd), &mut pairs).unwrap();
+    status.check(&stream).unwrap();
+    let d1 = stream.clone_dtoh(&d1).unwrap();
+    let pairs = stream.clone_dtoh(&pairs).unwrap();
+    let sorted = stream.clone_dtoh(layout.sorted_ids()).unwrap();
+    let experts_of_tile = stream.clone_dtoh(layout.expert_ids()).unwrap();
+    let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
+    let positions = stream.clone_dtoh(layout.positions()).unwrap();
+    let bm = tile.block_m();
+    let tol = Tolerance { atol: 2e-2, rtol: 1.0 / 128.0 };
+    let what = format!("{} [{}]", c.name, tile.name());
+
+    // GEMM1: every used position holds its token's row times its tile's expert; padding rows are zeros.
+    let mut want1 = vec![0f32; total * n1];
+    for p in 0..total {
+        let r = sorted[p];
+        if r < 0 || r as usize >= rows {
+            continue;
+        }
+        let e = experts_of_tile[p / bm] as usize;
+        let xr = &x[(r as usize / k) * k1..][..k1];
+        for n in 0..n1 {
+            want1[p * n1 + n] = dot(xr, &w1[(e * n1 + n) * k1..][..k1]) as f32;
+        }
+    }
+    let got1: Vec<f32> = d1[..total * n1].iter().map(|v| v.to_f32()).collect();
+    if let Some((i, g, w)) = first_mismatch(&got1, &want1, tol) {
+        panic!("{what}: GEMM1 position {} column {}: got {g}, reference {w}", i / n1, i % n1);
+    }
+    // GEMM2: each placed (token, slot) row holds w * (round(h[p] . W2[e]) + b2[e]); remote rows stay unwritten.
+    let mut placed = 0;
+    for r in 0..rows {
+        let got = &pairs[r * n2..][..n2];
+        let p = positions[r];
+        if p < 0 {
+            assert!(got.iter().all(|v| v.is_nan()), "{what}: row {r} of a remote expert was written");
+            continue;
+        }
+        placed += 1;
+        let p = p as usize;
+        assert_eq!(sorted[p] as usize, r, "{what}: layout maps position {p} back to another row");
+        let e = experts_of_tile[p / bm] as usize;
+        let hr = &h[p * k2..][..k2];
+        let want: Vec<f32> = (0..n2)
+            .map(|n| {
+                let d = bf16::from_f64(dot(hr, &w2[(e * n2 + n) * k2..][..k2])).to_f64();
+                ((d + bias[e * n2 + n] as f64) * weights[r] as f64) as f32
+            })
+            .collect();
+        let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+        if let Some((i, g, w)) = first_mismatch(&got, &want, tol) {
+            panic!("{what}: GEMM2 row {r} column {i}: got {g}, reference {w}");
+        }
+    }
+    let expect_placed = c.ids.iter().filter(|&&g| c.map.as_ref().is_none_or(|m| m[g as usize] >= 0)).count();
+    assert_eq!(placed, expect_placed, "{what}: placed rows");
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fused_gemms_match_the_reference_for_both_tiles() {
+    let hot: Vec<i32> =
+        random::topk_ids(300, 1, 15, 7).iter().flat_map(|&x| [4, if x >= 4 { x + 1 } else { x }]).collect();
+    let map: Vec<i32> = (0..16i32).map(|g| if g % 2 == 1 { g / 2 } else { -1 }).collect();
+    let cases = [
+        Case { name: "T=1", tokens: 1, top_k: 2, experts: 8, n1: 256, k1: 128, ids: vec![6, 1], map: None },
+        // N = 2 x 136 and K = 200 leave partial tiles in both dimensions.
+        Case {
+            name: "N and K residues",
+            tokens: 70,
+            top_k: 2,
+            experts: 8,
+            n1: 272,
+            k1: 200,
+            ids: random::topk_ids(70, 2, 8, 8),
+            map: None,
+        },
+        Case {
+            name: "one hot expert, 300 rows on it (several tiles), expert 0 empty",
+            tokens: 300,
+            top_k: 2,
+            experts: 16,
+            n1: 128,
+            k1: 136,
+            ids: hot.iter().map(|&e| if e == 0 { 3 } else { e }).collect(),
+            map: None,
+        },
+        Case {
+            name: "expert-parallel slice (odd experts of 16)",
+            tokens: 90,
+            top_k: 4,
+            experts: 16,
+            n1: 256,
+            k1: 128,
+            ids: random::topk_ids(90, 4, 16, 9),
+            map: Some(map),
+        },
+    ];
+    for tile in FusedTile::ALL {
+        for c in &cases {
+            run_case(c, tile);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fused_gemm_refuses_a_layout_of_another_block_size() {
+    let (_ctx, stream) = gpu();
+    let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 128 }, 4, 2, 8, 8).unwrap();
+    let layout = ExpertLayout::new(&stream, dims).unwrap();
+    let x = stream.alloc_zeros::<bf16>(4 * 64).unwrap();
+    let w = stream.alloc_zeros::<bf16>(8 * 128 * 64).unwrap();
+    let mut d = stream.alloc_zeros::<bf16>(dims.capacity() * 128).unwrap();
+    let err = fused::gemm1_gather(&stream, FusedTile::M64N128K64, &layout, 4, &x, &w, 128, 64, &mut d).unwrap_err();
+    assert!(err.to_string().contains("block_m = 64"), "{err}");
+    let err = fused::gemm1_gather(&stream, FusedTile::M128N128K64, &layout, 4, &x, &w, 128, 60, &mut d).unwrap_err();
+    assert!(err.to_string().contains("multiples of 8"), "{err}");
+}
