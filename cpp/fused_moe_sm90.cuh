@@ -5,9 +5,9 @@
 // computes one BM x BN tile of one expert:
 //   Gather:  D[p, :]  = A[sorted_ids[p] / top_k, :] . B[e]^T        (A = x; padding rows load zeros)
 //   Scatter: D[r, :]  = w[r] * (round(A[p, :] . B[e]^T) + bias[e])  (A in position order; r = sorted_ids[p])
-// TMA cannot gather rows, so a producer warpgroup issues 16-byte cp.async copies into CUTLASS's swizzled shared
-// memory stages (row addresses computed once per tile) and the consumer warpgroups run CUTLASS's SM90 cp.async
-// GMMA collective; the epilogue stores straight from the accumulators (gather: by position; scatter: by flat row,
+// TMA cannot gather rows, so a producer warpgroup issues 16-byte cp.async copies of A's rows into CUTLASS's
+// swizzled shared memory stages (row indices computed once per tile) while one of its threads brings B's tile by
+// TMA into the same stage (one mbarrier counts both); the consumer warpgroups run CUTLASS's SM90 GMMA collective; the epilogue stores straight from the accumulators (gather: by position; scatter: by flat row,
 // weighted). Launched with a fixed grid bounded by the batch size, so a CUDA graph replays it for any routing.
 #pragma once
 
@@ -15,6 +15,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -31,7 +32,7 @@ namespace fused {
 
 using namespace cute;
 
-template <class Element_, int BM, int BN, int BK, int Stages>
+template <class Element_, int BM, int BN, int BK, int Stages, int MinBlocks>
 struct FusedGemm {
   using Element = Element_;
   using Tile = Shape<Int<BM>, Int<BN>, Int<BK>>;
@@ -47,24 +48,38 @@ struct FusedGemm {
   using PipelineState = typename Mainloop::PipelineState;
   static constexpr int kMmaThreads = size(TiledMma{});
   static constexpr int kThreads = 128 + kMmaThreads;
+  static constexpr int kMinBlocks = MinBlocks;
+  // Two consumer warpgroups: the producer hands its registers to them (CUTLASS's split for 384 threads).
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
   struct SharedStorage {
-    typename Mainloop::TensorStorage tensors;
+    typename Mainloop::TensorStorage tensors;  // first: the dynamic smem base keeps B's stages 1024-byte aligned
     alignas(16) typename Mainloop::PipelineStorage pipeline;
   };
+
+  // B (the experts' weights, [E, N, K] as an (N, K, E) tensor) arrives by TMA; OOB rows and columns are zeros.
+  using StrideB = Stride<int64_t, _1, int64_t>;
+  using SmemLayoutBStage = decltype(typename Mainloop::SmemLayoutB{}(_, _, Int<0>{}));
+  static auto make_tma_b(const Element* b, int n, int k, int experts) {
+    auto mB = make_tensor(make_gmem_ptr(b), make_shape(n, k, experts), StrideB{int64_t(k), _1{}, int64_t(n) * k});
+    return make_tma_copy(SM90_TMA_LOAD{}, mB, SmemLayoutBStage{}, make_shape(Int<BN>{}, Int<BK>{}), _1{});
+  }
+  using TmaB = decltype(make_tma_b(nullptr, 0, 0, 0));
+  static constexpr uint32_t kTmaBytesB = BN * BK * sizeof(Element);
 
   // 16-byte chunks per row of a k-tile, and rows one pass of the 128 producer threads covers.
   static constexpr int kChunks = BK * int(sizeof(Element)) / 16;
   static constexpr int kRowsPerPass = 128 / kChunks;
-  static_assert(128 % kChunks == 0 && BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0);
+  static_assert(128 % kChunks == 0 && BM % kRowsPerPass == 0);
 };
 
+template <class G>
 struct Params {
+  typename G::TmaB tma_b;
   FusedMode mode;
   int32_t top_k, experts, n, k, rows;
   int64_t capacity;
   const void* a;
-  const void* b;
   void* d;
   const int32_t* sorted_ids;
   const int32_t* expert_ids;
@@ -80,17 +95,21 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 }
 
 template <class G>
-__global__ void __launch_bounds__(G::kThreads, 1) fused_moe_gemm_kernel(const Params p) {
+__global__ void __launch_bounds__(G::kThreads, G::kMinBlocks) fused_moe_gemm_kernel(const __grid_constant__ Params<G> p) {
   using Element = typename G::Element;
   constexpr int BM = G::kBM, BN = G::kBN, BK = G::kBK;
   extern __shared__ __align__(128) char smem_raw[];
   auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
 
-  const int64_t m0 = int64_t(blockIdx.x) * BM;
-  const int n0 = int(blockIdx.y) * BN;
+  // N tiles fastest: the CTAs in flight share their gathered A rows (read from HBM about once), and an
+  // expert's B tiles are reused by its consecutive M tiles while still in L2.
+  const int n_tiles = (p.n + BN - 1) / BN;
+  const int64_t m_tile = int64_t(blockIdx.x) / n_tiles;
+  const int64_t m0 = m_tile * BM;
+  const int n0 = int(blockIdx.x % n_tiles) * BN;
   const int64_t total = *p.total;
   if (m0 >= total || m0 >= p.capacity) return;  // past the last tile of this batch: the whole CTA leaves
-  const int e = p.expert_ids[blockIdx.x];
+  const int e = p.expert_ids[m_tile];
   if (e < 0 || e >= p.experts) return;  // our layout writes ids below `experts`; never index past B
   const int k_tiles = (p.k + BK - 1) / BK;
 
@@ -102,60 +121,54 @@ __global__ void __launch_bounds__(G::kThreads, 1) fused_moe_gemm_kernel(const Pa
   typename G::Pipeline pipeline(ss.pipeline, pp);
   __syncthreads();
 
-  const auto* B = static_cast<const Element*>(p.b) + int64_t(e) * p.n * p.k;
   if (warp_group == 0) {
-    // Producer: every thread owns one 16-byte column chunk of BM/16 A rows and BN/16 B rows.
+    // Producer: every thread owns one 16-byte column chunk of BM/16 A rows and BN/16 B rows. Row indices stay
+    // 32-bit (registers are scarce once the consumers take theirs).
+    if constexpr (G::kMmaThreads == 256) cutlass::arch::warpgroup_reg_dealloc<G::kProducerRegs>();
     const int t = int(threadIdx.x);
     const int chunk = t % G::kChunks, row0 = t / G::kChunks;
-    constexpr int kA = BM / G::kRowsPerPass, kB = BN / G::kRowsPerPass;
+    constexpr int kA = BM / G::kRowsPerPass;
     const auto* A = static_cast<const Element*>(p.a);
-    const Element* a_row[kA];
-    bool a_ok[kA];
+    int a_src[kA];  // A row of each of this thread's tile rows, -1: zeros (padding, past the batch)
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kA; ++i) {
       const int64_t pos = m0 + row0 + i * G::kRowsPerPass;
-      int64_t src = -1;
-      if (pos < total) {
-        if (p.mode == FusedMode::Gather) {
-          const int r = p.sorted_ids[pos];
-          src = (r >= 0 && r < p.rows) ? r / p.top_k : -1;
-        } else {
-          src = pos;
-        }
-      }
-      a_ok[i] = src >= 0;
-      a_row[i] = A + (src >= 0 ? src : 0) * p.k;
-    }
-    const Element* b_row[kB];
-    bool b_ok[kB];
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kB; ++i) {
-      const int n = n0 + row0 + i * G::kRowsPerPass;
-      b_ok[i] = n < p.n;
-      b_row[i] = B + int64_t(b_ok[i] ? n : 0) * p.k;
+      const int r = pos < total ? p.sorted_ids[pos] : -1;
+      const bool placed = r >= 0 && r < p.rows;
+      // Gather: x's row of the token; scatter: the position's own row of h (padding rows are never stored).
+      a_src[i] = !placed ? -1 : (p.mode == FusedMode::Gather ? r / p.top_k : int(pos));
     }
     Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename G::Mainloop::SmemLayoutA{});
     Tensor sB = make_tensor(make_smem_ptr(ss.tensors.smem_B.data()), typename G::Mainloop::SmemLayoutB{});
+    Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, p.experts));
+    Tensor gB = local_tile(mB(_, _, e), make_shape(Int<BN>{}, Int<BK>{}), make_coord(n0 / BN, _));  // (BN,BK,k)
+    auto tma = p.tma_b.get_slice(0);
+    Tensor tBgB = tma.partition_S(gB);  // (TMA,TMA_N,TMA_K,k)
+    Tensor tBsB = tma.partition_D(sB);  // (TMA,TMA_N,TMA_K,PIPE)
     auto state = cutlass::make_producer_start_state<typename G::Pipeline>();
     for (int kt = 0; kt < k_tiles; ++kt) {
       pipeline.producer_acquire(state);
       const int stage = state.index();
+      if (t == 0) {
+        // The stage completes once the 128 producer arrivals, their cp.asyncs and these bytes have all landed.
+        auto* bar = pipeline.producer_get_barrier(state);
+        cutlass::arch::ClusterTransactionBarrier::expect_transaction(bar, G::kTmaBytesB);
+        copy(p.tma_b.with(*bar), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
+      }
       const int kc = chunk * (16 / int(sizeof(Element)));  // element column of this chunk in the k-tile
       const int kg = kt * BK + kc;
       const bool k_ok = kg < p.k;  // k % 8 == 0: a chunk is wholly inside or outside
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kA; ++i) {
-        cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), a_row[i] + (k_ok ? kg : 0), a_ok[i] && k_ok);
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kB; ++i) {
-        cp_async_16(&sB(row0 + i * G::kRowsPerPass, kc, stage), b_row[i] + (k_ok ? kg : 0), b_ok[i] && k_ok);
+        const bool ok = a_src[i] >= 0 && k_ok;
+        cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), ok ? A + int64_t(a_src[i]) * p.k + kg : A, ok);
       }
       pipeline.producer_commit(state, cutlass::arch::cpasync_barrier_arrive);
       ++state;
     }
     pipeline.producer_tail(state);
   } else {
+    if constexpr (G::kMmaThreads == 256) cutlass::arch::warpgroup_reg_alloc<G::kConsumerRegs>();
     const int mma_thread = int(threadIdx.x) - 128;
     typename G::TiledMma tiled_mma;
     Tensor accum = partition_fragment_C(tiled_mma, make_shape(Int<BM>{}, Int<BN>{}));
@@ -215,8 +228,9 @@ Status run(const FusedGemmArgs& a) {
   const int64_t m_tiles = tile_bound(a.rows, a.experts, a.capacity, G::kBM);
   const int64_t n_tiles = (a.n + G::kBN - 1) / G::kBN;
   if (m_tiles == 0 || n_tiles == 0) return {StatusCode::Ok, 0};
-  if (n_tiles > 65535) return {StatusCode::CutlassCannotImplement, 0};
-  const Params p{a.mode,
+  if (m_tiles * n_tiles > 0x7fffffff) return {StatusCode::CutlassCannotImplement, 0};
+  const Params<G> p{G::make_tma_b(reinterpret_cast<const typename G::Element*>(a.b), a.n, a.k, a.experts),
+                    a.mode,
                  a.top_k,
                  a.experts,
                  a.n,
@@ -224,7 +238,6 @@ Status run(const FusedGemmArgs& a) {
                  a.rows,
                  a.capacity,
                  reinterpret_cast<const void*>(a.a),
-                 reinterpret_cast<const void*>(a.b),
                  reinterpret_cast<void*>(a.d),
                  reinterpret_cast<const int32_t*>(a.sorted_ids),
                  reinterpret_cast<const int32_t*>(a.expert_ids),
@@ -234,23 +247,25 @@ Status run(const FusedGemmArgs& a) {
   constexpr int smem = int(sizeof(typename G::SharedStorage));
   cudaError_t e = cudaFuncSetAttribute(fused_moe_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  fused_moe_gemm_kernel<G><<<dim3(unsigned(m_tiles), unsigned(n_tiles)), G::kThreads, smem,
+  fused_moe_gemm_kernel<G><<<unsigned(m_tiles * n_tiles), G::kThreads, smem,
                              reinterpret_cast<cudaStream_t>(a.stream)>>>(p);
   e = cudaGetLastError();
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
-// The tiles, named as in moe_ops.h's FusedTile. Stages fill shared memory for one CTA per SM.
+// The tiles, named as in moe_ops.h's FusedTile. The 64-row tile runs two CTAs per SM (4 x 24 KiB stages each),
+// so one CTA's prologue and epilogue overlap the other's streaming; the 128 x 256 tile (4 x 48 KiB) halves the
+// L2 traffic per FLOP of a 128 x 128 one, which L2 bandwidth, not the tensor cores, limits here.
 template <class E>
-using M64N128K64 = FusedGemm<E, 64, 128, 64, 8>;
+using M64N128K64 = FusedGemm<E, 64, 128, 64, 4, 2>;
 template <class E>
-using M128N128K64 = FusedGemm<E, 128, 128, 64, 6>;
+using M128N256K64 = FusedGemm<E, 128, 256, 64, 4, 1>;
 
 template <class E>
 Status run_tile(const FusedGemmArgs& a) {
   switch (a.tile) {
     case FusedTile::M64N128K64: return run<M64N128K64<E>>(a);
-    case FusedTile::M128N128K64: return run<M128N128K64<E>>(a);
+    case FusedTile::M128N256K64: return run<M128N256K64<E>>(a);
   }
   return {StatusCode::NotBuilt, 0};
 }

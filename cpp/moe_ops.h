@@ -143,7 +143,7 @@ Status decode_layer(const DecodeArgs& args);
 // may be 0 (Scatter only).
 enum class FusedTile : uint32_t {
   M64N128K64 = 0,
-  M128N128K64 = 1,
+  M128N256K64 = 1,
 };
 enum class FusedMode : uint32_t {
   Gather = 0,

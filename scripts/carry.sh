@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins --examples
-cargo test --release --no-run 2>/dev/null
-cargo bench --no-run 2>/dev/null
+cargo test --release --no-run
+cargo bench --no-run
 mkdir -p carry
 newest() { ls -t target/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
 cp target/release/moe-gemm carry/

@@ -56,9 +56,12 @@ pub struct BenchArgs {
     /// median) as vLLM-format config files into this folder.
     #[arg(long)]
     pub write_configs: Option<PathBuf>,
-    /// Backends of --layer: eager, batched, grouped, contiguous, masked, auto.
+    /// Backends of --layer: eager, batched, grouped, contiguous, masked, fused, auto.
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,fused")]
     pub backends: Vec<String>,
+    /// The Fused backend's tile for every point (64x128x64 or 128x256x64) instead of its per-batch choice.
+    #[arg(long)]
+    pub fused_tile: Option<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
     #[arg(
         long,

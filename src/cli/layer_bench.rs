@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
+use moe_gemm::kernels::fused::FusedTile;
 use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::{Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
 
@@ -279,6 +280,12 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         } else {
             MoeLayer::new(stream, weights, opts)?
         };
+        if let Some(name) = &args.fused_tile {
+            let tile = FusedTile::ALL.into_iter().find(|t| t.name().ends_with(name.as_str())).ok_or_else(|| {
+                Error::InvalidProblem(format!("unknown fused tile {name:?}: expected 64x128x64 or 128x256x64"))
+            })?;
+            layer.set_fused_tile(Some(tile));
+        }
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;

@@ -85,7 +85,7 @@ pub(crate) mod ffi {
     #[derive(Debug)]
     enum FusedTile {
         M64N128K64 = 0,
-        M128N128K64 = 1,
+        M128N256K64 = 1,
     }
 
     #[namespace = "moe_gemm"]

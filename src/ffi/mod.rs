@@ -720,7 +720,7 @@ fn fused_tile(t: crate::kernels::fused::FusedTile) -> ffi::FusedTile {
     use crate::kernels::fused::FusedTile;
     match t {
         FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
-        FusedTile::M128N128K64 => ffi::FusedTile::M128N128K64,
+        FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
     }
 }
 

@@ -9,7 +9,7 @@
 //! - [`gemm2_scatter`]: `pairs[r] = w[r] · (round(h[p] · W2[e]ᵀ) + b2[e])`: the router weight and bias are
 //!   applied in the epilogue, which writes each row straight to its flat row; the combine is a sum over k.
 //!
-//! One CTA computes one `BLOCK_M x 128` tile (one producer warpgroup, one consumer warpgroup per 64 rows, CUTLASS's
+//! One CTA computes one `BLOCK_M x BLOCK_N` tile (one producer warpgroup, one consumer warpgroup per 64 rows, CUTLASS's
 //! SM90 cp.async GMMA collective for the math); the grid is bounded by the batch size, so launches capture in a
 //! CUDA graph and replay for any routing.
 
@@ -27,25 +27,25 @@ use crate::layouts::{ExpertLayout, LayoutSpec};
 pub enum FusedTile {
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
     M64N128K64,
-    /// 128 x 128 x 64, two consumer warpgroups: prefill.
-    M128N128K64,
+    /// 128 x 256 x 64, two consumer warpgroups: prefill.
+    M128N256K64,
 }
 
 impl FusedTile {
-    pub const ALL: [FusedTile; 2] = [FusedTile::M64N128K64, FusedTile::M128N128K64];
+    pub const ALL: [FusedTile; 2] = [FusedTile::M64N128K64, FusedTile::M128N256K64];
 
     /// Rows of a tile: the `block_m` its aligned layout must have.
     pub const fn block_m(self) -> usize {
         match self {
             FusedTile::M64N128K64 => 64,
-            FusedTile::M128N128K64 => 128,
+            FusedTile::M128N256K64 => 128,
         }
     }
 
     pub const fn name(self) -> &'static str {
         match self {
             FusedTile::M64N128K64 => "fused-64x128x64",
-            FusedTile::M128N128K64 => "fused-128x128x64",
+            FusedTile::M128N256K64 => "fused-128x256x64",
         }
     }
 
@@ -54,7 +54,7 @@ impl FusedTile {
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
         if rows / active >= 96 {
-            FusedTile::M128N128K64
+            FusedTile::M128N256K64
         } else {
             FusedTile::M64N128K64
         }

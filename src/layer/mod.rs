@@ -165,6 +165,8 @@ pub struct MoeLayer<T: Element> {
     masked: ExpertLayout,
     /// The fused backend's aligned layout for 64-row tiles (128-row tiles share `contiguous`).
     fused64: ExpertLayout,
+    /// The fused backend's tile for every batch, or `None`: [`FusedTile::for_rows`] per batch.
+    fused_tile: Option<FusedTile>,
     gemm_grouped: GemmPair<T>,
     gemm_contiguous: GemmPair<T>,
     gemm_masked: GemmPair<T>,
@@ -181,7 +183,7 @@ pub struct MoeLayer<T: Element> {
 }
 
 // The contiguous layout doubles as the fused backend's layout for its 128-row tile.
-const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N128K64.block_m();
+const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();
 /// Most (token, slot) rows the batched backend takes: one GEMM group per row is a decode strategy.
 pub const BATCHED_MAX_ROWS: usize = 4096;
 
@@ -254,6 +256,7 @@ impl<T: Element> MoeLayer<T> {
             contiguous: ExpertLayout::new(stream, dc)?,
             masked: ExpertLayout::new(stream, dm)?,
             fused64: ExpertLayout::new(stream, df)?,
+            fused_tile: None,
             a: zeros(cap * weights.hidden)?,
             d1: zeros(cap * weights.w13_rows())?,
             h: zeros(cap * weights.inter)?,
@@ -273,6 +276,10 @@ impl<T: Element> MoeLayer<T> {
     }
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+    /// Fixes the `Fused` backend's tile (`None`: chosen per batch by [`FusedTile::for_rows`]).
+    pub fn set_fused_tile(&mut self, tile: Option<FusedTile>) {
+        self.fused_tile = tile;
     }
     /// Switches the backend of a live layer (no reload, no allocation).
     pub fn set_backend(&mut self, backend: Backend) {
@@ -391,10 +398,10 @@ impl<T: Element> MoeLayer<T> {
     ) -> Result<()> {
         let w = &self.weights;
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
-        let tile = FusedTile::for_rows(tokens * self.top_k, w.experts);
+        let tile = self.fused_tile.unwrap_or_else(|| FusedTile::for_rows(tokens * self.top_k, w.experts));
         let layout = match tile {
             FusedTile::M64N128K64 => &mut self.fused64,
-            FusedTile::M128N128K64 => &mut self.contiguous,
+            FusedTile::M128N256K64 => &mut self.contiguous,
         };
         layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
         fused::gemm1_gather(stream, tile, layout, tokens, x, &w.w13, r13, h, &mut self.d1)?;
