@@ -32,7 +32,7 @@ namespace fused {
 
 using namespace cute;
 
-template <class Element_, int BM, int BN, int BK, int Stages, int MinBlocks>
+template <class Element_, int BM, int BN, int BK, int Stages, int MinBlocks, int GroupM>
 struct FusedGemm {
   using Element = Element_;
   using Tile = Shape<Int<BM>, Int<BN>, Int<BK>>;
@@ -49,6 +49,7 @@ struct FusedGemm {
   static constexpr int kMmaThreads = size(TiledMma{});
   static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kMinBlocks = MinBlocks;
+  static constexpr int kGroupM = GroupM;
   // Two consumer warpgroups: the producer hands its registers to them (CUTLASS's split for 384 threads).
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
@@ -101,12 +102,17 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks) fused_moe_gemm_ker
   extern __shared__ __align__(128) char smem_raw[];
   auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
 
-  // N tiles fastest: the CTAs in flight share their gathered A rows (read from HBM about once), and an
-  // expert's B tiles are reused by its consecutive M tiles while still in L2.
+  // Raster: groups of kGroupM consecutive M tiles (mostly one expert's) run across every N tile, M fastest.
+  // At prefill the CTAs in flight then read each B tile once for the whole group and each gathered A tile once
+  // for all N tiles (N-fastest re-read B from HBM per M tile, M-fastest A per N tile). Decode tiles use
+  // kGroupM = 1 (N fastest): one expert's consecutive weight rows stream together.
+  constexpr int kGroupM = G::kGroupM;
   const int n_tiles = (p.n + BN - 1) / BN;
-  const int64_t m_tile = int64_t(blockIdx.x) / n_tiles;
+  const int64_t group = int64_t(blockIdx.x) / (int64_t(kGroupM) * n_tiles);
+  const int within = int(int64_t(blockIdx.x) % (int64_t(kGroupM) * n_tiles));
+  const int64_t m_tile = group * kGroupM + within % kGroupM;
   const int64_t m0 = m_tile * BM;
-  const int n0 = int(blockIdx.x % n_tiles) * BN;
+  const int n0 = (within / kGroupM) * BN;
   const int64_t total = *p.total;
   if (m0 >= total || m0 >= p.capacity) return;  // past the last tile of this batch: the whole CTA leaves
   const int e = p.expert_ids[m_tile];
@@ -225,7 +231,8 @@ inline int64_t tile_bound(int64_t rows, int64_t experts, int64_t capacity, int b
 
 template <class G>
 Status run(const FusedGemmArgs& a) {
-  const int64_t m_tiles = tile_bound(a.rows, a.experts, a.capacity, G::kBM);
+  // Whole raster groups of M tiles (tiles past the batch return at once).
+  const int64_t m_tiles = (tile_bound(a.rows, a.experts, a.capacity, G::kBM) + G::kGroupM - 1) / G::kGroupM * G::kGroupM;
   const int64_t n_tiles = (a.n + G::kBN - 1) / G::kBN;
   if (m_tiles == 0 || n_tiles == 0) return {StatusCode::Ok, 0};
   if (m_tiles * n_tiles > 0x7fffffff) return {StatusCode::CutlassCannotImplement, 0};
@@ -254,12 +261,12 @@ Status run(const FusedGemmArgs& a) {
 }
 
 // The tiles, named as in moe_ops.h's FusedTile. The 64-row tile runs two CTAs per SM (4 x 24 KiB stages each),
-// so one CTA's prologue and epilogue overlap the other's streaming; the 128 x 256 tile (4 x 48 KiB) halves the
-// L2 traffic per FLOP of a 128 x 128 one, which L2 bandwidth, not the tensor cores, limits here.
+// so one CTA's prologue and epilogue overlap the other's streaming. The 128 x 256 tile (4 x 48 KiB) halves the
+// operand traffic per FLOP of a 128 x 128 one, which measured 1.2-1.4x slower at prefill (H200, 2026-11-29).
 template <class E>
-using M64N128K64 = FusedGemm<E, 64, 128, 64, 4, 2>;
+using M64N128K64 = FusedGemm<E, 64, 128, 64, 4, 2, 1>;
 template <class E>
-using M128N256K64 = FusedGemm<E, 128, 256, 64, 4, 1>;
+using M128N256K64 = FusedGemm<E, 128, 256, 64, 4, 1, 8>;
 
 template <class E>
 Status run_tile(const FusedGemmArgs& a) {

@@ -1,6 +1,6 @@
 //! The device's ceilings, measured in the run that uses them: streaming HBM read bandwidth (a kernel of ours)
-//! and the dense bf16 GEMM rate (cuBLAS through cudarc, 8192³, random data). A benchmark point's floor is
-//! `max(bytes / read bandwidth, FLOPs / dense rate)`.
+//! and the dense GEMM rates, bf16 (cuBLAS through cudarc) and fp8 e4m3 (cuBLASLt through cudarc), 8192³, random
+//! data. A benchmark point's floor is `max(bytes / read bandwidth, FLOPs / dense rate of its dtype)`.
 
 use std::sync::Arc;
 
@@ -17,6 +17,9 @@ pub struct Ceilings {
     pub read_bytes_per_s: f64,
     /// Dense bf16 FLOP/s of cuBLAS on 8192 x 8192 x 8192, or `None` where libcublas cannot be loaded.
     pub bf16_flops: Option<f64>,
+    /// Dense e4m3 x e4m3 -> bf16 FLOP/s of cuBLASLt on 8192³ (fp32 accumulation, unit scales), or `None`
+    /// where libcublasLt cannot be loaded: the floor of fp8 points.
+    pub fp8_flops: Option<f64>,
 }
 
 impl Ceilings {
@@ -53,5 +56,18 @@ pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
     } else {
         None
     };
-    Ok(Ceilings { read_bytes_per_s, bf16_flops })
+    let fp8_flops = if ffi::cublaslt_present() {
+        let n = 8192usize;
+        let gemm = ffi::CublasLtFp8Gemm::new(stream, n)?;
+        // Finite random e4m3 values (no NaN bit patterns), the same matrix for both operands.
+        let mut rng = random::SplitMix64(14);
+        let host: Vec<u8> = (0..n * n).map(|_| float8::F8E4M3::from_f32(rng.unit() * 2.0).to_bits()).collect();
+        let a = stream.clone_htod(&host)?;
+        let mut d = stream.alloc_zeros::<bf16>(n * n)?;
+        let us = timing::measure(stream, 10, 1, &mut None, || gemm.launch(&a, &a, &mut d))?.median_us;
+        Some(2.0 * (n as f64).powi(3) / (us * 1e-6))
+    } else {
+        None
+    };
+    Ok(Ceilings { read_bytes_per_s, bf16_flops, fp8_flops })
 }

@@ -239,14 +239,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let ceil = if args.no_ceilings {
         // Without measurement, the ceilings of shared/PERF_TARGETS.md (one H200, 2026-11-29), labelled as such.
         println!("ceilings: not measured (--no-ceilings); floors use PERF_TARGETS.md's 4.47 TB/s and 789 TFLOP/s");
-        moe_gemm::ceilings::Ceilings { read_bytes_per_s: 4.47e12, bf16_flops: Some(789e12) }
+        moe_gemm::ceilings::Ceilings { read_bytes_per_s: 4.47e12, bf16_flops: Some(789e12), fp8_flops: None }
     } else {
         let c = moe_gemm::ceilings::measure(&stream)?;
         println!(
-            "ceilings measured now: streaming read {:.2} TB/s (4 GiB); dense bf16 {} (cuBLAS 8192^3)",
+            "ceilings measured now: streaming read {:.2} TB/s (4 GiB); dense bf16 {} (cuBLAS 8192^3); dense fp8 e4m3 {} (cuBLASLt 8192^3)",
             c.read_bytes_per_s / 1e12,
             c.bf16_flops
-                .map_or("not measured: libcublas not found".to_string(), |f| format!("{:.0} TFLOP/s", f / 1e12))
+                .map_or("not measured: libcublas not found".to_string(), |f| format!("{:.0} TFLOP/s", f / 1e12)),
+            c.fp8_flops
+                .map_or("not measured: libcublasLt not found".to_string(), |f| format!("{:.0} TFLOP/s", f / 1e12))
         );
         c
     };

@@ -431,7 +431,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             .collect();
         let doc = serde_json::json!({
             "device": info.name, "sm_count": info.sm_count, "read_bytes_per_s": ceil.read_bytes_per_s,
-            "bf16_flops": ceil.bf16_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
+            "bf16_flops": ceil.bf16_flops, "fp8_flops": ceil.fp8_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
         });
         super::bench::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
