@@ -168,20 +168,23 @@ fn dtype_facts() {
 #[test]
 fn auto_policy_matches_the_measured_suite() {
     use moe_gemm::{auto_backend, Backend::*};
-    // (E, k, H, I, T, measured best)
+    // (E, k, H, I, T, measured best among Batched, Grouped, Fused: benches/results/h200-2026-11-29-s2)
     let cases = [
-        (8, 2, 4096, 14336, 1, Batched),      // 191 vs 269 us
-        (8, 2, 4096, 14336, 2, Batched),      // 342 vs 427
-        (8, 2, 4096, 14336, 4, Grouped),      // 632 vs 658
-        (8, 2, 4096, 14336, 64, Grouped),     // 765 vs 9866
-        (128, 8, 2048, 768, 1, Batched),      // 42 vs 57
-        (128, 8, 2048, 768, 8, Batched),      // 152 vs 195
-        (128, 8, 2048, 768, 64, Grouped),     // 360 vs 1037
-        (128, 8, 4096, 1536, 8, Grouped),     // 531 vs 561
-        (256, 8, 7168, 2048, 1, Batched),     // 179 vs 235
-        (256, 8, 7168, 2048, 8, Grouped),     // 1185 vs 1238
-        (128, 4, 2880, 2880, 1, Batched),     // 89 vs 104
-        (256, 8, 7168, 2048, 16384, Grouped), // batched row limit
+        (8, 2, 4096, 14336, 1, Batched),      // 191 vs Fused 263, Grouped 282 us
+        (8, 2, 4096, 14336, 2, Batched),      // 341 vs 415, 428
+        (8, 2, 4096, 14336, 4, Fused),        // 583 vs Grouped 629, Batched 658
+        (8, 2, 4096, 14336, 64, Fused),       // 749 vs Grouped 768
+        (8, 2, 4096, 14336, 256, Grouped),    // 813 vs Fused 1072
+        (128, 8, 2048, 768, 1, Batched),      // 44 vs Fused 72
+        (128, 8, 2048, 768, 8, Batched),      // 152 vs 194, 195
+        (128, 8, 2048, 768, 64, Grouped),     // 366 vs Fused 379
+        (128, 8, 4096, 1536, 4, Batched),     // 294 vs 332, 344
+        (128, 8, 4096, 1536, 8, Grouped),     // 535 vs Batched 560
+        (256, 8, 7168, 2048, 1, Batched),     // 179 vs 240, 268
+        (256, 8, 7168, 2048, 4, Batched),     // 657 vs Fused 706, Grouped 723
+        (256, 8, 7168, 2048, 8, Grouped),     // 1201 vs Fused 1204, Batched 1262
+        (256, 8, 7168, 2048, 16384, Grouped), // 22147 vs Fused 31301 (batched row limit)
+        (128, 4, 2880, 2880, 1, Batched),     // 89 vs 99, 126
     ];
     for (e, k, h, i, t, want) in cases {
         assert_eq!(auto_backend(e, k, h, i, t), want, "E={e} k={k} H={h} I={i} T={t}");

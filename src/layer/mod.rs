@@ -142,11 +142,13 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
     let rows = tokens as f64 * k;
     let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
     let expert_bytes = 3.0 * (hidden * inter) as f64 * 2.0;
-    let batched_us = rows * expert_bytes / 4.0e12 * 1e6 + 8.0;
+    let batched_us = rows * expert_bytes / 4.3e12 * 1e6 + 12.0;
     let grouped_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
     let grouped_us = active * expert_bytes / grouped_bw * 1e6 + 60.0;
     if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
         Backend::Batched
+    } else if rows / active.max(1.0) <= 32.0 && expert_bytes >= 128e6 {
+        Backend::Fused
     } else {
         Backend::Grouped
     }
@@ -286,13 +288,15 @@ impl<T: Element> MoeLayer<T> {
         self.backend = backend;
     }
 
-    /// The backend a forward of `tokens` tokens runs. `Auto` compares two costs fitted to the H200 suite
-    /// (`moe-gemm bench --layer --suite`, 2026-11-29): `Batched` streams one expert's weights per (token, slot)
-    /// row at about 4.0 TB/s plus 8 µs; `Grouped` streams each *active* expert once, at about 4.16 TB/s when 16
-    /// or more experts are active and 3.3 TB/s when fewer (few large experts leave the grouped GEMM short of
-    /// parallelism at small M), plus about 60 µs of layout, gather, activation and combine. Batched wins at
-    /// T = 1 everywhere, Mixtral T = 2 and Qwen3-30B T = 8; Grouped otherwise. Masked measured slower than
-    /// Grouped at every point and is never picked; it stays for callers who want its fixed-capacity layout.
+    /// The backend a forward of `tokens` tokens runs. `Auto` compares costs fitted to the H200 suite
+    /// (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-s2): `Batched` streams one expert's
+    /// weights per (token, slot) row at about 4.3 TB/s plus 12 µs; `Grouped` streams each *active* expert once,
+    /// at about 4.16 TB/s when 16 or more experts are active and 3.3 TB/s when fewer, plus about 60 µs of
+    /// layout, gather, activation and combine. Where Batched loses, `Fused` takes batches of at most 32 rows
+    /// per active expert on experts of 128 MB or more (Mixtral-class: many 128-wide N tiles per expert keep
+    /// its 64-row tiles streaming; 4–7% ahead of Grouped at Mixtral T = 4–64), and `Grouped` everything else
+    /// (`Fused` is 1–2% behind it on smaller experts and up to 1.6x at prefill). Masked and Contiguous stay
+    /// for callers who want their layouts (within 2% of Grouped on the suite).
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
             // An expert map rules out Batched, which reads global ids as weight indices.
