@@ -50,8 +50,9 @@ struct FusedGemm {
   static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kMinBlocks = MinBlocks;
   static constexpr int kGroupM = GroupM;
-  // Two consumer warpgroups: the producer hands its registers to them (CUTLASS's split for 384 threads).
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // Two consumer warpgroups: the producer hands them its registers. It keeps 72 (its cp.async addressing and
+  // tile loop spill below that; CUTLASS's TMA-only producers keep 40); 128 x 72 + 256 x 216 <= 64K.
+  static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
 
   struct SharedStorage {
     typename Mainloop::TensorStorage tensors;  // first: the dynamic smem base keeps B's stages 1024-byte aligned
@@ -95,28 +96,44 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
 
+// One tile of the persistent loop: where it is and whose weights it multiplies.
+struct TileCoord {
+  int64_t m_tile, m0;
+  int n0, expert;
+  bool live;  // false: past the batch (or an expert id out of range); skipped by every role alike
+};
+
+// Raster: groups of kGroupM consecutive M tiles (mostly one expert's) run across every N tile, M fastest. At
+// prefill the tiles in flight then read each B tile once for the whole group and each gathered A tile once for
+// all N tiles (N-fastest re-read B from HBM per M tile, M-fastest A per N tile). Decode tiles use kGroupM = 1
+// (N fastest): one expert's consecutive weight rows stream together.
 template <class G>
-__global__ void __launch_bounds__(G::kThreads, G::kMinBlocks) fused_moe_gemm_kernel(const __grid_constant__ Params<G> p) {
+__device__ __forceinline__ TileCoord tile_coord(const Params<G>& p, int64_t tile, int n_tiles, int64_t total) {
+  constexpr int kGroupM = G::kGroupM;
+  const int64_t per_group = int64_t(kGroupM) * n_tiles;
+  const int within = int(tile % per_group);
+  TileCoord c;
+  c.m_tile = tile / per_group * kGroupM + within % kGroupM;
+  c.m0 = c.m_tile * G::kBM;
+  c.n0 = (within / kGroupM) * G::kBN;
+  c.live = c.m0 < total && c.m0 < p.capacity;
+  c.expert = c.live ? p.expert_ids[c.m_tile] : -1;
+  c.live = c.live && c.expert >= 0 && c.expert < p.experts;  // our layout writes ids below `experts`
+  return c;
+}
+
+// Persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ...; the producer runs ahead into the next tile
+// while the consumers store the last one, and the pipeline state carries over between tiles.
+template <class G>
+__global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
+    fused_moe_gemm_kernel(const __grid_constant__ Params<G> p, int64_t num_tiles) {
   using Element = typename G::Element;
   constexpr int BM = G::kBM, BN = G::kBN, BK = G::kBK;
   extern __shared__ __align__(128) char smem_raw[];
   auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
 
-  // Raster: groups of kGroupM consecutive M tiles (mostly one expert's) run across every N tile, M fastest.
-  // At prefill the CTAs in flight then read each B tile once for the whole group and each gathered A tile once
-  // for all N tiles (N-fastest re-read B from HBM per M tile, M-fastest A per N tile). Decode tiles use
-  // kGroupM = 1 (N fastest): one expert's consecutive weight rows stream together.
-  constexpr int kGroupM = G::kGroupM;
   const int n_tiles = (p.n + BN - 1) / BN;
-  const int64_t group = int64_t(blockIdx.x) / (int64_t(kGroupM) * n_tiles);
-  const int within = int(int64_t(blockIdx.x) % (int64_t(kGroupM) * n_tiles));
-  const int64_t m_tile = group * kGroupM + within % kGroupM;
-  const int64_t m0 = m_tile * BM;
-  const int n0 = (within / kGroupM) * BN;
   const int64_t total = *p.total;
-  if (m0 >= total || m0 >= p.capacity) return;  // past the last tile of this batch: the whole CTA leaves
-  const int e = p.expert_ids[m_tile];
-  if (e < 0 || e >= p.experts) return;  // our layout writes ids below `experts`; never index past B
   const int k_tiles = (p.k + BK - 1) / BK;
 
   const int warp_group = int(threadIdx.x) / 128;
@@ -128,49 +145,52 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks) fused_moe_gemm_ker
   __syncthreads();
 
   if (warp_group == 0) {
-    // Producer: every thread owns one 16-byte column chunk of BM/16 A rows and BN/16 B rows. Row indices stay
-    // 32-bit (registers are scarce once the consumers take theirs).
+    // Producer: every thread owns one 16-byte column chunk of BM/16 A rows; thread 0 also issues B's TMA.
     if constexpr (G::kMmaThreads == 256) cutlass::arch::warpgroup_reg_dealloc<G::kProducerRegs>();
     const int t = int(threadIdx.x);
     const int chunk = t % G::kChunks, row0 = t / G::kChunks;
+    const int kc = chunk * (16 / int(sizeof(Element)));  // element column of this chunk in a k-tile
     constexpr int kA = BM / G::kRowsPerPass;
     const auto* A = static_cast<const Element*>(p.a);
-    int a_src[kA];  // A row of each of this thread's tile rows, -1: zeros (padding, past the batch)
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kA; ++i) {
-      const int64_t pos = m0 + row0 + i * G::kRowsPerPass;
-      const int r = pos < total ? p.sorted_ids[pos] : -1;
-      const bool placed = r >= 0 && r < p.rows;
-      // Gather: x's row of the token; scatter: the position's own row of h (padding rows are never stored).
-      a_src[i] = !placed ? -1 : (p.mode == FusedMode::Gather ? r / p.top_k : int(pos));
-    }
     Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename G::Mainloop::SmemLayoutA{});
     Tensor sB = make_tensor(make_smem_ptr(ss.tensors.smem_B.data()), typename G::Mainloop::SmemLayoutB{});
     Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, p.experts));
-    Tensor gB = local_tile(mB(_, _, e), make_shape(Int<BN>{}, Int<BK>{}), make_coord(n0 / BN, _));  // (BN,BK,k)
     auto tma = p.tma_b.get_slice(0);
-    Tensor tBgB = tma.partition_S(gB);  // (TMA,TMA_N,TMA_K,k)
     Tensor tBsB = tma.partition_D(sB);  // (TMA,TMA_N,TMA_K,PIPE)
     auto state = cutlass::make_producer_start_state<typename G::Pipeline>();
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      pipeline.producer_acquire(state);
-      const int stage = state.index();
-      if (t == 0) {
-        // The stage completes once the 128 producer arrivals, their cp.asyncs and these bytes have all landed.
-        auto* bar = pipeline.producer_get_barrier(state);
-        cutlass::arch::ClusterTransactionBarrier::expect_transaction(bar, G::kTmaBytesB);
-        copy(p.tma_b.with(*bar), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
-      }
-      const int kc = chunk * (16 / int(sizeof(Element)));  // element column of this chunk in the k-tile
-      const int kg = kt * BK + kc;
-      const bool k_ok = kg < p.k;  // k % 8 == 0: a chunk is wholly inside or outside
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const TileCoord c = tile_coord(p, tile, n_tiles, total);
+      if (!c.live) continue;
+      int a_src[kA];  // A row of each of this thread's tile rows, -1: zeros (padding, past the batch)
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kA; ++i) {
-        const bool ok = a_src[i] >= 0 && k_ok;
-        cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), ok ? A + int64_t(a_src[i]) * p.k + kg : A, ok);
+        const int64_t pos = c.m0 + row0 + i * G::kRowsPerPass;
+        const int r = pos < total ? p.sorted_ids[pos] : -1;
+        const bool placed = r >= 0 && r < p.rows;
+        // Gather: x's row of the token; scatter: the position's own row of h (padding rows are never stored).
+        a_src[i] = !placed ? -1 : (p.mode == FusedMode::Gather ? r / p.top_k : int(pos));
       }
-      pipeline.producer_commit(state, cutlass::arch::cpasync_barrier_arrive);
-      ++state;
+      Tensor gB = local_tile(mB(_, _, c.expert), make_shape(Int<BN>{}, Int<BK>{}), make_coord(c.n0 / BN, _));
+      Tensor tBgB = tma.partition_S(gB);  // (TMA,TMA_N,TMA_K,k)
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        pipeline.producer_acquire(state);
+        const int stage = state.index();
+        if (t == 0) {
+          // The stage completes once the 128 producer arrivals, their cp.asyncs and B's bytes have all landed.
+          auto* bar = pipeline.producer_get_barrier(state);
+          cutlass::arch::ClusterTransactionBarrier::expect_transaction(bar, G::kTmaBytesB);
+          copy(p.tma_b.with(*bar), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
+        }
+        const int kg = kt * BK + kc;
+        const bool k_ok = kg < p.k;  // k % 8 == 0: a chunk is wholly inside or outside
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kA; ++i) {
+          const bool ok = a_src[i] >= 0 && k_ok;
+          cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), ok ? A + int64_t(a_src[i]) * p.k + kg : A, ok);
+        }
+        pipeline.producer_commit(state, cutlass::arch::cpasync_barrier_arrive);
+        ++state;
+      }
     }
     pipeline.producer_tail(state);
   } else {
@@ -178,44 +198,66 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks) fused_moe_gemm_ker
     const int mma_thread = int(threadIdx.x) - 128;
     typename G::TiledMma tiled_mma;
     Tensor accum = partition_fragment_C(tiled_mma, make_shape(Int<BM>{}, Int<BN>{}));
+    // GMMA's accumulator layout gives each thread two rows (m and m + 8 of its warp's 16) and adjacent column
+    // pairs: the epilogue stores pairs as one word and looks its two rows up once per tile.
+    static_assert(decltype(size<1>(accum))::value == 1 && decltype(size(accum))::value % 4 == 0);
+    auto thr = tiled_mma.get_slice(mma_thread);
+    Tensor coord = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    const int row_lo = get<0>(coord(0));
     typename G::Mainloop mainloop;
     typename G::PipelineState read_state;
     typename G::Mainloop::Params unused{};
-    mainloop.mma(pipeline, read_state, accum, k_tiles, mma_thread, ss.tensors, unused);
-    mainloop.mma_tail(pipeline, read_state, k_tiles);
-
-    // Epilogue from registers: columns come in adjacent pairs (GMMA's accumulator layout), stored as one word.
-    auto thr = tiled_mma.get_slice(mma_thread);
-    Tensor coord = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    static_assert(decltype(size(accum))::value % 2 == 0);
     auto* D = static_cast<Element*>(p.d);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accum); i += 2) {
-      const int m = get<0>(coord(i)), n = n0 + get<1>(coord(i));
-      const int64_t pos = m0 + m;
-      if (pos >= total || n >= p.n) continue;
-      Element v0, v1;
-      int64_t row;
-      if (p.mode == FusedMode::Gather) {
-        row = pos;
-        v0 = Element(accum(i));
-        v1 = Element(accum(i + 1));
-      } else {
-        const int r = p.sorted_ids[pos];
-        if (r < 0 || r >= p.rows) continue;
-        row = r;
-        const float w = p.weights ? p.weights[r] : 1.0f;
-        const float b0 = p.bias ? p.bias[int64_t(e) * p.n + n] : 0.0f;
-        const float b1 = p.bias ? p.bias[int64_t(e) * p.n + n + 1] : 0.0f;
-        // GEMM2 rounds to the element type before the bias and the router weight, as the other backends do.
-        v0 = Element((float(Element(accum(i))) + b0) * w);
-        v1 = Element((float(Element(accum(i + 1))) + b1) * w);
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const TileCoord c = tile_coord(p, tile, n_tiles, total);
+      if (!c.live) continue;
+      // Destination row (or -1) and router weight of this thread's two rows, loaded before the mainloop hides
+      // their latency.
+      int64_t dst[2];
+      float w[2];
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int64_t pos = c.m0 + row_lo + 8 * h;
+        dst[h] = -1;
+        w[h] = 1.0f;
+        if (pos < total) {
+          if (p.mode == FusedMode::Gather) {
+            dst[h] = pos;
+          } else {
+            const int r = p.sorted_ids[pos];
+            if (r >= 0 && r < p.rows) {
+              dst[h] = r;
+              w[h] = p.weights ? p.weights[r] : 1.0f;
+            }
+          }
+        }
       }
-      // n is even and n + 1 < N (N % 8 == 0): one aligned 4-byte store.
-      cutlass::Array<Element, 2> pair;
-      pair[0] = v0;
-      pair[1] = v1;
-      *reinterpret_cast<cutlass::Array<Element, 2>*>(D + row * p.n + n) = pair;
+      mainloop.mma(pipeline, read_state, accum, k_tiles, mma_thread, ss.tensors, unused);
+      mainloop.mma_tail(pipeline, read_state, k_tiles);
+      read_state.advance(k_tiles);
+
+      const float* bias = p.bias ? p.bias + int64_t(c.expert) * p.n : nullptr;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); i += 2) {
+        const int h = get<0>(coord(i)) == row_lo ? 0 : 1;
+        const int n = c.n0 + get<1>(coord(i));
+        if (dst[h] < 0 || n >= p.n) continue;
+        Element v0, v1;
+        if (p.mode == FusedMode::Gather) {
+          v0 = Element(accum(i));
+          v1 = Element(accum(i + 1));
+        } else {
+          const float b0 = bias ? bias[n] : 0.0f, b1 = bias ? bias[n + 1] : 0.0f;
+          // GEMM2 rounds to the element type before the bias and the router weight, as the other backends do.
+          v0 = Element((float(Element(accum(i))) + b0) * w[h]);
+          v1 = Element((float(Element(accum(i + 1))) + b1) * w[h]);
+        }
+        // n is even and n + 1 < N (N % 8 == 0): one aligned 4-byte store.
+        cutlass::Array<Element, 2> pair;
+        pair[0] = v0;
+        pair[1] = v1;
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(D + dst[h] * p.n + n) = pair;
+      }
     }
   }
 }
@@ -254,8 +296,13 @@ Status run(const FusedGemmArgs& a) {
   constexpr int smem = int(sizeof(typename G::SharedStorage));
   cudaError_t e = cudaFuncSetAttribute(fused_moe_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  fused_moe_gemm_kernel<G><<<unsigned(m_tiles * n_tiles), G::kThreads, smem,
-                             reinterpret_cast<cudaStream_t>(a.stream)>>>(p);
+  int device = 0, sms = 0;
+  e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  const int64_t tiles = m_tiles * n_tiles;
+  const int64_t ctas = tiles < int64_t(sms) * G::kMinBlocks ? tiles : int64_t(sms) * G::kMinBlocks;
+  fused_moe_gemm_kernel<G><<<unsigned(ctas), G::kThreads, smem, reinterpret_cast<cudaStream_t>(a.stream)>>>(p, tiles);
   e = cudaGetLastError();
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }

@@ -168,23 +168,26 @@ fn dtype_facts() {
 #[test]
 fn auto_policy_matches_the_measured_suite() {
     use moe_gemm::{auto_backend, Backend::*};
-    // (E, k, H, I, T, measured best among Batched, Grouped, Fused: benches/results/h200-2026-11-29-s2)
+    // (E, k, H, I, T, measured best among Batched, Grouped, Fused: benches/results/h200-2026-11-29-s2 and the
+    // persistent fused kernel measured after it)
     let cases = [
         (8, 2, 4096, 14336, 1, Batched),      // 191 vs Fused 263, Grouped 282 us
         (8, 2, 4096, 14336, 2, Batched),      // 341 vs 415, 428
-        (8, 2, 4096, 14336, 4, Fused),        // 583 vs Grouped 629, Batched 658
-        (8, 2, 4096, 14336, 64, Fused),       // 749 vs Grouped 768
-        (8, 2, 4096, 14336, 256, Grouped),    // 813 vs Fused 1072
+        (8, 2, 4096, 14336, 4, Fused),        // 627 vs Grouped 629, Batched 658
+        (8, 2, 4096, 14336, 64, Fused),       // 723 vs Grouped 768
+        (8, 2, 4096, 14336, 256, Grouped),    // 813 vs Fused 808 (128x256), 1034 (64x128)
         (128, 8, 2048, 768, 1, Batched),      // 44 vs Fused 72
-        (128, 8, 2048, 768, 8, Batched),      // 152 vs 194, 195
-        (128, 8, 2048, 768, 64, Grouped),     // 366 vs Fused 379
+        (128, 8, 2048, 768, 8, Batched),      // 152 vs Fused 177, Grouped 195
+        (128, 8, 2048, 768, 64, Fused),       // 332 vs Grouped 366
+        (128, 8, 2048, 768, 512, Fused),      // 374 vs Grouped 419
+        (128, 8, 2048, 768, 4096, Grouped),   // 781 vs Fused 908
         (128, 8, 4096, 1536, 4, Batched),     // 294 vs 332, 344
-        (128, 8, 4096, 1536, 8, Grouped),     // 535 vs Batched 560
         (256, 8, 7168, 2048, 1, Batched),     // 179 vs 240, 268
-        (256, 8, 7168, 2048, 4, Batched),     // 657 vs Fused 706, Grouped 723
-        (256, 8, 7168, 2048, 8, Grouped),     // 1201 vs Fused 1204, Batched 1262
-        (256, 8, 7168, 2048, 16384, Grouped), // 22147 vs Fused 31301 (batched row limit)
+        (256, 8, 7168, 2048, 4, Batched),     // 657 vs Fused 677, Grouped 723
+        (256, 8, 7168, 2048, 8, Fused),       // 1158 vs Grouped 1201, Batched 1262
+        (256, 8, 7168, 2048, 16384, Grouped), // 22147 vs Fused 28565 (batched row limit)
         (128, 4, 2880, 2880, 1, Batched),     // 89 vs 99, 126
+        (128, 4, 2880, 2880, 1024, Fused),    // 1663 vs Grouped 1721
     ];
     for (e, k, h, i, t, want) in cases {
         assert_eq!(auto_backend(e, k, h, i, t), want, "E={e} k={k} H={h} I={i} T={t}");
