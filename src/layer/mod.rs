@@ -142,12 +142,12 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
     let rows = tokens as f64 * k;
     let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
     let expert_bytes = 3.0 * (hidden * inter) as f64 * 2.0;
-    let batched_us = rows * expert_bytes / 4.3e12 * 1e6 + 12.0;
-    let grouped_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
-    let grouped_us = active * expert_bytes / grouped_bw * 1e6 + 60.0;
-    if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= grouped_us {
+    let batched_us = rows * expert_bytes / 4.05e12 * 1e6 + 12.0;
+    let layout_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
+    let layout_us = active * expert_bytes / layout_bw * 1e6 + 50.0;
+    if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
         Backend::Batched
-    } else if rows / active.max(1.0) <= 48.0 {
+    } else if rows / active.max(1.0) <= 48.0 && (rows <= 64.0 || inter <= 1024 || experts <= 16) {
         Backend::Fused
     } else {
         Backend::Grouped
@@ -288,15 +288,18 @@ impl<T: Element> MoeLayer<T> {
         self.backend = backend;
     }
 
-    /// The backend a forward of `tokens` tokens runs. `Auto` compares costs fitted to the H200 suite
-    /// (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-s2): `Batched` streams one expert's
-    /// weights per (token, slot) row at about 4.3 TB/s plus 12 µs; the layout backends stream each *active*
-    /// expert once, at about 4.16 TB/s when 16 or more experts are active and 3.3 TB/s when fewer, plus about
-    /// 60 µs of layout, activation and combine. Where Batched loses, `Fused` (its persistent 64-row tile) takes
-    /// batches of at most 48 rows per active expert: no permuted copy, and measured 1–12% ahead of Grouped there
-    /// (Qwen3-30B T=64 332 vs 366 µs, Mixtral T=64 723 vs 768, DeepSeek-V3 T=1024 5591 vs 5780). `Grouped`
-    /// takes the rest: at prefill its TMA-fed grouped GEMMs beat the fused gather by 1.2–1.5x. Masked and
-    /// Contiguous stay for callers who want their layouts (within 2% of Grouped on the suite).
+    /// The backend a forward of `tokens` tokens runs. `Auto` compares costs fitted to the H200 suite under
+    /// uniform routing (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-s2): `Batched`
+    /// streams one expert's weights per (token, slot) row at about 4.05 TB/s plus 12 µs; the layout backends
+    /// stream each *active* expert once, at about 4.16 TB/s when 16 or more experts are active and 3.3 TB/s when
+    /// fewer, plus about 50 µs of layout, activation and combine. Skewed routing activates fewer experts than
+    /// uniform routing predicts, which only the layout backends profit from, so near-ties go to them. Where
+    /// Batched loses, `Fused` (its persistent 64-row tile, no permuted copy) takes batches of at most 48 rows
+    /// per active expert where it measured ahead of Grouped: up to 64 (token, slot) rows on any model (its fixed
+    /// cost is the lower), and beyond that on narrow experts (I ≤ 1024: Qwen3-30B T=64 355 vs 365 µs) or few
+    /// experts (E ≤ 16: Mixtral T=64 748 vs 768). On wide experts with many rows (DeepSeek-V3, gpt-oss,
+    /// Qwen3-235B at T = 16–256) Grouped's TMA-fed GEMMs are 1–4% ahead, and at prefill 1.2–1.5x: `Grouped`
+    /// takes those. Masked and Contiguous stay for callers who want their layouts (within 2% of Grouped).
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
             // An expert map rules out Batched, which reads global ids as weight indices.
