@@ -200,3 +200,22 @@ fn auto_policy_matches_the_measured_suite() {
         assert_eq!(auto_backend(e, k, h, i, t), want, "E={e} k={k} H={h} I={i} T={t}");
     }
 }
+
+/// The fused backend's tile follows rows per active expert (thresholds measured on the H200: see
+/// `FusedTile::for_rows`).
+#[test]
+fn fused_tile_follows_rows_per_expert() {
+    use moe_gemm::kernels::fused::FusedTile::{self, *};
+    let cases: [(usize, usize, FusedTile); 6] = [
+        (2, 8, M64N128K64),         // T = 1 on Mixtral
+        (4096, 128, M64N128K64),    // 32 rows per expert
+        (8192, 128, M128N256K64),   // 64 rows per expert
+        (512, 8, M128N256K64),      // Mixtral T = 256
+        (131072, 256, M128N256K64), // DeepSeek-V3 prefill
+        (63, 1, M64N128K64),
+    ];
+    for (rows, experts, want) in cases {
+        assert_eq!(FusedTile::for_rows(rows, experts), want, "rows {rows}, experts {experts}");
+        assert_eq!(want.block_m(), if want == M64N128K64 { 64 } else { 128 });
+    }
+}

@@ -369,24 +369,13 @@ impl<T: Element> MoeLayer<T> {
             _ => (&mut self.masked, &mut self.gemm_masked),
         };
         let w = &self.weights;
-        let (h, i) = (w.hidden, w.inter);
-        let cap = layout.dims().capacity();
+        let h = w.hidden;
         layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
         layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
         let rows = tokens * self.top_k;
         let (g1, ws1) = gemms.g1.for_rows(rows);
         g1.launch(stream, &self.a, &w.w13, layout.group_rows(), &mut self.d1, ws1, &mut self.status)?;
-        let act = ffi::ActivationLaunch {
-            act: w.activation,
-            gate_up: w.gate_up,
-            inter: i,
-            rows: cap,
-            total: Some(layout.total()),
-            row_experts: layout.m_indices().as_view(),
-            experts: w.experts,
-            bias: w.b13.as_ref(),
-        };
-        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
         let (g2, ws2) = gemms.g2.for_rows(rows);
         g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, ws2, &mut self.status)?;
         combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
@@ -412,17 +401,7 @@ impl<T: Element> MoeLayer<T> {
         };
         layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
         fused::gemm1_gather(stream, tile, layout, tokens, x, &w.w13, r13, h, &mut self.d1)?;
-        let act = ffi::ActivationLaunch {
-            act: w.activation,
-            gate_up: w.gate_up,
-            inter: i,
-            rows: layout.dims().capacity(),
-            total: Some(layout.total()),
-            row_experts: layout.m_indices().as_view(),
-            experts: w.experts,
-            bias: w.b13.as_ref(),
-        };
-        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
         fused::gemm2_scatter(stream, tile, layout, tokens, &self.h, &w.w2, h, i, weights, w.b2.as_ref(), &mut self.d2)?;
         fused::sum_slots(stream, layout, tokens, h, &self.d2, y)
     }
@@ -485,22 +464,34 @@ impl<T: Element> MoeLayer<T> {
         let mut one =
             PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
         one.gemms(&mut g.g1, &self.a, h, &w.w13, r13, &mut self.d1)?;
-        let act = ffi::ActivationLaunch {
-            act: w.activation,
-            gate_up: w.gate_up,
-            inter: i,
-            rows: layout.dims().capacity(),
-            total: Some(layout.total()),
-            row_experts: layout.m_indices().as_view(),
-            experts: w.experts,
-            bias: w.b13.as_ref(),
-        };
-        ffi::launch_activate(stream, &act, &self.d1, &mut self.h, self.status.word_mut())?;
+        activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
         let mut one =
             PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
         one.gemms(&mut g.g2, &self.h, i, &w.w2, h, &mut self.d2)?;
         combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
     }
+}
+
+/// `h = act(d1 + b13)` for the positions `layout` placed (the rows of its capacity that have an expert).
+fn activate_layout<T: Element>(
+    stream: &Arc<CudaStream>,
+    w: &ExpertWeights<T>,
+    layout: &ExpertLayout,
+    d1: &CudaSlice<T>,
+    h: &mut CudaSlice<T>,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let act = ffi::ActivationLaunch {
+        act: w.activation,
+        gate_up: w.gate_up,
+        inter: w.inter,
+        rows: layout.dims().capacity(),
+        total: Some(layout.total()),
+        row_experts: layout.m_indices().as_view(),
+        experts: w.experts,
+        bias: w.b13.as_ref(),
+    };
+    ffi::launch_activate(stream, &act, d1, h, status.word_mut())
 }
 
 /// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order.
