@@ -2,7 +2,7 @@
 //! CPU reference, row by row, for both tiles: padding rows, N and K residues, hot and empty experts, expert
 //! parallelism, and a layout of the wrong block size refused.
 
-use half::bf16;
+use half::{bf16, f16};
 use moe_gemm::kernels::fused::{self, FusedTile};
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
@@ -21,11 +21,11 @@ struct Case {
     map: Option<Vec<i32>>,
 }
 
-fn dot(a: &[bf16], b: &[bf16]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x.to_f64() * y.to_f64()).sum()
+fn dot<T: Element>(a: &[T], b: &[T]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x.to_f32() as f64 * y.to_f32() as f64).sum()
 }
 
-fn run_case(c: &Case, tile: FusedTile) {
+fn run_case<T: Element>(c: &Case, tile: FusedTile) {
     let (_ctx, stream) = gpu();
     let (t, k) = (c.tokens, c.top_k);
     let rows = t * k;
@@ -40,10 +40,10 @@ fn run_case(c: &Case, tile: FusedTile) {
     let map_d = c.map.as_ref().map(|m| stream.clone_htod(m).unwrap());
     layout.build(&stream, t, &ids_d, map_d.as_ref().map(|m| m.as_view()).as_ref(), &mut status).unwrap();
 
-    let x = random_vec::<bf16>(t * k1, 1, 1.0);
-    let w1 = random_vec::<bf16>(local * n1 * k1, 2, 0.2);
-    let h = random_vec::<bf16>(cap * k2, 3, 1.0);
-    let w2 = random_vec::<bf16>(local * n2 * k2, 4, 0.2);
+    let x = random_vec::<T>(t * k1, 1, 1.0);
+    let w1 = random_vec::<T>(local * n1 * k1, 2, 0.2);
+    let h = random_vec::<T>(cap * k2, 3, 1.0);
+    let w2 = random_vec::<T>(local * n2 * k2, 4, 0.2);
     let mut rng = Rng(5);
     let weights: Vec<f32> = (0..rows).map(|_| rng.unit().abs() + 0.1).collect();
     let bias: Vec<f32> = (0..local * n2).map(|_| rng.unit()).collect();
@@ -54,8 +54,8 @@ fn run_case(c: &Case, tile: FusedTile) {
         stream.clone_htod(&w2).unwrap(),
     );
     let (wd, bd) = (stream.clone_htod(&weights).unwrap(), stream.clone_htod(&bias).unwrap());
-    let mut d1 = stream.clone_htod(&vec![bf16::NAN; cap * n1]).unwrap();
-    let mut pairs = stream.clone_htod(&vec![bf16::NAN; rows * n2]).unwrap();
+    let mut d1 = stream.clone_htod(&vec![T::nan(); cap * n1]).unwrap();
+    let mut pairs = stream.clone_htod(&vec![T::nan(); rows * n2]).unwrap();
     fused::gemm1_gather(&stream, tile, &layout, t, &xd, &w1d, n1, k1, &mut d1).unwrap();
     fused::gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd, Some(&bd), &mut pairs).unwrap();
     status.check(&stream).unwrap();
@@ -67,7 +67,7 @@ fn run_case(c: &Case, tile: FusedTile) {
     let positions = stream.clone_dtoh(layout.positions()).unwrap();
     let bm = tile.block_m();
     let tol = Tolerance { atol: 2e-2, rtol: 1.0 / 128.0 };
-    let what = format!("{} [{}]", c.name, tile.name());
+    let what = format!("{} [{}, {:?}]", c.name, tile.name(), T::DTYPE);
 
     // GEMM1: every used position holds its token's row times its tile's expert; padding rows are zeros.
     let mut want1 = vec![0f32; total * n1];
@@ -92,7 +92,7 @@ fn run_case(c: &Case, tile: FusedTile) {
         let got = &pairs[r * n2..][..n2];
         let p = positions[r];
         if p < 0 {
-            assert!(got.iter().all(|v| v.is_nan()), "{what}: row {r} of a remote expert was written");
+            assert!(got.iter().all(|v| v.to_f32().is_nan()), "{what}: row {r} of a remote expert was written");
             continue;
         }
         placed += 1;
@@ -102,7 +102,7 @@ fn run_case(c: &Case, tile: FusedTile) {
         let hr = &h[p * k2..][..k2];
         let want: Vec<f32> = (0..n2)
             .map(|n| {
-                let d = bf16::from_f64(dot(hr, &w2[(e * n2 + n) * k2..][..k2])).to_f64();
+                let d = T::from_f32(dot(hr, &w2[(e * n2 + n) * k2..][..k2]) as f32).to_f32() as f64;
                 ((d + bias[e * n2 + n] as f64) * weights[r] as f64) as f32
             })
             .collect();
@@ -157,8 +157,9 @@ fn fused_gemms_match_the_reference_for_both_tiles() {
     ];
     for tile in FusedTile::ALL {
         for c in &cases {
-            run_case(c, tile);
+            run_case::<bf16>(c, tile);
         }
+        run_case::<f16>(&cases[1], tile);
     }
 }
 
