@@ -150,3 +150,48 @@ impl ConfigFile {
         self.buckets.iter().filter_map(|(t, a)| other.buckets.get(t).map(|b| (*t, a, b))).collect()
     }
 }
+
+/// What a layer runs for one token bucket, as one entry of a config file written by `moe-gemm bench --layer
+/// --write-configs`: the backend and, per GEMM (`w13`, `w2`), the kernel configuration it launches. `Batched`
+/// runs the two decode kernels (no tile); the layout backends the grouped GEMM's heuristic tile; `Fused` its
+/// fused tile (`fused_tile`, or the per-batch choice).
+#[derive(Clone, Debug)]
+pub struct LayerChoice {
+    pub backend: crate::layer::Backend,
+    pub experts: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub top_k: usize,
+    pub tokens: usize,
+    pub sm_count: usize,
+    pub fused_tile: Option<crate::kernels::fused::FusedTile>,
+    pub median_us: Option<f64>,
+}
+
+impl LayerChoice {
+    pub fn entry(&self) -> serde_json::Value {
+        use crate::kernels::fused::FusedTile;
+        use crate::layer::Backend;
+        let rows = self.tokens * self.top_k;
+        let gemm = |n: usize| match self.backend {
+            Backend::Batched => serde_json::json!({"config": "batched-decode", "schedule": "Streaming"}),
+            Backend::Fused => {
+                let t = self.fused_tile.unwrap_or_else(|| FusedTile::for_rows(rows, self.experts));
+                let (tm, tn, tk) = t.tile();
+                serde_json::json!({"config": t.name(), "schedule": "FusedPersistent", "tile": [tm, tn, tk], "cluster": [1, 1, 1]})
+            }
+            _ => {
+                let c = crate::kernels::TileConfig::heuristic(self.experts, n, rows, self.sm_count);
+                let (tm, tn, tk) = c.tile();
+                let (cm, cn) = c.cluster();
+                serde_json::json!({"config": c.name(), "schedule": format!("{:?}", c.schedule()), "tile": [tm, tn, tk], "cluster": [cm, cn, 1]})
+            }
+        };
+        serde_json::json!({
+            "backend": format!("{:?}", self.backend),
+            "w13": gemm(2 * self.inter),
+            "w2": gemm(self.hidden),
+            "median_us": self.median_us,
+        })
+    }
+}

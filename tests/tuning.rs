@@ -69,3 +69,39 @@ fn ours_write_in_the_same_format_and_diff_bucket_by_bucket() {
     assert!(err.to_string().contains("not a token count"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A written bucket names the kernels its backend really runs: no grouped-GEMM tile for the batched decode
+/// kernels, the fused tile for Fused, the grouped GEMM's heuristic tile for the layout backends.
+#[test]
+fn layer_choices_name_the_kernels_each_backend_runs() {
+    use moe_gemm::kernels::fused::FusedTile;
+    use moe_gemm::tuning::LayerChoice;
+    use moe_gemm::Backend;
+    let choice = |backend, tokens, fused_tile| {
+        LayerChoice {
+            backend,
+            experts: 128,
+            hidden: 2048,
+            inter: 768,
+            top_k: 8,
+            tokens,
+            sm_count: 132,
+            fused_tile,
+            median_us: Some(1.0),
+        }
+        .entry()
+    };
+    let b = choice(Backend::Batched, 1, None);
+    assert_eq!(b["backend"], "Batched");
+    assert_eq!(b["w13"]["config"], "batched-decode");
+    assert!(b["w13"].get("tile").is_none());
+    let f = choice(Backend::Fused, 64, None);
+    assert_eq!(f["w13"]["config"], "fused-64x128x64");
+    assert_eq!(f["w2"]["tile"], serde_json::json!([64, 128, 64]));
+    let f = choice(Backend::Fused, 64, Some(FusedTile::M128N256K64));
+    assert_eq!(f["w13"]["config"], "fused-128x256x64");
+    let g = choice(Backend::Grouped, 4096, None);
+    let want = moe_gemm::TileConfig::heuristic(128, 2 * 768, 4096 * 8, 132);
+    assert_eq!(g["w13"]["config"], want.name());
+    assert_eq!(g["median_us"], 1.0);
+}

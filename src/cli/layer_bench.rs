@@ -12,8 +12,7 @@ use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::{Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
 
 use moe_gemm::ceilings::Ceilings;
-use moe_gemm::tuning::{ConfigFile, ConfigName};
-use moe_gemm::TileConfig;
+use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice};
 
 use super::bench::{BenchArgs, Model, MODELS};
 
@@ -197,7 +196,13 @@ fn leak(s: String) -> &'static str {
 
 /// Per model and token bucket: the backend Auto picks, the tile configuration of each GEMM, and the measured
 /// median of that backend, in vLLM's file format (dtype=bf16, this device's name).
-fn write_configs(dir: &std::path::Path, info: &DeviceInfo, points: &[Point], results: &[Timed]) -> Result<()> {
+fn write_configs(
+    dir: &std::path::Path,
+    info: &DeviceInfo,
+    points: &[Point],
+    results: &[Timed],
+    fused_tile: Option<FusedTile>,
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
     for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.routing == points[0].routing) {
@@ -208,17 +213,19 @@ fn write_configs(dir: &std::path::Path, info: &DeviceInfo, points: &[Point], res
             dtype: Some("bf16".into()),
             block_shape: None,
         };
-        let rows = p.tokens * p.top_k;
-        let gemm = |n: usize| {
-            let c = TileConfig::heuristic(p.experts, n, rows, info.sm_count as usize);
-            let (tm, tn, tk) = c.tile();
-            let (cm, cn) = c.cluster();
-            serde_json::json!({"config": c.name(), "schedule": format!("{:?}", c.schedule()), "tile": [tm, tn, tk], "cluster": [cm, cn, 1]})
-        };
         let median = results.iter().find(|r| r.0 == pi && r.2 == p.auto).and_then(|r| r.3).map(|t| t.0);
-        let entry = serde_json::json!({
-            "backend": format!("{:?}", p.auto), "w13": gemm(2 * p.inter), "w2": gemm(p.hidden), "median_us": median,
-        });
+        let entry = LayerChoice {
+            backend: p.auto,
+            experts: p.experts,
+            hidden: p.hidden,
+            inter: p.inter,
+            top_k: p.top_k,
+            tokens: p.tokens,
+            sm_count: info.sm_count as usize,
+            fused_tile,
+            median_us: median,
+        }
+        .entry();
         match files.iter_mut().find(|f| f.name == name) {
             Some(f) => {
                 f.buckets.insert(p.tokens, entry);
@@ -232,7 +239,19 @@ fn write_configs(dir: &std::path::Path, info: &DeviceInfo, points: &[Point], res
     Ok(())
 }
 
+/// `--fused-tile`: a tile name's size part (`64x128x64`), or none (the per-batch choice).
+fn parse_fused_tile(name: Option<&str>) -> Result<Option<FusedTile>> {
+    name.map(|n| {
+        FusedTile::ALL
+            .into_iter()
+            .find(|t| t.name().ends_with(n))
+            .ok_or_else(|| Error::InvalidProblem(format!("unknown fused tile {n:?}: expected 64x128x64 or 128x256x64")))
+    })
+    .transpose()
+}
+
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
+    let fused_tile = parse_fused_tile(args.fused_tile.as_deref())?;
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();
@@ -280,12 +299,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         } else {
             MoeLayer::new(stream, weights, opts)?
         };
-        if let Some(name) = &args.fused_tile {
-            let tile = FusedTile::ALL.into_iter().find(|t| t.name().ends_with(name.as_str())).ok_or_else(|| {
-                Error::InvalidProblem(format!("unknown fused tile {name:?}: expected 64x128x64 or 128x256x64"))
-            })?;
-            layer.set_fused_tile(Some(tile));
-        }
+        layer.set_fused_tile(fused_tile);
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
@@ -342,7 +356,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     bar.finish_and_clear();
     drop(flush);
     if let Some(dir) = &args.write_configs {
-        write_configs(dir, info, &points, &results)?;
+        write_configs(dir, info, &points, &results, fused_tile)?;
     }
     let (peer, extras) = run_peer(args, &points);
     println!(

@@ -43,6 +43,14 @@ impl FusedTile {
         }
     }
 
+    /// CTA tile (M, N, K).
+    pub const fn tile(self) -> (usize, usize, usize) {
+        match self {
+            FusedTile::M64N128K64 => (64, 128, 64),
+            FusedTile::M128N256K64 => (128, 256, 64),
+        }
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             FusedTile::M64N128K64 => "fused-64x128x64",
