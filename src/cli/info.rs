@@ -29,6 +29,13 @@ pub fn run() -> moe_gemm::Result<()> {
     println!("  expert layouts    int32 ids   grouped, aligned (vLLM / DeepGEMM contiguous), masked; gather, combine");
     println!("  activation        bf16, f16   SwiGLU, gpt-oss clamped SwiGLU, SiLU; concatenated or interleaved");
     println!("  decode layer      bf16, f16   two streaming kernels (the Batched backend)");
+    for t in moe_gemm::kernels::fused::FusedTile::ALL {
+        let (m, n, k) = t.tile();
+        println!(
+            "  fused_moe_sm90    bf16, f16   {:<18} tile {m}x{n}x{k}, persistent, A gathered by cp.async, B by TMA",
+            t.name()
+        );
+    }
     println!("devices");
     if !device::driver_present() {
         println!("  no CUDA device: libcuda.so could not be loaded (no NVIDIA driver on this machine)");
@@ -60,7 +67,7 @@ pub fn run() -> moe_gemm::Result<()> {
             total as f64 / (1u64 << 30) as f64,
             d.max_smem_per_block_optin >> 10,
             match d.arch {
-                Some(moe_gemm::Arch::Sm90) => "SM90 grouped GEMM",
+                Some(moe_gemm::Arch::Sm90) => "SM90 grouped and fused MoE GEMMs",
                 _ => "none (moe-gemm's kernels are built for sm_90a)",
             }
         );
