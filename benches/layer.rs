@@ -44,11 +44,15 @@ fn benches(c: &mut Criterion) {
     let mut x = stream.alloc_zeros::<bf16>(1024 * h).unwrap();
     fill_device(&stream, &mut x, 3, 1.0).unwrap();
     let mut y = stream.alloc_zeros::<bf16>(1024 * h).unwrap();
-    for tokens in [1usize, 1024] {
+    // Auto's pick at decode and prefill, and the Fused and Grouped backends side by side at T = 64.
+    for (tokens, backend) in
+        [(1usize, Backend::Auto), (64, Backend::Fused), (64, Backend::Grouped), (1024, Backend::Auto)]
+    {
         let idd = stream.clone_htod(&ids(tokens, k, e)).unwrap();
         let w = stream.clone_htod(&vec![1.0f32 / k as f32; tokens * k]).unwrap();
-        let backend = layer.backend_for(tokens);
-        c.bench_function(&format!("layer forward E=64 H=7168 I=2048 k=8 T={tokens} ({backend:?})"), |b| {
+        layer.set_backend(backend);
+        let ran = layer.backend_for(tokens);
+        c.bench_function(&format!("layer forward E=64 H=7168 I=2048 k=8 T={tokens} ({ran:?})"), |b| {
             b.iter(|| {
                 layer.forward(&stream, tokens, &x, &idd, &w, &mut y).unwrap();
                 stream.synchronize().unwrap();

@@ -22,8 +22,8 @@ pub mod tuning;
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 pub use kernels::fused::FusedTile;
+pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 pub use kernels::TileConfig;
 pub use layer::{
     auto_backend, Activation, Backend, ExpertFormat, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, PackedExperts,
