@@ -48,6 +48,7 @@ fn main() {
         "MOE_GEMM_LINEINFO",
         "PYTHON",
         "NVCC_CCBIN",
+        "MOE_GEMM_CUDA_CACHE",
     ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
@@ -287,7 +288,9 @@ fn local_sources(src: &Path, dir: &Path) -> Vec<u8> {
                 todo.push(path);
             }
         }
-        text.extend_from_slice(file.display().to_string().as_bytes());
+        // The path relative to cpp/, so that checkouts at different places can share one object cache.
+        let name = file.strip_prefix(dir).unwrap_or(&file);
+        text.extend_from_slice(name.display().to_string().as_bytes());
         text.extend_from_slice(body.as_bytes());
         seen.push(file);
     }
@@ -321,10 +324,14 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         .map(|p| format!("-I{}", p.display()));
     flags.extend(includes);
 
-    let toolchain_id =
-        format!("{}|{:?}|{}|{:?}", tc.nvcc.display(), tc.nvcc_release, tc.cutlass.display(), tc.cutlass_version);
+    // Versions, not paths: checkouts at different places (with their own provisioned copies of the same pinned
+    // toolchain) can then share one object cache. The include flags are paths too and stay out of the hash.
+    let toolchain_id = format!("nvcc {:?}|cutlass {:?}", tc.nvcc_release, tc.cutlass_version);
 
-    let obj_dir = out.join("cuda-objects");
+    // MOE_GEMM_CUDA_CACHE: a folder shared by several checkouts (objects are named by the hash of all their
+    // inputs, so sharing is safe); stale objects are then left for the owner to clear.
+    let shared_cache = env::var_os("MOE_GEMM_CUDA_CACHE").map(PathBuf::from);
+    let obj_dir = shared_cache.clone().unwrap_or_else(|| out.join("cuda-objects"));
     fs::create_dir_all(&obj_dir).unwrap();
     let jobs: usize = env::var("NUM_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
 
@@ -333,7 +340,9 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         .map(|u| {
             let src = root.join(u);
             let text = local_sources(&src, &root.join("cpp"));
-            let hash = fnv1a(&[&text, flags.join(" ").as_bytes(), toolchain_id.as_bytes()]);
+            let flag_id: Vec<&str> = flags.iter().filter(|f| !f.starts_with("-I")).map(String::as_str).collect();
+            let flag_id = flag_id.join(" ");
+            let hash = fnv1a(&[&text, flag_id.as_bytes(), toolchain_id.as_bytes()]);
             let stem = Path::new(u).file_stem().unwrap().to_string_lossy().to_string();
             (src, obj_dir.join(format!("{stem}-{hash:016x}.o")))
         })
@@ -345,7 +354,7 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
             for (src, obj) in chunk {
                 let flags = &flags;
                 s.spawn(move || {
-                    let tmp = obj.with_extension("o.tmp");
+                    let tmp = obj.with_extension(format!("o.{}.tmp", std::process::id()));
                     let t0 = std::time::Instant::now();
                     run(
                         Command::new(&tc.nvcc).arg("-c").arg(src).arg("-o").arg(&tmp).args(flags),
@@ -359,7 +368,8 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
     }
     // Objects of earlier inputs are dead weight in OUT_DIR: keep only the current ones.
     let keep: Vec<&PathBuf> = units.iter().map(|(_, o)| o).collect();
-    for stale in fs::read_dir(&obj_dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())) {
+    let listing = shared_cache.is_none().then(|| fs::read_dir(&obj_dir).unwrap());
+    for stale in listing.into_iter().flatten().filter_map(|e| e.ok().map(|e| e.path())) {
         if !keep.contains(&&stale) {
             let _ = fs::remove_file(stale);
         }
