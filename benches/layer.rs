@@ -3,6 +3,8 @@
 //! synchronises (launch overhead included); `moe-gemm bench --layer` gives graph-replay numbers next to peers.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use std::sync::Arc;
+
 use half::bf16;
 use moe_gemm::random::{fill_device, topk_ids};
 use moe_gemm::*;
@@ -39,8 +41,9 @@ fn benches(c: &mut Criterion) {
     fill_device(&stream, &mut w2, 2, 0.02).unwrap();
     let weights =
         ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None).unwrap();
-    let opts = MoeLayerOptions { max_tokens: 1024, top_k: k, masked_max_m: None, backend: Backend::Auto };
-    let mut layer = MoeLayer::new(&stream, weights, opts).unwrap();
+    let opts = MoeLayerOptions::new(1024, k).backends(Backends::AUTO);
+    let mut layer = MoeLayer::new(&stream, Arc::new(weights), opts).unwrap();
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
     let mut x = stream.alloc_zeros::<bf16>(1024 * h).unwrap();
     fill_device(&stream, &mut x, 3, 1.0).unwrap();
     let mut y = stream.alloc_zeros::<bf16>(1024 * h).unwrap();
@@ -50,16 +53,20 @@ fn benches(c: &mut Criterion) {
     {
         let idd = stream.clone_htod(&ids(tokens, k, e)).unwrap();
         let w = stream.clone_htod(&vec![1.0f32 / k as f32; tokens * k]).unwrap();
-        layer.set_backend(backend);
+        layer.set_backend(backend).unwrap();
         let ran = layer.backend_for(tokens);
+        let xv = MatrixView::new("x", x.slice(..tokens * h), tokens, h).unwrap();
+        let idv = MatrixView::of("topk_ids", &idd, k).unwrap();
+        let wv = MatrixView::of("topk_weights", &w, k).unwrap();
         c.bench_function(&format!("layer forward E=64 H=7168 I=2048 k=8 T={tokens} ({ran:?})"), |b| {
             b.iter(|| {
-                layer.forward(&stream, tokens, &x, &idd, &w, &mut y).unwrap();
+                let mut yv = MatrixViewMut::new("y", y.slice_mut(..tokens * h), tokens, h).unwrap();
+                layer.forward(&stream, &mut scratch, &xv, &idv, &wv, &mut yv).unwrap();
                 stream.synchronize().unwrap();
             })
         });
     }
-    layer.check(&stream).unwrap();
+    scratch.check(&stream).unwrap();
 }
 
 criterion_group!(layer_benches, benches);

@@ -3,6 +3,8 @@
 //!
 //! `cargo run --release --example moe_layer` (needs an SM90 GPU; says so otherwise).
 
+use std::sync::Arc;
+
 use half::bf16;
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::random::{random_vec, SplitMix64};
@@ -36,9 +38,9 @@ fn main() -> Result<()> {
         None,
         None,
     )?;
-    let weights = ExpertWeights::upload(&stream, &packed)?;
-    let options = MoeLayerOptions { max_tokens: 256, top_k: k, masked_max_m: None, backend: Backend::Auto };
-    let mut layer = MoeLayer::new(&stream, weights, options)?;
+    let weights = Arc::new(ExpertWeights::upload(&stream, &packed)?);
+    let layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(256, k))?;
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer])?;
 
     let mut rng = SplitMix64(3);
     let logits: Vec<f32> = (0..tokens * e).map(|_| rng.unit() * 3.0).collect();
@@ -48,13 +50,13 @@ fn main() -> Result<()> {
     let mut ids = stream.alloc_zeros::<i32>(tokens * k)?;
     let mut w = stream.alloc_zeros::<f32>(tokens * k)?;
     let mut y = stream.alloc_zeros::<bf16>(tokens * h)?;
-    let mut status = DeviceStatus::new(&stream)?;
 
-    // The step: nothing below allocates or synchronises until the checks.
-    router.launch(&stream, tokens, &logits_d, Some(&bias_d.as_view()), &mut ids, &mut w, &mut status)?;
-    layer.forward(&stream, tokens, &x, &ids, &w, &mut y)?;
-    status.check(&stream)?;
-    layer.check(&stream)?;
+    // The step: nothing below allocates or synchronises until the check; router and layer share one status word.
+    router.launch(&stream, tokens, &logits_d, Some(&bias_d.as_view()), &mut ids, &mut w, scratch.status_mut())?;
+    let (xv, idv, wv) =
+        (MatrixView::of("x", &x, h)?, MatrixView::of("topk_ids", &ids, k)?, MatrixView::of("topk_weights", &w, k)?);
+    layer.forward(&stream, &mut scratch, &xv, &idv, &wv, &mut MatrixViewMut::of("y", &mut y, h)?)?;
+    scratch.check(&stream)?;
 
     let (ids_h, w_h, y_h) = (stream.clone_dtoh(&ids)?, stream.clone_dtoh(&w)?, stream.clone_dtoh(&y)?);
     let want = moe_forward(&packed, &x_host, &ids_h, &w_h, k);

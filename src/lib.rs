@@ -18,6 +18,7 @@ pub mod routing;
 pub mod status;
 pub mod timing;
 pub mod tuning;
+pub mod view;
 
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
@@ -26,9 +27,12 @@ pub use kernels::fused::FusedTile;
 pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 pub use kernels::TileConfig;
 pub use layer::{
-    auto_backend, Activation, Backend, ExpertFormat, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, PackedExperts,
-    Storage,
+    auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, GateUp, LayerShape,
+    LayerSizing, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes, ScratchNeeds, Storage,
 };
+pub use view::{MatrixView, MatrixViewMut};
+/// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
+pub use cudarc;
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;

@@ -18,6 +18,8 @@ enum Command {
     Info,
     /// Time the grouped GEMM on real MoE model shapes (needs an SM90 GPU).
     Bench(cli::bench::BenchArgs),
+    /// Device memory of a model's MoE layers: the shared scratch, the per-layer plans, the weights (no GPU needed).
+    Plan(cli::plan::PlanArgs),
 }
 
 fn main() {
@@ -26,6 +28,7 @@ fn main() {
     let result = match args.command {
         Command::Info => cli::info::run(),
         Command::Bench(b) => cli::bench::run(b),
+        Command::Plan(p) => cli::plan::run(&p),
     };
     if let Err(e) = result {
         eprintln!("moe-gemm: {e}");

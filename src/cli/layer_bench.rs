@@ -9,7 +9,10 @@ use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::kernels::fused::FusedTile;
 use moe_gemm::random::{fill_device, SplitMix64};
-use moe_gemm::{Activation, Backend, DeviceInfo, Error, ExpertWeights, GateUp, MoeLayer, MoeLayerOptions, Result};
+use moe_gemm::{
+    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, MatrixView, MatrixViewMut, MoeLayer,
+    MoeLayerOptions, MoeScratch, Result,
+};
 
 use moe_gemm::ceilings::Ceilings;
 use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice};
@@ -183,6 +186,7 @@ fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
             top_k,
             hidden,
             inter: f.name.n,
+            layers: 1,
         };
         out.push(Shape { model, tokens: f.buckets.keys().copied().collect() });
     }
@@ -292,7 +296,14 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             None,
             None,
         )?;
-        let opts = MoeLayerOptions { max_tokens: max_t, top_k: k, masked_max_m: None, backend: Backend::Auto };
+        let weights = Arc::new(weights);
+        // Room for every backend measured (each at the largest T of the run) and for Auto's picks.
+        let mut room: Backends = backends.iter().copied().filter(|&b| b != Backend::Auto).collect();
+        room = room.union(if ep > 1 { Backends::of(Backend::Grouped) } else { Backends::AUTO });
+        if ep > 1 {
+            room = room.iter().filter(|&b| b != Backend::Batched).collect();
+        }
+        let opts = MoeLayerOptions::new(max_t, k).backends(room);
         let mut layer = if ep > 1 {
             let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
             MoeLayer::with_expert_map(stream, weights, opts, &map)?
@@ -300,6 +311,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             MoeLayer::new(stream, weights, opts)?
         };
         layer.set_fused_tile(fused_tile);
+        let mut scratch = MoeScratch::for_layers(stream, [&layer])?;
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
@@ -307,7 +319,10 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let (ids, w) = routing(kind, e, k, t, 7 + t as u64)?;
             let ids_d = stream.clone_htod(&ids)?;
             let w_d = stream.clone_htod(&w)?;
-            layer.set_backend(Backend::Auto);
+            let xv = MatrixView::new("x", x.slice(..t * h), t, h)?;
+            let idv = MatrixView::new("topk_ids", ids_d.as_view(), t, k)?;
+            let wv = MatrixView::new("topk_weights", w_d.as_view(), t, k)?;
+            layer.set_backend(Backend::Auto)?;
             let auto = layer.backend_for(t);
             points.push(Point {
                 model: m.name,
@@ -324,21 +339,19 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             });
             let pi = points.len() - 1;
             for &b in &backends {
-                layer.set_backend(b);
-                let ran = layer.backend_for(t);
-                // A backend that cannot take this batch (masked capacity, batched rows) is reported, not timed.
-                if matches!(ran, Backend::Masked | Backend::Batched)
-                    && layer.forward(stream, t, &x, &ids_d, &w_d, &mut y).is_err()
-                {
-                    results.push((pi, b, ran, None));
+                let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
+                // A backend this layer cannot run (Batched with an expert map) is reported, not timed.
+                if layer.set_backend(b).is_err() {
+                    results.push((pi, b, b, None));
                     bar.inc(1);
                     continue;
                 }
+                let ran = layer.backend_for(t);
                 let times = if ran == Backend::Eager {
                     None // synchronises: not capturable, not a serving path
                 } else {
                     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                    let queued = layer.forward(stream, t, &x, &ids_d, &w_d, &mut y);
+                    let queued = layer.forward(stream, &mut scratch, &xv, &idv, &wv, &mut yv);
                     let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
                     queued?;
                     let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
@@ -347,7 +360,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                         Some((t.median_us, t.p10_us, t.p90_us))
                     }
                 };
-                layer.check(stream)?;
+                scratch.check(stream)?;
                 results.push((pi, b, ran, times));
                 bar.inc(1);
             }

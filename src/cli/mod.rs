@@ -2,4 +2,5 @@ pub mod bench;
 pub mod info;
 pub mod layer_bench;
 pub mod peer;
+pub mod plan;
 pub mod plot;

@@ -798,8 +798,8 @@ pub(crate) fn launch_decode_layer<T: Element>(
     tokens: usize,
     top_k: usize,
     x: &impl DevicePtr<T>,
-    ids: &CudaSlice<i32>,
-    weights: &CudaSlice<f32>,
+    ids: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
     h: &mut CudaSlice<T>,
     y: &mut impl DevicePtrMut<T>,
     status: &mut impl DevicePtrMut<u32>,
@@ -880,7 +880,7 @@ pub(crate) struct FusedLaunch<'a> {
 
 /// The scatter epilogue's router weights `[rows]` and bias `[experts, n]`.
 pub(crate) struct FusedScatter<'a> {
-    pub weights: &'a CudaSlice<f32>,
+    pub weights: &'a CudaView<'a, f32>,
     pub bias: Option<&'a CudaSlice<f32>>,
 }
 

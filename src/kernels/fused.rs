@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -143,7 +143,7 @@ pub fn gemm2_scatter<T: Element>(
     w: &impl DevicePtr<T>,
     n: usize,
     kdim: usize,
-    weights: &CudaSlice<f32>,
+    weights: &CudaView<'_, f32>,
     bias: Option<&CudaSlice<f32>>,
     pairs: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {

@@ -226,6 +226,11 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// A zeroed workspace of `bytes` (one buffer any plan needing at most `bytes` can launch with).
+    pub(crate) fn zeroed(stream: &Arc<CudaStream>, bytes: usize) -> Result<Self> {
+        Ok(Workspace { buf: stream.alloc_zeros::<u8>(bytes)? })
+    }
+
     pub fn len(&self) -> usize {
         self.buf.len()
     }

@@ -1,5 +1,14 @@
 //! The MoE expert layer: `y = Σ_j w[t,j] · W2[e] · act(W13[e] · x[t])` over each token's k routed experts, on
-//! packed weights, with a backend switchable at run time.
+//! shared expert weights, with a backend switchable at run time.
+//!
+//! Three things, owned separately, as a serving stack holds them:
+//!
+//! * **weights** ([`ExpertWeights`], behind an `Arc`): uploaded once, shared by any number of plans and streams;
+//! * **the plan** ([`MoeLayer`]): what is per layer and small (shapes, format, expert map, tile choices, GEMM
+//!   plans); [`MoeLayer::plan_bytes`] reports it;
+//! * **the scratch** ([`MoeScratch`]): every per-batch intermediate, owned by the caller and used in turn by every
+//!   layer that fits it ([`MoeScratch::for_layers`]), allocated only for the enabled backends
+//!   ([`ScratchNeeds::footprint`] says every byte without a GPU).
 //!
 //! | [`Backend`] | how | when |
 //! |---|---|---|
@@ -15,12 +24,20 @@
 //! k contributions in f32, rounding once. `Fused` rounds once more: GEMM2's epilogue stores the weighted
 //! `(d2 + b2)` of each (token, slot) in the element type before the sum over k (as vLLM does).
 //!
-//! The layer is planned for `max_tokens`; it owns every intermediate buffer, so `forward` allocates nothing and
-//! (except `Eager`) never synchronises: it can be captured in a CUDA graph.
+//! A forward takes any number of tokens: batches larger than a backend's pass (see [`sizing`]) run as several
+//! passes over the same scratch (chunked prefill). It validates every view and the scratch before it queues
+//! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
+//! graph, many layers back to back.
 
+mod backends;
 pub mod reference;
+mod scratch;
+pub mod sizing;
 mod weights;
 
+pub use backends::{Backend, Backends};
+pub use scratch::MoeScratch;
+pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
 pub use weights::{Activation, ExpertFormat, ExpertWeights, GateUp, PackedExperts, Storage};
 
 use std::sync::Arc;
@@ -33,106 +50,108 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::fused::{self, FusedTile};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
-use crate::kernels::TileConfig;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::status::DeviceStatus;
+use crate::view::{MatrixView, MatrixViewMut};
 
-/// How the layer lays out and multiplies the routed rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Backend {
-    Eager,
-    Batched,
-    Grouped,
-    Contiguous,
-    Masked,
-    Fused,
-    /// Picks per call: see [`MoeLayer::backend_for`].
-    Auto,
-}
+use sizing::{aligned_rows, auto_pick, GemmSpec, CONTIGUOUS_BLOCK_M};
 
-impl Backend {
-    pub const CONCRETE: [Backend; 6] =
-        [Backend::Eager, Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused];
-}
-
-/// Options of a [`MoeLayer`].
+/// Options of a [`MoeLayer`] plan ([`MoeLayerOptions::new`], then the builder methods).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug)]
 pub struct MoeLayerOptions {
-    /// Most tokens a forward takes.
+    /// Most tokens of one pass; a forward of more tokens runs in passes.
     pub max_tokens: usize,
     pub top_k: usize,
-    /// Rows per expert of the masked layout (default `min(max_tokens, 256)`): a batch of at most this many
-    /// tokens can never overflow it.
+    /// Rows per expert of the masked layout (default `min(max_tokens, 256)`): the masked backend runs passes
+    /// of at most this many tokens, which can never overflow it.
     pub masked_max_m: Option<usize>,
     pub backend: Backend,
+    /// The backends the plan makes room for in the scratch (`None`: those `backend` runs, each for the batches
+    /// it runs them at; `Some(set)`: each of `set` for `max_tokens` tokens).
+    pub backends: Option<Backends>,
+    /// The Fused backend's tile for every batch (`None`: [`FusedTile::for_rows`] per pass).
+    pub fused_tile: Option<FusedTile>,
+}
+
+impl MoeLayerOptions {
+    /// `Auto` over its default backends, `max_tokens` tokens per pass, top-`top_k` routing.
+    pub fn new(max_tokens: usize, top_k: usize) -> Self {
+        MoeLayerOptions {
+            max_tokens,
+            top_k,
+            masked_max_m: None,
+            backend: Backend::Auto,
+            backends: None,
+            fused_tile: None,
+        }
+    }
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+    pub fn backends(mut self, backends: Backends) -> Self {
+        self.backends = Some(backends);
+        self
+    }
+    pub fn masked_max_m(mut self, max_m: usize) -> Self {
+        self.masked_max_m = Some(max_m);
+        self
+    }
+    pub fn fused_tile(mut self, tile: FusedTile) -> Self {
+        self.fused_tile = Some(tile);
+        self
+    }
 }
 
 /// The plans of one GEMM of one layout: one per tile configuration the heuristic picks for some batch size
 /// up to the layer's maximum, so each forward runs the configuration measured best for its own T·k.
 #[derive(Debug)]
 struct GemmPlans<T: Element> {
-    plans: Vec<(GroupedGemm<T>, Workspace)>,
+    plans: Vec<GroupedGemm<T>>,
     groups: usize,
     n: usize,
     sm_count: usize,
 }
 
+/// Host bytes of a layer plan with `plans` GEMM configurations (the same for every element type).
+pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
+    type L = MoeLayer<half::bf16>;
+    std::mem::size_of::<L>()
+        + sizing.gemms.len() / 2 * std::mem::size_of::<GemmPair<half::bf16>>()
+        + plans * std::mem::size_of::<GroupedGemm<half::bf16>>()
+        + sizing.passes.len() * std::mem::size_of::<sizing::Pass>()
+        + sizing.gemms.len() * std::mem::size_of::<GemmSpec>()
+}
+
 impl<T: Element> GemmPlans<T> {
-    fn new(
-        stream: &Arc<CudaStream>,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-        rows: usize,
-        sm_count: usize,
-    ) -> Result<Self> {
-        let shape = GroupedGemmShape::new(groups, n, k, max_rows)?;
-        let mut plans: Vec<(GroupedGemm<T>, Workspace)> = Vec::new();
-        let candidates = (0..).map(|s| 1usize << s).take_while(|&r| r < rows).chain([rows]);
-        for r in candidates {
-            let config = TileConfig::heuristic(groups, n, r, sm_count);
-            if plans.iter().any(|(p, _)| p.config() == config) {
-                continue;
-            }
-            let plan =
-                GroupedGemm::new(stream, shape, GroupedGemmOptions { config: Some(config), expected_rows: Some(r) })?;
-            let ws = plan.alloc_workspace(stream)?;
-            plans.push((plan, ws));
-        }
-        Ok(GemmPlans { plans, groups, n, sm_count })
+    fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
+        let sm_count = device.sm_count.max(1) as usize;
+        let shape = GroupedGemmShape::new(spec.groups, spec.n, spec.k, spec.max_rows)?;
+        let plans = spec
+            .configs(sm_count)
+            .into_iter()
+            .map(|(config, r)| {
+                let opts = GroupedGemmOptions { config: Some(config), expected_rows: Some(r) };
+                GroupedGemm::for_device(device.clone(), shape, opts)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(GemmPlans { plans, groups: spec.groups, n: spec.n, sm_count })
     }
 
     /// The plan for a batch of `rows` routed rows.
-    fn for_rows(&mut self, rows: usize) -> (&GroupedGemm<T>, &mut Workspace) {
-        let config = TileConfig::heuristic(self.groups, self.n, rows, self.sm_count);
-        let i = self.plans.iter().position(|(p, _)| p.config() == config).unwrap_or(0);
-        let (p, w) = &mut self.plans[i];
-        (p, w)
+    fn for_rows(&self, rows: usize) -> &GroupedGemm<T> {
+        let config = crate::kernels::TileConfig::heuristic(self.groups, self.n, rows, self.sm_count);
+        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
     }
 }
 
-/// GEMM1 (w13) and GEMM2 (w2) plans of one layout.
+/// GEMM1 (w13) and GEMM2 (w2) plans of one backend.
 #[derive(Debug)]
 struct GemmPair<T: Element> {
+    backend: Backend,
     g1: GemmPlans<T>,
     g2: GemmPlans<T>,
-}
-
-impl<T: Element> GemmPair<T> {
-    fn new(
-        stream: &Arc<CudaStream>,
-        w: &ExpertWeights<T>,
-        groups: usize,
-        max_rows: usize,
-        rows: usize,
-        sm: usize,
-    ) -> Result<Self> {
-        Ok(GemmPair {
-            g1: GemmPlans::new(stream, groups, w.w13_rows(), w.hidden, max_rows, rows, sm)?,
-            g2: GemmPlans::new(stream, groups, w.hidden, w.inter, max_rows, rows, sm)?,
-        })
-    }
 }
 
 /// `Auto`'s choice for `tokens` tokens of a layer of `experts` experts of `[hidden, inter]` with top-`top_k`
@@ -154,61 +173,48 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
     }
 }
 
-/// An MoE expert layer on the device.
+/// The plan of one MoE expert layer on one device: shapes, format, expert map, tile choices and GEMM plans
+/// over shared weights. Per-batch intermediates live in a [`MoeScratch`] the caller passes to [`Self::forward`].
 #[derive(Debug)]
 pub struct MoeLayer<T: Element> {
-    weights: ExpertWeights<T>,
+    weights: Arc<ExpertWeights<T>>,
+    sizing: LayerSizing,
     backend: Backend,
-    max_tokens: usize,
-    top_k: usize,
-    max_m: usize,
-    grouped: ExpertLayout,
-    contiguous: ExpertLayout,
-    masked: ExpertLayout,
-    /// The fused backend's aligned layout for 64-row tiles (128-row tiles share `contiguous`).
-    fused64: ExpertLayout,
-    /// The fused backend's tile for every batch, or `None`: [`FusedTile::for_rows`] per batch.
-    fused_tile: Option<FusedTile>,
-    gemm_grouped: GemmPair<T>,
-    gemm_contiguous: GemmPair<T>,
-    gemm_masked: GemmPair<T>,
-    gemm_single: GemmPair<T>,
-    /// `[0, n]` offsets of the eager backend's one-group launches.
-    single_offsets: CudaSlice<i32>,
+    device: DeviceInfo,
     /// Global expert -> local index or -1 (expert parallelism); `None`: all experts are local.
     expert_map: Option<CudaSlice<i32>>,
-    a: CudaSlice<T>,
-    d1: CudaSlice<T>,
-    h: CudaSlice<T>,
-    d2: CudaSlice<T>,
-    status: DeviceStatus,
+    gemms: Vec<GemmPair<T>>,
 }
 
-// The contiguous layout doubles as the fused backend's layout for its 128-row tile.
-const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();
-/// Most (token, slot) rows the batched backend takes: one GEMM group per row is a decode strategy.
-pub const BATCHED_MAX_ROWS: usize = 4096;
+/// The tokens of one pass and the backend that runs them.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    backend: Backend,
+    lo: usize,
+    hi: usize,
+}
 
 impl<T: Element> MoeLayer<T> {
-    /// Plans the layer for `options.max_tokens` tokens and allocates every buffer it will use.
+    /// Plans the layer on `stream`'s device for `options.max_tokens` tokens per pass over `weights` (shared:
+    /// pass an `Arc` clone to plan several layers, streams or micro-batches over one upload).
     ///
     /// # Errors
-    /// Shape errors of the GEMMs and layouts (naming the constraint), arch and driver errors.
-    pub fn new(stream: &Arc<CudaStream>, weights: ExpertWeights<T>, options: MoeLayerOptions) -> Result<Self> {
+    /// Shape errors of the GEMMs and layouts (naming the constraint), weights on another device than the
+    /// stream (naming both), arch and driver errors.
+    pub fn new(stream: &Arc<CudaStream>, weights: Arc<ExpertWeights<T>>, options: MoeLayerOptions) -> Result<Self> {
         Self::build(stream, weights, options, None)
     }
 
     /// An expert-parallel slice: `weights` hold this device's experts; routing ids range over
     /// `expert_map.len()` global experts, and `expert_map[e]` is `e`'s local index or −1 (on another device).
     /// Rows of remote experts are dropped by the layout, so `y` holds this device's share of the sum over k
-    /// (the caller reduces it across devices). The `Batched` backend does not take a map; `Auto` picks among
-    /// the layout backends.
+    /// (the caller reduces it across devices). The `Batched` backend does not take a map; `Auto` runs Grouped.
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] if the map's local ids do not cover exactly the `weights`' experts.
     pub fn with_expert_map(
         stream: &Arc<CudaStream>,
-        weights: ExpertWeights<T>,
+        weights: Arc<ExpertWeights<T>>,
         options: MoeLayerOptions,
         expert_map: &[i32],
     ) -> Result<Self> {
@@ -228,67 +234,95 @@ impl<T: Element> MoeLayer<T> {
 
     fn build(
         stream: &Arc<CudaStream>,
-        weights: ExpertWeights<T>,
+        weights: Arc<ExpertWeights<T>>,
         options: MoeLayerOptions,
         expert_map: Option<&[i32]>,
     ) -> Result<Self> {
-        let (e, k, t) = (weights.experts, options.top_k, options.max_tokens);
-        let global = expert_map.map_or(e, <[i32]>::len);
-        let max_m = options.masked_max_m.unwrap_or(t.min(256));
-        let dims = |spec| LayoutDims::new(spec, t, k, global, e);
-        let (dg, dc, dm, df) = (
-            dims(LayoutSpec::Grouped)?,
-            dims(LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M })?,
-            dims(LayoutSpec::Masked { max_m })?,
-            dims(LayoutSpec::Aligned { block_m: FusedTile::M64N128K64.block_m() })?,
-        );
-        // Room for every layout, plus max_tokens rows so that the eager backend's per-expert slices (which
-        // start anywhere below the capacity) always hold a single-group plan's max_rows.
-        let cap = dg.capacity().max(dc.capacity()).max(dm.capacity()).max(df.capacity()) + t;
-        let rows = t * k;
-        let zeros = |n: usize| stream.alloc_zeros::<T>(n);
-        let sm = DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
+        let device = DeviceInfo::query(stream.context())?;
+        same_device("the weights", weights.device(), device.ordinal)?;
+        let shape = LayerShape {
+            experts: weights.experts,
+            global_experts: expert_map.map_or(weights.experts, <[i32]>::len),
+            top_k: options.top_k,
+            shared_groups: 0,
+            hidden: weights.hidden,
+            inter: weights.inter,
+            gated: weights.activation.gated(),
+        };
+        let sizing = LayerSizing::new(
+            shape,
+            T::DTYPE,
+            options.max_tokens,
+            options.backend,
+            options.backends,
+            options.masked_max_m,
+            options.fused_tile,
+            expert_map.is_some(),
+            device.sm_count.max(1) as usize,
+        )?;
+        let mut gemms: Vec<GemmPair<T>> = Vec::new();
+        for pair in sizing.gemms.chunks(2) {
+            gemms.push(GemmPair {
+                backend: pair[0].backend,
+                g1: GemmPlans::new(&device, &pair[0])?,
+                g2: GemmPlans::new(&device, &pair[1])?,
+            });
+        }
         Ok(MoeLayer {
-            gemm_grouped: GemmPair::new(stream, &weights, e, dg.capacity(), rows, sm)?,
-            gemm_contiguous: GemmPair::new(stream, &weights, e, dc.capacity(), rows, sm)?,
-            gemm_masked: GemmPair::new(stream, &weights, e, dm.capacity(), rows.min(e * max_m), sm)?,
-            gemm_single: GemmPair::new(stream, &weights, 1, t, t, sm)?,
-            single_offsets: stream.alloc_zeros(2)?,
-            grouped: ExpertLayout::new(stream, dg)?,
-            contiguous: ExpertLayout::new(stream, dc)?,
-            masked: ExpertLayout::new(stream, dm)?,
-            fused64: ExpertLayout::new(stream, df)?,
-            fused_tile: None,
-            a: zeros(cap * weights.hidden)?,
-            d1: zeros(cap * weights.w13_rows())?,
-            h: zeros(cap * weights.inter)?,
-            d2: zeros(cap * weights.hidden)?,
-            status: DeviceStatus::new(stream)?,
             expert_map: expert_map.map(|m| stream.clone_htod(m)).transpose()?,
             backend: options.backend,
-            max_tokens: t,
-            top_k: k,
-            max_m,
             weights,
+            sizing,
+            device,
+            gemms,
         })
     }
 
-    pub fn weights(&self) -> &ExpertWeights<T> {
+    pub fn weights(&self) -> &Arc<ExpertWeights<T>> {
         &self.weights
     }
     pub fn backend(&self) -> Backend {
         self.backend
     }
-    /// Fixes the `Fused` backend's tile (`None`: chosen per batch by [`FusedTile::for_rows`]).
+    /// The backends this plan has scratch room for.
+    pub fn backends(&self) -> Backends {
+        self.sizing.backends
+    }
+    /// What this layer needs from a [`MoeScratch`].
+    pub fn needs(&self) -> &ScratchNeeds {
+        &self.sizing.needs
+    }
+    pub fn sizing(&self) -> &LayerSizing {
+        &self.sizing
+    }
+    /// Bytes the plan holds: its expert map on the device, its GEMM plans and fields on the host.
+    pub fn plan_bytes(&self) -> PlanBytes {
+        let device = self.expert_map.as_ref().map_or(0, |m| m.len() * std::mem::size_of::<i32>());
+        let plans: usize = self.gemms.iter().map(|g| g.g1.plans.len() + g.g2.plans.len()).sum();
+        PlanBytes { device, host: plan_host_bytes(&self.sizing, plans) }
+    }
+    /// Fixes the `Fused` backend's tile (`None`: chosen per pass by [`FusedTile::for_rows`]). A pass whose
+    /// 128-row layout would not fit the scratch runs fewer tokens.
     pub fn set_fused_tile(&mut self, tile: Option<FusedTile>) {
-        self.fused_tile = tile;
+        self.sizing.fused_tile = tile;
     }
     /// Switches the backend of a live layer (no reload, no allocation).
-    pub fn set_backend(&mut self, backend: Backend) {
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] if the plan made no scratch room for `backend` (see
+    /// [`MoeLayerOptions::backends`]).
+    pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
+        if backend != Backend::Auto && !self.sizing.backends.contains(backend) {
+            return Err(Error::InvalidProblem(format!(
+                "backend {backend} has no scratch room in this plan (its backends: {{{}}}); plan the layer with MoeLayerOptions::backends including it",
+                self.sizing.backends
+            )));
+        }
         self.backend = backend;
+        Ok(())
     }
 
-    /// The backend a forward of `tokens` tokens runs. `Auto` compares costs fitted to the H200 suite under
+    /// The backend a pass of `tokens` tokens runs. `Auto` compares costs fitted to the H200 suite under
     /// uniform routing (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-s2): `Batched`
     /// streams one expert's weights per (token, slot) row at about 4.05 TB/s plus 12 µs; the layout backends
     /// stream each *active* expert once, at about 4.16 TB/s when 16 or more experts are active and 3.3 TB/s when
@@ -296,180 +330,386 @@ impl<T: Element> MoeLayer<T> {
     /// uniform routing predicts, which only the layout backends profit from, so near-ties go to them. Where
     /// Batched loses, `Fused` (its persistent 64-row tile, no permuted copy) takes batches of at most 48 rows
     /// per active expert where it measured ahead of Grouped: up to 64 (token, slot) rows on any model (its fixed
-    /// cost is the lower), and beyond that on narrow experts (I ≤ 1024: Qwen3-30B T=64 355 vs 365 µs) or few
-    /// experts (E ≤ 16: Mixtral T=64 748 vs 768). On wide experts with many rows (DeepSeek-V3, gpt-oss,
-    /// Qwen3-235B at T = 16–256) Grouped's TMA-fed GEMMs are 1–4% ahead, and at prefill 1.2–1.5x: `Grouped`
-    /// takes those. Masked and Contiguous stay for callers who want their layouts (within 2% of Grouped).
+    /// cost is the lower), and beyond that on narrow experts (I ≤ 1024) or few experts (E ≤ 16). On wide
+    /// experts with many rows Grouped's TMA-fed GEMMs are ahead, and at prefill 1.2–1.5x: `Grouped` takes those.
+    /// With an expert map, Auto runs Grouped.
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
-            // An expert map rules out Batched, which reads global ids as weight indices.
-            Backend::Auto if self.expert_map.is_some() => Backend::Grouped,
-            Backend::Auto => {
-                auto_backend(self.weights.experts, self.top_k, self.weights.hidden, self.weights.inter, tokens)
-            }
+            Backend::Auto => auto_pick(&self.sizing.shape, tokens, self.expert_map.is_some()),
             b => b,
         }
     }
 
-    /// Reads and clears the layer's device status word (synchronises): reports invalid expert ids, capacity
-    /// overflow and any other device-side check of the last forwards.
-    pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
-        self.status.check(stream)
+    /// The passes of a forward of `tokens` tokens, in order (host only, allocation-free).
+    fn steps(&self, tokens: usize) -> impl Iterator<Item = Result<Step>> + '_ {
+        let max = self.sizing.max_tokens;
+        let mut lo = 0usize;
+        let mut chunk_end = 0usize;
+        let mut chunk_backend = Backend::Auto;
+        std::iter::from_fn(move || {
+            if lo >= tokens {
+                return None;
+            }
+            if lo >= chunk_end {
+                chunk_end = (lo + max).min(tokens);
+                chunk_backend = self.backend_for(chunk_end - lo);
+            }
+            let b = chunk_backend;
+            if !self.sizing.backends.contains(b) {
+                lo = tokens;
+                return Some(Err(Error::InvalidProblem(format!(
+                    "backend {b} has no scratch room in this plan (its backends: {{{}}})",
+                    self.sizing.backends
+                ))));
+            }
+            let n = match b {
+                Backend::Fused => self.fused_pass(chunk_end - lo).1,
+                _ => self.sizing.fitting_tokens(b, chunk_end - lo),
+            };
+            if n == 0 {
+                lo = tokens;
+                return Some(Err(Error::InvalidProblem(format!(
+                    "scratch capacity: backend {b} cannot run one token in {} layout rows",
+                    self.sizing.rows
+                ))));
+            }
+            let step = Step { backend: b, lo, hi: lo + n };
+            lo += n;
+            Some(Ok(step))
+        })
     }
 
-    /// `y [tokens, H] = MoE(x [tokens, H])` for the routing `topk_ids`, `topk_weights` (`[tokens, k]`).
+    /// The Fused tile and tokens of a pass of at most `want` tokens: the chosen (or fixed) tile if its layout
+    /// fits the scratch rows, else the 64-row tile.
+    fn fused_pass(&self, want: usize) -> (FusedTile, usize) {
+        let s = &self.sizing.shape;
+        let want = want.min(self.sizing.max_tokens);
+        let n = self.sizing.fitting_tokens(Backend::Fused, want);
+        let tile = self.sizing.fused_tile.unwrap_or_else(|| FusedTile::for_rows(n * s.slots(), s.groups()));
+        if tile != FusedTile::M64N128K64 && aligned_rows(n * s.slots(), s.groups(), tile.block_m()) > self.sizing.rows {
+            // The 128-row tile's padding does not fit: the largest pass that does, or the 64-row tile.
+            let fits = |t: usize| aligned_rows(t * s.slots(), s.groups(), tile.block_m()) <= self.sizing.rows;
+            let m = (1..=n).rev().find(|&t| fits(t)).unwrap_or(0);
+            if m * 2 >= n && m > 0 {
+                return (tile, m);
+            }
+            return (FusedTile::M64N128K64, n);
+        }
+        (tile, n)
+    }
+
+    /// `y [T, H] = MoE(x [T, H])` for the routing `topk_ids`, `topk_weights` (`[T, k]`), using `scratch` for
+    /// every intermediate. Any `T`: batches larger than a pass run as several passes.
+    ///
+    /// Validates, before it queues anything: the stream's and the scratch's device against the plan's (naming
+    /// both), the views' shapes (`x`, `y` `[T, H]`, ids and weights `[T, k]`, packed rows, 16-byte aligned
+    /// bases), the scratch's capacity against [`Self::needs`], and that the backend of every pass has room.
+    /// Device data (ids) is range-checked on the device and reported through the scratch's status word
+    /// ([`MoeScratch::check`]).
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] if `tokens > max_tokens`, the `Masked` backend is asked for more tokens than
-    /// its capacity `max_m` guarantees, or `Batched` for more than [`BATCHED_MAX_ROWS`] rows; buffer and launch
-    /// errors.
+    /// [`Error::InvalidProblem`] / [`Error::Buffer`] naming the violated constraint; launch errors.
     pub fn forward(
-        &mut self,
+        &self,
         stream: &Arc<CudaStream>,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        topk_ids: &CudaSlice<i32>,
-        topk_weights: &CudaSlice<f32>,
-        y: &mut impl DevicePtrMut<T>,
+        scratch: &mut MoeScratch<T>,
+        x: &MatrixView<'_, T>,
+        topk_ids: &MatrixView<'_, i32>,
+        topk_weights: &MatrixView<'_, f32>,
+        y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        if tokens > self.max_tokens {
-            return Err(Error::InvalidProblem(format!("tokens = {tokens} exceeds max_tokens = {}", self.max_tokens)));
+        self.validate(stream, scratch, x, topk_ids, topk_weights, &mut *y)?;
+        let tokens = x.rows();
+        for step in self.steps(tokens) {
+            step?;
         }
-        if tokens == 0 {
-            return Ok(());
+        for step in self.steps(tokens) {
+            let Step { backend, lo, hi } = step?;
+            let (xs, ids, ws) = (x.row_range(lo, hi), topk_ids.row_range(lo, hi), topk_weights.row_range(lo, hi));
+            let mut ys = y.row_range_mut(lo, hi);
+            let pass = PassIo { stream, scratch: &mut *scratch, x: &xs, ids: &ids, weights: &ws };
+            match backend {
+                Backend::Batched => self.forward_batched(pass, &mut ys)?,
+                Backend::Eager => self.forward_eager(pass, &mut ys)?,
+                Backend::Fused => self.forward_fused(pass, &mut ys)?,
+                b => self.forward_layout(b, pass, &mut ys)?,
+            }
         }
-        match self.backend_for(tokens) {
-            Backend::Batched => self.forward_batched(stream, tokens, x, topk_ids, topk_weights, y),
-            Backend::Eager => self.forward_eager(stream, tokens, x, topk_ids, topk_weights, y),
-            Backend::Fused => self.forward_fused(stream, tokens, x, topk_ids, topk_weights, y),
-            b => self.forward_layout(stream, b, tokens, x, topk_ids, topk_weights, y),
-        }
+        Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn forward_layout(
-        &mut self,
+    fn validate(
+        &self,
         stream: &Arc<CudaStream>,
-        backend: Backend,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        ids: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        y: &mut impl DevicePtrMut<T>,
+        scratch: &MoeScratch<T>,
+        x: &MatrixView<'_, T>,
+        ids: &MatrixView<'_, i32>,
+        weights: &MatrixView<'_, f32>,
+        y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        if backend == Backend::Masked && tokens > self.max_m {
-            return Err(Error::InvalidProblem(format!(
-                "the Masked backend holds max_m = {} rows per expert; {tokens} tokens could overflow it (raise masked_max_m or use another backend)",
-                self.max_m
-            )));
-        }
-        let (layout, gemms) = match backend {
-            Backend::Grouped => (&mut self.grouped, &mut self.gemm_grouped),
-            Backend::Contiguous => (&mut self.contiguous, &mut self.gemm_contiguous),
-            _ => (&mut self.masked, &mut self.gemm_masked),
+        let d = self.device.ordinal;
+        same_device("the stream", stream.context().ordinal(), d)?;
+        same_device("the scratch", scratch.device(), d)?;
+        scratch.needs().check_covers(self.needs())?;
+        let (t, h, k) = (x.rows(), self.weights.hidden, self.sizing.shape.top_k);
+        let shape_err = |name: &'static str, rows: usize, cols: usize, want_cols: usize| Error::Buffer {
+            name,
+            detail: format!("is [{rows}, {cols}], the layer needs [{t}, {want_cols}] (T = x's rows)"),
         };
-        let w = &self.weights;
+        if x.cols() != h {
+            return Err(Error::Buffer {
+                name: "x",
+                detail: format!("has {} columns, the layer's hidden size is {h}", x.cols()),
+            });
+        }
+        for (name, rows, cols, want) in [
+            ("topk_ids", ids.rows(), ids.cols(), k),
+            ("topk_weights", weights.rows(), weights.cols(), k),
+            ("y", y.rows(), y.cols(), h),
+        ] {
+            if rows != t || cols != want {
+                return Err(shape_err(name, rows, cols, want));
+            }
+        }
+        for (name, cols, stride) in [
+            ("x", x.cols(), x.stride()),
+            ("topk_ids", ids.cols(), ids.stride()),
+            ("topk_weights", weights.cols(), weights.stride()),
+            ("y", y.cols(), y.stride()),
+        ] {
+            if stride != cols && t > 1 {
+                return Err(Error::Buffer {
+                    name,
+                    detail: format!(
+                        "row stride {stride} != cols {cols}: the layer's kernels read packed rows (take a view of whole rows)"
+                    ),
+                });
+            }
+        }
+        let (x_addr, y_addr) = (x.as_view().device_ptr(stream).0, view_addr_mut(y, stream));
+        for (name, addr) in [("x", x_addr), ("y", y_addr)] {
+            if addr % 16 != 0 {
+                return Err(Error::Buffer {
+                    name,
+                    detail: format!("device address {addr:#x} is not 16-byte aligned (16-byte row loads)"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn gemm_pair(&self, backend: Backend) -> Result<&GemmPair<T>> {
+        self.gemms
+            .iter()
+            .find(|g| g.backend == backend)
+            .ok_or_else(|| Error::InvalidProblem(format!("backend {backend} has no GEMM plans in this layer")))
+    }
+
+    fn layout_dims(&self, spec: LayoutSpec, tokens: usize) -> Result<LayoutDims> {
+        let s = &self.sizing.shape;
+        LayoutDims::new(spec, tokens, s.slots(), s.global_experts, s.groups())
+    }
+
+    fn forward_layout(&self, backend: Backend, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let spec = match backend {
+            Backend::Grouped => LayoutSpec::Grouped,
+            Backend::Contiguous => LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M },
+            _ => LayoutSpec::Masked { max_m: self.sizing.max_m },
+        };
+        let tokens = p.x.rows();
+        let dims = self.layout_dims(spec, tokens)?;
+        let gemms = self.gemm_pair(backend)?;
+        let w = &*self.weights;
         let h = w.hidden;
-        layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
-        layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
-        let rows = tokens * self.top_k;
-        let (g1, ws1) = gemms.g1.for_rows(rows);
-        g1.launch(stream, &self.a, &w.w13, layout.group_rows(), &mut self.d1, ws1, &mut self.status)?;
-        activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
-        let (g2, ws2) = gemms.g2.for_rows(rows);
-        g2.launch(stream, &self.h, &w.w2, layout.group_rows(), &mut self.d2, ws2, &mut self.status)?;
-        combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
+        let rows = tokens * self.sizing.shape.slots();
+        let Buffers { layout, a, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
+        let (a, d1, d2) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?);
+        layout.reshape(dims)?;
+        layout.build(
+            p.stream,
+            tokens,
+            &p.ids.as_view(),
+            self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
+            status,
+        )?;
+        layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
+        let g1 = gemms.g1.for_rows(rows);
+        g1.launch(p.stream, a, &w.w13, layout.group_rows(), d1, workspace, status)?;
+        activate_layout(p.stream, w, layout, d1, hbuf, status)?;
+        let g2 = gemms.g2.for_rows(rows);
+        g2.launch(p.stream, hbuf, &w.w2, layout.group_rows(), d2, workspace, status)?;
+        combine_layout(
+            p.stream,
+            w,
+            self.sizing.shape.slots(),
+            tokens,
+            layout,
+            d2,
+            &p.weights.as_view(),
+            &mut y.as_view_mut(),
+        )
     }
 
     /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
     /// biases and scatters each row to its (token, slot) row; the combine sums the k rows of each token.
-    fn forward_fused(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        ids: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        y: &mut impl DevicePtrMut<T>,
-    ) -> Result<()> {
-        let w = &self.weights;
+    fn forward_fused(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let w = &*self.weights;
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
-        let tile = self.fused_tile.unwrap_or_else(|| FusedTile::for_rows(tokens * self.top_k, w.experts));
-        let layout = match tile {
-            FusedTile::M64N128K64 => &mut self.fused64,
-            FusedTile::M128N256K64 => &mut self.contiguous,
-        };
-        layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
-        fused::gemm1_gather(stream, tile, layout, tokens, x, &w.w13, r13, h, &mut self.d1)?;
-        activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
-        fused::gemm2_scatter(stream, tile, layout, tokens, &self.h, &w.w2, h, i, weights, w.b2.as_ref(), &mut self.d2)?;
-        fused::sum_slots(stream, layout, tokens, h, &self.d2, y)
+        let tokens = p.x.rows();
+        let (tile, _) = self.fused_pass(tokens);
+        let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
+        let Buffers { layout, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
+        let (d1, d2) = (need(d1, "d1")?, need(d2, "d2")?);
+        layout.reshape(dims)?;
+        layout.build(
+            p.stream,
+            tokens,
+            &p.ids.as_view(),
+            self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
+            status,
+        )?;
+        fused::gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
+        activate_layout(p.stream, w, layout, d1, hbuf, status)?;
+        fused::gemm2_scatter(
+            p.stream,
+            tile,
+            layout,
+            tokens,
+            hbuf,
+            &w.w2,
+            h,
+            i,
+            &p.weights.as_view(),
+            w.b2.as_ref(),
+            d2,
+        )?;
+        fused::sum_slots(p.stream, layout, tokens, h, d2, &mut y.as_view_mut())
     }
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
     /// W2 h per output with the router weights and the sum over k fused.
-    fn forward_batched(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        ids: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        y: &mut impl DevicePtrMut<T>,
-    ) -> Result<()> {
-        let rows = tokens * self.top_k;
-        if self.expert_map.is_some() {
-            return Err(Error::InvalidProblem(
-                "the Batched backend takes no expert map (expert parallelism): use a layout backend".into(),
-            ));
-        }
-        if rows > BATCHED_MAX_ROWS {
-            return Err(Error::InvalidProblem(format!(
-                "the Batched backend takes at most {BATCHED_MAX_ROWS} (token, slot) rows; {tokens} tokens x top-{} = {rows} (use another backend)",
-                self.top_k
-            )));
-        }
+    fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let tokens = p.x.rows();
+        let Buffers { h, status, .. } = p.scratch.buffers()?;
         ffi::launch_decode_layer(
-            stream,
+            p.stream,
             &self.weights,
             tokens,
-            self.top_k,
-            x,
-            ids,
-            weights,
-            &mut self.h,
-            y,
-            self.status.word_mut(),
+            self.sizing.shape.top_k,
+            &p.x.as_view(),
+            &p.ids.as_view(),
+            &p.weights.as_view(),
+            h,
+            &mut y.as_view_mut(),
+            status.word_mut(),
         )
     }
 
     /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts
     /// are read back: this synchronises).
-    fn forward_eager(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        ids: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        y: &mut impl DevicePtrMut<T>,
-    ) -> Result<()> {
-        let w = &self.weights;
+    fn forward_eager(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let w = &*self.weights;
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
-        let layout = &mut self.grouped;
-        layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
-        layout.gather(stream, tokens, h, x, &mut self.a, &mut self.status)?;
-        let offsets = stream.clone_dtoh(layout.offsets())?;
-        let g = &mut self.gemm_single;
-        let mut one =
-            PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
-        one.gemms(&mut g.g1, &self.a, h, &w.w13, r13, &mut self.d1)?;
-        activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
-        let mut one =
-            PerExpert { stream, offsets: &offsets, single: &mut self.single_offsets, status: &mut self.status };
-        one.gemms(&mut g.g2, &self.h, i, &w.w2, h, &mut self.d2)?;
-        combine_layout(stream, w, self.top_k, tokens, layout, &self.d2, weights, y)
+        let tokens = p.x.rows();
+        let dims = self.layout_dims(LayoutSpec::Grouped, tokens)?;
+        let gemms = self.gemm_pair(Backend::Eager)?;
+        let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status } = p.scratch.buffers()?;
+        let (a, d1, d2, single) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?, need(single, "eager offsets")?);
+        layout.reshape(dims)?;
+        layout.build(
+            p.stream,
+            tokens,
+            &p.ids.as_view(),
+            self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
+            status,
+        )?;
+        layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
+        let offsets = p.stream.clone_dtoh(layout.offsets())?;
+        let offsets = &offsets[..=dims.local_experts()];
+        let mut one = PerExpert {
+            stream: p.stream,
+            offsets,
+            single: &mut *single,
+            workspace: &mut *workspace,
+            status: &mut *status,
+        };
+        one.gemms(&gemms.g1, a, h, &w.w13, r13, d1)?;
+        activate_layout(p.stream, w, layout, d1, hbuf, status)?;
+        let mut one = PerExpert { stream: p.stream, offsets, single, workspace, status: &mut *status };
+        one.gemms(&gemms.g2, hbuf, i, &w.w2, h, d2)?;
+        combine_layout(
+            p.stream,
+            w,
+            self.sizing.shape.slots(),
+            tokens,
+            layout,
+            d2,
+            &p.weights.as_view(),
+            &mut y.as_view_mut(),
+        )
     }
+}
+
+/// The inputs of one pass.
+struct PassIo<'s, 'v, T: Element> {
+    stream: &'s Arc<CudaStream>,
+    scratch: &'s mut MoeScratch<T>,
+    x: &'s MatrixView<'v, T>,
+    ids: &'s MatrixView<'v, i32>,
+    weights: &'s MatrixView<'v, f32>,
+}
+
+/// The scratch's buffers, borrowed apart.
+struct Buffers<'a, T> {
+    layout: &'a mut ExpertLayout,
+    a: Option<&'a mut CudaSlice<T>>,
+    d1: Option<&'a mut CudaSlice<T>>,
+    h: &'a mut CudaSlice<T>,
+    d2: Option<&'a mut CudaSlice<T>>,
+    workspace: &'a mut Workspace,
+    single: Option<&'a mut CudaSlice<i32>>,
+    status: &'a mut DeviceStatus,
+}
+
+impl<T: Element> MoeScratch<T> {
+    /// Every buffer at once (disjoint borrows); the layout and workspace only exist where a layout backend is
+    /// enabled, which `check_covers` has established before any pass runs.
+    fn buffers(&mut self) -> Result<Buffers<'_, T>> {
+        let missing = |name: &str| Error::InvalidProblem(format!("scratch capacity: the scratch holds no {name}"));
+        Ok(Buffers {
+            layout: match self.layout.as_mut() {
+                Some(l) => l,
+                None => return Err(missing("layout")),
+            },
+            a: self.a.as_mut(),
+            d1: self.d1.as_mut(),
+            h: self.h.as_mut().ok_or_else(|| missing("h"))?,
+            d2: self.d2.as_mut(),
+            workspace: match self.workspace.as_mut() {
+                Some(w) => w,
+                None => return Err(missing("GEMM workspace")),
+            },
+            single: self.single.as_mut(),
+            status: &mut self.status,
+        })
+    }
+}
+
+fn need<'a, U>(b: Option<&'a mut CudaSlice<U>>, name: &str) -> Result<&'a mut CudaSlice<U>> {
+    b.ok_or_else(|| Error::InvalidProblem(format!("scratch capacity: the scratch holds no {name}")))
+}
+
+fn view_addr_mut<T>(y: &mut MatrixViewMut<'_, T>, stream: &Arc<CudaStream>) -> u64 {
+    y.as_view_mut().device_ptr_mut(stream).0
+}
+
+fn same_device(what: &str, got: usize, plan: usize) -> Result<()> {
+    if got != plan {
+        return Err(Error::InvalidProblem(format!(
+            "{what} is on device {got}, the layer was planned on device {plan}"
+        )));
+    }
+    Ok(())
 }
 
 /// `h = act(d1 + b13)` for the positions `layout` placed (the rows of its capacity that have an expert).
@@ -503,7 +743,7 @@ fn combine_layout<T: Element>(
     tokens: usize,
     layout: &ExpertLayout,
     d2: &CudaSlice<T>,
-    weights: &CudaSlice<f32>,
+    weights: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
     let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
@@ -527,6 +767,7 @@ struct PerExpert<'a> {
     offsets: &'a [i32],
     /// Device `[0, rows]` of the current expert.
     single: &'a mut CudaSlice<i32>,
+    workspace: &'a mut Workspace,
     status: &'a mut DeviceStatus,
 }
 
@@ -534,7 +775,7 @@ impl PerExpert<'_> {
     /// `out[rows of e] = inp[rows of e] · W[e]ᵀ` for every expert `e` with rows; `W` is `[E, n, k]`.
     fn gemms<T: Element>(
         &mut self,
-        plans: &mut GemmPlans<T>,
+        plans: &GemmPlans<T>,
         inp: &CudaSlice<T>,
         k: usize,
         w: &CudaSlice<T>,
@@ -547,9 +788,9 @@ impl PerExpert<'_> {
                 continue;
             }
             self.stream.memcpy_htod(&[0i32, (hi - lo) as i32], self.single)?;
-            let (plan, ws) = plans.for_rows(hi - lo);
+            let plan = plans.for_rows(hi - lo);
             let (a, b, mut d) = (inp.slice(lo * k..), w.slice(e * n * k..(e + 1) * n * k), out.slice_mut(lo * n..));
-            plan.launch(self.stream, &a, &b, &*self.single, &mut d, ws, self.status)?;
+            plan.launch(self.stream, &a, &b, &*self.single, &mut d, self.workspace, self.status)?;
         }
         Ok(())
     }

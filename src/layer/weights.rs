@@ -171,7 +171,8 @@ pub struct ExpertWeights<T: Element> {
 }
 
 impl<T: Element> ExpertWeights<T> {
-    /// Uploads packed experts (transposing `InOut` storage once).
+    /// Uploads packed experts (transposing `InOut` storage once). Wrap the result in an `Arc` to share it
+    /// between layer plans.
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] unless `H` and `I` are multiples of 8 (16-byte rows for TMA); driver errors.
@@ -250,6 +251,17 @@ impl<T: Element> ExpertWeights<T> {
     }
     pub fn activation(&self) -> Activation {
         self.activation
+    }
+    /// The ordinal of the device the weights live on.
+    pub fn device(&self) -> usize {
+        self.w13.context().ordinal()
+    }
+    /// Device bytes of the weights and biases.
+    pub fn bytes(&self) -> usize {
+        self.w13.num_bytes()
+            + self.w2.num_bytes()
+            + self.b13.as_ref().map_or(0, |b| b.num_bytes())
+            + self.b2.as_ref().map_or(0, |b| b.num_bytes())
     }
     pub(crate) fn w13_rows(&self) -> usize {
         if self.activation.gated() {

@@ -73,7 +73,7 @@ impl LayoutDims {
         let cap = rows.and_then(|r| match spec {
             LayoutSpec::Grouped => Some(r),
             LayoutSpec::Aligned { block_m } => {
-                r.checked_add(local_experts.checked_mul(block_m - 1)?)?.checked_next_multiple_of(block_m)
+                r.checked_add(local_experts.min(r).checked_mul(block_m - 1)?)?.checked_next_multiple_of(block_m)
             }
             LayoutSpec::Masked { max_m } => local_experts.checked_mul(max_m),
         });
@@ -84,12 +84,15 @@ impl LayoutDims {
     }
 
     /// Rows of the layout buffer: every position the layout can use.
-    /// Grouped: `T·k`; aligned: `T·k + E·(block_m − 1)` rounded up to `block_m`; masked: `E·max_m`.
+    /// Grouped: `T·k`; aligned: `T·k + min(E, T·k)·(block_m − 1)` rounded up to `block_m` (at most `T·k`
+    /// experts receive rows, each padded by at most `block_m − 1`); masked: `E·max_m`.
     pub fn capacity(&self) -> usize {
         let rows = self.max_tokens * self.top_k;
         match self.spec {
             LayoutSpec::Grouped => rows,
-            LayoutSpec::Aligned { block_m } => (rows + self.local_experts * (block_m - 1)).next_multiple_of(block_m),
+            LayoutSpec::Aligned { block_m } => {
+                (rows + self.local_experts.min(rows) * (block_m - 1)).next_multiple_of(block_m)
+            }
             LayoutSpec::Masked { max_m } => self.local_experts * max_m,
         }
     }
@@ -134,7 +137,100 @@ pub struct ExpertLayout {
     scratch: CudaSlice<i32>,
 }
 
+/// The buffer lengths an [`ExpertLayout`] was allocated with: any layout whose dims fit them can be built in it
+/// (one layout buffer in a shared scratch serves every layer and backend in turn).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LayoutRoom {
+    pub groups: usize,
+    pub rows: usize,
+    pub tiles: usize,
+    pub positions: usize,
+    pub scratch_ints: usize,
+}
+
+impl LayoutRoom {
+    pub(crate) fn of(dims: &LayoutDims) -> LayoutRoom {
+        let cap = dims.capacity();
+        LayoutRoom {
+            groups: dims.local_experts,
+            rows: cap,
+            tiles: cap / dims.block_m(),
+            positions: dims.max_tokens * dims.top_k,
+            scratch_ints: ffi::layout_scratch_ints(dims.max_tokens * dims.top_k, dims.local_experts).max(1),
+        }
+    }
+
+    fn check_fits(&self, dims: &LayoutDims) -> Result<()> {
+        let need = LayoutRoom::of(dims);
+        for (name, have, want) in [
+            ("experts", self.groups, need.groups),
+            ("positions (capacity)", self.rows, need.rows),
+            ("tiles", self.tiles, need.tiles),
+            ("flat rows (tokens x k)", self.positions, need.positions),
+            ("build scratch", self.scratch_ints, need.scratch_ints),
+        ] {
+            if have < want {
+                return Err(Error::InvalidProblem(format!(
+                    "layout capacity: {dims:?} needs {want} {name}, the layout buffers hold {have}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl ExpertLayout {
+    /// Allocates buffers of `room` for layouts of `dims` (and later any dims that fit, see [`Self::reshape`]).
+    pub(crate) fn with_room(stream: &Arc<CudaStream>, room: LayoutRoom, dims: LayoutDims) -> Result<Self> {
+        room.check_fits(&dims)?;
+        DeviceInfo::query(stream.context())?.require("expert layouts", Arch::Sm90)?;
+        Ok(ExpertLayout {
+            dims,
+            counts: stream.alloc_zeros(room.groups)?,
+            offsets: stream.alloc_zeros(room.groups + 1)?,
+            sorted_ids: stream.alloc_zeros(room.rows)?,
+            expert_ids: stream.alloc_zeros(room.tiles.max(1))?,
+            m_indices: stream.alloc_zeros(room.rows)?,
+            positions: stream.alloc_zeros(room.positions)?,
+            total: stream.alloc_zeros(1)?,
+            scratch: stream.alloc_zeros(room.scratch_ints)?,
+        })
+    }
+
+    /// Re-targets the buffers at layouts of `dims` (host only; the next [`Self::build`] fills them).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the buffer `dims` does not fit.
+    pub(crate) fn reshape(&mut self, dims: LayoutDims) -> Result<()> {
+        let room = LayoutRoom {
+            groups: self.counts.len(),
+            rows: self.sorted_ids.len().min(self.m_indices.len()),
+            tiles: self.expert_ids.len(),
+            positions: self.positions.len(),
+            scratch_ints: self.scratch.len(),
+        };
+        room.check_fits(&dims)?;
+        self.dims = dims;
+        Ok(())
+    }
+
+    /// Device bytes of the layout's buffers.
+    pub(crate) fn bytes(&self) -> usize {
+        [
+            &self.counts,
+            &self.offsets,
+            &self.sorted_ids,
+            &self.expert_ids,
+            &self.m_indices,
+            &self.positions,
+            &self.total,
+            &self.scratch,
+        ]
+        .iter()
+        .map(|b| b.num_bytes())
+        .sum()
+    }
+
     /// Allocates the layout's buffers on `stream` (outside the launch path).
     ///
     /// # Errors

@@ -23,6 +23,7 @@ mod expert_layout;
 pub mod reference;
 
 pub use expert_layout::{ExpertLayout, LayoutDims, LayoutSpec};
+pub(crate) use expert_layout::LayoutRoom;
 
 use crate::error::{Error, Result};
 

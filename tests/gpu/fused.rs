@@ -57,7 +57,7 @@ fn run_case<T: Element>(c: &Case, tile: FusedTile) {
     let mut d1 = stream.clone_htod(&vec![T::nan(); cap * n1]).unwrap();
     let mut pairs = stream.clone_htod(&vec![T::nan(); rows * n2]).unwrap();
     fused::gemm1_gather(&stream, tile, &layout, t, &xd, &w1d, n1, k1, &mut d1).unwrap();
-    fused::gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd, Some(&bd), &mut pairs).unwrap();
+    fused::gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd.as_view(), Some(&bd), &mut pairs).unwrap();
     status.check(&stream).unwrap();
     let d1 = stream.clone_dtoh(&d1).unwrap();
     let pairs = stream.clone_dtoh(&pairs).unwrap();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
-use half::bf16;
+use half::{bf16, f16};
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
@@ -12,6 +12,17 @@ use moe_gemm::*;
 use crate::common::*;
 
 fn packed(e: usize, h: usize, i: usize, format: ExpertFormat, biases: bool, seed: u64) -> PackedExperts<bf16> {
+    packed_t::<bf16>(e, h, i, format, biases, seed)
+}
+
+fn packed_t<T: Element>(
+    e: usize,
+    h: usize,
+    i: usize,
+    format: ExpertFormat,
+    biases: bool,
+    seed: u64,
+) -> PackedExperts<T> {
     let r13 = if format.activation.gated() { 2 * i } else { i };
     let mut rng = Rng(seed);
     let bias = |n: usize, rng: &mut Rng| (0..n).map(|_| rng.unit() * 0.5).collect::<Vec<f32>>();
@@ -21,8 +32,8 @@ fn packed(e: usize, h: usize, i: usize, format: ExpertFormat, biases: bool, seed
         h,
         i,
         format,
-        random_vec::<bf16>(e * r13 * h, seed + 1, 0.15),
-        random_vec::<bf16>(e * h * i, seed + 2, 0.15),
+        random_vec::<T>(e * r13 * h, seed + 1, 0.15),
+        random_vec::<T>(e * h * i, seed + 2, 0.15),
         b13,
         b2,
     )
@@ -44,48 +55,79 @@ fn distinct_ids(tokens: usize, k: usize, e: usize, seed: u64) -> Vec<i32> {
     moe_gemm::random::topk_ids(tokens, k, e, seed)
 }
 
-struct Rig {
-    stream: Arc<CudaStream>,
-    layer: MoeLayer<bf16>,
+pub(crate) struct Rig<T: Element> {
+    pub stream: Arc<CudaStream>,
+    pub layer: MoeLayer<T>,
+    pub scratch: MoeScratch<T>,
 }
 
-impl Rig {
-    fn new(p: &PackedExperts<bf16>, max_tokens: usize, k: usize) -> Rig {
+impl<T: Element> Rig<T> {
+    /// A layer with room for every backend, and its own scratch.
+    pub fn new(p: &PackedExperts<T>, max_tokens: usize, k: usize) -> Rig<T> {
         let (_ctx, stream) = gpu();
-        let weights = ExpertWeights::upload(&stream, p).unwrap();
-        let opts = MoeLayerOptions { max_tokens, top_k: k, masked_max_m: None, backend: Backend::Auto };
-        Rig { layer: MoeLayer::new(&stream, weights, opts).unwrap(), stream }
+        let weights = Arc::new(ExpertWeights::upload(&stream, p).unwrap());
+        let layer =
+            MoeLayer::new(&stream, weights, MoeLayerOptions::new(max_tokens, k).backends(Backends::ALL)).unwrap();
+        let scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+        Rig { layer, scratch, stream }
     }
 
-    fn forward(&mut self, backend: Backend, x: &[bf16], ids: &CudaSlice<i32>, w: &CudaSlice<f32>) -> Vec<bf16> {
+    pub fn forward(&mut self, backend: Backend, x: &[T], ids: &CudaSlice<i32>, w: &CudaSlice<f32>) -> Vec<T> {
         let h = self.layer.weights().hidden();
-        let tokens = x.len() / h;
+        let k = ids.len() / (x.len() / h);
         let xd = self.stream.clone_htod(x).unwrap();
-        let mut y = self.stream.clone_htod(&vec![bf16::NAN; tokens * h]).unwrap();
-        self.layer.set_backend(backend);
-        self.layer.forward(&self.stream, tokens, &xd, ids, w, &mut y).unwrap();
-        self.layer.check(&self.stream).unwrap();
+        let mut y = self.stream.clone_htod(&vec![T::from_f32(f32::NAN); x.len()]).unwrap();
+        self.layer.set_backend(backend).unwrap();
+        let (xv, iv, wv) = views(&xd, h, ids, w, k);
+        self.layer
+            .forward(&self.stream, &mut self.scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap())
+            .unwrap();
+        self.scratch.check(&self.stream).unwrap();
         self.stream.clone_dtoh(&y).unwrap()
     }
 }
 
-fn mismatch(got: &[bf16], want: &[bf16]) -> Option<String> {
+/// x `[T, h]`, ids and weights `[T, k]` as whole-buffer views.
+pub(crate) fn views<'a, T>(
+    x: &'a CudaSlice<T>,
+    h: usize,
+    ids: &'a CudaSlice<i32>,
+    w: &'a CudaSlice<f32>,
+    k: usize,
+) -> (MatrixView<'a, T>, MatrixView<'a, i32>, MatrixView<'a, f32>) {
+    (
+        MatrixView::of("x", x, h).unwrap(),
+        MatrixView::of("topk_ids", ids, k).unwrap(),
+        MatrixView::of("topk_weights", w, k).unwrap(),
+    )
+}
+
+fn mismatch<T: Element>(got: &[T], want: &[T]) -> Option<String> {
     let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
     let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
     let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
-    // A few bf16 steps of the output's magnitude (MOE_SEMANTICS: summation order moves results by one step).
-    let tol = Tolerance { atol: 4.0 * max / 256.0 * 0.5, rtol: 2.0 / 256.0 };
+    // A few steps of the output type at the output's magnitude (MOE_SEMANTICS: summation order moves results by
+    // one step); bf16 steps for f16 too, whose inputs were rounded the same way in the reference.
+    let step = 2.0 * T::DTYPE.half_ulp();
+    let tol = Tolerance { atol: 4.0 * max * step * 0.5, rtol: 2.0 * step };
     first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b} ({tol:?})"))
 }
 
-fn check_all_backends(name: &str, p: &PackedExperts<bf16>, max_tokens: usize, k: usize, ids: &[i32], w: &[f32]) {
+fn check_all_backends<T: Element>(
+    name: &str,
+    p: &PackedExperts<T>,
+    max_tokens: usize,
+    k: usize,
+    ids: &[i32],
+    w: &[f32],
+) {
     let mut rig = Rig::new(p, max_tokens, k);
     let tokens = ids.len() / k;
-    let x = random_vec::<bf16>(tokens * p.hidden, 99, 1.0);
+    let x = random_vec::<T>(tokens * p.hidden, 99, 1.0);
     let want = moe_forward(p, &x, ids, w, k);
     let ids_d = rig.stream.clone_htod(ids).unwrap();
     let w_d = rig.stream.clone_htod(w).unwrap();
-    let mut first: Option<Vec<bf16>> = None;
+    let mut first: Option<Vec<T>> = None;
     for backend in Backend::CONCRETE {
         let got = rig.forward(backend, &x, &ids_d, &w_d);
         if let Some(m) = mismatch(&got, &want) {
@@ -215,13 +257,15 @@ fn mutations_are_caught() {
     );
 }
 
-/// The masked and the fused layer with their router, each captured once and replayed with new logits: each
-/// replay equals an uncaptured forward bit for bit and the reference within tolerance.
+/// Every backend Auto picks (Batched, Fused, Grouped) and Masked, each with its router, captured once and
+/// replayed 10 times with new logits: each replay equals an uncaptured forward bit for bit and the reference
+/// within tolerance.
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn masked_and_fused_layers_with_router_replay_in_a_graph() {
-    replay_in_a_graph(Backend::Masked);
-    replay_in_a_graph(Backend::Fused);
+fn every_serving_backend_with_router_replays_in_a_graph() {
+    for backend in [Backend::Batched, Backend::Grouped, Backend::Masked, Backend::Fused] {
+        replay_in_a_graph(backend);
+    }
 }
 
 fn replay_in_a_graph(backend: Backend) {
@@ -229,31 +273,32 @@ fn replay_in_a_graph(backend: Backend) {
     let (e, k, h, i, t) = (32usize, 4usize, 128usize, 64usize, 16usize);
     let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 41);
     let (_ctx, stream) = gpu();
-    let weights = ExpertWeights::upload(&stream, &p).unwrap();
-    let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: Some(t), backend };
-    let mut layer = MoeLayer::new(&stream, weights, opts).unwrap();
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(t, k).masked_max_m(t).backend(backend)).unwrap();
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
     let router =
         Router::new(&stream, RouterConfig::new(e, k, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
-    let mut st = DeviceStatus::new(&stream).unwrap();
     let x_host = random_vec::<bf16>(t * h, 42, 1.0);
     let x = stream.clone_htod(&x_host).unwrap();
     let mut logits = stream.alloc_zeros::<f32>(t * e).unwrap();
     let mut ids = stream.alloc_zeros::<i32>(t * k).unwrap();
     let mut w = stream.alloc_zeros::<f32>(t * k).unwrap();
     let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
-    let mut step = |layer: &mut MoeLayer<bf16>,
-                    ids: &mut CudaSlice<i32>,
-                    w: &mut CudaSlice<f32>,
-                    y: &mut CudaSlice<bf16>,
-                    logits: &CudaSlice<f32>| {
-        router.launch(&stream, t, logits, None, ids, w, &mut st).unwrap();
-        layer.forward(&stream, t, &x, ids, w, y).unwrap();
+    let step = |scratch: &mut MoeScratch<bf16>,
+                ids: &mut CudaSlice<i32>,
+                w: &mut CudaSlice<f32>,
+                y: &mut CudaSlice<bf16>,
+                logits: &CudaSlice<f32>| {
+        router.launch(&stream, t, logits, None, ids, w, scratch.status_mut()).unwrap();
+        let (xv, iv, wv) = views(&x, h, ids, w, k);
+        layer.forward(&stream, scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", y, h).unwrap()).unwrap();
     };
-    step(&mut layer, &mut ids, &mut w, &mut y, &logits);
+    step(&mut scratch, &mut ids, &mut w, &mut y, &logits);
     stream.synchronize().unwrap();
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    step(&mut layer, &mut ids, &mut w, &mut y, &logits);
+    step(&mut scratch, &mut ids, &mut w, &mut y, &logits);
     let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
+    assert_eq!(layer.backend_for(t), backend);
     for replay in 0..10u64 {
         let mut rng = Rng(500 + replay);
         let l: Vec<f32> = (0..t * e).map(|_| rng.unit() * 3.0).collect();
@@ -261,9 +306,9 @@ fn replay_in_a_graph(backend: Backend) {
         graph.launch().unwrap();
         let from_graph = stream.clone_dtoh(&y).unwrap();
         let (ids_h, w_h) = (stream.clone_dtoh(&ids).unwrap(), stream.clone_dtoh(&w).unwrap());
-        step(&mut layer, &mut ids, &mut w, &mut y, &logits);
+        step(&mut scratch, &mut ids, &mut w, &mut y, &logits);
         let eager = stream.clone_dtoh(&y).unwrap();
-        layer.check(&stream).unwrap();
+        scratch.check(&stream).unwrap();
         assert!(
             from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()),
             "{backend:?}: replay {replay} differs from eager"
@@ -274,20 +319,39 @@ fn replay_in_a_graph(backend: Backend) {
     }
 }
 
+/// Batches larger than a pass run as several passes over the same scratch (chunked prefill): the masked layout
+/// (256 rows per expert) takes 1000 tokens in four passes, Grouped 300 tokens in a plan of 128 tokens, and both
+/// agree with the reference.
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn auto_policy_is_inspectable_and_masked_refuses_oversized_batches() {
+fn batches_larger_than_a_pass_are_chunked_not_refused() {
     let p = packed(64, 128, 64, ExpertFormat::SWIGLU, false, 51);
     let mut rig = Rig::new(&p, 1024, 8);
     assert_eq!(rig.layer.backend_for(1), Backend::Batched);
     assert_eq!(rig.layer.backend_for(1024), Backend::Grouped);
-    rig.layer.set_backend(Backend::Masked);
-    let x = rig.stream.alloc_zeros::<bf16>(1024 * 128).unwrap();
-    let ids = rig.stream.alloc_zeros::<i32>(1024 * 8).unwrap();
-    let w = rig.stream.alloc_zeros::<f32>(1024 * 8).unwrap();
-    let mut y = rig.stream.alloc_zeros::<bf16>(1024 * 128).unwrap();
-    let err = rig.layer.forward(&rig.stream, 1000, &x, &ids, &w, &mut y).unwrap_err();
-    assert!(err.to_string().contains("max_m = 256"), "{err}");
+    let k = 8;
+    for (backend, t) in [(Backend::Masked, 1000usize), (Backend::Batched, 700)] {
+        let ids = distinct_ids(t, k, 64, 52);
+        let w = weights_for(t, k, 53);
+        let x = random_vec::<bf16>(t * 128, 54, 1.0);
+        let (idd, wd) = (rig.stream.clone_htod(&ids).unwrap(), rig.stream.clone_htod(&w).unwrap());
+        let got = rig.forward(backend, &x, &idd, &wd);
+        if let Some(m) = mismatch(&got, &moe_forward(&p, &x, &ids, &w, k)) {
+            panic!("{backend:?} over {t} tokens: {m}");
+        }
+    }
+    let mut small = Rig::new(&p, 128, 8);
+    let t = 300;
+    let ids = distinct_ids(t, k, 64, 55);
+    let w = weights_for(t, k, 56);
+    let x = random_vec::<bf16>(t * 128, 57, 1.0);
+    let (idd, wd) = (small.stream.clone_htod(&ids).unwrap(), small.stream.clone_htod(&w).unwrap());
+    let want = moe_forward(&p, &x, &ids, &w, k);
+    for backend in [Backend::Grouped, Backend::Fused, Backend::Contiguous, Backend::Auto] {
+        if let Some(m) = mismatch(&small.forward(backend, &x, &idd, &wd), &want) {
+            panic!("{backend:?}, 300 tokens through a 128-token plan: {m}");
+        }
+    }
 }
 
 /// Expert parallelism: a slice holding the odd experts of 16 computes its share of every token's sum, and the
@@ -306,25 +370,42 @@ fn expert_parallel_slice_sums_its_local_experts() {
         ids.iter().zip(&w).map(|(&g, &wt)| if map[g as usize] >= 0 { (map[g as usize], wt) } else { (0, 0.0) }).unzip();
     let want = moe_forward(&local, &x, &ids_ref, &w_ref, k);
     let (_ctx, stream) = gpu();
-    let weights = ExpertWeights::upload(&stream, &local).unwrap();
-    let opts = MoeLayerOptions { max_tokens: t, top_k: k, masked_max_m: None, backend: Backend::Auto };
-    let mut layer = MoeLayer::with_expert_map(&stream, weights, opts, &map).unwrap();
+    let weights = Arc::new(ExpertWeights::upload(&stream, &local).unwrap());
+    let ep_backends = [Backend::Eager, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused];
+    let opts = MoeLayerOptions::new(t, k).backends(ep_backends.into_iter().collect());
+    let mut layer = MoeLayer::with_expert_map(&stream, weights.clone(), opts, &map).unwrap();
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
     assert_eq!(layer.backend_for(1), Backend::Grouped, "Auto never picks Batched with a map");
     let (xd, idd, wd) =
         (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&w).unwrap());
     let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
-    for backend in [Backend::Eager, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused] {
-        layer.set_backend(backend);
-        layer.forward(&stream, t, &xd, &idd, &wd, &mut y).unwrap();
-        layer.check(&stream).unwrap();
+    for backend in ep_backends {
+        layer.set_backend(backend).unwrap();
+        let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
+        layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+        scratch.check(&stream).unwrap();
         if let Some(m) = mismatch(&stream.clone_dtoh(&y).unwrap(), &want) {
             panic!("EP slice [{backend:?}]: {m}");
         }
     }
-    layer.set_backend(Backend::Batched);
-    assert!(layer.forward(&stream, t, &xd, &idd, &wd, &mut y).unwrap_err().to_string().contains("expert map"));
+    assert!(layer.set_backend(Backend::Batched).unwrap_err().to_string().contains("no scratch room"));
+    let with_batched = MoeLayerOptions::new(t, k).backends(Backends::ALL);
+    assert!(MoeLayer::with_expert_map(&stream, weights.clone(), with_batched, &map)
+        .unwrap_err()
+        .to_string()
+        .contains("expert map"));
     // A map that does not cover the local experts is refused.
     let bad: Vec<i32> = (0..e_global).map(|g| if g < 4 { g as i32 } else { -1 }).collect();
-    let weights = ExpertWeights::upload(&stream, &local).unwrap();
-    assert!(MoeLayer::with_expert_map(&stream, weights, opts, &bad).is_err());
+    assert!(MoeLayer::with_expert_map(&stream, weights, MoeLayerOptions::new(t, k), &bad).is_err());
+}
+
+/// `MoeLayer<f16>`: every backend against the CPU reference in f16.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn f16_layer_all_backends_match_the_reference() {
+    let (e, k, h, i, t) = (16usize, 4usize, 256usize, 128usize, 48usize);
+    let p = packed_t::<f16>(e, h, i, ExpertFormat::SWIGLU, true, 81);
+    check_all_backends("f16 uniform", &p, 64, k, &distinct_ids(t, k, e, 82), &weights_for(t, k, 83));
+    let g = packed_t::<f16>(e, h, i, ExpertFormat::GPT_OSS, true, 84);
+    check_all_backends("f16 gpt-oss", &g, 64, k, &distinct_ids(t, k, e, 85), &weights_for(t, k, 86));
 }

@@ -1,0 +1,116 @@
+//! `moe-gemm plan`: the device memory a model's MoE layers take (one shared scratch, one small plan per layer,
+//! the weights), computed on the host by the code the library allocates with; no GPU needed.
+
+use clap::Args;
+
+use moe_gemm::layer::sizing::mib;
+use moe_gemm::{Backend, Backends, DType, Error, LayerShape, LayerSizing, Result, ScratchNeeds};
+
+use super::bench::{Model, MODELS};
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// Models (default: every suite model with its real MoE layer count).
+    #[arg(long, value_delimiter = ',')]
+    pub model: Vec<String>,
+    /// Tokens per pass (larger batches run as several passes).
+    #[arg(long, default_value_t = 4096)]
+    pub max_tokens: usize,
+    /// MoE layers sharing the scratch (default: the model's).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Backends to make room for (default: Auto's: batched, fused, grouped, each for the batches Auto runs).
+    #[arg(long, value_delimiter = ',')]
+    pub backends: Vec<String>,
+    /// Element type: bf16 or f16.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// SMs of the target device (the GEMM workspaces depend on it; H100/H200: 132).
+    #[arg(long, default_value_t = 132)]
+    pub sm_count: usize,
+}
+
+pub fn run(args: &PlanArgs) -> Result<()> {
+    let dtype = match args.dtype.as_str() {
+        "bf16" => DType::BF16,
+        "f16" => DType::F16,
+        d => return Err(Error::InvalidProblem(format!("--dtype {d}: expected bf16 or f16"))),
+    };
+    let backends: Option<Backends> = if args.backends.is_empty() {
+        None
+    } else {
+        let mut set = Backends::NONE;
+        for b in &args.backends {
+            let b = Backend::from_name(b).ok_or_else(|| {
+                Error::InvalidProblem(format!(
+                    "--backends {b}: expected eager, batched, grouped, contiguous, masked, fused or auto"
+                ))
+            })?;
+            set = set.union(Backends::of(b));
+        }
+        Some(set)
+    };
+    let models: Vec<&Model> = if args.model.is_empty() {
+        MODELS.iter().collect()
+    } else {
+        args.model
+            .iter()
+            .map(|n| {
+                MODELS.iter().find(|m| m.name == n).ok_or_else(|| {
+                    let names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+                    Error::InvalidProblem(format!("--model {n}: expected one of {}", names.join(", ")))
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    for m in models {
+        let layers = args.layers.unwrap_or(m.layers);
+        let shape = LayerShape {
+            experts: m.experts,
+            global_experts: m.experts,
+            top_k: m.top_k,
+            shared_groups: 0,
+            hidden: m.hidden,
+            inter: m.inter,
+            gated: true,
+        };
+        let sizing =
+            LayerSizing::new(shape, dtype, args.max_tokens, Backend::Auto, backends, None, None, false, args.sm_count)?;
+        // Every layer of a model has the same shape: the shared scratch is one layer's need, whatever the count.
+        let mut needs: ScratchNeeds = *sizing.needs();
+        for _ in 1..layers {
+            needs = needs.max(*sizing.needs())?;
+        }
+        let fp = needs.footprint();
+        let plan = sizing.plan_bytes(false);
+        let weights = m.experts * shape.expert_bytes(dtype);
+        let passes: Vec<String> = sizing.pass_tokens().iter().map(|(b, t)| format!("{b} {t}")).collect();
+        println!(
+            "{} ({layers} MoE layers, E {}, k {}, H {}, I {}, {dtype}, max_tokens {}, backends {{{}}})",
+            m.name,
+            m.experts,
+            m.top_k,
+            m.hidden,
+            m.inter,
+            args.max_tokens,
+            sizing.backends()
+        );
+        println!("  tokens per pass: {}", passes.join(", "));
+        println!("shared scratch (one for all {layers} layers):\n{fp}");
+        println!(
+            "per-layer plan: {} B on the device (expert map), {} B on the host; x {layers} = {}",
+            plan.device,
+            plan.host,
+            mib((plan.device + plan.host) * layers)
+        );
+        println!("weights: {} per layer, {} for {layers} layers", mib(weights), mib(weights * layers));
+        println!(
+            "total device bytes: {} (scratch {} + plans {} + weights {})\n",
+            mib(fp.total() + plan.device * layers + weights * layers),
+            mib(fp.total()),
+            mib(plan.device * layers),
+            mib(weights * layers)
+        );
+    }
+    Ok(())
+}

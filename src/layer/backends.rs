@@ -1,0 +1,117 @@
+//! [`Backend`]: how a layer lays out and multiplies its routed rows, and [`Backends`], a set of them (the
+//! backends a plan makes room for in the scratch).
+
+use std::fmt;
+
+/// How the layer lays out and multiplies the routed rows.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Eager,
+    Batched,
+    Grouped,
+    Contiguous,
+    Masked,
+    Fused,
+    /// Picks per call: see [`MoeLayer::backend_for`](super::MoeLayer::backend_for).
+    Auto,
+}
+
+impl Backend {
+    pub const CONCRETE: [Backend; 6] =
+        [Backend::Eager, Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Eager => "eager",
+            Backend::Batched => "batched",
+            Backend::Grouped => "grouped",
+            Backend::Contiguous => "contiguous",
+            Backend::Masked => "masked",
+            Backend::Fused => "fused",
+            Backend::Auto => "auto",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::CONCRETE.into_iter().chain([Backend::Auto]).find(|b| b.name() == name)
+    }
+
+    const fn bit(self) -> u8 {
+        match self {
+            Backend::Eager => 1,
+            Backend::Batched => 2,
+            Backend::Grouped => 4,
+            Backend::Contiguous => 8,
+            Backend::Masked => 16,
+            Backend::Fused => 32,
+            Backend::Auto => 0,
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// A set of concrete backends.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Backends(u8);
+
+impl Backends {
+    pub const NONE: Backends = Backends(0);
+    /// Every concrete backend.
+    pub const ALL: Backends = Backends(63);
+    /// What `Auto` picks among: Batched, Fused, Grouped.
+    pub const AUTO: Backends = Backends(2 | 4 | 32);
+
+    /// The backends `backend` can run: itself, or [`Backends::AUTO`] for `Auto`.
+    pub const fn of(backend: Backend) -> Backends {
+        match backend {
+            Backend::Auto => Backends::AUTO,
+            b => Backends(b.bit()),
+        }
+    }
+
+    pub const fn with(self, backend: Backend) -> Backends {
+        Backends(self.0 | Backends::of(backend).0)
+    }
+
+    pub const fn union(self, other: Backends) -> Backends {
+        Backends(self.0 | other.0)
+    }
+
+    pub const fn contains(self, backend: Backend) -> bool {
+        let b = Backends::of(backend).0;
+        b != 0 && self.0 & b == b
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Backend> {
+        Backend::CONCRETE.into_iter().filter(move |&b| self.contains(b))
+    }
+}
+
+impl FromIterator<Backend> for Backends {
+    fn from_iter<I: IntoIterator<Item = Backend>>(iter: I) -> Self {
+        iter.into_iter().fold(Backends::NONE, Backends::with)
+    }
+}
+
+impl fmt::Debug for Backends {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+impl fmt::Display for Backends {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(Backend::name).collect();
+        f.pad(&names.join(","))
+    }
+}

@@ -1,0 +1,148 @@
+//! [`MoeScratch`]: the per-batch intermediates of MoE layers, owned by the caller and shared by every layer that
+//! runs on one stream (one after another), so a model of 40–100 layers holds one set, not one per layer.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, ValidAsZeroBits};
+
+use crate::dtype::Element;
+use crate::error::Result;
+use crate::kernels::grouped::Workspace;
+use crate::layouts::{ExpertLayout, LayoutDims, LayoutRoom, LayoutSpec};
+use crate::status::DeviceStatus;
+
+use super::sizing::ScratchNeeds;
+use super::MoeLayer;
+
+/// Intermediates of MoE layer forwards: one permuted copy of x, GEMM1's output, the activation, GEMM2's
+/// output, one expert layout, one GEMM workspace, the shared-expert routing and the step's [`DeviceStatus`].
+/// Sized by [`ScratchNeeds`] (see [`MoeScratch::for_layers`]); every byte it holds is in
+/// [`ScratchNeeds::footprint`], and [`MoeScratch::bytes`] reports what was allocated.
+///
+/// Not `Sync` by use: a forward borrows it mutably, so two streams need two scratches.
+#[derive(Debug)]
+pub struct MoeScratch<T: Element> {
+    needs: ScratchNeeds,
+    device: usize,
+    pub(crate) layout: Option<ExpertLayout>,
+    pub(crate) a: Option<CudaSlice<T>>,
+    pub(crate) d1: Option<CudaSlice<T>>,
+    pub(crate) h: Option<CudaSlice<T>>,
+    pub(crate) d2: Option<CudaSlice<T>>,
+    pub(crate) workspace: Option<Workspace>,
+    pub(crate) ids: Option<CudaSlice<i32>>,
+    pub(crate) weights: Option<CudaSlice<f32>>,
+    pub(crate) single: Option<CudaSlice<i32>>,
+    pub(crate) status: DeviceStatus,
+}
+
+fn alloc<U: ValidAsZeroBits + cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    n: usize,
+) -> Result<Option<CudaSlice<U>>> {
+    Ok(if n == 0 { None } else { Some(stream.alloc_zeros::<U>(n)?) })
+}
+
+impl<T: Element> MoeScratch<T> {
+    /// Allocates a scratch of `needs` on `stream`'s device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `needs` is for another element type than
+    /// `T`; driver errors (out of memory).
+    pub fn new(stream: &Arc<CudaStream>, needs: &ScratchNeeds) -> Result<Self> {
+        if needs.dtype != T::DTYPE {
+            return Err(crate::Error::InvalidProblem(format!(
+                "scratch needs are for {} elements, the scratch is of {}",
+                needs.dtype,
+                T::DTYPE
+            )));
+        }
+        let n = needs;
+        let layout = if n.groups > 0 {
+            let room = LayoutRoom {
+                groups: n.groups,
+                rows: n.layout_rows,
+                tiles: n.layout_tiles,
+                positions: n.layout_positions,
+                scratch_ints: n.layout_scratch_ints,
+            };
+            // Any dims that fit the room do for the allocation; layers reshape it per forward.
+            let dims = LayoutDims::new(LayoutSpec::Grouped, 1, 1, n.groups, n.groups)?;
+            Some(ExpertLayout::with_room(stream, room, dims)?)
+        } else {
+            None
+        };
+        Ok(MoeScratch {
+            needs: *needs,
+            device: stream.context().ordinal(),
+            layout,
+            a: alloc(stream, n.a_rows * n.hidden)?,
+            d1: alloc(stream, n.d1_rows * n.w13_cols)?,
+            h: alloc(stream, n.h_rows * n.inter)?,
+            d2: alloc(stream, n.d2_rows * n.hidden)?,
+            workspace: if n.workspace_bytes > 0 { Some(Workspace::zeroed(stream, n.workspace_bytes)?) } else { None },
+            ids: alloc(stream, n.routing_slots)?,
+            weights: alloc(stream, n.routing_slots)?,
+            single: alloc(stream, if n.eager { 2 } else { 0 })?,
+            status: DeviceStatus::new(stream)?,
+        })
+    }
+
+    /// A scratch that serves every layer of `layers` (the field-wise maximum of their needs).
+    ///
+    /// # Errors
+    /// As [`Self::new`]; [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `layers` is empty.
+    pub fn for_layers<'a>(stream: &Arc<CudaStream>, layers: impl IntoIterator<Item = &'a MoeLayer<T>>) -> Result<Self> {
+        let mut needs: Option<ScratchNeeds> = None;
+        for l in layers {
+            needs = Some(match needs {
+                None => *l.needs(),
+                Some(n) => n.max(*l.needs())?,
+            });
+        }
+        let needs = needs
+            .ok_or_else(|| crate::Error::InvalidProblem("MoeScratch::for_layers needs at least one layer".into()))?;
+        Self::new(stream, &needs)
+    }
+
+    /// What the scratch was sized for.
+    pub fn needs(&self) -> &ScratchNeeds {
+        &self.needs
+    }
+
+    /// The ordinal of the device the scratch lives on.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Device bytes allocated (equal to `needs().footprint().total()`).
+    pub fn bytes(&self) -> usize {
+        fn b<U>(s: &Option<CudaSlice<U>>) -> usize {
+            s.as_ref().map_or(0, |s| s.num_bytes())
+        }
+        self.layout.as_ref().map_or(0, ExpertLayout::bytes)
+            + b(&self.a)
+            + b(&self.d1)
+            + b(&self.h)
+            + b(&self.d2)
+            + self.workspace.as_ref().map_or(0, Workspace::len)
+            + b(&self.ids)
+            + b(&self.weights)
+            + b(&self.single)
+            + std::mem::size_of::<u32>()
+    }
+
+    /// The step's status word: pass it to the router too, so one checked point covers the whole step.
+    pub fn status_mut(&mut self) -> &mut DeviceStatus {
+        &mut self.status
+    }
+
+    /// Reads and clears the status word (synchronises `stream`): invalid ids, capacity overflow and every other
+    /// device-side check of the forwards since the last call.
+    ///
+    /// # Errors
+    /// [`Error::DeviceCheck`](crate::Error::DeviceCheck) naming each failed check.
+    pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.status.check(stream)
+    }
+}

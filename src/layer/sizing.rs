@@ -1,0 +1,553 @@
+//! What a layer's forward needs from the shared scratch, computed on the host from shapes alone: the same code
+//! sizes [`MoeScratch`](super::MoeScratch) allocations and answers `moe-gemm plan` without a GPU.
+//!
+//! One forward uses one backend and one layout at a time, so the scratch holds one set of intermediates (the
+//! permuted rows `a`, GEMM1's `d1`, the activation `h`, GEMM2's `d2`), one layout and one GEMM workspace, each
+//! sized to the largest pass of any enabled backend of any layer that uses it. A pass is the most tokens a
+//! backend runs at once: a fixed backend's pass is `max_tokens`; under `Auto` (with the default backends) each
+//! backend's pass is the largest batch Auto sends it, so the padded layouts of Fused never size the scratch past
+//! what Auto runs them at. Bigger batches are chunked into passes by the layer.
+
+use std::fmt;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::kernels::fused::FusedTile;
+use crate::kernels::TileConfig;
+
+use super::backends::{Backend, Backends};
+
+/// Rows per tile of the contiguous layout (DeepGEMM's; also the Fused 128-row tile's layout).
+pub(crate) const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();
+/// Most (token, slot) rows the batched backend takes in one pass: one GEMM group per row is a decode strategy.
+pub const BATCHED_MAX_ROWS: usize = 4096;
+
+/// The shape of one MoE layer as the kernels see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LayerShape {
+    /// Experts whose weights this layer holds (local experts under expert parallelism).
+    pub experts: usize,
+    /// The range of the router's ids (`experts` without expert parallelism).
+    pub global_experts: usize,
+    pub top_k: usize,
+    /// Shared-expert groups every token joins with weight 1 (each `inter` wide; 0 without shared experts).
+    pub shared_groups: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    /// Gated activation: `w13` has `2·inter` rows per expert.
+    pub gated: bool,
+}
+
+impl LayerShape {
+    /// Rows per token in the layout: the routed slots plus the shared groups.
+    pub const fn slots(&self) -> usize {
+        self.top_k + self.shared_groups
+    }
+    /// GEMM groups: the local experts plus the shared groups.
+    pub const fn groups(&self) -> usize {
+        self.experts + self.shared_groups
+    }
+    /// `w13` rows per expert: `2·inter` gated, `inter` otherwise.
+    pub const fn w13_rows(&self) -> usize {
+        if self.gated {
+            2 * self.inter
+        } else {
+            self.inter
+        }
+    }
+    /// Bytes of one expert's `w13` and `w2` in `dtype`.
+    pub const fn expert_bytes(&self, dtype: DType) -> usize {
+        (self.w13_rows() + self.inter) * self.hidden * dtype.size_bytes()
+    }
+}
+
+/// Rows of an aligned layout (every expert padded to a multiple of `block_m`) for `slots` rows over `groups`
+/// experts: at most `min(groups, slots)` experts receive rows, each wasting at most `block_m − 1`.
+pub(crate) fn aligned_rows(slots: usize, groups: usize, block_m: usize) -> usize {
+    (slots + groups.min(slots) * (block_m - 1)).next_multiple_of(block_m)
+}
+
+/// How many tokens of each backend run in one pass, and the layout rows that takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pass {
+    pub backend: Backend,
+    pub tokens: usize,
+}
+
+/// The per-layer facts a plan derives from its shape and options (no device needed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerSizing {
+    pub(crate) shape: LayerShape,
+    pub(crate) max_tokens: usize,
+    pub(crate) max_m: usize,
+    pub(crate) backends: Backends,
+    pub(crate) fused_tile: Option<FusedTile>,
+    pub(crate) sm_count: usize,
+    /// Sizing pass per enabled backend.
+    pub(crate) passes: Vec<Pass>,
+    /// Rows of `d1` and `h` (and the GEMM plans' `max_rows`).
+    pub(crate) rows: usize,
+    pub(crate) needs: ScratchNeeds,
+    /// The GEMM plans the layer makes: (family, w13 or w2, groups, n, k, max_rows, candidate rows).
+    pub(crate) gemms: Vec<GemmSpec>,
+}
+
+/// One grouped GEMM plan family of a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemmSpec {
+    pub backend: Backend,
+    /// GEMM1 (w13) or GEMM2 (w2).
+    pub second: bool,
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub max_rows: usize,
+    /// Most rows a launch will see: the configurations of every batch size up to this are planned.
+    pub rows: usize,
+}
+
+impl GemmSpec {
+    /// The tile configurations the heuristic picks for batches of 1, 2, 4, …, `rows` rows, once each, with
+    /// the batch size that first picked it.
+    pub(crate) fn configs(&self, sm_count: usize) -> Vec<(TileConfig, usize)> {
+        let mut out: Vec<(TileConfig, usize)> = Vec::new();
+        let rows = self.rows.max(1);
+        for r in (0..).map(|s| 1usize << s).take_while(|&r| r < rows).chain([rows]) {
+            let c = TileConfig::heuristic(self.groups, self.n, r, sm_count);
+            if !out.iter().any(|(p, _)| *p == c) {
+                out.push((c, r));
+            }
+        }
+        out
+    }
+}
+
+impl LayerSizing {
+    /// Sizes a layer of `shape` for `max_tokens` tokens per pass.
+    ///
+    /// `backend` is the backend the layer starts with; `backends` the ones it gets room for (`None`: those
+    /// `backend` can run, each for the batches it runs; `Some(set)`: each of `set` for `max_tokens` tokens).
+    /// `max_m` is the masked layout's rows per expert; `sm_count` the device's SMs (the GEMM workspaces
+    /// depend on it); `expert_parallel` whether the layer has an expert map (Auto then runs Grouped only).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: zero sizes, `top_k > global_experts`, a backend set
+    /// that is empty or holds Batched with an expert map, capacities past int32, workspace queries failing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        shape: LayerShape,
+        dtype: DType,
+        max_tokens: usize,
+        backend: Backend,
+        backends: Option<Backends>,
+        max_m: Option<usize>,
+        fused_tile: Option<FusedTile>,
+        expert_parallel: bool,
+        sm_count: usize,
+    ) -> Result<Self> {
+        let bad = |s: String| Err(Error::InvalidProblem(s));
+        let s = shape;
+        if max_tokens == 0 || s.top_k == 0 || s.experts == 0 || s.hidden == 0 || s.inter == 0 {
+            return bad(format!(
+                "max_tokens = {max_tokens}, top_k = {}, experts = {}, hidden = {}, inter = {}: all must be positive",
+                s.top_k, s.experts, s.hidden, s.inter
+            ));
+        }
+        if s.top_k > s.global_experts || s.experts > s.global_experts {
+            return bad(format!(
+                "top_k = {} and local experts = {} must not exceed the router's experts = {}",
+                s.top_k, s.experts, s.global_experts
+            ));
+        }
+        let max_m = max_m.unwrap_or(max_tokens.min(256));
+        if max_m == 0 {
+            return bad("masked_max_m = 0: must be >= 1".into());
+        }
+        let auto_set = if expert_parallel { Backends::of(Backend::Grouped) } else { Backends::AUTO };
+        let enabled = match (backends, backend) {
+            (Some(set), _) => set,
+            (None, Backend::Auto) => auto_set,
+            (None, b) => Backends::of(b),
+        };
+        if enabled.is_empty() {
+            return bad("the layer's backend set is empty: enable at least one backend".into());
+        }
+        if expert_parallel && enabled.contains(Backend::Batched) {
+            return bad(
+                "the Batched backend takes no expert map (expert parallelism): leave it out of the backends".into()
+            );
+        }
+        if backend != Backend::Auto && !enabled.contains(backend) {
+            return bad(format!("backend {backend} is not among the layer's backends {{{enabled}}}"));
+        }
+        let slots = |t: usize| t * s.slots();
+        let batched_max = (BATCHED_MAX_ROWS / s.slots()).max(1);
+        // Each enabled backend's sizing pass.
+        let passes: Vec<Pass> = enabled
+            .iter()
+            .map(|b| {
+                let full = match b {
+                    Backend::Masked => max_tokens.min(max_m),
+                    Backend::Batched => max_tokens.min(batched_max),
+                    _ => max_tokens,
+                };
+                let tokens = if backends.is_none() && backend == Backend::Auto {
+                    // The largest batch Auto sends to b (at least one token, so a forced switch still runs).
+                    (1..=max_tokens)
+                        .filter(|&t| auto_pick(&s, t, expert_parallel) == b)
+                        .next_back()
+                        .unwrap_or(1)
+                        .min(full)
+                } else {
+                    full
+                };
+                Pass { backend: b, tokens }
+            })
+            .collect();
+        let fused_bm = |t: usize| fused_tile.unwrap_or_else(|| FusedTile::for_rows(slots(t), s.groups())).block_m();
+        // (d1/h rows, a rows, d2 rows, layout rows, layout tiles) of a pass.
+        let rows_of = |p: &Pass| -> (usize, usize, usize, usize, usize) {
+            let (t, g) = (p.tokens, s.groups());
+            match p.backend {
+                Backend::Batched => (slots(t), 0, 0, 0, 0),
+                Backend::Grouped => (slots(t), slots(t), slots(t), slots(t), slots(t)),
+                Backend::Eager => {
+                    // The per-expert slices start anywhere below T·k and span up to max_tokens rows.
+                    let r = slots(t) + t;
+                    (r, r, r, slots(t), slots(t))
+                }
+                Backend::Masked => {
+                    let r = g * max_m;
+                    (r, r, r, r, r)
+                }
+                Backend::Contiguous => {
+                    let r = aligned_rows(slots(t), g, CONTIGUOUS_BLOCK_M);
+                    (r, r, r, r, r / CONTIGUOUS_BLOCK_M)
+                }
+                Backend::Fused => {
+                    let bm = fused_bm(t).max(FusedTile::M64N128K64.block_m());
+                    let r = aligned_rows(slots(t), g, bm);
+                    let r64 = aligned_rows(slots(t), g, FusedTile::M64N128K64.block_m());
+                    let r = r.max(r64);
+                    (r, 0, slots(t), r, r64 / FusedTile::M64N128K64.block_m())
+                }
+                Backend::Auto => unreachable!("passes hold concrete backends"),
+            }
+        };
+        let mut rows = 0;
+        let (mut a_rows, mut d2_rows, mut layout_rows, mut layout_tiles) = (0, 0, 0, 0);
+        for p in &passes {
+            let (r, a, d2, l, tiles) = rows_of(p);
+            rows = rows.max(r);
+            a_rows = a_rows.max(a);
+            d2_rows = d2_rows.max(d2);
+            layout_rows = layout_rows.max(l);
+            layout_tiles = layout_tiles.max(tiles);
+        }
+        if rows > i32::MAX as usize {
+            return bad(format!("{rows} layout rows overflow int32 positions (lower max_tokens)"));
+        }
+        let batched_only = passes.iter().all(|p| p.backend == Backend::Batched);
+        let mut gemms = Vec::new();
+        for p in &passes {
+            let (groups, max_rows, cand) = match p.backend {
+                Backend::Grouped | Backend::Contiguous => (s.groups(), rows, slots(p.tokens)),
+                Backend::Masked => (s.groups(), rows, slots(p.tokens).min(s.groups() * max_m)),
+                Backend::Eager => (1, max_tokens, max_tokens),
+                _ => continue,
+            };
+            for (second, n, k) in [(false, s.w13_rows(), s.hidden), (true, s.hidden, s.inter)] {
+                gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand });
+            }
+        }
+        let mut workspace_bytes = 0u64;
+        for g in &gemms {
+            for (config, _) in g.configs(sm_count) {
+                workspace_bytes = workspace_bytes.max(ffi::grouped_gemm_sm90_workspace(
+                    dtype,
+                    config,
+                    g.groups as i32,
+                    sm_count as i32,
+                )?);
+            }
+        }
+        let layout = !batched_only;
+        let positions = slots(max_tokens);
+        let needs = ScratchNeeds {
+            dtype,
+            tokens: max_tokens,
+            slots: positions,
+            hidden: s.hidden,
+            w13_cols: s.w13_rows(),
+            inter: s.inter,
+            a_rows,
+            d1_rows: passes.iter().filter(|p| p.backend != Backend::Batched).map(|p| rows_of(p).0).max().unwrap_or(0),
+            h_rows: rows,
+            d2_rows,
+            groups: if layout { s.groups() } else { 0 },
+            layout_rows,
+            layout_tiles,
+            layout_positions: if layout { positions } else { 0 },
+            layout_scratch_ints: if layout { ffi::layout_scratch_ints(positions, s.groups()).max(1) } else { 0 },
+            workspace_bytes: workspace_bytes as usize,
+            routing_slots: if s.shared_groups > 0 { positions } else { 0 },
+            eager: enabled.contains(Backend::Eager),
+        };
+        Ok(LayerSizing {
+            shape,
+            max_tokens,
+            max_m,
+            backends: enabled,
+            fused_tile,
+            sm_count,
+            passes,
+            rows,
+            needs,
+            gemms,
+        })
+    }
+
+    /// What the layer needs from a scratch.
+    pub fn needs(&self) -> &ScratchNeeds {
+        &self.needs
+    }
+    pub fn shape(&self) -> &LayerShape {
+        &self.shape
+    }
+    pub fn backends(&self) -> Backends {
+        self.backends
+    }
+    /// Tokens per pass of each enabled backend, as sized.
+    pub fn pass_tokens(&self) -> Vec<(Backend, usize)> {
+        self.passes.iter().map(|p| (p.backend, p.tokens)).collect()
+    }
+
+    /// Bytes a [`MoeLayer`](super::MoeLayer) planned with this sizing holds: its expert map on the device
+    /// (with expert parallelism), its fields and GEMM plans on the host; the same count as
+    /// [`MoeLayer::plan_bytes`](super::MoeLayer::plan_bytes).
+    pub fn plan_bytes(&self, expert_parallel: bool) -> PlanBytes {
+        let device = if expert_parallel { self.shape.global_experts * std::mem::size_of::<i32>() } else { 0 };
+        let plans: usize = self.gemms.iter().map(|g| g.configs(self.sm_count).len()).sum();
+        PlanBytes { device, host: super::plan_host_bytes(self, plans) }
+    }
+
+    /// The most tokens `backend` runs in one pass within `rows` rows of scratch (at least 1 when it fits one
+    /// token at all; 0 when it does not).
+    pub(crate) fn fitting_tokens(&self, backend: Backend, want: usize) -> usize {
+        let s = &self.shape;
+        let want = want.min(self.max_tokens);
+        let fits = |t: usize| -> bool {
+            let st = t * s.slots();
+            match backend {
+                Backend::Batched => st <= BATCHED_MAX_ROWS.max(s.slots()) && st <= self.needs.h_rows,
+                Backend::Grouped => st <= self.rows,
+                Backend::Eager => st + t <= self.rows,
+                Backend::Masked => t <= self.max_m,
+                Backend::Contiguous => aligned_rows(st, s.groups(), CONTIGUOUS_BLOCK_M) <= self.rows,
+                Backend::Fused => {
+                    aligned_rows(st, s.groups(), FusedTile::M64N128K64.block_m()) <= self.rows
+                        && st <= self.needs.d2_rows
+                }
+                Backend::Auto => false,
+            }
+        };
+        // Every condition is monotone in t: the largest fitting t by bisection.
+        let (mut lo, mut hi) = (0usize, want);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    }
+}
+
+/// Auto's choice for `tokens` tokens of `shape`: see [`super::auto_backend`].
+pub(crate) fn auto_pick(shape: &LayerShape, tokens: usize, expert_parallel: bool) -> Backend {
+    if expert_parallel {
+        return Backend::Grouped;
+    }
+    super::auto_backend(shape.experts, shape.slots(), shape.hidden, shape.inter, tokens)
+}
+
+/// Bytes a layer's plan holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanBytes {
+    pub device: usize,
+    pub host: usize,
+}
+
+/// Everything a scratch holds, in elements (bytes for the workspace). The scratch of several layers is the
+/// field-wise maximum of theirs ([`ScratchNeeds::max`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScratchNeeds {
+    pub dtype: DType,
+    /// Tokens per pass.
+    pub tokens: usize,
+    /// (token, slot) rows per pass: `tokens · (top_k + shared groups)`.
+    pub slots: usize,
+    pub hidden: usize,
+    pub w13_cols: usize,
+    pub inter: usize,
+    /// Rows of the permuted copy of x (`a [rows, hidden]`); 0 when no enabled backend gathers.
+    pub a_rows: usize,
+    /// Rows of GEMM1's output (`d1 [rows, w13_cols]`).
+    pub d1_rows: usize,
+    /// Rows of the activation (`h [rows, inter]`).
+    pub h_rows: usize,
+    /// Rows of GEMM2's output (`d2 [rows, hidden]`).
+    pub d2_rows: usize,
+    /// Layout: experts (GEMM groups) counted and offset.
+    pub groups: usize,
+    /// Layout: positions (`sorted_ids`, `m_indices`).
+    pub layout_rows: usize,
+    /// Layout: tiles (`expert_ids`).
+    pub layout_tiles: usize,
+    /// Layout: flat rows (`positions`).
+    pub layout_positions: usize,
+    /// Layout: the multi-CTA build's per-chunk counters.
+    pub layout_scratch_ints: usize,
+    /// One grouped-GEMM workspace, shared by every GEMM of a forward (they run one after another).
+    pub workspace_bytes: usize,
+    /// Routing extended by the shared groups (`ids`, `weights` `[slots]`); 0 without shared experts.
+    pub routing_slots: usize,
+    /// The eager backend's one-group offsets.
+    pub eager: bool,
+}
+
+macro_rules! each_count {
+    ($m:ident) => {
+        $m!(
+            tokens,
+            slots,
+            hidden,
+            w13_cols,
+            inter,
+            a_rows,
+            d1_rows,
+            h_rows,
+            d2_rows,
+            groups,
+            layout_rows,
+            layout_tiles,
+            layout_positions,
+            layout_scratch_ints,
+            workspace_bytes,
+            routing_slots
+        )
+    };
+}
+
+impl ScratchNeeds {
+    /// The field-wise maximum: a scratch that serves both.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] if the element types differ.
+    pub fn max(self, other: ScratchNeeds) -> Result<ScratchNeeds> {
+        if self.dtype != other.dtype {
+            return Err(Error::InvalidProblem(format!(
+                "one scratch serves one element type: {} and {}",
+                self.dtype, other.dtype
+            )));
+        }
+        let mut out = self;
+        macro_rules! take_max {
+            ($($f:ident),*) => { $( out.$f = self.$f.max(other.$f); )* };
+        }
+        each_count!(take_max);
+        out.eager = self.eager || other.eager;
+        Ok(out)
+    }
+
+    /// Checks that this (a scratch's) covers `need` (a layer's), naming the first buffer that is too small.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the buffer, its size and the layer's need.
+    pub fn check_covers(&self, need: &ScratchNeeds) -> Result<()> {
+        if self.dtype != need.dtype {
+            return Err(Error::InvalidProblem(format!(
+                "the scratch holds {} elements, the layer computes in {}",
+                self.dtype, need.dtype
+            )));
+        }
+        macro_rules! cmp {
+            ($($f:ident),*) => { $(
+                if self.$f < need.$f {
+                    return Err(Error::InvalidProblem(format!(
+                        "scratch capacity: {} = {} is smaller than the layer needs ({}); size the scratch with MoeScratch::for_layers over every layer that uses it",
+                        stringify!($f), self.$f, need.$f
+                    )));
+                }
+            )* };
+        }
+        each_count!(cmp);
+        if need.eager && !self.eager {
+            return Err(Error::InvalidProblem("scratch capacity: no room for the eager backend's offsets".into()));
+        }
+        Ok(())
+    }
+
+    /// The bytes of every buffer the scratch allocates, by name.
+    pub fn footprint(&self) -> Footprint {
+        let e = self.dtype.size_bytes();
+        let i = std::mem::size_of::<i32>();
+        let layout = self.groups > 0;
+        let parts = vec![
+            ("a (permuted x)", self.a_rows * self.hidden * e),
+            ("d1 (GEMM1 out)", self.d1_rows * self.w13_cols * e),
+            ("h (activation)", self.h_rows * self.inter * e),
+            ("d2 (GEMM2 out)", self.d2_rows * self.hidden * e),
+            (
+                "layout",
+                if layout {
+                    (self.groups
+                        + self.groups
+                        + 1
+                        + 2 * self.layout_rows
+                        + self.layout_tiles
+                        + self.layout_positions
+                        + 1
+                        + self.layout_scratch_ints)
+                        * i
+                } else {
+                    0
+                },
+            ),
+            ("GEMM workspace", self.workspace_bytes),
+            ("shared-expert routing", self.routing_slots * (i + std::mem::size_of::<f32>())),
+            ("eager offsets", if self.eager { 2 * i } else { 0 }),
+            ("status word", std::mem::size_of::<u32>()),
+        ];
+        Footprint { parts }
+    }
+}
+
+/// Bytes per buffer of a scratch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    pub parts: Vec<(&'static str, usize)>,
+}
+
+impl Footprint {
+    pub fn total(&self) -> usize {
+        self.parts.iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// Bytes as MiB with two decimals.
+pub fn mib(bytes: usize) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+impl fmt::Display for Footprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, bytes) in self.parts.iter().filter(|(_, b)| *b > 0) {
+            writeln!(f, "  {name:<24} {:>14} B  {:>12}", bytes, mib(*bytes))?;
+        }
+        write!(f, "  {:<24} {:>14} B  {:>12}", "total", self.total(), mib(self.total()))
+    }
+}
