@@ -524,6 +524,7 @@ impl<T: Element> MoeLayer<T> {
         let rows = tokens * self.sizing.shape.slots();
         let Buffers { layout, a, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
         let (a, d1, d2) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?);
+        let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
         layout.reshape(dims)?;
         layout.build(
             p.stream,
@@ -559,7 +560,7 @@ impl<T: Element> MoeLayer<T> {
         let (tile, _) = self.fused_pass(tokens);
         let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
         let Buffers { layout, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
-        let (d1, d2) = (need(d1, "d1")?, need(d2, "d2")?);
+        let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         layout.reshape(dims)?;
         layout.build(
             p.stream,
@@ -615,6 +616,7 @@ impl<T: Element> MoeLayer<T> {
         let gemms = self.gemm_pair(Backend::Eager)?;
         let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status } = p.scratch.buffers()?;
         let (a, d1, d2, single) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?, need(single, "eager offsets")?);
+        let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
         layout.reshape(dims)?;
         layout.build(
             p.stream,
@@ -661,12 +663,12 @@ struct PassIo<'s, 'v, T: Element> {
 
 /// The scratch's buffers, borrowed apart.
 struct Buffers<'a, T> {
-    layout: &'a mut ExpertLayout,
+    layout: Option<&'a mut ExpertLayout>,
     a: Option<&'a mut CudaSlice<T>>,
     d1: Option<&'a mut CudaSlice<T>>,
     h: &'a mut CudaSlice<T>,
     d2: Option<&'a mut CudaSlice<T>>,
-    workspace: &'a mut Workspace,
+    workspace: Option<&'a mut Workspace>,
     single: Option<&'a mut CudaSlice<i32>>,
     status: &'a mut DeviceStatus,
 }
@@ -677,25 +679,19 @@ impl<T: Element> MoeScratch<T> {
     fn buffers(&mut self) -> Result<Buffers<'_, T>> {
         let missing = |name: &str| Error::InvalidProblem(format!("scratch capacity: the scratch holds no {name}"));
         Ok(Buffers {
-            layout: match self.layout.as_mut() {
-                Some(l) => l,
-                None => return Err(missing("layout")),
-            },
+            layout: self.layout.as_mut(),
             a: self.a.as_mut(),
             d1: self.d1.as_mut(),
             h: self.h.as_mut().ok_or_else(|| missing("h"))?,
             d2: self.d2.as_mut(),
-            workspace: match self.workspace.as_mut() {
-                Some(w) => w,
-                None => return Err(missing("GEMM workspace")),
-            },
+            workspace: self.workspace.as_mut(),
             single: self.single.as_mut(),
             status: &mut self.status,
         })
     }
 }
 
-fn need<'a, U>(b: Option<&'a mut CudaSlice<U>>, name: &str) -> Result<&'a mut CudaSlice<U>> {
+fn need<'a, U>(b: Option<&'a mut U>, name: &str) -> Result<&'a mut U> {
     b.ok_or_else(|| Error::InvalidProblem(format!("scratch capacity: the scratch holds no {name}")))
 }
 
