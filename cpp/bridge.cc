@@ -214,6 +214,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.n = p.n;
   a.k = p.k;
   a.rows = p.rows;
+  a.sm_count = p.sm_count;
   a.capacity = p.capacity;
   a.a = p.a;
   a.b = p.b;
@@ -224,10 +225,18 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.weights = p.weights;
   a.bias = p.bias;
   a.stream = p.stream;
-  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(18), "assign every FusedGemmArgs field above");
+  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(19), "assign every FusedGemmArgs field above");
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
     case DType::F16: return wrap(moe_gemm::fused_moe_gemm_f16(a));
+  }
+  return LaunchStatus{StatusCode::NotBuilt, 0};
+}
+
+LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile) {
+  switch (dtype) {
+    case DType::BF16: return wrap(moe_gemm::fused_moe_prepare_bf16(tile));
+    case DType::F16: return wrap(moe_gemm::fused_moe_prepare_f16(tile));
   }
   return LaunchStatus{StatusCode::NotBuilt, 0};
 }

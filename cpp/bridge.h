@@ -36,6 +36,7 @@ LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hi
 LaunchStatus activate(const ActivationParams& params);
 LaunchStatus decode_layer(const DecodeParams& params);
 LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
+LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 

@@ -106,6 +106,7 @@ pub(crate) mod ffi {
         n: i32,
         k: i32,
         rows: i32,
+        sm_count: i32,
         capacity: i64,
         a: u64,
         b: u64,
@@ -323,6 +324,8 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm(params: &FusedGemmParams) -> LaunchStatus;
+        /// Opts the fused kernel of (`dtype`, `tile`) into its dynamic shared memory on the current device.
+        fn fused_moe_prepare(dtype: DType, tile: FusedTile) -> LaunchStatus;
         /// # Safety
         /// `pairs` [tokens * top_k, hidden], `positions` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
         #[allow(clippy::too_many_arguments)]

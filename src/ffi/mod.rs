@@ -873,6 +873,8 @@ pub(crate) struct FusedLaunch<'a> {
     pub k: usize,
     pub rows: usize,
     pub capacity: usize,
+    /// SMs of the stream's device (the persistent grid), from the caller's plan.
+    pub sm_count: i32,
     pub sorted_ids: &'a CudaSlice<i32>,
     pub expert_ids: &'a CudaSlice<i32>,
     pub total: &'a CudaSlice<i32>,
@@ -884,7 +886,15 @@ pub(crate) struct FusedScatter<'a> {
     pub bias: Option<&'a CudaSlice<f32>>,
 }
 
-/// Queues one fused MoE GEMM (gather or scatter) on `stream`.
+/// Opts the kernel of (`d`, `tile`) into its dynamic shared memory on `stream`'s device: once per plan, before
+/// its first launch (launches set no attribute).
+pub(crate) fn fused_prepare(stream: &CudaStream, d: DType, tile: crate::kernels::fused::FusedTile) -> Result<()> {
+    stream.context().bind_to_thread()?;
+    status_check("fused_moe_prepare", ffi::fused_moe_prepare(dtype(d), fused_tile(tile)))
+}
+
+/// Queues one fused MoE GEMM (gather or scatter) on `stream`. The kernel of (`T`, `p.tile`) must have been
+/// prepared ([`fused_prepare`]) on the stream's device.
 pub(crate) fn launch_fused_gemm<T: Element>(
     stream: &CudaStream,
     p: &FusedLaunch<'_>,
@@ -901,6 +911,9 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     }
     if p.rows > i32::MAX as usize || p.n > i32::MAX as usize || p.k > i32::MAX as usize {
         return Err(Error::InvalidProblem("fused GEMM: rows, n and k must fit int32".into()));
+    }
+    if p.sm_count <= 0 {
+        return Err(Error::InvalidProblem(format!("fused GEMM: sm_count = {} must be positive", p.sm_count)));
     }
     need_len("sorted_ids", p.sorted_ids.len(), p.capacity, "the layout's capacity")?;
     need_len("expert_ids", p.expert_ids.len(), p.capacity / bm, "capacity / BLOCK_M")?;
@@ -938,6 +951,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         n: p.n as i32,
         k: p.k as i32,
         rows: p.rows as i32,
+        sm_count: p.sm_count,
         capacity: p.capacity as i64,
         a: a_ptr,
         b: b_ptr,

@@ -3,7 +3,7 @@
 //! | family | arch | dtypes | layout |
 //! |---|---|---|---|
 //! | [`grouped::GroupedGemm`] | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | A `[rows, K]` grouped by device offsets, B `[G, N, K]`, D `[rows, N]` |
-//! | [`fused`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
+//! | [`fused::FusedGemm`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
 
 pub mod fused;
 pub mod grouped;

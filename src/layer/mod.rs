@@ -31,7 +31,7 @@ use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::fused::{self, FusedTile};
+use crate::kernels::fused::{self, FusedGemm, FusedTile};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::TileConfig;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
@@ -169,6 +169,7 @@ pub struct MoeLayer<T: Element> {
     fused64: ExpertLayout,
     /// The fused backend's tile for every batch, or `None`: [`FusedTile::for_rows`] per batch.
     fused_tile: Option<FusedTile>,
+    fused: FusedGemm,
     gemm_grouped: GemmPair<T>,
     gemm_contiguous: GemmPair<T>,
     gemm_masked: GemmPair<T>,
@@ -259,6 +260,7 @@ impl<T: Element> MoeLayer<T> {
             masked: ExpertLayout::new(stream, dm)?,
             fused64: ExpertLayout::new(stream, df)?,
             fused_tile: None,
+            fused: FusedGemm::new(stream)?,
             a: zeros(cap * weights.hidden)?,
             d1: zeros(cap * weights.w13_rows())?,
             h: zeros(cap * weights.inter)?,
@@ -392,7 +394,7 @@ impl<T: Element> MoeLayer<T> {
         weights: &CudaSlice<f32>,
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        let w = &self.weights;
+        let (w, plan) = (&self.weights, &self.fused);
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
         let tile = self.fused_tile.unwrap_or_else(|| FusedTile::for_rows(tokens * self.top_k, w.experts));
         let layout = match tile {
@@ -400,9 +402,9 @@ impl<T: Element> MoeLayer<T> {
             FusedTile::M128N256K64 => &mut self.contiguous,
         };
         layout.build(stream, tokens, ids, self.expert_map.as_ref().map(|m| m.as_view()).as_ref(), &mut self.status)?;
-        fused::gemm1_gather(stream, tile, layout, tokens, x, &w.w13, r13, h, &mut self.d1)?;
+        plan.gemm1_gather(stream, tile, layout, tokens, x, &w.w13, r13, h, &mut self.d1)?;
         activate_layout(stream, w, layout, &self.d1, &mut self.h, &mut self.status)?;
-        fused::gemm2_scatter(stream, tile, layout, tokens, &self.h, &w.w2, h, i, weights, w.b2.as_ref(), &mut self.d2)?;
+        plan.gemm2_scatter(stream, tile, layout, tokens, &self.h, &w.w2, h, i, weights, w.b2.as_ref(), &mut self.d2)?;
         fused::sum_slots(stream, layout, tokens, h, &self.d2, y)
     }
 
