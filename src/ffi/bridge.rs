@@ -1,5 +1,5 @@
 //! The cxx bridge: the only declaration of the C++ surface (`cpp/bridge.h`, `cpp/launch.h`).
-//! Everything here is crate-private; `super` wraps it in safe, validated calls.
+//! Everything here is private to `ffi`; its sibling modules wrap it in safe, checked calls.
 
 #[cxx::bridge(namespace = "moe_gemm::bridge")]
 pub(crate) mod ffi {

@@ -78,6 +78,15 @@ impl FusedTile {
     }
 }
 
+impl From<FusedTile> for ffi::FusedTile {
+    fn from(t: FusedTile) -> Self {
+        match t {
+            FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
+            FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
+        }
+    }
+}
+
 fn check_layout(layout: &ExpertLayout, tile: FusedTile, tokens: usize) -> Result<()> {
     let dims = layout.dims();
     if dims.spec() != (LayoutSpec::Aligned { block_m: tile.block_m() }) {
@@ -123,7 +132,7 @@ impl FusedGemm {
         device.require("fused_moe_gemm", Arch::Sm90)?;
         for dtype in [DType::BF16, DType::F16] {
             for tile in FusedTile::ALL {
-                ffi::fused_prepare(stream, dtype, tile)?;
+                ffi::fused::prepare(stream, dtype, tile.into())?;
             }
         }
         Ok(FusedGemm { device })
@@ -158,7 +167,7 @@ impl FusedGemm {
         check_layout(layout, tile, tokens)?;
         check_nk(n, kdim)?;
         let launch = self.launch_params(layout, tile, tokens, n, kdim, None);
-        ffi::launch_fused_gemm(stream, &launch, x, w, d1)
+        ffi::fused::launch_fused_gemm(stream, &launch, x, w, d1)
     }
 
     /// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
@@ -186,9 +195,9 @@ impl FusedGemm {
         self.check_device(stream)?;
         check_layout(layout, tile, tokens)?;
         check_nk(n, kdim)?;
-        let scatter = Some(ffi::FusedScatter { weights, bias });
+        let scatter = Some(ffi::fused::FusedScatter { weights, bias });
         let launch = self.launch_params(layout, tile, tokens, n, kdim, scatter);
-        ffi::launch_fused_gemm(stream, &launch, h, w, pairs)
+        ffi::fused::launch_fused_gemm(stream, &launch, h, w, pairs)
     }
 
     fn check_device(&self, stream: &CudaStream) -> Result<()> {
@@ -209,11 +218,11 @@ impl FusedGemm {
         tokens: usize,
         n: usize,
         kdim: usize,
-        scatter: Option<ffi::FusedScatter<'a>>,
-    ) -> ffi::FusedLaunch<'a> {
+        scatter: Option<ffi::fused::FusedScatter<'a>>,
+    ) -> ffi::fused::FusedLaunch<'a> {
         let dims = layout.dims();
-        ffi::FusedLaunch {
-            tile,
+        ffi::fused::FusedLaunch {
+            tile: tile.into(),
             scatter,
             top_k: dims.top_k(),
             experts: dims.local_experts(),
@@ -241,5 +250,17 @@ pub fn sum_slots<T: Element>(
     pairs: &impl DevicePtr<T>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
-    ffi::launch_sum_slots(stream, tokens, layout.dims().top_k(), hidden, pairs, layout.positions(), y)
+    ffi::elementwise::launch_sum_slots(stream, tokens, layout.dims().top_k(), hidden, pairs, layout.positions(), y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_agree_with_the_compiled_kernels() {
+        for t in FusedTile::ALL {
+            assert_eq!(ffi::fused::block_m(t.into()), Some(t.block_m()), "{}", t.name());
+        }
+    }
 }

@@ -30,7 +30,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::kernels::elementwise;
 use crate::kernels::fused::{self, FusedGemm, FusedTile};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::TileConfig;
@@ -431,7 +431,7 @@ impl<T: Element> MoeLayer<T> {
                 self.top_k
             )));
         }
-        ffi::launch_decode_layer(
+        elementwise::launch_decode_layer(
             stream,
             &self.weights,
             tokens,
@@ -483,7 +483,7 @@ fn activate_layout<T: Element>(
     h: &mut CudaSlice<T>,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    let act = ffi::ActivationLaunch {
+    let act = elementwise::ActivationLaunch {
         act: w.activation,
         gate_up: w.gate_up,
         inter: w.inter,
@@ -493,7 +493,7 @@ fn activate_layout<T: Element>(
         experts: w.experts,
         bias: w.b13.as_ref(),
     };
-    ffi::launch_activate(stream, &act, d1, h, status.word_mut())
+    elementwise::launch_activate(stream, &act, d1, h, status.word_mut())
 }
 
 /// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order.
@@ -509,7 +509,7 @@ fn combine_layout<T: Element>(
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
     let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-    ffi::launch_combine(
+    elementwise::launch_combine(
         stream,
         tokens,
         top_k,

@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use crate::device::{Arch, DeviceInfo};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::ffi::layouts as ffi;
 use crate::kernels::grouped::GroupRows;
 use crate::status::DeviceStatus;
 
@@ -193,7 +193,7 @@ impl ExpertLayout {
             total: &mut self.total,
             scratch: &mut self.scratch,
         };
-        ffi::launch_build_layout(stream, &self.dims, tokens, topk_ids, expert_map, out, status.word_mut())
+        ffi::launch_build_layout(stream, &self.dims.to_ffi(), tokens, topk_ids, expert_map, out, status.word_mut())
     }
 
     /// Copies each token row of `x [tokens, hidden]` to the position of each of its k rows in
