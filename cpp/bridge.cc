@@ -93,6 +93,11 @@ LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
 
 int32_t cudart_version() { return moe_gemm::cudart_version(); }
 
+rust::String cuda_error_name(int32_t code) {
+  const char* name = moe_gemm::cuda_error_name(code);
+  return rust::String(name != nullptr ? name : "unknown CUDA error");
+}
+
 int32_t spin(uint64_t ns, uint64_t stream) { return moe_gemm::spin(ns, stream); }
 
 int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, uint64_t stream) {

@@ -31,9 +31,13 @@ pub enum Error {
     #[error("CUTLASS {stage} failed in {op}: {status}")]
     Cutlass { op: &'static str, stage: &'static str, status: String },
 
-    /// A CUDA runtime call or kernel launch failed.
-    #[error("CUDA runtime error {code} in {op}")]
-    CudaRuntime { op: &'static str, code: i32 },
+    /// A CUDA runtime call or kernel launch failed: `code` is the `cudaError_t`, `name` its `cudaGetErrorName`.
+    #[error("CUDA runtime error {name} ({code}) in {op}")]
+    CudaRuntime { op: &'static str, code: i32, name: String },
+
+    /// A cuBLAS or cuBLASLt call failed (the ceilings' dense GEMMs).
+    #[error("{op} failed: {status}")]
+    Cublas { op: &'static str, status: String },
 
     /// A device-side check found invalid data (offsets, ids, capacity); the kernels clamped instead of
     /// reading or writing out of bounds, so the results of that launch are not meaningful.

@@ -268,6 +268,8 @@ pub(crate) mod ffi {
         /// device and stream given, and stay alive until the queued work completes.
         unsafe fn grouped_gemm_sm90_run(params: &GroupedGemmParams) -> LaunchStatus;
         fn cudart_version() -> i32;
+        /// `cudaGetErrorName` of a cudaError_t (no device needed).
+        fn cuda_error_name(code: i32) -> String;
         /// # Safety
         /// `stream` is a live stream of the current context.
         unsafe fn spin(ns: u64, stream: u64) -> i32;

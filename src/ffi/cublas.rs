@@ -1,5 +1,5 @@
 //! The ceilings' dense GEMMs: bf16 through cuBLAS and e4m3 through cuBLASLt (cudarc's handles), each planned
-//! for one stream and one square size.
+//! for one stream and one square size. Failures are [`Error::Cublas`].
 
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ impl CublasBf16Gemm {
     pub(crate) fn new(stream: &Arc<CudaStream>, n: usize) -> Result<Self> {
         super::bind(stream)?;
         let blas = cudarc::cublas::CudaBlas::new(stream.clone())
-            .map_err(|e| Error::InvalidProblem(format!("cuBLAS handle: {e:?}")))?;
+            .map_err(|e| Error::Cublas { op: "cuBLAS handle", status: format!("{e:?}") })?;
         Ok(CublasBf16Gemm { stream: stream.clone(), blas, n })
     }
 
@@ -65,7 +65,8 @@ impl CublasBf16Gemm {
         };
         // SAFETY: a, b, c hold n*n elements each (checked), matching the leading dimensions given to cuBLAS; the
         // handle's stream is `self.stream`, whose context is bound to this thread.
-        unsafe { self.blas.gemm(cfg, a, b, c) }.map_err(|e| Error::InvalidProblem(format!("cuBLAS gemm: {e:?}")))
+        unsafe { self.blas.gemm(cfg, a, b, c) }
+            .map_err(|e| Error::Cublas { op: "cuBLAS bf16 gemm", status: format!("{e:?}") })
     }
 }
 
@@ -87,7 +88,8 @@ impl CublasLtFp8Gemm {
     pub(crate) fn new(stream: &Arc<CudaStream>, n: usize) -> Result<Self> {
         use cudarc::cublaslt::result as lt;
         use cudarc::cublaslt::sys;
-        let err = |what: &str, e: lt::CublasError| Error::InvalidProblem(format!("cuBLASLt fp8 {what}: {e}"));
+        let err =
+            |what: &str, e: lt::CublasError| Error::Cublas { op: "cuBLASLt fp8 GEMM", status: format!("{what}: {e}") };
         const WORKSPACE: usize = 32 << 20;
         super::bind(stream)?;
         let workspace = stream.alloc_zeros::<u8>(WORKSPACE)?;
@@ -180,7 +182,7 @@ impl CublasLtFp8Gemm {
                 s.cu_stream() as cudarc::cublaslt::sys::cudaStream_t,
             )
         }
-        .map_err(|e| Error::InvalidProblem(format!("cuBLASLt fp8 matmul: {e}")))
+        .map_err(|e| Error::Cublas { op: "cuBLASLt fp8 matmul", status: e.to_string() })
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::bridge::ffi::{LaunchStatus, StatusCode};
+use super::bridge::ffi::{self, LaunchStatus, StatusCode};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -29,6 +29,11 @@ impl Launched<'_> {
     }
 }
 
+/// `cudaGetErrorName` of a `cudaError_t` code, e.g. `cudaErrorInvalidValue` for 1 (no device needed).
+pub(super) fn cuda_error_name(code: i32) -> String {
+    ffi::cuda_error_name(code)
+}
+
 /// A `cudaError_t` returned by `op`: `Ok` for `cudaSuccess` (0).
 pub(super) fn cuda_result(op: &'static str, code: i32) -> Result<()> {
     match code {
@@ -38,7 +43,7 @@ pub(super) fn cuda_result(op: &'static str, code: i32) -> Result<()> {
 }
 
 fn cuda_error(op: &'static str, code: i32) -> Error {
-    Error::CudaRuntime { op, code }
+    Error::CudaRuntime { op, code, name: cuda_error_name(code) }
 }
 
 /// The status of a launch as a `Result`.
@@ -91,6 +96,16 @@ mod tests {
     }
 
     #[test]
+    fn cuda_error_names_come_from_the_runtime() {
+        assert_eq!(cuda_error_name(0), "cudaSuccess");
+        assert_eq!(cuda_error_name(1), "cudaErrorInvalidValue");
+        assert_eq!(cuda_error_name(2), "cudaErrorMemoryAllocation");
+        let e = cuda_result("spin", 1).unwrap_err();
+        assert_eq!(e.to_string(), "CUDA runtime error cudaErrorInvalidValue (1) in spin");
+        assert!(cuda_result("spin", 0).is_ok());
+    }
+
+    #[test]
     fn ok_is_ok() {
         assert!(check(status(StatusCode::Ok, 0), &Launched::op("route")).is_ok());
     }
@@ -101,7 +116,7 @@ mod tests {
         assert!(matches!(e, Error::KernelNotBuilt { op: "route", dtype: None, config: None }), "{e:?}");
         assert_eq!(e.to_string(), "kernel not built: route (see `moe-gemm info` for what was compiled)");
 
-        let config = crate::ffi::TileConfig::Pingpong64x128x64;
+        let config = ffi::TileConfig::Pingpong64x128x64;
         let l = Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm90", DType::F16) };
         let e = check(status(StatusCode::NotBuilt, 0), &l).unwrap_err();
         assert!(e.to_string().starts_with("kernel not built: grouped_gemm_sm90 for f16 with Pingpong64x128x64"), "{e}");
@@ -124,6 +139,7 @@ mod tests {
         let e = check(status(StatusCode::CutlassRun, 7), &l).unwrap_err();
         assert!(matches!(e, Error::Cutlass { stage: "run", .. }), "{e:?}");
         let e = check(status(StatusCode::Cuda, 1), &Launched::op("activate")).unwrap_err();
-        assert!(matches!(e, Error::CudaRuntime { op: "activate", code: 1 }), "{e:?}");
+        assert!(matches!(&e, Error::CudaRuntime { op: "activate", code: 1, name } if name == "cudaErrorInvalidValue"));
+        assert_eq!(e.to_string(), "CUDA runtime error cudaErrorInvalidValue (1) in activate");
     }
 }
