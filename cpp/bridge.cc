@@ -1,11 +1,46 @@
 #include "moe-gemm/cpp/bridge.h"
 
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
 #include "moe-gemm/src/ffi/bridge.rs.h"
 
 namespace moe_gemm {
 namespace bridge {
 namespace {
 LaunchStatus wrap(Status s) { return LaunchStatus{s.code, s.detail}; }
+
+// Field counting of an aggregate (the number of initialisers it accepts), for the guards below: each copy from a
+// cxx params struct into its launch.h / moe_ops.h argument struct assigns every field by name, and a guard
+// states how many fields the copy assigns, so that a field added on either side without its assignment fails to
+// compile instead of launching with a zero.
+struct AnyField {
+  template <class T>
+  operator T() const;  // declared only: used in unevaluated contexts
+};
+template <class T, class... A>
+constexpr auto accepts(int) -> decltype(T{std::declval<A>()...}, true) {
+  return true;
+}
+template <class T, class... A>
+constexpr bool accepts(...) {
+  return false;
+}
+template <class T, class... A>
+constexpr std::size_t field_count() {
+  if constexpr (accepts<T, A..., AnyField>(0)) {
+    return field_count<T, A..., AnyField>();
+  } else {
+    return sizeof...(A);
+  }
+}
+// Both structs of a pair have `n` fields (the number of assignments in the copy) and the same size.
+template <class Params, class Args>
+constexpr bool same_fields(std::size_t n) {
+  return std::is_aggregate_v<Params> && std::is_aggregate_v<Args> && field_count<Params>() == n &&
+         field_count<Args>() == n && sizeof(Params) == sizeof(Args);
+}
 }  // namespace
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config) {
@@ -26,18 +61,42 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
 }
 
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
-  const GroupedGemmArgs args{p.dtype,   p.config,  p.mode,      p.max_m,  p.a_div, p.experts, p.groups,    p.n,
-                             p.k,       p.max_rows, p.a,        p.b,               p.d,         p.offsets,
-                             p.counts,  p.workspace, p.workspace_bytes, p.status, p.device, p.sm_count,
-                             p.stream};
+  GroupedGemmArgs a{};
+  a.dtype = p.dtype;
+  a.config = p.config;
+  a.mode = p.mode;
+  a.max_m = p.max_m;
+  a.a_div = p.a_div;
+  a.experts = p.experts;
+  a.groups = p.groups;
+  a.n = p.n;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.a = p.a;
+  a.b = p.b;
+  a.d = p.d;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.workspace = p.workspace;
+  a.workspace_bytes = p.workspace_bytes;
+  a.status = p.status;
+  a.device = p.device;
+  a.sm_count = p.sm_count;
+  a.stream = p.stream;
+  static_assert(same_fields<GroupedGemmParams, GroupedGemmArgs>(21), "assign every GroupedGemmArgs field above");
   switch (p.dtype) {
-    case DType::BF16: return wrap(moe_gemm::grouped_gemm_sm90_bf16_run(args));
-    case DType::F16: return wrap(moe_gemm::grouped_gemm_sm90_f16_run(args));
+    case DType::BF16: return wrap(moe_gemm::grouped_gemm_sm90_bf16_run(a));
+    case DType::F16: return wrap(moe_gemm::grouped_gemm_sm90_f16_run(a));
   }
   return LaunchStatus{StatusCode::NotBuilt, 0};
 }
 
 int32_t cudart_version() { return moe_gemm::cudart_version(); }
+
+rust::String cuda_error_name(int32_t code) {
+  const char* name = moe_gemm::cuda_error_name(code);
+  return rust::String(name != nullptr ? name : "unknown CUDA error");
+}
 
 int32_t spin(uint64_t ns, uint64_t stream) { return moe_gemm::spin(ns, stream); }
 
@@ -46,16 +105,47 @@ int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, 
 }
 
 LaunchStatus route(const RouterParams& p) {
-  const RouterArgs a{p.kind,    p.tokens, p.experts, p.top_k, p.n_group, p.topk_group, p.renormalize,
-                     p.scaling, p.logits, p.bias,    p.ids,   p.weights, p.status,     p.stream};
+  RouterArgs a{};
+  a.kind = p.kind;
+  a.tokens = p.tokens;
+  a.experts = p.experts;
+  a.top_k = p.top_k;
+  a.n_group = p.n_group;
+  a.topk_group = p.topk_group;
+  a.renormalize = p.renormalize;
+  a.scaling = p.scaling;
+  a.logits = p.logits;
+  a.bias = p.bias;
+  a.ids = p.ids;
+  a.weights = p.weights;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<RouterParams, RouterArgs>(14), "assign every RouterArgs field above");
   return wrap(moe_gemm::route(a));
 }
 
 LaunchStatus build_layout(const LayoutParams& p) {
-  const LayoutArgs a{p.kind,    p.rows,       p.experts,   p.local_experts, p.block_m,   p.max_m,
-                     p.capacity, p.topk_ids,  p.expert_map, p.counts,       p.offsets,   p.sorted_ids,
-                     p.expert_ids, p.m_indices, p.positions, p.total,       p.scratch,   p.status,
-                     p.stream};
+  LayoutArgs a{};
+  a.kind = p.kind;
+  a.rows = p.rows;
+  a.experts = p.experts;
+  a.local_experts = p.local_experts;
+  a.block_m = p.block_m;
+  a.max_m = p.max_m;
+  a.capacity = p.capacity;
+  a.topk_ids = p.topk_ids;
+  a.expert_map = p.expert_map;
+  a.counts = p.counts;
+  a.offsets = p.offsets;
+  a.sorted_ids = p.sorted_ids;
+  a.expert_ids = p.expert_ids;
+  a.m_indices = p.m_indices;
+  a.positions = p.positions;
+  a.total = p.total;
+  a.scratch = p.scratch;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<LayoutParams, LayoutArgs>(19), "assign every LayoutArgs field above");
   return wrap(moe_gemm::build_layout(a));
 }
 
@@ -76,24 +166,82 @@ LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hi
 }
 
 LaunchStatus activate(const ActivationParams& p) {
-  const ActivationArgs a{p.dtype, p.act,     p.gate_up, p.inter, p.rows, p.total, p.row_experts,
-                         p.experts, p.bias, p.d1,      p.h,     p.status, p.stream};
+  ActivationArgs a{};
+  a.dtype = p.dtype;
+  a.act = p.act;
+  a.gate_up = p.gate_up;
+  a.inter = p.inter;
+  a.rows = p.rows;
+  a.total = p.total;
+  a.row_experts = p.row_experts;
+  a.experts = p.experts;
+  a.bias = p.bias;
+  a.d1 = p.d1;
+  a.h = p.h;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<ActivationParams, ActivationArgs>(13), "assign every ActivationArgs field above");
   return wrap(moe_gemm::activate(a));
 }
 
 LaunchStatus decode_layer(const DecodeParams& p) {
-  const DecodeArgs a{p.dtype, p.act, p.gate_up, p.tokens, p.top_k, p.experts, p.hidden, p.inter, p.x, p.ids,
-                     p.weights, p.w13, p.w2, p.b13, p.b2, p.h, p.y, p.status, p.stream};
+  DecodeArgs a{};
+  a.dtype = p.dtype;
+  a.act = p.act;
+  a.gate_up = p.gate_up;
+  a.tokens = p.tokens;
+  a.top_k = p.top_k;
+  a.experts = p.experts;
+  a.hidden = p.hidden;
+  a.inter = p.inter;
+  a.x = p.x;
+  a.ids = p.ids;
+  a.weights = p.weights;
+  a.w13 = p.w13;
+  a.w2 = p.w2;
+  a.b13 = p.b13;
+  a.b2 = p.b2;
+  a.h = p.h;
+  a.y = p.y;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<DecodeParams, DecodeArgs>(19), "assign every DecodeArgs field above");
   return wrap(moe_gemm::decode_layer(a));
 }
 
 LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
-  const FusedGemmArgs a{p.dtype,    p.tile, p.mode,       p.top_k,      p.experts, p.n,       p.k,
-                        p.rows,     p.capacity, p.a,      p.b,          p.d,       p.sorted_ids, p.expert_ids,
-                        p.total,    p.weights, p.bias,    p.stream};
+  FusedGemmArgs a{};
+  a.dtype = p.dtype;
+  a.tile = p.tile;
+  a.mode = p.mode;
+  a.top_k = p.top_k;
+  a.experts = p.experts;
+  a.n = p.n;
+  a.k = p.k;
+  a.rows = p.rows;
+  a.sm_count = p.sm_count;
+  a.capacity = p.capacity;
+  a.a = p.a;
+  a.b = p.b;
+  a.d = p.d;
+  a.sorted_ids = p.sorted_ids;
+  a.expert_ids = p.expert_ids;
+  a.total = p.total;
+  a.weights = p.weights;
+  a.bias = p.bias;
+  a.stream = p.stream;
+  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(19), "assign every FusedGemmArgs field above");
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
     case DType::F16: return wrap(moe_gemm::fused_moe_gemm_f16(a));
+  }
+  return LaunchStatus{StatusCode::NotBuilt, 0};
+}
+
+LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile) {
+  switch (dtype) {
+    case DType::BF16: return wrap(moe_gemm::fused_moe_prepare_bf16(tile));
+    case DType::F16: return wrap(moe_gemm::fused_moe_prepare_f16(tile));
   }
   return LaunchStatus{StatusCode::NotBuilt, 0};
 }

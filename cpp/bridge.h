@@ -6,6 +6,8 @@
 
 #include "launch.h"
 #include "moe_ops.h"
+#include "runtime.h"
+#include "rust/cxx.h"
 
 namespace moe_gemm {
 namespace bridge {
@@ -23,6 +25,7 @@ LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t
                                          uint64_t& bytes);
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& params);
 int32_t cudart_version();
+rust::String cuda_error_name(int32_t code);
 int32_t spin(uint64_t ns, uint64_t stream);
 int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, uint64_t stream);
 LaunchStatus route(const RouterParams& params);
@@ -36,6 +39,7 @@ LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hi
 LaunchStatus activate(const ActivationParams& params);
 LaunchStatus decode_layer(const DecodeParams& params);
 LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
+LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 

@@ -58,6 +58,7 @@ struct FusedGemm {
     typename Mainloop::TensorStorage tensors;  // first: the dynamic smem base keeps B's stages 1024-byte aligned
     alignas(16) typename Mainloop::PipelineStorage pipeline;
   };
+  static constexpr int kSmem = int(sizeof(SharedStorage));  // dynamic shared memory of one CTA
 
   // B (the experts' weights, [E, N, K] as an (N, K, E) tensor) arrives by TMA; OOB rows and columns are zeros.
   using StrideB = Stride<int64_t, _1, int64_t>;
@@ -293,17 +294,22 @@ Status run(const FusedGemmArgs& a) {
                  reinterpret_cast<const int32_t*>(a.total),
                  reinterpret_cast<const float*>(a.weights),
                  reinterpret_cast<const float*>(a.bias)};
-  constexpr int smem = int(sizeof(typename G::SharedStorage));
-  cudaError_t e = cudaFuncSetAttribute(fused_moe_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  int device = 0, sms = 0;
-  e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  // The SM count is the plan's fact about the stream's device (not cudaGetDevice's), and the shared-memory opt-in
+  // was made once by prepare<G>: a launch queries and sets nothing.
+  if (a.sm_count <= 0) return {StatusCode::Cuda, static_cast<int32_t>(cudaErrorInvalidValue)};
   const int64_t tiles = m_tiles * n_tiles;
-  const int64_t ctas = tiles < int64_t(sms) * G::kMinBlocks ? tiles : int64_t(sms) * G::kMinBlocks;
-  fused_moe_gemm_kernel<G><<<unsigned(ctas), G::kThreads, smem, reinterpret_cast<cudaStream_t>(a.stream)>>>(p, tiles);
-  e = cudaGetLastError();
+  const int64_t slots = int64_t(a.sm_count) * G::kMinBlocks;
+  const int64_t ctas = tiles < slots ? tiles : slots;
+  fused_moe_gemm_kernel<G><<<unsigned(ctas), G::kThreads, G::kSmem, reinterpret_cast<cudaStream_t>(a.stream)>>>(p, tiles);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+// Opts the kernel of G into its dynamic shared memory on the current device: once per plan, not per launch.
+template <class G>
+Status prepare() {
+  const cudaError_t e =
+      cudaFuncSetAttribute(fused_moe_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmem);
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
@@ -320,6 +326,15 @@ Status run_tile(const FusedGemmArgs& a) {
   switch (a.tile) {
     case FusedTile::M64N128K64: return run<M64N128K64<E>>(a);
     case FusedTile::M128N256K64: return run<M128N256K64<E>>(a);
+  }
+  return {StatusCode::NotBuilt, 0};
+}
+
+template <class E>
+Status prepare_tile(FusedTile tile) {
+  switch (tile) {
+    case FusedTile::M64N128K64: return prepare<M64N128K64<E>>();
+    case FusedTile::M128N256K64: return prepare<M128N256K64<E>>();
   }
   return {StatusCode::NotBuilt, 0};
 }

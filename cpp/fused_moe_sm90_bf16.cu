@@ -4,3 +4,7 @@
 moe_gemm::Status moe_gemm::fused_moe_gemm_bf16(const FusedGemmArgs& args) {
   return fused::run_tile<cutlass::bfloat16_t>(args);
 }
+
+moe_gemm::Status moe_gemm::fused_moe_prepare_bf16(FusedTile tile) {
+  return fused::prepare_tile<cutlass::bfloat16_t>(tile);
+}

@@ -158,6 +158,7 @@ struct FusedGemmArgs {
   int32_t n;
   int32_t k;
   int32_t rows;       // tokens * top_k
+  int32_t sm_count;   // SMs of the stream's device (the persistent grid), from the caller's plan
   int64_t capacity;   // positions of the layout
   uint64_t a;
   uint64_t b;
@@ -171,6 +172,10 @@ struct FusedGemmArgs {
 };
 Status fused_moe_gemm_bf16(const FusedGemmArgs& args);
 Status fused_moe_gemm_f16(const FusedGemmArgs& args);
+// Per device, once per plan and before any launch of the tile (with the device current): opts the kernel into
+// the dynamic shared memory its stages need. Launches do no such host work.
+Status fused_moe_prepare_bf16(FusedTile tile);
+Status fused_moe_prepare_f16(FusedTile tile);
 
 // y[t, :] = sum_j pairs[t * top_k + j, :] over the slots placed by the layout (positions >= 0), in f32, rounded
 // once (layouts.cu): the Fused backend's combine, after GEMM2 weighted and scattered the pairs.

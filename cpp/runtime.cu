@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "launch.h"
+#include "runtime.h"
 
 namespace moe_gemm {
 int32_t cudart_version() {
@@ -9,6 +10,8 @@ int32_t cudart_version() {
   cudaRuntimeGetVersion(&v);
   return v;
 }
+
+const char* cuda_error_name(int32_t code) { return cudaGetErrorName(static_cast<cudaError_t>(code)); }
 
 namespace runtime_detail {
 __global__ void spin_kernel(uint64_t ns) {

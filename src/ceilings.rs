@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use half::bf16;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::{device, ffi, random, timing};
 
 /// Ceilings of one device, as measured.
@@ -38,27 +38,25 @@ pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
     let mut buf = stream.alloc_zeros::<bf16>(2 << 30)?; // 4 GiB
     random::fill_device(stream, &mut buf, 11, 1.0)?;
     let mut sink = stream.alloc_zeros::<u32>(sm * 4)?;
-    let us = timing::measure(stream, 10, 1, &mut None, || ffi::read_sweep(stream, &buf, &mut sink))?.median_us;
+    let us = timing::measure(stream, 10, 1, &mut None, || ffi::runtime::read_sweep(stream, &buf, &mut sink))?.median_us;
     let read_bytes_per_s = buf.num_bytes() as f64 / (us * 1e-6);
     drop(buf);
-    let bf16_flops = if ffi::cublas_present() {
+    let bf16_flops = if ffi::cublas::cublas_present() {
         let n = 8192usize;
-        let blas = cudarc::cublas::CudaBlas::new(stream.clone())
-            .map_err(|e| Error::InvalidProblem(format!("cuBLAS handle: {e:?}")))?;
+        let gemm = ffi::cublas::CublasBf16Gemm::new(stream, n)?;
         let mut a = stream.alloc_zeros::<bf16>(n * n)?;
         let mut b = stream.alloc_zeros::<bf16>(n * n)?;
         let mut c = stream.alloc_zeros::<bf16>(n * n)?;
         random::fill_device(stream, &mut a, 12, 1.0)?;
         random::fill_device(stream, &mut b, 13, 1.0)?;
-        let us =
-            timing::measure(stream, 10, 1, &mut None, || ffi::cublas_gemm_bf16(&blas, n, &a, &b, &mut c))?.median_us;
+        let us = timing::measure(stream, 10, 1, &mut None, || gemm.launch(&a, &b, &mut c))?.median_us;
         Some(2.0 * (n as f64).powi(3) / (us * 1e-6))
     } else {
         None
     };
-    let fp8_flops = if ffi::cublaslt_present() {
+    let fp8_flops = if ffi::cublas::cublaslt_present() {
         let n = 8192usize;
-        let gemm = ffi::CublasLtFp8Gemm::new(stream, n)?;
+        let gemm = ffi::cublas::CublasLtFp8Gemm::new(stream, n)?;
         // Finite random e4m3 values (no NaN bit patterns), the same matrix for both operands.
         let mut rng = random::SplitMix64(14);
         let host: Vec<u8> = (0..n * n).map(|_| float8::F8E4M3::from_f32(rng.unit() * 2.0).to_bits()).collect();

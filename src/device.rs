@@ -49,7 +49,7 @@ impl fmt::Display for Arch {
 /// Whether the CUDA driver library can be loaded. cudarc panics on first use when it cannot, so every entry
 /// point that may run on a machine without a GPU asks this first.
 pub fn driver_present() -> bool {
-    crate::ffi::driver_present()
+    crate::ffi::runtime::driver_present()
 }
 
 /// The CUDA version the installed driver supports, e.g. 13000 for 13.0.
@@ -57,7 +57,7 @@ pub fn driver_version() -> Result<i32> {
     if !driver_present() {
         return Err(Error::NoDriver("libcuda.so could not be loaded (no NVIDIA driver on this machine)".into()));
     }
-    crate::ffi::driver_version()
+    crate::ffi::runtime::driver_version()
 }
 
 /// Opens device `ordinal`, turning "no driver" into an error instead of cudarc's panic.
@@ -72,7 +72,7 @@ pub fn open(ordinal: usize) -> Result<Arc<CudaContext>> {
 /// behind it, so that CUDA events measure the device's execution of back-to-back launches (as a CUDA graph
 /// replays them) rather than the host's launch rate.
 pub fn spin(stream: &cudarc::driver::CudaStream, micros: u64) -> Result<()> {
-    crate::ffi::spin(stream, micros * 1000)
+    crate::ffi::runtime::spin(stream, micros * 1000)
 }
 
 /// Facts about one device, read once.

@@ -1,7 +1,6 @@
 //! The crate's one error type.
 
 use crate::dtype::DType;
-use crate::kernels::TileConfig;
 
 /// Everything that can go wrong in moe-gemm. Messages name the violated constraint and the values involved.
 #[non_exhaustive]
@@ -19,9 +18,10 @@ pub enum Error {
     #[error("{op} needs an {required} GPU, but device {ordinal} ({name}) is compute capability {major}.{minor}")]
     UnsupportedArch { op: &'static str, required: &'static str, ordinal: usize, name: String, major: i32, minor: i32 },
 
-    /// The requested (arch, dtype, tile config) was not compiled into the library.
-    #[error("kernel not built: {op} for {dtype} with {config} (see `moe-gemm info` for what was compiled)")]
-    KernelNotBuilt { op: &'static str, dtype: DType, config: TileConfig },
+    /// The requested kernel (operation, element type where it has one, tile configuration where it has one) was
+    /// not compiled into the library.
+    #[error("kernel not built: {op}{} (see `moe-gemm info` for what was compiled)", kernel_detail(.dtype, .config))]
+    KernelNotBuilt { op: &'static str, dtype: Option<DType>, config: Option<String> },
 
     /// A workspace smaller than the plan requires.
     #[error("workspace too small: {op} needs {needed} bytes, the workspace has {got}")]
@@ -31,9 +31,13 @@ pub enum Error {
     #[error("CUTLASS {stage} failed in {op}: {status}")]
     Cutlass { op: &'static str, stage: &'static str, status: String },
 
-    /// A CUDA runtime call or kernel launch failed.
-    #[error("CUDA runtime error {code} in {op}")]
-    CudaRuntime { op: &'static str, code: i32 },
+    /// A CUDA runtime call or kernel launch failed: `code` is the `cudaError_t`, `name` its `cudaGetErrorName`.
+    #[error("CUDA runtime error {name} ({code}) in {op}")]
+    CudaRuntime { op: &'static str, code: i32, name: String },
+
+    /// A cuBLAS or cuBLASLt call failed (the ceilings' dense GEMMs).
+    #[error("{op} failed: {status}")]
+    Cublas { op: &'static str, status: String },
 
     /// A device-side check found invalid data (offsets, ids, capacity); the kernels clamped instead of
     /// reading or writing out of bounds, so the results of that launch are not meaningful.
@@ -55,6 +59,17 @@ pub enum Error {
     /// An unexpected C++ exception crossed the bridge.
     #[error("C++ exception across the bridge: {0}")]
     Bridge(#[from] cxx::Exception),
+}
+
+fn kernel_detail(dtype: &Option<DType>, config: &Option<String>) -> String {
+    let mut s = String::new();
+    if let Some(d) = dtype {
+        s += &format!(" for {d}");
+    }
+    if let Some(c) = config {
+        s += &format!(" with {c}");
+    }
+    s
 }
 
 /// `Result` with [`Error`].

@@ -42,7 +42,7 @@ pub mod process {
     /// Lets a closed pipe (`moe-gemm info | head`) end the process quietly, as C tools do, instead of making
     /// `println!` panic. Call first thing in `main`.
     pub fn default_sigpipe() {
-        crate::ffi::default_sigpipe();
+        crate::ffi::runtime::default_sigpipe();
     }
 }
 
@@ -57,6 +57,6 @@ pub mod build_info {
 
     /// The CUDA runtime version linked statically (e.g. 13000).
     pub fn cudart_version() -> i32 {
-        crate::ffi::cudart_version()
+        crate::ffi::runtime::cudart_version()
     }
 }

@@ -78,7 +78,7 @@ impl Checkpoint {
     /// caveat of every memory-mapped file).
     pub fn open(path: &Path) -> Result<Checkpoint> {
         let file = File::open(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
-        let map = crate::ffi::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
+        let map = crate::ffi::runtime::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
         let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
             .map_err(|e| bad(&path.display().to_string(), format!("not a safetensors file: {e}")))?;
         Ok(Checkpoint { map, header, meta })

@@ -1,5 +1,5 @@
 //! The cxx bridge: the only declaration of the C++ surface (`cpp/bridge.h`, `cpp/launch.h`).
-//! Everything here is crate-private; `super` wraps it in safe, validated calls.
+//! Everything here is private to `ffi`; its sibling modules wrap it in safe, checked calls.
 
 #[cxx::bridge(namespace = "moe_gemm::bridge")]
 pub(crate) mod ffi {
@@ -106,6 +106,7 @@ pub(crate) mod ffi {
         n: i32,
         k: i32,
         rows: i32,
+        sm_count: i32,
         capacity: i64,
         a: u64,
         b: u64,
@@ -267,6 +268,8 @@ pub(crate) mod ffi {
         /// device and stream given, and stay alive until the queued work completes.
         unsafe fn grouped_gemm_sm90_run(params: &GroupedGemmParams) -> LaunchStatus;
         fn cudart_version() -> i32;
+        /// `cudaGetErrorName` of a cudaError_t (no device needed).
+        fn cuda_error_name(code: i32) -> String;
         /// # Safety
         /// `stream` is a live stream of the current context.
         unsafe fn spin(ns: u64, stream: u64) -> i32;
@@ -323,6 +326,8 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm(params: &FusedGemmParams) -> LaunchStatus;
+        /// Opts the fused kernel of (`dtype`, `tile`) into its dynamic shared memory on the current device.
+        fn fused_moe_prepare(dtype: DType, tile: FusedTile) -> LaunchStatus;
         /// # Safety
         /// `pairs` [tokens * top_k, hidden], `positions` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
         #[allow(clippy::too_many_arguments)]

@@ -4,10 +4,14 @@
 //! every `BLOCK_M` tile of positions belongs to one expert (`expert_ids`) and whose `sorted_ids[p]` is the
 //! flat row `r = t·k + j` of position `p` (the sentinel `T·k` on padding):
 //!
-//! - [`gemm1_gather`]: `d1[p] = x[sorted_ids[p] / k] · W13[e]ᵀ`: A rows are gathered in the GEMM's loads
-//!   (16-byte `cp.async` into the swizzled stages; TMA cannot gather rows); padding rows are zeros.
-//! - [`gemm2_scatter`]: `pairs[r] = w[r] · (round(h[p] · W2[e]ᵀ) + b2[e])`: the router weight and bias are
-//!   applied in the epilogue, which writes each row straight to its flat row; the combine is a sum over k.
+//! - [`FusedGemm::gemm1_gather`]: `d1[p] = x[sorted_ids[p] / k] · W13[e]ᵀ`: A rows are gathered in the GEMM's
+//!   loads (16-byte `cp.async` into the swizzled stages; TMA cannot gather rows); padding rows are zeros.
+//! - [`FusedGemm::gemm2_scatter`]: `pairs[r] = w[r] · (round(h[p] · W2[e]ᵀ) + b2[e])`: the router weight and
+//!   bias are applied in the epilogue, which writes each row straight to its flat row; the combine is a sum over
+//!   k ([`sum_slots`]).
+//!
+//! A [`FusedGemm`] plan is made once per device: it reads the SM count and opts every compiled kernel into its
+//! shared memory, so that a launch does no host work beyond checking its buffers.
 //!
 //! A persistent CTA walks `BLOCK_M x BLOCK_N` tiles: one producer warpgroup (A rows by 16-byte `cp.async`, B by
 //! TMA, one mbarrier per stage counting both), one consumer warpgroup per 64 rows (CUTLASS's SM90 GMMA collective),
@@ -18,7 +22,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
-use crate::dtype::Element;
+use crate::device::{Arch, DeviceInfo};
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::layouts::{ExpertLayout, LayoutSpec};
@@ -73,6 +78,15 @@ impl FusedTile {
     }
 }
 
+impl From<FusedTile> for ffi::FusedTile {
+    fn from(t: FusedTile) -> Self {
+        match t {
+            FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
+            FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
+        }
+    }
+}
+
 fn check_layout(layout: &ExpertLayout, tile: FusedTile, tokens: usize) -> Result<()> {
     let dims = layout.dims();
     if dims.spec() != (LayoutSpec::Aligned { block_m: tile.block_m() }) {
@@ -101,56 +115,127 @@ fn check_nk(n: usize, k: usize) -> Result<()> {
     Ok(())
 }
 
-/// GEMM1 with the gather fused into its loads: `d1[p, :n] = x[sorted_ids[p] / k] · w[e]ᵀ` for the `tokens`
-/// of the batch `layout` was last built for; `w` is `[local experts, n, kdim]`, `x` `[tokens, kdim]`, `d1`
-/// `[capacity, n]` in position order.
-///
-/// # Errors
-/// [`Error::InvalidProblem`] if the layout is not aligned to the tile, `n`/`kdim` are not multiples of 8;
-/// [`Error::Buffer`] for short or misaligned buffers; launch errors.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm1_gather<T: Element>(
-    stream: &Arc<CudaStream>,
-    tile: FusedTile,
-    layout: &ExpertLayout,
-    tokens: usize,
-    x: &impl DevicePtr<T>,
-    w: &impl DevicePtr<T>,
-    n: usize,
-    kdim: usize,
-    d1: &mut impl DevicePtrMut<T>,
-) -> Result<()> {
-    check_layout(layout, tile, tokens)?;
-    check_nk(n, kdim)?;
-    let launch = launch_params(layout, tile, tokens, n, kdim, None);
-    ffi::launch_fused_gemm(stream, &launch, x, w, d1)
+/// The fused GEMMs planned for one device: its SM count (the persistent grid) read once, and every compiled
+/// kernel (both tiles, both element types) opted into its dynamic shared memory there.
+#[derive(Clone, Debug)]
+pub struct FusedGemm {
+    device: DeviceInfo,
 }
 
-/// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
-/// `pairs[r, :n] = weights[r] · (round(h[p] · w[e]ᵀ) + bias[e])` with `r = sorted_ids[p]`; `h` is
-/// `[capacity, kdim]` in position order, `pairs` `[tokens·k, n]` by flat row (rows of remote experts are not
-/// written). Sum the k rows of each token with [`sum_slots`].
-///
-/// # Errors
-/// As [`gemm1_gather`], and for `weights`/`bias` shorter than `tokens·k` / `experts·n`.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm2_scatter<T: Element>(
-    stream: &Arc<CudaStream>,
-    tile: FusedTile,
-    layout: &ExpertLayout,
-    tokens: usize,
-    h: &impl DevicePtr<T>,
-    w: &impl DevicePtr<T>,
-    n: usize,
-    kdim: usize,
-    weights: &CudaView<'_, f32>,
-    bias: Option<&CudaSlice<f32>>,
-    pairs: &mut impl DevicePtrMut<T>,
-) -> Result<()> {
-    check_layout(layout, tile, tokens)?;
-    check_nk(n, kdim)?;
-    let launch = launch_params(layout, tile, tokens, n, kdim, Some(ffi::FusedScatter { weights, bias }));
-    ffi::launch_fused_gemm(stream, &launch, h, w, pairs)
+impl FusedGemm {
+    /// Plans the fused GEMMs on the device of `stream`.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArch`] unless the device is SM90; driver and CUDA errors.
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
+        let device = DeviceInfo::query(stream.context())?;
+        device.require("fused_moe_gemm", Arch::Sm90)?;
+        for dtype in [DType::BF16, DType::F16] {
+            for tile in FusedTile::ALL {
+                ffi::fused::prepare(stream, dtype, tile.into())?;
+            }
+        }
+        Ok(FusedGemm { device })
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    /// GEMM1 with the gather fused into its loads: `d1[p, :n] = x[sorted_ids[p] / k] · w[e]ᵀ` for the `tokens`
+    /// of the batch `layout` was last built for; `w` is `[local experts, n, kdim]`, `x` `[tokens, kdim]`, `d1`
+    /// `[capacity, n]` in position order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] if `stream` is on another device than the plan, the layout is not aligned to
+    /// the tile, `n`/`kdim` are not multiples of 8; [`Error::Buffer`] for short or misaligned buffers; launch
+    /// errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm1_gather<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        w: &impl DevicePtr<T>,
+        n: usize,
+        kdim: usize,
+        d1: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        self.check_device(stream)?;
+        check_layout(layout, tile, tokens)?;
+        check_nk(n, kdim)?;
+        let launch = self.launch_params(layout, tile, tokens, n, kdim, None);
+        ffi::fused::launch_fused_gemm(stream, &launch, x, w, d1)
+    }
+
+    /// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
+    /// `pairs[r, :n] = weights[r] · (round(h[p] · w[e]ᵀ) + bias[e])` with `r = sorted_ids[p]`; `h` is
+    /// `[capacity, kdim]` in position order, `pairs` `[tokens·k, n]` by flat row (rows of remote experts are not
+    /// written). Sum the k rows of each token with [`sum_slots`].
+    ///
+    /// # Errors
+    /// As [`Self::gemm1_gather`], and for `weights`/`bias` shorter than `tokens·k` / `experts·n`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm2_scatter<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        h: &impl DevicePtr<T>,
+        w: &impl DevicePtr<T>,
+        n: usize,
+        kdim: usize,
+        weights: &CudaView<'_, f32>,
+        bias: Option<&CudaSlice<f32>>,
+        pairs: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        self.check_device(stream)?;
+        check_layout(layout, tile, tokens)?;
+        check_nk(n, kdim)?;
+        let scatter = Some(ffi::fused::FusedScatter { weights, bias });
+        let launch = self.launch_params(layout, tile, tokens, n, kdim, scatter);
+        ffi::fused::launch_fused_gemm(stream, &launch, h, w, pairs)
+    }
+
+    fn check_device(&self, stream: &CudaStream) -> Result<()> {
+        let ordinal = stream.context().ordinal();
+        if ordinal != self.device.ordinal {
+            return Err(Error::InvalidProblem(format!(
+                "fused GEMM planned for device {} ({}) launched on a stream of device {ordinal}",
+                self.device.ordinal, self.device.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn launch_params<'a>(
+        &self,
+        layout: &'a ExpertLayout,
+        tile: FusedTile,
+        tokens: usize,
+        n: usize,
+        kdim: usize,
+        scatter: Option<ffi::fused::FusedScatter<'a>>,
+    ) -> ffi::fused::FusedLaunch<'a> {
+        let dims = layout.dims();
+        ffi::fused::FusedLaunch {
+            tile: tile.into(),
+            scatter,
+            top_k: dims.top_k(),
+            experts: dims.local_experts(),
+            n,
+            k: kdim,
+            rows: tokens * dims.top_k(),
+            capacity: dims.capacity(),
+            sm_count: self.device.sm_count,
+            sorted_ids: layout.sorted_ids(),
+            expert_ids: layout.expert_ids(),
+            total: layout.total(),
+        }
+    }
 }
 
 /// `y[t] = Σ_j pairs[t·k + j]` over the slots `layout` placed: the fused backend's combine.
@@ -165,29 +250,17 @@ pub fn sum_slots<T: Element>(
     pairs: &impl DevicePtr<T>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
-    ffi::launch_sum_slots(stream, tokens, layout.dims().top_k(), hidden, pairs, layout.positions(), y)
+    ffi::elementwise::launch_sum_slots(stream, tokens, layout.dims().top_k(), hidden, pairs, layout.positions(), y)
 }
 
-fn launch_params<'a>(
-    layout: &'a ExpertLayout,
-    tile: FusedTile,
-    tokens: usize,
-    n: usize,
-    kdim: usize,
-    scatter: Option<ffi::FusedScatter<'a>>,
-) -> ffi::FusedLaunch<'a> {
-    let dims = layout.dims();
-    ffi::FusedLaunch {
-        tile,
-        scatter,
-        top_k: dims.top_k(),
-        experts: dims.local_experts(),
-        n,
-        k: kdim,
-        rows: tokens * dims.top_k(),
-        capacity: dims.capacity(),
-        sorted_ids: layout.sorted_ids(),
-        expert_ids: layout.expert_ids(),
-        total: layout.total(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_agree_with_the_compiled_kernels() {
+        for t in FusedTile::ALL {
+            assert_eq!(ffi::fused::block_m(t.into()), Some(t.block_m()), "{}", t.name());
+        }
     }
 }

@@ -107,6 +107,20 @@ pub enum GroupRows<'a> {
     PerRow { experts: CudaView<'a, i32>, rows: usize, a_div: usize, num_experts: usize },
 }
 
+impl GroupRows<'_> {
+    fn to_ffi(&self) -> ffi::grouped::GroupedRows<'_> {
+        use ffi::grouped::GroupedRows as F;
+        match self {
+            GroupRows::Offsets(o) => F::Offsets(o),
+            GroupRows::Padded { offsets, counts } => F::Padded { offsets, counts },
+            GroupRows::Masked { masked_m, max_m } => F::Masked { masked_m, max_m: *max_m },
+            GroupRows::PerRow { experts, rows, a_div, num_experts } => {
+                F::PerRow { experts, rows: *rows, a_div: *a_div, num_experts: *num_experts }
+            }
+        }
+    }
+}
+
 impl<'a> From<&'a CudaSlice<i32>> for GroupRows<'a> {
     /// Offsets `[G + 1]`.
     fn from(offsets: &'a CudaSlice<i32>) -> Self {
@@ -160,9 +174,13 @@ impl<T: Element> GroupedGemm<T> {
             .config
             .unwrap_or_else(|| TileConfig::heuristic(shape.groups, shape.n, expected, device.sm_count.max(1) as usize));
         if !config.is_built(T::DTYPE) {
-            return Err(Error::KernelNotBuilt { op: "grouped_gemm_sm90", dtype: T::DTYPE, config });
+            return Err(Error::KernelNotBuilt {
+                op: "grouped_gemm_sm90",
+                dtype: Some(T::DTYPE),
+                config: Some(config.name().into()),
+            });
         }
-        let workspace_bytes = ffi::grouped_gemm_sm90_workspace(T::DTYPE, config, shape.groups as i32, device.sm_count)?;
+        let workspace_bytes = ffi::grouped::workspace_bytes(T::DTYPE, config.into(), shape.groups, device.sm_count)?;
         Ok(GroupedGemm { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
@@ -203,20 +221,35 @@ impl<T: Element> GroupedGemm<T> {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let plan = ffi::GroupedLaunch {
-            shape: &self.shape,
-            config: self.config,
+        let s = &self.shape;
+        let plan = ffi::grouped::GroupedPlan {
+            config: self.config.into(),
+            groups: s.groups,
+            n: s.n,
+            k: s.k,
+            max_rows: s.max_rows,
             device: self.device.ordinal as i32,
             sm_count: self.device.sm_count,
             workspace_bytes: self.workspace_bytes,
         };
-        ffi::launch_grouped_gemm_sm90(stream, &plan, a, b, &rows.into(), d, &mut workspace.buf, status.word_mut())
+        let rows = rows.into();
+        ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, &mut workspace.buf, status.word_mut())
     }
 
     /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
     pub fn flops(&self, rows: usize) -> f64 {
         2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
     }
+}
+
+/// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only).
+pub(crate) fn workspace_bytes(
+    dtype: crate::dtype::DType,
+    config: TileConfig,
+    groups: usize,
+    sm_count: usize,
+) -> Result<usize> {
+    Ok(ffi::grouped::workspace_bytes(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }
 
 /// Caller-owned device workspace of a plan: the per-group argument arrays and CUTLASS's scratch.

@@ -3,8 +3,9 @@
 //! | family | arch | dtypes | layout |
 //! |---|---|---|---|
 //! | [`grouped::GroupedGemm`] | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | A `[rows, K]` grouped by device offsets, B `[G, N, K]`, D `[rows, N]` |
-//! | [`fused`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
+//! | [`fused::FusedGemm`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
 
+pub(crate) mod elementwise;
 pub mod fused;
 pub mod grouped;
 
@@ -88,7 +89,7 @@ impl TileConfig {
 
     /// Whether this configuration was compiled for `dtype` into the linked library.
     pub fn is_built(self, dtype: DType) -> bool {
-        ffi::grouped_gemm_sm90_built(dtype, self)
+        ffi::grouped::built(dtype, self.into())
     }
 
     /// The default choice for `groups` groups of an `[n, k]` weight over about `expected_rows` rows in all,
@@ -110,6 +111,18 @@ impl TileConfig {
             TileConfig::Pingpong64x64x128
         } else {
             TileConfig::Pingpong64x128x64
+        }
+    }
+}
+
+impl From<TileConfig> for ffi::TileConfig {
+    fn from(c: TileConfig) -> Self {
+        match c {
+            TileConfig::Cooperative128x128x64 => ffi::TileConfig::Cooperative128x128x64,
+            TileConfig::Cooperative128x256x64 => ffi::TileConfig::Cooperative128x256x64,
+            TileConfig::Pingpong64x128x64 => ffi::TileConfig::Pingpong64x128x64,
+            TileConfig::Pingpong128x128x64 => ffi::TileConfig::Pingpong128x128x64,
+            TileConfig::Pingpong64x64x128 => ffi::TileConfig::Pingpong64x64x128,
         }
     }
 }

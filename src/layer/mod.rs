@@ -47,8 +47,8 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::kernels::fused::{self, FusedTile};
+use crate::kernels::elementwise;
+use crate::kernels::fused::{self, FusedGemm, FusedTile};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::status::DeviceStatus;
@@ -181,6 +181,8 @@ pub struct MoeLayer<T: Element> {
     sizing: LayerSizing,
     backend: Backend,
     device: DeviceInfo,
+    /// The fused GEMMs' plan (device facts read once).
+    fused: FusedGemm,
     /// Global expert -> local index or -1 (expert parallelism); `None`: all experts are local.
     expert_map: Option<CudaSlice<i32>>,
     gemms: Vec<GemmPair<T>>,
@@ -270,6 +272,7 @@ impl<T: Element> MoeLayer<T> {
         }
         Ok(MoeLayer {
             expert_map: expert_map.map(|m| stream.clone_htod(m)).transpose()?,
+            fused: FusedGemm::new(stream)?,
             backend: options.backend,
             weights,
             sizing,
@@ -569,9 +572,9 @@ impl<T: Element> MoeLayer<T> {
             self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
             status,
         )?;
-        fused::gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
+        self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
         activate_layout(p.stream, w, layout, d1, hbuf, status)?;
-        fused::gemm2_scatter(
+        self.fused.gemm2_scatter(
             p.stream,
             tile,
             layout,
@@ -592,7 +595,7 @@ impl<T: Element> MoeLayer<T> {
     fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let tokens = p.x.rows();
         let Buffers { h, status, .. } = p.scratch.buffers()?;
-        ffi::launch_decode_layer(
+        elementwise::launch_decode_layer(
             p.stream,
             &self.weights,
             tokens,
@@ -717,7 +720,7 @@ fn activate_layout<T: Element>(
     h: &mut CudaSlice<T>,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    let act = ffi::ActivationLaunch {
+    let act = elementwise::ActivationLaunch {
         act: w.activation,
         gate_up: w.gate_up,
         inter: w.inter,
@@ -727,7 +730,7 @@ fn activate_layout<T: Element>(
         experts: w.experts,
         bias: w.b13.as_ref(),
     };
-    ffi::launch_activate(stream, &act, d1, h, status.word_mut())
+    elementwise::launch_activate(stream, &act, d1, h, status.word_mut())
 }
 
 /// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order.
@@ -743,7 +746,7 @@ fn combine_layout<T: Element>(
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
     let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
-    ffi::launch_combine(
+    elementwise::launch_combine(
         stream,
         tokens,
         top_k,

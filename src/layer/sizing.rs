@@ -12,9 +12,10 @@ use std::fmt;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ffi;
 use crate::kernels::fused::FusedTile;
+use crate::kernels::grouped;
 use crate::kernels::TileConfig;
+use crate::layouts::build_scratch_ints;
 
 use super::backends::{Backend, Backends};
 
@@ -261,15 +262,10 @@ impl LayerSizing {
                 gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand });
             }
         }
-        let mut workspace_bytes = 0u64;
+        let mut workspace_bytes = 0usize;
         for g in &gemms {
             for (config, _) in g.configs(sm_count) {
-                workspace_bytes = workspace_bytes.max(ffi::grouped_gemm_sm90_workspace(
-                    dtype,
-                    config,
-                    g.groups as i32,
-                    sm_count as i32,
-                )?);
+                workspace_bytes = workspace_bytes.max(grouped::workspace_bytes(dtype, config, g.groups, sm_count)?);
             }
         }
         let layout = !batched_only;
@@ -289,8 +285,8 @@ impl LayerSizing {
             layout_rows,
             layout_tiles,
             layout_positions: if layout { positions } else { 0 },
-            layout_scratch_ints: if layout { ffi::layout_scratch_ints(positions, s.groups()).max(1) } else { 0 },
-            workspace_bytes: workspace_bytes as usize,
+            layout_scratch_ints: if layout { build_scratch_ints(positions, s.groups()) } else { 0 },
+            workspace_bytes,
             routing_slots: if s.shared_groups > 0 { positions } else { 0 },
             eager: enabled.contains(Backend::Eager),
         };

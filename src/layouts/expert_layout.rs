@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use crate::device::{Arch, DeviceInfo};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::ffi::layouts as ffi;
 use crate::kernels::grouped::GroupRows;
 use crate::status::DeviceStatus;
 
@@ -137,6 +137,11 @@ pub struct ExpertLayout {
     scratch: CudaSlice<i32>,
 }
 
+/// int32 elements of scratch the layout build needs for `rows` flat rows over `local_experts` experts (at least 1).
+pub(crate) fn build_scratch_ints(rows: usize, local_experts: usize) -> usize {
+    ffi::layout_scratch_ints(rows, local_experts).max(1)
+}
+
 /// The buffer lengths an [`ExpertLayout`] was allocated with: any layout whose dims fit them can be built in it
 /// (one layout buffer in a shared scratch serves every layer and backend in turn).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +161,7 @@ impl LayoutRoom {
             rows: cap,
             tiles: cap / dims.block_m(),
             positions: dims.max_tokens * dims.top_k,
-            scratch_ints: ffi::layout_scratch_ints(dims.max_tokens * dims.top_k, dims.local_experts).max(1),
+            scratch_ints: build_scratch_ints(dims.max_tokens * dims.top_k, dims.local_experts),
         }
     }
 
@@ -289,7 +294,7 @@ impl ExpertLayout {
             total: &mut self.total,
             scratch: &mut self.scratch,
         };
-        ffi::launch_build_layout(stream, &self.dims, tokens, topk_ids, expert_map, out, status.word_mut())
+        ffi::launch_build_layout(stream, &self.dims.to_ffi(), tokens, topk_ids, expert_map, out, status.word_mut())
     }
 
     /// Copies each token row of `x [tokens, hidden]` to the position of each of its k rows in

@@ -22,10 +22,32 @@
 mod expert_layout;
 pub mod reference;
 
+pub(crate) use expert_layout::{build_scratch_ints, LayoutRoom};
 pub use expert_layout::{ExpertLayout, LayoutDims, LayoutSpec};
-pub(crate) use expert_layout::LayoutRoom;
 
 use crate::error::{Error, Result};
+use crate::ffi;
+
+impl LayoutDims {
+    /// The layout build's descriptor: grouped and aligned layouts are packed (padded to `block_m`, 1 for
+    /// grouped), the masked one has `max_m` rows per expert.
+    pub(crate) fn to_ffi(self) -> ffi::layouts::LayoutDesc {
+        let (kind, max_m) = match self.spec {
+            LayoutSpec::Masked { max_m } => (ffi::LayoutKind::Masked, max_m),
+            LayoutSpec::Grouped | LayoutSpec::Aligned { .. } => (ffi::LayoutKind::Packed, 0),
+        };
+        ffi::layouts::LayoutDesc {
+            kind,
+            max_tokens: self.max_tokens,
+            top_k: self.top_k,
+            experts: self.experts,
+            local_experts: self.local_experts,
+            block_m: self.block_m(),
+            max_m,
+            capacity: self.capacity(),
+        }
+    }
+}
 
 /// Offsets `[G + 1]` from group sizes: `offsets[g+1] = offsets[g] + sizes[g]`.
 ///
@@ -69,4 +91,19 @@ pub fn sizes_from_offsets(offsets: &[i32], max_rows: usize) -> Result<Vec<usize>
         return bad(format!("offsets[G] = {total} exceeds max_rows = {max_rows}"));
     }
     Ok(sizes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_limits_agree_with_the_build_kernel() {
+        assert_eq!(expert_layout::MAX_LAYOUT_EXPERTS, ffi::layouts::MAX_EXPERTS);
+        let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 64 }, 10, 2, 8, 4).unwrap();
+        let d = dims.to_ffi();
+        assert_eq!((d.kind, d.block_m, d.max_m, d.capacity), (ffi::LayoutKind::Packed, 64, 0, dims.capacity()));
+        let d = LayoutDims::new(LayoutSpec::Masked { max_m: 16 }, 10, 2, 8, 8).unwrap().to_ffi();
+        assert_eq!((d.kind, d.block_m, d.max_m, d.capacity), (ffi::LayoutKind::Masked, 1, 16, 128));
+    }
 }

@@ -108,6 +108,29 @@ impl RouterConfig {
     }
 }
 
+impl RouterConfig {
+    /// The router kernel's descriptor.
+    fn to_ffi(self) -> crate::ffi::routing::RouterDesc {
+        use crate::ffi::RouterKind as K;
+        let (kind, n_group, topk_group, renormalize, scaling) = match self.kind {
+            RouterKind::Softmax { renormalize } => (K::Softmax, 1, 1, renormalize, 1.0),
+            RouterKind::TopKSoftmax => (K::TopKSoftmax, 1, 1, false, 1.0),
+            RouterKind::GroupedSigmoid { n_group, topk_group, renormalize, routed_scaling_factor } => {
+                (K::GroupedSigmoid, n_group, topk_group, renormalize, routed_scaling_factor)
+            }
+        };
+        crate::ffi::routing::RouterDesc {
+            kind,
+            experts: self.experts,
+            top_k: self.top_k,
+            n_group,
+            topk_group,
+            renormalize,
+            scaling,
+        }
+    }
+}
+
 /// A router planned for a device.
 #[derive(Debug)]
 pub struct Router {
@@ -144,6 +167,33 @@ impl Router {
         topk_weights: &mut impl cudarc::driver::DevicePtrMut<f32>,
         status: &mut crate::DeviceStatus,
     ) -> Result<()> {
-        crate::ffi::launch_router(stream, &self.config, tokens, logits, bias, topk_ids, topk_weights, status.word_mut())
+        let desc = self.config.to_ffi();
+        crate::ffi::routing::launch_router(
+            stream,
+            &desc,
+            tokens,
+            logits,
+            bias,
+            topk_ids,
+            topk_weights,
+            status.word_mut(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_limits_agree_with_the_kernel() {
+        assert_eq!(MAX_EXPERTS, crate::ffi::routing::MAX_EXPERTS);
+        assert!(RouterConfig::new(64, crate::ffi::routing::MAX_TOP_K + 1, RouterKind::TopKSoftmax).is_err());
+        let d = RouterConfig::deepseek_v3().to_ffi();
+        assert_eq!(
+            (d.kind, d.experts, d.top_k, d.n_group, d.topk_group),
+            (crate::ffi::RouterKind::GroupedSigmoid, 256, 8, 8, 4)
+        );
+        assert!(d.renormalize && d.scaling == 2.5);
     }
 }

@@ -3,7 +3,7 @@
 //! parallelism, and a layout of the wrong block size refused.
 
 use half::{bf16, f16};
-use moe_gemm::kernels::fused::{self, FusedTile};
+use moe_gemm::kernels::fused::{FusedGemm, FusedTile};
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
 
@@ -56,8 +56,9 @@ fn run_case<T: Element>(c: &Case, tile: FusedTile) {
     let (wd, bd) = (stream.clone_htod(&weights).unwrap(), stream.clone_htod(&bias).unwrap());
     let mut d1 = stream.clone_htod(&vec![T::nan(); cap * n1]).unwrap();
     let mut pairs = stream.clone_htod(&vec![T::nan(); rows * n2]).unwrap();
-    fused::gemm1_gather(&stream, tile, &layout, t, &xd, &w1d, n1, k1, &mut d1).unwrap();
-    fused::gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd.as_view(), Some(&bd), &mut pairs).unwrap();
+    let fused = FusedGemm::new(&stream).unwrap();
+    fused.gemm1_gather(&stream, tile, &layout, t, &xd, &w1d, n1, k1, &mut d1).unwrap();
+    fused.gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd.as_view(), Some(&bd), &mut pairs).unwrap();
     status.check(&stream).unwrap();
     let d1 = stream.clone_dtoh(&d1).unwrap();
     let pairs = stream.clone_dtoh(&pairs).unwrap();
@@ -172,8 +173,9 @@ fn fused_gemm_refuses_a_layout_of_another_block_size() {
     let x = stream.alloc_zeros::<bf16>(4 * 64).unwrap();
     let w = stream.alloc_zeros::<bf16>(8 * 128 * 64).unwrap();
     let mut d = stream.alloc_zeros::<bf16>(dims.capacity() * 128).unwrap();
-    let err = fused::gemm1_gather(&stream, FusedTile::M64N128K64, &layout, 4, &x, &w, 128, 64, &mut d).unwrap_err();
+    let fused = FusedGemm::new(&stream).unwrap();
+    let err = fused.gemm1_gather(&stream, FusedTile::M64N128K64, &layout, 4, &x, &w, 128, 64, &mut d).unwrap_err();
     assert!(err.to_string().contains("block_m = 64"), "{err}");
-    let err = fused::gemm1_gather(&stream, FusedTile::M128N256K64, &layout, 4, &x, &w, 128, 60, &mut d).unwrap_err();
+    let err = fused.gemm1_gather(&stream, FusedTile::M128N256K64, &layout, 4, &x, &w, 128, 60, &mut d).unwrap_err();
     assert!(err.to_string().contains("multiples of 8"), "{err}");
 }

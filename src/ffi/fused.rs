@@ -1,0 +1,138 @@
+//! The SM90 fused MoE GEMMs (`cpp/fused_moe_sm90.cuh`): the per-plan shared-memory opt-in and the launch of one
+//! gather or scatter GEMM over an aligned layout.
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+
+use super::bridge::ffi;
+use super::status::{check, Launched};
+use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+
+pub(crate) use ffi::FusedTile;
+
+/// Rows of a compiled tile (`BM` of `M64N128K64` / `M128N256K64` in `cpp/fused_moe_sm90.cuh`): the kernel gives
+/// each `BM` positions one entry of `expert_ids`.
+pub(crate) fn block_m(tile: FusedTile) -> Option<usize> {
+    match tile {
+        FusedTile::M64N128K64 => Some(64),
+        FusedTile::M128N256K64 => Some(128),
+        _ => None,
+    }
+}
+
+/// Opts the kernel of (`dtype`, `tile`) into its dynamic shared memory on `stream`'s device: once per plan,
+/// before its first launch (launches set no attribute).
+pub(crate) fn prepare(stream: &CudaStream, d: DType, tile: FusedTile) -> Result<()> {
+    super::bind(stream)?;
+    check(
+        ffi::fused_moe_prepare(dtype(d), tile),
+        &Launched { config: Some(&tile), ..Launched::typed("fused_moe_prepare", d) },
+    )
+}
+
+/// One fused MoE GEMM over an aligned layout (mirrors `FusedGemmArgs`).
+pub(crate) struct FusedLaunch<'a> {
+    pub tile: FusedTile,
+    /// `None`: gather (A = x by token, D by position); `Some`: scatter (A by position, D by flat row, weighted).
+    pub scatter: Option<FusedScatter<'a>>,
+    pub top_k: usize,
+    pub experts: usize,
+    pub n: usize,
+    pub k: usize,
+    pub rows: usize,
+    pub capacity: usize,
+    /// SMs of the stream's device (the persistent grid), from the caller's plan.
+    pub sm_count: i32,
+    pub sorted_ids: &'a CudaSlice<i32>,
+    pub expert_ids: &'a CudaSlice<i32>,
+    pub total: &'a CudaSlice<i32>,
+}
+
+/// The scatter epilogue's router weights `[rows]` and bias `[experts, n]`.
+pub(crate) struct FusedScatter<'a> {
+    pub weights: &'a CudaView<'a, f32>,
+    pub bias: Option<&'a CudaSlice<f32>>,
+}
+
+/// Queues one fused MoE GEMM (gather or scatter) on `stream`. The kernel of (`T`, `p.tile`) must have been
+/// [`prepare`]d on the stream's device.
+pub(crate) fn launch_fused_gemm<T: Element>(
+    stream: &CudaStream,
+    p: &FusedLaunch<'_>,
+    a: &impl DevicePtr<T>,
+    b: &impl DevicePtr<T>,
+    d: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    let bm = block_m(p.tile).ok_or_else(|| Error::InvalidProblem(format!("fused GEMM: unknown tile {:?}", p.tile)))?;
+    if p.top_k == 0 || p.rows % p.top_k != 0 || p.capacity % bm != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "fused GEMM: rows = {} must be a multiple of top_k = {} and the layout's capacity {} a multiple of the tile's BLOCK_M = {bm}",
+            p.rows, p.top_k, p.capacity
+        )));
+    }
+    need_row_len::<T>("fused GEMM n", p.n)?;
+    need_row_len::<T>("fused GEMM k", p.k)?;
+    if p.sm_count <= 0 {
+        return Err(Error::InvalidProblem(format!("fused GEMM: sm_count = {} must be positive", p.sm_count)));
+    }
+    need_len("sorted_ids", p.sorted_ids.len(), p.capacity, "the layout's capacity")?;
+    need_len("expert_ids", p.expert_ids.len(), p.capacity / bm, "capacity / BLOCK_M")?;
+    need_len("total", p.total.len(), 1, "one count")?;
+    need_len("B", b.len(), p.experts * p.n * p.k, "experts x n x k")?;
+    let (a_rows, d_rows) = match p.scatter {
+        None => (p.rows / p.top_k, p.capacity),
+        Some(_) => (p.capacity, p.rows),
+    };
+    need_len("A", a.len(), a_rows * p.k, "its rows x k")?;
+    need_len("D", d.len(), d_rows * p.n, "its rows x n")?;
+    if let Some(s) = &p.scatter {
+        need_len("topk_weights", s.weights.len(), p.rows, "tokens x top_k")?;
+        if let Some(bias) = s.bias {
+            need_len("b2 bias", bias.len(), p.experts * p.n, "experts x n")?;
+        }
+    }
+    let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
+    let capacity = to_i64("capacity", p.capacity)?;
+    super::bind(stream)?;
+    let (a_ptr, _a) = a.device_ptr(stream);
+    let (b_ptr, _b) = b.device_ptr(stream);
+    let (d_ptr, _d) = d.device_ptr_mut(stream);
+    for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
+        need_aligned(name, ptr)?;
+    }
+    let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
+    let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
+    let (t_ptr, _t) = p.total.device_ptr(stream);
+    let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
+    let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
+    let params = ffi::FusedGemmParams {
+        dtype: dtype(T::DTYPE),
+        tile: p.tile,
+        mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
+        top_k,
+        experts,
+        n: p.n as i32,
+        k: p.k as i32,
+        rows,
+        sm_count: p.sm_count,
+        capacity,
+        a: a_ptr,
+        b: b_ptr,
+        d: d_ptr,
+        sorted_ids: s_ptr,
+        expert_ids: e_ptr,
+        total: t_ptr,
+        weights: w_ptr.unwrap_or(0),
+        bias: bias_ptr.unwrap_or(0),
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), weights and bias hold what
+    // the mode needs (checked above), with 16-byte aligned bases and n, k multiples of the element type's 16-byte
+    // alignment (checked). The kernel reads positions below min(*total, capacity) only, skips tiles whose expert
+    // id is negative or not below `experts`, zero-fills A rows whose flat row is outside [0, rows) and writes D
+    // rows below capacity (gather) or flat rows in [0, rows) (scatter). The stream's context is bound to this
+    // thread; guards outlive the call.
+    let status = unsafe { ffi::fused_moe_gemm(&params) };
+    check(status, &Launched { config: Some(&p.tile), ..Launched::typed("fused_moe_gemm", T::DTYPE) })
+}

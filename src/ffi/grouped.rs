@@ -1,0 +1,171 @@
+//! The SM90 persistent grouped GEMM (`cpp/grouped_gemm_sm90.cuh`): whether a configuration was built, its
+//! workspace, and the launch (our prepare kernel, then CUTLASS's).
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+
+use super::bridge::ffi;
+use super::status::{check, Launched};
+use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+
+pub(crate) use ffi::TileConfig;
+
+/// Whether (`dtype`, `config`) was compiled into the library.
+pub(crate) fn built(d: DType, config: TileConfig) -> bool {
+    ffi::grouped_gemm_sm90_built(dtype(d), config)
+}
+
+/// Bytes of device workspace a launch of `groups` groups needs on a device of `sm_count` SMs.
+pub(crate) fn workspace_bytes(d: DType, config: TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
+    let mut bytes = 0u64;
+    let s = ffi::grouped_gemm_sm90_workspace(dtype(d), config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    check(s, &Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm90 workspace", d) })?;
+    Ok(bytes)
+}
+
+/// Everything a launch needs besides its buffers, fixed by a plan: the shape (`groups` matrices `[n, k]` of B,
+/// at most `max_rows` rows of A and D), the configuration and the device it was planned for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupedPlan {
+    pub config: TileConfig,
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub max_rows: usize,
+    pub device: i32,
+    pub sm_count: i32,
+    pub workspace_bytes: u64,
+}
+
+/// Where each group's rows are (mirrors `GroupMode` in `cpp/launch.h`): device arrays the prepare kernel reads
+/// and clamps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum GroupedRows<'a> {
+    /// int32 `[groups + 1]`: group g owns rows `offsets[g] .. offsets[g+1]`.
+    Offsets(&'a CudaView<'a, i32>),
+    /// Group g starts at `offsets[g]` (`[groups + 1]`) and holds `counts[g]` rows (`[groups]`).
+    Padded { offsets: &'a CudaView<'a, i32>, counts: &'a CudaView<'a, i32> },
+    /// Group g owns rows `g·max_m .. g·max_m + masked_m[g]` (`[groups]`).
+    Masked { masked_m: &'a CudaView<'a, i32>, max_m: usize },
+    /// One group per D row `r < rows`: A row `r / a_div` times B[`experts[r]`]ᵀ, B holding `num_experts`
+    /// matrices.
+    PerRow { experts: &'a CudaView<'a, i32>, rows: usize, a_div: usize, num_experts: usize },
+}
+
+/// Queues `prepare_groups` and the CUTLASS grouped GEMM on `stream`.
+#[allow(clippy::too_many_arguments)] // one argument per buffer: bundling them would hide which guard is which
+pub(crate) fn launch<T: Element>(
+    stream: &CudaStream,
+    plan: &GroupedPlan,
+    a: &impl DevicePtr<T>,
+    b: &impl DevicePtr<T>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<T>,
+    workspace: &mut CudaSlice<u8>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let ordinal = stream.context().ordinal();
+    if ordinal as i64 != plan.device as i64 {
+        return Err(Error::InvalidProblem(format!(
+            "grouped GEMM planned for device {} launched on a stream of device {ordinal}",
+            plan.device
+        )));
+    }
+    let (groups_max, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
+    need_row_len::<T>("N", n)?;
+    need_row_len::<T>("K", k)?;
+    let (mode, offsets, counts, max_m) = match rows {
+        GroupedRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
+        GroupedRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
+        GroupedRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), max_m),
+        GroupedRows::PerRow { experts, .. } => (ffi::GroupMode::PerRow, None, Some(experts), 0),
+    };
+    // What A and B must hold, and how many groups this launch runs.
+    let (a_rows, b_mats, groups, a_div, num_experts) = match rows {
+        GroupedRows::PerRow { rows, a_div, num_experts, .. } => {
+            if rows > groups_max || rows > max_rows || a_div == 0 || num_experts == 0 {
+                return Err(Error::InvalidProblem(format!(
+                    "per-row groups: rows = {rows} must be <= the plan's groups ({groups_max}) and max_rows ({max_rows}), a_div = {a_div} and num_experts = {num_experts} positive"
+                )));
+            }
+            (rows.div_ceil(a_div), num_experts, rows, a_div, num_experts)
+        }
+        _ => (max_rows, groups_max, groups_max, 1, groups_max),
+    };
+    need_len("a", a.len(), a_rows * k, "rows of A x K")?;
+    need_len("b", b.len(), b_mats * n * k, "matrices x N x K")?;
+    if let Some(o) = offsets {
+        need_len("offsets", o.len(), groups_max + 1, "G + 1")?;
+    }
+    if let Some(c) = counts {
+        need_len("counts", c.len(), groups, "groups")?;
+    }
+    if mode == ffi::GroupMode::Masked && groups_max * max_m > max_rows {
+        return Err(Error::Buffer {
+            name: "masked_m",
+            detail: format!("G x max_m = {groups_max} x {max_m} exceeds the plan's max_rows = {max_rows}"),
+        });
+    }
+    need_len("d", d.len(), max_rows * n, "max_rows x N")?;
+    let workspace_bytes = workspace.len() as u64;
+    if workspace_bytes < plan.workspace_bytes {
+        return Err(Error::WorkspaceTooSmall {
+            op: "grouped_gemm_sm90",
+            needed: plan.workspace_bytes,
+            got: workspace_bytes,
+        });
+    }
+    let (max_m, a_div, experts, groups) =
+        (to_i32("max_m", max_m)?, to_i32("a_div", a_div)?, to_i32("experts", num_experts)?, to_i32("groups", groups)?);
+    let max_rows = to_i64("max_rows", max_rows)?;
+    super::bind(stream)?;
+    // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
+    // the C++ call that queues the kernels, so they are bound to named locals.
+    let (a_ptr, _a_guard) = a.device_ptr(stream);
+    let (b_ptr, _b_guard) = b.device_ptr(stream);
+    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
+    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
+    let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
+    let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
+    for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr)] {
+        need_aligned(name, p)?;
+    }
+    let params = ffi::GroupedGemmParams {
+        dtype: dtype(T::DTYPE),
+        config: plan.config,
+        mode,
+        max_m,
+        a_div,
+        experts,
+        groups,
+        n: n as i32,
+        k: k as i32,
+        max_rows,
+        a: a_ptr,
+        b: b_ptr,
+        d: d_ptr,
+        offsets: o_ptr.unwrap_or(0),
+        counts: c_ptr.unwrap_or(0),
+        workspace: w_ptr,
+        workspace_bytes,
+        status: s_ptr,
+        device: plan.device,
+        sm_count: plan.sm_count,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: every address is a live cudarc allocation, checked above to hold what the plan's shape implies (A
+    // max_rows*K or the per-row tokens, B G*N*K or num_experts matrices, D max_rows*N, offsets G+1 / counts per
+    // group where the mode reads them, G*max_m <= max_rows, per-row groups <= G and max_rows, workspace >= the
+    // size C++ asked for for G >= the groups launched, status one u32); A/B/D bases are 16-byte aligned and K, N
+    // multiples of the element type's 16-byte alignment (checked), so every group base is too. Offsets and counts
+    // are device data the kernel clamps into [0, max_rows] and each group's room. The stream's context is bound
+    // to this thread. The guards keep the buffers ordered on `stream`, and the borrows keep them alive until this
+    // function returns; cudarc frees memory stream-ordered, so queued work never outlives its buffers.
+    let status = unsafe { ffi::grouped_gemm_sm90_run(&params) };
+    check(
+        status,
+        &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::typed("grouped_gemm_sm90", T::DTYPE) },
+    )
+}

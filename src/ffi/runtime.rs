@@ -1,0 +1,65 @@
+//! The process, the driver and the runtime: driver probe and version, the linked runtime's version, the
+//! benchmarks' spin and read-sweep kernels, SIGPIPE, and memory-mapping checkpoint files.
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use super::bridge::ffi;
+use super::status::cuda_result;
+use crate::error::Result;
+
+/// Restores the default action of SIGPIPE (Rust ignores it, so `println!` into a closed pipe panics).
+pub(crate) fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL has no memory-safety preconditions; called once at the
+    // start of the command-line tool, before any thread is spawned.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Maps a checkpoint file read-only.
+pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the map is read-only and private to the Checkpoint that owns it; as with every memory-mapped
+    // file, another process truncating the file while it is mapped would fault, which callers accept by
+    // loading checkpoints (documented on Checkpoint::open).
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+/// Whether libcuda can be loaded (cudarc's dynamic loading panics on first use otherwise).
+pub(crate) fn driver_present() -> bool {
+    // SAFETY: only attempts to dlopen the driver library and reports whether that succeeded.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The CUDA version the installed driver supports (e.g. 13000). Call only after [`driver_present`].
+pub(crate) fn driver_version() -> Result<i32> {
+    let mut v = 0i32;
+    // SAFETY: the driver library is loaded (caller checked `driver_present`); the call writes one int.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result()?;
+    Ok(v)
+}
+
+/// The CUDA runtime version linked statically into the library (e.g. 13000).
+pub(crate) fn cudart_version() -> i32 {
+    ffi::cudart_version()
+}
+
+/// Queues a kernel that keeps `stream` busy for `ns` nanoseconds.
+pub(crate) fn spin(stream: &CudaStream, ns: u64) -> Result<()> {
+    super::bind(stream)?;
+    // SAFETY: the stream handle comes from a live cudarc stream whose context is bound to this thread; the
+    // kernel touches no memory.
+    cuda_result("spin", unsafe { ffi::spin(ns, stream.cu_stream() as u64) })
+}
+
+/// Queues a streaming read of all of `buf` (its whole 16-byte vectors) by `sink.len()` blocks.
+pub(crate) fn read_sweep<T>(stream: &CudaStream, buf: &CudaSlice<T>, sink: &mut CudaSlice<u32>) -> Result<()> {
+    super::bind(stream)?;
+    let bytes = (buf.num_bytes() / 16 * 16) as u64;
+    let blocks = sink.len().min(i32::MAX as usize) as i32;
+    let (p, _p) = buf.device_ptr(stream);
+    let (s, _s) = sink.device_ptr_mut(stream);
+    // SAFETY: the kernel reads bytes <= buf's size from its (256-byte aligned) start and writes at most one
+    // word per block into sink, which has `blocks` words; the guards order both on `stream`, whose context is
+    // bound to this thread.
+    cuda_result("read_sweep", unsafe { ffi::read_sweep(p, bytes, s, blocks, stream.cu_stream() as u64) })
+}

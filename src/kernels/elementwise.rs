@@ -1,0 +1,107 @@
+//! The layer's row-wise kernels in its own terms: the gated activation, the weighted combine with `b2`, and the
+//! batched backend's whole decode layer. Each converts the layer's types into `ffi`'s descriptors and launches.
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+
+use crate::dtype::Element;
+use crate::error::Result;
+use crate::ffi;
+use crate::layer::{Activation, ExpertWeights, GateUp};
+
+impl From<Activation> for ffi::Activation {
+    fn from(a: Activation) -> Self {
+        match a {
+            Activation::SiluGated => ffi::Activation::SiluGated,
+            Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
+            Activation::Silu => ffi::Activation::Silu,
+        }
+    }
+}
+
+impl From<GateUp> for ffi::GateUp {
+    fn from(g: GateUp) -> Self {
+        match g {
+            GateUp::Concatenated => ffi::GateUp::Concatenated,
+            GateUp::Interleaved => ffi::GateUp::Interleaved,
+        }
+    }
+}
+
+/// Gated activation of the layer over `rows` rows of `d1`, each with its expert in `row_experts` (−1: none,
+/// skipped), rows at or past `*total` skipped; `bias` f32 `[experts, 2I or I]`.
+pub(crate) struct ActivationLaunch<'a> {
+    pub act: Activation,
+    pub gate_up: GateUp,
+    pub inter: usize,
+    pub rows: usize,
+    pub total: Option<&'a CudaSlice<i32>>,
+    pub row_experts: CudaView<'a, i32>,
+    pub experts: usize,
+    pub bias: Option<&'a CudaSlice<f32>>,
+}
+
+/// Queues `h = act(d1 (+ bias))` for the rows of `d1 [rows, 2I or I]` that have an expert.
+pub(crate) fn launch_activate<T: Element>(
+    stream: &CudaStream,
+    p: &ActivationLaunch<'_>,
+    d1: &impl DevicePtr<T>,
+    h: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let launch = ffi::elementwise::ActivationLaunch {
+        act: p.act.into(),
+        gate_up: p.gate_up.into(),
+        inter: p.inter,
+        rows: p.rows,
+        total: p.total,
+        row_experts: &p.row_experts,
+        experts: p.experts,
+        bias: p.bias,
+    };
+    ffi::elementwise::launch_activate(stream, &launch, d1, h, status)
+}
+
+/// Queues `y[t] = Σ_j w[t, j] · (d[positions[t·k + j]] + b2[expert])`; `bias` is (the expert of each row of
+/// `d`, `b2` f32 `[experts, hidden]`, experts).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_combine<T: Element>(
+    stream: &CudaStream,
+    tokens: usize,
+    top_k: usize,
+    hidden: usize,
+    d: &impl DevicePtr<T>,
+    positions: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
+    bias: Option<(&CudaView<'_, i32>, &CudaView<'_, f32>, usize)>,
+    y: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    ffi::layouts::launch_combine(stream, tokens, top_k, hidden, d, positions, weights, bias, y)
+}
+
+/// Queues the two decode kernels of the batched backend: the whole layer of `w` for `tokens` tokens.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_decode_layer<T: Element>(
+    stream: &CudaStream,
+    w: &ExpertWeights<T>,
+    tokens: usize,
+    top_k: usize,
+    x: &impl DevicePtr<T>,
+    ids: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
+    h: &mut CudaSlice<T>,
+    y: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let layer = ffi::elementwise::DecodeWeights {
+        act: w.activation.into(),
+        gate_up: w.gate_up.into(),
+        experts: w.experts,
+        hidden: w.hidden,
+        inter: w.inter,
+        w13: &w.w13,
+        w2: &w.w2,
+        b13: w.b13.as_ref(),
+        b2: w.b2.as_ref(),
+    };
+    ffi::elementwise::launch_decode_layer(stream, &layer, tokens, top_k, x, ids, weights, h, y, status)
+}
