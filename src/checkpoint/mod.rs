@@ -26,7 +26,8 @@ use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);
 
-/// How per-expert tensors are named.
+/// How per-expert tensors are named. New checkpoint families arrive as new variants: match with a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertNaming {
     /// `w1` (gate), `w3` (up), `w2` (down).

@@ -17,7 +17,8 @@ pub use float8::{F8E4M3, F8E5M2};
 /// The largest finite E4M3FN value.
 pub const E4M3_MAX: f32 = 448.0;
 
-/// How a block's scale is stored.
+/// How a block's scale is stored. More formats will come (e.g. UE4M3 for FP4): match with a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleFormat {
     /// f32 dequantisation multiplier (DeepSeek-V3's `weight_scale_inv`).
@@ -84,7 +85,8 @@ impl BlockShape {
     }
 }
 
-/// A scale grid in its format.
+/// A scale grid in its format: one variant per [`ScaleFormat`], growing with it.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Scales {
     F32(Vec<f32>),

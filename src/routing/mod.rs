@@ -18,7 +18,8 @@ pub mod reference;
 
 use crate::error::{Error, Result};
 
-/// The routing function of a model family.
+/// The routing function of a model family. New families arrive as new variants: match with a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RouterKind {
     /// Softmax over all experts, then top-k; optionally renormalise the k weights to sum to 1.
