@@ -157,7 +157,7 @@ impl Checkpoint {
             return Err(bad(&sname, format!("dtype {:?}, expected F32 (DeepSeek's weight_scale_inv)", sinfo.dtype)));
         }
         let block = BlockShape::DEEPSEEK;
-        let grid = block.grid(rows, cols);
+        let grid = block.grid(rows, cols).map_err(|e| bad(name, e.to_string()))?;
         if sinfo.shape != [grid.0, grid.1] {
             return Err(bad(
                 &sname,
@@ -189,20 +189,19 @@ impl Checkpoint {
         for e in 0..experts {
             let [gn, un, dn] = naming.names(prefix, e);
             let (g, u, d) = (self.fp8_weight(&gn)?, self.fp8_weight(&un)?, self.fp8_weight(&dn)?);
-            if (u.rows, u.cols) != (g.rows, g.cols) {
-                return Err(bad(
-                    &un,
-                    format!("shape [{}, {}], expected [{}, {}] like the gate", u.rows, u.cols, g.rows, g.cols),
-                ));
+            let shape = |w: &BlockFp8| (w.rows(), w.cols());
+            let ((gr, gc), (ur, uc), (dr, dc)) = (shape(&g), shape(&u), shape(&d));
+            if (ur, uc) != (gr, gc) {
+                return Err(bad(&un, format!("shape [{ur}, {uc}], expected [{gr}, {gc}] like the gate")));
             }
-            if (d.rows, d.cols) != (g.cols, g.rows) {
-                return Err(bad(&dn, format!("shape [{}, {}], expected [{}, {}]", d.rows, d.cols, g.cols, g.rows)));
+            if (dr, dc) != (gc, gr) {
+                return Err(bad(&dn, format!("shape [{dr}, {dc}], expected [{gc}, {gr}]")));
             }
             if let Some((w13, _)) = out.first() {
-                if (w13.rows, w13.cols) != (2 * g.rows, g.cols) {
+                if (w13.rows(), w13.cols()) != (2 * gr, gc) {
                     return Err(bad(
                         &gn,
-                        format!("shape [{}, {}], expert 0 has [{}, {}]", g.rows, g.cols, w13.rows / 2, w13.cols),
+                        format!("shape [{gr}, {gc}], expert 0 has [{}, {}]", w13.rows() / 2, w13.cols()),
                     ));
                 }
             }
