@@ -239,6 +239,10 @@ impl Checkpoint {
 
 /// Packs per-expert tensors found by `get` (name → shape, elements) into `[E, 2I, H]` (gate then up) and
 /// `[E, H, I]`.
+///
+/// # Errors
+/// [`Error::Checkpoint`] naming the first tensor that is missing (`get`'s error), whose shape disagrees with
+/// expert 0's or the gate's, or whose element count is not the product of its shape; `experts = 0`.
 pub fn pack_experts<T: Element>(
     get: impl Fn(&str) -> Result<(Vec<usize>, Vec<T>)>,
     prefix: &str,
@@ -269,6 +273,11 @@ pub fn pack_experts<T: Element>(
         if ds != [h, i] {
             return Err(bad(&dn, format!("shape {ds:?}, expected [{h}, {i}]")));
         }
+        for (name, shape, v) in [(&gn, &gs, &g), (&un, &us, &u), (&dn, &ds, &d)] {
+            if i.checked_mul(h) != Some(v.len()) {
+                return Err(bad(name, format!("{} elements for shape {shape:?}", v.len())));
+            }
+        }
         w13.extend_from_slice(&g);
         w13.extend_from_slice(&u);
         w2.extend_from_slice(&d);
@@ -281,7 +290,8 @@ pub fn pack_experts<T: Element>(
 /// the inverse of [`pack_experts`].
 ///
 /// # Errors
-/// [`Error::InvalidProblem`] for experts of another format (interleaved, transposed, biased or not gated).
+/// [`Error::InvalidProblem`] for experts of another format (interleaved, transposed, biased or not gated), or
+/// whose tensors do not hold `E · 2I · H` and `E · H · I` elements (their fields are public).
 pub fn unpack_experts<T: Element>(
     p: &PackedExperts<T>,
     prefix: &str,
@@ -294,6 +304,16 @@ pub fn unpack_experts<T: Element>(
         )));
     }
     let (h, i) = (p.hidden, p.inter);
+    let per_expert = i.checked_mul(h).and_then(|n| n.checked_mul(p.experts));
+    let fits = |len: usize, mult: usize| per_expert.and_then(|n| n.checked_mul(mult)) == Some(len);
+    if h == 0 || i == 0 || !fits(p.w13.len(), 2) || !fits(p.w2.len(), 1) {
+        return Err(Error::InvalidProblem(format!(
+            "w13 has {} and w2 {} elements: E = {}, H = {h}, I = {i} (H, I positive) need E x 2I x H and E x H x I",
+            p.w13.len(),
+            p.w2.len(),
+            p.experts
+        )));
+    }
     let mut out = Vec::with_capacity(3 * p.experts);
     for e in 0..p.experts {
         let [gn, un, dn] = naming.names(prefix, e);
