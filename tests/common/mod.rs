@@ -26,12 +26,15 @@ pub fn gpu() -> (Arc<cudarc::driver::CudaContext>, Arc<cudarc::driver::CudaStrea
     (ctx, stream)
 }
 
+/// A router test case: name, configuration, logits `[T, E]`, correction bias `[E]`.
+pub type RouterCase = (&'static str, moe_gemm::RouterConfig, Vec<f32>, Option<Vec<f32>>);
+
 /// Routers of every kind fed three tokens: all logits NaN, all −∞, and a normal token (distinct logits 0.5
 /// apart), as (name, config, logits `[3, E]`, bias). Biases are binary fractions, exact in f32, so the all-NaN
 /// token's selection (by the bias alone: σ(−∞) = 0) has the same ties on the device as in the f64 reference.
 /// The last case has a group of NaN biases and one of −∞ and keeps three groups for k = 12, so the top-k must
 /// reach into −∞ scores.
-pub fn nonfinite_router_cases() -> Vec<(&'static str, moe_gemm::RouterConfig, Vec<f32>, Option<Vec<f32>>)> {
+pub fn nonfinite_router_cases() -> Vec<RouterCase> {
     use moe_gemm::{RouterConfig, RouterKind};
     let e = 16;
     let normal: Vec<f32> = (0..e).map(|i| ((7 * i) % e) as f32 * 0.5 - 4.0).collect();
