@@ -38,8 +38,9 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// "Taken" marks an expert already selected: a NaN key, which no comparison prefers (real NaN logits were
-// turned into -inf on load).
+// "Taken" marks an expert already selected: a NaN key, which no comparison prefers. No key is NaN before the
+// selection (NaN logits become -inf on load, and every score computed from them is made finite or -inf), so
+// each round of the top-k has an untaken key, and (-inf, e) beats the (-inf, INT_MAX) start: ids stay in 0..E.
 __device__ __forceinline__ bool taken(float key) { return key != key; }
 
 __global__ void route_kernel(const RouterArgs a) {
@@ -60,7 +61,7 @@ __global__ void route_kernel(const RouterArgs a) {
     float x = logits[e];
     if (!isfinite(x)) {
       nonfinite = true;
-      x = isnan(x) ? -INFINITY : copysignf(FLT_MAX, x);
+      x = x == INFINITY ? FLT_MAX : -INFINITY;  // NaN counts as -inf
     }
     score[e] = x;
     lmax = fmaxf(lmax, x);
@@ -68,18 +69,21 @@ __global__ void route_kernel(const RouterArgs a) {
   if (__any_sync(kFull, nonfinite) && lane == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), kErrNonfiniteLogits);
 
   if (a.kind == RouterKind::Softmax) {
+    // A -inf logit has probability 0; a token with no other (m = -inf) has none anywhere, not 0/0.
     const float m = warp_max(lmax);
     float sum = 0.f;
-    for (int e = lane; e < E; e += 32) sum += __expf(score[e] - m);
-    const float inv = 1.f / warp_sum(sum);
-    for (int e = lane; e < E; e += 32) key[e] = score[e] = __expf(score[e] - m) * inv;
+    for (int e = lane; e < E; e += 32) sum += score[e] == -INFINITY ? 0.f : __expf(score[e] - m);
+    const float total = warp_sum(sum);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int e = lane; e < E; e += 32) key[e] = score[e] = score[e] == -INFINITY ? 0.f : __expf(score[e] - m) * inv;
   } else if (a.kind == RouterKind::TopKSoftmax) {
     for (int e = lane; e < E; e += 32) key[e] = score[e];
   } else {
     for (int e = lane; e < E; e += 32) {
-      const float s = 1.f / (1.f + __expf(-score[e]));
+      const float s = 1.f / (1.f + __expf(-score[e]));  // 0 at -inf
       score[e] = s;
-      key[e] = s + bias[e];  // the correction bias steers selection only
+      const float c = s + bias[e];  // the correction bias steers selection only
+      key[e] = c == c ? c : -INFINITY;  // a NaN bias counts as -inf
     }
   }
   __syncwarp();
@@ -107,7 +111,8 @@ __global__ void route_kernel(const RouterArgs a) {
         b2 = fmaxf(fminf(b1, o1), fmaxf(b2, o2));
         b1 = hi;
       }
-      if (lane == g) gscore = b1 + b2;
+      const float sum2 = b1 + b2;  // -inf for a group of -inf scores; NaN (+inf and -inf) counts as -inf
+      if (lane == g) gscore = sum2 == sum2 ? sum2 : -INFINITY;
     }
     unsigned kept = 0;
     for (int r = 0; r < a.topk_group; ++r) {
@@ -142,15 +147,20 @@ __global__ void route_kernel(const RouterArgs a) {
   const bool mine = lane < a.top_k;
   float w = 0.f;
   if (a.kind == RouterKind::TopKSoftmax) {
+    // Chosen -inf logits weigh 0; k of them (no finite logit in the token) weigh 0 each, not 0/0.
     const float x = mine ? score[my_id] : -INFINITY;
     const float m = warp_max(x);
-    const float ex = mine ? __expf(x - m) : 0.f;
-    w = ex / warp_sum(ex);
+    const float ex = x == -INFINITY ? 0.f : __expf(x - m);
+    const float s = warp_sum(ex);
+    w = s > 0.f ? ex / s : 0.f;
   } else {
     w = mine ? score[my_id] : 0.f;
     if (a.renormalize) {
       const float s = warp_sum(w);
-      w = a.kind == RouterKind::GroupedSigmoid ? w / (s + 1e-20f) : w / s;
+      if (a.kind == RouterKind::GroupedSigmoid)
+        w = w / (s + 1e-20f);
+      else
+        w = s > 0.f ? w / s : 0.f;  // softmax: s = 0 only for a token without any finite logit
     }
     if (a.kind == RouterKind::GroupedSigmoid) w *= a.scaling;
   }

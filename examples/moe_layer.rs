@@ -1,19 +1,34 @@
 //! A whole MoE step on the GPU, checked against the CPU reference: route DeepSeek-style logits, run the expert
-//! layer with the `Auto` backend, compare every output element.
+//! layer with the `Auto` backend, compare every output element. Exits non-zero when an element is outside the
+//! tolerance of the GPU layer tests (two bf16 steps of the largest output, plus two half-ulps relative).
 //!
 //! `cargo run --release --example moe_layer` (needs an SM90 GPU; says so otherwise).
 
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use half::bf16;
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::random::{random_vec, SplitMix64};
+use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("moe_layer: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the step; `Ok(false)` when the output disagrees with the reference.
+fn run() -> Result<bool> {
     if !device::driver_present() {
         println!("no CUDA device: this example needs an SM90 GPU");
-        return Ok(());
+        return Ok(true);
     }
     let ctx = device::open(0)?;
     let stream = ctx.new_stream()?;
@@ -59,13 +74,20 @@ fn main() -> Result<()> {
     scratch.check(&stream)?;
 
     let (ids_h, w_h, y_h) = (stream.clone_dtoh(&ids)?, stream.clone_dtoh(&w)?, stream.clone_dtoh(&y)?);
-    let want = moe_forward(&packed, &x_host, &ids_h, &w_h, k);
-    let max = want.iter().fold(0f32, |m, v| m.max(v.to_f32().abs()));
-    let err = y_h.iter().zip(&want).map(|(a, b)| (a.to_f32() - b.to_f32()).abs()).fold(0f32, f32::max);
+    let want: Vec<f32> = moe_forward(&packed, &x_host, &ids_h, &w_h, k).iter().map(|v| v.to_f32()).collect();
+    let got: Vec<f32> = y_h.iter().map(|v| v.to_f32()).collect();
+    let max = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max); // NaN-blind: see below
     println!(
         "{tokens} tokens through {:?}: max |y - reference| = {err:.3e} (max |y| = {max:.3}, {:.2} bf16 steps)",
         layer.backend_for(tokens),
         err / (max / 256.0)
     );
-    Ok(())
+    // The GPU layer tests' tolerance; a NaN never passes it.
+    let tol = Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
+    if let Some((i, g, r)) = first_mismatch(&got, &want, tol) {
+        eprintln!("moe_layer: y[{}, {}] = {g}, reference {r}: outside {tol:?}", i / h, i % h);
+        return Ok(false);
+    }
+    Ok(true)
 }

@@ -2,23 +2,34 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
-pub mod ceilings;
 pub mod checkpoint;
 pub mod device;
 pub mod dtype;
 pub mod error;
+// Without `cli`, the benchmark-only launchers (read sweep, cuBLAS ceilings, SIGPIPE) have no caller.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod ffi;
 pub mod kernels;
 pub mod layer;
 pub mod layouts;
 pub mod quant;
-pub mod random;
 pub mod reference;
 pub mod routing;
 pub mod status;
-pub mod timing;
 pub mod tuning;
 pub mod view;
+
+// Benchmark support shared by the `moe-gemm` binary, the tests, the benches and the examples: behind the default
+// `cli` feature, public only for them, not part of the library's API.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod ceilings;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod random;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod timing;
 
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
@@ -37,7 +48,9 @@ pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
 
-/// For command-line tools built on the crate.
+/// For the `moe-gemm` binary (`cli` feature).
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod process {
     /// Lets a closed pipe (`moe-gemm info | head`) end the process quietly, as C tools do, instead of making
     /// `println!` panic. Call first thing in `main`.

@@ -33,7 +33,7 @@ pub mod bits {
         (OFFSETS_NOT_ZERO_BASED, "offsets[0] != 0"),
         (OFFSETS_NOT_MONOTONE, "offsets decrease (offsets[g+1] < offsets[g])"),
         (OFFSETS_OUT_OF_RANGE, "an offset is negative or exceeds max_rows (capacity of A and D)"),
-        (NONFINITE_LOGITS, "a router logit is NaN or infinite (NaN treated as -inf, inf clamped)"),
+        (NONFINITE_LOGITS, "a router logit is NaN or infinite (NaN and -inf count as -inf, +inf as f32::MAX)"),
         (EXPERT_ID_OUT_OF_RANGE, "an expert id is outside 0..experts (its row was dropped)"),
         (CAPACITY_OVERFLOW, "an expert received more rows than the masked layout's max_m (rows past it dropped)"),
         (GROUP_COUNT_OUT_OF_RANGE, "a group's row count is negative or exceeds its room in the layout (clamped)"),

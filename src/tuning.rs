@@ -5,10 +5,13 @@
 //! replaced by `_`; the file maps token counts (`"1"`, `"2"`, …) to a kernel configuration. `moe-gemm` reads such
 //! files to derive the shapes and batch sizes to benchmark, and writes its own choices (tile, schedule, cluster
 //! and backend per token bucket) under the same name format, so the two can be diffed bucket by bucket.
+//!
+//! [`ConfigName`] is part of the library; the JSON files themselves (`ConfigFile`, `LayerChoice`) are the
+//! binary's, behind the default `cli` feature (they need `serde_json`).
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{Error, Result};
 
@@ -100,12 +103,15 @@ impl fmt::Display for ConfigName {
 }
 
 /// A tuned-config file: its name and, per token count, the configuration object.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigFile {
     pub name: ConfigName,
     pub buckets: BTreeMap<usize, serde_json::Value>,
 }
 
+#[cfg(feature = "cli")]
 impl ConfigFile {
     /// Reads a vLLM-format file.
     ///
@@ -130,7 +136,7 @@ impl ConfigFile {
     }
 
     /// Writes the file as `dir/<name>`, keys in increasing token count (as vLLM's files are).
-    pub fn write(&self, dir: &Path) -> Result<PathBuf> {
+    pub fn write(&self, dir: &Path) -> Result<std::path::PathBuf> {
         let path = dir.join(self.name.to_string());
         let mut obj = serde_json::Map::new();
         for (t, cfg) in &self.buckets {
@@ -155,6 +161,8 @@ impl ConfigFile {
 /// --write-configs`: the backend and, per GEMM (`w13`, `w2`), the kernel configuration it launches. `Batched`
 /// runs the two decode kernels (no tile); the layout backends the grouped GEMM's heuristic tile; `Fused` its
 /// fused tile (`fused_tile`, or the per-batch choice).
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 #[derive(Clone, Debug)]
 pub struct LayerChoice {
     pub backend: crate::layer::Backend,
@@ -168,6 +176,7 @@ pub struct LayerChoice {
     pub median_us: Option<f64>,
 }
 
+#[cfg(feature = "cli")]
 impl LayerChoice {
     pub fn entry(&self) -> serde_json::Value {
         use crate::kernels::fused::FusedTile;

@@ -164,3 +164,32 @@ fn packed_experts_validate_lengths() {
     .unwrap_err();
     assert!(err.to_string().contains("w13 (gate_up_proj) has 10 elements, expected 512"), "{err}");
 }
+
+/// Element counts that disagree with a tensor's own shape, and packed experts edited through their public fields
+/// into lengths that do not fit E, H, I: errors naming the tensor or the sizes, never an index out of bounds.
+#[test]
+fn element_counts_that_do_not_fit_the_shapes_are_errors() {
+    let prefix = "model.layers.2.mlp";
+    // Gate one element short and up one long: together they would fill w13, each is wrong.
+    let mut t = experts(prefix, ExpertNaming::GateUpDown, 2, 16, 8);
+    t.iter_mut().find(|x| x.0.ends_with("experts.1.gate_proj.weight")).unwrap().2.pop();
+    t.iter_mut().find(|x| x.0.ends_with("experts.1.up_proj.weight")).unwrap().2.push(bf16::ONE);
+    let get = |n: &str| Ok(t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).unwrap());
+    let err = pack_experts(get, prefix, 2, ExpertNaming::GateUpDown).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("experts.1.gate_proj.weight") && msg.contains("127 elements for shape [16, 8]"), "{msg}");
+
+    let good = experts(prefix, ExpertNaming::GateUpDown, 2, 16, 8);
+    let get = |n: &str| Ok(good.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).unwrap());
+    let packed = pack_experts(get, prefix, 2, ExpertNaming::GateUpDown).unwrap();
+    let mut short = packed.clone();
+    short.w2.truncate(100);
+    let err = unpack_experts(&short, prefix, ExpertNaming::GateUpDown).unwrap_err();
+    assert!(err.to_string().contains("w2 100 elements") && err.to_string().contains("E = 2, H = 8, I = 16"), "{err}");
+    let mut more = packed.clone();
+    more.experts = 3;
+    assert!(unpack_experts(&more, prefix, ExpertNaming::GateUpDown).is_err());
+    let mut huge = packed;
+    huge.inter = usize::MAX;
+    assert!(unpack_experts(&huge, prefix, ExpertNaming::GateUpDown).is_err());
+}

@@ -45,16 +45,16 @@ fn block_quantization_round_trips_within_e4m3_precision() {
     let w = random_weight(rows, cols, 1);
     for format in [ScaleFormat::F32, ScaleFormat::Ue8m0] {
         let q = BlockFp8::quantize(&w, rows, cols, BlockShape::DEEPSEEK, format).unwrap();
-        assert_eq!(q.scales.len(), 3 * 3);
+        assert_eq!(q.scales().len(), 3 * 3);
         let dq = q.dequantize();
         for i in 0..w.len() {
-            let s = q.scale_of(i / cols, i % cols);
+            let s = q.scale_of(i / cols, i % cols).unwrap();
             // e4m3: 3 mantissa bits -> half-ulp 2^-4 relative; subnormal step 2^-9 of the scale.
             let tol = w[i].abs() / 16.0 + s * 2f32.powi(-9);
             assert!((dq[i] - w[i]).abs() <= tol, "{format:?} element {i}: {} vs {}", dq[i], w[i]);
         }
         // The largest element of a block uses the top of the e4m3 range (F32) or at least half of it (UE8M0).
-        let top = q.q.iter().map(|x| x.to_f32().abs()).fold(0f32, f32::max);
+        let top = q.q().iter().map(|x| x.to_f32().abs()).fold(0f32, f32::max);
         assert!(top >= if format == ScaleFormat::F32 { 440.0 } else { 224.0 }, "{format:?}: {top}");
     }
 }
@@ -62,12 +62,68 @@ fn block_quantization_round_trips_within_e4m3_precision() {
 #[test]
 fn zero_blocks_and_bad_inputs() {
     let q = BlockFp8::quantize(&vec![0.0; 128 * 128], 128, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
-    assert_eq!(q.scales, Scales::F32(vec![1.0]));
+    assert_eq!(*q.scales(), Scales::F32(vec![1.0]));
     assert!(q.dequantize().iter().all(|&x| x == 0.0));
     let mut w = vec![1.0f32; 4 * 4];
     w[6] = f32::INFINITY;
     let err = BlockFp8::quantize(&w, 4, 4, BlockShape { rows: 2, cols: 2 }, ScaleFormat::F32).unwrap_err();
     assert!(err.to_string().contains("[1, 2]"), "{err}");
+}
+
+fn invalid<T: std::fmt::Debug>(r: moe_gemm::Result<T>) -> String {
+    match r {
+        Err(moe_gemm::Error::InvalidProblem(m)) => m,
+        other => panic!("expected InvalidProblem, got {other:?}"),
+    }
+}
+
+/// Shapes no block grid fits are errors naming the constraint, never a division by zero or an index out of
+/// bounds.
+#[test]
+fn zero_block_dims_overflowing_shapes_and_outside_elements_are_errors() {
+    let w = vec![1.0f32; 16];
+    for block in [BlockShape { rows: 0, cols: 2 }, BlockShape { rows: 2, cols: 0 }] {
+        let (br, bc) = (block.rows, block.cols);
+        for format in [ScaleFormat::F32, ScaleFormat::Ue8m0] {
+            let m = invalid(BlockFp8::quantize(&w, 4, 4, block, format));
+            assert!(m.contains(&format!("block shape {br} x {bc}")) && m.contains("positive"), "{m}");
+        }
+        let q = vec![F8E4M3::from_f32(1.0); 16];
+        assert!(invalid(BlockFp8::from_parts(4, 4, block, q, Scales::F32(vec![1.0; 4]))).contains("positive"));
+        assert!(invalid(block.grid(4, 4)).contains(&format!("{br} x {bc}")));
+    }
+    // rows x cols past usize: refused before anything is indexed.
+    let m = invalid(BlockFp8::quantize(&w, usize::MAX, 2, BlockShape::DEEPSEEK, ScaleFormat::F32));
+    assert!(m.contains("overflows"), "{m}");
+    let m = invalid(BlockFp8::from_parts(1 << 33, 1 << 33, BlockShape::DEEPSEEK, vec![], Scales::F32(vec![])));
+    assert!(m.contains("overflows"), "{m}");
+    let m = invalid(Scales::from_bytes(ScaleFormat::F32, usize::MAX, &[0; 8]));
+    assert!(m.contains("more than usize::MAX"), "{m}");
+    // An element outside the weight has no scale; past the grid, no scale either.
+    let q = BlockFp8::quantize(&w, 4, 4, BlockShape { rows: 2, cols: 2 }, ScaleFormat::F32).unwrap();
+    assert_eq!(q.scale_of(3, 3).unwrap(), 1.0 / E4M3_MAX);
+    assert!(invalid(q.scale_of(4, 0)).contains("(4, 0) is outside the [4, 4] weight"));
+    assert!(invalid(q.scale_of(0, 4)).contains("outside"));
+    assert_eq!((q.scales().get(3), q.scales().get(4)), (Some(1.0 / E4M3_MAX), None));
+    // Empty weights have empty grids.
+    let empty = BlockFp8::quantize(&[], 0, 7, BlockShape::DEEPSEEK, ScaleFormat::Ue8m0).unwrap();
+    assert!(empty.scales().is_empty() && empty.dequantize().is_empty());
+}
+
+/// A block of tiny subnormals: amax / 448 underflows to 0 in f32, which must not become the divisor (the
+/// elements would turn into e4m3 NaN or saturate); UE8M0 cannot represent such a scale and says which block.
+#[test]
+fn subnormal_blocks_never_divide_by_zero() {
+    let tiny = f32::from_bits(3); // 4.2e-45: tiny / 448 == 0 in f32
+    assert_eq!(tiny / E4M3_MAX, 0.0);
+    let w = [tiny, -tiny, 0.0, 1.0];
+    let q = BlockFp8::quantize(&w, 2, 2, BlockShape { rows: 1, cols: 2 }, ScaleFormat::F32).unwrap();
+    let dq = q.dequantize();
+    assert!(dq.iter().all(|x| x.is_finite()), "{dq:?}");
+    assert_eq!(dq[..2], [tiny, -tiny], "{dq:?}");
+    assert!((dq[3] - 1.0).abs() <= 1.0 / 16.0, "{dq:?}");
+    let m = invalid(BlockFp8::quantize(&w, 2, 2, BlockShape { rows: 1, cols: 2 }, ScaleFormat::Ue8m0));
+    assert!(m.contains("block [0, 0]") && m.contains("outside 2^-127"), "{m}");
 }
 
 #[test]
@@ -94,8 +150,8 @@ fn stacking_gate_on_up_needs_whole_blocks() {
     let g = BlockFp8::quantize(&random_weight(256, 128, 2), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
     let u = BlockFp8::quantize(&random_weight(256, 128, 3), 256, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
     let w13 = g.stack_rows(&u).unwrap();
-    assert_eq!((w13.rows, w13.scales.len()), (512, 4));
-    assert_eq!(w13.scale_of(300, 0), u.scale_of(44, 0));
+    assert_eq!((w13.rows(), w13.scales().len()), (512, 4));
+    assert_eq!(w13.scale_of(300, 0).unwrap(), u.scale_of(44, 0).unwrap());
     let odd =
         BlockFp8::quantize(&random_weight(100, 128, 4), 100, 128, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap();
     assert!(odd.stack_rows(&odd).unwrap_err().to_string().contains("straddle"));
@@ -126,9 +182,9 @@ fn deepseek_fp8_checkpoint_packs_and_dequantizes() {
                 ScaleFormat::F32,
             )
             .unwrap();
-            let Scales::F32(s) = &q.scales else { unreachable!() };
-            let (gr, gc) = BlockShape::DEEPSEEK.grid(rows, cols);
-            store.push((name.clone(), Dtype::F8_E4M3, vec![rows, cols], q.q.iter().map(|v| v.to_bits()).collect()));
+            let Scales::F32(s) = q.scales() else { unreachable!() };
+            let (gr, gc) = BlockShape::DEEPSEEK.grid(rows, cols).unwrap();
+            store.push((name.clone(), Dtype::F8_E4M3, vec![rows, cols], q.q().iter().map(|v| v.to_bits()).collect()));
             store.push((
                 format!("{name}_scale_inv"),
                 Dtype::F32,

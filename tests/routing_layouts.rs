@@ -1,5 +1,7 @@
 //! CPU tests of the router and layout references and of every validation error.
 
+mod common;
+
 use moe_gemm::layouts::reference as layout_ref;
 use moe_gemm::routing::reference::route;
 use moe_gemm::*;
@@ -98,6 +100,82 @@ fn deepseek_reference_limits_groups_and_keeps_bias_out_of_weights() {
 fn reference_treats_nan_as_minus_infinity() {
     let cfg = RouterConfig::new(4, 1, RouterKind::TopKSoftmax).unwrap();
     assert_eq!(route(&cfg, &[f32::NAN, -5.0, -6.0, -7.0], None).ids, vec![1]);
+}
+
+#[test]
+fn reference_without_a_finite_logit_picks_by_the_tie_rule_with_zero_weights() {
+    let nan = [f32::NAN; 4];
+    let neg = [f32::NEG_INFINITY; 4];
+    for kind in
+        [RouterKind::Softmax { renormalize: true }, RouterKind::Softmax { renormalize: false }, RouterKind::TopKSoftmax]
+    {
+        let cfg = RouterConfig::new(4, 2, kind).unwrap();
+        for l in [nan, neg] {
+            let r = route(&cfg, &l, None);
+            assert_eq!((r.ids, r.weights), (vec![0, 1], vec![0.0, 0.0]), "{kind:?} {l:?}");
+        }
+    }
+    // One finite logit among NaNs takes all the weight; the second choice is the lowest NaN expert, weight 0.
+    let cfg = RouterConfig::new(4, 2, RouterKind::TopKSoftmax).unwrap();
+    let r = route(&cfg, &[f32::NAN, -30.0, f32::NAN, f32::NEG_INFINITY], None);
+    assert_eq!((r.ids, r.weights), (vec![1, 0], vec![1.0, 0.0]));
+    // +inf is the largest finite value, not a NaN factory.
+    let cfg = RouterConfig::new(4, 1, RouterKind::Softmax { renormalize: false }).unwrap();
+    let r = route(&cfg, &[0.0, f32::INFINITY, 1.0, f32::NAN], None);
+    assert_eq!((r.ids, r.weights), (vec![1], vec![1.0]));
+}
+
+#[test]
+fn reference_grouped_sigmoid_treats_nan_scores_and_dead_groups_as_minus_infinity() {
+    // 8 experts in 4 groups of 2, keep 2 groups, top-4: group 0's biases are NaN, group 1's -inf.
+    let cfg = RouterConfig::new(
+        8,
+        4,
+        RouterKind::GroupedSigmoid { n_group: 4, topk_group: 2, renormalize: true, routed_scaling_factor: 1.0 },
+    )
+    .unwrap();
+    let inf = f32::NEG_INFINITY;
+    let bias = [f32::NAN, f32::NAN, inf, inf, 0.0, 0.0, 0.0, 0.0];
+    // Groups 2 and 3 are kept; after their 4 experts nothing else is needed.
+    let r = route(&cfg, &[0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0], Some(&bias));
+    assert_eq!(r.ids, vec![7, 6, 5, 4]);
+    // Only group 3 is alive: the second kept group is a dead one (the lower id, group 0), whose experts are
+    // chosen by the tie rule after group 3's, with their sigmoid weights.
+    let bias = [f32::NAN, f32::NAN, inf, inf, inf, inf, 0.0, 0.0];
+    let r = route(&cfg, &[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0], Some(&bias));
+    assert_eq!(r.ids, vec![7, 6, 0, 1]);
+    assert!(r.weights.iter().all(|w| w.is_finite() && *w > 0.0), "{:?}", r.weights);
+    // Logits all NaN: every sigmoid is 0, so are the weights; the ids follow the bias.
+    let r = route(&cfg, &[f32::NAN; 8], Some(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]));
+    assert_eq!((r.ids, r.weights), (vec![7, 6, 5, 4], vec![0.0; 4]));
+}
+
+/// The inputs of the GPU test of non-finite logits, through the reference: ids in range, the bad tokens' weights
+/// 0, the normal token routed as usual and outside the precision margin (so the GPU test compares it).
+#[test]
+fn reference_routes_the_nonfinite_gpu_cases_in_range() {
+    for (name, cfg, l, bias) in common::nonfinite_router_cases() {
+        let (e, k) = (cfg.experts(), cfg.top_k());
+        let r = route(&cfg, &l, bias.as_deref());
+        assert_eq!(r.ids.len(), 3 * k, "{name}");
+        for t in 0..3 {
+            let ids = &r.ids[t * k..(t + 1) * k];
+            assert!(ids.iter().all(|&i| (0..e as i32).contains(&i)), "{name}: token {t} ids {ids:?}");
+            let mut distinct = ids.to_vec();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), k, "{name}: token {t} ids {ids:?} repeat an expert");
+        }
+        for t in 0..2 {
+            assert!(r.weights[t * k..(t + 1) * k].iter().all(|&w| w == 0.0), "{name}: token {t} {:?}", r.weights);
+        }
+        if !cfg.takes_bias() {
+            assert_eq!(&r.ids[..k], &(0..k as i32).collect::<Vec<_>>()[..], "{name}: the tie rule");
+        }
+        let w = &r.weights[2 * k..];
+        assert!(w.iter().all(|x| x.is_finite() && *x > 0.0), "{name}: normal token {w:?}");
+        assert!(r.margin[2] >= 1e-5, "{name}: normal token margin {}", r.margin[2]);
+    }
 }
 
 #[test]

@@ -26,7 +26,8 @@ use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);
 
-/// How per-expert tensors are named.
+/// How per-expert tensors are named. New checkpoint families arrive as new variants: match with a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertNaming {
     /// `w1` (gate), `w3` (up), `w2` (down).
@@ -156,7 +157,7 @@ impl Checkpoint {
             return Err(bad(&sname, format!("dtype {:?}, expected F32 (DeepSeek's weight_scale_inv)", sinfo.dtype)));
         }
         let block = BlockShape::DEEPSEEK;
-        let grid = block.grid(rows, cols);
+        let grid = block.grid(rows, cols).map_err(|e| bad(name, e.to_string()))?;
         if sinfo.shape != [grid.0, grid.1] {
             return Err(bad(
                 &sname,
@@ -188,20 +189,19 @@ impl Checkpoint {
         for e in 0..experts {
             let [gn, un, dn] = naming.names(prefix, e);
             let (g, u, d) = (self.fp8_weight(&gn)?, self.fp8_weight(&un)?, self.fp8_weight(&dn)?);
-            if (u.rows, u.cols) != (g.rows, g.cols) {
-                return Err(bad(
-                    &un,
-                    format!("shape [{}, {}], expected [{}, {}] like the gate", u.rows, u.cols, g.rows, g.cols),
-                ));
+            let shape = |w: &BlockFp8| (w.rows(), w.cols());
+            let ((gr, gc), (ur, uc), (dr, dc)) = (shape(&g), shape(&u), shape(&d));
+            if (ur, uc) != (gr, gc) {
+                return Err(bad(&un, format!("shape [{ur}, {uc}], expected [{gr}, {gc}] like the gate")));
             }
-            if (d.rows, d.cols) != (g.cols, g.rows) {
-                return Err(bad(&dn, format!("shape [{}, {}], expected [{}, {}]", d.rows, d.cols, g.cols, g.rows)));
+            if (dr, dc) != (gc, gr) {
+                return Err(bad(&dn, format!("shape [{dr}, {dc}], expected [{gc}, {gr}]")));
             }
             if let Some((w13, _)) = out.first() {
-                if (w13.rows, w13.cols) != (2 * g.rows, g.cols) {
+                if (w13.rows(), w13.cols()) != (2 * gr, gc) {
                     return Err(bad(
                         &gn,
-                        format!("shape [{}, {}], expert 0 has [{}, {}]", g.rows, g.cols, w13.rows / 2, w13.cols),
+                        format!("shape [{gr}, {gc}], expert 0 has [{}, {}]", w13.rows() / 2, w13.cols()),
                     ));
                 }
             }
@@ -239,6 +239,10 @@ impl Checkpoint {
 
 /// Packs per-expert tensors found by `get` (name → shape, elements) into `[E, 2I, H]` (gate then up) and
 /// `[E, H, I]`.
+///
+/// # Errors
+/// [`Error::Checkpoint`] naming the first tensor that is missing (`get`'s error), whose shape disagrees with
+/// expert 0's or the gate's, or whose element count is not the product of its shape; `experts = 0`.
 pub fn pack_experts<T: Element>(
     get: impl Fn(&str) -> Result<(Vec<usize>, Vec<T>)>,
     prefix: &str,
@@ -269,6 +273,11 @@ pub fn pack_experts<T: Element>(
         if ds != [h, i] {
             return Err(bad(&dn, format!("shape {ds:?}, expected [{h}, {i}]")));
         }
+        for (name, shape, v) in [(&gn, &gs, &g), (&un, &us, &u), (&dn, &ds, &d)] {
+            if i.checked_mul(h) != Some(v.len()) {
+                return Err(bad(name, format!("{} elements for shape {shape:?}", v.len())));
+            }
+        }
         w13.extend_from_slice(&g);
         w13.extend_from_slice(&u);
         w2.extend_from_slice(&d);
@@ -281,7 +290,8 @@ pub fn pack_experts<T: Element>(
 /// the inverse of [`pack_experts`].
 ///
 /// # Errors
-/// [`Error::InvalidProblem`] for experts of another format (interleaved, transposed, biased or not gated).
+/// [`Error::InvalidProblem`] for experts of another format (interleaved, transposed, biased or not gated), or
+/// whose tensors do not hold `E · 2I · H` and `E · H · I` elements (their fields are public).
 pub fn unpack_experts<T: Element>(
     p: &PackedExperts<T>,
     prefix: &str,
@@ -294,6 +304,16 @@ pub fn unpack_experts<T: Element>(
         )));
     }
     let (h, i) = (p.hidden, p.inter);
+    let per_expert = i.checked_mul(h).and_then(|n| n.checked_mul(p.experts));
+    let fits = |len: usize, mult: usize| per_expert.and_then(|n| n.checked_mul(mult)) == Some(len);
+    if h == 0 || i == 0 || !fits(p.w13.len(), 2) || !fits(p.w2.len(), 1) {
+        return Err(Error::InvalidProblem(format!(
+            "w13 has {} and w2 {} elements: E = {}, H = {h}, I = {i} (H, I positive) need E x 2I x H and E x H x I",
+            p.w13.len(),
+            p.w2.len(),
+            p.experts
+        )));
+    }
     let mut out = Vec::with_capacity(3 * p.experts);
     for e in 0..p.experts {
         let [gn, un, dn] = naming.names(prefix, e);

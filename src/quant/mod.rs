@@ -9,6 +9,10 @@
 //!
 //! A scale grid and its format travel together ([`Scales`]), so f32 scales cannot be read as packed UE8M0
 //! (or the reverse) by accident: raw bytes are only accepted with a format and an exact length.
+//!
+//! Shapes are checked when a [`BlockFp8`] is made (its fields are private): no input of these functions panics;
+//! a zero block dimension, a shape whose element count overflows or an element outside the weight is an
+//! [`Error::InvalidProblem`] naming the constraint.
 
 use crate::error::{Error, Result};
 
@@ -17,7 +21,8 @@ pub use float8::{F8E4M3, F8E5M2};
 /// The largest finite E4M3FN value.
 pub const E4M3_MAX: f32 = 448.0;
 
-/// How a block's scale is stored.
+/// How a block's scale is stored. More formats will come (e.g. UE4M3 for FP4): match with a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleFormat {
     /// f32 dequantisation multiplier (DeepSeek-V3's `weight_scale_inv`).
@@ -79,12 +84,28 @@ impl BlockShape {
     pub const DEEPSEEK: BlockShape = BlockShape { rows: 128, cols: 128 };
 
     /// The scale grid of a `[rows, cols]` weight: `[ceil(rows / br), ceil(cols / bc)]`.
-    pub fn grid(self, rows: usize, cols: usize) -> (usize, usize) {
-        (rows.div_ceil(self.rows), cols.div_ceil(self.cols))
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the block dims when either is 0.
+    pub fn grid(self, rows: usize, cols: usize) -> Result<(usize, usize)> {
+        if self.rows == 0 || self.cols == 0 {
+            return Err(Error::InvalidProblem(format!(
+                "block shape {} x {} (rows x cols): both block dims must be positive",
+                self.rows, self.cols
+            )));
+        }
+        Ok((rows.div_ceil(self.rows), cols.div_ceil(self.cols)))
     }
 }
 
-/// A scale grid in its format.
+/// `rows · cols`, or the error naming a shape whose element count does not fit in `usize`.
+fn elements(rows: usize, cols: usize) -> Result<usize> {
+    rows.checked_mul(cols)
+        .ok_or_else(|| Error::InvalidProblem(format!("a [{rows}, {cols}] weight: rows x cols overflows usize")))
+}
+
+/// A scale grid in its format: one variant per [`ScaleFormat`], growing with it.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Scales {
     F32(Vec<f32>),
@@ -107,10 +128,11 @@ impl Scales {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub fn get(&self, i: usize) -> f32 {
+    /// Scale `i` as an f32, or `None` past the end.
+    pub fn get(&self, i: usize) -> Option<f32> {
         match self {
-            Scales::F32(v) => v[i],
-            Scales::Ue8m0(v) => v[i].to_f32(),
+            Scales::F32(v) => v.get(i).copied(),
+            Scales::Ue8m0(v) => v.get(i).map(|s| s.to_f32()),
         }
     }
 
@@ -120,11 +142,12 @@ impl Scales {
     /// [`Error::InvalidProblem`] naming the format when the length is not `count × bytes per scale` — which is
     /// what f32 scales read as UE8M0 (4× too many bytes) or the reverse look like.
     pub fn from_bytes(format: ScaleFormat, count: usize, bytes: &[u8]) -> Result<Scales> {
-        if bytes.len() != count * format.bytes() {
+        let want = count.checked_mul(format.bytes());
+        if want != Some(bytes.len()) {
             return Err(Error::InvalidProblem(format!(
                 "{} bytes of scales for {count} {format:?} scales: expected {} ({} bytes each)",
                 bytes.len(),
-                count * format.bytes(),
+                want.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string()),
                 format.bytes()
             )));
         }
@@ -137,29 +160,28 @@ impl Scales {
     }
 }
 
-/// A block-quantized E4M3 matrix `[rows, cols]` with one scale per block.
+/// A block-quantized E4M3 matrix `[rows, cols]` with one scale per block. Made only by [`BlockFp8::from_parts`],
+/// [`BlockFp8::quantize`] and [`BlockFp8::stack_rows`], which check the shapes; read through its accessors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockFp8 {
-    pub rows: usize,
-    pub cols: usize,
-    pub block: BlockShape,
-    pub q: Vec<F8E4M3>,
-    pub scales: Scales,
+    rows: usize,
+    cols: usize,
+    block: BlockShape,
+    q: Vec<F8E4M3>,
+    scales: Scales,
 }
 
 impl BlockFp8 {
     /// Wraps quantized elements and their scale grid, checking both shapes.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] naming the element or scale count that does not fit `[rows, cols]` and the block.
+    /// [`Error::InvalidProblem`] naming the constraint: positive block dims, `rows · cols` elements (and no
+    /// overflow), one scale per block.
     pub fn from_parts(rows: usize, cols: usize, block: BlockShape, q: Vec<F8E4M3>, scales: Scales) -> Result<Self> {
-        if block.rows == 0 || block.cols == 0 {
-            return Err(Error::InvalidProblem(format!("block shape {block:?}: must be positive")));
-        }
-        if q.len() != rows * cols {
+        let (gr, gc) = block.grid(rows, cols)?;
+        if q.len() != elements(rows, cols)? {
             return Err(Error::InvalidProblem(format!("{} fp8 elements for a [{rows}, {cols}] weight", q.len())));
         }
-        let (gr, gc) = block.grid(rows, cols);
         if scales.len() != gr * gc {
             return Err(Error::InvalidProblem(format!(
                 "{} scales for a [{rows}, {cols}] weight in {}x{} blocks: expected a [{gr}, {gc}] grid",
@@ -171,13 +193,17 @@ impl BlockFp8 {
         Ok(BlockFp8 { rows, cols, block, q, scales })
     }
 
-    /// Quantizes `w [rows, cols]`: per block, `scale = amax / 448` (`F32`) or the next power of two (`Ue8m0`),
-    /// `q = e4m3(w / scale)` rounded to nearest even, saturating. All-zero blocks get scale 1.
+    /// Quantizes `w [rows, cols]`: per block, `scale = amax / 448` (`F32`; at least the smallest positive
+    /// f32, for blocks of subnormals) or the next power of two (`Ue8m0`), `q = e4m3(w / scale)` rounded to
+    /// nearest even, saturating. All-zero blocks get scale 1.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] for a non-finite element (named by position) or a bad shape.
+    /// [`Error::InvalidProblem`] naming the constraint: positive block dims, `rows · cols` elements, finite
+    /// elements (the first other one named by position), and for `Ue8m0` a scale within `2^-127 ..= 2^127` (the
+    /// block named).
     pub fn quantize(w: &[f32], rows: usize, cols: usize, block: BlockShape, format: ScaleFormat) -> Result<Self> {
-        if w.len() != rows * cols {
+        let (gr, gc) = block.grid(rows, cols)?;
+        if w.len() != elements(rows, cols)? {
             return Err(Error::InvalidProblem(format!("{} elements for a [{rows}, {cols}] weight", w.len())));
         }
         if let Some(i) = w.iter().position(|x| !x.is_finite()) {
@@ -188,8 +214,8 @@ impl BlockFp8 {
                 w[i]
             )));
         }
-        let (gr, gc) = block.grid(rows, cols);
-        let mut s32 = vec![1f32; gr * gc];
+        // The scale each block divides by, as an f32, and the grid in the requested format.
+        let mut value = vec![1f32; gr * gc];
         let mut s8 = vec![Ue8m0::ONE; gr * gc];
         for br in 0..gr {
             for bc in 0..gc {
@@ -199,34 +225,86 @@ impl BlockFp8 {
                         amax = amax.max(w[r * cols + c].abs());
                     }
                 }
-                if amax > 0.0 {
-                    s32[br * gc + bc] = amax / E4M3_MAX;
-                    s8[br * gc + bc] = Ue8m0::from_f32_ceil(amax / E4M3_MAX)?;
+                if amax == 0.0 {
+                    continue;
                 }
+                // amax / 448 underflows to 0 for blocks of small subnormals: never divide by 0.
+                let s = (amax / E4M3_MAX).max(f32::from_bits(1));
+                value[br * gc + bc] = match format {
+                    ScaleFormat::F32 => s,
+                    ScaleFormat::Ue8m0 => {
+                        let u = Ue8m0::from_f32_ceil(s).map_err(|e| match e {
+                            Error::InvalidProblem(m) => Error::InvalidProblem(format!("block [{br}, {bc}]: {m}")),
+                            e => e,
+                        })?;
+                        s8[br * gc + bc] = u;
+                        u.to_f32()
+                    }
+                };
             }
         }
+        let q = w
+            .iter()
+            .enumerate()
+            .map(|(i, x)| F8E4M3::from_f32(x / value[Self::block_index(block, gc, i / cols, i % cols)]))
+            .collect();
         let scales = match format {
-            ScaleFormat::F32 => Scales::F32(s32),
+            ScaleFormat::F32 => Scales::F32(value),
             ScaleFormat::Ue8m0 => Scales::Ue8m0(s8),
         };
-        let q = (0..rows * cols)
-            .map(|i| {
-                let s = scales.get((i / cols / block.rows) * gc + (i % cols) / block.cols);
-                F8E4M3::from_f32(w[i] / s)
-            })
-            .collect();
         BlockFp8::from_parts(rows, cols, block, q, scales)
     }
 
-    /// The scale of element `(r, c)`.
-    pub fn scale_of(&self, r: usize, c: usize) -> f32 {
+    /// Index into the scale grid (`gc` blocks per row of blocks) of element `(r, c)`.
+    fn block_index(block: BlockShape, gc: usize, r: usize, c: usize) -> usize {
+        (r / block.rows) * gc + c / block.cols
+    }
+
+    /// The scale of element `(r, c)` (of an element inside the weight, which `from_parts` made sure has one).
+    fn scale_at(&self, r: usize, c: usize) -> f32 {
         let gc = self.cols.div_ceil(self.block.cols);
-        self.scales.get((r / self.block.rows) * gc + c / self.block.cols)
+        self.scales.get(Self::block_index(self.block, gc, r, c)).expect("the scale grid fits the weight")
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn block(&self) -> BlockShape {
+        self.block
+    }
+    /// The quantized elements, `[rows, cols]` row-major.
+    pub fn q(&self) -> &[F8E4M3] {
+        &self.q
+    }
+    /// The scale grid, `[ceil(rows / block.rows), ceil(cols / block.cols)]` row-major.
+    pub fn scales(&self) -> &Scales {
+        &self.scales
+    }
+    /// The quantized elements and the scale grid, by value.
+    pub fn into_parts(self) -> (Vec<F8E4M3>, Scales) {
+        (self.q, self.scales)
+    }
+
+    /// The scale of element `(r, c)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] when `(r, c)` is outside the `[rows, cols]` weight.
+    pub fn scale_of(&self, r: usize, c: usize) -> Result<f32> {
+        if r >= self.rows || c >= self.cols {
+            return Err(Error::InvalidProblem(format!(
+                "element ({r}, {c}) is outside the [{}, {}] weight",
+                self.rows, self.cols
+            )));
+        }
+        Ok(self.scale_at(r, c))
     }
 
     /// `w ≈ q · scale`, element by element.
     pub fn dequantize(&self) -> Vec<f32> {
-        (0..self.rows * self.cols).map(|i| self.q[i].to_f32() * self.scale_of(i / self.cols, i % self.cols)).collect()
+        self.q.iter().enumerate().map(|(i, q)| q.to_f32() * self.scale_at(i / self.cols, i % self.cols)).collect()
     }
 
     /// Stacks `[self; below]` along rows (gate then up into `w13`), which keeps every block whole only if

@@ -8,9 +8,13 @@
 //! | `GroupedSigmoid { .. }` | DeepSeek-V3, Kimi-K2 | `s = sigmoid(l)`; `c = s + bias` (selection only); group score = sum of the top-2 `c` of each of `n_group` consecutive groups; keep `topk_group` groups; ids = top-k of `c` in them; `w = s[ids]`, `/ (Σ + 1e-20)` if renormalize, `× routed_scaling_factor` |
 //!
 //! Ties are broken towards the lowest expert id, everywhere (expert and group selection). Ids come out in
-//! descending order of the selection score. Non-finite logits are a data error: a NaN logit sets
-//! [`bits::NONFINITE_LOGITS`](crate::status::bits::NONFINITE_LOGITS) and is treated as −∞ (never preferred
-//! over a finite one); ±∞ set the same bit and are clamped to ±f32::MAX.
+//! descending order of the selection score, and are always in `0..E`. Non-finite logits are a data error: they
+//! set [`bits::NONFINITE_LOGITS`](crate::status::bits::NONFINITE_LOGITS); NaN and −∞ count as −∞ (never
+//! preferred over a finite logit, probability and weight 0) and +∞ as f32::MAX. A token without a finite logit
+//! still gets k ids in range — experts `0..k` by the tie rule for the softmax kinds, the best biases for
+//! `GroupedSigmoid` (σ(−∞) = 0) — and weights 0, never NaN. For `GroupedSigmoid`, a NaN biased score (a NaN
+//! correction bias) counts as −∞ as well, and so does a group whose scores are all −∞; a NaN bias sets no status
+//! bit (it is a weight of the checkpoint, to be checked when loaded, not data of the step).
 //! Weights are f32 for every family (Qwen3 and gpt-oss round them to bf16 in transformers; the layer multiplies
 //! in f32, which differs from them by at most one bf16 rounding of the weight).
 
@@ -18,7 +22,8 @@ pub mod reference;
 
 use crate::error::{Error, Result};
 
-/// The routing function of a model family.
+/// The routing function of a model family. New families arrive as new variants: match with a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RouterKind {
     /// Softmax over all experts, then top-k; optionally renormalise the k weights to sum to 1.

@@ -41,8 +41,36 @@ fn top_k(keys: &[f64], k: usize) -> (Vec<usize>, f64) {
     (order[..k].to_vec(), gap)
 }
 
+/// `x / sum`, or 0 where nothing has any weight (`sum = 0`: every candidate was −∞).
+fn share(x: f64, sum: f64) -> f64 {
+    if sum > 0.0 {
+        x / sum
+    } else {
+        0.0
+    }
+}
+
+/// `exp(x − m)`, exactly 0 for `x = −∞` (also when `m = −∞`, where the difference is NaN).
+fn exp_from(x: f64, m: f64) -> f64 {
+    if x == f64::NEG_INFINITY {
+        0.0
+    } else {
+        (x - m).exp()
+    }
+}
+
+/// NaN → −∞: a score that is not a number is never preferred.
+fn or_neg_inf(x: f64) -> f64 {
+    if x.is_nan() {
+        f64::NEG_INFINITY
+    } else {
+        x
+    }
+}
+
 /// Routes `logits [T, E]` with `config`; `bias [E]` is required by `GroupedSigmoid` and ignored otherwise.
-/// Non-finite logits follow the kernels' documented policy (NaN → −∞, ±∞ → ±f32::MAX).
+/// Non-finite logits follow the kernels' documented policy ([`routing`](super)): NaN and −∞ count as −∞, +∞ as
+/// f32::MAX; a NaN biased score counts as −∞ too. Ids are always in `0..E`.
 pub fn route(config: &RouterConfig, logits: &[f32], bias: Option<&[f32]>) -> Routing {
     let (e, k) = (config.experts(), config.top_k());
     assert_eq!(logits.len() % e, 0, "logits must be [T, {e}]");
@@ -51,34 +79,34 @@ pub fn route(config: &RouterConfig, logits: &[f32], bias: Option<&[f32]>) -> Rou
     for t in 0..tokens {
         let l: Vec<f64> = logits[t * e..(t + 1) * e]
             .iter()
-            .map(|&x| if x.is_nan() { f64::NEG_INFINITY } else { x.clamp(f32::MIN, f32::MAX) as f64 })
+            .map(|&x| if x == f32::INFINITY { f32::MAX as f64 } else { or_neg_inf(x as f64) })
             .collect();
         let (ids, weights, margin) = match config.kind() {
             RouterKind::Softmax { renormalize } => {
                 let m = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let ex: Vec<f64> = l.iter().map(|x| (x - m).exp()).collect();
+                let ex: Vec<f64> = l.iter().map(|&x| exp_from(x, m)).collect();
                 let sum: f64 = ex.iter().sum();
-                let p: Vec<f64> = ex.iter().map(|x| x / sum).collect();
+                let p: Vec<f64> = ex.iter().map(|&x| share(x, sum)).collect();
                 let (ids, gap) = top_k(&p, k);
                 let mut w: Vec<f64> = ids.iter().map(|&i| p[i]).collect();
                 if renormalize {
                     let s: f64 = w.iter().sum();
-                    w.iter_mut().for_each(|x| *x /= s);
+                    w.iter_mut().for_each(|x| *x = share(*x, s));
                 }
                 (ids, w, gap)
             }
             RouterKind::TopKSoftmax => {
                 let (ids, gap) = top_k(&l, k);
                 let m = ids.iter().map(|&i| l[i]).fold(f64::NEG_INFINITY, f64::max);
-                let ex: Vec<f64> = ids.iter().map(|&i| (l[i] - m).exp()).collect();
+                let ex: Vec<f64> = ids.iter().map(|&i| exp_from(l[i], m)).collect();
                 let s: f64 = ex.iter().sum();
-                (ids, ex.iter().map(|x| x / s).collect(), gap)
+                (ids, ex.iter().map(|&x| share(x, s)).collect(), gap)
             }
             RouterKind::GroupedSigmoid { n_group, topk_group, renormalize, routed_scaling_factor } => {
                 let bias = bias.expect("GroupedSigmoid needs the correction bias");
                 assert_eq!(bias.len(), e);
                 let s: Vec<f64> = l.iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect();
-                let c: Vec<f64> = s.iter().zip(bias).map(|(s, b)| s + *b as f64).collect();
+                let c: Vec<f64> = s.iter().zip(bias).map(|(s, b)| or_neg_inf(s + *b as f64)).collect();
                 let size = e / n_group;
                 let mut group_gap = f64::INFINITY;
                 let mut chosen = c.clone();
@@ -86,7 +114,7 @@ pub fn route(config: &RouterConfig, logits: &[f32], bias: Option<&[f32]>) -> Rou
                     let group_scores: Vec<f64> = (0..n_group)
                         .map(|g| {
                             let (top2, _) = top_k(&c[g * size..(g + 1) * size], 2);
-                            top2.iter().map(|&i| c[g * size + i]).sum()
+                            or_neg_inf(top2.iter().map(|&i| c[g * size + i]).sum())
                         })
                         .collect();
                     let (kept, gap) = top_k(&group_scores, topk_group);

@@ -25,3 +25,36 @@ pub fn gpu() -> (Arc<cudarc::driver::CudaContext>, Arc<cudarc::driver::CudaStrea
     let stream = ctx.per_thread_stream();
     (ctx, stream)
 }
+
+/// A router test case: name, configuration, logits `[T, E]`, correction bias `[E]`.
+pub type RouterCase = (&'static str, moe_gemm::RouterConfig, Vec<f32>, Option<Vec<f32>>);
+
+/// Routers of every kind fed three tokens: all logits NaN, all −∞, and a normal token (distinct logits 0.5
+/// apart), as (name, config, logits `[3, E]`, bias). Biases are binary fractions, exact in f32, so the all-NaN
+/// token's selection (by the bias alone: σ(−∞) = 0) has the same ties on the device as in the f64 reference.
+/// The last case has a group of NaN biases and one of −∞ and keeps three groups for k = 12, so the top-k must
+/// reach into −∞ scores.
+pub fn nonfinite_router_cases() -> Vec<RouterCase> {
+    use moe_gemm::{RouterConfig, RouterKind};
+    let e = 16;
+    let normal: Vec<f32> = (0..e).map(|i| ((7 * i) % e) as f32 * 0.5 - 4.0).collect();
+    let logits = [vec![f32::NAN; e], vec![f32::NEG_INFINITY; e], normal].concat();
+    let bias: Vec<f32> = (0..e).map(|i| ((5 * i) % e) as f32 / 128.0 - 1.0 / 16.0).collect();
+    let mut bad_groups = bias.clone();
+    bad_groups[..4].fill(f32::NAN);
+    bad_groups[4..8].fill(f32::NEG_INFINITY);
+    let grouped = |topk_group| RouterKind::GroupedSigmoid {
+        n_group: 4,
+        topk_group,
+        renormalize: true,
+        routed_scaling_factor: 2.5,
+    };
+    let cfg = |k, kind| RouterConfig::new(e, k, kind).unwrap();
+    vec![
+        ("softmax renormalized", cfg(4, RouterKind::Softmax { renormalize: true }), logits.clone(), None),
+        ("softmax", cfg(4, RouterKind::Softmax { renormalize: false }), logits.clone(), None),
+        ("top-k softmax", cfg(4, RouterKind::TopKSoftmax), logits.clone(), None),
+        ("grouped sigmoid", cfg(4, grouped(2)), logits.clone(), Some(bias)),
+        ("grouped sigmoid, NaN and -inf bias groups", cfg(12, grouped(3)), logits, Some(bad_groups)),
+    ]
+}

@@ -173,6 +173,36 @@ fn nonfinite_logits_are_reported_and_never_chosen_over_finite_ones() {
     assert_eq!(ids[2], 5, "+inf is the largest logit");
 }
 
+/// Tokens whose logits are all NaN or all −∞ get ids in `0..E`, equal to the reference's (the tie rule, or the
+/// bias for the grouped sigmoid), and weights 0, never an INT_MAX id or a NaN weight; the status word reports
+/// them; the normal token next to them is routed as usual. Also a grouped sigmoid whose NaN and −∞ bias groups
+/// make the top-k reach into −∞ scores.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn tokens_without_a_finite_logit_get_ids_in_range_and_zero_weights() {
+    for (name, config, l, bias) in nonfinite_router_cases() {
+        let (e, k) = (config.experts() as i32, config.top_k());
+        let want = reference::route(&config, &l, bias.as_deref());
+        let (ids, w, st) = gpu_route(config, &l, bias.as_deref());
+        match st {
+            Err(Error::DeviceCheck { word, .. }) => assert_ne!(word & bits::NONFINITE_LOGITS, 0, "{name}: {word:#x}"),
+            other => panic!("{name}: expected a non-finite-logits report, got {other:?}"),
+        }
+        assert!(ids.iter().all(|i| (0..e).contains(i)), "{name}: ids {ids:?} outside 0..{e}");
+        for t in 0..2 {
+            let r = t * k..(t + 1) * k;
+            assert_eq!(ids[r.clone()], want.ids[r.clone()], "{name}: token {t}: ids");
+            assert!(w[r.clone()].iter().all(|&x| x == 0.0), "{name}: token {t}: weights {:?}", &w[r]);
+        }
+        let normal = Routing {
+            ids: want.ids[2 * k..].to_vec(),
+            weights: want.weights[2 * k..].to_vec(),
+            margin: want.margin[2..].to_vec(),
+        };
+        assert_eq!(compare(name, k, &normal, &ids[2 * k..], &w[2 * k..]), Ok(1), "{name}: the normal token");
+    }
+}
+
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn router_refuses_missing_or_unexpected_bias() {

@@ -1,0 +1,62 @@
+//! The library without its default `cli` feature compiles none of the command line's crates (CPU; asks
+//! `cargo tree`, offline: the `cargo test` that runs this has just resolved and fetched every package).
+
+use std::process::Command;
+
+/// The crates only the `moe-gemm` binary and the benchmark helpers need.
+const CLI_ONLY: [&str; 4] = ["clap", "plotters", "indicatif", "serde_json"];
+
+/// Names of the normal (not build, not dev) dependencies of this package on the host, `depth` levels deep
+/// (`None`: the whole tree), with or without the default features.
+fn normal_dependencies(default_features: bool, depth: Option<u32>) -> Vec<String> {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "tree",
+        "--offline",
+        "--edges",
+        "normal",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]);
+    if !default_features {
+        cmd.arg("--no-default-features");
+    }
+    if let Some(d) = depth {
+        cmd.args(["--depth", &d.to_string()]);
+    }
+    let out = cmd.output().expect("cannot run cargo tree");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{cmd:?} failed:\n{}{stdout}", String::from_utf8_lossy(&out.stderr));
+    let mut lines = stdout.lines().filter(|l| !l.trim().is_empty());
+    let root = lines.next().unwrap_or_default();
+    assert!(root.starts_with("moe-gemm "), "{cmd:?}: the first line is not this package: {root:?}");
+    let mut names: Vec<String> =
+        lines.filter_map(|l| l.split_whitespace().next()).filter(|n| !n.starts_with('[')).map(String::from).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn library_without_cli_feature_has_no_cli_dependencies() {
+    let direct = normal_dependencies(false, Some(1));
+    assert!(direct.iter().any(|n| n == "cudarc"), "cudarc missing from the direct dependencies: {direct:?}");
+    let found: Vec<&str> = CLI_ONLY.into_iter().filter(|c| direct.iter().any(|n| n == c)).collect();
+    assert!(found.is_empty(), "without `cli`, the library still depends on {found:?} (direct: {direct:?})");
+    // Nothing else pulls in the binary's crates either; serde_json comes back through safetensors, which parses
+    // its JSON header with it, so only the first three are asked of the whole tree.
+    let all = normal_dependencies(false, None);
+    let found: Vec<&str> = CLI_ONLY[..3].iter().copied().filter(|c| all.iter().any(|n| n == c)).collect();
+    assert!(found.is_empty(), "without `cli`, the library's dependency tree holds {found:?}");
+}
+
+/// The check above sees real output: with the default features, all four are direct dependencies.
+#[test]
+fn default_features_bring_the_cli_dependencies() {
+    let direct = normal_dependencies(true, Some(1));
+    for c in CLI_ONLY {
+        assert!(direct.iter().any(|n| n == c), "{c} is not a dependency with the default features: {direct:?}");
+    }
+}
