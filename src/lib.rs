@@ -6,8 +6,6 @@ pub mod checkpoint;
 pub mod device;
 pub mod dtype;
 pub mod error;
-// Without `cli`, the benchmark-only launchers (read sweep, cuBLAS ceilings, SIGPIPE) have no caller.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod ffi;
 pub mod kernels;
 pub mod layer;

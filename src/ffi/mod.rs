@@ -21,6 +21,7 @@
 //! | `status` | `LaunchStatus` → `Error` |
 
 mod bridge;
+#[cfg(feature = "cli")]
 pub(crate) mod cublas;
 pub(crate) mod elementwise;
 pub(crate) mod fused;

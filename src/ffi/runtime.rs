@@ -8,6 +8,7 @@ use super::status::cuda_result;
 use crate::error::Result;
 
 /// Restores the default action of SIGPIPE (Rust ignores it, so `println!` into a closed pipe panics).
+#[cfg(feature = "cli")]
 pub(crate) fn default_sigpipe() {
     // SAFETY: setting a signal's disposition to SIG_DFL has no memory-safety preconditions; called once at the
     // start of the command-line tool, before any thread is spawned.
@@ -52,6 +53,7 @@ pub(crate) fn spin(stream: &CudaStream, ns: u64) -> Result<()> {
 }
 
 /// Queues a streaming read of all of `buf` (its whole 16-byte vectors) by `sink.len()` blocks.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // the bandwidth ceiling of the benchmarks
 pub(crate) fn read_sweep<T>(stream: &CudaStream, buf: &CudaSlice<T>, sink: &mut CudaSlice<u32>) -> Result<()> {
     super::bind(stream)?;
     let bytes = (buf.num_bytes() / 16 * 16) as u64;

@@ -29,6 +29,7 @@ use crate::ffi;
 use crate::layouts::{ExpertLayout, LayoutSpec};
 
 /// A compiled tile of the fused GEMMs (`cpp/moe_ops.h`'s `FusedTile`).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FusedTile {
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).

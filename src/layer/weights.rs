@@ -8,6 +8,7 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 
 /// How gate and up share the rows of `w13` / `gate_up_proj`.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GateUp {
     /// `[gate | up]`: rows `0..I` gate, `I..2I` up (Mixtral, Qwen, DeepSeek; vLLM's `w13_weight`).
@@ -17,6 +18,7 @@ pub enum GateUp {
 }
 
 /// The activation between the two expert GEMMs.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Activation {
     /// SwiGLU: `silu(gate) · up`.
@@ -35,6 +37,7 @@ impl Activation {
 }
 
 /// How each expert's matrices are stored in the source tensors.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Storage {
     /// `nn.Linear`: `[out, in]`: `w13 [E, 2I, H]`, `w2 [E, H, I]`.

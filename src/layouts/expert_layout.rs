@@ -12,6 +12,7 @@ use crate::kernels::grouped::GroupRows;
 use crate::status::DeviceStatus;
 
 /// Which layout to build.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayoutSpec {
     /// Experts back to back, no padding.
