@@ -10,3 +10,4 @@ mod layer;
 mod layouts;
 mod pipeline;
 mod routing;
+mod serving;

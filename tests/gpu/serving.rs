@@ -1,0 +1,274 @@
+//! The serving core: many layers over one shared scratch in one captured graph, the scratch's bytes, launches
+//! from a fresh thread, and validation that refuses bad input before anything is queued.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::random::{fill_device, topk_ids};
+use moe_gemm::*;
+
+use crate::common::*;
+use crate::layer::views;
+
+fn weights_for(tokens: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let mut w: Vec<f32> = (0..tokens * k).map(|_| rng.unit().abs() + 0.1).collect();
+    for t in 0..tokens {
+        let s: f32 = w[t * k..(t + 1) * k].iter().sum();
+        w[t * k..(t + 1) * k].iter_mut().for_each(|x| *x /= s);
+    }
+    w
+}
+
+fn tolerance_mismatch(got: &[bf16], want: &[bf16]) -> Option<String> {
+    let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+    let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
+    let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let tol = reference::Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
+    reference::first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b}"))
+}
+
+/// 58 DeepSeek-V3-shaped layers (E 256, k 8; H 256, I 128 to keep 58 layers' weights small) share one scratch;
+/// the whole stack is captured in one CUDA graph and replayed, and each layer's output equals that layer run on
+/// its own with a scratch of its own, bit for bit (a layer reading another's leftovers would differ). Layer 0
+/// also matches the CPU reference. For Auto (Batched at these sizes), Fused and Grouped.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (layers, e, k, h, i, t) = (58usize, 256usize, 8usize, 256usize, 128usize, 64usize);
+    let (_ctx, stream) = gpu();
+    let p0 = PackedExperts::new(
+        e,
+        h,
+        i,
+        ExpertFormat::SWIGLU,
+        random_vec::<bf16>(e * 2 * i * h, 1, 0.1),
+        random_vec::<bf16>(e * h * i, 2, 0.1),
+        None,
+        None,
+    )
+    .unwrap();
+    let mut weights = vec![Arc::new(ExpertWeights::upload(&stream, &p0).unwrap())];
+    for l in 1..layers {
+        let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h).unwrap();
+        let mut w2 = stream.alloc_zeros::<bf16>(e * h * i).unwrap();
+        fill_device(&stream, &mut w13, 10 + 2 * l as u64, 0.1).unwrap();
+        fill_device(&stream, &mut w2, 11 + 2 * l as u64, 0.1).unwrap();
+        let w = ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None);
+        weights.push(Arc::new(w.unwrap()));
+    }
+    let x_host = random_vec::<bf16>(t * h, 3, 1.0);
+    let x = stream.clone_htod(&x_host).unwrap();
+    let ids_h: Vec<Vec<i32>> = (0..layers).map(|l| topk_ids(t, k, e, 100 + l as u64)).collect();
+    let w_h: Vec<Vec<f32>> = (0..layers).map(|l| weights_for(t, k, 200 + l as u64)).collect();
+    let ids: Vec<CudaSlice<i32>> = ids_h.iter().map(|v| stream.clone_htod(v).unwrap()).collect();
+    let ws: Vec<CudaSlice<f32>> = w_h.iter().map(|v| stream.clone_htod(v).unwrap()).collect();
+    for backend in [Backend::Auto, Backend::Fused, Backend::Grouped] {
+        let plans: Vec<MoeLayer<bf16>> = weights
+            .iter()
+            .map(|w| MoeLayer::new(&stream, w.clone(), MoeLayerOptions::new(t, k).backend(backend)).unwrap())
+            .collect();
+        let mut scratch = MoeScratch::for_layers(&stream, &plans).unwrap();
+        assert_eq!(scratch.needs(), plans[0].needs(), "{backend:?}: identical layers, one layer's scratch");
+        let mut ys: Vec<CudaSlice<bf16>> = (0..layers).map(|_| stream.alloc_zeros::<bf16>(t * h).unwrap()).collect();
+        let run_all = |scratch: &mut MoeScratch<bf16>, ys: &mut [CudaSlice<bf16>]| {
+            for (l, layer) in plans.iter().enumerate() {
+                let (xv, iv, wv) = views(&x, h, &ids[l], &ws[l], k);
+                let mut yv = MatrixViewMut::of("y", &mut ys[l], h).unwrap();
+                layer.forward(&stream, scratch, &xv, &iv, &wv, &mut yv).unwrap();
+            }
+        };
+        run_all(&mut scratch, &mut ys);
+        stream.synchronize().unwrap();
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        run_all(&mut scratch, &mut ys);
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
+        for y in ys.iter_mut() {
+            stream.memcpy_htod(&vec![bf16::NAN; t * h], y).unwrap();
+        }
+        graph.launch().unwrap();
+        graph.launch().unwrap();
+        scratch.check(&stream).unwrap();
+        let from_graph: Vec<Vec<bf16>> = ys.iter().map(|y| stream.clone_dtoh(y).unwrap()).collect();
+        drop(graph);
+        for (l, layer) in plans.iter().enumerate() {
+            let mut own = MoeScratch::for_layers(&stream, [layer]).unwrap();
+            let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+            let (xv, iv, wv) = views(&x, h, &ids[l], &ws[l], k);
+            layer.forward(&stream, &mut own, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+            own.check(&stream).unwrap();
+            let alone = stream.clone_dtoh(&y).unwrap();
+            assert!(alone.iter().all(|v| v.is_finite()), "{backend:?} layer {l}: non-finite output");
+            assert!(
+                alone.iter().zip(&from_graph[l]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{backend:?} layer {l}: the 58-layer graph over one scratch differs from the layer alone"
+            );
+        }
+        if let Some(m) = tolerance_mismatch(&from_graph[0], &moe_forward(&p0, &x_host, &ids_h[0], &w_h[0], k)) {
+            panic!("{backend:?} layer 0 vs the CPU reference: {m}");
+        }
+    }
+}
+
+/// The scratch allocates exactly what its footprint says, and the plan's needs are what the host-only sizing
+/// (the code behind `moe-gemm plan`) computes for the device's SM count.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn scratch_allocates_its_footprint_and_the_sizing_needs_no_gpu() {
+    let (_ctx, stream) = gpu();
+    let info = DeviceInfo::query(stream.context()).unwrap();
+    let (e, k, h, i) = (64usize, 8usize, 512usize, 256usize);
+    let p = PackedExperts::new(
+        e,
+        h,
+        i,
+        ExpertFormat::SWIGLU,
+        random_vec::<bf16>(e * 2 * i * h, 1, 0.1),
+        random_vec::<bf16>(e * h * i, 2, 0.1),
+        None,
+        None,
+    )
+    .unwrap();
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    for (t, backends) in [
+        (1usize, None),
+        (64, None),
+        (4096, None),
+        (256, Some(Backends::ALL)),
+        (32, Some(Backends::of(Backend::Batched))),
+    ] {
+        let mut opts = MoeLayerOptions::new(t, k);
+        if let Some(b) = backends {
+            opts = opts.backends(b);
+        }
+        let layer = MoeLayer::new(&stream, weights.clone(), opts).unwrap();
+        let shape =
+            LayerShape { experts: e, global_experts: e, top_k: k, shared_groups: 0, hidden: h, inter: i, gated: true };
+        let host =
+            LayerSizing::new(shape, DType::BF16, t, Backend::Auto, backends, None, None, false, info.sm_count as usize)
+                .unwrap();
+        assert_eq!(layer.needs(), host.needs(), "T = {t}, {backends:?}: device plan vs host sizing");
+        let scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+        assert_eq!(scratch.bytes(), layer.needs().footprint().total(), "T = {t}, {backends:?}: allocated vs footprint");
+        let plan = layer.plan_bytes();
+        assert_eq!(plan, host.plan_bytes(false), "T = {t}: plan bytes");
+        assert!(plan.device + plan.host < 1 << 20);
+    }
+}
+
+/// A layer and scratch made on one thread run from a fresh thread (no context bound there by the caller) and
+/// give the same bits.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn layer_planned_on_one_thread_runs_from_a_fresh_thread() {
+    let ctx = moe_gemm::device::open(0).unwrap();
+    let stream: Arc<CudaStream> = ctx.new_stream().unwrap();
+    let (e, k, h, i, t) = (16usize, 4usize, 256usize, 128usize, 40usize);
+    let p = PackedExperts::new(
+        e,
+        h,
+        i,
+        ExpertFormat::SWIGLU,
+        random_vec::<bf16>(e * 2 * i * h, 5, 0.1),
+        random_vec::<bf16>(e * h * i, 6, 0.1),
+        None,
+        None,
+    )
+    .unwrap();
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let (idh, wh) = (topk_ids(t, k, e, 7), weights_for(t, k, 8));
+    let x_host = random_vec::<bf16>(t * h, 9, 1.0);
+    let want = moe_forward(&p, &x_host, &idh, &wh, k);
+    for backend in [Backend::Batched, Backend::Grouped, Backend::Fused] {
+        let layer = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(t, k).backend(backend)).unwrap();
+        let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+        let (x, ids, w) =
+            (stream.clone_htod(&x_host).unwrap(), stream.clone_htod(&idh).unwrap(), stream.clone_htod(&wh).unwrap());
+        let mut y = stream.alloc_zeros::<bf16>(t * h).unwrap();
+        stream.synchronize().unwrap();
+        let s = stream.clone();
+        let got = std::thread::spawn(move || {
+            let (xv, iv, wv) = views(&x, h, &ids, &w, k);
+            layer.forward(&s, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+            scratch.check(&s).unwrap();
+            s.clone_dtoh(&y).unwrap()
+        })
+        .join()
+        .unwrap();
+        if let Some(m) = tolerance_mismatch(&got, &want) {
+            panic!("{backend:?} from a fresh thread: {m}");
+        }
+    }
+}
+
+/// Bad views, a short scratch or a backend without room are refused before any kernel runs: the routing holds an
+/// out-of-range id, which the layout build would report, and the status word stays clean; y stays untouched.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn forward_refuses_bad_input_before_queueing_anything() {
+    let (_ctx, stream) = gpu();
+    let (e, k, h, i, t) = (8usize, 2usize, 512usize, 128usize, 64usize);
+    let p = PackedExperts::new(
+        e,
+        h,
+        i,
+        ExpertFormat::SWIGLU,
+        random_vec::<bf16>(e * 2 * i * h, 1, 0.1),
+        random_vec::<bf16>(e * h * i, 2, 0.1),
+        None,
+        None,
+    )
+    .unwrap();
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let layer = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(t, k).backend(Backend::Grouped)).unwrap();
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+    let mut ids_h = topk_ids(t, k, e, 3);
+    ids_h[5] = 9999;
+    let ids = stream.clone_htod(&ids_h).unwrap();
+    let w = stream.clone_htod(&weights_for(t, k, 4)).unwrap();
+    let big = stream.alloc_zeros::<bf16>(t * 1024).unwrap();
+    let mut y = stream.clone_htod(&vec![bf16::NAN; t * 1024]).unwrap();
+    let wrong_hidden = MatrixView::of("x", &big, 1024).unwrap();
+    let (iv, wv) = (MatrixView::of("topk_ids", &ids, k).unwrap(), MatrixView::of("topk_weights", &w, k).unwrap());
+    let mut errors = Vec::new();
+    // A layer for H = 512 fed [64, 1024] (the new user's mistake): refused, naming x's columns.
+    let mut yv = MatrixViewMut::of("y", &mut y, 1024).unwrap();
+    errors.push(layer.forward(&stream, &mut scratch, &wrong_hidden, &iv, &wv, &mut yv).unwrap_err().to_string());
+    // x of the right width but y of 63 rows; ids of the wrong width; a strided x.
+    let xv = MatrixView::new("x", big.slice(..t * h), t, h).unwrap();
+    let mut short_y = MatrixViewMut::new("y", y.slice_mut(..(t - 1) * h), t - 1, h).unwrap();
+    errors.push(layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut short_y).unwrap_err().to_string());
+    let ids_1 = MatrixView::new("topk_ids", ids.slice(..t), t, 1).unwrap();
+    let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h).unwrap();
+    errors.push(layer.forward(&stream, &mut scratch, &xv, &ids_1, &wv, &mut yv).unwrap_err().to_string());
+    let strided = MatrixView::with_stride("x", big.slice(..), t, h, 1024).unwrap();
+    errors.push(layer.forward(&stream, &mut scratch, &strided, &iv, &wv, &mut yv).unwrap_err().to_string());
+    // A scratch sized for 8 tokens serving a 64-token plan; a backend the plan made no room for.
+    let small = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(8, k).backend(Backend::Grouped)).unwrap();
+    let mut small_scratch = MoeScratch::for_layers(&stream, [&small]).unwrap();
+    errors.push(layer.forward(&stream, &mut small_scratch, &xv, &iv, &wv, &mut yv).unwrap_err().to_string());
+    let mut grouped_only =
+        MoeLayer::new(&stream, weights, MoeLayerOptions::new(t, k).backend(Backend::Grouped)).unwrap();
+    errors.push(grouped_only.set_backend(Backend::Fused).unwrap_err().to_string());
+    for (e, want) in errors.iter().zip([
+        "hidden size is 512",
+        "is [63, 512], the layer needs [64, 512]",
+        "is [64, 1], the layer needs [64, 2]",
+        "row stride 1024",
+        "scratch capacity",
+        "no scratch room",
+    ]) {
+        assert!(e.contains(want), "expected {want:?} in {e:?}");
+    }
+    stream.synchronize().unwrap();
+    scratch.check(&stream).expect("no kernel ran: the out-of-range id was never seen");
+    small_scratch.check(&stream).expect("no kernel ran on the small scratch either");
+    assert!(stream.clone_dtoh(&y).unwrap().iter().all(|v| v.is_nan()), "y was written");
+    // The same routing through a valid call does reach the device and is reported there.
+    let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h).unwrap();
+    layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
+    assert!(scratch.check(&stream).unwrap_err().to_string().contains("expert id"));
+}
