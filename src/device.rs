@@ -71,7 +71,7 @@ pub fn open(ordinal: usize) -> Result<Arc<CudaContext>> {
 /// Queues a kernel that keeps `stream` busy for `micros` microseconds. Benchmarks queue their timed work
 /// behind it, so that CUDA events measure the device's execution of back-to-back launches (as a CUDA graph
 /// replays them) rather than the host's launch rate.
-pub fn spin(stream: &cudarc::driver::CudaStream, micros: u64) -> Result<()> {
+pub fn spin(stream: &std::sync::Arc<cudarc::driver::CudaStream>, micros: u64) -> Result<()> {
     crate::ffi::runtime::spin(stream, micros * 1000)
 }
 

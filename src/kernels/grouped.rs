@@ -213,7 +213,7 @@ impl<T: Element> GroupedGemm<T> {
     #[allow(clippy::too_many_arguments)]
     pub fn launch<'r>(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         a: &impl DevicePtr<T>,
         b: &impl DevicePtr<T>,
         rows: impl Into<GroupRows<'r>>,

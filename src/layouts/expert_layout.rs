@@ -270,7 +270,7 @@ impl ExpertLayout {
     /// Invalid ids and capacity overflow are reported through `status`.
     pub fn build(
         &mut self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         tokens: usize,
         topk_ids: &impl DevicePtr<i32>,
         expert_map: Option<&CudaView<'_, i32>>,
@@ -302,7 +302,7 @@ impl ExpertLayout {
     /// `out [capacity, hidden]`. Padding rows of `out` are left as they were: no GEMM of this crate reads them.
     pub fn gather<T: Element>(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         tokens: usize,
         hidden: usize,
         x: &impl DevicePtr<T>,
@@ -327,7 +327,7 @@ impl ExpertLayout {
     /// the layout (remote experts) contribute nothing.
     pub fn combine<T: Element>(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         tokens: usize,
         hidden: usize,
         d: &impl DevicePtr<T>,

@@ -164,7 +164,7 @@ impl Router {
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
-        stream: &cudarc::driver::CudaStream,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
         tokens: usize,
         logits: &impl cudarc::driver::DevicePtr<f32>,
         bias: Option<&cudarc::driver::CudaView<'_, f32>>,

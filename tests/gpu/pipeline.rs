@@ -70,7 +70,7 @@ impl Step {
     }
 
     /// Queues the whole step: nothing here allocates or synchronises, so it can be captured.
-    fn queue(&mut self, stream: &CudaStream, tokens: usize) {
+    fn queue(&mut self, stream: &Arc<CudaStream>, tokens: usize) {
         let bias = self.router.config().takes_bias().then(|| self.bias.as_view());
         self.router
             .launch(stream, tokens, &self.logits, bias.as_ref(), &mut self.ids, &mut self.weights, &mut self.st)
