@@ -11,7 +11,14 @@ use moe_gemm::*;
 
 use crate::common::*;
 
-fn packed(e: usize, h: usize, i: usize, format: ExpertFormat, biases: bool, seed: u64) -> PackedExperts<bf16> {
+pub(crate) fn packed(
+    e: usize,
+    h: usize,
+    i: usize,
+    format: ExpertFormat,
+    biases: bool,
+    seed: u64,
+) -> PackedExperts<bf16> {
     packed_t::<bf16>(e, h, i, format, biases, seed)
 }
 
@@ -41,7 +48,7 @@ fn packed_t<T: Element>(
 }
 
 /// Normalised random router weights for given ids.
-fn weights_for(tokens: usize, k: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn weights_for(tokens: usize, k: usize, seed: u64) -> Vec<f32> {
     let mut rng = Rng(seed);
     let mut w: Vec<f32> = (0..tokens * k).map(|_| rng.unit().abs() + 0.1).collect();
     for t in 0..tokens {

@@ -10,17 +10,7 @@ use moe_gemm::random::{fill_device, topk_ids};
 use moe_gemm::*;
 
 use crate::common::*;
-use crate::layer::views;
-
-fn weights_for(tokens: usize, k: usize, seed: u64) -> Vec<f32> {
-    let mut rng = Rng(seed);
-    let mut w: Vec<f32> = (0..tokens * k).map(|_| rng.unit().abs() + 0.1).collect();
-    for t in 0..tokens {
-        let s: f32 = w[t * k..(t + 1) * k].iter().sum();
-        w[t * k..(t + 1) * k].iter_mut().for_each(|x| *x /= s);
-    }
-    w
-}
+use crate::layer::{packed, views, weights_for};
 
 fn tolerance_mismatch(got: &[bf16], want: &[bf16]) -> Option<String> {
     let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
@@ -40,17 +30,7 @@ fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let (layers, e, k, h, i, t) = (58usize, 256usize, 8usize, 256usize, 128usize, 64usize);
     let (_ctx, stream) = gpu();
-    let p0 = PackedExperts::new(
-        e,
-        h,
-        i,
-        ExpertFormat::SWIGLU,
-        random_vec::<bf16>(e * 2 * i * h, 1, 0.1),
-        random_vec::<bf16>(e * h * i, 2, 0.1),
-        None,
-        None,
-    )
-    .unwrap();
+    let p0 = packed(e, h, i, ExpertFormat::SWIGLU, false, 1);
     let mut weights = vec![Arc::new(ExpertWeights::upload(&stream, &p0).unwrap())];
     for l in 1..layers {
         let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h).unwrap();
@@ -121,17 +101,7 @@ fn scratch_allocates_its_footprint_and_the_sizing_needs_no_gpu() {
     let (_ctx, stream) = gpu();
     let info = DeviceInfo::query(stream.context()).unwrap();
     let (e, k, h, i) = (64usize, 8usize, 512usize, 256usize);
-    let p = PackedExperts::new(
-        e,
-        h,
-        i,
-        ExpertFormat::SWIGLU,
-        random_vec::<bf16>(e * 2 * i * h, 1, 0.1),
-        random_vec::<bf16>(e * h * i, 2, 0.1),
-        None,
-        None,
-    )
-    .unwrap();
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 1);
     let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
     for (t, backends) in [
         (1usize, None),
@@ -167,17 +137,7 @@ fn layer_planned_on_one_thread_runs_from_a_fresh_thread() {
     let ctx = moe_gemm::device::open(0).unwrap();
     let stream: Arc<CudaStream> = ctx.new_stream().unwrap();
     let (e, k, h, i, t) = (16usize, 4usize, 256usize, 128usize, 40usize);
-    let p = PackedExperts::new(
-        e,
-        h,
-        i,
-        ExpertFormat::SWIGLU,
-        random_vec::<bf16>(e * 2 * i * h, 5, 0.1),
-        random_vec::<bf16>(e * h * i, 6, 0.1),
-        None,
-        None,
-    )
-    .unwrap();
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 5);
     let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
     let (idh, wh) = (topk_ids(t, k, e, 7), weights_for(t, k, 8));
     let x_host = random_vec::<bf16>(t * h, 9, 1.0);
@@ -211,17 +171,7 @@ fn layer_planned_on_one_thread_runs_from_a_fresh_thread() {
 fn forward_refuses_bad_input_before_queueing_anything() {
     let (_ctx, stream) = gpu();
     let (e, k, h, i, t) = (8usize, 2usize, 512usize, 128usize, 64usize);
-    let p = PackedExperts::new(
-        e,
-        h,
-        i,
-        ExpertFormat::SWIGLU,
-        random_vec::<bf16>(e * 2 * i * h, 1, 0.1),
-        random_vec::<bf16>(e * h * i, 2, 0.1),
-        None,
-        None,
-    )
-    .unwrap();
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 1);
     let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
     let layer = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(t, k).backend(Backend::Grouped)).unwrap();
     let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
