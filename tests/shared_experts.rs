@@ -1,8 +1,10 @@
 //! Shared experts on the CPU: the host type's checks, the split into routed-width groups (the packed groups run
 //! through the routed reference compute exactly what the full-width shared reference does), the sizing and
-//! footprint of the extended routing.
+//! footprint of the extended routing, and `moe-gemm plan` counting DeepSeek-V3's shared expert.
 
 mod common;
+
+use std::process::Command;
 
 use common::*;
 use half::bf16;
@@ -232,4 +234,20 @@ fn shared_groups_size_the_scratch_and_the_plan() {
     n0.max(*n1).unwrap().check_covers(n1).unwrap();
     // Expert parallelism: the map covers the router's experts and the shared groups.
     assert_eq!(size(1, 128).plan_bytes(true).device, (128 + 1) * 4);
+}
+
+#[test]
+fn plan_counts_deepseek_v3_shared_expert() {
+    let out = Command::new(env!("CARGO_BIN_EXE_moe-gemm"))
+        .args(["plan", "--model", "deepseek-v3,qwen3-30b-a3b", "--layers", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("shared expert I_s 2048 (1 group)"), "{text}");
+    // 256 routed experts + 1 shared group of 3 x 7168 x 2048 bf16 (84 MiB each).
+    assert!(text.contains(&format!("weights: {:.2} MiB per layer", 257.0 * 84.0)), "{text}");
+    assert!(text.contains("shared-expert routing"), "{text}");
+    let qwen = &text[text.find("qwen3-30b-a3b").unwrap()..];
+    assert!(!qwen.contains("shared expert I_s") && !qwen.contains("shared-expert routing"), "{qwen}");
 }
