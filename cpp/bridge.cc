@@ -124,6 +124,22 @@ LaunchStatus route(const RouterParams& p) {
   return wrap(moe_gemm::route(a));
 }
 
+LaunchStatus extend_routing(const SharedRoutingParams& p) {
+  SharedRoutingArgs a{};
+  a.tokens = p.tokens;
+  a.top_k = p.top_k;
+  a.shared = p.shared;
+  a.first_shared = p.first_shared;
+  a.ids = p.ids;
+  a.weights = p.weights;
+  a.shared_weights = p.shared_weights;
+  a.ids_out = p.ids_out;
+  a.weights_out = p.weights_out;
+  a.stream = p.stream;
+  static_assert(same_fields<SharedRoutingParams, SharedRoutingArgs>(10), "assign every SharedRoutingArgs field above");
+  return wrap(moe_gemm::extend_routing(a));
+}
+
 LaunchStatus build_layout(const LayoutParams& p) {
   LayoutArgs a{};
   a.kind = p.kind;

@@ -15,6 +15,7 @@ namespace bridge {
 struct LaunchStatus;
 struct GroupedGemmParams;
 struct RouterParams;
+struct SharedRoutingParams;
 struct LayoutParams;
 struct ActivationParams;
 struct DecodeParams;
@@ -29,6 +30,7 @@ rust::String cuda_error_name(int32_t code);
 int32_t spin(uint64_t ns, uint64_t stream);
 int32_t read_sweep(uint64_t ptr, uint64_t bytes, uint64_t sink, int32_t blocks, uint64_t stream);
 LaunchStatus route(const RouterParams& params);
+LaunchStatus extend_routing(const SharedRoutingParams& params);
 LaunchStatus build_layout(const LayoutParams& params);
 int64_t layout_scratch_ints(int64_t rows, int64_t local_experts);
 LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,

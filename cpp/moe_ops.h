@@ -33,6 +33,24 @@ struct RouterArgs {
 };
 Status route(const RouterArgs& args);
 
+// Routing extended by shared-expert groups (routing.cu): every token joins `shared` more groups. Row t of the
+// output is the token's top_k routed (id, weight) pairs, then the ids first_shared .. first_shared + shared - 1,
+// each with the weight shared_weights[t] (or 1 when shared_weights is 0). Ids are copied, not checked: the layout
+// that reads them range-checks every id.
+struct SharedRoutingArgs {
+  int32_t tokens;
+  int32_t top_k;           // routed slots per token
+  int32_t shared;          // shared groups per token
+  int32_t first_shared;    // id of the first shared group
+  uint64_t ids;            // int32 [tokens, top_k]
+  uint64_t weights;        // f32 [tokens, top_k]
+  uint64_t shared_weights; // f32 [tokens], or 0: weight 1
+  uint64_t ids_out;        // int32 [tokens, top_k + shared]
+  uint64_t weights_out;    // f32 [tokens, top_k + shared]
+  uint64_t stream;
+};
+Status extend_routing(const SharedRoutingArgs& args);
+
 // Expert layouts (layouts.cu). One kernel turns topk_ids into a layout: per-expert counts, (padded) offsets, the
 // forward map position -> flat row (sorted_ids, vLLM's contract), the inverse map flat row -> position, and
 // optionally the expert of every BLOCK_M tile (expert_ids) and of every position (m_indices, DeepGEMM's).

@@ -171,7 +171,38 @@ __global__ void route_kernel(const RouterArgs a) {
   }
 }
 
+// One thread per (token, slot) of the extended routing.
+__global__ void extend_routing_kernel(const SharedRoutingArgs a) {
+  const int slots = a.top_k + a.shared;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(a.tokens) * slots) return;
+  const int64_t t = i / slots;
+  const int j = static_cast<int>(i - t * slots);
+  int32_t id;
+  float w;
+  if (j < a.top_k) {
+    const int64_t r = t * a.top_k + j;
+    id = reinterpret_cast<const int32_t*>(a.ids)[r];
+    w = reinterpret_cast<const float*>(a.weights)[r];
+  } else {
+    id = a.first_shared + (j - a.top_k);
+    w = a.shared_weights ? reinterpret_cast<const float*>(a.shared_weights)[t] : 1.f;
+  }
+  reinterpret_cast<int32_t*>(a.ids_out)[i] = id;
+  reinterpret_cast<float*>(a.weights_out)[i] = w;
+}
+
 }  // namespace routing
+
+Status extend_routing(const SharedRoutingArgs& a) {
+  const int64_t n = static_cast<int64_t>(a.tokens) * (a.top_k + a.shared);
+  if (n == 0) return {StatusCode::Ok, 0};
+  constexpr int kThreads = 256;
+  const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  routing::extend_routing_kernel<<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(a.stream)>>>(a);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
 
 Status route(const RouterArgs& a) {
   if (a.tokens == 0) return {StatusCode::Ok, 0};

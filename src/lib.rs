@@ -37,7 +37,7 @@ pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGe
 pub use kernels::TileConfig;
 pub use layer::{
     auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, GateUp, LayerShape,
-    LayerSizing, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes, ScratchNeeds, Storage,
+    LayerSizing, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage,
 };
 pub use view::{MatrixView, MatrixViewMut};
 /// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.

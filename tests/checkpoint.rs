@@ -7,7 +7,10 @@ use std::path::PathBuf;
 
 use common::*;
 use half::bf16;
-use moe_gemm::checkpoint::{pack_experts, save, unpack_experts, Checkpoint, ExpertNaming, NamedTensor};
+use moe_gemm::checkpoint::{
+    pack_experts, pack_shared_expert, save, unpack_experts, unpack_shared_expert, Checkpoint, ExpertNaming,
+    NamedTensor, SharedNaming,
+};
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::*;
 
@@ -192,4 +195,119 @@ fn element_counts_that_do_not_fit_the_shapes_are_errors() {
     let mut huge = packed;
     huge.inter = usize::MAX;
     assert!(unpack_experts(&huge, prefix, ExpertNaming::GateUpDown).is_err());
+}
+
+/// A layer's shared-expert tensors as `naming` names them: gate/up `[I_s, H]`, down `[H, I_s]`, and Qwen2-MoE's
+/// gate `[1, H]`.
+fn shared_tensors(prefix: &str, naming: SharedNaming, is: usize, h: usize) -> Tensors {
+    let [g, u, d] = naming.names(prefix);
+    let mut out = vec![
+        (g, vec![is, h], random_vec::<bf16>(is * h, 101, 1.0)),
+        (u, vec![is, h], random_vec::<bf16>(is * h, 102, 1.0)),
+        (d, vec![h, is], random_vec::<bf16>(h * is, 103, 1.0)),
+    ];
+    if let Some(n) = naming.gate_name(prefix) {
+        out.push((n, vec![1, h], random_vec::<bf16>(h, 104, 1.0)));
+    }
+    out
+}
+
+/// DeepSeek-V3 / Kimi-K2 (`mlp.shared_experts.*`) and Qwen2-MoE (`mlp.shared_expert.*` + `shared_expert_gate`)
+/// shared experts read from a safetensors file next to the routed experts, and written back bit for bit.
+#[test]
+fn shared_experts_load_by_their_real_names_and_round_trip() {
+    let (e, i, h) = (4usize, 16usize, 8usize);
+    for (naming, is, gate) in [
+        (SharedNaming::SharedExperts, i, "model.layers.3.mlp.shared_experts.gate_proj.weight"),
+        (SharedNaming::GatedSharedExpert, 4 * i, "model.layers.3.mlp.shared_expert.gate_proj.weight"),
+    ] {
+        let prefix = "model.layers.3.mlp";
+        assert_eq!(naming.names(prefix)[0], gate);
+        let mut tensors = experts(prefix, ExpertNaming::GateUpDown, e, i, h);
+        let shared = shared_tensors(prefix, naming, is, h);
+        tensors.extend(shared.iter().cloned());
+        let path = tmp(&format!("shared-{naming:?}"));
+        save(&path, &tensors).unwrap();
+        let ckpt = Checkpoint::open(&path).unwrap();
+        let routed = ckpt.pack_experts::<bf16>(prefix, e, ExpertNaming::GateUpDown).unwrap();
+        let s = ckpt.pack_shared_expert::<bf16>(prefix, naming).unwrap();
+        assert_eq!((s.hidden, s.inter), (h, is));
+        assert_eq!(bits(&s.down_proj), bits(&shared[2].2));
+        match naming {
+            SharedNaming::GatedSharedExpert => {
+                assert_eq!(bits(s.expert_gate.as_ref().unwrap()), bits(&shared[3].2));
+                assert!(ckpt.names().contains(&"model.layers.3.mlp.shared_expert_gate.weight".to_string()));
+            }
+            _ => assert!(s.expert_gate.is_none()),
+        }
+        assert_eq!(s.groups(routed.inter).unwrap(), is / i);
+        assert_eq!(routed.with_shared_groups(&s).unwrap().experts, e + is / i);
+        let mut back = unpack_shared_expert(&s, prefix, naming).unwrap();
+        let mut want = shared.clone();
+        back.sort_by(|x, y| x.0.cmp(&y.0));
+        want.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(back.len(), want.len());
+        for (x, y) in back.iter().zip(&want) {
+            assert_eq!((&x.0, &x.1, bits(&x.2)), (&y.0, &y.1, bits(&y.2)));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    // A gated expert under the ungated naming would lose its gate: refused.
+    let gated = pack_shared_expert(
+        |n| {
+            Ok(shared_tensors("p", SharedNaming::GatedSharedExpert, 16, 8)
+                .into_iter()
+                .find(|t| t.0 == n)
+                .map(|t| (t.1, t.2))
+                .unwrap())
+        },
+        "p",
+        SharedNaming::GatedSharedExpert,
+    )
+    .unwrap();
+    assert!(unpack_shared_expert(&gated, "p", SharedNaming::SharedExperts).is_err());
+}
+
+#[test]
+fn missing_or_misshapen_shared_tensors_name_the_tensor() {
+    let (is, h) = (16usize, 8usize);
+    let prefix = "model.layers.0.mlp";
+    let naming = SharedNaming::GatedSharedExpert;
+    let path = tmp("shared-missing");
+    let mut t = shared_tensors(prefix, naming, is, h);
+    t.retain(|x| !x.0.ends_with("shared_expert_gate.weight"));
+    save(&path, &t).unwrap();
+    let err = Checkpoint::open(&path).unwrap().pack_shared_expert::<bf16>(prefix, naming).unwrap_err();
+    assert!(matches!(err, Error::Checkpoint { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("model.layers.0.mlp.shared_expert_gate.weight") && msg.contains("missing"), "{msg}");
+    // DeepSeek naming on a Qwen2-MoE file: its shared_experts.* tensors are missing.
+    let err = Checkpoint::open(&path).unwrap().pack_shared_expert::<bf16>(prefix, SharedNaming::SharedExperts);
+    assert!(err.unwrap_err().to_string().contains("mlp.shared_experts.gate_proj.weight"));
+    let _ = std::fs::remove_file(path);
+
+    let lookup = |t: Tensors| {
+        move |n: &str| -> Result<(Vec<usize>, Vec<bf16>)> {
+            t.iter()
+                .find(|x| x.0 == n)
+                .map(|x| (x.1.clone(), x.2.clone()))
+                .ok_or_else(|| Error::Checkpoint { tensor: n.into(), problem: "missing".into() })
+        }
+    };
+    type Mutation = fn(&mut Tensors);
+    let cases: [(&str, Mutation, &str); 5] = [
+        ("shared_expert.down_proj.weight", |t| t[2].1 = vec![16, 8], "[16, 8], expected [8, 16]"),
+        ("shared_expert.up_proj.weight", |t| t[1].1 = vec![16, 4], "expected [16, 8] like the gate"),
+        ("shared_expert.gate_proj.weight", |t| t[0].1 = vec![128], "expected [I_s, H]"),
+        ("shared_expert_gate.weight", |t| t[3].1 = vec![8], "expected [1, 8]"),
+        ("shared_expert.up_proj.weight", |t| t[1].2.truncate(127), "127 elements for shape [16, 8]"),
+    ];
+    for (tensor, mutate, want) in cases {
+        let mut t = shared_tensors(prefix, naming, is, h);
+        mutate(&mut t);
+        let err = pack_shared_expert(lookup(t), prefix, naming).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Checkpoint { .. }), "{err:?}");
+        assert!(msg.contains(&format!("{prefix}.{tensor}")) && msg.contains(want), "{tensor}: {msg}");
+    }
 }

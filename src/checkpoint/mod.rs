@@ -7,6 +7,13 @@
 //! | `Mixtral` | `w1.weight` (gate) `[I, H]`, `w3.weight` (up) `[I, H]`, `w2.weight` (down) `[H, I]` | Mixtral (`prefix` = `model.layers.L.block_sparse_moe`) |
 //! | `GateUpDown` | `gate_proj.weight`, `up_proj.weight`, `down_proj.weight` | Qwen3-MoE, DeepSeek-V3 (`prefix` = `model.layers.L.mlp`) |
 //!
+//! Shared experts ([`SharedNaming`], [`Checkpoint::pack_shared_expert`]) are one dense SwiGLU MLP per layer:
+//!
+//! | [`SharedNaming`] | tensors under `{prefix}.` | families |
+//! |---|---|---|
+//! | `SharedExperts` | `shared_experts.{gate,up}_proj.weight` `[I_s, H]`, `shared_experts.down_proj.weight` `[H, I_s]` | DeepSeek-V3, Kimi-K2 (`I_s = moe_intermediate_size · n_shared_experts`) |
+//! | `GatedSharedExpert` | `shared_expert.{gate,up,down}_proj.weight`, `shared_expert_gate.weight` `[1, H]` | Qwen2-MoE (`I_s = shared_expert_intermediate_size`) |
+//!
 //! gpt-oss stores its experts packed already (`{prefix}.experts.gate_up_proj [E, H, 2I]` interleaved,
 //! `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`): [`Checkpoint::pack_gpt_oss`].
 //! (The released gpt-oss checkpoints hold MXFP4 blocks; this reads the dequantised bf16 form.)
@@ -20,7 +27,7 @@ use safetensors::tensor::{Dtype, Metadata, TensorView};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layer::{ExpertFormat, PackedExperts};
+use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
 use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 
 /// A named tensor: (name, shape, elements).
@@ -44,6 +51,36 @@ impl ExpertNaming {
             ExpertNaming::GateUpDown => ("gate_proj", "up_proj", "down_proj"),
         };
         [g, u, d].map(|n| format!("{prefix}.experts.{e}.{n}.weight"))
+    }
+}
+
+/// How a checkpoint names a layer's shared expert. New families arrive as new variants: match with a wildcard arm.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedNaming {
+    /// DeepSeek-V3, Kimi-K2: `{prefix}.shared_experts.{gate,up,down}_proj.weight`, added with weight 1.
+    SharedExperts,
+    /// Qwen2-MoE: `{prefix}.shared_expert.{gate,up,down}_proj.weight`, weighted per token by
+    /// `sigmoid(x · {prefix}.shared_expert_gate.weight)` (`[1, H]`).
+    GatedSharedExpert,
+}
+
+impl SharedNaming {
+    /// (gate, up, down) tensor names under `prefix`.
+    pub fn names(self, prefix: &str) -> [String; 3] {
+        let module = match self {
+            SharedNaming::SharedExperts => "shared_experts",
+            SharedNaming::GatedSharedExpert => "shared_expert",
+        };
+        ["gate_proj", "up_proj", "down_proj"].map(|n| format!("{prefix}.{module}.{n}.weight"))
+    }
+
+    /// The per-token gate's tensor name under `prefix`, for the families that have one.
+    pub fn gate_name(self, prefix: &str) -> Option<String> {
+        match self {
+            SharedNaming::SharedExperts => None,
+            SharedNaming::GatedSharedExpert => Some(format!("{prefix}.shared_expert_gate.weight")),
+        }
     }
 }
 
@@ -131,6 +168,15 @@ impl Checkpoint {
         naming: ExpertNaming,
     ) -> Result<PackedExperts<T>> {
         pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
+    }
+
+    /// Reads the shared expert of the MoE block under `prefix` (`model.layers.L.mlp`), named as `naming` does.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the first tensor that is missing, of another dtype, or of a shape that
+    /// disagrees with the gate's `[I_s, H]`.
+    pub fn pack_shared_expert<T: Element>(&self, prefix: &str, naming: SharedNaming) -> Result<SharedExpert<T>> {
+        pack_shared_expert(|name| self.tensor::<T>(name), prefix, naming)
     }
 
     /// An FP8 weight of a DeepSeek-style checkpoint: `name` (F8_E4M3, `[out, in]`) and `{name}_scale_inv`
@@ -284,6 +330,91 @@ pub fn pack_experts<T: Element>(
     }
     let (i, h) = dims.ok_or_else(|| bad(prefix, "experts = 0".into()))?;
     PackedExperts::new(experts, h, i, ExpertFormat::SWIGLU, w13, w2, None, None)
+}
+
+/// A shared expert from the tensors `get` finds (name → shape, elements), named as `naming` does.
+///
+/// # Errors
+/// [`Error::Checkpoint`] naming the first tensor that is missing (`get`'s error), whose shape disagrees with the
+/// gate's `[I_s, H]` (up `[I_s, H]`, down `[H, I_s]`, Qwen2-MoE's `shared_expert_gate` `[1, H]`), or whose element
+/// count is not the product of its shape.
+pub fn pack_shared_expert<T: Element>(
+    get: impl Fn(&str) -> Result<(Vec<usize>, Vec<T>)>,
+    prefix: &str,
+    naming: SharedNaming,
+) -> Result<SharedExpert<T>> {
+    let [gn, un, dn] = naming.names(prefix);
+    let (gs, g) = get(&gn)?;
+    let [i, h] = gs[..] else {
+        return Err(bad(&gn, format!("shape {gs:?}, expected [I_s, H]")));
+    };
+    if i == 0 || h == 0 {
+        return Err(bad(&gn, format!("shape {gs:?}: I_s and H must be positive")));
+    }
+    let (us, u) = get(&un)?;
+    if us != [i, h] {
+        return Err(bad(&un, format!("shape {us:?}, expected [{i}, {h}] like the gate")));
+    }
+    let (ds, d) = get(&dn)?;
+    if ds != [h, i] {
+        return Err(bad(&dn, format!("shape {ds:?}, expected [{h}, {i}]")));
+    }
+    let gate = match naming.gate_name(prefix) {
+        Some(name) => {
+            let (s, v) = get(&name)?;
+            if s != [1, h] {
+                return Err(bad(&name, format!("shape {s:?}, expected [1, {h}] (nn.Linear(H, 1))")));
+            }
+            Some((name, s, v))
+        }
+        None => None,
+    };
+    let gate_ref = gate.as_ref().map(|(n, s, v)| (n, s, v));
+    for (name, shape, v) in [(&gn, &gs, &g), (&un, &us, &u), (&dn, &ds, &d)].into_iter().chain(gate_ref) {
+        if shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b)) != Some(v.len()) {
+            return Err(bad(name, format!("{} elements for shape {shape:?}", v.len())));
+        }
+    }
+    SharedExpert::new(h, i, g, u, d, gate.map(|(_, _, v)| v)).map_err(|e| bad(&gn, e.to_string()))
+}
+
+/// The tensors of a shared expert named as `naming` does: the inverse of [`pack_shared_expert`].
+///
+/// # Errors
+/// [`Error::InvalidProblem`] if the expert has a per-token gate and `naming` none, or the other way round, or
+/// its tensors do not fit `H` and `I_s` (its fields are public).
+pub fn unpack_shared_expert<T: Element>(
+    s: &SharedExpert<T>,
+    prefix: &str,
+    naming: SharedNaming,
+) -> Result<Vec<NamedTensor<T>>> {
+    let checked = SharedExpert::new(
+        s.hidden,
+        s.inter,
+        s.gate_proj.clone(),
+        s.up_proj.clone(),
+        s.down_proj.clone(),
+        s.expert_gate.clone(),
+    )?;
+    let (h, i) = (s.hidden, s.inter);
+    let [gn, un, dn] = naming.names(prefix);
+    let mut out = vec![
+        (gn, vec![i, h], checked.gate_proj),
+        (un, vec![i, h], checked.up_proj),
+        (dn, vec![h, i], checked.down_proj),
+    ];
+    match (naming.gate_name(prefix), checked.expert_gate) {
+        (Some(name), Some(g)) => out.push((name, vec![1, h], g)),
+        (None, None) => {}
+        (name, gate) => {
+            return Err(Error::InvalidProblem(format!(
+                "{naming:?} names {} gate tensor, the shared expert has {}",
+                if name.is_some() { "a" } else { "no" },
+                if gate.is_some() { "one" } else { "none" }
+            )))
+        }
+    }
+    Ok(out)
 }
 
 /// The per-expert tensors of packed SwiGLU experts (`[gate | up]`, `[out, in]`), named as `naming` does:

@@ -127,14 +127,17 @@ pub struct Model {
     pub inter: usize,
     /// MoE layers of the model (DeepSeek-V3: 61 layers, the first 3 dense).
     pub layers: usize,
+    /// The shared expert's intermediate size `I_s` (0: none). Counted by `moe-gemm plan` (as `I_s / inter` more
+    /// groups); the benchmarks time the routed experts only, so their numbers stay comparable.
+    pub shared_inter: usize,
 }
 
 pub const MODELS: &[Model] = &[
-    Model { name: "mixtral-8x7b", experts: 8, top_k: 2, hidden: 4096, inter: 14336, layers: 32 },
-    Model { name: "qwen3-30b-a3b", experts: 128, top_k: 8, hidden: 2048, inter: 768, layers: 48 },
-    Model { name: "qwen3-235b-a22b", experts: 128, top_k: 8, hidden: 4096, inter: 1536, layers: 94 },
-    Model { name: "deepseek-v3", experts: 256, top_k: 8, hidden: 7168, inter: 2048, layers: 58 },
-    Model { name: "gpt-oss-120b", experts: 128, top_k: 4, hidden: 2880, inter: 2880, layers: 36 },
+    Model { name: "mixtral-8x7b", experts: 8, top_k: 2, hidden: 4096, inter: 14336, layers: 32, shared_inter: 0 },
+    Model { name: "qwen3-30b-a3b", experts: 128, top_k: 8, hidden: 2048, inter: 768, layers: 48, shared_inter: 0 },
+    Model { name: "qwen3-235b-a22b", experts: 128, top_k: 8, hidden: 4096, inter: 1536, layers: 94, shared_inter: 0 },
+    Model { name: "deepseek-v3", experts: 256, top_k: 8, hidden: 7168, inter: 2048, layers: 58, shared_inter: 2048 },
+    Model { name: "gpt-oss-120b", experts: 128, top_k: 4, hidden: 2880, inter: 2880, layers: 36, shared_inter: 0 },
 ];
 
 struct Point {

@@ -187,6 +187,7 @@ fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
             hidden,
             inter: f.name.n,
             layers: 1,
+            shared_inter: 0,
         };
         out.push(Shape { model, tokens: f.buckets.keys().copied().collect() });
     }

@@ -65,11 +65,19 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     };
     for m in models {
         let layers = args.layers.unwrap_or(m.layers);
+        if m.shared_inter % m.inter != 0 {
+            return Err(Error::InvalidProblem(format!(
+                "{}: shared expert I_s = {} is not a multiple of I = {}",
+                m.name, m.shared_inter, m.inter
+            )));
+        }
+        // The shared expert rides in the routed GEMMs as I_s / I more groups of the routed width.
+        let shared_groups = m.shared_inter / m.inter;
         let shape = LayerShape {
             experts: m.experts,
             global_experts: m.experts,
             top_k: m.top_k,
-            shared_groups: 0,
+            shared_groups,
             hidden: m.hidden,
             inter: m.inter,
             gated: true,
@@ -83,10 +91,19 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
         let fp = needs.footprint();
         let plan = sizing.plan_bytes(false);
-        let weights = m.experts * shape.expert_bytes(dtype);
+        let weights = shape.groups() * shape.expert_bytes(dtype);
         let passes: Vec<String> = sizing.pass_tokens().iter().map(|(b, t)| format!("{b} {t}")).collect();
+        let shared = if shared_groups > 0 {
+            format!(
+                ", shared expert I_s {} ({shared_groups} group{})",
+                m.shared_inter,
+                if shared_groups > 1 { "s" } else { "" }
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{} ({layers} MoE layers, E {}, k {}, H {}, I {}, {dtype}, max_tokens {}, backends {{{}}})",
+            "{} ({layers} MoE layers, E {}, k {}, H {}, I {}{shared}, {dtype}, max_tokens {}, backends {{{}}})",
             m.name,
             m.experts,
             m.top_k,

@@ -208,6 +208,20 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::SharedRoutingArgs`.
+    struct SharedRoutingParams {
+        tokens: i32,
+        top_k: i32,
+        shared: i32,
+        first_shared: i32,
+        ids: u64,
+        weights: u64,
+        shared_weights: u64,
+        ids_out: u64,
+        weights_out: u64,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::LayoutArgs`.
     struct LayoutParams {
         kind: LayoutKind,
@@ -280,6 +294,9 @@ pub(crate) mod ffi {
         /// # Safety
         /// As for `grouped_gemm_sm90_run`: live device buffers of the sizes the params imply, on `stream`.
         unsafe fn route(params: &RouterParams) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `SharedRoutingArgs` documents, live on `stream`.
+        unsafe fn extend_routing(params: &SharedRoutingParams) -> LaunchStatus;
         /// # Safety
         /// As for `grouped_gemm_sm90_run`.
         unsafe fn build_layout(params: &LayoutParams) -> LaunchStatus;

@@ -98,3 +98,73 @@ pub(crate) fn launch_router(
     // `stream` and outlive the call that queues the kernel.
     check(unsafe { ffi::route(&params) }, &Launched::op("route"))
 }
+
+/// Routing extended by shared-expert groups (mirrors `SharedRoutingArgs` without its buffers): `top_k` routed
+/// slots per token, then `shared` slots with the ids `first_shared ..`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedRoutingDesc {
+    pub top_k: usize,
+    pub shared: usize,
+    pub first_shared: usize,
+}
+
+/// Queues `ids_out [tokens, top_k + shared]` and `weights_out` (likewise): each token's routed pairs, then the
+/// shared ids with `shared_weights[t]` (f32 `[tokens]`) or 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_extend_routing(
+    stream: &CudaStream,
+    d: &SharedRoutingDesc,
+    tokens: usize,
+    ids: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
+    shared_weights: Option<&CudaView<'_, f32>>,
+    ids_out: &mut impl DevicePtrMut<i32>,
+    weights_out: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    if d.top_k == 0 || d.shared == 0 {
+        return Err(Error::InvalidProblem(format!(
+            "shared routing: top_k = {} and shared groups = {} must be positive",
+            d.top_k, d.shared
+        )));
+    }
+    let slots = d.top_k + d.shared;
+    let last_id = d.first_shared.checked_add(d.shared).filter(|&l| l <= i32::MAX as usize);
+    if last_id.is_none() || tokens.checked_mul(slots).is_none_or(|n| n > i32::MAX as usize) {
+        return Err(Error::InvalidProblem(format!(
+            "shared routing: {tokens} tokens x {slots} slots and ids up to {} + {} exceed int32",
+            d.first_shared, d.shared
+        )));
+    }
+    need_len("topk_ids", ids.len(), tokens * d.top_k, "tokens x top_k")?;
+    need_len("topk_weights", weights.len(), tokens * d.top_k, "tokens x top_k")?;
+    if let Some(s) = shared_weights {
+        need_len("shared_weights", s.len(), tokens, "tokens")?;
+    }
+    need_len("shared routing ids", ids_out.len(), tokens * slots, "tokens x (top_k + shared groups)")?;
+    need_len("shared routing weights", weights_out.len(), tokens * slots, "tokens x (top_k + shared groups)")?;
+    let tokens = to_i32("tokens", tokens)?;
+    super::bind(stream)?;
+    let (i_ptr, _i) = ids.device_ptr(stream);
+    let (w_ptr, _w) = weights.device_ptr(stream);
+    let (s_ptr, _s) = shared_weights.map(|s| s.device_ptr(stream)).unzip();
+    let (io_ptr, _io) = ids_out.device_ptr_mut(stream);
+    let (wo_ptr, _wo) = weights_out.device_ptr_mut(stream);
+    let params = ffi::SharedRoutingParams {
+        tokens,
+        top_k: d.top_k as i32,
+        shared: d.shared as i32,
+        first_shared: d.first_shared as i32,
+        ids: i_ptr,
+        weights: w_ptr,
+        shared_weights: s_ptr.unwrap_or(0),
+        ids_out: io_ptr,
+        weights_out: wo_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: ids and weights hold tokens*top_k, shared_weights tokens (when given), ids_out and weights_out
+    // tokens*(top_k + shared) elements (checked above), and every index the kernel forms is below those counts
+    // (tokens*(top_k + shared) and first_shared + shared fit int32, checked). Ids are copied, not used as indices.
+    // The stream's context is bound to this thread; the guards order every buffer on `stream` and outlive the
+    // call that queues the kernel.
+    check(unsafe { ffi::extend_routing(&params) }, &Launched::op("extend_routing"))
+}

@@ -95,7 +95,7 @@ pub(crate) fn launch_decode_layer<T: Element>(
     let layer = ffi::elementwise::DecodeWeights {
         act: w.activation.into(),
         gate_up: w.gate_up.into(),
-        experts: w.experts,
+        experts: w.groups(),
         hidden: w.hidden,
         inter: w.inter,
         w13: &w.w13,
@@ -104,4 +104,31 @@ pub(crate) fn launch_decode_layer<T: Element>(
         b2: w.b2.as_ref(),
     };
     ffi::elementwise::launch_decode_layer(stream, &layer, tokens, top_k, x, ids, weights, h, y, status)
+}
+
+/// The routing of a layer with shared experts: which groups every token joins besides its routed ones.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedRouting {
+    pub top_k: usize,
+    /// Shared-expert groups (`I_s / I`).
+    pub groups: usize,
+    /// The id of the first shared group in the layout's id range (the router's experts: ids past them).
+    pub first_id: usize,
+}
+
+/// Queues `ids' = [ids | first_id .. first_id + groups]` and `weights' = [weights | s_t …]` (`[tokens, k + m]`),
+/// with `s_t = shared_weights[t]` or 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_extend_routing(
+    stream: &CudaStream,
+    r: &SharedRouting,
+    tokens: usize,
+    ids: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
+    shared_weights: Option<&CudaView<'_, f32>>,
+    ids_out: &mut impl DevicePtrMut<i32>,
+    weights_out: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    let desc = ffi::routing::SharedRoutingDesc { top_k: r.top_k, shared: r.groups, first_shared: r.first_id };
+    ffi::routing::launch_extend_routing(stream, &desc, tokens, ids, weights, shared_weights, ids_out, weights_out)
 }

@@ -24,6 +24,10 @@
 //! k contributions in f32, rounding once. `Fused` rounds once more: GEMM2's epilogue stores the weighted
 //! `(d2 + b2)` of each (token, slot) in the element type before the sum over k (as vLLM does).
 //!
+//! A shared expert (DeepSeek-V3, Kimi-K2, Qwen2-MoE; [`ExpertWeights::upload_with_shared`]) rides in the same
+//! GEMMs as `I_s / I` more groups that every token joins with the shared weight `s_t`: see
+//! [`MoeLayer::forward_with_shared_weights`] and `shared.rs`.
+//!
 //! A forward takes any number of tokens: batches larger than a backend's pass (see [`sizing`]) run as several
 //! passes over the same scratch (chunked prefill). It validates every view and the scratch before it queues
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
@@ -32,13 +36,14 @@
 mod backends;
 pub mod reference;
 mod scratch;
+mod shared;
 pub mod sizing;
 mod weights;
 
 pub use backends::{Backend, Backends};
 pub use scratch::MoeScratch;
 pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
-pub use weights::{Activation, ExpertFormat, ExpertWeights, GateUp, PackedExperts, Storage};
+pub use weights::{Activation, ExpertFormat, ExpertWeights, GateUp, PackedExperts, SharedExpert, Storage};
 
 use std::sync::Arc;
 
@@ -212,6 +217,11 @@ impl<T: Element> MoeLayer<T> {
     /// Rows of remote experts are dropped by the layout, so `y` holds this device's share of the sum over k
     /// (the caller reduces it across devices). The `Batched` backend does not take a map; `Auto` runs Grouped.
     ///
+    /// A shared expert in `weights` is local: this slice adds it to every token (its groups follow the local
+    /// experts, with ids past the map's, which the plan maps itself). Since the caller sums the slices, give
+    /// the shared expert to one rank only, or split its groups between ranks
+    /// ([`SharedExpert::slice_groups`]): each group must be added once.
+    ///
     /// # Errors
     /// [`Error::InvalidProblem`] if the map's local ids do not cover exactly the `weights`' experts.
     pub fn with_expert_map(
@@ -246,7 +256,7 @@ impl<T: Element> MoeLayer<T> {
             experts: weights.experts,
             global_experts: expert_map.map_or(weights.experts, <[i32]>::len),
             top_k: options.top_k,
-            shared_groups: 0,
+            shared_groups: weights.shared_groups,
             hidden: weights.hidden,
             inter: weights.inter,
             gated: weights.activation.gated(),
@@ -270,8 +280,9 @@ impl<T: Element> MoeLayer<T> {
                 g2: GemmPlans::new(&device, &pair[1])?,
             });
         }
+        let expert_map = expert_map.map(|m| shared::extended_map(m, &shape));
         Ok(MoeLayer {
-            expert_map: expert_map.map(|m| stream.clone_htod(m)).transpose()?,
+            expert_map: expert_map.map(|m| stream.clone_htod(&m)).transpose()?,
             fused: FusedGemm::new(stream)?,
             backend: options.backend,
             weights,
@@ -410,6 +421,9 @@ impl<T: Element> MoeLayer<T> {
     /// Device data (ids) is range-checked on the device and reported through the scratch's status word
     /// ([`MoeScratch::check`]).
     ///
+    /// With a shared expert in the weights, every token adds it with weight 1 (DeepSeek-V3, Kimi-K2); for a
+    /// per-token weight (Qwen2-MoE's gate) use [`Self::forward_with_shared_weights`].
+    ///
     /// # Errors
     /// [`Error::InvalidProblem`] / [`Error::Buffer`] naming the violated constraint; launch errors.
     pub fn forward(
@@ -421,14 +435,52 @@ impl<T: Element> MoeLayer<T> {
         topk_weights: &MatrixView<'_, f32>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
+        self.forward_passes(stream, scratch, x, topk_ids, topk_weights, None, y)
+    }
+
+    /// Validates, then runs the passes; `shared` is the shared expert's weight `[T, 1]` (`None`: 1).
+    #[allow(clippy::too_many_arguments)]
+    fn forward_passes(
+        &self,
+        stream: &Arc<CudaStream>,
+        scratch: &mut MoeScratch<T>,
+        x: &MatrixView<'_, T>,
+        topk_ids: &MatrixView<'_, i32>,
+        topk_weights: &MatrixView<'_, f32>,
+        shared: Option<&MatrixView<'_, f32>>,
+        y: &mut MatrixViewMut<'_, T>,
+    ) -> Result<()> {
         self.validate(stream, scratch, x, topk_ids, topk_weights, &mut *y)?;
+        self.validate_shared(x.rows(), shared)?;
         let tokens = x.rows();
         for step in self.steps(tokens) {
             step?;
         }
-        for step in self.steps(tokens) {
+        // The extended routing's buffers leave the scratch for the passes (no allocation), which then borrow the
+        // rest of it, and return to it whatever the passes did.
+        let mut routing = shared::TakenRouting::take(scratch);
+        let out = self.run_passes(stream, scratch, &mut routing, x, topk_ids, topk_weights, shared, y);
+        routing.restore(scratch);
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_passes(
+        &self,
+        stream: &Arc<CudaStream>,
+        scratch: &mut MoeScratch<T>,
+        routing: &mut shared::TakenRouting,
+        x: &MatrixView<'_, T>,
+        topk_ids: &MatrixView<'_, i32>,
+        topk_weights: &MatrixView<'_, f32>,
+        shared: Option<&MatrixView<'_, f32>>,
+        y: &mut MatrixViewMut<'_, T>,
+    ) -> Result<()> {
+        for step in self.steps(x.rows()) {
             let Step { backend, lo, hi } = step?;
             let (xs, ids, ws) = (x.row_range(lo, hi), topk_ids.row_range(lo, hi), topk_weights.row_range(lo, hi));
+            let sw = shared.map(|s| s.row_range(lo, hi));
+            let (ids, ws) = self.pass_routing(stream, &mut *routing, ids, ws, sw.as_ref())?;
             let mut ys = y.row_range_mut(lo, hi);
             let pass = PassIo { stream, scratch: &mut *scratch, x: &xs, ids: &ids, weights: &ws };
             match backend {
@@ -510,7 +562,7 @@ impl<T: Element> MoeLayer<T> {
 
     fn layout_dims(&self, spec: LayoutSpec, tokens: usize) -> Result<LayoutDims> {
         let s = &self.sizing.shape;
-        LayoutDims::new(spec, tokens, s.slots(), s.global_experts, s.groups())
+        LayoutDims::new(spec, tokens, s.slots(), s.layout_experts(), s.groups())
     }
 
     fn forward_layout(&self, backend: Backend, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
@@ -599,7 +651,7 @@ impl<T: Element> MoeLayer<T> {
             p.stream,
             &self.weights,
             tokens,
-            self.sizing.shape.top_k,
+            self.sizing.shape.slots(),
             &p.x.as_view(),
             &p.ids.as_view(),
             &p.weights.as_view(),
@@ -727,7 +779,7 @@ fn activate_layout<T: Element>(
         rows: layout.dims().capacity(),
         total: Some(layout.total()),
         row_experts: layout.m_indices().as_view(),
-        experts: w.experts,
+        experts: w.groups(),
         bias: w.b13.as_ref(),
     };
     elementwise::launch_activate(stream, &act, d1, h, status.word_mut())
@@ -745,7 +797,7 @@ fn combine_layout<T: Element>(
     weights: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
-    let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.experts));
+    let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.groups()));
     elementwise::launch_combine(
         stream,
         tokens,

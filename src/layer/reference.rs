@@ -1,10 +1,18 @@
 //! CPU reference of the MoE expert layer, from the model families' definitions, with the same roundings as
 //! the GPU path: GEMM1 and GEMM2 accumulate in f32 and round to the element type, the activation runs in f32
 //! and rounds, the combine adds `b2`, weights and sums the k contributions in f32 and rounds once.
+//!
+//! A shared expert ([`moe_forward_with_shared`]) is computed from its own full-width tensors (`[I_s, H]`,
+//! `[H, I_s]`), not from the groups the device splits it into, so a comparison checks the split. Its GEMM1 and
+//! activation round as the routed ones do; its GEMM2 is rounded where the device rounds it: once per `I`-wide
+//! slice of the `I_s` reduction (the device's groups each round their partial sum to the element type), each
+//! slice weighted by `s_t` and added in f32 with the routed contributions. For `I_s = I` (DeepSeek-V3) that is
+//! the model's own rounding; for `I_s = m·I` it differs from a single rounding over `I_s` by at most `m` half
+//! steps of the partial sums.
 
 use std::thread;
 
-use super::{Activation, GateUp, PackedExperts, Storage};
+use super::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
 use crate::dtype::Element;
 
 fn silu(x: f32) -> f32 {
@@ -13,6 +21,52 @@ fn silu(x: f32) -> f32 {
 
 /// `y [tokens, H]` for `x [tokens, H]` and the routing `ids`, `weights` (`[tokens, k]`).
 pub fn moe_forward<T: Element>(p: &PackedExperts<T>, x: &[T], ids: &[i32], weights: &[f32], k: usize) -> Vec<T> {
+    forward(p, None, x, ids, weights, k)
+}
+
+/// `y = Σ_j w[t,j] · expert_j(x) + s_t · shared(x)` with `s_t = shared_weights[t]` (Qwen2-MoE's gate, see
+/// [`shared_gate_weights`]) or 1 (DeepSeek-V3, Kimi-K2). The shared MLP's GEMM2 rounds per `p.inter`-wide slice
+/// of its reduction, as the device does (see the module docs).
+///
+/// # Panics
+/// If the shared expert's hidden size differs from the routed experts' or `shared_weights` is shorter than the
+/// tokens.
+pub fn moe_forward_with_shared<T: Element>(
+    p: &PackedExperts<T>,
+    shared: &SharedExpert<T>,
+    x: &[T],
+    ids: &[i32],
+    weights: &[f32],
+    k: usize,
+    shared_weights: Option<&[f32]>,
+) -> Vec<T> {
+    assert_eq!(shared.hidden, p.hidden, "the shared expert's hidden size differs from the routed experts'");
+    if let Some(s) = shared_weights {
+        assert!(s.len() >= x.len() / p.hidden, "shared_weights holds {} of {} tokens", s.len(), x.len() / p.hidden);
+    }
+    forward(p, Some((shared, shared_weights)), x, ids, weights, k)
+}
+
+/// Qwen2-MoE's shared-expert weights `s_t = sigmoid(x_t · shared_expert_gate)` as transformers computes them in
+/// the element type: the gate's logit rounded, the sigmoid rounded. `None` without a gate tensor.
+pub fn shared_gate_weights<T: Element>(shared: &SharedExpert<T>, x: &[T]) -> Option<Vec<f32>> {
+    let gate = shared.expert_gate.as_ref()?;
+    let h = shared.hidden;
+    let round = |v: f32| T::from_f32(v).to_f32();
+    let logit = |row: &[T]| round(row.iter().zip(gate).map(|(a, b)| a.to_f32() * b.to_f32()).sum());
+    Some(x.chunks(h).map(|row| round(1.0 / (1.0 + (-logit(row)).exp()))).collect())
+}
+
+type SharedPart<'a, T> = Option<(&'a SharedExpert<T>, Option<&'a [f32]>)>;
+
+fn forward<T: Element>(
+    p: &PackedExperts<T>,
+    shared: SharedPart<'_, T>,
+    x: &[T],
+    ids: &[i32],
+    weights: &[f32],
+    k: usize,
+) -> Vec<T> {
     let (h, i) = (p.hidden, p.inter);
     let r13 = p.w13_rows();
     let tokens = x.len() / h;
@@ -77,6 +131,9 @@ pub fn moe_forward<T: Element>(p: &PackedExperts<T>, x: &[T], ids: &[i32], weigh
                             *a += weights[t * k + j] * (round(dot) + b2);
                         }
                     }
+                    if let Some((s, sw)) = shared {
+                        add_shared(s, sw.map_or(1.0, |w| w[t]), i, &xr, &mut acc);
+                    }
                     for (o, v) in yrow.iter_mut().enumerate() {
                         *v = T::from_f32(acc[o]);
                     }
@@ -85,4 +142,27 @@ pub fn moe_forward<T: Element>(p: &PackedExperts<T>, x: &[T], ids: &[i32], weigh
         }
     });
     y
+}
+
+/// `acc += s_t · shared(x)`: GEMM1 over the full `I_s` rows and the activation rounded as the routed experts',
+/// GEMM2 rounded once per `slice`-wide part of its reduction (the device's groups).
+fn add_shared<T: Element>(s: &SharedExpert<T>, st: f32, slice: usize, xr: &[f32], acc: &mut [f32]) {
+    let (h, is) = (s.hidden, s.inter);
+    let round = |v: f32| T::from_f32(v).to_f32();
+    let dot = |w: &[T]| -> f32 { (0..h).map(|c| xr[c] * w[c].to_f32()).sum() };
+    let act: Vec<f32> = (0..is)
+        .map(|n| {
+            let g = round(dot(&s.gate_proj[n * h..(n + 1) * h]));
+            let u = round(dot(&s.up_proj[n * h..(n + 1) * h]));
+            round(silu(g) * u)
+        })
+        .collect();
+    for (o, a) in acc.iter_mut().enumerate() {
+        let down = &s.down_proj[o * is..(o + 1) * is];
+        for lo in (0..is).step_by(slice.max(1)) {
+            let hi = (lo + slice.max(1)).min(is);
+            let part: f32 = (lo..hi).map(|n| act[n] * down[n].to_f32()).sum();
+            *a += st * round(part);
+        }
+    }
 }

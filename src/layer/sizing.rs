@@ -32,7 +32,8 @@ pub struct LayerShape {
     /// The range of the router's ids (`experts` without expert parallelism).
     pub global_experts: usize,
     pub top_k: usize,
-    /// Shared-expert groups every token joins with weight 1 (each `inter` wide; 0 without shared experts).
+    /// Shared-expert groups every token joins, with the shared weight `s_t` (each `inter` wide: a shared
+    /// expert of intermediate size `I_s` is `I_s / inter` groups; 0 without one).
     pub shared_groups: usize,
     pub hidden: usize,
     pub inter: usize,
@@ -48,6 +49,10 @@ impl LayerShape {
     /// GEMM groups: the local experts plus the shared groups.
     pub const fn groups(&self) -> usize {
         self.experts + self.shared_groups
+    }
+    /// The range of the layout's ids: the router's experts, then the shared groups (ids `global_experts ..`).
+    pub const fn layout_experts(&self) -> usize {
+        self.global_experts + self.shared_groups
     }
     /// `w13` rows per expert: `2·inter` gated, `inter` otherwise.
     pub const fn w13_rows(&self) -> usize {
@@ -323,7 +328,7 @@ impl LayerSizing {
     /// (with expert parallelism), its fields and GEMM plans on the host; the same count as
     /// [`MoeLayer::plan_bytes`](super::MoeLayer::plan_bytes).
     pub fn plan_bytes(&self, expert_parallel: bool) -> PlanBytes {
-        let device = if expert_parallel { self.shape.global_experts * std::mem::size_of::<i32>() } else { 0 };
+        let device = if expert_parallel { self.shape.layout_experts() * std::mem::size_of::<i32>() } else { 0 };
         let plans: usize = self.gemms.iter().map(|g| g.configs(self.sm_count).len()).sum();
         PlanBytes { device, host: super::plan_host_bytes(self, plans) }
     }
@@ -367,7 +372,8 @@ pub(crate) fn auto_pick(shape: &LayerShape, tokens: usize, expert_parallel: bool
     if expert_parallel {
         return Backend::Grouped;
     }
-    super::auto_backend(shape.experts, shape.slots(), shape.hidden, shape.inter, tokens)
+    // Shared groups count as experts every token picks: k' = k + m of E + m.
+    super::auto_backend(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens)
 }
 
 /// Bytes a layer's plan holds.
