@@ -560,6 +560,20 @@ impl<T: Element> MoeLayer<T> {
             .ok_or_else(|| Error::InvalidProblem(format!("backend {backend} has no GEMM plans in this layer")))
     }
 
+    /// Re-targets the scratch's layout at `dims` and builds it from the pass's ids (one kernel).
+    fn lay_out(
+        &self,
+        stream: &Arc<CudaStream>,
+        layout: &mut ExpertLayout,
+        dims: LayoutDims,
+        ids: &MatrixView<'_, i32>,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        layout.reshape(dims)?;
+        let map = self.expert_map.as_ref().map(|m| m.as_view());
+        layout.build(stream, dims.max_tokens(), &ids.as_view(), map.as_ref(), status)
+    }
+
     fn layout_dims(&self, spec: LayoutSpec, tokens: usize) -> Result<LayoutDims> {
         let s = &self.sizing.shape;
         LayoutDims::new(spec, tokens, s.slots(), s.layout_experts(), s.groups())
@@ -580,14 +594,7 @@ impl<T: Element> MoeLayer<T> {
         let Buffers { layout, a, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
         let (a, d1, d2) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?);
         let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
-        layout.reshape(dims)?;
-        layout.build(
-            p.stream,
-            tokens,
-            &p.ids.as_view(),
-            self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
-            status,
-        )?;
+        self.lay_out(p.stream, layout, dims, p.ids, status)?;
         layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
         let g1 = gemms.g1.for_rows(rows);
         g1.launch(p.stream, a, &w.w13, layout.group_rows(), d1, workspace, status)?;
@@ -616,14 +623,7 @@ impl<T: Element> MoeLayer<T> {
         let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
         let Buffers { layout, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
-        layout.reshape(dims)?;
-        layout.build(
-            p.stream,
-            tokens,
-            &p.ids.as_view(),
-            self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
-            status,
-        )?;
+        self.lay_out(p.stream, layout, dims, p.ids, status)?;
         self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
         activate_layout(p.stream, w, layout, d1, hbuf, status)?;
         self.fused.gemm2_scatter(
@@ -672,14 +672,7 @@ impl<T: Element> MoeLayer<T> {
         let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status } = p.scratch.buffers()?;
         let (a, d1, d2, single) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?, need(single, "eager offsets")?);
         let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
-        layout.reshape(dims)?;
-        layout.build(
-            p.stream,
-            tokens,
-            &p.ids.as_view(),
-            self.expert_map.as_ref().map(|m| m.as_view()).as_ref(),
-            status,
-        )?;
+        self.lay_out(p.stream, layout, dims, p.ids, status)?;
         layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
         let offsets = p.stream.clone_dtoh(layout.offsets())?;
         let offsets = &offsets[..=dims.local_experts()];
