@@ -21,7 +21,7 @@
 use crate::error::{Error, Result};
 
 pub mod device;
-mod group;
+pub mod group;
 
 pub use device::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
 pub use float8::{F8E4M3, F8E5M2};
