@@ -379,9 +379,11 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("moe-gemm-fp8-{}-{name}.safetensors", std::process::id()))
 }
 
-type Store = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
+/// A tensor to write: name, dtype, shape, bytes.
+type Tensor = (String, Dtype, Vec<usize>, Vec<u8>);
+type Store = Vec<Tensor>;
 
-fn write(path: &PathBuf, store: &Store) {
+fn write(path: &std::path::Path, store: &Store) {
     let views: HashMap<String, TensorView<'_>> =
         store.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
     safetensors::serialize_to_file(views, None, path).unwrap();
@@ -575,7 +577,7 @@ fn bad_fp8_checkpoints_name_the_tensor_and_the_block() {
     };
     let pack = |c: &Checkpoint, config: &Fp8Config| c.pack_fp8_experts(prefix, e, ExpertNaming::GateUpDown, config);
     let (good, _) = fp8_experts(prefix, e, i, h, ScaleFormat::F32, Dtype::F32);
-    let edit = |name: &str, f: &dyn Fn(&mut (String, Dtype, Vec<usize>, Vec<u8>))| {
+    let edit = |name: &str, f: &dyn Fn(&mut Tensor)| {
         let mut s = good.clone();
         f(s.iter_mut().find(|t| t.0 == name).unwrap());
         s
