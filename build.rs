@@ -28,6 +28,7 @@ const KERNEL_UNITS: &[&str] = &[
     "cpp/activation.cu",
     "cpp/decode.cu",
     "cpp/runtime.cu",
+    "cpp/quant.cu",
 ];
 /// Real SASS for Hopper's arch-specific features (wgmma, setmaxnreg); never the `-arch=sm_90a` shorthand.
 const GENCODE: &[&str] = &["-gencode=arch=compute_90a,code=sm_90a"];

@@ -267,5 +267,29 @@ LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidde
   return wrap(moe_gemm::sum_slots(dtype, tokens, top_k, hidden, pairs, positions, y, stream));
 }
 
+LaunchStatus quantize_fp8(const QuantParams& p) {
+  QuantArgs a{};
+  a.dtype = p.dtype;
+  a.source = p.source;
+  a.rows = p.rows;
+  a.top_k = p.top_k;
+  a.k = p.k;
+  a.x_stride = p.x_stride;
+  a.x = p.x;
+  a.positions = p.positions;
+  a.out_rows = p.out_rows;
+  a.total = p.total;
+  a.row_experts = p.row_experts;
+  a.experts = p.experts;
+  a.eps = p.eps;
+  a.ue8m0 = p.ue8m0;
+  a.out = p.out;
+  a.scales = p.scales;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<QuantParams, QuantArgs>(18), "assign every QuantArgs field above");
+  return wrap(moe_gemm::quantize_fp8(a));
+}
+
 }  // namespace bridge
 }  // namespace moe_gemm

@@ -6,6 +6,7 @@
 
 #include "launch.h"
 #include "moe_ops.h"
+#include "quant.h"
 #include "runtime.h"
 #include "rust/cxx.h"
 
@@ -20,6 +21,7 @@ struct LayoutParams;
 struct ActivationParams;
 struct DecodeParams;
 struct FusedGemmParams;
+struct QuantParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
@@ -44,6 +46,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
 LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
+LaunchStatus quantize_fp8(const QuantParams& params);
 
 }  // namespace bridge
 }  // namespace moe_gemm

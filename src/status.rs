@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
 use crate::error::{Error, Result};
 
-/// Bits of the status word (`kErr*` in `cpp/launch.h`).
+/// Bits of the status word (`kErr*` in `cpp/launch.h`, and `cpp/quant.h` for the FP8 quantisation).
 pub mod bits {
     /// Grouped GEMM: `offsets[0] != 0`.
     pub const OFFSETS_NOT_ZERO_BASED: u32 = 1 << 0;
@@ -28,6 +28,8 @@ pub mod bits {
     pub const CAPACITY_OVERFLOW: u32 = 1 << 5;
     /// Grouped GEMM: a group's row count exceeds the room its layout gives it.
     pub const GROUP_COUNT_OUT_OF_RANGE: u32 = 1 << 6;
+    /// FP8 quantisation: an input element was NaN or infinite (its e4m3 is NaN).
+    pub const NONFINITE_INPUT: u32 = 1 << 7;
 
     pub(crate) const KNOWN: &[(u32, &str)] = &[
         (OFFSETS_NOT_ZERO_BASED, "offsets[0] != 0"),
@@ -37,6 +39,7 @@ pub mod bits {
         (EXPERT_ID_OUT_OF_RANGE, "an expert id is outside 0..experts (its row was dropped)"),
         (CAPACITY_OVERFLOW, "an expert received more rows than the masked layout's max_m (rows past it dropped)"),
         (GROUP_COUNT_OUT_OF_RANGE, "a group's row count is negative or exceeds its room in the layout (clamped)"),
+        (NONFINITE_INPUT, "an element quantised to FP8 was NaN or infinite (it became the e4m3 NaN)"),
     ];
 }
 

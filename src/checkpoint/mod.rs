@@ -30,6 +30,9 @@ use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
 use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 
+mod fp8;
+pub use fp8::{ActivationScheme, Fp8Config, PackedFp8Experts};
+
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);
 

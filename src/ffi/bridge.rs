@@ -96,6 +96,36 @@ pub(crate) mod ffi {
         Scatter = 1,
     }
 
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum QuantSource {
+        Rows = 0,
+        Gather = 1,
+    }
+
+    /// Mirrors `moe_gemm::QuantArgs` (`cpp/quant.h`).
+    struct QuantParams {
+        dtype: DType,
+        source: QuantSource,
+        rows: i64,
+        top_k: i32,
+        k: i32,
+        x_stride: i64,
+        x: u64,
+        positions: u64,
+        out_rows: i64,
+        total: u64,
+        row_experts: u64,
+        experts: i32,
+        eps: f32,
+        ue8m0: i32,
+        out: u64,
+        scales: u64,
+        status: u64,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::FusedGemmArgs`.
     struct FusedGemmParams {
         dtype: DType,
@@ -268,6 +298,8 @@ pub(crate) mod ffi {
         type FusedTile;
         #[namespace = "moe_gemm"]
         type FusedMode;
+        #[namespace = "moe_gemm"]
+        type QuantSource;
 
         fn grouped_gemm_sm90_built(dtype: DType, config: TileConfig) -> bool;
         fn grouped_gemm_sm90_workspace(
@@ -358,5 +390,8 @@ pub(crate) mod ffi {
             y: u64,
             stream: u64,
         ) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `QuantArgs` documents for its source (`cpp/quant.h`), live on `stream`.
+        unsafe fn quantize_fp8(params: &QuantParams) -> LaunchStatus;
     }
 }

@@ -16,6 +16,7 @@
 //! | `routing` | routers |
 //! | `layouts` | layout build, gather, combine |
 //! | `elementwise` | activation, the fused backend's sum over slots, the batched decode layer |
+//! | `quant` | FP8 activation quantisation: rows, rows gathered to layout positions, rows in use |
 //! | `runtime` | driver and runtime facts, spin, read sweep, SIGPIPE, mmap of checkpoints |
 //! | `cublas` | the ceilings' cuBLAS bf16 and cuBLASLt fp8 GEMMs |
 //! | `status` | `LaunchStatus` → `Error` |
@@ -27,6 +28,7 @@ pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod grouped;
 pub(crate) mod layouts;
+pub(crate) mod quant;
 pub(crate) mod routing;
 pub(crate) mod runtime;
 mod status;

@@ -10,13 +10,25 @@
 //! A scale grid and its format travel together ([`Scales`]), so f32 scales cannot be read as packed UE8M0
 //! (or the reverse) by accident: raw bytes are only accepted with a format and an exact length.
 //!
+//! Activations are quantised per token per 128 columns ([`GroupQuant`], [`per_token_group_quant`]) on the device
+//! ([`device`]: [`Fp8Rows`], [`quantize_rows`], [`quantize_gather`], [`requantize_rows`]); weights per 128 × 128
+//! block on the host ([`BlockFp8::quantize`]; a bf16 checkpoint is converted once, offline, so no device kernel).
+//!
 //! Shapes are checked when a [`BlockFp8`] is made (its fields are private): no input of these functions panics;
 //! a zero block dimension, a shape whose element count overflows or an element outside the weight is an
 //! [`Error::InvalidProblem`] naming the constraint.
 
 use crate::error::{Error, Result};
 
+pub mod device;
+pub mod group;
+
+pub use device::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
 pub use float8::{F8E4M3, F8E5M2};
+pub use group::{
+    dequantize_groups, per_token_group_quant, quantize_element, GroupQuant, ScaleRounding, ACT_GROUP, DEEPSEEK_EPS,
+    VLLM_EPS,
+};
 
 /// The largest finite E4M3FN value.
 pub const E4M3_MAX: f32 = 448.0;

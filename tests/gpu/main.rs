@@ -9,5 +9,6 @@ mod gemm;
 mod layer;
 mod layouts;
 mod pipeline;
+mod quant;
 mod routing;
 mod serving;

@@ -1,0 +1,209 @@
+// FP8 (e4m3) quantisation of 16-bit rows with one f32 scale per token per 128 columns, K-major (quant.h states the
+// rules). One warp per (row, group): each lane owns 4 consecutive columns, the warp reduces the group's amax with
+// shuffles, lane 0 writes the scale. The Gather source quantises a token row once and writes it at each of its
+// layout positions, so the permuted copy of x is produced directly in e4m3.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "element.cuh"
+#include "quant.h"
+
+namespace moe_gemm {
+namespace quant {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kWarps = 8;  // warps per block
+constexpr int kPerLane = kQuantGroup / 32;
+static_assert(kPerLane == 4, "a lane owns 4 columns of a 128-column group");
+constexpr unsigned kMaxBlocks = 16384;  // grid-stride beyond this
+
+__device__ __forceinline__ uint16_t raw_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+__device__ __forceinline__ uint16_t raw_bits(__half x) { return __half_as_ushort(x); }
+template <class T>
+__device__ __forceinline__ T from_raw(uint16_t b);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_raw(uint16_t b) { return __ushort_as_bfloat16(b); }
+template <>
+__device__ __forceinline__ __half from_raw(uint16_t b) { return __ushort_as_half(b); }
+
+// One quantised group slice of a lane: its 4 e4m3 bytes (packed little-endian) and the group's scale.
+struct Slice {
+  uint32_t q;
+  float scale;
+};
+
+// max(amax, eps) / 448, then (ue8m0) the next power of two: exponent + (mantissa != 0). eps / 448 is normal
+// (checked by the caller), so the exponent field is never 0; it is capped at 254 (the largest finite exponent).
+__device__ __forceinline__ float group_scale(float amax, float eps, bool ue8m0) {
+  float s = __fdiv_rn(fmaxf(amax, eps), 448.f);
+  if (ue8m0) {
+    const uint32_t b = __float_as_uint(s);
+    uint32_t e = ((b >> 23) & 0xffu) + ((b & 0x7fffffu) != 0u);
+    e = e > 254u ? 254u : e;
+    s = __uint_as_float(e << 23);
+  }
+  return s;
+}
+
+__device__ __forceinline__ uint32_t encode(float v, uint16_t raw, float scale, uint32_t& err) {
+  if (!isfinite(v)) {
+    err |= kErrNonfiniteInput;
+    return 0x7Fu | ((raw >> 8) & 0x80u);  // e4m3 NaN, the element's sign
+  }
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Group g of row `row` (x + row * x_stride): lane columns c0 .. c0 + 3 with c0 = g * 128 + 4 * lane. kVec: k % 4
+// == 0, x_stride % 4 == 0 and x 8-byte aligned, so a lane's 4 elements are one 8-byte load, wholly inside or
+// wholly past the row.
+template <class T, bool kVec>
+__device__ __forceinline__ Slice quantize_slice(const QuantArgs& a, const T* __restrict__ xrow, int g, uint32_t& err) {
+  const int c0 = g * kQuantGroup + 4 * (threadIdx.x % 32);
+  uint16_t raw[kPerLane] = {0, 0, 0, 0};
+  if (kVec) {
+    if (c0 < a.k) {
+      const uint2 v = *reinterpret_cast<const uint2*>(xrow + c0);
+      raw[0] = v.x & 0xffffu;
+      raw[1] = v.x >> 16;
+      raw[2] = v.y & 0xffffu;
+      raw[3] = v.y >> 16;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (c0 + i < a.k) raw[i] = raw_bits(xrow[c0 + i]);
+  }
+  float v[kPerLane];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    v[i] = element::f32(from_raw<T>(raw[i]));
+    if (isfinite(v[i])) amax = fmaxf(amax, fabsf(v[i]));  // columns past k hold 0
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
+  Slice s;
+  s.scale = group_scale(amax, a.eps, a.ue8m0 != 0);
+  s.q = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) s.q |= encode(v[i], raw[i], s.scale, err) << (8 * i);
+  return s;
+}
+
+// Writes the slice at row `row` of out and scales. kVec: k % 4 == 0 and out 4-byte aligned.
+template <bool kVec>
+__device__ __forceinline__ void store_slice(const QuantArgs& a, int64_t row, int g, int groups, const Slice& s) {
+  const int c0 = g * kQuantGroup + 4 * (threadIdx.x % 32);
+  uint8_t* orow = reinterpret_cast<uint8_t*>(a.out) + row * a.k;
+  if (kVec) {
+    if (c0 < a.k) *reinterpret_cast<uint32_t*>(orow + c0) = s.q;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (c0 + i < a.k) orow[c0 + i] = static_cast<uint8_t>(s.q >> (8 * i));
+  }
+  if (threadIdx.x % 32 == 0) reinterpret_cast<float*>(a.scales)[row * groups + g] = s.scale;
+}
+
+__device__ __forceinline__ void report(const QuantArgs& a, uint32_t err) {
+  err = __reduce_or_sync(kFull, err);
+  if (err && threadIdx.x % 32 == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
+}
+
+// Tasks are (row, group) pairs, warp-uniform, so every lane of a warp takes the same branches and joins the
+// shuffles.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(32 * kWarps) quantize_rows_kernel(const QuantArgs a) {
+  const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
+  int64_t rows = a.rows;
+  if (a.total) {
+    const int64_t t = *reinterpret_cast<const int32_t*>(a.total);
+    rows = t < 0 ? 0 : (t < rows ? t : rows);
+  }
+  const int32_t* row_experts = reinterpret_cast<const int32_t*>(a.row_experts);
+  const T* x = reinterpret_cast<const T*>(a.x);
+  uint32_t err = 0;
+  const int64_t tasks = rows * groups;
+  for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; task < tasks;
+       task += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t row = task / groups;
+    const int g = static_cast<int>(task - row * groups);
+    if (row_experts) {
+      const int e = row_experts[row];
+      if (e < 0 || e >= a.experts) continue;
+    }
+    const Slice s = quantize_slice<T, kVec>(a, x + row * a.x_stride, g, err);
+    store_slice<kVec>(a, row, g, groups, s);
+  }
+  report(a, err);
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(32 * kWarps) quantize_gather_kernel(const QuantArgs a) {
+  const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
+  const int32_t* positions = reinterpret_cast<const int32_t*>(a.positions);
+  const T* x = reinterpret_cast<const T*>(a.x);
+  uint32_t err = 0;
+  const int64_t tasks = a.rows * groups;
+  for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; task < tasks;
+       task += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t t = task / groups;
+    const int g = static_cast<int>(task - t * groups);
+    const Slice s = quantize_slice<T, kVec>(a, x + t * a.x_stride, g, err);
+    for (int j = 0; j < a.top_k; ++j) {
+      const int64_t p = positions[t * a.top_k + j];
+      if (p < 0) continue;  // dropped: another device's expert, a bad id, past a masked capacity
+      if (p >= a.out_rows) {
+        err |= kErrCapacityOverflow;
+        continue;
+      }
+      store_slice<kVec>(a, p, g, groups, s);
+    }
+  }
+  report(a, err);
+}
+
+template <class T, bool kVec>
+void launch(const QuantArgs& a, unsigned blocks, cudaStream_t s) {
+  if (a.source == QuantSource::Gather) {
+    quantize_gather_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
+  } else {
+    quantize_rows_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
+  }
+}
+
+template <class T>
+void launch(const QuantArgs& a, bool vec, unsigned blocks, cudaStream_t s) {
+  if (vec) {
+    launch<T, true>(a, blocks, s);
+  } else {
+    launch<T, false>(a, blocks, s);
+  }
+}
+
+}  // namespace quant
+
+Status quantize_fp8(const QuantArgs& a) {
+  using namespace quant;
+  if (a.rows <= 0 || a.k <= 0) return {StatusCode::Ok, 0};
+  const int64_t groups = (a.k + kQuantGroup - 1) / kQuantGroup;
+  const int64_t warps = a.rows * groups;
+  const int64_t want = (warps + kWarps - 1) / kWarps;
+  const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
+  // 8-byte loads of 4 columns and 4-byte stores of their e4m3 bytes where every row keeps that alignment.
+  const bool vec = a.k % 4 == 0 && a.x_stride % 4 == 0 && a.x % 8 == 0 && a.out % 4 == 0;
+  auto s = reinterpret_cast<cudaStream_t>(a.stream);
+  if (a.dtype == DType::BF16) {
+    launch<__nv_bfloat16>(a, vec, blocks, s);
+  } else {
+    launch<__half>(a, vec, blocks, s);
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+}  // namespace moe_gemm

@@ -1,0 +1,60 @@
+// moe-gemm: the plain C++17 surface of the FP8 activation quantisation kernel (quant.cu). Kept apart from launch.h
+// and moe_ops.h so that editing it recompiles no other translation unit.
+//
+// Per token and per group of 128 columns (DeepSeek-V3's 1 x 128 activation blocks):
+//   amax  = max |x| over the group's finite elements (a partial last group: over the columns it has)
+//   scale = max(amax, eps) / 448, IEEE division; with ue8m0, rounded UP to a power of two (exponent + (mantissa
+//           != 0), the bits of DeepGEMM's ceil_to_ue8m0)
+//   q     = e4m3(x / scale), IEEE division, round to nearest even, saturating to +-448 (cvt.rn.satfinite);
+//           a NaN or +-inf element becomes the e4m3 NaN with the element's sign (0x7F / 0xFF) and sets
+//           kErrNonfiniteInput.
+// Output: q [out_rows, k] (row stride k) and f32 scales K-major [out_rows][ceil(k / 128)], the per-group layout the
+// SM90 CUTLASS blockwise grouped GEMM reads (a group's scales start at row_start * ceil(k / 128)).
+#pragma once
+
+#include <cstdint>
+
+#include "launch.h"
+
+namespace moe_gemm {
+
+// Status bit: an input element of a quantised row was NaN or infinite (its e4m3 is NaN). The Rust name is in
+// src/status.rs.
+constexpr uint32_t kErrNonfiniteInput = 1u << 7;
+
+// Columns per scale.
+constexpr int32_t kQuantGroup = 128;
+
+enum class QuantSource : uint32_t {
+  // out row r = quant(x row r) for r < rows; with row_experts, rows whose expert is outside [0, experts) are
+  // skipped; with total, rows at or after min(*total, rows) are skipped (the activation kernel's rule).
+  Rows = 0,
+  // out row positions[t * top_k + j] = quant(x row t) for t < rows (tokens), j < top_k: the layout's gather and
+  // the quantisation in one pass. Positions < 0 are dropped; positions >= out_rows are dropped and reported
+  // (kErrCapacityOverflow).
+  Gather = 1,
+};
+
+struct QuantArgs {
+  DType dtype;          // of x
+  QuantSource source;
+  int64_t rows;         // Rows: rows of x (and of out); Gather: tokens (rows of x)
+  int32_t top_k;        // Gather: slots per token (1 for Rows)
+  int32_t k;            // columns of x and out
+  int64_t x_stride;     // elements between rows of x (>= k)
+  uint64_t x;           // [rows, x_stride] 16-bit
+  uint64_t positions;   // Gather: int32 [rows * top_k]; Rows: 0
+  int64_t out_rows;     // rows of out and scales
+  uint64_t total;       // Rows: int32 [1] or 0
+  uint64_t row_experts; // Rows: int32 [rows] or 0
+  int32_t experts;      // Rows with row_experts: the valid range of an expert id
+  float eps;            // amax floor: positive, eps / 448 a normal f32 (checked by the caller)
+  int32_t ue8m0;        // nonzero: scales rounded up to powers of two
+  uint64_t out;         // uint8 (e4m3) [out_rows, k]
+  uint64_t scales;      // f32 [out_rows, ceil(k / 128)]
+  uint64_t status;      // uint32 device status word
+  uint64_t stream;
+};
+Status quantize_fp8(const QuantArgs& args);
+
+}  // namespace moe_gemm

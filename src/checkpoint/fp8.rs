@@ -1,0 +1,500 @@
+//! Block-FP8 checkpoints: DeepSeek-V3 / V3.1 and Qwen3-FP8.
+//!
+//! * `config.json`'s `quantization_config` ([`Fp8Config::from_config_json`]): `quant_method: "fp8"`,
+//!   `fmt: "e4m3"`, `weight_block_size: [128, 128]`, `activation_scheme: "dynamic"`, and DeepSeek-V3.1's
+//!   `scale_fmt: "ue8m0"` (scales that are powers of two).
+//! * Per weight `{name}` (F8_E4M3, `[N, K]`) a `{name}_scale_inv`, the **dequantisation multiplier** of each block
+//!   (`w ≈ q · s`), `[ceil(N / bn), ceil(K / bk)]` with edge blocks, in F32 (DeepSeek) or BF16 / F16 (Qwen3-FP8
+//!   checkpoints): [`Checkpoint::fp8_block_weight`]. Scales are read exactly (bf16 and f16 widen to f32 without
+//!   rounding); under `scale_fmt: ue8m0` each one must be an exact power of two, never rounded.
+//! * All experts of a layer packed into one [`PackedFp8Experts`]: `w13 = [gate; up]` `[E, 2I, H]` and `w2`
+//!   `[E, H, I]`, each with its scale grids stacked the same way ([`Checkpoint::pack_fp8_experts`]). Stacking gate
+//!   on up keeps every block whole only when `I` is a multiple of the block rows; otherwise a block of w13 would
+//!   mix gate and up rows under one scale, and that is an error naming both tensors.
+//!
+//! Converting a bf16 checkpoint: [`PackedFp8Experts::quantize`] quantises packed experts on the host (per 128 ×
+//! 128 block, [`BlockFp8::quantize`]), once, offline; the device quantises activations only
+//! ([`crate::quant::device`]).
+
+use std::path::Path;
+
+use safetensors::tensor::Dtype;
+use serde_json::Value;
+
+use super::{bad, from_bytes, Checkpoint, ExpertNaming};
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::layer::{ExpertFormat, PackedExperts};
+use crate::quant::{BlockFp8, BlockShape, GroupQuant, ScaleFormat, Scales, Ue8m0, F8E4M3};
+
+/// How activations are scaled at run time. Only dynamic (per-token, computed on the fly) scaling is read;
+/// static input scales would come as a new variant: match with a wildcard arm.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActivationScheme {
+    /// Scales computed per token per 128 columns at run time (DeepSeek-V3, Qwen3-FP8).
+    Dynamic,
+}
+
+/// The typed `quantization_config` of a block-FP8 checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp8Config {
+    block: BlockShape,
+    activation: ActivationScheme,
+    scale_format: ScaleFormat,
+}
+
+fn config_error(key: &str, problem: String) -> Error {
+    Error::InvalidProblem(format!("config.json quantization_config.{key}: {problem}"))
+}
+
+/// `quantization_config.key` as a string, or `None` when absent or null.
+fn str_key<'a>(q: &'a Value, key: &str) -> Result<Option<&'a str>> {
+    match q.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(config_error(key, format!("{v} is not a string"))),
+    }
+}
+
+impl Fp8Config {
+    /// DeepSeek-V3: 128 × 128 blocks, f32 scales, dynamic activations.
+    pub const DEEPSEEK_V3: Fp8Config = Fp8Config {
+        block: BlockShape::DEEPSEEK,
+        activation: ActivationScheme::Dynamic,
+        scale_format: ScaleFormat::F32,
+    };
+    /// DeepSeek-V3.1: as V3 with `scale_fmt: ue8m0`.
+    pub const DEEPSEEK_V3_1: Fp8Config = Fp8Config { scale_format: ScaleFormat::Ue8m0, ..Fp8Config::DEEPSEEK_V3 };
+
+    /// # Errors
+    /// [`Error::InvalidProblem`] for a zero block dimension.
+    pub fn new(block: BlockShape, activation: ActivationScheme, scale_format: ScaleFormat) -> Result<Fp8Config> {
+        block.grid(0, 0)?;
+        Ok(Fp8Config { block, activation, scale_format })
+    }
+
+    /// The `quantization_config` of a `config.json`'s text: `None` when it has none (an unquantised model).
+    /// Unknown keys (`modules_to_not_convert`, …) are ignored.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the key: not JSON; a `quant_method` other than `fp8`; an `fmt` other than
+    /// `e4m3`; an `activation_scheme` other than `dynamic`; a `weight_block_size` that is missing or not two
+    /// positive integers; a `scale_fmt` other than `ue8m0`.
+    pub fn from_config_json(text: &str) -> Result<Option<Fp8Config>> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::InvalidProblem(format!("config.json is not valid JSON: {e}")))?;
+        let Some(q) = v.get("quantization_config").filter(|q| !q.is_null()) else {
+            return Ok(None);
+        };
+        if !q.is_object() {
+            return Err(Error::InvalidProblem(format!("config.json quantization_config = {q}: not an object")));
+        }
+        match str_key(q, "quant_method")? {
+            Some("fp8") => {}
+            Some(m) => {
+                return Err(config_error("quant_method", format!("\"{m}\": only \"fp8\" (block FP8) is read")));
+            }
+            None => return Err(config_error("quant_method", "missing".into())),
+        }
+        match str_key(q, "fmt")? {
+            None | Some("e4m3") => {}
+            Some(f) => return Err(config_error("fmt", format!("\"{f}\": only \"e4m3\" is read"))),
+        }
+        let activation = match str_key(q, "activation_scheme")? {
+            None | Some("dynamic") => ActivationScheme::Dynamic,
+            Some(s) => {
+                return Err(config_error(
+                    "activation_scheme",
+                    format!("\"{s}\": only \"dynamic\" (per-token scales at run time) is supported"),
+                ))
+            }
+        };
+        let block = match q.get("weight_block_size") {
+            None | Some(Value::Null) => {
+                return Err(config_error(
+                    "weight_block_size",
+                    "missing: per-tensor FP8 checkpoints are not read, only block-scaled ones".into(),
+                ))
+            }
+            Some(Value::Array(a)) if a.len() == 2 => {
+                let dim = |v: &Value| v.as_u64().filter(|&d| d > 0).and_then(|d| usize::try_from(d).ok());
+                match (dim(&a[0]), dim(&a[1])) {
+                    (Some(rows), Some(cols)) => BlockShape { rows, cols },
+                    _ => {
+                        return Err(config_error(
+                            "weight_block_size",
+                            format!("{}: not two positive integers", Value::Array(a.clone())),
+                        ))
+                    }
+                }
+            }
+            Some(v) => return Err(config_error("weight_block_size", format!("{v}: not two positive integers"))),
+        };
+        let scale_format = match str_key(q, "scale_fmt")? {
+            None => ScaleFormat::F32,
+            Some("ue8m0") => ScaleFormat::Ue8m0,
+            Some(s) => return Err(config_error("scale_fmt", format!("\"{s}\": only \"ue8m0\" is known"))),
+        };
+        Fp8Config::new(block, activation, scale_format).map(Some)
+    }
+
+    /// [`Fp8Config::from_config_json`] of the file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the file when it cannot be read; otherwise as `from_config_json`.
+    pub fn from_config_file(path: &Path) -> Result<Option<Fp8Config>> {
+        let text = std::fs::read_to_string(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
+        Fp8Config::from_config_json(&text)
+    }
+
+    /// Elements of the weight under one scale (`weight_block_size`: rows of the `[N, K]` weight, then columns).
+    pub fn block(&self) -> BlockShape {
+        self.block
+    }
+    pub fn activation(&self) -> ActivationScheme {
+        self.activation
+    }
+    /// `F32` scales, or `Ue8m0` (powers of two) under `scale_fmt: ue8m0`.
+    pub fn scale_format(&self) -> ScaleFormat {
+        self.scale_format
+    }
+
+    /// How to quantise the activations of this checkpoint on the device: DeepSeek's eps (1e-4), scales rounded
+    /// up to powers of two under `scale_fmt: ue8m0`.
+    pub fn activation_quant(&self) -> GroupQuant {
+        match self.scale_format {
+            ScaleFormat::Ue8m0 => GroupQuant::DEEPSEEK_UE8M0,
+            _ => GroupQuant::DEEPSEEK,
+        }
+    }
+}
+
+/// Scales of `values` (row-major over a `[_, gc]` grid) in `format`: UE8M0 only for exact powers of two; f32
+/// only for finite, non-negative values. The first offending block is named.
+fn checked_scales(tensor: &str, values: Vec<f32>, gc: usize, format: ScaleFormat) -> Result<Scales> {
+    let block = |i: usize| format!("block [{}, {}]", i / gc.max(1), i % gc.max(1));
+    match format {
+        ScaleFormat::Ue8m0 => values
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| match Ue8m0::from_f32_ceil(s) {
+                Ok(u) if u.to_f32() == s => Ok(u),
+                _ => Err(bad(
+                    tensor,
+                    format!(
+                        "{} = {s:e} is not a power of two, but the checkpoint declares scale_fmt ue8m0 (scales are \
+                         never rounded)",
+                        block(i)
+                    ),
+                )),
+            })
+            .collect::<Result<Vec<Ue8m0>>>()
+            .map(Scales::Ue8m0),
+        _ => match values.iter().position(|s| !(s.is_finite() && *s >= 0.0)) {
+            Some(i) => Err(bad(tensor, format!("{} = {:e} is not a finite, non-negative scale", block(i), values[i]))),
+            None => Ok(Scales::F32(values)),
+        },
+    }
+}
+
+impl Checkpoint {
+    /// Tensor `name`'s dtype, shape and bytes.
+    fn raw(&self, name: &str) -> Result<(Dtype, &[usize], &[u8])> {
+        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        let base = 8 + self.header;
+        Ok((info.dtype, &info.shape, &self.map[base + info.data_offsets.0..base + info.data_offsets.1]))
+    }
+
+    /// A block-FP8 weight: `name` (F8_E4M3, `[N, K]`) with `{name}_scale_inv` (F32, BF16 or F16,
+    /// `[ceil(N / bn), ceil(K / bk)]` for `config`'s block), its scales in `config`'s format.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor: missing; the weight not F8_E4M3 or not 2-D; the scales of another
+    /// dtype; a scale grid whose shape does not match the weight's block grid (both tensors named); under
+    /// `scale_fmt: ue8m0`, a scale that is not an exact power of two (the first such block named); otherwise a
+    /// scale that is negative or not finite.
+    pub fn fp8_block_weight(&self, name: &str, config: &Fp8Config) -> Result<BlockFp8> {
+        let (dtype, shape, bytes) = self.raw(name)?;
+        if dtype != Dtype::F8_E4M3 {
+            return Err(bad(name, format!("dtype {dtype:?}, expected F8_E4M3")));
+        }
+        let [rows, cols] = shape[..] else {
+            return Err(bad(name, format!("shape {shape:?}, expected [out, in]")));
+        };
+        let q: Vec<F8E4M3> = bytes.iter().map(|&b| F8E4M3::from_bits(b)).collect();
+        let sname = format!("{name}_scale_inv");
+        let (sdtype, sshape, sbytes) = self.raw(&sname)?;
+        let block = config.block;
+        let (gr, gc) = block.grid(rows, cols).map_err(|e| bad(name, e.to_string()))?;
+        if sshape != [gr, gc] {
+            return Err(bad(
+                &sname,
+                format!(
+                    "shape {sshape:?} does not match the block grid [{gr}, {gc}] of `{name}` [{rows}, {cols}] in \
+                     {}x{} blocks",
+                    block.rows, block.cols
+                ),
+            ));
+        }
+        let values: Vec<f32> = match sdtype {
+            Dtype::F32 => sbytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::BF16 => from_bytes::<half::bf16>(sbytes).into_iter().map(f32::from).collect(),
+            Dtype::F16 => from_bytes::<half::f16>(sbytes).into_iter().map(f32::from).collect(),
+            d => return Err(bad(&sname, format!("dtype {d:?}, expected F32, BF16 or F16"))),
+        };
+        if Some(values.len()) != gr.checked_mul(gc) || Some(q.len()) != rows.checked_mul(cols) {
+            return Err(bad(
+                name,
+                format!("{} elements and {} scales for shape [{rows}, {cols}]", q.len(), values.len()),
+            ));
+        }
+        let scales = checked_scales(&sname, values, gc, config.scale_format)?;
+        BlockFp8::from_parts(rows, cols, block, q, scales).map_err(|e| bad(name, e.to_string()))
+    }
+
+    /// All `experts` experts under `prefix` packed into one value: `w13 = [gate; up]` and `w2`, weights and scale
+    /// grids stacked over experts (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor: as [`Checkpoint::fp8_block_weight`]; an up or down shape that does
+    /// not fit the gate's, or a gate shape other than expert 0's; gate rows `I` not a multiple of the block rows
+    /// (gate and up both named: one scale would cover rows of both); `experts = 0`.
+    pub fn pack_fp8_experts(
+        &self,
+        prefix: &str,
+        experts: usize,
+        naming: ExpertNaming,
+        config: &Fp8Config,
+    ) -> Result<PackedFp8Experts> {
+        let mut per_expert = Vec::with_capacity(experts);
+        for e in 0..experts {
+            let [gn, un, dn] = naming.names(prefix, e);
+            let g = self.fp8_block_weight(&gn, config)?;
+            let u = self.fp8_block_weight(&un, config)?;
+            let d = self.fp8_block_weight(&dn, config)?;
+            let (i, h) = (g.rows(), g.cols());
+            if (u.rows(), u.cols()) != (i, h) {
+                return Err(bad(&un, format!("shape [{}, {}], expected [{i}, {h}] like `{gn}`", u.rows(), u.cols())));
+            }
+            if (d.rows(), d.cols()) != (h, i) {
+                return Err(bad(&dn, format!("shape [{}, {}], expected [{h}, {i}]", d.rows(), d.cols())));
+            }
+            if let Some((w13, _)) = per_expert.first() {
+                let w13: &BlockFp8 = w13;
+                if (w13.rows(), w13.cols()) != (2 * i, h) {
+                    return Err(bad(
+                        &gn,
+                        format!("shape [{i}, {h}], expert 0 has [{}, {}]", w13.rows() / 2, w13.cols()),
+                    ));
+                }
+            }
+            per_expert.push((stack_gate_up(&g, &u, &gn, &un)?, d));
+        }
+        PackedFp8Experts::from_experts(per_expert).map_err(|e| bad(prefix, e.to_string()))
+    }
+}
+
+/// `[gate; up]`, or the error naming both tensors when a block would straddle them.
+fn stack_gate_up(g: &BlockFp8, u: &BlockFp8, gate: &str, up: &str) -> Result<BlockFp8> {
+    let block = g.block();
+    if g.rows() % block.rows != 0 {
+        return Err(bad(
+            gate,
+            format!(
+                "{} rows is not a multiple of the {}-row blocks: stacked on `{up}` into w13, one block's scale would \
+                 cover rows of both",
+                g.rows(),
+                block.rows
+            ),
+        ));
+    }
+    g.stack_rows(u).map_err(|e| bad(gate, format!("stacking on `{up}`: {e}")))
+}
+
+/// The block-FP8 experts of one layer in one value: `w13 [E, 2I, H]` (gate rows, then up rows) and `w2 [E, H, I]`
+/// as e4m3, each with its scale grids `[E, ceil(2I / bn), ceil(H / bk)]` and `[E, ceil(H / bn), ceil(I / bk)]`
+/// (row-major, DeepSeek's `weight_scale_inv` per expert), all in one [`ScaleFormat`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedFp8Experts {
+    experts: usize,
+    hidden: usize,
+    inter: usize,
+    block: BlockShape,
+    w13: Vec<F8E4M3>,
+    w13_scales: Scales,
+    w2: Vec<F8E4M3>,
+    w2_scales: Scales,
+}
+
+fn concat_scales(parts: &[&Scales]) -> Result<Scales> {
+    let mut f = Vec::new();
+    let mut u = Vec::new();
+    for s in parts {
+        match s {
+            Scales::F32(v) => f.extend_from_slice(v),
+            Scales::Ue8m0(v) => u.extend_from_slice(v),
+        }
+    }
+    match (f.is_empty(), u.is_empty()) {
+        (_, true) => Ok(Scales::F32(f)),
+        (true, false) => Ok(Scales::Ue8m0(u)),
+        _ => Err(Error::InvalidProblem("experts with both F32 and UE8M0 scales".into())),
+    }
+}
+
+impl PackedFp8Experts {
+    /// Packs per-expert `(w13 [2I, H], w2 [H, I])` pairs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for no experts, or experts whose shapes, blocks or scale formats differ.
+    pub fn from_experts(per_expert: Vec<(BlockFp8, BlockFp8)>) -> Result<PackedFp8Experts> {
+        let Some((w13, w2)) = per_expert.first() else {
+            return Err(Error::InvalidProblem("experts = 0".into()));
+        };
+        let (two_i, h, block, format) = (w13.rows(), w13.cols(), w13.block(), w13.scales().format());
+        if two_i % 2 != 0 || (w2.rows(), w2.cols()) != (h, two_i / 2) {
+            return Err(Error::InvalidProblem(format!(
+                "expert 0: w13 [{two_i}, {h}] and w2 [{}, {}] are not [2I, H] and [H, I]",
+                w2.rows(),
+                w2.cols()
+            )));
+        }
+        for (e, (a, b)) in per_expert.iter().enumerate() {
+            let same =
+                |m: &BlockFp8, r, c| (m.rows(), m.cols(), m.block(), m.scales().format()) == (r, c, block, format);
+            if !same(a, two_i, h) || !same(b, h, two_i / 2) {
+                return Err(Error::InvalidProblem(format!(
+                    "expert {e}: w13 [{}, {}] {:?} {:?} and w2 [{}, {}] {:?} {:?} differ from expert 0's",
+                    a.rows(),
+                    a.cols(),
+                    a.block(),
+                    a.scales().format(),
+                    b.rows(),
+                    b.cols(),
+                    b.block(),
+                    b.scales().format()
+                )));
+            }
+        }
+        let w13_scales = concat_scales(&per_expert.iter().map(|(a, _)| a.scales()).collect::<Vec<_>>())?;
+        let w2_scales = concat_scales(&per_expert.iter().map(|(_, b)| b.scales()).collect::<Vec<_>>())?;
+        let experts = per_expert.len();
+        let (mut q13, mut q2) = (Vec::new(), Vec::new());
+        for (a, b) in &per_expert {
+            q13.extend_from_slice(a.q());
+            q2.extend_from_slice(b.q());
+        }
+        Ok(PackedFp8Experts { experts, hidden: h, inter: two_i / 2, block, w13: q13, w13_scales, w2: q2, w2_scales })
+    }
+
+    /// Quantises packed bf16 / f16 SwiGLU experts (`[gate | up]`, `[out, in]`, no biases) per `config`'s blocks on
+    /// the host: gate and up separately (so no block mixes them), then stacked.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for another expert format, biases, tensors that do not hold `E · 2I · H` and
+    /// `E · H · I` elements, `I` not a multiple of the block rows, or (UE8M0) a block whose scale has no
+    /// power-of-two ceiling.
+    pub fn quantize<T: Element>(p: &PackedExperts<T>, config: &Fp8Config) -> Result<PackedFp8Experts> {
+        if p.format != ExpertFormat::SWIGLU || p.b13.is_some() || p.b2.is_some() {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 packing takes concatenated [out, in] SwiGLU experts without biases; got {:?}",
+                p.format
+            )));
+        }
+        let (e, h, i) = (p.experts, p.hidden, p.inter);
+        let per = i.checked_mul(h).filter(|&n| n > 0);
+        let fits = |len: usize, mult: usize| per.and_then(|n| n.checked_mul(mult * e)) == Some(len);
+        if !fits(p.w13.len(), 2) || !fits(p.w2.len(), 1) {
+            return Err(Error::InvalidProblem(format!(
+                "w13 has {} and w2 {} elements: E = {e}, H = {h}, I = {i} need E x 2I x H and E x H x I",
+                p.w13.len(),
+                p.w2.len()
+            )));
+        }
+        let (block, format) = (config.block, config.scale_format);
+        let f32s = |v: &[T]| v.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
+        let mut per_expert = Vec::with_capacity(e);
+        for x in 0..e {
+            let base = x * 2 * i * h;
+            let g = BlockFp8::quantize(&f32s(&p.w13[base..base + i * h]), i, h, block, format)?;
+            let u = BlockFp8::quantize(&f32s(&p.w13[base + i * h..base + 2 * i * h]), i, h, block, format)?;
+            let d = BlockFp8::quantize(&f32s(&p.w2[x * h * i..(x + 1) * h * i]), h, i, block, format)?;
+            let w13 =
+                stack_gate_up(&g, &u, &format!("expert {x} gate"), &format!("expert {x} up")).map_err(|e| match e {
+                    Error::Checkpoint { tensor, problem } => Error::InvalidProblem(format!("{tensor}: {problem}")),
+                    e => e,
+                })?;
+            per_expert.push((w13, d));
+        }
+        PackedFp8Experts::from_experts(per_expert)
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
+    pub fn block(&self) -> BlockShape {
+        self.block
+    }
+    pub fn scale_format(&self) -> ScaleFormat {
+        self.w13_scales.format()
+    }
+    /// e4m3 `[E, 2I, H]`, gate rows then up rows per expert.
+    pub fn w13(&self) -> &[F8E4M3] {
+        &self.w13
+    }
+    /// `[E, ceil(2I / bn), ceil(H / bk)]`.
+    pub fn w13_scales(&self) -> &Scales {
+        &self.w13_scales
+    }
+    /// e4m3 `[E, H, I]`.
+    pub fn w2(&self) -> &[F8E4M3] {
+        &self.w2
+    }
+    /// `[E, ceil(H / bn), ceil(I / bk)]`.
+    pub fn w2_scales(&self) -> &Scales {
+        &self.w2_scales
+    }
+    /// The scale grid of one expert's w13 and w2: `(rows, cols)` each.
+    pub fn grids(&self) -> ((usize, usize), (usize, usize)) {
+        let g = |r: usize, c: usize| (r.div_ceil(self.block.rows), c.div_ceil(self.block.cols));
+        (g(2 * self.inter, self.hidden), g(self.hidden, self.inter))
+    }
+
+    /// Expert `e`'s `(w13, w2)` as block-FP8 matrices.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `e >= experts`.
+    pub fn expert(&self, e: usize) -> Result<(BlockFp8, BlockFp8)> {
+        if e >= self.experts {
+            return Err(Error::InvalidProblem(format!("expert {e} of {}", self.experts)));
+        }
+        let ((r13, c13), (r2, c2)) = self.grids();
+        let (h, i) = (self.hidden, self.inter);
+        let pick = |s: &Scales, n: usize| match s {
+            Scales::F32(v) => Scales::F32(v[e * n..(e + 1) * n].to_vec()),
+            Scales::Ue8m0(v) => Scales::Ue8m0(v[e * n..(e + 1) * n].to_vec()),
+        };
+        let w13 = BlockFp8::from_parts(
+            2 * i,
+            h,
+            self.block,
+            self.w13[e * 2 * i * h..(e + 1) * 2 * i * h].to_vec(),
+            pick(&self.w13_scales, r13 * c13),
+        )?;
+        let w2 = BlockFp8::from_parts(
+            h,
+            i,
+            self.block,
+            self.w2[e * h * i..(e + 1) * h * i].to_vec(),
+            pick(&self.w2_scales, r2 * c2),
+        )?;
+        Ok((w13, w2))
+    }
+}

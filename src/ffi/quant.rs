@@ -1,0 +1,209 @@
+//! FP8 activation quantisation (`cpp/quant.cu`, rules in `cpp/quant.h`): 16-bit rows to e4m3 with one f32 scale
+//! per token per 128 columns, stored K-major `[rows][ceil(K / 128)]`; either row by row (with an optional mask of
+//! rows in use) or gathered to each token's layout positions.
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
+
+use super::bridge::ffi;
+use super::status::{check, Launched};
+use super::{dtype, need_len, to_i32, to_i64};
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+
+/// Columns per scale (`kQuantGroup`).
+pub(crate) const GROUP: usize = 128;
+
+/// How to quantise (the scalars of `QuantArgs`): `k` columns, the amax floor `eps`, scales rounded up to powers
+/// of two or not.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuantDesc {
+    pub k: usize,
+    pub eps: f32,
+    pub ue8m0: bool,
+}
+
+/// The source rows: `rows` rows of `k` columns, `stride` elements apart, in `x`.
+pub(crate) struct QuantSrc<'a, T> {
+    pub x: &'a CudaView<'a, T>,
+    pub rows: usize,
+    pub stride: usize,
+}
+
+/// Rows to skip (`QuantSource::Rows`): those whose expert in `row_experts` is outside `0..experts`, and those at
+/// or after `*total`.
+pub(crate) struct RowMask<'a> {
+    pub row_experts: &'a CudaView<'a, i32>,
+    pub experts: usize,
+    pub total: Option<&'a CudaSlice<i32>>,
+}
+
+/// The destination: e4m3 `[rows, k]` and f32 scales `[rows, ceil(k / 128)]`.
+pub(crate) struct QuantDst<'a> {
+    pub data: &'a mut CudaSlice<F8E4M3>,
+    pub scales: &'a mut CudaSlice<f32>,
+    pub rows: usize,
+}
+
+fn check_desc(d: &QuantDesc) -> Result<()> {
+    // eps / 448 normal: the UE8M0 rounding reads the exponent field of a normal f32, and no scale is 0.
+    if !(d.eps.is_finite() && d.eps / 448.0 >= f32::MIN_POSITIVE) {
+        return Err(Error::InvalidProblem(format!(
+            "eps = {:e}: must be finite with eps / 448 a normal f32 (eps >= {:e})",
+            d.eps,
+            f32::MIN_POSITIVE * 448.0
+        )));
+    }
+    if d.k == 0 {
+        return Err(Error::InvalidProblem("k = 0: quantised rows need at least one column".into()));
+    }
+    Ok(())
+}
+
+fn check_src<T>(s: &QuantSrc<'_, T>, k: usize) -> Result<()> {
+    if s.stride < k {
+        return Err(Error::InvalidProblem(format!("x row stride = {} is less than k = {k}", s.stride)));
+    }
+    let need = match s.rows {
+        0 => Some(0),
+        r => (r - 1).checked_mul(s.stride).and_then(|n| n.checked_add(k)),
+    };
+    let need =
+        need.ok_or_else(|| Error::InvalidProblem(format!("x: {} rows of stride {} overflow", s.rows, s.stride)))?;
+    need_len("x", s.x.len(), need, "(rows - 1) x stride + k")
+}
+
+fn check_dst(d: &QuantDst<'_>, k: usize) -> Result<(usize, usize)> {
+    let groups = k.div_ceil(GROUP);
+    let data = d.rows.checked_mul(k);
+    let scales = d.rows.checked_mul(groups);
+    let (Some(data), Some(scales)) = (data, scales) else {
+        return Err(Error::InvalidProblem(format!("fp8 rows: {} rows of {k} columns overflow", d.rows)));
+    };
+    need_len("fp8 data", d.data.len(), data, "rows x k")?;
+    need_len("fp8 scales", d.scales.len(), scales, "rows x ceil(k / 128)")?;
+    Ok((data, scales))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn params(
+    ty: ffi::DType,
+    source: ffi::QuantSource,
+    d: &QuantDesc,
+    rows: usize,
+    top_k: usize,
+    stride: usize,
+    out_rows: usize,
+    experts: usize,
+) -> Result<ffi::QuantParams> {
+    Ok(ffi::QuantParams {
+        dtype: ty,
+        source,
+        rows: to_i64("rows", rows)?,
+        top_k: to_i32("top_k", top_k)?,
+        k: to_i32("k", d.k)?,
+        x_stride: to_i64("x row stride", stride)?,
+        x: 0,
+        positions: 0,
+        out_rows: to_i64("fp8 rows", out_rows)?,
+        total: 0,
+        row_experts: 0,
+        experts: to_i32("experts", experts)?,
+        eps: d.eps,
+        ue8m0: d.ue8m0 as i32,
+        out: 0,
+        scales: 0,
+        status: 0,
+        stream: 0,
+    })
+}
+
+/// Queues `dst row r = quant(src row r)` for the `src.rows` rows (those `mask` keeps).
+pub(crate) fn launch_quantize_rows<T: Element>(
+    stream: &CudaStream,
+    d: &QuantDesc,
+    src: &QuantSrc<'_, T>,
+    mask: Option<&RowMask<'_>>,
+    dst: QuantDst<'_>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    check_desc(d)?;
+    check_src(src, d.k)?;
+    check_dst(&dst, d.k)?;
+    if dst.rows < src.rows {
+        return Err(Error::Buffer { name: "fp8 rows", detail: format!("has {} rows, x {}", dst.rows, src.rows) });
+    }
+    if let Some(m) = mask {
+        need_len("row experts", m.row_experts.len(), src.rows, "rows")?;
+        if let Some(t) = m.total {
+            need_len("total", t.len(), 1, "one count")?;
+        }
+    }
+    let experts = mask.map_or(0, |m| m.experts);
+    let mut p = params(dtype(T::DTYPE), ffi::QuantSource::Rows, d, src.rows, 1, src.stride, dst.rows, experts)?;
+    super::bind(stream)?;
+    let (x_ptr, _x) = src.x.device_ptr(stream);
+    let (re_ptr, _re) = mask.map(|m| m.row_experts.device_ptr(stream)).unzip();
+    let (t_ptr, _t) = mask.and_then(|m| m.total).map(|t| t.device_ptr(stream)).unzip();
+    let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
+    let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    p.x = x_ptr;
+    p.row_experts = re_ptr.unwrap_or(0);
+    p.total = t_ptr.unwrap_or(0);
+    p.out = o_ptr;
+    p.scales = sc_ptr;
+    p.status = s_ptr;
+    p.stream = stream.cu_stream() as u64;
+    // SAFETY: x holds (rows - 1) * stride + k elements (checked), so every row the kernel reads is inside it; out
+    // holds dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats with dst.rows >= rows (checked), and the
+    // kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel range-checks
+    // against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any alignment works
+    // (the kernel picks its vector path from the addresses). eps / 448 is a normal f32 (checked). The stream's
+    // context is bound to this thread; guards outlive the call.
+    check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
+}
+
+/// Queues `dst row positions[t·top_k + j] = quant(src row t)` for the `src.rows` tokens and their `top_k` slots;
+/// negative positions are dropped, positions at or past `dst.rows` dropped and reported (capacity overflow).
+pub(crate) fn launch_quantize_gather<T: Element>(
+    stream: &CudaStream,
+    d: &QuantDesc,
+    src: &QuantSrc<'_, T>,
+    top_k: usize,
+    positions: &impl DevicePtr<i32>,
+    dst: QuantDst<'_>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    check_desc(d)?;
+    check_src(src, d.k)?;
+    check_dst(&dst, d.k)?;
+    if top_k == 0 {
+        return Err(Error::InvalidProblem("top_k = 0: every token has at least one slot".into()));
+    }
+    let slots = src
+        .rows
+        .checked_mul(top_k)
+        .ok_or_else(|| Error::InvalidProblem(format!("{} tokens x top_k = {top_k} overflow", src.rows)))?;
+    need_len("positions", positions.len(), slots, "tokens x top_k")?;
+    to_i64("tokens x top_k", slots)?;
+    let mut p = params(dtype(T::DTYPE), ffi::QuantSource::Gather, d, src.rows, top_k, src.stride, dst.rows, 0)?;
+    super::bind(stream)?;
+    let (x_ptr, _x) = src.x.device_ptr(stream);
+    let (pos_ptr, _pos) = positions.device_ptr(stream);
+    let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
+    let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    p.x = x_ptr;
+    p.positions = pos_ptr;
+    p.out = o_ptr;
+    p.scales = sc_ptr;
+    p.status = s_ptr;
+    p.stream = stream.cu_stream() as u64;
+    // SAFETY: x holds (tokens - 1) * stride + k elements and positions tokens * top_k ids (checked); out holds
+    // dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats (checked), and the kernel writes a row only
+    // at a position in [0, dst.rows): positions are device data it range-checks (others dropped, overflow
+    // reported). Any alignment works. eps / 448 is a normal f32 (checked). The stream's context is bound to this
+    // thread; guards outlive the call.
+    check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
+}

@@ -1,0 +1,234 @@
+//! FP8 activations on the device: [`Fp8Rows`] (e4m3 rows and their K-major f32 scales, together) and the
+//! quantisation kernels that fill them, by the rules of [`super::group`] (bit for bit its host reference
+//! [`super::per_token_group_quant`]).
+//!
+//! | function | rows written |
+//! |---|---|
+//! | [`quantize_rows`] | row `r` of `x` at row `r` |
+//! | [`quantize_gather`] | row `t` of `x` at each of its layout positions `positions[t·k + j]` (the gather and the quantisation in one pass; dropped slots, −1, write nothing) |
+//! | [`requantize_rows`] | row `p` of `h` at row `p`, for the rows in use: an expert in `0..experts` and `p < *total` (the activation output between the two GEMMs) |
+//!
+//! Rows not written (padding, dropped slots, rows not in use) keep what they held: zero them once after
+//! allocation ([`Fp8Rows::alloc`] does) if a consumer reads them. The scale of row `r`, group `g` is
+//! `scales[r · ceil(K / 128) + g]`: the K-major SFA layout of the SM90 CUTLASS blockwise grouped GEMM, where a
+//! group of rows starting at `row_start` has its scales at `row_start · ceil(K / 128)`.
+//!
+//! Graph-safe: the launches allocate, copy and synchronise nothing. NaN and ±∞ inputs become e4m3 NaN and set
+//! [`crate::status::bits::NONFINITE_INPUT`] in the status word.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView};
+
+use super::group::{GroupQuant, ScaleRounding, ACT_GROUP};
+use super::F8E4M3;
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ffi::quant as ffi;
+use crate::layouts::ExpertLayout;
+use crate::status::DeviceStatus;
+use crate::view::MatrixView;
+
+/// E4M3 rows `[rows, k]` (row stride `k`) with one f32 scale per row per 128 columns, K-major
+/// `[rows][ceil(k / 128)]`: `x[r, c] ≈ data[r·k + c] · scales[r·ceil(k/128) + c/128]`.
+#[derive(Debug)]
+pub struct Fp8Rows {
+    data: CudaSlice<F8E4M3>,
+    scales: CudaSlice<f32>,
+    rows: usize,
+    k: usize,
+}
+
+fn sizes(rows: usize, k: usize) -> Result<(usize, usize)> {
+    let groups = k.div_ceil(ACT_GROUP);
+    match (k, rows.checked_mul(k), rows.checked_mul(groups)) {
+        (1.., Some(d), Some(s)) => Ok((d, s)),
+        _ => Err(Error::InvalidProblem(format!("fp8 rows [{rows}, {k}]: k must be positive and rows x k fit usize"))),
+    }
+}
+
+impl Fp8Rows {
+    /// Zeroed rows on `stream`'s device (outside the launch path).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k = 0` or an overflowing size; allocation errors.
+    pub fn alloc(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Fp8Rows> {
+        let (d, s) = sizes(rows, k)?;
+        // A zero-length allocation is refused by some drivers: keep one element.
+        Ok(Fp8Rows { data: stream.alloc_zeros(d.max(1))?, scales: stream.alloc_zeros(s.max(1))?, rows, k })
+    }
+
+    /// Wraps existing buffers (e.g. views of one arena would be the next step); at least `rows · k` bytes and
+    /// `rows · ceil(k / 128)` scales.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k = 0`; [`Error::Buffer`] for buffers shorter than that.
+    pub fn from_parts(data: CudaSlice<F8E4M3>, scales: CudaSlice<f32>, rows: usize, k: usize) -> Result<Fp8Rows> {
+        let (d, s) = sizes(rows, k)?;
+        for (name, len, need) in [("fp8 data", data.len(), d), ("fp8 scales", scales.len(), s)] {
+            if len < need {
+                return Err(Error::Buffer { name, detail: format!("holds {len}, [{rows}, {k}] rows need {need}") });
+            }
+        }
+        Ok(Fp8Rows { data, scales, rows, k })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// Scales per row, `ceil(k / 128)`: the row stride of [`Fp8Rows::scales`].
+    pub fn groups(&self) -> usize {
+        self.k.div_ceil(ACT_GROUP)
+    }
+    /// e4m3 `[rows, k]`.
+    pub fn data(&self) -> &CudaSlice<F8E4M3> {
+        &self.data
+    }
+    /// f32 `[rows, ceil(k / 128)]`, K-major.
+    pub fn scales(&self) -> &CudaSlice<f32> {
+        &self.scales
+    }
+    pub fn data_mut(&mut self) -> &mut CudaSlice<F8E4M3> {
+        &mut self.data
+    }
+    pub fn scales_mut(&mut self) -> &mut CudaSlice<f32> {
+        &mut self.scales
+    }
+    /// The buffers, by value.
+    pub fn into_parts(self) -> (CudaSlice<F8E4M3>, CudaSlice<f32>) {
+        (self.data, self.scales)
+    }
+
+    /// Copies both to the host: (`[rows · k]` elements, `[rows · ceil(k / 128)]` scales). Synchronises `stream`:
+    /// for tests and checks, not the launch path.
+    pub fn to_host(&self, stream: &Arc<CudaStream>) -> Result<(Vec<F8E4M3>, Vec<f32>)> {
+        let (d, s) = sizes(self.rows, self.k)?;
+        let mut data = stream.clone_dtoh(&self.data)?;
+        let mut scales = stream.clone_dtoh(&self.scales)?;
+        data.truncate(d);
+        scales.truncate(s);
+        Ok((data, scales))
+    }
+
+    fn dst(&mut self) -> ffi::QuantDst<'_> {
+        ffi::QuantDst { data: &mut self.data, scales: &mut self.scales, rows: self.rows }
+    }
+}
+
+fn desc(k: usize, opts: &GroupQuant) -> ffi::QuantDesc {
+    ffi::QuantDesc { k, eps: opts.eps(), ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil }
+}
+
+fn same_k<T>(x: &MatrixView<'_, T>, out: &Fp8Rows) -> Result<()> {
+    if x.cols() != out.k {
+        return Err(Error::Buffer {
+            name: x.name(),
+            detail: format!("has {} columns, the fp8 rows {}", x.cols(), out.k),
+        });
+    }
+    Ok(())
+}
+
+fn fits_rows(out: &Fp8Rows, need: usize, what: &str) -> Result<()> {
+    if out.rows < need {
+        return Err(Error::Buffer {
+            name: "fp8 rows",
+            detail: format!("has {} rows, needs {need} ({what})", out.rows),
+        });
+    }
+    Ok(())
+}
+
+/// Quantises every row of `x [rows, K]` into rows `0..rows` of `out` (which has at least `rows` rows of `K`).
+///
+/// # Errors
+/// [`Error::Buffer`] for another `K` or too few rows; launch errors. Non-finite inputs are reported through
+/// `status`.
+pub fn quantize_rows<T: Element>(
+    stream: &Arc<CudaStream>,
+    x: &MatrixView<'_, T>,
+    out: &mut Fp8Rows,
+    opts: &GroupQuant,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    same_k(x, out)?;
+    fits_rows(out, x.rows(), "rows of x")?;
+    let view = x.as_view();
+    let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
+    ffi::launch_quantize_rows(stream, &desc(x.cols(), opts), &src, None, out.dst(), status.word_mut())
+}
+
+/// Which rows of a position-indexed matrix are in use: those whose expert in `row_experts` is in `0..experts`
+/// and, with `total`, those before the device count `*total` (the activation kernel's rule).
+#[derive(Debug)]
+pub struct RowsInUse<'a> {
+    row_experts: CudaView<'a, i32>,
+    experts: usize,
+    total: Option<&'a CudaSlice<i32>>,
+}
+
+impl<'a> RowsInUse<'a> {
+    pub fn new(row_experts: CudaView<'a, i32>, experts: usize, total: Option<&'a CudaSlice<i32>>) -> Self {
+        RowsInUse { row_experts, experts, total }
+    }
+
+    /// The rows a layout fills: its `m_indices` (−1 on padding), its local experts and its `total`.
+    pub fn of_layout(layout: &'a ExpertLayout) -> Self {
+        RowsInUse::new(layout.m_indices().as_view(), layout.dims().local_experts(), Some(layout.total()))
+    }
+}
+
+/// Quantises the rows in use of `h [rows, K]` (the activation output, indexed by position) into the same rows
+/// of `out`; other rows of `out` are left as they were.
+///
+/// # Errors
+/// [`Error::Buffer`] for another `K`, too few rows in `out` or in `rows.row_experts`; launch errors.
+pub fn requantize_rows<T: Element>(
+    stream: &Arc<CudaStream>,
+    h: &MatrixView<'_, T>,
+    rows: &RowsInUse<'_>,
+    out: &mut Fp8Rows,
+    opts: &GroupQuant,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    same_k(h, out)?;
+    fits_rows(out, h.rows(), "rows of h")?;
+    let view = h.as_view();
+    let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
+    let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
+    ffi::launch_quantize_rows(stream, &desc(h.cols(), opts), &src, Some(&mask), out.dst(), status.word_mut())
+}
+
+/// Quantises each token row of `x [tokens, K]` into `out` at each of its `top_k` positions in `layout` (built for
+/// these tokens): the permuted copy of `x` for the expert GEMMs, produced directly in e4m3. `out` has at least
+/// the layout's capacity in rows; dropped slots and padding rows are left as they were.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] if `tokens > max_tokens`; [`Error::Buffer`] for another `K` or fewer rows than the
+/// capacity; launch errors. Non-finite inputs and positions past `out` are reported through `status`.
+pub fn quantize_gather<T: Element>(
+    stream: &Arc<CudaStream>,
+    layout: &ExpertLayout,
+    x: &MatrixView<'_, T>,
+    out: &mut Fp8Rows,
+    opts: &GroupQuant,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let dims = layout.dims();
+    if x.rows() > dims.max_tokens() {
+        return Err(Error::InvalidProblem(format!(
+            "tokens = {} exceeds the layout's max_tokens = {}",
+            x.rows(),
+            dims.max_tokens()
+        )));
+    }
+    same_k(x, out)?;
+    fits_rows(out, dims.capacity(), "the layout's capacity")?;
+    let view = x.as_view();
+    let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
+    let d = desc(x.cols(), opts);
+    ffi::launch_quantize_gather(stream, &d, &src, dims.top_k(), layout.positions(), out.dst(), status.word_mut())
+}
