@@ -348,6 +348,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     continue;
                 }
                 let ran = layer.backend_for(t);
+                // Timed only where the batch runs in one pass (as a server would size its plan); a backend
+                // whose pass is smaller (Masked past max_m, Batched past 4096 rows) is reported, not timed.
+                if layer.passes(t)? > 1 {
+                    results.push((pi, b, ran, None));
+                    bar.inc(1);
+                    continue;
+                }
                 let times = if ran == Backend::Eager {
                     None // synchronises: not capturable, not a serving path
                 } else {
@@ -490,7 +497,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         super::bench::write_file(path, &csv)?;
     }
     println!("* = the backend Auto picks for this point");
-    println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the backend cannot take the batch (masked capacity, batched row limit) or synchronises (eager)");
+    println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)");
     Ok(())
 }
 

@@ -393,6 +393,14 @@ impl<T: Element> MoeLayer<T> {
         })
     }
 
+    /// How many passes a forward of `tokens` tokens runs (1 when the batch fits the plan in one go).
+    ///
+    /// # Errors
+    /// As [`Self::forward`] for a backend without room.
+    pub fn passes(&self, tokens: usize) -> Result<usize> {
+        self.steps(tokens).try_fold(0, |n, s| s.map(|_| n + 1))
+    }
+
     /// The Fused tile and tokens of a pass of at most `want` tokens: the chosen (or fixed) tile if its layout
     /// fits the scratch rows, else the 64-row tile.
     fn fused_pass(&self, want: usize) -> (FusedTile, usize) {
