@@ -7,6 +7,9 @@
 //!   - `Ue8m0`: an unsigned exponent byte `2^(b − 127)` (OCP MX E8M0; Blackwell block-scaled MMA), so scales
 //!     are powers of two.
 //!
+//! Device-resident operands of the blockwise FP8 GEMM, elements and scales in one value each, are
+//! [`Fp8Rows`] (activations, 1 × 128 blocks) and [`Fp8BlockWeights`] (experts, 128 × 128 blocks).
+//!
 //! A scale grid and its format travel together ([`Scales`]), so f32 scales cannot be read as packed UE8M0
 //! (or the reverse) by accident: raw bytes are only accepted with a format and an exact length.
 //!
@@ -16,6 +19,9 @@
 
 use crate::error::{Error, Result};
 
+mod device;
+
+pub use device::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
 pub use float8::{F8E4M3, F8E5M2};
 
 /// The largest finite E4M3FN value.
@@ -82,6 +88,8 @@ pub struct BlockShape {
 impl BlockShape {
     /// DeepSeek-V3's FP8 weight blocks.
     pub const DEEPSEEK: BlockShape = BlockShape { rows: 128, cols: 128 };
+    /// DeepSeek-V3's activation groups: one scale per row per 128 columns (per token, per 128 of K).
+    pub const PER_TOKEN_128: BlockShape = BlockShape { rows: 1, cols: 128 };
 
     /// The scale grid of a `[rows, cols]` weight: `[ceil(rows / br), ceil(cols / bc)]`.
     ///
