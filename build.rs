@@ -21,6 +21,7 @@ use toolchain::*;
 const KERNEL_UNITS: &[&str] = &[
     "cpp/grouped_gemm_sm90_bf16.cu",
     "cpp/grouped_gemm_sm90_f16.cu",
+    "cpp/grouped_gemm_sm90_fp8_blockwise.cu",
     "cpp/fused_moe_sm90_bf16.cu",
     "cpp/fused_moe_sm90_f16.cu",
     "cpp/routing.cu",

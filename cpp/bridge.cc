@@ -91,6 +91,66 @@ LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& p) {
   return LaunchStatus{StatusCode::NotBuilt, 0};
 }
 
+bool grouped_gemm_sm90_fp8_built(Fp8TileConfig config) {
+  return moe_gemm::grouped_gemm_sm90_fp8_blockwise_built(config);
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
+                                             uint64_t& bytes) {
+  return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_workspace(config, groups, sm_count, &bytes));
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
+  moe_gemm::Fp8KernelFacts f{};
+  const Status s = moe_gemm::grouped_gemm_sm90_fp8_blockwise_facts(config, &f);
+  if (s.code != StatusCode::Ok) return wrap(s);
+  out.tile_m = f.tile_m;
+  out.tile_n = f.tile_n;
+  out.tile_k = f.tile_k;
+  out.scale_m = f.scale_m;
+  out.scale_n = f.scale_n;
+  out.scale_k = f.scale_k;
+  out.sfa_k_major = f.sfa_k_major;
+  out.sfb_k_major = f.sfb_k_major;
+  out.blockwise_mainloop = f.blockwise_mainloop;
+  out.fast_accumulation = f.fast_accumulation;
+  out.promotion_k = f.promotion_k;
+  out.stages = f.stages;
+  static_assert(same_fields<Fp8KernelFacts, moe_gemm::Fp8KernelFacts>(12), "assign every Fp8KernelFacts field above");
+  return wrap(s);
+}
+
+rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config) {
+  const char* name = moe_gemm::grouped_gemm_sm90_fp8_blockwise_schedule(config);
+  return rust::String(name != nullptr ? name : "");
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& p) {
+  GroupedGemmFp8Args a{};
+  a.config = p.config;
+  a.mode = p.mode;
+  a.max_m = p.max_m;
+  a.groups = p.groups;
+  a.n = p.n;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.a = p.a;
+  a.sfa = p.sfa;
+  a.b = p.b;
+  a.sfb = p.sfb;
+  a.d = p.d;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.workspace = p.workspace;
+  a.workspace_bytes = p.workspace_bytes;
+  a.status = p.status;
+  a.device = p.device;
+  a.sm_count = p.sm_count;
+  a.stream = p.stream;
+  static_assert(same_fields<GroupedGemmFp8Params, GroupedGemmFp8Args>(20), "assign every GroupedGemmFp8Args field above");
+  return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_run(a));
+}
+
 int32_t cudart_version() { return moe_gemm::cudart_version(); }
 
 rust::String cuda_error_name(int32_t code) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "launch.h"
+#include "launch_fp8.h"
 #include "moe_ops.h"
 #include "quant.h"
 #include "runtime.h"
@@ -15,6 +16,8 @@ namespace bridge {
 
 struct LaunchStatus;
 struct GroupedGemmParams;
+struct GroupedGemmFp8Params;
+struct Fp8KernelFacts;
 struct RouterParams;
 struct SharedRoutingParams;
 struct LayoutParams;
@@ -27,6 +30,11 @@ bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
                                          uint64_t& bytes);
 LaunchStatus grouped_gemm_sm90_run(const GroupedGemmParams& params);
+bool grouped_gemm_sm90_fp8_built(Fp8TileConfig config);
+LaunchStatus grouped_gemm_sm90_fp8_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count, uint64_t& bytes);
+LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& facts);
+rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config);
+LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& params);
 int32_t cudart_version();
 rust::String cuda_error_name(int32_t code);
 int32_t spin(uint64_t ns, uint64_t stream);

@@ -34,6 +34,9 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use kernels::fused::FusedTile;
 pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+pub use kernels::grouped_fp8::{
+    Fp8KernelFacts, Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape,
+};
 pub use kernels::TileConfig;
 pub use layer::{
     auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, GateUp, LayerShape,

@@ -4,6 +4,8 @@
 use std::thread;
 
 use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::quant::{BlockFp8, BlockShape, Scales};
 
 /// `D[r] = A[r] · B[group(r)]ᵀ` in f32 (products of the inputs' exact values, f32 sums) for the rows in
 /// `rows`, where `group(r)` is found by scanning the per-group sizes. Returns `rows.len() × n` values.
@@ -58,6 +60,95 @@ pub fn grouped_gemm_rows<T: Element>(
         }
     });
     out
+}
+
+/// The FP8 blockwise grouped GEMM in f64: for each `(row, group)` of `rows`, the `n` outputs
+/// `D[row, j] = Σ_k (qa[row, k] · sa[row, k / 128]) · (qb[group][j, k] · sb[group][j / 128, k / 128])`,
+/// over the dequantised operands formed exactly in f64 (an e4m3 value times an f32 scale has at most 28
+/// significant bits). Returns `rows.len() × n` values.
+///
+/// `a` holds activations `[*, K]` quantized per row per 128 of K (`BlockShape::PER_TOKEN_128`), `b` one expert
+/// `[n, K]` per group quantized in `BlockShape::DEEPSEEK` blocks, all with F32 scales. The scale of an element
+/// is looked up from its block coordinates, not from the device's offset formulas.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] when the block shapes, scale formats or K differ, experts differ in shape, or a
+/// row or group is out of range.
+pub fn blockwise_fp8_rows(a: &BlockFp8, b: &[BlockFp8], rows: &[(usize, usize)]) -> Result<Vec<f64>> {
+    let bad = |m: String| Err(Error::InvalidProblem(format!("blockwise FP8 reference: {m}")));
+    let k = a.cols();
+    let n = match b.first() {
+        Some(e) => e.rows(),
+        None => return bad("no experts".into()),
+    };
+    if a.block() != BlockShape::PER_TOKEN_128 {
+        return bad(format!("activations in {:?} blocks, expected 1 x 128", a.block()));
+    }
+    for (g, e) in b.iter().enumerate() {
+        if e.block() != BlockShape::DEEPSEEK || (e.rows(), e.cols()) != (n, k) {
+            return bad(format!(
+                "expert {g} is [{}, {}] in {:?} blocks, expected [{n}, {k}] in 128 x 128",
+                e.rows(),
+                e.cols(),
+                e.block()
+            ));
+        }
+    }
+    if let Some(&(r, g)) = rows.iter().find(|&&(r, g)| r >= a.rows() || g >= b.len()) {
+        return bad(format!("row {r} of group {g}: A has {} rows and there are {} experts", a.rows(), b.len()));
+    }
+    // x[i, j] = q · s in f64, with the scale found from the block coordinates.
+    let dequant = |m: &BlockFp8| -> Result<Vec<f64>> {
+        let (br, bc) = (m.block().rows, m.block().cols);
+        let gc = m.cols().div_ceil(bc);
+        let scales = match m.scales() {
+            Scales::F32(s) => s,
+            other => return bad(format!("{:?} scales, expected F32", other.format())),
+        };
+        Ok(m.q()
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let (r, c) = (i / m.cols(), i % m.cols());
+                q.to_f32() as f64 * scales[(r / br) * gc + c / bc] as f64
+            })
+            .collect())
+    };
+    let x = dequant(a)?;
+    let mut out = vec![0f64; rows.len() * n];
+    let threads = thread::available_parallelism().map(|t| t.get()).unwrap_or(1).min(64);
+    for (g, expert) in b.iter().enumerate() {
+        let mine: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].1 == g).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let w = dequant(expert)?;
+        let (x, w) = (&x, &w);
+        let chunk = mine.len().div_ceil(threads).max(1);
+        let results: Vec<Vec<(usize, Vec<f64>)>> = thread::scope(|s| {
+            let handles: Vec<_> = mine
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter()
+                            .map(|&i| {
+                                let xr = &x[rows[i].0 * k..(rows[i].0 + 1) * k];
+                                let d = (0..n)
+                                    .map(|j| xr.iter().zip(&w[j * k..(j + 1) * k]).map(|(p, q)| p * q).sum::<f64>())
+                                    .collect();
+                                (i, d)
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("reference thread")).collect()
+        });
+        for (i, d) in results.into_iter().flatten() {
+            out[i * n..(i + 1) * n].copy_from_slice(&d);
+        }
+    }
+    Ok(out)
 }
 
 /// Tolerance for comparing a 16-bit GPU result with an f32 reference: `|got − ref| ≤ atol + rtol·|ref|`,

@@ -1,6 +1,6 @@
 //! `moe-gemm info`.
 
-use moe_gemm::{build_info, device, DType, DeviceInfo, TileConfig};
+use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, TileConfig};
 
 pub fn run() -> moe_gemm::Result<()> {
     println!("moe-gemm {}", env!("CARGO_PKG_VERSION"));
@@ -22,6 +22,19 @@ pub fn run() -> moe_gemm::Result<()> {
                 if c.is_built(dtype) { "built" } else { "not built" }
             );
         }
+    }
+    for c in Fp8TileConfig::ALL {
+        let (m, n, k) = c.tile();
+        let (cm, cn) = c.cluster();
+        let detail = match c.facts() {
+            Ok(f) => format!("built, {} stages, promoted every {} of K", f.stages, f.promotion_k),
+            Err(_) => "not built".into(),
+        };
+        println!(
+            "  grouped_gemm_sm90  fp8   {:<23} {:<11} tile {m}x{n}x{k}, cluster {cm}x{cn}x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
+            c.name(),
+            format!("{:?},", c.schedule()),
+        );
     }
     println!(
         "  routers           f32 logits  softmax top-k, top-k softmax, DeepSeek grouped sigmoid (E <= 1024, k <= 32)"

@@ -26,6 +26,14 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
+    enum Fp8TileConfig {
+        Cooperative128x128x128 = 0,
+        Pingpong64x128x128 = 1,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
     enum StatusCode {
         Ok = 0,
         NotBuilt = 1,
@@ -220,6 +228,47 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::GroupedGemmFp8Args` (`cpp/launch_fp8.h`); device addresses and the stream as u64.
+    struct GroupedGemmFp8Params {
+        config: Fp8TileConfig,
+        mode: GroupMode,
+        max_m: i32,
+        groups: i32,
+        n: i32,
+        k: i32,
+        max_rows: i64,
+        a: u64,
+        sfa: u64,
+        b: u64,
+        sfb: u64,
+        d: u64,
+        offsets: u64,
+        counts: u64,
+        workspace: u64,
+        workspace_bytes: u64,
+        status: u64,
+        device: i32,
+        sm_count: i32,
+        stream: u64,
+    }
+
+    /// Mirrors `moe_gemm::Fp8KernelFacts` (`cpp/launch_fp8.h`): compile-time facts of a built configuration.
+    #[derive(Debug, Default)]
+    struct Fp8KernelFacts {
+        tile_m: i32,
+        tile_n: i32,
+        tile_k: i32,
+        scale_m: i32,
+        scale_n: i32,
+        scale_k: i32,
+        sfa_k_major: bool,
+        sfb_k_major: bool,
+        blockwise_mainloop: bool,
+        fast_accumulation: bool,
+        promotion_k: i32,
+        stages: i32,
+    }
+
     /// Mirrors `moe_gemm::RouterArgs`.
     struct RouterParams {
         kind: RouterKind,
@@ -283,6 +332,8 @@ pub(crate) mod ffi {
         #[namespace = "moe_gemm"]
         type TileConfig;
         #[namespace = "moe_gemm"]
+        type Fp8TileConfig;
+        #[namespace = "moe_gemm"]
         type StatusCode;
         #[namespace = "moe_gemm"]
         type GroupMode;
@@ -313,6 +364,21 @@ pub(crate) mod ffi {
         /// Every address in `params` must be a live device allocation of the size the params imply, on the
         /// device and stream given, and stay alive until the queued work completes.
         unsafe fn grouped_gemm_sm90_run(params: &GroupedGemmParams) -> LaunchStatus;
+        fn grouped_gemm_sm90_fp8_built(config: Fp8TileConfig) -> bool;
+        fn grouped_gemm_sm90_fp8_workspace(
+            config: Fp8TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        /// Compile-time facts of `config` (NotBuilt and `facts` untouched when it was not compiled).
+        fn grouped_gemm_sm90_fp8_facts(config: Fp8TileConfig, facts: &mut Fp8KernelFacts) -> LaunchStatus;
+        /// The CUTLASS kernel schedule's type name of `config` ("" when not built).
+        fn grouped_gemm_sm90_fp8_schedule(config: Fp8TileConfig) -> String;
+        /// # Safety
+        /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8Args` documents (e4m3 A and B, f32
+        /// scales, bf16 D).
+        unsafe fn grouped_gemm_sm90_fp8_run(params: &GroupedGemmFp8Params) -> LaunchStatus;
         fn cudart_version() -> i32;
         /// `cudaGetErrorName` of a cudaError_t (no device needed).
         fn cuda_error_name(code: i32) -> String;

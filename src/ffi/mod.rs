@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `bridge` | the `#[cxx::bridge]`: shared enums and params, the C++ functions |
 //! | `grouped` | SM90 grouped GEMM: built / workspace / launch |
+//! | `grouped_fp8` | SM90 FP8 blockwise-scaled grouped GEMM: built / facts / workspace / launch |
 //! | `fused` | fused MoE GEMMs: prepare (per plan) / launch |
 //! | `routing` | routers |
 //! | `layouts` | layout build, gather, combine |
@@ -27,6 +28,7 @@ pub(crate) mod cublas;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod grouped;
+pub(crate) mod grouped_fp8;
 pub(crate) mod layouts;
 pub(crate) mod quant;
 pub(crate) mod routing;

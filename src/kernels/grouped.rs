@@ -108,7 +108,7 @@ pub enum GroupRows<'a> {
 }
 
 impl GroupRows<'_> {
-    fn to_ffi(&self) -> ffi::grouped::GroupedRows<'_> {
+    pub(crate) fn to_ffi(&self) -> ffi::grouped::GroupedRows<'_> {
         use ffi::grouped::GroupedRows as F;
         match self {
             GroupRows::Offsets(o) => F::Offsets(o),
@@ -262,6 +262,11 @@ impl Workspace {
     /// A zeroed workspace of `bytes` (one buffer any plan needing at most `bytes` can launch with).
     pub(crate) fn zeroed(stream: &Arc<CudaStream>, bytes: usize) -> Result<Self> {
         Ok(Workspace { buf: stream.alloc_zeros::<u8>(bytes)? })
+    }
+
+    /// The buffer, for the launchers of the plans that share this workspace type.
+    pub(crate) fn buf_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.buf
     }
 
     pub fn len(&self) -> usize {

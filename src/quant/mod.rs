@@ -7,6 +7,9 @@
 //!   - `Ue8m0`: an unsigned exponent byte `2^(b − 127)` (OCP MX E8M0; Blackwell block-scaled MMA), so scales
 //!     are powers of two.
 //!
+//! Device-resident operands of the blockwise FP8 GEMM, elements and scales in one value each, are
+//! [`Fp8Rows`] (activations, 1 × 128 blocks) and [`Fp8BlockWeights`] (experts, 128 × 128 blocks).
+//!
 //! A scale grid and its format travel together ([`Scales`]), so f32 scales cannot be read as packed UE8M0
 //! (or the reverse) by accident: raw bytes are only accepted with a format and an exact length.
 //!
@@ -24,11 +27,13 @@ pub mod device;
 pub mod group;
 
 pub use device::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
+mod operands;
 pub use float8::{F8E4M3, F8E5M2};
 pub use group::{
     dequantize_groups, per_token_group_quant, quantize_element, GroupQuant, ScaleRounding, ACT_GROUP, DEEPSEEK_EPS,
     VLLM_EPS,
 };
+pub use operands::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, SCALE_BLOCK};
 
 /// The largest finite E4M3FN value.
 pub const E4M3_MAX: f32 = 448.0;
@@ -94,6 +99,8 @@ pub struct BlockShape {
 impl BlockShape {
     /// DeepSeek-V3's FP8 weight blocks.
     pub const DEEPSEEK: BlockShape = BlockShape { rows: 128, cols: 128 };
+    /// DeepSeek-V3's activation groups: one scale per row per 128 columns (per token, per 128 of K).
+    pub const PER_TOKEN_128: BlockShape = BlockShape { rows: 1, cols: 128 };
 
     /// The scale grid of a `[rows, cols]` weight: `[ceil(rows / br), ceil(cols / bc)]`.
     ///

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod fp8;
 mod fused;
 mod gemm;
 mod layer;

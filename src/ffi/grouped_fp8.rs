@@ -1,0 +1,196 @@
+//! The SM90 FP8 blockwise-scaled grouped GEMM (`cpp/grouped_gemm_sm90_fp8.cuh`): whether a configuration was
+//! built, its compile-time facts, its workspace, and the launch (our prepare kernel, then CUTLASS's).
+//!
+//! Operands (`cpp/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
+//! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
+use half::bf16;
+
+use super::bridge::ffi;
+use super::grouped::GroupedRows;
+use super::status::{check, Launched};
+use super::{need_aligned, need_len, to_i32, to_i64};
+use crate::error::{Error, Result};
+
+pub(crate) use ffi::{Fp8KernelFacts, Fp8TileConfig};
+
+const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
+
+/// Elements of K (and rows of N) per scale block.
+pub(crate) const SCALE_BLOCK: usize = 128;
+
+/// Whether `config` was compiled into the library.
+pub(crate) fn built(config: Fp8TileConfig) -> bool {
+    ffi::grouped_gemm_sm90_fp8_built(config)
+}
+
+/// Compile-time facts of a built `config` (read from the CUTLASS types), and its kernel schedule's name.
+pub(crate) fn facts(config: Fp8TileConfig) -> Result<(Fp8KernelFacts, String)> {
+    let mut f = Fp8KernelFacts::default();
+    let s = ffi::grouped_gemm_sm90_fp8_facts(config, &mut f);
+    check(s, &Launched { config: Some(&config), ..Launched::op(OP) })?;
+    Ok((f, ffi::grouped_gemm_sm90_fp8_schedule(config)))
+}
+
+/// Bytes of device workspace a launch of `groups` groups needs on a device of `sm_count` SMs.
+pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
+    let mut bytes = 0u64;
+    let s = ffi::grouped_gemm_sm90_fp8_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm90_fp8_blockwise workspace") })?;
+    Ok(bytes)
+}
+
+/// Everything a launch needs besides its buffers, fixed by a plan: the shape (`groups` experts of `[n, k]`, at
+/// most `max_rows` rows of A and D), the configuration and the device it was planned for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fp8Plan {
+    pub config: Fp8TileConfig,
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub max_rows: usize,
+    pub device: i32,
+    pub sm_count: i32,
+    pub workspace_bytes: u64,
+}
+
+/// The buffers of one launch. Scales are f32 dequantisation multipliers in the grids of the module docs.
+pub(crate) struct Fp8Operands<'a, A, SA, B, SB>
+where
+    A: DevicePtr<F8E4M3>,
+    SA: DevicePtr<f32>,
+    B: DevicePtr<F8E4M3>,
+    SB: DevicePtr<f32>,
+{
+    pub a: &'a A,
+    pub sfa: &'a SA,
+    pub b: &'a B,
+    pub sfb: &'a SB,
+}
+
+/// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
+pub(crate) fn launch<A, SA, B, SB>(
+    stream: &CudaStream,
+    plan: &Fp8Plan,
+    ops: Fp8Operands<'_, A, SA, B, SB>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    workspace: &mut CudaSlice<u8>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()>
+where
+    A: DevicePtr<F8E4M3>,
+    SA: DevicePtr<f32>,
+    B: DevicePtr<F8E4M3>,
+    SB: DevicePtr<f32>,
+{
+    let ordinal = stream.context().ordinal();
+    if ordinal as i64 != plan.device as i64 {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 grouped GEMM planned for device {} launched on a stream of device {ordinal}",
+            plan.device
+        )));
+    }
+    let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
+    // What the C++ side (and the TMA descriptors and scale grids) rely on; the domain plan guarantees it, this
+    // keeps the floor sound on its own.
+    if n == 0 || n % SCALE_BLOCK != 0 || k == 0 || k % 16 != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 grouped GEMM: N = {n} must be a positive multiple of {SCALE_BLOCK} and K = {k} a positive multiple of 16"
+        )));
+    }
+    let (mode, offsets, counts, max_m) = match rows {
+        GroupedRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
+        GroupedRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
+        GroupedRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), max_m),
+        GroupedRows::PerRow { .. } => {
+            return Err(Error::InvalidProblem(
+                "FP8 grouped GEMM: per-row groups are not offered (use offsets, padded or masked groups)".into(),
+            ))
+        }
+    };
+    let (kb, nb) = (k.div_ceil(SCALE_BLOCK), n.div_ceil(SCALE_BLOCK));
+    need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
+    need_len("sfa", ops.sfa.len(), max_rows * kb, "max_rows x ceil(K/128)")?;
+    need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
+    need_len("sfb", ops.sfb.len(), groups * nb * kb, "G x ceil(N/128) x ceil(K/128)")?;
+    if let Some(o) = offsets {
+        need_len("offsets", o.len(), groups + 1, "G + 1")?;
+    }
+    if let Some(c) = counts {
+        need_len("counts", c.len(), groups, "groups")?;
+    }
+    if mode == ffi::GroupMode::Masked && groups * max_m > max_rows {
+        return Err(Error::Buffer {
+            name: "masked_m",
+            detail: format!("G x max_m = {groups} x {max_m} exceeds the plan's max_rows = {max_rows}"),
+        });
+    }
+    need_len("d", d.len(), max_rows * n, "max_rows x N")?;
+    let workspace_bytes = workspace.len() as u64;
+    if workspace_bytes < plan.workspace_bytes {
+        return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
+    }
+    let (max_m, groups_i, n_i, k_i) =
+        (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
+    let max_rows = to_i64("max_rows", max_rows)?;
+    super::bind(stream)?;
+    // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
+    // the C++ call that queues the kernels, so they are bound to named locals.
+    let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
+    let (sfa_ptr, _sfa_guard) = ops.sfa.device_ptr(stream);
+    let (b_ptr, _b_guard) = ops.b.device_ptr(stream);
+    let (sfb_ptr, _sfb_guard) = ops.sfb.device_ptr(stream);
+    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
+    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
+    let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
+    let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
+    for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr)] {
+        need_aligned(name, p)?;
+    }
+    for (name, p) in [("sfa", sfa_ptr), ("sfb", sfb_ptr)] {
+        // f32 scales are read one by one (cp.async of 4 bytes): natural alignment, which a view of an f32
+        // slice always has; checked because the unsafe call relies on it.
+        if p % 4 != 0 {
+            return Err(Error::Buffer { name, detail: format!("device address {p:#x} is not 4-byte aligned") });
+        }
+    }
+    let params = ffi::GroupedGemmFp8Params {
+        config: plan.config,
+        mode,
+        max_m,
+        groups: groups_i,
+        n: n_i,
+        k: k_i,
+        max_rows,
+        a: a_ptr,
+        sfa: sfa_ptr,
+        b: b_ptr,
+        sfb: sfb_ptr,
+        d: d_ptr,
+        offsets: o_ptr.unwrap_or(0),
+        counts: c_ptr.unwrap_or(0),
+        workspace: w_ptr,
+        workspace_bytes,
+        status: s_ptr,
+        device: plan.device,
+        sm_count: plan.sm_count,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: every address is a live cudarc allocation, checked above to hold what the plan's shape implies:
+    // A max_rows*K e4m3 and SFA max_rows*ceil(K/128) f32, B G*N*K e4m3 and SFB G*ceil(N/128)*ceil(K/128) f32, D
+    // max_rows*N bf16, offsets G+1 / counts G where the mode reads them, G*max_m <= max_rows for masked groups,
+    // workspace >= the size C++ asked for for these G groups, status one u32. A/B/D bases are 16-byte aligned
+    // and K a multiple of 16 (1-byte e4m3) and N of 128, so every group's A, B and D base is 16-byte aligned for
+    // TMA; SFA/SFB are 4-byte aligned and every group's scale pointer (row_start*ceil(K/128), g*ceil(N/128)*
+    // ceil(K/128) elements in) stays inside its array for rows the prepare kernel has clamped into
+    // [0, max_rows]. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
+    // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
+    // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued
+    // work never outlives its buffers.
+    let status = unsafe { ffi::grouped_gemm_sm90_fp8_run(&params) };
+    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
+}

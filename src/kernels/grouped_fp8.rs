@@ -1,0 +1,411 @@
+//! SM90 FP8 blockwise-scaled grouped GEMM with device-side groups: DeepSeek-V3's recipe.
+//!
+//! For every row `r` of group `g`:
+//!
+//! `D[r, n] = Σ_kb (Σ_{k in kb} A_q[r, k] · B_q[g][n, k]) · sfa[r, kb] · sfb[g][n / 128, kb]`
+//!
+//! * A: [`Fp8Rows`] — e4m3 `[max_rows, K]` and f32 scales per row per 128 of K, K-major `[max_rows, ceil(K/128)]`;
+//! * B: [`Fp8BlockWeights`] — e4m3 `[G, N, K]` and f32 scales per 128 × 128 block `[G, ceil(N/128), ceil(K/128)]`;
+//! * D: bf16 `[max_rows, N]` row-major; rows outside every group are never written;
+//! * groups: the [`GroupRows`] forms of the bf16 GEMM (offsets, padded, masked; not per-row), int32 on the
+//!   device, clamped and reported into the [`DeviceStatus`] by our prepare kernel.
+//!
+//! Scales are dequantisation multipliers (`x ≈ q · s`). Accumulation is f32 in two levels: the tensor cores sum
+//! one 128-wide block of K, which is then scaled by `sfa · sfb` and added (FFMA) to f32 accumulators; the
+//! blockwise schedules have no fast-accumulation variant ([`Fp8KernelFacts`] reads this from the compiled
+//! kernel).
+//!
+//! # Shape constraints, checked when the plan is made
+//! CUTLASS checks nothing when the group shapes live only on the device, so [`GroupedGemmFp8Shape::new`] does:
+//! * `K` a positive multiple of 16: rows of e4m3 A and B start on 16-byte boundaries, which TMA needs. `K` need
+//!   not be a multiple of 128: the last block of K is partial, TMA fills it with zeros and its scale is the
+//!   `ceil(K/128)`-th of the row, as in DeepSeek's zero-padded edge blocks.
+//! * `N` a positive multiple of 128: every 128-wide N tile then covers exactly one row of its expert's scale
+//!   grid and no tile is partial. The kernel's scale layout would also take a ceil grid of N, but that path is
+//!   neither needed (DeepSeek-V3 w13/w2: N = 4096, 7168; Qwen3 FP8 MoE: 1536, 2048, 3072, 4096) nor covered by
+//!   our GPU tests, so it is refused rather than trusted. The bf16 D rows are then 16-byte aligned as well.
+//!
+//! A launch queues two kernels and does no host work besides checks and CUTLASS's argument setup: no
+//! allocation, copy or synchronisation.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtrMut};
+use half::bf16;
+
+use crate::device::{Arch, DeviceInfo};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::kernels::grouped::{GroupRows, Workspace};
+use crate::kernels::Schedule;
+use crate::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
+use crate::status::DeviceStatus;
+
+const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
+
+/// The shape of an FP8 blockwise grouped GEMM, validated against the kernels' constraints (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupedGemmFp8Shape {
+    groups: usize,
+    n: usize,
+    k: usize,
+    max_rows: usize,
+}
+
+impl GroupedGemmFp8Shape {
+    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: `groups` in 1..=65536; `k` a positive multiple of 16
+    /// (16-byte TMA rows of e4m3); `n` a positive multiple of 128 (whole weight-scale blocks); every extent
+    /// within the kernels' 32-bit problem sizes; `G·N·K` and `max_rows·max(N, K)` within the address space.
+    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
+        let bad = |s: String| Err(Error::InvalidProblem(s));
+        if groups == 0 || groups > 65536 {
+            return bad(format!("groups = {groups}: must be in 1..=65536"));
+        }
+        if k == 0 || k % 16 != 0 {
+            return bad(format!(
+                "K = {k} is not a positive multiple of 16: rows of e4m3 A and B must be 16-byte aligned for TMA \
+                 (a partial last 128-block of K is fine)"
+            ));
+        }
+        if n == 0 || n % SCALE_BLOCK != 0 {
+            return bad(format!(
+                "N = {n} is not a positive multiple of {SCALE_BLOCK}: the blockwise FP8 GEMM takes whole 128 x 128 \
+                 weight-scale blocks along N (one scale-grid row per N tile)"
+            ));
+        }
+        for (name, v) in [("N", n), ("K", k)] {
+            if v > i32::MAX as usize {
+                return bad(format!("{name} = {v} exceeds i32::MAX (CUTLASS problem sizes are 32-bit)"));
+            }
+        }
+        if max_rows > i32::MAX as usize {
+            return bad(format!("max_rows = {max_rows} exceeds i32::MAX (offsets are int32)"));
+        }
+        let limit = (isize::MAX as usize) / 4;
+        if groups.checked_mul(n).and_then(|x| x.checked_mul(k)).is_none_or(|x| x > limit) {
+            return bad(format!("G x N x K = {groups} x {n} x {k} overflows the address space"));
+        }
+        if max_rows.checked_mul(n.max(k)).is_none_or(|x| x > limit) {
+            return bad(format!("max_rows x max(N, K) = {max_rows} x {} overflows the address space", n.max(k)));
+        }
+        Ok(GroupedGemmFp8Shape { groups, n, k, max_rows })
+    }
+
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+    /// One expert's weight-scale grid: `(ceil(N/128), ceil(K/128))`.
+    pub fn scale_grid(&self) -> (usize, usize) {
+        (scale_blocks(self.n), scale_blocks(self.k))
+    }
+}
+
+/// A compiled configuration of the FP8 blockwise grouped GEMM (cluster 1x1x1, TileK 128). The C++ enum in
+/// `cpp/launch_fp8.h` is the source of truth; the bridge checks the discriminants.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fp8TileConfig {
+    /// Cooperative, 128x128x128: the prefill tile (the tile DeepGEMM and sglang use on SM90).
+    Cooperative128x128x128,
+    /// Ping-pong, 64x128x128: decode, half the idle MMA rows of a 128-row tile for small groups.
+    Pingpong64x128x128,
+}
+
+impl Fp8TileConfig {
+    pub const ALL: [Fp8TileConfig; 2] = [Fp8TileConfig::Cooperative128x128x128, Fp8TileConfig::Pingpong64x128x128];
+
+    /// CTA tile (M, N, K).
+    pub const fn tile(self) -> (u32, u32, u32) {
+        match self {
+            Fp8TileConfig::Cooperative128x128x128 => (128, 128, 128),
+            Fp8TileConfig::Pingpong64x128x128 => (64, 128, 128),
+        }
+    }
+
+    /// Thread-block cluster (M, N): 1x1.
+    pub const fn cluster(self) -> (u32, u32) {
+        (1, 1)
+    }
+
+    pub const fn schedule(self) -> Schedule {
+        match self {
+            Fp8TileConfig::Cooperative128x128x128 => Schedule::Cooperative,
+            Fp8TileConfig::Pingpong64x128x128 => Schedule::Pingpong,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fp8TileConfig::Cooperative128x128x128 => "fp8-coop-128x128x128",
+            Fp8TileConfig::Pingpong64x128x128 => "fp8-pingpong-64x128x128",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Fp8TileConfig> {
+        Fp8TileConfig::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Whether this configuration was compiled into the linked library.
+    pub fn is_built(self) -> bool {
+        ffi::grouped_fp8::built(self.into())
+    }
+
+    /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
+    ///
+    /// # Errors
+    /// [`Error::KernelNotBuilt`] when it was not compiled.
+    pub fn facts(self) -> Result<Fp8KernelFacts> {
+        let (f, schedule) = ffi::grouped_fp8::facts(self.into())?;
+        let u = |v: i32| v.max(0) as u32;
+        Ok(Fp8KernelFacts {
+            schedule,
+            tile: (u(f.tile_m), u(f.tile_n), u(f.tile_k)),
+            scale_block_a: (u(f.scale_m), u(f.scale_k)),
+            scale_block_b: (u(f.scale_n), u(f.scale_k)),
+            scales_k_major: (f.sfa_k_major, f.sfb_k_major),
+            two_level_accumulation: f.blockwise_mainloop,
+            fast_accumulation: f.fast_accumulation,
+            promotion_k: u(f.promotion_k),
+            stages: u(f.stages),
+        })
+    }
+
+    /// The default for `groups` groups over about `expected_rows` rows in all: 64-row ping-pong tiles up to
+    /// 64 rows per group (decode: a 128-row tile would leave at least half its MMA rows idle), 128x128
+    /// cooperative tiles above. Not yet measured on an H200 for FP8: the threshold is the tile height, where
+    /// the bf16 GEMM's measured regimes (64-row tiles best up to 32 rows per group) suggest the break-even
+    /// lies at or below it.
+    pub fn heuristic(groups: usize, expected_rows: usize) -> Fp8TileConfig {
+        let per_group = expected_rows.div_ceil(groups.max(1));
+        if per_group <= 64 {
+            Fp8TileConfig::Pingpong64x128x128
+        } else {
+            Fp8TileConfig::Cooperative128x128x128
+        }
+    }
+}
+
+impl From<Fp8TileConfig> for ffi::grouped_fp8::Fp8TileConfig {
+    fn from(c: Fp8TileConfig) -> Self {
+        match c {
+            Fp8TileConfig::Cooperative128x128x128 => ffi::grouped_fp8::Fp8TileConfig::Cooperative128x128x128,
+            Fp8TileConfig::Pingpong64x128x128 => ffi::grouped_fp8::Fp8TileConfig::Pingpong64x128x128,
+        }
+    }
+}
+
+impl std::fmt::Display for Fp8TileConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Compile-time facts of a built [`Fp8TileConfig`], read from the CUTLASS types of the compiled kernel.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fp8KernelFacts {
+    /// CUTLASS kernel schedule, e.g. `KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise`.
+    pub schedule: String,
+    /// CTA tile (M, N, K).
+    pub tile: (u32, u32, u32),
+    /// Elements per activation scale (rows, K): (1, 128).
+    pub scale_block_a: (u32, u32),
+    /// Elements per weight scale (N, K): (128, 128).
+    pub scale_block_b: (u32, u32),
+    /// Whether the activation and weight scale grids are K-major.
+    pub scales_k_major: (bool, bool),
+    /// The blockwise mainloop: partial sums promoted into f32 accumulators with their scales.
+    pub two_level_accumulation: bool,
+    /// A FastAccum schedule (accumulation in the tensor cores only). Never true for this family.
+    pub fast_accumulation: bool,
+    /// Elements of K between promotions.
+    pub promotion_k: u32,
+    /// Shared-memory pipeline stages.
+    pub stages: u32,
+}
+
+/// Options of a [`GroupedGemmFp8`] plan.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupedGemmFp8Options {
+    /// Force a tile configuration; `None` picks [`Fp8TileConfig::heuristic`].
+    pub config: Option<Fp8TileConfig>,
+    /// Expected rows in all groups together (T·k), a speed hint only: it picks the tile configuration and never
+    /// changes results. Default `max_rows`.
+    pub expected_rows: Option<usize>,
+}
+
+/// An FP8 blockwise grouped GEMM planned for one shape and device.
+#[derive(Debug)]
+pub struct GroupedGemmFp8 {
+    shape: GroupedGemmFp8Shape,
+    config: Fp8TileConfig,
+    device: DeviceInfo,
+    workspace_bytes: u64,
+}
+
+impl GroupedGemmFp8 {
+    /// Plans on the device of `stream`.
+    ///
+    /// # Errors
+    /// As [`Self::for_device`]; driver errors of the device query.
+    pub fn new(stream: &Arc<CudaStream>, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
+        let device = DeviceInfo::query(stream.context())?;
+        Self::for_device(device, shape, options)
+    }
+
+    /// Plans for an already queried device (no driver call).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0); [`Error::KernelNotBuilt`]
+    /// when the configuration was not compiled.
+    pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
+        device.require(OP, Arch::Sm90)?;
+        let expected = options.expected_rows.unwrap_or(shape.max_rows);
+        let config = options.config.unwrap_or_else(|| Fp8TileConfig::heuristic(shape.groups, expected));
+        if !config.is_built() {
+            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
+        }
+        let workspace_bytes = ffi::grouped_fp8::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        Ok(GroupedGemmFp8 { shape, config, device, workspace_bytes })
+    }
+
+    pub fn shape(&self) -> &GroupedGemmFp8Shape {
+        &self.shape
+    }
+    pub fn config(&self) -> Fp8TileConfig {
+        self.config
+    }
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+    /// Bytes of device workspace a launch needs.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes as usize
+    }
+
+    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path). Any
+    /// [`Workspace`] at least this large serves, including one shared with the bf16 plans.
+    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
+        Workspace::zeroed(stream, self.workspace_bytes())
+    }
+
+    /// Queues `D = blockwise(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
+    /// `stream`. See the module docs for the operands.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
+    /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
+    /// or a group array is smaller than the plan implies or `d` is not 16-byte aligned;
+    /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset or count *values* are
+    /// clamped on the device and reported into `status`, read by [`DeviceStatus::check`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &Fp8Rows,
+        b: &Fp8BlockWeights,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<bf16>,
+        workspace: &mut Workspace,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        let s = &self.shape;
+        if a.k() != s.k || a.rows() < s.max_rows {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
+                a.rows(),
+                a.k(),
+                s.k,
+                s.max_rows
+            )));
+        }
+        if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
+                b.experts(),
+                b.n(),
+                b.k(),
+                s.groups,
+                s.n,
+                s.k
+            )));
+        }
+        let plan = ffi::grouped_fp8::Fp8Plan {
+            config: self.config.into(),
+            groups: s.groups,
+            n: s.n,
+            k: s.k,
+            max_rows: s.max_rows,
+            device: self.device.ordinal as i32,
+            sm_count: self.device.sm_count,
+            workspace_bytes: self.workspace_bytes,
+        };
+        let rows = rows.into();
+        let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
+        let ops = ffi::grouped_fp8::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
+        ffi::grouped_fp8::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+
+    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+    pub fn flops(&self, rows: usize) -> f64 {
+        2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h200() -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H200".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            l2_bytes: 60 << 20,
+            max_smem_per_block_optin: 227 << 10,
+            arch: Arch::from_compute_capability(9, 0),
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_tiles_have_k_128() {
+        for c in Fp8TileConfig::ALL {
+            assert_eq!(Fp8TileConfig::from_name(c.name()), Some(c));
+            assert_eq!(c.tile().2, 128, "{c}: TileK must equal the scale block of K");
+        }
+        assert_eq!(Fp8TileConfig::from_name("coop-128x128x64"), None);
+    }
+
+    #[test]
+    fn the_plan_keeps_the_heuristic_choice() {
+        let shape = GroupedGemmFp8Shape::new(256, 4096, 7168, 4096).unwrap();
+        let decode = GroupedGemmFp8::for_device(
+            h200(),
+            shape,
+            GroupedGemmFp8Options { expected_rows: Some(64), ..Default::default() },
+        )
+        .unwrap();
+        assert_eq!(decode.config(), Fp8TileConfig::Pingpong64x128x128);
+        let prefill = GroupedGemmFp8::for_device(
+            h200(),
+            GroupedGemmFp8Shape::new(8, 4096, 7168, 65536).unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        assert_eq!(prefill.config(), Fp8TileConfig::Cooperative128x128x128);
+        assert!(prefill.workspace_bytes() > 0);
+    }
+}
