@@ -200,11 +200,7 @@ impl LayerSizing {
                 };
                 let tokens = if backends.is_none() && backend == Backend::Auto {
                     // The largest batch Auto sends to b (at least one token, so a forced switch still runs).
-                    (1..=max_tokens)
-                        .filter(|&t| auto_pick(&s, t, expert_parallel) == b)
-                        .next_back()
-                        .unwrap_or(1)
-                        .min(full)
+                    (1..=max_tokens).rfind(|&t| auto_pick(&s, t, expert_parallel) == b).unwrap_or(1).min(full)
                 } else {
                     full
                 };
