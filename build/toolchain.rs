@@ -33,6 +33,8 @@ impl Target {
 
 /// Hopper's arch-specific features (wgmma, setmaxnreg, TMA multicast): SM90 only.
 pub const SM90A: &[Target] = &[Target::Sass("sm_90a")];
+/// Blackwell's arch-specific features (tcgen05 UMMA, tensor memory): SM100 (compute capability 10.0) only.
+pub const SM100A: &[Target] = &[Target::Sass("sm_100a")];
 /// Plain CUDA (no arch-specific instruction): SASS for both GPUs moe-gemm knows, plus compute_90 PTX that newer
 /// GPUs can JIT.
 pub const PORTABLE: &[Target] = &[Target::Sass("sm_90a"), Target::Sass("sm_100a"), Target::Ptx("compute_90")];
@@ -53,6 +55,7 @@ const fn unit(path: &'static str, family: &'static str, targets: &'static [Targe
 /// gencode table. Explicit, so that nothing compiles by accident. The order is the build order: the heaviest
 /// units first, so that the small ones fill the other core while they compile.
 pub const KERNEL_UNITS: &[KernelUnit] = &[
+    unit("cpp/grouped_gemm_sm100_bf16.cu", "grouped_gemm_sm100", SM100A),
     unit("cpp/grouped_gemm_sm90_bf16.cu", "grouped_gemm_sm90", SM90A),
     unit("cpp/grouped_gemm_sm90_f16.cu", "grouped_gemm_sm90", SM90A),
     unit("cpp/grouped_gemm_sm90_fp8_blockwise.cu", "grouped_gemm_sm90_fp8", SM90A),

@@ -69,6 +69,8 @@ fn the_gencode_table_gives_each_family_its_arches() {
         let name = u.path.rsplit('/').next().unwrap();
         if name.contains("_sm90") {
             assert_eq!(u.targets, SM90A, "{}: Hopper GEMMs (wgmma) get sm_90a SASS only", u.path);
+        } else if name.contains("_sm100") {
+            assert_eq!(u.targets, SM100A, "{}: Blackwell GEMMs (tcgen05) get sm_100a SASS only", u.path);
         } else {
             assert_eq!(u.targets, PORTABLE, "{}: plain kernels get both SASS and compute_90 PTX", u.path);
         }
@@ -85,8 +87,8 @@ fn the_gencode_table_gives_each_family_its_arches() {
         assert_eq!(u.targets, first.targets, "{} and {} are both {}", u.path, first.path, u.family);
     }
     let names: Vec<&str> = families(KERNEL_UNITS).iter().map(|(f, _)| *f).collect();
-    assert_eq!(names.len(), 9, "{names:?}");
-    for f in ["grouped_gemm_sm90", "grouped_gemm_sm90_fp8", "fused_moe_sm90", "routing"] {
+    assert_eq!(names.len(), 10, "{names:?}");
+    for f in ["grouped_gemm_sm90", "grouped_gemm_sm90_fp8", "fused_moe_sm90", "grouped_gemm_sm100", "routing"] {
         assert!(names.contains(&f), "{f} missing from {names:?}");
     }
 }
@@ -125,8 +127,9 @@ fn portable_units_use_no_arch_specific_feature() {
             assert!(!text.contains(m), "{} is compiled for every target but contains `{m}`", u.path);
         }
     }
-    // And the check can fail: the SM90 GEMMs do contain such features.
+    // And the check can fail: the SM90 and SM100 GEMMs do contain such features.
     assert!(unit_text("cpp/grouped_gemm_sm90_bf16.cu").contains("#include \"cutlass/"));
+    assert!(unit_text("cpp/grouped_gemm_sm100_bf16.cu").contains("__CUDA_ARCH_FEAT_SM100_ALL"));
 }
 
 #[test]
@@ -140,7 +143,7 @@ fn heavy_units_start_first() {
 #[test]
 fn the_family_table_for_the_library_and_the_description_agree() {
     let rs = families_rs(KERNEL_UNITS);
-    assert!(rs.contains(r#"("grouped_gemm_sm90", &["sm_90a"], &[], "sm_90a"),"#), "{rs}");
+    assert!(rs.contains(r#"("grouped_gemm_sm100", &["sm_100a"], &[], "sm_100a"),"#), "{rs}");
     assert!(rs.contains(r#"("routing", &["sm_90a", "sm_100a"], &["compute_90"], "sm_90a or sm_100a"),"#), "{rs}");
     let text = describe_families(KERNEL_UNITS);
     assert!(text.contains("grouped_gemm_sm90: sm_90a;"), "{text}");

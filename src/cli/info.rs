@@ -1,6 +1,6 @@
 //! `moe-gemm info`.
 
-use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, KernelFamily, TileConfig};
+use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, KernelFamily, Sm100TileConfig, TileConfig};
 
 pub fn run() -> moe_gemm::Result<()> {
     println!("moe-gemm {}", env!("CARGO_PKG_VERSION"));
@@ -39,6 +39,18 @@ pub fn run() -> moe_gemm::Result<()> {
             "  grouped_gemm_sm90  fp8   {:<23} {:<11} tile {m}x{n}x{k}, cluster {cm}x{cn}x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
             c.name(),
             format!("{:?},", c.schedule()),
+        );
+    }
+    for c in Sm100TileConfig::ALL {
+        let (m, n, k) = c.tile();
+        let (cm, cn) = c.cluster();
+        let detail = match c.facts(DType::BF16) {
+            Ok(f) => format!("built, {} stages (compiled and SASS-checked; not yet run on hardware)", f.stages),
+            Err(_) => "not built".into(),
+        };
+        println!(
+            "  grouped_gemm_sm100 bf16  {:<22} 1SM UMMA,   tile {m}x{n}x{k}, cluster {cm}x{cn}x1  {detail}",
+            c.name()
         );
     }
     println!(

@@ -23,6 +23,8 @@ pub enum KernelFamily {
     GroupedGemmSm90Fp8,
     /// The fused gather/scatter MoE GEMMs ([`crate::kernels::fused::FusedGemm`]): wgmma, `sm_90a` only.
     FusedMoeSm90,
+    /// The SM100 bf16 grouped GEMM ([`crate::GroupedGemmSm100`]): tcgen05 UMMA, `sm_100a` only.
+    GroupedGemmSm100,
     /// Routers ([`crate::Router`]): plain CUDA.
     Routing,
     /// Expert layouts, gather, combine ([`crate::ExpertLayout`]): plain CUDA.
@@ -38,10 +40,11 @@ pub enum KernelFamily {
 }
 
 impl KernelFamily {
-    pub const ALL: [KernelFamily; 9] = [
+    pub const ALL: [KernelFamily; 10] = [
         KernelFamily::GroupedGemmSm90,
         KernelFamily::GroupedGemmSm90Fp8,
         KernelFamily::FusedMoeSm90,
+        KernelFamily::GroupedGemmSm100,
         KernelFamily::Routing,
         KernelFamily::Layouts,
         KernelFamily::Activation,
@@ -56,6 +59,7 @@ impl KernelFamily {
             KernelFamily::GroupedGemmSm90 => "grouped_gemm_sm90",
             KernelFamily::GroupedGemmSm90Fp8 => "grouped_gemm_sm90_fp8",
             KernelFamily::FusedMoeSm90 => "fused_moe_sm90",
+            KernelFamily::GroupedGemmSm100 => "grouped_gemm_sm100",
             KernelFamily::Routing => "routing",
             KernelFamily::Layouts => "layouts",
             KernelFamily::Activation => "activation",
@@ -129,6 +133,7 @@ mod tests {
             assert_eq!(on(f), [Arch::Sm90], "{f}");
             assert_eq!(f.required(), "sm_90a");
         }
+        assert_eq!(on(KernelFamily::GroupedGemmSm100), [Arch::Sm100]);
         for f in [
             KernelFamily::Routing,
             KernelFamily::Layouts,

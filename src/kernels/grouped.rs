@@ -159,7 +159,8 @@ impl<T: Element> GroupedGemm<T> {
     /// Plans the grouped GEMM on the device of `stream`.
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] unless the family was built for the device (SM90, compute capability 9.0);
+    /// [`Error::UnsupportedArch`] unless the family was built for the device (SM90, compute capability 9.0; see
+    /// [`crate::GroupedGemmSm100`] for SM100);
     /// [`Error::KernelNotBuilt`] when the configuration was not compiled for `T`; driver errors.
     pub fn new(stream: &Arc<CudaStream>, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
         let device = DeviceInfo::query(stream.context())?;
@@ -223,7 +224,7 @@ impl<T: Element> GroupedGemm<T> {
     ) -> Result<()> {
         let s = &self.shape;
         let plan = ffi::grouped::GroupedPlan {
-            config: self.config.into(),
+            kernel: ffi::grouped::GroupedKernel::Sm90(self.config.into()),
             groups: s.groups,
             n: s.n,
             k: s.k,
