@@ -56,6 +56,10 @@ fn main() {
         .compile("moe_gemm_bridge");
 
     let objects = compile_cuda(&root, &out, &tc);
+    // For tests/sass.rs, which disassembles each unit's object: `unit=object;...`.
+    let listing: Vec<String> =
+        KERNEL_UNITS.iter().zip(&objects).map(|(u, o)| format!("{}={}", u.path, o.display())).collect();
+    println!("cargo:rustc-env=MOE_GEMM_CUDA_OBJECTS={}", listing.join(";"));
     let lib = out.join("libmoe_gemm_cuda.a");
     let _ = fs::remove_file(&lib);
     let ar = env::var("AR").unwrap_or_else(|_| "ar".into());

@@ -167,3 +167,9 @@ pub const PYPI_PINS: &[&str] = &[
     "nvidia-nvvm==13.0.88",
     "nvidia-cutlass==4.2.0.0",
 ];
+
+/// The disassembler wheels `tests/sass.rs` installs (into the target folder, not the build's toolchain) to read
+/// the kernels' SASS. No 13.0 wheel of either exists on PyPI; 13.2.51 is the oldest, and reads CUDA 13.0's
+/// sm_90a and sm_100a cubins. `cuobjdump -sass` runs `nvdisasm`, so both, of one release.
+#[allow(dead_code)] // read by tests/sass.rs, not by the build
+pub const SASS_TOOL_PINS: &[&str] = &["nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"];

@@ -150,3 +150,9 @@ fn the_family_table_for_the_library_and_the_description_agree() {
     assert!(text.contains("layouts: sm_90a, sm_100a, compute_90 (PTX)"), "{text}");
 }
 
+#[test]
+fn the_disassemblers_are_pinned_to_one_release() {
+    let versions: Vec<&str> = SASS_TOOL_PINS.iter().map(|p| p.split_once("==").expect("pinned with ==").1).collect();
+    assert_eq!(versions.len(), 2);
+    assert!(versions.iter().all(|v| *v == versions[0]), "{SASS_TOOL_PINS:?}");
+}
