@@ -2,8 +2,10 @@
 //!
 //! 1. Finds nvcc (>= 12.8) and CUTLASS (>= 4.0); where either is missing, provisions the pinned CUDA 13.0
 //!    toolkit and CUTLASS 4.2 from PyPI into `third_party/pypi` (set `MOE_GEMM_NO_PROVISION=1` to forbid that).
-//! 2. Compiles every `.cu` of `KERNEL_UNITS` for sm_90a with one nvcc process each, in parallel, into objects
-//!    cached under OUT_DIR by a hash of their inputs: a bridge edit reruns this script but recompiles no CUDA.
+//! 2. Compiles every `.cu` of `KERNEL_UNITS` (build/toolchain.rs: each unit with its own targets, e.g. sm_90a
+//!    only for the Hopper GEMMs, sm_100a only for the Blackwell ones, both plus compute_90 PTX for the plain
+//!    kernels) with one nvcc process each, two at a time, into objects cached under OUT_DIR by a hash of their
+//!    inputs: a bridge edit reruns this script but recompiles no CUDA.
 //! 3. Compiles the cxx bridge with the host compiler and links cudart statically.
 
 #[path = "build/toolchain.rs"]
@@ -15,25 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use toolchain::*;
-
-/// The CUDA translation units, one per (arch x dtype family) plus small helpers. Explicit, so that nothing
-/// compiles by accident.
-const KERNEL_UNITS: &[&str] = &[
-    "cpp/grouped_gemm_sm90_bf16.cu",
-    "cpp/grouped_gemm_sm90_f16.cu",
-    "cpp/grouped_gemm_sm90_fp8_blockwise.cu",
-    "cpp/fused_moe_sm90_bf16.cu",
-    "cpp/fused_moe_sm90_f16.cu",
-    "cpp/routing.cu",
-    "cpp/layouts.cu",
-    "cpp/activation.cu",
-    "cpp/decode.cu",
-    "cpp/runtime.cu",
-    "cpp/quant.cu",
-];
-/// Real SASS for Hopper's arch-specific features (wgmma, setmaxnreg); never the `-arch=sm_90a` shorthand.
-const GENCODE: &[&str] = &["-gencode=arch=compute_90a,code=sm_90a"];
-const ARCHS: &str = "sm_90a";
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -61,7 +44,8 @@ fn main() {
     let (cm, cn, cp) = tc.cutlass_version;
     println!("cargo:rustc-env=MOE_GEMM_CUTLASS_VERSION={cm}.{cn}.{cp}");
     println!("cargo:rustc-env=MOE_GEMM_CUTLASS_DIR={}", tc.cutlass.display());
-    println!("cargo:rustc-env=MOE_GEMM_CUDA_ARCHS={ARCHS}");
+    println!("cargo:rustc-env=MOE_GEMM_CUDA_ARCHS={}", describe_families(KERNEL_UNITS));
+    fs::write(out.join("kernel_families.rs"), families_rs(KERNEL_UNITS)).unwrap();
 
     // The bridge first: it references the CUDA library, which must come after it on the link line.
     cxx_build::bridge("src/ffi/bridge.rs")
@@ -72,6 +56,10 @@ fn main() {
         .compile("moe_gemm_bridge");
 
     let objects = compile_cuda(&root, &out, &tc);
+    // For tests/sass.rs, which disassembles each unit's object: `unit=object;...`.
+    let listing: Vec<String> =
+        KERNEL_UNITS.iter().zip(&objects).map(|(u, o)| format!("{}={}", u.path, o.display())).collect();
+    println!("cargo:rustc-env=MOE_GEMM_CUDA_OBJECTS={}", listing.join(";"));
     let lib = out.join("libmoe_gemm_cuda.a");
     let _ = fs::remove_file(&lib);
     let ar = env::var("AR").unwrap_or_else(|_| "ar".into());
@@ -300,9 +288,10 @@ fn local_sources(src: &Path, dir: &Path) -> Vec<u8> {
 }
 
 /// Compiles each kernel unit with its own nvcc process (no relocatable device code), several at a time. An
-/// object is reused when the hash of its source, every header in cpp/, the flags and the toolchain is unchanged.
+/// object is reused when the hash of its source, every header in cpp/ it includes, its flags (its targets among
+/// them) and the toolchain is unchanged. Returns the objects in `KERNEL_UNITS` order.
 fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
-    let mut flags: Vec<String> = [
+    let base: Vec<String> = [
         "-std=c++17",
         "-O3",
         "-DNDEBUG",
@@ -313,18 +302,18 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    flags.extend(GENCODE.iter().map(|s| s.to_string()));
+    let mut tail: Vec<String> = Vec::new();
     if env::var_os("MOE_GEMM_LINEINFO").is_some_and(|v| v != "0") {
-        flags.push("-lineinfo".into()); // never -G: it serialises wgmma and ran ptxas to 22 GB here
+        tail.push("-lineinfo".into()); // never -G: it serialises wgmma and ran ptxas to 22 GB here
     }
     if let Ok(ccbin) = env::var("NVCC_CCBIN") {
-        flags.push(format!("-ccbin={ccbin}"));
+        tail.push(format!("-ccbin={ccbin}"));
     }
     let includes = [root.join("cpp"), tc.cutlass.join("include"), tc.cutlass.join("tools/util/include")]
         .into_iter()
         .chain(tc.cuda_include.iter().cloned())
         .map(|p| format!("-I{}", p.display()));
-    flags.extend(includes);
+    tail.extend(includes);
 
     // Versions, not paths: checkouts at different places (with their own provisioned copies of the same pinned
     // toolchain) can then share one object cache. The include flags are paths too and stay out of the hash.
@@ -337,44 +326,51 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
     fs::create_dir_all(&obj_dir).unwrap();
     let jobs: usize = env::var("NUM_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
 
-    let units: Vec<(PathBuf, PathBuf)> = KERNEL_UNITS
+    // (source, object, flags): the flags in the order the single-gencode build had them (base, gencode, tail), so
+    // that a unit whose targets did not change keeps its hash and its cached object.
+    let units: Vec<(PathBuf, PathBuf, Vec<String>)> = KERNEL_UNITS
         .iter()
         .map(|u| {
-            let src = root.join(u);
+            let src = root.join(u.path);
+            let mut flags = base.clone();
+            flags.extend(u.targets.iter().map(|t| t.gencode()));
+            flags.extend(tail.iter().cloned());
             let text = local_sources(&src, &root.join("cpp"));
             let flag_id: Vec<&str> = flags.iter().filter(|f| !f.starts_with("-I")).map(String::as_str).collect();
             let flag_id = flag_id.join(" ");
             let hash = fnv1a(&[&text, flag_id.as_bytes(), toolchain_id.as_bytes()]);
-            let stem = Path::new(u).file_stem().unwrap().to_string_lossy().to_string();
-            (src, obj_dir.join(format!("{stem}-{hash:016x}.o")))
+            let stem = Path::new(u.path).file_stem().unwrap().to_string_lossy().to_string();
+            (src, obj_dir.join(format!("{stem}-{hash:016x}.o")), flags)
         })
         .collect();
 
-    let todo: Vec<&(PathBuf, PathBuf)> = units.iter().filter(|(_, o)| !o.is_file()).collect();
-    for chunk in todo.chunks(jobs) {
-        std::thread::scope(|s| {
-            for (src, obj) in chunk {
-                let flags = &flags;
-                s.spawn(move || {
-                    let tmp = obj.with_extension(format!("o.{}.tmp", std::process::id()));
-                    let t0 = std::time::Instant::now();
-                    run(
-                        Command::new(&tc.nvcc).arg("-c").arg(src).arg("-o").arg(&tmp).args(flags),
-                        &format!("nvcc {}", src.display()),
-                    );
-                    fs::rename(&tmp, obj).unwrap();
-                    eprintln!("moe-gemm: compiled {} in {:.0} s", src.display(), t0.elapsed().as_secs_f64());
-                });
-            }
-        });
-    }
+    // A queue that `jobs` workers drain in table order (heaviest first): a small unit never waits for the other
+    // half of a fixed pair to finish.
+    let todo: Vec<&(PathBuf, PathBuf, Vec<String>)> = units.iter().filter(|(_, o, _)| !o.is_file()).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(todo.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some((src, obj, flags)) = todo.get(i) else { break };
+                let tmp = obj.with_extension(format!("o.{}.tmp", std::process::id()));
+                let t0 = std::time::Instant::now();
+                run(
+                    Command::new(&tc.nvcc).arg("-c").arg(src).arg("-o").arg(&tmp).args(flags),
+                    &format!("nvcc {}", src.display()),
+                );
+                fs::rename(&tmp, obj).unwrap();
+                eprintln!("moe-gemm: compiled {} in {:.0} s", src.display(), t0.elapsed().as_secs_f64());
+            });
+        }
+    });
     // Objects of earlier inputs are dead weight in OUT_DIR: keep only the current ones.
-    let keep: Vec<&PathBuf> = units.iter().map(|(_, o)| o).collect();
+    let keep: Vec<&PathBuf> = units.iter().map(|(_, o, _)| o).collect();
     let listing = shared_cache.is_none().then(|| fs::read_dir(&obj_dir).unwrap());
     for stale in listing.into_iter().flatten().filter_map(|e| e.ok().map(|e| e.path())) {
         if !keep.contains(&&stale) {
             let _ = fs::remove_file(stale);
         }
     }
-    units.into_iter().map(|(_, o)| o).collect()
+    units.into_iter().map(|(_, o, _)| o).collect()
 }

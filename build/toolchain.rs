@@ -1,5 +1,120 @@
-//! Pure helpers of the build script: parsing tool versions and hashing inputs.
+//! Pure helpers of the build script: the kernel units and their targets, parsing tool versions, hashing inputs.
 //! Kept free of I/O so that `tests/build_helpers.rs` can unit-test them (`#[path]`-included there).
+
+/// One compilation target of a kernel unit: a `-gencode` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Real code (SASS) for one GPU architecture, e.g. `sm_90a`, from the PTX of the same virtual architecture
+    /// (`compute_90a`). Arch-specific (`a`) SASS runs on that compute capability only.
+    Sass(&'static str),
+    /// PTX of a portable virtual architecture, e.g. `compute_90`, embedded for the driver to JIT-compile on GPUs
+    /// that have no SASS in the library. Never an arch-specific (`a`) one: such PTX does not JIT onto any other GPU.
+    Ptx(&'static str),
+}
+
+impl Target {
+    /// nvcc's flag for this target.
+    pub fn gencode(self) -> String {
+        match self {
+            Target::Sass(sm) => {
+                format!("-gencode=arch={},code={sm}", sm.replacen("sm_", "compute_", 1))
+            }
+            Target::Ptx(compute) => format!("-gencode=arch={compute},code={compute}"),
+        }
+    }
+
+    /// The name as nvcc and cuobjdump spell it: `sm_90a`, `compute_90`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Sass(n) | Target::Ptx(n) => n,
+        }
+    }
+}
+
+/// Hopper's arch-specific features (wgmma, setmaxnreg, TMA multicast): SM90 only.
+pub const SM90A: &[Target] = &[Target::Sass("sm_90a")];
+/// Blackwell's arch-specific features (tcgen05 UMMA, tensor memory): SM100 (compute capability 10.0) only.
+pub const SM100A: &[Target] = &[Target::Sass("sm_100a")];
+/// Plain CUDA (no arch-specific instruction): SASS for both GPUs moe-gemm knows, plus compute_90 PTX that newer
+/// GPUs can JIT.
+pub const PORTABLE: &[Target] = &[Target::Sass("sm_90a"), Target::Sass("sm_100a"), Target::Ptx("compute_90")];
+
+/// A CUDA translation unit and the kernel family it belongs to. The units of one family share their targets.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelUnit {
+    pub path: &'static str,
+    pub family: &'static str,
+    pub targets: &'static [Target],
+}
+
+const fn unit(path: &'static str, family: &'static str, targets: &'static [Target]) -> KernelUnit {
+    KernelUnit { path, family, targets }
+}
+
+/// The CUDA translation units, one per (arch x dtype family) plus small helpers, with their targets: the
+/// gencode table. Explicit, so that nothing compiles by accident. The order is the build order: the heaviest
+/// units first, so that the small ones fill the other core while they compile.
+pub const KERNEL_UNITS: &[KernelUnit] = &[
+    unit("cpp/grouped_gemm_sm100_bf16.cu", "grouped_gemm_sm100", SM100A),
+    unit("cpp/grouped_gemm_sm90_bf16.cu", "grouped_gemm_sm90", SM90A),
+    unit("cpp/grouped_gemm_sm90_f16.cu", "grouped_gemm_sm90", SM90A),
+    unit("cpp/grouped_gemm_sm90_fp8_blockwise.cu", "grouped_gemm_sm90_fp8", SM90A),
+    unit("cpp/fused_moe_sm90_bf16.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/fused_moe_sm90_f16.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/routing.cu", "routing", PORTABLE),
+    unit("cpp/layouts.cu", "layouts", PORTABLE),
+    unit("cpp/activation.cu", "activation", PORTABLE),
+    unit("cpp/decode.cu", "decode", PORTABLE),
+    unit("cpp/runtime.cu", "runtime", PORTABLE),
+    unit("cpp/quant.cu", "quant", PORTABLE),
+];
+
+/// Each family once, in table order, with its targets (those of its first unit).
+pub fn families(units: &[KernelUnit]) -> Vec<(&'static str, &'static [Target])> {
+    let mut out: Vec<(&'static str, &'static [Target])> = Vec::new();
+    for u in units {
+        if !out.iter().any(|(f, _)| *f == u.family) {
+            out.push((u.family, u.targets));
+        }
+    }
+    out
+}
+
+/// What `moe_gemm::build_info::CUDA_ARCHS` says: `family: target, target; family: ...`, PTX marked `(PTX)`.
+pub fn describe_families(units: &[KernelUnit]) -> String {
+    let names = |ts: &[Target]| -> String {
+        ts.iter()
+            .map(|t| match t {
+                Target::Sass(n) => n.to_string(),
+                Target::Ptx(n) => format!("{n} (PTX)"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    families(units).iter().map(|(f, ts)| format!("{f}: {}", names(ts))).collect::<Vec<_>>().join("; ")
+}
+
+/// The Rust table the library includes (`OUT_DIR/kernel_families.rs`): per family, its SASS targets, its PTX
+/// targets, and the SASS targets as an error message names them (`sm_90a or sm_100a`).
+pub fn families_rs(units: &[KernelUnit]) -> String {
+    let pick = |ts: &[Target], sass: bool| -> Vec<&'static str> {
+        ts.iter().filter(|t| matches!(t, Target::Sass(_)) == sass).map(|t| t.name()).collect()
+    };
+    let list = |names: &[&str]| -> String {
+        format!("&[{}]", names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "))
+    };
+    let mut s = String::from(
+        "// Generated by build.rs from build/toolchain.rs's KERNEL_UNITS:\n\
+         // (family, SASS targets, PTX targets, the SASS targets in words).\n\
+         pub(crate) const FAMILY_TARGETS: &[(&str, &[&str], &[&str], &str)] = &[\n",
+    );
+    for (f, ts) in families(units) {
+        let sass = pick(ts, true);
+        s += &format!("    ({f:?}, {}, {}, {:?}),\n", list(&sass), list(&pick(ts, false)), sass.join(" or "));
+    }
+    s += "];\n";
+    s
+}
 
 /// The CUDA release `nvcc --version` reports, e.g. "Cuda compilation tools, release 13.0, V13.0.88" -> (13, 0).
 pub fn parse_nvcc_release(output: &str) -> Option<(u32, u32)> {
@@ -52,3 +167,9 @@ pub const PYPI_PINS: &[&str] = &[
     "nvidia-nvvm==13.0.88",
     "nvidia-cutlass==4.2.0.0",
 ];
+
+/// The disassembler wheels `tests/sass.rs` installs (into the target folder, not the build's toolchain) to read
+/// the kernels' SASS. No 13.0 wheel of either exists on PyPI; 13.2.51 is the oldest, and reads CUDA 13.0's
+/// sm_90a and sm_100a cubins. `cuobjdump -sass` runs `nvdisasm`, so both, of one release.
+#[allow(dead_code)] // read by tests/sass.rs, not by the build
+pub const SASS_TOOL_PINS: &[&str] = &["nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"];

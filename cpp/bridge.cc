@@ -151,6 +151,68 @@ LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& p) {
   return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_run(a));
 }
 
+// SM100: bf16 only so far; f16 is NotBuilt.
+bool grouped_gemm_sm100_built(DType dtype, Sm100TileConfig config) {
+  return dtype == DType::BF16 && moe_gemm::grouped_gemm_sm100_bf16_built(config);
+}
+
+LaunchStatus grouped_gemm_sm100_workspace(DType dtype, Sm100TileConfig config, int32_t groups, int32_t sm_count,
+                                          uint64_t& bytes) {
+  if (dtype != DType::BF16) return LaunchStatus{StatusCode::NotBuilt, 0};
+  return wrap(moe_gemm::grouped_gemm_sm100_bf16_workspace(config, groups, sm_count, &bytes));
+}
+
+LaunchStatus grouped_gemm_sm100_facts(DType dtype, Sm100TileConfig config, Sm100KernelFacts& out) {
+  if (dtype != DType::BF16) return LaunchStatus{StatusCode::NotBuilt, 0};
+  moe_gemm::Sm100KernelFacts f{};
+  const Status s = moe_gemm::grouped_gemm_sm100_bf16_facts(config, &f);
+  if (s.code != StatusCode::Ok) return wrap(s);
+  out.tile_m = f.tile_m;
+  out.tile_n = f.tile_n;
+  out.tile_k = f.tile_k;
+  out.cluster_m = f.cluster_m;
+  out.cluster_n = f.cluster_n;
+  out.atom_m = f.atom_m;
+  out.stages = f.stages;
+  out.umma_array_mainloop = f.umma_array_mainloop;
+  out.ptr_array_epilogue = f.ptr_array_epilogue;
+  static_assert(same_fields<Sm100KernelFacts, moe_gemm::Sm100KernelFacts>(9),
+                "assign every Sm100KernelFacts field above");
+  return wrap(s);
+}
+
+LaunchStatus grouped_gemm_sm100_run(const GroupedGemmSm100Params& p) {
+  GroupedGemmSm100Args a{};
+  a.dtype = p.dtype;
+  a.config = p.config;
+  a.mode = p.mode;
+  a.max_m = p.max_m;
+  a.a_div = p.a_div;
+  a.experts = p.experts;
+  a.groups = p.groups;
+  a.n = p.n;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.a = p.a;
+  a.b = p.b;
+  a.d = p.d;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.workspace = p.workspace;
+  a.workspace_bytes = p.workspace_bytes;
+  a.status = p.status;
+  a.device = p.device;
+  a.sm_count = p.sm_count;
+  a.stream = p.stream;
+  static_assert(same_fields<GroupedGemmSm100Params, GroupedGemmSm100Args>(21),
+                "assign every GroupedGemmSm100Args field above");
+  switch (p.dtype) {
+    case DType::BF16: return wrap(moe_gemm::grouped_gemm_sm100_bf16_run(a));
+    case DType::F16: break;
+  }
+  return LaunchStatus{StatusCode::NotBuilt, 0};
+}
+
 int32_t cudart_version() { return moe_gemm::cudart_version(); }
 
 rust::String cuda_error_name(int32_t code) {

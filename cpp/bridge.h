@@ -6,6 +6,7 @@
 
 #include "launch.h"
 #include "launch_fp8.h"
+#include "launch_sm100.h"
 #include "moe_ops.h"
 #include "quant.h"
 #include "runtime.h"
@@ -18,6 +19,8 @@ struct LaunchStatus;
 struct GroupedGemmParams;
 struct GroupedGemmFp8Params;
 struct Fp8KernelFacts;
+struct GroupedGemmSm100Params;
+struct Sm100KernelFacts;
 struct RouterParams;
 struct SharedRoutingParams;
 struct LayoutParams;
@@ -35,6 +38,11 @@ LaunchStatus grouped_gemm_sm90_fp8_workspace(Fp8TileConfig config, int32_t group
 LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& facts);
 rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config);
 LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& params);
+bool grouped_gemm_sm100_built(DType dtype, Sm100TileConfig config);
+LaunchStatus grouped_gemm_sm100_workspace(DType dtype, Sm100TileConfig config, int32_t groups, int32_t sm_count,
+                                          uint64_t& bytes);
+LaunchStatus grouped_gemm_sm100_facts(DType dtype, Sm100TileConfig config, Sm100KernelFacts& facts);
+LaunchStatus grouped_gemm_sm100_run(const GroupedGemmSm100Params& params);
 int32_t cudart_version();
 rust::String cuda_error_name(int32_t code);
 int32_t spin(uint64_t ns, uint64_t stream);

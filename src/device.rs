@@ -7,6 +7,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::CudaContext;
 
 use crate::error::{Error, Result};
+use crate::kernels::KernelFamily;
 
 /// GPU architectures moe-gemm has kernels for.
 #[non_exhaustive]
@@ -19,6 +20,8 @@ pub enum Arch {
 }
 
 impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::Sm90, Arch::Sm100];
+
     /// The architecture whose arch-specific (`a`) kernels run on a device of this compute capability.
     /// `sm_90a` code runs on 9.0 only and `sm_100a` on 10.0 only: arch-specific SASS is not forward compatible.
     pub fn from_compute_capability(major: i32, minor: i32) -> Option<Arch> {
@@ -29,6 +32,7 @@ impl Arch {
         }
     }
 
+    /// The SASS target of this architecture's kernels: `sm_90a`, `sm_100a`.
     pub const fn target(self) -> &'static str {
         match self {
             Arch::Sm90 => "sm_90a",
@@ -102,14 +106,15 @@ impl DeviceInfo {
         })
     }
 
-    /// `Ok` when this device is `required`; otherwise the error that names both.
-    pub fn require(&self, op: &'static str, required: Arch) -> Result<()> {
-        if self.arch == Some(required) {
+    /// `Ok` when `family` was built for this device's architecture (it has SASS for it); otherwise the error
+    /// that names both: what the family was built for and what the device is.
+    pub fn require(&self, op: &'static str, family: KernelFamily) -> Result<()> {
+        if self.arch.is_some_and(|a| family.runs_on(a)) {
             return Ok(());
         }
         Err(Error::UnsupportedArch {
             op,
-            required: required.target(),
+            required: family.required(),
             ordinal: self.ordinal,
             name: self.name.clone(),
             major: self.compute_capability.0,

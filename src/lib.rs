@@ -29,6 +29,8 @@ pub mod random;
 #[doc(hidden)]
 pub mod timing;
 
+/// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
+pub use cudarc;
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
@@ -37,17 +39,16 @@ pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGe
 pub use kernels::grouped_fp8::{
     Fp8KernelFacts, Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape,
 };
-pub use kernels::TileConfig;
+pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100KernelFacts, Sm100TileConfig};
+pub use kernels::{KernelFamily, TileConfig};
 pub use layer::{
     auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, GateUp, LayerShape,
     LayerSizing, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage,
 };
-pub use view::{MatrixView, MatrixViewMut};
-/// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
-pub use cudarc;
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
+pub use view::{MatrixView, MatrixViewMut};
 
 /// For the `moe-gemm` binary (`cli` feature).
 #[cfg(feature = "cli")]
@@ -66,7 +67,9 @@ pub mod build_info {
     pub const NVCC_RELEASE: &str = env!("MOE_GEMM_NVCC_RELEASE");
     pub const CUTLASS_VERSION: &str = env!("MOE_GEMM_CUTLASS_VERSION");
     pub const CUTLASS_DIR: &str = env!("MOE_GEMM_CUTLASS_DIR");
-    /// Comma-separated CUDA targets with SASS in the library.
+    /// The CUDA targets compiled into the library, per kernel family (the build's gencode table):
+    /// `family: target, target; family: ...`, e.g. `grouped_gemm_sm90: sm_90a; ...; routing: sm_90a, sm_100a,
+    /// compute_90 (PTX); ...`. [`crate::KernelFamily`] has the same per family, typed.
     pub const CUDA_ARCHS: &str = env!("MOE_GEMM_CUDA_ARCHS");
 
     /// The CUDA runtime version linked statically (e.g. 13000).

@@ -36,3 +36,123 @@ fn every_cuda_wheel_is_pinned_to_one_13_0_release() {
     }
     assert!(PYPI_PINS.contains(&"nvidia-cutlass==4.2.0.0"));
 }
+
+fn root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn gencode_flags_are_spelled_as_nvcc_wants() {
+    // The exact flag of the single-gencode build: the SM90 units keep their object-cache hash.
+    assert_eq!(Target::Sass("sm_90a").gencode(), "-gencode=arch=compute_90a,code=sm_90a");
+    assert_eq!(Target::Sass("sm_100a").gencode(), "-gencode=arch=compute_100a,code=sm_100a");
+    assert_eq!(Target::Ptx("compute_90").gencode(), "-gencode=arch=compute_90,code=compute_90");
+}
+
+#[test]
+fn every_cuda_file_is_one_unit_and_every_unit_exists() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("cpp"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        .map(|p| format!("cpp/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = KERNEL_UNITS.iter().map(|u| u.path.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, on_disk, "KERNEL_UNITS must list every cpp/*.cu exactly once");
+}
+
+#[test]
+fn the_gencode_table_gives_each_family_its_arches() {
+    for u in KERNEL_UNITS {
+        let name = u.path.rsplit('/').next().unwrap();
+        if name.contains("_sm90") {
+            assert_eq!(u.targets, SM90A, "{}: Hopper GEMMs (wgmma) get sm_90a SASS only", u.path);
+        } else if name.contains("_sm100") {
+            assert_eq!(u.targets, SM100A, "{}: Blackwell GEMMs (tcgen05) get sm_100a SASS only", u.path);
+        } else {
+            assert_eq!(u.targets, PORTABLE, "{}: plain kernels get both SASS and compute_90 PTX", u.path);
+        }
+        for t in u.targets {
+            if let Target::Ptx(c) = t {
+                // compute_90a / compute_100a / compute_100f PTX cannot be JIT-compiled for another GPU.
+                assert!(c.starts_with("compute_") && c[8..].chars().all(|ch| ch.is_ascii_digit()), "{}: {c}", u.path);
+            }
+        }
+    }
+    // The units of one family share their targets: a family's arch list is then one list.
+    for u in KERNEL_UNITS {
+        let first = KERNEL_UNITS.iter().find(|v| v.family == u.family).unwrap();
+        assert_eq!(u.targets, first.targets, "{} and {} are both {}", u.path, first.path, u.family);
+    }
+    let names: Vec<&str> = families(KERNEL_UNITS).iter().map(|(f, _)| *f).collect();
+    assert_eq!(names.len(), 10, "{names:?}");
+    for f in ["grouped_gemm_sm90", "grouped_gemm_sm90_fp8", "fused_moe_sm90", "grouped_gemm_sm100", "routing"] {
+        assert!(names.contains(&f), "{f} missing from {names:?}");
+    }
+}
+
+/// The text of a unit and the headers of cpp/ it includes, transitively.
+fn unit_text(path: &str) -> String {
+    let cpp = root().join("cpp");
+    let (mut todo, mut seen, mut text) = (vec![root().join(path)], Vec::new(), String::new());
+    while let Some(f) = todo.pop() {
+        if seen.contains(&f) {
+            continue;
+        }
+        let body = std::fs::read_to_string(&f).unwrap();
+        for line in body.lines() {
+            if let Some(inc) = line.trim_start().strip_prefix("#include \"").and_then(|r| r.split('"').next()) {
+                let p = cpp.join(inc);
+                if p.is_file() {
+                    todo.push(p);
+                }
+            }
+        }
+        text += &body;
+        seen.push(f);
+    }
+    text
+}
+
+#[test]
+fn portable_units_use_no_arch_specific_feature() {
+    // What sm_90a / sm_100a alone have: a unit with any of these cannot be compiled for compute_90 PTX (nor
+    // run its SASS on the other arch), and CUTLASS/CuTe headers bring them in.
+    let markers = ["wgmma", "setmaxnreg", "tcgen05", "#include \"cutlass/", "#include \"cute/", "__CUDA_ARCH_FEAT_"];
+    for u in KERNEL_UNITS.iter().filter(|u| u.targets == PORTABLE) {
+        let text = unit_text(u.path);
+        for m in markers {
+            assert!(!text.contains(m), "{} is compiled for every target but contains `{m}`", u.path);
+        }
+    }
+    // And the check can fail: the SM90 and SM100 GEMMs do contain such features.
+    assert!(unit_text("cpp/grouped_gemm_sm90_bf16.cu").contains("#include \"cutlass/"));
+    assert!(unit_text("cpp/grouped_gemm_sm100_bf16.cu").contains("__CUDA_ARCH_FEAT_SM100_ALL"));
+}
+
+#[test]
+fn heavy_units_start_first() {
+    // The build queue takes units in table order: the CUTLASS GEMMs first, so the small units fill the other core.
+    let first_small = KERNEL_UNITS.iter().position(|u| u.targets == PORTABLE).unwrap();
+    assert!(KERNEL_UNITS[..first_small].iter().all(|u| u.targets != PORTABLE));
+    assert!(KERNEL_UNITS[first_small..].iter().all(|u| u.targets == PORTABLE));
+}
+
+#[test]
+fn the_family_table_for_the_library_and_the_description_agree() {
+    let rs = families_rs(KERNEL_UNITS);
+    assert!(rs.contains(r#"("grouped_gemm_sm100", &["sm_100a"], &[], "sm_100a"),"#), "{rs}");
+    assert!(rs.contains(r#"("routing", &["sm_90a", "sm_100a"], &["compute_90"], "sm_90a or sm_100a"),"#), "{rs}");
+    let text = describe_families(KERNEL_UNITS);
+    assert!(text.contains("grouped_gemm_sm90: sm_90a;"), "{text}");
+    assert!(text.contains("layouts: sm_90a, sm_100a, compute_90 (PTX)"), "{text}");
+}
+
+#[test]
+fn the_disassemblers_are_pinned_to_one_release() {
+    let versions: Vec<&str> = SASS_TOOL_PINS.iter().map(|p| p.split_once("==").expect("pinned with ==").1).collect();
+    assert_eq!(versions.len(), 2);
+    assert!(versions.iter().all(|v| *v == versions[0]), "{SASS_TOOL_PINS:?}");
+}

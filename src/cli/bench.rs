@@ -239,7 +239,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let ctx = device::open(0)?;
     let stream = ctx.per_thread_stream();
     let info = moe_gemm::DeviceInfo::query(&ctx)?;
-    info.require("moe-gemm bench", moe_gemm::Arch::Sm90)?;
+    info.require("moe-gemm bench", moe_gemm::KernelFamily::GroupedGemmSm90)?;
     let clocks_before = clocks();
     let ceil = if args.no_ceilings {
         // Without measurement, the ceilings of shared/PERF_TARGETS.md (one H200, 2026-11-29), labelled as such.

@@ -1,6 +1,6 @@
 //! `moe-gemm info`.
 
-use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, TileConfig};
+use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, KernelFamily, Sm100TileConfig, TileConfig};
 
 pub fn run() -> moe_gemm::Result<()> {
     println!("moe-gemm {}", env!("CARGO_PKG_VERSION"));
@@ -9,7 +9,12 @@ pub fn run() -> moe_gemm::Result<()> {
     println!("  CUTLASS   {} ({})", build_info::CUTLASS_VERSION, build_info::CUTLASS_DIR);
     let v = build_info::cudart_version();
     println!("  cudart    {}.{} (static)", v / 1000, (v % 1000) / 10);
-    println!("  SASS for  {}", build_info::CUDA_ARCHS);
+    println!("targets (per kernel family; SASS runs on its GPU only, PTX is JIT-compiled by newer drivers)");
+    for f in KernelFamily::ALL {
+        let ptx: Vec<String> = f.ptx_targets().iter().map(|t| format!("{t} (PTX)")).collect();
+        let all: Vec<&str> = f.sass_targets().iter().copied().chain(ptx.iter().map(String::as_str)).collect();
+        println!("  {:<22} {}", f.name(), all.join(", "));
+    }
     println!("kernels");
     for dtype in [DType::BF16, DType::F16] {
         for c in TileConfig::ALL {
@@ -34,6 +39,18 @@ pub fn run() -> moe_gemm::Result<()> {
             "  grouped_gemm_sm90  fp8   {:<23} {:<11} tile {m}x{n}x{k}, cluster {cm}x{cn}x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
             c.name(),
             format!("{:?},", c.schedule()),
+        );
+    }
+    for c in Sm100TileConfig::ALL {
+        let (m, n, k) = c.tile();
+        let (cm, cn) = c.cluster();
+        let detail = match c.facts(DType::BF16) {
+            Ok(f) => format!("built, {} stages (compiled and SASS-checked; not yet run on hardware)", f.stages),
+            Err(_) => "not built".into(),
+        };
+        println!(
+            "  grouped_gemm_sm100 bf16  {:<22} 1SM UMMA,   tile {m}x{n}x{k}, cluster {cm}x{cn}x1  {detail}",
+            c.name()
         );
     }
     println!(
@@ -71,6 +88,12 @@ pub fn run() -> moe_gemm::Result<()> {
         let d = DeviceInfo::query(&ctx)?;
         let (maj, min) = d.compute_capability;
         let (free, total) = ctx.mem_get_info()?;
+        let here = match d.arch {
+            Some(arch) => {
+                KernelFamily::ALL.iter().filter(|f| f.runs_on(arch)).map(|f| f.name()).collect::<Vec<_>>().join(", ")
+            }
+            None => "none (moe-gemm's kernels are built for sm_90a and sm_100a)".into(),
+        };
         println!(
             "  {i}: {}, compute capability {maj}.{min}, {} SMs, {} MiB L2, {:.1}/{:.1} GiB free, {} KiB smem/block; kernels here: {}",
             d.name,
@@ -79,10 +102,7 @@ pub fn run() -> moe_gemm::Result<()> {
             free as f64 / (1u64 << 30) as f64,
             total as f64 / (1u64 << 30) as f64,
             d.max_smem_per_block_optin >> 10,
-            match d.arch {
-                Some(moe_gemm::Arch::Sm90) => "SM90 grouped and fused MoE GEMMs",
-                _ => "none (moe-gemm's kernels are built for sm_90a)",
-            }
+            here
         );
     }
     Ok(())

@@ -34,6 +34,14 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
+    enum Sm100TileConfig {
+        Mma1Sm128x256x64 = 0,
+        Mma1Sm128x128x64 = 1,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
     enum StatusCode {
         Ok = 0,
         NotBuilt = 1,
@@ -252,6 +260,45 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::GroupedGemmSm100Args` (`cpp/launch_sm100.h`); device addresses and the stream as u64.
+    struct GroupedGemmSm100Params {
+        dtype: DType,
+        config: Sm100TileConfig,
+        mode: GroupMode,
+        max_m: i32,
+        a_div: i32,
+        experts: i32,
+        groups: i32,
+        n: i32,
+        k: i32,
+        max_rows: i64,
+        a: u64,
+        b: u64,
+        d: u64,
+        offsets: u64,
+        counts: u64,
+        workspace: u64,
+        workspace_bytes: u64,
+        status: u64,
+        device: i32,
+        sm_count: i32,
+        stream: u64,
+    }
+
+    /// Mirrors `moe_gemm::Sm100KernelFacts` (`cpp/launch_sm100.h`): compile-time facts of a built configuration.
+    #[derive(Debug, Default)]
+    struct Sm100KernelFacts {
+        tile_m: i32,
+        tile_n: i32,
+        tile_k: i32,
+        cluster_m: i32,
+        cluster_n: i32,
+        atom_m: i32,
+        stages: i32,
+        umma_array_mainloop: bool,
+        ptr_array_epilogue: bool,
+    }
+
     /// Mirrors `moe_gemm::Fp8KernelFacts` (`cpp/launch_fp8.h`): compile-time facts of a built configuration.
     #[derive(Debug, Default)]
     struct Fp8KernelFacts {
@@ -334,6 +381,8 @@ pub(crate) mod ffi {
         #[namespace = "moe_gemm"]
         type Fp8TileConfig;
         #[namespace = "moe_gemm"]
+        type Sm100TileConfig;
+        #[namespace = "moe_gemm"]
         type StatusCode;
         #[namespace = "moe_gemm"]
         type GroupMode;
@@ -379,6 +428,24 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8Args` documents (e4m3 A and B, f32
         /// scales, bf16 D).
         unsafe fn grouped_gemm_sm90_fp8_run(params: &GroupedGemmFp8Params) -> LaunchStatus;
+        fn grouped_gemm_sm100_built(dtype: DType, config: Sm100TileConfig) -> bool;
+        fn grouped_gemm_sm100_workspace(
+            dtype: DType,
+            config: Sm100TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        /// Compile-time facts of (`dtype`, `config`) (NotBuilt and `facts` untouched when it was not compiled).
+        fn grouped_gemm_sm100_facts(
+            dtype: DType,
+            config: Sm100TileConfig,
+            facts: &mut Sm100KernelFacts,
+        ) -> LaunchStatus;
+        /// # Safety
+        /// As for `grouped_gemm_sm90_run`: every address a live device allocation of the size the params imply,
+        /// on the device and stream given, alive until the queued work completes.
+        unsafe fn grouped_gemm_sm100_run(params: &GroupedGemmSm100Params) -> LaunchStatus;
         fn cudart_version() -> i32;
         /// `cudaGetErrorName` of a cudaError_t (no device needed).
         fn cuda_error_name(code: i32) -> String;

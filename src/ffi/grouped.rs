@@ -1,5 +1,7 @@
-//! The SM90 persistent grouped GEMM (`cpp/grouped_gemm_sm90.cuh`): whether a configuration was built, its
-//! workspace, and the launch (our prepare kernel, then CUTLASS's).
+//! The persistent bf16/f16 grouped GEMMs with device-side groups: SM90 (`cpp/grouped_gemm_sm90.cuh`) and SM100
+//! (`cpp/grouped_gemm_sm100.cuh`, `cpp/launch_sm100.h`). Whether a configuration was built, its workspace (and
+//! for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one checked path for
+//! both families: they take the same operands and group descriptions.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
@@ -9,11 +11,50 @@ use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::TileConfig;
+pub(crate) use ffi::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
 
 /// Whether (`dtype`, `config`) was compiled into the library.
 pub(crate) fn built(d: DType, config: TileConfig) -> bool {
     ffi::grouped_gemm_sm90_built(dtype(d), config)
+}
+
+/// Whether the SM100 (`dtype`, `config`) was compiled into the library.
+pub(crate) fn built_sm100(d: DType, config: Sm100TileConfig) -> bool {
+    ffi::grouped_gemm_sm100_built(dtype(d), config)
+}
+
+const OP_SM100: &str = "grouped_gemm_sm100";
+
+/// Compile-time facts of a built SM100 (`dtype`, `config`), read from its CUTLASS types (host only).
+pub(crate) fn facts_sm100(d: DType, config: Sm100TileConfig) -> Result<Sm100KernelFacts> {
+    let mut f = Sm100KernelFacts::default();
+    let s = ffi::grouped_gemm_sm100_facts(dtype(d), config, &mut f);
+    check(s, &Launched { config: Some(&config), ..Launched::typed(OP_SM100, d) })?;
+    Ok(f)
+}
+
+/// Bytes of device workspace an SM100 launch of `groups` groups needs on a device of `sm_count` SMs.
+pub(crate) fn workspace_bytes_sm100(d: DType, config: Sm100TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
+    let mut bytes = 0u64;
+    let s = ffi::grouped_gemm_sm100_workspace(dtype(d), config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    check(s, &Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm100 workspace", d) })?;
+    Ok(bytes)
+}
+
+/// Which family's kernel a plan launches, with its configuration.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum GroupedKernel {
+    Sm90(TileConfig),
+    Sm100(Sm100TileConfig),
+}
+
+impl GroupedKernel {
+    fn op(self) -> &'static str {
+        match self {
+            GroupedKernel::Sm90(_) => "grouped_gemm_sm90",
+            GroupedKernel::Sm100(_) => OP_SM100,
+        }
+    }
 }
 
 /// Bytes of device workspace a launch of `groups` groups needs on a device of `sm_count` SMs.
@@ -25,10 +66,10 @@ pub(crate) fn workspace_bytes(d: DType, config: TileConfig, groups: usize, sm_co
 }
 
 /// Everything a launch needs besides its buffers, fixed by a plan: the shape (`groups` matrices `[n, k]` of B,
-/// at most `max_rows` rows of A and D), the configuration and the device it was planned for.
+/// at most `max_rows` rows of A and D), the kernel and configuration, and the device it was planned for.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GroupedPlan {
-    pub config: TileConfig,
+    pub kernel: GroupedKernel,
     pub groups: usize,
     pub n: usize,
     pub k: usize,
@@ -53,7 +94,7 @@ pub(crate) enum GroupedRows<'a> {
     PerRow { experts: &'a CudaView<'a, i32>, rows: usize, a_div: usize, num_experts: usize },
 }
 
-/// Queues `prepare_groups` and the CUTLASS grouped GEMM on `stream`.
+/// Queues `prepare_groups` and the CUTLASS grouped GEMM of `plan.kernel` on `stream`.
 #[allow(clippy::too_many_arguments)] // one argument per buffer: bundling them would hide which guard is which
 pub(crate) fn launch<T: Element>(
     stream: &CudaStream,
@@ -65,10 +106,11 @@ pub(crate) fn launch<T: Element>(
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
+    let op = plan.kernel.op();
     let ordinal = stream.context().ordinal();
     if ordinal as i64 != plan.device as i64 {
         return Err(Error::InvalidProblem(format!(
-            "grouped GEMM planned for device {} launched on a stream of device {ordinal}",
+            "{op}: planned for device {} launched on a stream of device {ordinal}",
             plan.device
         )));
     }
@@ -110,11 +152,7 @@ pub(crate) fn launch<T: Element>(
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let workspace_bytes = workspace.len() as u64;
     if workspace_bytes < plan.workspace_bytes {
-        return Err(Error::WorkspaceTooSmall {
-            op: "grouped_gemm_sm90",
-            needed: plan.workspace_bytes,
-            got: workspace_bytes,
-        });
+        return Err(Error::WorkspaceTooSmall { op, needed: plan.workspace_bytes, got: workspace_bytes });
     }
     let (max_m, a_div, experts, groups) =
         (to_i32("max_m", max_m)?, to_i32("a_div", a_div)?, to_i32("experts", num_experts)?, to_i32("groups", groups)?);
@@ -132,40 +170,78 @@ pub(crate) fn launch<T: Element>(
     for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr)] {
         need_aligned(name, p)?;
     }
-    let params = ffi::GroupedGemmParams {
-        dtype: dtype(T::DTYPE),
-        config: plan.config,
-        mode,
-        max_m,
-        a_div,
-        experts,
-        groups,
-        n: n as i32,
-        k: k as i32,
-        max_rows,
-        a: a_ptr,
-        b: b_ptr,
-        d: d_ptr,
-        offsets: o_ptr.unwrap_or(0),
-        counts: c_ptr.unwrap_or(0),
-        workspace: w_ptr,
-        workspace_bytes,
-        status: s_ptr,
-        device: plan.device,
-        sm_count: plan.sm_count,
-        stream: stream.cu_stream() as u64,
+    let (n, k, stream_u64) = (to_i32("n", n)?, to_i32("k", k)?, stream.cu_stream() as u64);
+    let (offsets, counts) = (o_ptr.unwrap_or(0), c_ptr.unwrap_or(0));
+    let (device, sm_count) = (plan.device, plan.sm_count);
+    // Why both calls below are sound: every address is a live cudarc allocation, checked above to hold what the
+    // plan's shape implies (A max_rows*K or the per-row tokens, B G*N*K or num_experts matrices, D max_rows*N,
+    // offsets G+1 / counts per group where the mode reads them, G*max_m <= max_rows, per-row groups <= G and
+    // max_rows, workspace >= the size C++ asked for for G >= the groups launched, status one u32); A/B/D bases
+    // are 16-byte aligned and K, N multiples of the element type's 16-byte alignment (checked), so every group
+    // base is too. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
+    // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
+    // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued work
+    // never outlives its buffers. The two params structs have the same fields, copied by name into C++'s
+    // (bridge.cc).
+    let status = match plan.kernel {
+        GroupedKernel::Sm90(config) => {
+            let params = ffi::GroupedGemmParams {
+                dtype: dtype(T::DTYPE),
+                config,
+                mode,
+                max_m,
+                a_div,
+                experts,
+                groups,
+                n,
+                k,
+                max_rows,
+                a: a_ptr,
+                b: b_ptr,
+                d: d_ptr,
+                offsets,
+                counts,
+                workspace: w_ptr,
+                workspace_bytes,
+                status: s_ptr,
+                device,
+                sm_count,
+                stream: stream_u64,
+            };
+            // SAFETY: the argument above, for the SM90 kernel.
+            unsafe { ffi::grouped_gemm_sm90_run(&params) }
+        }
+        GroupedKernel::Sm100(config) => {
+            let params = ffi::GroupedGemmSm100Params {
+                dtype: dtype(T::DTYPE),
+                config,
+                mode,
+                max_m,
+                a_div,
+                experts,
+                groups,
+                n,
+                k,
+                max_rows,
+                a: a_ptr,
+                b: b_ptr,
+                d: d_ptr,
+                offsets,
+                counts,
+                workspace: w_ptr,
+                workspace_bytes,
+                status: s_ptr,
+                device,
+                sm_count,
+                stream: stream_u64,
+            };
+            // SAFETY: the argument above, for the SM100 kernel (the same operands and group arrays).
+            unsafe { ffi::grouped_gemm_sm100_run(&params) }
+        }
     };
-    // SAFETY: every address is a live cudarc allocation, checked above to hold what the plan's shape implies (A
-    // max_rows*K or the per-row tokens, B G*N*K or num_experts matrices, D max_rows*N, offsets G+1 / counts per
-    // group where the mode reads them, G*max_m <= max_rows, per-row groups <= G and max_rows, workspace >= the
-    // size C++ asked for for G >= the groups launched, status one u32); A/B/D bases are 16-byte aligned and K, N
-    // multiples of the element type's 16-byte alignment (checked), so every group base is too. Offsets and counts
-    // are device data the kernel clamps into [0, max_rows] and each group's room. The stream's context is bound
-    // to this thread. The guards keep the buffers ordered on `stream`, and the borrows keep them alive until this
-    // function returns; cudarc frees memory stream-ordered, so queued work never outlives its buffers.
-    let status = unsafe { ffi::grouped_gemm_sm90_run(&params) };
-    check(
-        status,
-        &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::typed("grouped_gemm_sm90", T::DTYPE) },
-    )
+    let config: &dyn std::fmt::Debug = match &plan.kernel {
+        GroupedKernel::Sm90(c) => c,
+        GroupedKernel::Sm100(c) => c,
+    };
+    check(status, &Launched { config: Some(config), workspace_bytes, ..Launched::typed(op, T::DTYPE) })
 }

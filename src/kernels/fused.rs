@@ -22,10 +22,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
-use crate::device::{Arch, DeviceInfo};
+use crate::device::DeviceInfo;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::KernelFamily;
 use crate::layouts::{ExpertLayout, LayoutSpec};
 
 /// A compiled tile of the fused GEMMs (`cpp/moe_ops.h`'s `FusedTile`).
@@ -130,7 +131,7 @@ impl FusedGemm {
     /// [`Error::UnsupportedArch`] unless the device is SM90; driver and CUDA errors.
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
         let device = DeviceInfo::query(stream.context())?;
-        device.require("fused_moe_gemm", Arch::Sm90)?;
+        device.require("fused_moe_gemm", KernelFamily::FusedMoeSm90)?;
         for dtype in [DType::BF16, DType::F16] {
             for tile in FusedTile::ALL {
                 ffi::fused::prepare(stream, dtype, tile.into())?;

@@ -26,11 +26,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
-use crate::device::{Arch, DeviceInfo};
+use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::TileConfig;
+use crate::kernels::{KernelFamily, TileConfig};
 use crate::status::DeviceStatus;
 
 /// The shape of a grouped GEMM, validated against the kernels' constraints.
@@ -159,7 +159,8 @@ impl<T: Element> GroupedGemm<T> {
     /// Plans the grouped GEMM on the device of `stream`.
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0);
+    /// [`Error::UnsupportedArch`] unless the family was built for the device (SM90, compute capability 9.0; see
+    /// [`crate::GroupedGemmSm100`] for SM100);
     /// [`Error::KernelNotBuilt`] when the configuration was not compiled for `T`; driver errors.
     pub fn new(stream: &Arc<CudaStream>, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
         let device = DeviceInfo::query(stream.context())?;
@@ -168,7 +169,7 @@ impl<T: Element> GroupedGemm<T> {
 
     /// Plans for an already queried device (no driver call).
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
-        device.require("grouped_gemm_sm90", Arch::Sm90)?;
+        device.require("grouped_gemm_sm90", KernelFamily::GroupedGemmSm90)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config = options
             .config
@@ -223,7 +224,7 @@ impl<T: Element> GroupedGemm<T> {
     ) -> Result<()> {
         let s = &self.shape;
         let plan = ffi::grouped::GroupedPlan {
-            config: self.config.into(),
+            kernel: ffi::grouped::GroupedKernel::Sm90(self.config.into()),
             groups: s.groups,
             n: s.n,
             k: s.k,

@@ -33,11 +33,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use crate::device::{Arch, DeviceInfo};
+use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::grouped::{GroupRows, Workspace};
-use crate::kernels::Schedule;
+use crate::kernels::{KernelFamily, Schedule};
 use crate::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
 use crate::status::DeviceStatus;
 
@@ -271,7 +271,7 @@ impl GroupedGemmFp8 {
     /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0); [`Error::KernelNotBuilt`]
     /// when the configuration was not compiled.
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
-        device.require(OP, Arch::Sm90)?;
+        device.require(OP, KernelFamily::GroupedGemmSm90Fp8)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config = options.config.unwrap_or_else(|| Fp8TileConfig::heuristic(shape.groups, expected));
         if !config.is_built() {
@@ -367,6 +367,7 @@ impl GroupedGemmFp8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::Arch;
 
     fn h200() -> DeviceInfo {
         DeviceInfo {

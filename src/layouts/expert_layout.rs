@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
-use crate::device::{Arch, DeviceInfo};
+use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::layouts as ffi;
 use crate::kernels::grouped::GroupRows;
+use crate::kernels::KernelFamily;
 use crate::status::DeviceStatus;
 
 /// Which layout to build.
@@ -189,7 +190,7 @@ impl ExpertLayout {
     /// Allocates buffers of `room` for layouts of `dims` (and later any dims that fit, see [`Self::reshape`]).
     pub(crate) fn with_room(stream: &Arc<CudaStream>, room: LayoutRoom, dims: LayoutDims) -> Result<Self> {
         room.check_fits(&dims)?;
-        DeviceInfo::query(stream.context())?.require("expert layouts", Arch::Sm90)?;
+        DeviceInfo::query(stream.context())?.require("expert layouts", KernelFamily::Layouts)?;
         Ok(ExpertLayout {
             dims,
             counts: stream.alloc_zeros(room.groups)?,
@@ -240,9 +241,10 @@ impl ExpertLayout {
     /// Allocates the layout's buffers on `stream` (outside the launch path).
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] unless the device is SM90; allocation errors.
+    /// [`Error::UnsupportedArch`] unless the layout kernels were built for the device (SM90, SM100); allocation
+    /// errors.
     pub fn new(stream: &Arc<CudaStream>, dims: LayoutDims) -> Result<Self> {
-        DeviceInfo::query(stream.context())?.require("expert layouts", Arch::Sm90)?;
+        DeviceInfo::query(stream.context())?.require("expert layouts", KernelFamily::Layouts)?;
         let cap = dims.capacity();
         Ok(ExpertLayout {
             dims,

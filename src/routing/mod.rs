@@ -144,9 +144,9 @@ pub struct Router {
 
 impl Router {
     /// # Errors
-    /// [`Error::UnsupportedArch`] unless the device of `stream` is SM90.
+    /// [`Error::UnsupportedArch`] unless the routers were built for the device of `stream` (SM90, SM100).
     pub fn new(stream: &std::sync::Arc<cudarc::driver::CudaStream>, config: RouterConfig) -> Result<Self> {
-        crate::DeviceInfo::query(stream.context())?.require("router", crate::Arch::Sm90)?;
+        crate::DeviceInfo::query(stream.context())?.require("router", crate::KernelFamily::Routing)?;
         Ok(Router { config })
     }
 

@@ -1,5 +1,5 @@
-//! GPU tests: every test here needs an SM90 device and is `#[ignore]`d elsewhere. One binary, so it can be
-//! carried to the GPU host and run with `--include-ignored`.
+//! GPU tests: every test here needs an SM90 device (the SM100 ones any device, see `gemm_sm100`) and is
+//! `#[ignore]`d elsewhere. One binary, so it can be carried to the GPU host and run with `--include-ignored`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -7,6 +7,7 @@ mod common;
 mod fp8;
 mod fused;
 mod gemm;
+mod gemm_sm100;
 mod layer;
 mod layouts;
 mod pipeline;

@@ -1,0 +1,107 @@
+//! The SM100 grouped GEMM on the GPU. On an SM100 device (B200, compute capability 10.0) each case poisons D
+//! with NaN, launches every configuration, and compares every row with the CPU reference and the poison past the
+//! groups. On any other device (the H200 these tests usually run on) it checks instead that the plan refuses
+//! with `UnsupportedArch`, and prints a SKIP line for the correctness part: **no SM100 kernel has run yet**.
+
+use crate::common::*;
+use half::bf16;
+use moe_gemm::layouts::offsets_from_sizes;
+use moe_gemm::reference::{first_mismatch, grouped_gemm_rows, Tolerance};
+use moe_gemm::status::bits as error_bits;
+use moe_gemm::*;
+
+const GUARD: usize = 4096;
+
+/// `true` on an SM100 device; elsewhere checks the refusal, says SKIP and returns `false`.
+fn on_sm100(stream: &std::sync::Arc<cudarc::driver::CudaStream>, test: &str) -> bool {
+    let info = DeviceInfo::query(stream.context()).unwrap();
+    if info.arch == Some(Arch::Sm100) {
+        return true;
+    }
+    let shape = GroupedGemmShape::new(4, 256, 256, 64).unwrap();
+    let err = GroupedGemmSm100::<bf16>::new(stream, shape, Default::default()).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedArch { required: "sm_100a", .. }), "{err:?}");
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP {test}: device 0 ({}, {}.{}) is not SM100; checked only that the SM100 plan refuses it",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1
+    );
+    false
+}
+
+fn run_sizes(name: &str, sizes: &[usize], n: usize, k: usize, spare_rows: usize) {
+    let (_ctx, stream) = gpu();
+    if !on_sm100(&stream, name) {
+        return;
+    }
+    let total: usize = sizes.iter().sum();
+    let max_rows = total + spare_rows;
+    let g = sizes.len();
+    let a_host = random_vec::<bf16>(max_rows * k, 1, 1.0);
+    let b_host = random_vec::<bf16>(g * n * k, 2, 1.0);
+    let a = stream.clone_htod(&a_host).unwrap();
+    let b = stream.clone_htod(&b_host).unwrap();
+    let offsets = stream.clone_htod(&offsets_from_sizes(sizes).unwrap()).unwrap();
+    let rows: Vec<usize> = (0..total).collect();
+    let reference = grouped_gemm_rows(&a_host, &b_host, sizes, n, k, &rows);
+    let tol = Tolerance::for_output::<bf16>(reference.iter().fold(0f32, |m, x| m.max(x.abs())));
+    let shape = GroupedGemmShape::new(g, n, k, max_rows).unwrap();
+    for config in Sm100TileConfig::ALL {
+        let opts = GroupedGemmSm100Options { config: Some(config), ..Default::default() };
+        let plan = GroupedGemmSm100::<bf16>::new(&stream, shape, opts).unwrap();
+        let mut ws = plan.alloc_workspace(&stream).unwrap();
+        let mut st = DeviceStatus::new(&stream).unwrap();
+        let mut d = stream.clone_htod(&vec![bf16::NAN; max_rows * n + GUARD]).unwrap();
+        let mut d_view = d.slice_mut(0..max_rows * n);
+        plan.launch(&stream, &a, &b, &offsets, &mut d_view, &mut ws, &mut st).unwrap();
+        st.check(&stream).unwrap();
+        let d_host = stream.clone_dtoh(&d).unwrap();
+        let got: Vec<f32> = d_host[..total * n].iter().map(|x| x.to_f32()).collect();
+        if let Some((i, g, r)) = first_mismatch(&got, &reference, tol) {
+            panic!("{name} [{config}]: row {} col {}: got {g}, reference {r} ({tol:?})", i / n, i % n);
+        }
+        assert!(d_host[total * n..].iter().all(|x| x.is_nan()), "{name} [{config}]: wrote past offsets[G]");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: an SM100 one for the correctness check, any other checks the refusal"]
+fn sm100_boundary_group_sizes_every_config() {
+    run_sizes("sm100 sizes 0,1,7,63,64,65,127,128,129", &[0, 1, 7, 63, 64, 65, 127, 128, 129], 256, 512, 5);
+}
+
+#[test]
+#[ignore = "needs a GPU: an SM100 one for the correctness check, any other checks the refusal"]
+fn sm100_partial_k_and_n_tiles() {
+    // K 264: four 64-wide K tiles and a partial one; N 392: a partial 256- and 128-wide N tile.
+    run_sizes("sm100 K 264, N 392", &[3, 130, 0, 257], 392, 264, 0);
+}
+
+#[test]
+#[ignore = "needs a GPU: an SM100 one for the correctness check, any other checks the refusal"]
+fn sm100_invalid_offsets_are_reported_and_contained() {
+    let (_ctx, stream) = gpu();
+    if !on_sm100(&stream, "sm100_invalid_offsets_are_reported_and_contained") {
+        return;
+    }
+    let (g, n, k, max_rows) = (3usize, 64usize, 64usize, 20usize);
+    let shape = GroupedGemmShape::new(g, n, k, max_rows).unwrap();
+    let plan = GroupedGemmSm100::<bf16>::new(&stream, shape, Default::default()).unwrap();
+    let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let a = stream.clone_htod(&random_vec::<bf16>(max_rows * k, 5, 1.0)).unwrap();
+    let b = stream.clone_htod(&random_vec::<bf16>(g * n * k, 6, 1.0)).unwrap();
+    let offsets = stream.clone_htod(&[0i32, 10, 5, 4000]).unwrap();
+    let mut d = stream.clone_htod(&vec![bf16::NAN; max_rows * n + GUARD]).unwrap();
+    plan.launch(&stream, &a, &b, &offsets, &mut d.slice_mut(0..max_rows * n), &mut ws, &mut st).unwrap();
+    let want = error_bits::OFFSETS_NOT_MONOTONE | error_bits::OFFSETS_OUT_OF_RANGE;
+    match st.check(&stream) {
+        Err(Error::DeviceCheck { word, .. }) => assert_eq!(word & want, want, "word {word:#x}"),
+        other => panic!("expected a device check error, got {other:?}"),
+    }
+    let d_host = stream.clone_dtoh(&d).unwrap();
+    assert!(d_host[max_rows * n..].iter().all(|x| x.is_nan()), "the guard past D was written");
+}

@@ -1,0 +1,209 @@
+//! What the build put into each kernel unit's object, read back with a pinned `cuobjdump`: every unit holds SASS
+//! (and PTX) for exactly the targets of the gencode table (`build/toolchain.rs`), the SM90 GEMMs no sm_100 code,
+//! the plain kernels sm_100a SASS, and the SM100 GEMM the tcgen05 MMA (`UTCHMMA`, FP8_NOTES' opcode table) where
+//! the SM90 GEMMs have wgmma (`HGMMA`). The only evidence of the SM100 kernels this side of a Blackwell GPU.
+//!
+//! The disassembler comes from `MOE_GEMM_CUOBJDUMP` (a `cuobjdump` whose folder also holds `nvdisasm`), else
+//! from the pinned PyPI wheels installed once into the target folder. Where neither is to be had (offline), the
+//! tests print a `SKIP` line and pass; `MOE_GEMM_REQUIRE_SASS=1` turns that into a failure.
+
+#[path = "../build/toolchain.rs"]
+#[allow(dead_code)]
+mod toolchain;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use toolchain::{KernelUnit, Target, KERNEL_UNITS, SASS_TOOL_PINS};
+
+/// Prints past the test harness's capture, so that a skip shows in a plain `cargo test`.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn cuobjdump_works(path: &Path) -> bool {
+    Command::new(path).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// `cuobjdump` and the folder holding `nvdisasm`, or why there is none.
+fn find_tools() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("MOE_GEMM_CUOBJDUMP").map(PathBuf::from) {
+        return if cuobjdump_works(&p) {
+            Ok(p)
+        } else {
+            Err(format!("MOE_GEMM_CUOBJDUMP={} does not run", p.display()))
+        };
+    }
+    let version = SASS_TOOL_PINS[0].split_once("==").unwrap().1;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cuda-disassemblers-{version}"));
+    let bin = dir.join("nvidia/cu13/bin/cuobjdump");
+    if !cuobjdump_works(&bin) {
+        let tmp = dir.with_extension(format!("tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let out = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+            .arg(&tmp)
+            .args(SASS_TOOL_PINS)
+            .output()
+            .map_err(|e| format!("`{python} -m pip` could not run: {e}"))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(format!(
+                "`pip install {}` failed (offline?): {}",
+                SASS_TOOL_PINS.join(" "),
+                err.lines().last().unwrap_or("")
+            ));
+        }
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp); // another test process installed it first
+        }
+    }
+    if cuobjdump_works(&bin) {
+        Ok(bin)
+    } else {
+        Err(format!("{} does not run after installing {}", bin.display(), SASS_TOOL_PINS.join(" ")))
+    }
+}
+
+/// The disassembler, once per test binary; `None` (after printing SKIP) where there is none.
+fn tools(test: &str) -> Option<&'static Path> {
+    static TOOLS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match TOOLS.get_or_init(find_tools) {
+        Ok(p) => Some(p.as_path()),
+        Err(why) => {
+            if std::env::var_os("MOE_GEMM_REQUIRE_SASS").is_some_and(|v| v != "0") {
+                panic!("{test}: no cuobjdump and MOE_GEMM_REQUIRE_SASS is set: {why}");
+            }
+            say(&format!("SKIP {test}: cuobjdump unavailable, SASS not checked: {why}"));
+            None
+        }
+    }
+}
+
+fn cuobjdump(tool: &Path, args: &[&str], object: &Path) -> String {
+    let mut path = std::ffi::OsString::from(tool.parent().unwrap());
+    if let Some(p) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(p);
+    }
+    let out = Command::new(tool).args(args).arg(object).env("PATH", path).output().unwrap();
+    assert!(out.status.success(), "cuobjdump {args:?} {}: {}", object.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The object the build compiled for each unit (`MOE_GEMM_CUDA_OBJECTS`, from build.rs).
+fn object(unit: &str) -> PathBuf {
+    env!("MOE_GEMM_CUDA_OBJECTS")
+        .split(';')
+        .find_map(|e| e.split_once('=').filter(|(u, _)| *u == unit).map(|(_, o)| PathBuf::from(o)))
+        .unwrap_or_else(|| panic!("{unit} is not in MOE_GEMM_CUDA_OBJECTS"))
+}
+
+/// (SASS arches, PTX arches) of an object, as cuobjdump names its embedded files: `x.1.sm_90a.cubin`,
+/// `x.1.sm_90.ptx` (the PTX of `compute_90`).
+fn embedded(tool: &Path, obj: &Path) -> (Vec<String>, Vec<String>) {
+    let listing = cuobjdump(tool, &["-lelf", "-lptx"], obj);
+    let arch = |line: &str, ext: &str| -> Option<String> {
+        let name = line.rsplit(' ').next()?.strip_suffix(ext)?;
+        Some(name.rsplit('.').next()?.to_string())
+    };
+    let mut sass: Vec<String> = listing.lines().filter_map(|l| arch(l, ".cubin")).collect();
+    let mut ptx: Vec<String> = listing.lines().filter_map(|l| arch(l, ".ptx")).collect();
+    sass.sort();
+    ptx.sort();
+    (sass, ptx)
+}
+
+fn expected(unit: &KernelUnit) -> (Vec<String>, Vec<String>) {
+    let mut sass: Vec<String> = Vec::new();
+    let mut ptx: Vec<String> = Vec::new();
+    for t in unit.targets {
+        match t {
+            Target::Sass(n) => sass.push(n.to_string()),
+            Target::Ptx(n) => ptx.push(n.replacen("compute_", "sm_", 1)),
+        }
+    }
+    sass.sort();
+    ptx.sort();
+    (sass, ptx)
+}
+
+#[test]
+fn every_unit_holds_exactly_its_targets() {
+    let Some(tool) = tools("every_unit_holds_exactly_its_targets") else { return };
+    for unit in KERNEL_UNITS {
+        let got = embedded(tool, &object(unit.path));
+        assert_eq!(got, expected(unit), "{}: (SASS, PTX) in the object vs the gencode table", unit.path);
+    }
+    // The three facts the gencode table is for, spelled out.
+    for u in ["cpp/routing.cu", "cpp/layouts.cu", "cpp/activation.cu", "cpp/decode.cu", "cpp/quant.cu"] {
+        let (sass, ptx) = embedded(tool, &object(u));
+        assert!(sass.contains(&"sm_100a".into()) && sass.contains(&"sm_90a".into()), "{u}: {sass:?}");
+        assert_eq!(ptx, ["sm_90"], "{u}");
+    }
+    for u in KERNEL_UNITS.iter().filter(|u| u.path.contains("_sm90")) {
+        let (sass, ptx) = embedded(tool, &object(u.path));
+        assert_eq!(sass, ["sm_90a"], "{}: no sm_100 code in the SM90 GEMMs", u.path);
+        assert!(ptx.is_empty(), "{}: {ptx:?}", u.path);
+    }
+    let (sass, _) = embedded(tool, &object("cpp/grouped_gemm_sm100_bf16.cu"));
+    assert_eq!(sass, ["sm_100a"]);
+}
+
+/// The distinct opcodes (first word of each instruction, e.g. `UTCHMMA`) in an object's SASS, and its kernel
+/// names.
+fn opcodes(tool: &Path, unit: &str) -> (Vec<String>, Vec<String>) {
+    let sass = cuobjdump(tool, &["-sass"], &object(unit));
+    let mut ops: Vec<String> = Vec::new();
+    let mut kernels: Vec<String> = Vec::new();
+    for line in sass.lines() {
+        if let Some(f) = line.trim().strip_prefix("Function : ") {
+            kernels.push(f.to_string());
+        }
+        // "        /*0040*/                   UTCHMMA gdesc[UR4], gdesc[UR6], tmem[UR9], ... ;"
+        let Some(rest) = line.trim().strip_prefix("/*").and_then(|r| r.split_once("*/")).map(|(_, r)| r.trim()) else {
+            continue;
+        };
+        let rest = rest.strip_prefix('@').map_or(rest, |r| r.split_once(' ').map_or("", |(_, x)| x.trim()));
+        let op = rest.split(|c: char| c.is_whitespace() || c == ';').next().unwrap_or("");
+        let op = op.split('.').next().unwrap_or("");
+        if !op.is_empty() && !ops.iter().any(|o| o == op) {
+            ops.push(op.to_string());
+        }
+    }
+    (ops, kernels)
+}
+
+#[test]
+fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
+    let Some(tool) = tools("the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma") else { return };
+    let (ops, kernels) = opcodes(tool, "cpp/grouped_gemm_sm100_bf16.cu");
+    say(&format!("grouped_gemm_sm100_bf16: {} kernels; tcgen05/TMA opcodes: {}", kernels.len(), {
+        let mut v: Vec<&str> = ops
+            .iter()
+            .map(String::as_str)
+            .filter(|o| o.starts_with("UTC") || o.starts_with("UTMA") || o.starts_with("LDTM"))
+            .collect();
+        v.sort();
+        v.join(" ")
+    }));
+    for op in ["UTCHMMA", "UTMALDG", "UTMASTG", "LDTM"] {
+        assert!(ops.iter().any(|o| o == op), "SM100 bf16 GEMM: no {op} in its SASS: {ops:?}");
+    }
+    assert!(!ops.iter().any(|o| o.ends_with("GMMA")), "SM100 GEMM with wgmma: {ops:?}");
+    // Two configurations (CUTLASS's device_kernel each) and one prepare kernel per configuration.
+    assert_eq!(kernels.iter().filter(|k| k.contains("device_kernel")).count(), 2, "{kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_groups")).count(), 2, "{kernels:?}");
+
+    for unit in ["cpp/grouped_gemm_sm90_bf16.cu", "cpp/grouped_gemm_sm90_f16.cu"] {
+        let (ops, _) = opcodes(tool, unit);
+        assert!(ops.iter().any(|o| o == "HGMMA"), "{unit}: no HGMMA: {ops:?}");
+        assert!(!ops.iter().any(|o| o.starts_with("UTC")), "{unit}: tcgen05 in an SM90 unit: {ops:?}");
+    }
+    let (ops, _) = opcodes(tool, "cpp/grouped_gemm_sm90_fp8_blockwise.cu");
+    assert!(ops.iter().any(|o| o == "QGMMA"), "FP8 blockwise: no QGMMA: {ops:?}");
+}

@@ -1,0 +1,133 @@
+//! CPU tests of the SM100 side: plans made for described devices (no GPU): the SM100 grouped GEMM plans on a
+//! B200 and refuses every other device naming both arches, the SM90 families refuse a B200, the plain families
+//! (routing, layouts, ...) accept both, and the compiled configurations are what their names say (facts read
+//! from the CUTLASS types). Nothing here runs a kernel: no SM100 kernel has run on hardware.
+
+use half::{bf16, f16};
+use moe_gemm::*;
+
+fn device(name: &str, major: i32, minor: i32, sm_count: i32) -> DeviceInfo {
+    DeviceInfo {
+        ordinal: 0,
+        name: name.into(),
+        compute_capability: (major, minor),
+        sm_count,
+        l2_bytes: 60 << 20,
+        max_smem_per_block_optin: 227 << 10,
+        arch: Arch::from_compute_capability(major, minor),
+    }
+}
+
+fn b200() -> DeviceInfo {
+    device("NVIDIA B200", 10, 0, 148)
+}
+
+fn h200() -> DeviceInfo {
+    device("NVIDIA H200", 9, 0, 132)
+}
+
+#[test]
+fn compute_capability_10_0_is_sm100_and_other_blackwells_are_not() {
+    assert_eq!(Arch::from_compute_capability(10, 0), Some(Arch::Sm100));
+    assert_eq!(Arch::Sm100.target(), "sm_100a");
+    // sm_100a SASS does not run on 10.3 (B300) or 12.0 (RTX Blackwell).
+    assert_eq!(Arch::from_compute_capability(10, 3), None);
+    assert_eq!(Arch::from_compute_capability(12, 0), None);
+}
+
+#[test]
+fn every_config_is_built_for_bf16_and_plans_on_a_b200() {
+    let shape = GroupedGemmShape::new(256, 4096, 7168, 32768).unwrap();
+    for c in Sm100TileConfig::ALL {
+        assert!(c.is_built(DType::BF16), "{c} was not compiled");
+        assert!(!c.is_built(DType::F16), "{c}: f16 is not compiled for SM100 yet");
+        let opts = GroupedGemmSm100Options { config: Some(c), ..Default::default() };
+        let plan = GroupedGemmSm100::<bf16>::for_device(b200(), shape, opts).unwrap();
+        assert_eq!(plan.config(), c);
+        // Our 7 per-group arrays (256 groups) plus CUTLASS's per-SM TMA descriptors (A, B, D: 128 B each).
+        assert!(plan.workspace_bytes() > 7 * 256 * 8 + 148 * 3 * 128, "{c}: {}", plan.workspace_bytes());
+        assert_eq!(plan.flops(10), 2.0 * 10.0 * 4096.0 * 7168.0);
+        assert_eq!(Sm100TileConfig::from_name(c.name()), Some(c));
+    }
+}
+
+#[test]
+fn compiled_configs_are_1sm_umma_ptr_array_kernels_of_their_tile() {
+    for c in Sm100TileConfig::ALL {
+        let f = c.facts(DType::BF16).unwrap();
+        assert_eq!(f.tile, c.tile(), "{c}");
+        assert_eq!(f.cluster, c.cluster(), "{c}");
+        assert_eq!(f.sms_per_mma, 1, "{c}: a 1SM schedule");
+        assert!(f.umma_array_mainloop && f.ptr_array_epilogue, "{c}: {f:?}");
+        assert!(f.stages >= 2, "{c}: {} stages", f.stages);
+    }
+    assert!(matches!(
+        Sm100TileConfig::Mma1Sm128x256x64.facts(DType::F16),
+        Err(Error::KernelNotBuilt { dtype: Some(DType::F16), .. })
+    ));
+}
+
+#[test]
+fn f16_is_not_built_for_sm100() {
+    let shape = GroupedGemmShape::new(8, 256, 256, 64).unwrap();
+    let err = GroupedGemmSm100::<f16>::for_device(b200(), shape, Default::default()).unwrap_err();
+    assert!(matches!(err, Error::KernelNotBuilt { op: "grouped_gemm_sm100", dtype: Some(DType::F16), .. }), "{err:?}");
+}
+
+#[test]
+fn the_sm100_gemm_refuses_other_devices_naming_both() {
+    let shape = GroupedGemmShape::new(8, 256, 256, 64).unwrap();
+    for dev in [h200(), device("NVIDIA A100", 8, 0, 108), device("NVIDIA B300", 10, 3, 148)] {
+        let (name, (major, minor)) = (dev.name.clone(), dev.compute_capability);
+        let err = GroupedGemmSm100::<bf16>::for_device(dev, shape, Default::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::UnsupportedArch { required: "sm_100a", .. }), "{err:?}");
+        assert!(msg.contains("grouped_gemm_sm100") && msg.contains(&name), "{msg}");
+        assert!(msg.contains(&format!("{major}.{minor}")), "{msg}");
+    }
+}
+
+#[test]
+fn the_sm90_families_refuse_a_b200_naming_both() {
+    let shape = GroupedGemmShape::new(8, 256, 256, 64).unwrap();
+    let msg = GroupedGemm::<bf16>::for_device(b200(), shape, Default::default()).unwrap_err().to_string();
+    assert!(msg.contains("sm_90a") && msg.contains("B200") && msg.contains("10.0"), "{msg}");
+    let fp8 = GroupedGemmFp8Shape::new(8, 256, 256, 64).unwrap();
+    let msg = GroupedGemmFp8::for_device(b200(), fp8, Default::default()).unwrap_err().to_string();
+    assert!(msg.contains("sm_90a") && msg.contains("B200"), "{msg}");
+    for f in [KernelFamily::GroupedGemmSm90, KernelFamily::GroupedGemmSm90Fp8, KernelFamily::FusedMoeSm90] {
+        assert!(b200().require("op", f).is_err(), "{f}");
+        assert!(h200().require("op", f).is_ok(), "{f}");
+    }
+}
+
+#[test]
+fn the_plain_families_run_on_either_arch() {
+    for f in [
+        KernelFamily::Routing,
+        KernelFamily::Layouts,
+        KernelFamily::Activation,
+        KernelFamily::Decode,
+        KernelFamily::Quant,
+        KernelFamily::Runtime,
+    ] {
+        assert!(h200().require("op", f).is_ok(), "{f} on SM90");
+        assert!(b200().require("op", f).is_ok(), "{f} on SM100");
+        let err = device("NVIDIA A100", 8, 0, 108).require("router", f).unwrap_err().to_string();
+        assert!(err.contains("sm_90a or sm_100a") && err.contains("8.0"), "{err}");
+    }
+    // The library says the same per family.
+    let archs = build_info::CUDA_ARCHS;
+    assert!(archs.contains("grouped_gemm_sm100: sm_100a;"), "{archs}");
+    assert!(archs.contains("routing: sm_90a, sm_100a, compute_90 (PTX)"), "{archs}");
+}
+
+#[test]
+fn the_heuristic_takes_narrow_tiles_only_when_the_sms_would_idle() {
+    // Decode on DeepSeek-V3's w13 (N 4096): 8 active experts x 16 tiles of 256 columns = 128 CTAs, more than
+    // half of 148 SMs: the wide tile.
+    assert_eq!(Sm100TileConfig::heuristic(256, 4096, 8, 148), Sm100TileConfig::Mma1Sm128x256x64);
+    // One token of Mixtral (k = 2) on w2 (N 4096): 2 x 2 x 16 = 64 <= 148: narrow tiles, twice the CTAs.
+    assert_eq!(Sm100TileConfig::heuristic(8, 4096, 2, 148), Sm100TileConfig::Mma1Sm128x128x64);
+    assert_eq!(Sm100TileConfig::heuristic(8, 4096, 65536, 148), Sm100TileConfig::Mma1Sm128x256x64);
+}
