@@ -29,6 +29,8 @@ pub mod random;
 #[doc(hidden)]
 pub mod timing;
 
+/// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
+pub use cudarc;
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
@@ -39,15 +41,14 @@ pub use kernels::grouped_fp8::{
 };
 pub use kernels::TileConfig;
 pub use layer::{
-    auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, GateUp, LayerShape,
-    LayerSizing, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage,
+    auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, Fp8ExpertWeights, GateUp,
+    LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes,
+    ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
-pub use view::{MatrixView, MatrixViewMut};
-/// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
-pub use cudarc;
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
+pub use view::{MatrixView, MatrixViewMut};
 
 /// For the `moe-gemm` binary (`cli` feature).
 #[cfg(feature = "cli")]
