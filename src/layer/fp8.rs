@@ -256,3 +256,39 @@ impl Sealed<bf16> for Fp8ExpertWeights {
 }
 
 impl LayerWeights<bf16> for Fp8ExpertWeights {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidProblem(m)) => m,
+            other => panic!("expected InvalidProblem, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fp8_formats_name_their_constraint() {
+        assert!(check_fp8_format(ExpertFormat::SWIGLU, 7168, 2048).is_ok());
+        assert!(check_fp8_format(ExpertFormat::SWIGLU, 256, 128).is_ok());
+        let interleaved = ExpertFormat { storage: Storage::OutIn, ..ExpertFormat::GPT_OSS };
+        let m = err(check_fp8_format(interleaved, 256, 128));
+        assert!(m.contains("Interleaved") && m.contains("Concatenated") && m.contains("128-row"), "{m}");
+        let m = err(check_fp8_format(ExpertFormat::GPT_OSS, 256, 128));
+        assert!(m.contains("InOut") && m.contains("[out, in]"), "{m}");
+        let m = err(check_fp8_format(ExpertFormat::SWIGLU, 2880, 256));
+        assert!(m.contains("H = 2880") && m.contains("multiple of 128") && m.contains("N = H"), "{m}");
+        let m = err(check_fp8_format(ExpertFormat::SWIGLU, 256, 192));
+        assert!(m.contains("I = 192") && m.contains("gate and up"), "{m}");
+        let m = err(check_fp8_format(ExpertFormat::SWIGLU, 0, 128));
+        assert!(m.contains("H = 0"), "{m}");
+    }
+
+    #[test]
+    fn ue8m0_scales_widen_exactly() {
+        let s = Scales::Ue8m0(vec![crate::quant::Ue8m0(127), crate::quant::Ue8m0(120), crate::quant::Ue8m0(130)]);
+        assert_eq!(f32_scales(&s), vec![1.0, 2f32.powi(-7), 8.0]);
+        assert_eq!(f32_scales(&Scales::F32(vec![0.25, 3.0])), vec![0.25, 3.0]);
+    }
+}
