@@ -2,8 +2,8 @@
 //! and Masked backends, against
 //!
 //! * the CPU FP8 reference (`moe_forward_fp8`: the same quantised operands bit for bit, GEMMs in f64) under
-//!   `Fp8LayerBound` (99% of the elements within `2^-8 · max + 2^-7 · |ref|`, all within `2^-5 · max`; derived in
-//!   `layer::reference`), and
+//!   `Fp8LayerBound` (every element within `3 · 2^-6 · max`, every token row within `2^-7 · max + 2^-7 · |ref|`
+//!   but `2 + T / 8` of them; derived in `layer::reference`), and
 //! * the bf16 layer on the dequantised weights under `fp8_vs_dense_tolerance` (`2^-3 · max`; the original bf16
 //!   weights of a quantised checkpoint: `3 · 2^-4 · max`),
 //!
@@ -107,40 +107,34 @@ impl Fp8Rig {
     }
 }
 
-/// Every FP8 backend against the FP8 reference, against each other, and (Grouped) against the bf16 layer on the
-/// dequantised weights.
+/// Every FP8 backend against the FP8 reference (not against each other: each has its own accumulation error, so
+/// two of them may differ by twice what either differs from the reference), and Grouped against the bf16 layer
+/// on the dequantised weights.
 fn check_fp8_backends(name: &str, p: &PackedFp8Experts, max_tokens: usize, k: usize, ids: &[i32], w: &[f32]) {
     let tokens = ids.len() / k;
     let x = random_vec::<bf16>(tokens * p.hidden(), 99, 1.0);
     let want = moe_forward_fp8(&Fp8HostLayer::new(p, Activation::SiluGated), &x, ids, w, k);
     let mut rig = Fp8Rig::upload(p, max_tokens, k);
-    let mut first: Option<Vec<bf16>> = None;
+    let mut grouped: Option<Vec<bf16>> = None;
     for backend in FP8_BACKENDS {
         let got = rig.forward(backend, &x, ids, w);
-        if let Some(m) = fp8_layer_mismatch(&got, &want) {
+        if let Some(m) = fp8_layer_mismatch(&got, &want, p.hidden()) {
             panic!("{name} [{backend:?}] vs the FP8 reference: {m}");
         }
-        match &first {
-            Some(f) => {
-                if let Some(m) = fp8_layer_mismatch(&got, f) {
-                    panic!("{name}: {backend:?} vs Grouped: {m}");
-                }
-            }
-            None => first = Some(got),
-        }
+        grouped.get_or_insert(got);
     }
     let dense = dequantised(p);
     let mut bf16_rig = Rig::new(&dense, max_tokens, k);
     let (idd, wd) = (bf16_rig.stream.clone_htod(ids).unwrap(), bf16_rig.stream.clone_htod(w).unwrap());
     let bf16_out = bf16_rig.forward(Backend::Grouped, &x, &idd, &wd);
-    if let Some(m) = fp8_vs_dense_mismatch(first.as_ref().unwrap(), &bf16_out, DenseWeights::Dequantised) {
+    if let Some(m) = fp8_vs_dense_mismatch(grouped.as_ref().unwrap(), &bf16_out, DenseWeights::Dequantised) {
         panic!("{name}: FP8 Grouped vs the bf16 layer on the dequantised weights: {m}");
     }
     // The comparison with the FP8 reference is tighter than FP8 vs bf16 activations: it would see the difference
     // (checked where there are enough outputs for the fraction of outliers to mean something).
     if tokens >= 16 {
         assert!(
-            fp8_layer_mismatch(&moe_forward(&dense, &x, ids, w, k), &want).is_some(),
+            fp8_layer_mismatch(&moe_forward(&dense, &x, ids, w, k), &want, p.hidden()).is_some(),
             "{name}: the FP8 bound does not tell FP8 from bf16 activations at this size"
         );
     }
@@ -200,9 +194,9 @@ fn fp8_layer_with_biases_from_device_buffers() {
     let layer = Fp8HostLayer { b13: Some(&b13), b2: Some(&b2), ..Fp8HostLayer::new(&p, Activation::SiluGated) };
     let want = moe_forward_fp8(&layer, &x, &ids, &wts, k);
     let unbiased = moe_forward_fp8(&Fp8HostLayer::new(&p, Activation::SiluGated), &x, &ids, &wts, k);
-    assert!(fp8_layer_mismatch(&unbiased, &want).is_some(), "the biases are visible to the comparison");
+    assert!(fp8_layer_mismatch(&unbiased, &want, h).is_some(), "the biases are visible to the comparison");
     for backend in FP8_BACKENDS {
-        if let Some(m) = fp8_layer_mismatch(&rig.forward(backend, &x, &ids, &wts), &want) {
+        if let Some(m) = fp8_layer_mismatch(&rig.forward(backend, &x, &ids, &wts), &want, h) {
             panic!("biased [{backend:?}]: {m}");
         }
     }
@@ -256,9 +250,9 @@ fn swapped_w13_scales_of_two_experts_are_caught() {
     let mut good = Fp8Rig::upload(&p, t, k);
     let mut bad = Fp8Rig::upload(&swapped, t, k);
     for backend in FP8_BACKENDS {
-        assert!(fp8_layer_mismatch(&good.forward(backend, &x, &ids, &w), &want).is_none(), "{backend:?}: good run");
+        assert!(fp8_layer_mismatch(&good.forward(backend, &x, &ids, &w), &want, h).is_none(), "{backend:?}: good run");
         assert!(
-            fp8_layer_mismatch(&bad.forward(backend, &x, &ids, &w), &want).is_some(),
+            fp8_layer_mismatch(&bad.forward(backend, &x, &ids, &w), &want, h).is_some(),
             "{backend:?}: w13 scales of experts {a} and {b} swapped went unnoticed"
         );
     }
@@ -316,7 +310,7 @@ fn fp8_layer_replays_in_a_graph() {
                 from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{backend:?}: replay {replay} differs from eager"
             );
-            if let Some(m) = fp8_layer_mismatch(&from_graph, &moe_forward_fp8(&host, &x_host, &ids_h, &w_h, k)) {
+            if let Some(m) = fp8_layer_mismatch(&from_graph, &moe_forward_fp8(&host, &x_host, &ids_h, &w_h, k), h) {
                 panic!("{backend:?}: replay {replay}: {m}");
             }
         }
@@ -382,7 +376,7 @@ fn bf16_checkpoint_quantised_saved_loaded_runs_near_the_bf16_layer() {
             if let Some(m) = fp8_vs_dense_mismatch(&got, &want, DenseWeights::Original) {
                 panic!("{:?} [{backend:?}]: FP8 from the checkpoint vs the bf16 layer: {m}", config.scale_format());
             }
-            if let Some(m) = fp8_layer_mismatch(&got, &fp8_ref) {
+            if let Some(m) = fp8_layer_mismatch(&got, &fp8_ref, h) {
                 panic!("{:?} [{backend:?}]: vs the FP8 reference: {m}", config.scale_format());
             }
         }
