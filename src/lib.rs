@@ -42,8 +42,9 @@ pub use kernels::grouped_fp8::{
 pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100KernelFacts, Sm100TileConfig};
 pub use kernels::{KernelFamily, TileConfig};
 pub use layer::{
-    auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, GateUp, LayerShape,
-    LayerSizing, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage,
+    auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, Fp8ExpertWeights, GateUp,
+    LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes,
+    ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use routing::{Router, RouterConfig, RouterKind};

@@ -29,3 +29,28 @@ fn bench_without_gpu_says_so() {
     assert!(ok, "{text}");
     assert!(text.contains("no CUDA device"), "{text}");
 }
+
+/// `bench --dtype fp8`: the flag parses (bf16 or fp8), the FP8 mode's own checks run before any device is
+/// touched, and without a GPU it says so and exits 0.
+#[test]
+fn bench_dtype_fp8_parses_and_fails_cleanly_without_a_gpu() {
+    let (ok, text) = cli(&["bench", "--help"]);
+    assert!(ok && text.contains("--dtype") && text.contains("fp8"), "{text}");
+    let (ok, text) = cli(&["bench", "--dtype", "fp4"]);
+    assert!(!ok && text.contains("possible values") && text.contains("bf16") && text.contains("fp8"), "{text}");
+    let (ok, text) = cli(&["bench", "--dtype", "fp8", "--layer"]);
+    assert!(!ok && text.contains("--layer over FP8 experts is not benchmarked yet"), "{text}");
+    let (ok, text) = cli(&["bench", "--dtype", "fp8", "--config", "coop-128x128x64"]);
+    assert!(!ok && text.contains("fp8-coop-128x128x128") && text.contains("fp8-pingpong-64x128x128"), "{text}");
+    if moe_gemm::device::driver_present() {
+        return; // measured on the GPU host instead
+    }
+    for args in [
+        &["bench", "--dtype", "fp8"][..],
+        &["bench", "--dtype", "fp8", "--config", "fp8-pingpong-64x128x128", "--peer", "none", "--reps", "5"],
+        &["bench", "--dtype", "fp8", "--config", "all", "--no-flush", "--no-ceilings"],
+    ] {
+        let (ok, text) = cli(args);
+        assert!(ok && text.contains("no CUDA device"), "{args:?}: {text}");
+    }
+}

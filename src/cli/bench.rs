@@ -19,8 +19,24 @@ use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::timing::{measure, Stats};
 use moe_gemm::{device, Error, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Result, TileConfig};
 
+/// The element type of GEMM mode.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchDtype {
+    /// The bf16 grouped GEMM on the suite models' shapes.
+    Bf16,
+    /// The FP8 blockwise grouped GEMM on DeepGEMM's shapes (see `fp8_bench.rs`); `--models`, `--tokens` and
+    /// `--gemm` do not apply, `--config` takes FP8 configuration names, and the peer measures
+    /// torch._scaled_grouped_mm too.
+    Fp8,
+}
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// GEMM mode's element type: bf16 (the suite models' shapes) or fp8 (the FP8 blockwise grouped GEMM on
+    /// DeepGEMM's shapes: contiguous 4x8192, 8x4096 and masked 1x1024, 2x512, 4x256 rows at N x K = 4096 x 7168
+    /// and 7168 x 2048).
+    #[arg(long, value_enum, default_value_t = BenchDtype::Bf16)]
+    pub dtype: BenchDtype,
     /// Time the whole MoE layer per backend instead of the single grouped GEMM.
     #[arg(long)]
     pub layer: bool,
@@ -232,6 +248,9 @@ fn configs(arg: &str) -> Result<Option<Vec<TileConfig>>> {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.dtype == BenchDtype::Fp8 {
+        super::fp8_bench::validate(&args)?;
+    }
     if !device::driver_present() {
         println!("moe-gemm bench: no CUDA device (libcuda.so could not be loaded); nothing to measure.");
         return Ok(());
@@ -260,6 +279,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
     println!("clocks before: {clocks_before}");
     if args.layer {
         let r = super::layer_bench::run(&args, &stream, &info, &ceil);
+        println!("clocks after: {}", clocks());
+        return r;
+    }
+    if args.dtype == BenchDtype::Fp8 {
+        let r = super::fp8_bench::run(&args, &stream, &info, &ceil);
         println!("clocks after: {}", clocks());
         return r;
     }

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod fp8_bench;
 pub mod info;
 pub mod layer_bench;
 pub mod peer;

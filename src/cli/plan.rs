@@ -4,7 +4,7 @@
 use clap::Args;
 
 use moe_gemm::layer::sizing::mib;
-use moe_gemm::{Backend, Backends, DType, Error, LayerShape, LayerSizing, Result, ScratchNeeds};
+use moe_gemm::{Backend, Backends, DType, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat};
 
 use super::bench::{Model, MODELS};
 
@@ -22,7 +22,8 @@ pub struct PlanArgs {
     /// Backends to make room for (default: Auto's: batched, fused, grouped, each for the batches Auto runs).
     #[arg(long, value_delimiter = ',')]
     pub backends: Vec<String>,
-    /// Element type: bf16 or f16.
+    /// Element type: bf16 or f16; or fp8: block-FP8 expert weights (e4m3, one f32 scale per 128 x 128 block)
+    /// with bf16 activations, quantised to e4m3 on the fly in the scratch (Grouped, Contiguous and Masked).
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// SMs of the target device (the GEMM workspaces depend on it; H100/H200: 132).
@@ -31,10 +32,15 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let dtype = match args.dtype.as_str() {
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        d => return Err(Error::InvalidProblem(format!("--dtype {d}: expected bf16 or f16"))),
+    let (dtype, format) = match args.dtype.as_str() {
+        "bf16" => (DType::BF16, WeightFormat::Dense),
+        "f16" => (DType::F16, WeightFormat::Dense),
+        "fp8" => (DType::BF16, WeightFormat::Fp8Block),
+        d => return Err(Error::InvalidProblem(format!("--dtype {d}: expected bf16, f16 or fp8"))),
+    };
+    let elements = match format {
+        WeightFormat::Fp8Block => format!("{format} weights, {dtype} activations"),
+        _ => dtype.to_string(),
     };
     let backends: Option<Backends> = if args.backends.is_empty() {
         None
@@ -82,8 +88,18 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             inter: m.inter,
             gated: true,
         };
-        let sizing =
-            LayerSizing::new(shape, dtype, args.max_tokens, Backend::Auto, backends, None, None, false, args.sm_count)?;
+        let sizing = LayerSizing::for_format(
+            shape,
+            dtype,
+            format,
+            args.max_tokens,
+            Backend::Auto,
+            backends,
+            None,
+            None,
+            false,
+            args.sm_count,
+        )?;
         // Every layer of a model has the same shape: the shared scratch is one layer's need, whatever the count.
         let mut needs: ScratchNeeds = *sizing.needs();
         for _ in 1..layers {
@@ -91,7 +107,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
         let fp = needs.footprint();
         let plan = sizing.plan_bytes(false);
-        let weights = shape.groups() * shape.expert_bytes(dtype);
+        // FP8: one byte per e4m3 element and an f32 per 128 x 128 block.
+        let weights = shape.groups() * shape.weight_bytes(format, dtype);
         let passes: Vec<String> = sizing.pass_tokens().iter().map(|(b, t)| format!("{b} {t}")).collect();
         let shared = if shared_groups > 0 {
             format!(
@@ -103,7 +120,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             String::new()
         };
         println!(
-            "{} ({layers} MoE layers, E {}, k {}, H {}, I {}{shared}, {dtype}, max_tokens {}, backends {{{}}})",
+            "{} ({layers} MoE layers, E {}, k {}, H {}, I {}{shared}, {elements}, max_tokens {}, backends {{{}}})",
             m.name,
             m.experts,
             m.top_k,

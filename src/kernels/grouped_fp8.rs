@@ -364,6 +364,12 @@ impl GroupedGemmFp8 {
     }
 }
 
+/// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
+/// layer's sizing asks it without a device).
+pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: usize) -> Result<usize> {
+    Ok(ffi::grouped_fp8::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

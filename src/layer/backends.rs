@@ -66,6 +66,10 @@ impl Backends {
     pub const ALL: Backends = Backends(63);
     /// What `Auto` picks among: Batched, Fused, Grouped.
     pub const AUTO: Backends = Backends(2 | 4 | 32);
+    /// What a layer over FP8 expert weights runs today: the layout backends Grouped, Contiguous and Masked,
+    /// whose grouped GEMM has an FP8 blockwise form (`Auto` runs Grouped; FP8 Batched and Fused kernels are
+    /// future work).
+    pub const FP8: Backends = Backends(4 | 8 | 16);
 
     /// The backends `backend` can run: itself, or [`Backends::AUTO`] for `Auto`.
     pub const fn of(backend: Backend) -> Backends {

@@ -24,6 +24,13 @@
 //! k contributions in f32, rounding once. `Fused` rounds once more: GEMM2's epilogue stores the weighted
 //! `(d2 + b2)` of each (token, slot) in the element type before the sum over k (as vLLM does).
 //!
+//! **FP8 experts** ([`Fp8ExpertWeights`]: e4m3 weights with 128 × 128 f32 scales, DeepSeek-V3's recipe) plan as
+//! `MoeLayer<bf16, Fp8ExpertWeights>` with the same options, scratch and forward: the layer quantises `x` per
+//! token per 128 columns at its layout positions, runs the FP8 blockwise grouped GEMM (bf16 out), the same
+//! activation, requantises `h` and runs the second FP8 GEMM, then the same combine (see `fp8.rs`). They run the
+//! Grouped, Contiguous and Masked backends ([`Backends::FP8`]); `Auto` runs Grouped (FP8 Batched and Fused
+//! kernels are future work), and asking for another backend is an [`Error::InvalidProblem`] that says so.
+//!
 //! A shared expert (DeepSeek-V3, Kimi-K2, Qwen2-MoE; [`ExpertWeights::upload_with_shared`]) rides in the same
 //! GEMMs as `I_s / I` more groups that every token joins with the shared weight `s_t`: see
 //! [`MoeLayer::forward_with_shared_weights`] and `shared.rs`.
@@ -34,6 +41,7 @@
 //! graph, many layers back to back.
 
 mod backends;
+mod fp8;
 pub mod reference;
 mod scratch;
 mod shared;
@@ -41,13 +49,17 @@ pub mod sizing;
 mod weights;
 
 pub use backends::{Backend, Backends};
+pub use fp8::Fp8ExpertWeights;
 pub use scratch::MoeScratch;
 pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
-pub use weights::{Activation, ExpertFormat, ExpertWeights, GateUp, PackedExperts, SharedExpert, Storage};
+pub use weights::{
+    Activation, ExpertFormat, ExpertWeights, GateUp, LayerWeights, PackedExperts, SharedExpert, Storage, WeightFormat,
+};
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use half::bf16;
 
 use crate::device::DeviceInfo;
 use crate::dtype::Element;
@@ -55,11 +67,14 @@ use crate::error::{Error, Result};
 use crate::kernels::elementwise;
 use crate::kernels::fused::{self, FusedGemm, FusedTile};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+use crate::quant::{quantize_gather, requantize_rows, Fp8Rows, RowsInUse};
 use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut};
 
-use sizing::{aligned_rows, auto_pick, GemmSpec, CONTIGUOUS_BLOCK_M};
+use sizing::{aligned_rows, auto_pick, fp8_backend_error, GemmSpec, CONTIGUOUS_BLOCK_M};
+use weights::sealed::{Common, Parts};
 
 /// Options of a [`MoeLayer`] plan ([`MoeLayerOptions::new`], then the builder methods).
 #[non_exhaustive]
@@ -121,10 +136,14 @@ struct GemmPlans<T: Element> {
 
 /// Host bytes of a layer plan with `plans` GEMM configurations (the same for every element type).
 pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
-    type L = MoeLayer<half::bf16>;
+    type L = MoeLayer<bf16>;
+    let plan = match sizing.format {
+        WeightFormat::Fp8Block => std::mem::size_of::<GroupedGemmFp8>(),
+        _ => std::mem::size_of::<GroupedGemm<bf16>>(),
+    };
     std::mem::size_of::<L>()
-        + sizing.gemms.len() / 2 * std::mem::size_of::<GemmPair<half::bf16>>()
-        + plans * std::mem::size_of::<GroupedGemm<half::bf16>>()
+        + sizing.gemms.len() / 2 * std::mem::size_of::<GemmPair<bf16>>()
+        + plans * plan
         + sizing.passes.len() * std::mem::size_of::<sizing::Pass>()
         + sizing.gemms.len() * std::mem::size_of::<GemmSpec>()
 }
@@ -151,12 +170,54 @@ impl<T: Element> GemmPlans<T> {
     }
 }
 
-/// GEMM1 (w13) and GEMM2 (w2) plans of one backend.
+/// The FP8 blockwise GEMM's plans of one GEMM of one layout, one per configuration some batch size picks.
+#[derive(Debug)]
+struct Fp8Plans {
+    plans: Vec<GroupedGemmFp8>,
+    groups: usize,
+}
+
+impl Fp8Plans {
+    fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
+        let shape = GroupedGemmFp8Shape::new(spec.groups, spec.n, spec.k, spec.max_rows)?;
+        let plans = spec
+            .fp8_configs()
+            .into_iter()
+            .map(|(config, r)| {
+                let opts = GroupedGemmFp8Options { config: Some(config), expected_rows: Some(r) };
+                GroupedGemmFp8::for_device(device.clone(), shape, opts)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Fp8Plans { plans, groups: spec.groups })
+    }
+
+    /// The plan for a batch of `rows` routed rows.
+    fn for_rows(&self, rows: usize) -> &GroupedGemmFp8 {
+        let config = Fp8TileConfig::heuristic(self.groups, rows);
+        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+    }
+}
+
+/// GEMM1 (w13) and GEMM2 (w2) plans of one backend, for the weights' format.
+#[derive(Debug)]
+enum PairPlans<T: Element> {
+    Dense(GemmPlans<T>, GemmPlans<T>),
+    Fp8(Fp8Plans, Fp8Plans),
+}
+
+impl<T: Element> PairPlans<T> {
+    fn len(&self) -> usize {
+        match self {
+            PairPlans::Dense(a, b) => a.plans.len() + b.plans.len(),
+            PairPlans::Fp8(a, b) => a.plans.len() + b.plans.len(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct GemmPair<T: Element> {
     backend: Backend,
-    g1: GemmPlans<T>,
-    g2: GemmPlans<T>,
+    plans: PairPlans<T>,
 }
 
 /// `Auto`'s choice for `tokens` tokens of a layer of `experts` experts of `[hidden, inter]` with top-`top_k`
@@ -180,9 +241,13 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 
 /// The plan of one MoE expert layer on one device: shapes, format, expert map, tile choices and GEMM plans
 /// over shared weights. Per-batch intermediates live in a [`MoeScratch`] the caller passes to [`Self::forward`].
+///
+/// `W` is the kind of expert weights: [`ExpertWeights<T>`] (the default: dense, in the element type) or
+/// [`Fp8ExpertWeights`] (block FP8, `T = bf16`). Both plan, size their scratch and run through the same code;
+/// what differs is the GEMMs (and the backends FP8 runs, see the module docs).
 #[derive(Debug)]
-pub struct MoeLayer<T: Element> {
-    weights: Arc<ExpertWeights<T>>,
+pub struct MoeLayer<T: Element, W: LayerWeights<T> = ExpertWeights<T>> {
+    weights: Arc<W>,
     sizing: LayerSizing,
     backend: Backend,
     device: DeviceInfo,
@@ -201,14 +266,15 @@ struct Step {
     hi: usize,
 }
 
-impl<T: Element> MoeLayer<T> {
+impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// Plans the layer on `stream`'s device for `options.max_tokens` tokens per pass over `weights` (shared:
     /// pass an `Arc` clone to plan several layers, streams or micro-batches over one upload).
     ///
     /// # Errors
     /// Shape errors of the GEMMs and layouts (naming the constraint), weights on another device than the
-    /// stream (naming both), arch and driver errors.
-    pub fn new(stream: &Arc<CudaStream>, weights: Arc<ExpertWeights<T>>, options: MoeLayerOptions) -> Result<Self> {
+    /// stream (naming both), arch and driver errors; over FP8 weights, a backend other than Grouped,
+    /// Contiguous, Masked or Auto in the options (see the module docs).
+    pub fn new(stream: &Arc<CudaStream>, weights: Arc<W>, options: MoeLayerOptions) -> Result<Self> {
         Self::build(stream, weights, options, None)
     }
 
@@ -226,16 +292,16 @@ impl<T: Element> MoeLayer<T> {
     /// [`Error::InvalidProblem`] if the map's local ids do not cover exactly the `weights`' experts.
     pub fn with_expert_map(
         stream: &Arc<CudaStream>,
-        weights: Arc<ExpertWeights<T>>,
+        weights: Arc<W>,
         options: MoeLayerOptions,
         expert_map: &[i32],
     ) -> Result<Self> {
         let mut local: Vec<i32> = expert_map.iter().copied().filter(|&l| l >= 0).collect();
         local.sort_unstable();
-        if local != (0..weights.experts as i32).collect::<Vec<_>>() {
+        let experts = weights.common().experts;
+        if local != (0..experts as i32).collect::<Vec<_>>() {
             return Err(Error::InvalidProblem(format!(
-                "expert_map must give each of the {} local experts exactly one global id (and -1 to the rest); it gives {:?}",
-                weights.experts, local
+                "expert_map must give each of the {experts} local experts exactly one global id (and -1 to the rest); it gives {local:?}"
             )));
         }
         if expert_map.iter().any(|&l| l < -1) {
@@ -246,24 +312,26 @@ impl<T: Element> MoeLayer<T> {
 
     fn build(
         stream: &Arc<CudaStream>,
-        weights: Arc<ExpertWeights<T>>,
+        weights: Arc<W>,
         options: MoeLayerOptions,
         expert_map: Option<&[i32]>,
     ) -> Result<Self> {
         let device = DeviceInfo::query(stream.context())?;
-        same_device("the weights", weights.device(), device.ordinal)?;
+        let c = weights.common();
+        same_device("the weights", c.device, device.ordinal)?;
         let shape = LayerShape {
-            experts: weights.experts,
-            global_experts: expert_map.map_or(weights.experts, <[i32]>::len),
+            experts: c.experts,
+            global_experts: expert_map.map_or(c.experts, <[i32]>::len),
             top_k: options.top_k,
-            shared_groups: weights.shared_groups,
-            hidden: weights.hidden,
-            inter: weights.inter,
-            gated: weights.activation.gated(),
+            shared_groups: c.shared_groups,
+            hidden: c.hidden,
+            inter: c.inter,
+            gated: c.activation.gated(),
         };
-        let sizing = LayerSizing::new(
+        let sizing = LayerSizing::for_format(
             shape,
             T::DTYPE,
+            c.format,
             options.max_tokens,
             options.backend,
             options.backends,
@@ -274,11 +342,12 @@ impl<T: Element> MoeLayer<T> {
         )?;
         let mut gemms: Vec<GemmPair<T>> = Vec::new();
         for pair in sizing.gemms.chunks(2) {
-            gemms.push(GemmPair {
-                backend: pair[0].backend,
-                g1: GemmPlans::new(&device, &pair[0])?,
-                g2: GemmPlans::new(&device, &pair[1])?,
-            });
+            let plans = if pair[0].fp8 {
+                PairPlans::Fp8(Fp8Plans::new(&device, &pair[0])?, Fp8Plans::new(&device, &pair[1])?)
+            } else {
+                PairPlans::Dense(GemmPlans::new(&device, &pair[0])?, GemmPlans::new(&device, &pair[1])?)
+            };
+            gemms.push(GemmPair { backend: pair[0].backend, plans });
         }
         let expert_map = expert_map.map(|m| shared::extended_map(m, &shape));
         Ok(MoeLayer {
@@ -292,8 +361,12 @@ impl<T: Element> MoeLayer<T> {
         })
     }
 
-    pub fn weights(&self) -> &Arc<ExpertWeights<T>> {
+    pub fn weights(&self) -> &Arc<W> {
         &self.weights
+    }
+    /// How the layer's expert weights are stored.
+    pub fn weight_format(&self) -> WeightFormat {
+        self.sizing.format
     }
     pub fn backend(&self) -> Backend {
         self.backend
@@ -312,7 +385,7 @@ impl<T: Element> MoeLayer<T> {
     /// Bytes the plan holds: its expert map on the device, its GEMM plans and fields on the host.
     pub fn plan_bytes(&self) -> PlanBytes {
         let device = self.expert_map.as_ref().map_or(0, |m| m.len() * std::mem::size_of::<i32>());
-        let plans: usize = self.gemms.iter().map(|g| g.g1.plans.len() + g.g2.plans.len()).sum();
+        let plans: usize = self.gemms.iter().map(|g| g.plans.len()).sum();
         PlanBytes { device, host: plan_host_bytes(&self.sizing, plans) }
     }
     /// Fixes the `Fused` backend's tile (`None`: chosen per pass by [`FusedTile::for_rows`]). A pass whose
@@ -324,8 +397,13 @@ impl<T: Element> MoeLayer<T> {
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] if the plan made no scratch room for `backend` (see
-    /// [`MoeLayerOptions::backends`]).
+    /// [`MoeLayerOptions::backends`]), or, over FP8 weights, for a backend FP8 does not run (Eager, Batched,
+    /// Fused: the message says so).
     pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
+        if self.sizing.format == WeightFormat::Fp8Block && backend != Backend::Auto && !Backends::FP8.contains(backend)
+        {
+            return Err(fp8_backend_error(backend));
+        }
         if backend != Backend::Auto && !self.sizing.backends.contains(backend) {
             return Err(Error::InvalidProblem(format!(
                 "backend {backend} has no scratch room in this plan (its backends: {{{}}}); plan the layer with MoeLayerOptions::backends including it",
@@ -346,10 +424,11 @@ impl<T: Element> MoeLayer<T> {
     /// per active expert where it measured ahead of Grouped: up to 64 (token, slot) rows on any model (its fixed
     /// cost is the lower), and beyond that on narrow experts (I ≤ 1024) or few experts (E ≤ 16). On wide
     /// experts with many rows Grouped's TMA-fed GEMMs are ahead, and at prefill 1.2–1.5x: `Grouped` takes those.
-    /// With an expert map, Auto runs Grouped.
+    /// With an expert map, Auto runs Grouped; over FP8 weights too (the FP8 decode kernels that would compete
+    /// at small batches are future work).
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
-            Backend::Auto => auto_pick(&self.sizing.shape, tokens, self.expert_map.is_some()),
+            Backend::Auto => auto_pick(&self.sizing.shape, self.sizing.format, tokens, self.expert_map.is_some()),
             b => b,
         }
     }
@@ -514,7 +593,7 @@ impl<T: Element> MoeLayer<T> {
         same_device("the stream", stream.context().ordinal(), d)?;
         same_device("the scratch", scratch.device(), d)?;
         scratch.needs().check_covers(self.needs())?;
-        let (t, h, k) = (x.rows(), self.weights.hidden, self.sizing.shape.top_k);
+        let (t, h, k) = (x.rows(), self.sizing.shape.hidden, self.sizing.shape.top_k);
         let shape_err = |name: &'static str, rows: usize, cols: usize, want_cols: usize| Error::Buffer {
             name,
             detail: format!("is [{rows}, {cols}], the layer needs [{t}, {want_cols}] (T = x's rows)"),
@@ -568,6 +647,14 @@ impl<T: Element> MoeLayer<T> {
             .ok_or_else(|| Error::InvalidProblem(format!("backend {backend} has no GEMM plans in this layer")))
     }
 
+    /// The dense weights of the backends that only multiply those (Eager, Batched, Fused).
+    fn dense(&self, backend: Backend) -> Result<&ExpertWeights<T>> {
+        match self.weights.parts() {
+            Parts::Dense(w) => Ok(w),
+            Parts::Fp8(..) => Err(fp8_backend_error(backend)),
+        }
+    }
+
     /// Re-targets the scratch's layout at `dims` and builds it from the pass's ids (one kernel).
     fn lay_out(
         &self,
@@ -596,22 +683,45 @@ impl<T: Element> MoeLayer<T> {
         let tokens = p.x.rows();
         let dims = self.layout_dims(spec, tokens)?;
         let gemms = self.gemm_pair(backend)?;
-        let w = &*self.weights;
-        let h = w.hidden;
+        let c = self.weights.common();
+        let (h, i) = (c.hidden, c.inter);
         let rows = tokens * self.sizing.shape.slots();
-        let Buffers { layout, a, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
-        let (a, d1, d2) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?);
+        let Buffers { layout, a, a8, h8, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
+        let (d1, d2) = (need(d1, "d1")?, need(d2, "d2")?);
         let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
-        layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
-        let g1 = gemms.g1.for_rows(rows);
-        g1.launch(p.stream, a, &w.w13, layout.group_rows(), d1, workspace, status)?;
-        activate_layout(p.stream, w, layout, d1, hbuf, status)?;
-        let g2 = gemms.g2.for_rows(rows);
-        g2.launch(p.stream, hbuf, &w.w2, layout.group_rows(), d2, workspace, status)?;
+        match (&gemms.plans, self.weights.parts()) {
+            (PairPlans::Dense(g1, g2), Parts::Dense(w)) => {
+                let a = need(a, "a")?;
+                layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
+                g1.for_rows(rows).launch(p.stream, a, &w.w13, layout.group_rows(), d1, workspace, status)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                g2.for_rows(rows).launch(p.stream, hbuf, &w.w2, layout.group_rows(), d2, workspace, status)?;
+            }
+            (PairPlans::Fp8(g1, g2), Parts::Fp8(w, is_bf16)) => {
+                // x -> e4m3 at its layout positions; GEMM1; activation; h -> e4m3 (rows in use); GEMM2.
+                let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
+                let (g1, g2) = (g1.for_rows(rows), g2.for_rows(rows));
+                a8.reshape(g1.shape().max_rows(), h)?;
+                quantize_gather(p.stream, layout, p.x, a8, &w.quant, status)?;
+                g1.launch(p.stream, a8, &w.w13, layout.group_rows(), is_bf16.cast(d1), workspace, status)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let cap = dims.capacity();
+                let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
+                h8.reshape(g2.shape().max_rows(), i)?;
+                requantize_rows(p.stream, &h_view, &RowsInUse::of_layout(layout), h8, &w.quant, status)?;
+                g2.launch(p.stream, h8, &w.w2, layout.group_rows(), is_bf16.cast(d2), workspace, status)?;
+            }
+            _ => {
+                return Err(Error::InvalidProblem(format!(
+                    "backend {backend}: the layer's GEMM plans are not for its weights' format ({})",
+                    c.format
+                )))
+            }
+        }
         combine_layout(
             p.stream,
-            w,
+            &c,
             self.sizing.shape.slots(),
             tokens,
             layout,
@@ -624,7 +734,8 @@ impl<T: Element> MoeLayer<T> {
     /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
     /// biases and scatters each row to its (token, slot) row; the combine sums the k rows of each token.
     fn forward_fused(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
-        let w = &*self.weights;
+        let w = self.dense(Backend::Fused)?;
+        let c = self.weights.common();
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
         let tokens = p.x.rows();
         let (tile, _) = self.fused_pass(tokens);
@@ -633,7 +744,7 @@ impl<T: Element> MoeLayer<T> {
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
         self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
-        activate_layout(p.stream, w, layout, d1, hbuf, status)?;
+        activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
         self.fused.gemm2_scatter(
             p.stream,
             tile,
@@ -657,7 +768,7 @@ impl<T: Element> MoeLayer<T> {
         let Buffers { h, status, .. } = p.scratch.buffers()?;
         elementwise::launch_decode_layer(
             p.stream,
-            &self.weights,
+            self.dense(Backend::Batched)?,
             tokens,
             self.sizing.shape.slots(),
             &p.x.as_view(),
@@ -672,12 +783,15 @@ impl<T: Element> MoeLayer<T> {
     /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts
     /// are read back: this synchronises).
     fn forward_eager(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
-        let w = &*self.weights;
+        let w = self.dense(Backend::Eager)?;
+        let c = self.weights.common();
         let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
         let tokens = p.x.rows();
         let dims = self.layout_dims(LayoutSpec::Grouped, tokens)?;
-        let gemms = self.gemm_pair(Backend::Eager)?;
-        let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status } = p.scratch.buffers()?;
+        let PairPlans::Dense(g1, g2) = &self.gemm_pair(Backend::Eager)?.plans else {
+            return Err(fp8_backend_error(Backend::Eager));
+        };
+        let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status, .. } = p.scratch.buffers()?;
         let (a, d1, d2, single) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?, need(single, "eager offsets")?);
         let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
@@ -691,13 +805,13 @@ impl<T: Element> MoeLayer<T> {
             workspace: &mut *workspace,
             status: &mut *status,
         };
-        one.gemms(&gemms.g1, a, h, &w.w13, r13, d1)?;
-        activate_layout(p.stream, w, layout, d1, hbuf, status)?;
+        one.gemms(g1, a, h, &w.w13, r13, d1)?;
+        activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
         let mut one = PerExpert { stream: p.stream, offsets, single, workspace, status: &mut *status };
-        one.gemms(&gemms.g2, hbuf, i, &w.w2, h, d2)?;
+        one.gemms(g2, hbuf, i, &w.w2, h, d2)?;
         combine_layout(
             p.stream,
-            w,
+            &c,
             self.sizing.shape.slots(),
             tokens,
             layout,
@@ -721,6 +835,8 @@ struct PassIo<'s, 'v, T: Element> {
 struct Buffers<'a, T> {
     layout: Option<&'a mut ExpertLayout>,
     a: Option<&'a mut CudaSlice<T>>,
+    a8: Option<&'a mut Fp8Rows>,
+    h8: Option<&'a mut Fp8Rows>,
     d1: Option<&'a mut CudaSlice<T>>,
     h: &'a mut CudaSlice<T>,
     d2: Option<&'a mut CudaSlice<T>>,
@@ -737,6 +853,8 @@ impl<T: Element> MoeScratch<T> {
         Ok(Buffers {
             layout: self.layout.as_mut(),
             a: self.a.as_mut(),
+            a8: self.a8.as_mut(),
+            h8: self.h8.as_mut(),
             d1: self.d1.as_mut(),
             h: self.h.as_mut().ok_or_else(|| missing("h"))?,
             d2: self.d2.as_mut(),
@@ -767,7 +885,7 @@ fn same_device(what: &str, got: usize, plan: usize) -> Result<()> {
 /// `h = act(d1 + b13)` for the positions `layout` placed (the rows of its capacity that have an expert).
 fn activate_layout<T: Element>(
     stream: &Arc<CudaStream>,
-    w: &ExpertWeights<T>,
+    w: &Common<'_>,
     layout: &ExpertLayout,
     d1: &CudaSlice<T>,
     h: &mut CudaSlice<T>,
@@ -781,7 +899,7 @@ fn activate_layout<T: Element>(
         total: Some(layout.total()),
         row_experts: layout.m_indices().as_view(),
         experts: w.groups(),
-        bias: w.b13.as_ref(),
+        bias: w.b13,
     };
     elementwise::launch_activate(stream, &act, d1, h, status.word_mut())
 }
@@ -790,7 +908,7 @@ fn activate_layout<T: Element>(
 #[allow(clippy::too_many_arguments)]
 fn combine_layout<T: Element>(
     stream: &Arc<CudaStream>,
-    w: &ExpertWeights<T>,
+    w: &Common<'_>,
     top_k: usize,
     tokens: usize,
     layout: &ExpertLayout,
@@ -798,7 +916,7 @@ fn combine_layout<T: Element>(
     weights: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
-    let bias = w.b2.as_ref().map(|b| (layout.m_indices().as_view(), b.as_view(), w.groups()));
+    let bias = w.b2.map(|b| (layout.m_indices().as_view(), b.as_view(), w.groups()));
     elementwise::launch_combine(
         stream,
         tokens,

@@ -9,13 +9,15 @@ use crate::dtype::Element;
 use crate::error::Result;
 use crate::kernels::grouped::Workspace;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutRoom, LayoutSpec};
+use crate::quant::Fp8Rows;
 use crate::status::DeviceStatus;
 
 use super::sizing::ScratchNeeds;
-use super::MoeLayer;
+use super::{LayerWeights, MoeLayer};
 
 /// Intermediates of MoE layer forwards: one permuted copy of x, GEMM1's output, the activation, GEMM2's
-/// output, one expert layout, one GEMM workspace, the shared-expert routing and the step's [`DeviceStatus`].
+/// output, one expert layout, one GEMM workspace, the shared-expert routing and the step's [`DeviceStatus`];
+/// for layers over FP8 weights, x and the activation quantised (e4m3 and scales) for the two GEMMs.
 /// Sized by [`ScratchNeeds`] (see [`MoeScratch::for_layers`]); every byte it holds is in
 /// [`ScratchNeeds::footprint`], and [`MoeScratch::bytes`] reports what was allocated.
 ///
@@ -26,6 +28,8 @@ pub struct MoeScratch<T: Element> {
     device: usize,
     pub(crate) layout: Option<ExpertLayout>,
     pub(crate) a: Option<CudaSlice<T>>,
+    pub(crate) a8: Option<Fp8Rows>,
+    pub(crate) h8: Option<Fp8Rows>,
     pub(crate) d1: Option<CudaSlice<T>>,
     pub(crate) h: Option<CudaSlice<T>>,
     pub(crate) d2: Option<CudaSlice<T>>,
@@ -41,6 +45,11 @@ fn alloc<U: ValidAsZeroBits + cudarc::driver::DeviceRepr>(
     n: usize,
 ) -> Result<Option<CudaSlice<U>>> {
     Ok(if n == 0 { None } else { Some(stream.alloc_zeros::<U>(n)?) })
+}
+
+/// Zeroed e4m3 rows `[rows, k]` and their scales, or nothing for no rows.
+fn alloc_fp8(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Option<Fp8Rows>> {
+    Ok(if rows == 0 || k == 0 { None } else { Some(Fp8Rows::alloc(stream, rows, k)?) })
 }
 
 impl<T: Element> MoeScratch<T> {
@@ -77,6 +86,8 @@ impl<T: Element> MoeScratch<T> {
             device: stream.context().ordinal(),
             layout,
             a: alloc(stream, n.a_rows * n.hidden)?,
+            a8: alloc_fp8(stream, n.a_fp8_rows, n.hidden)?,
+            h8: alloc_fp8(stream, n.h_fp8_rows, n.inter)?,
             d1: alloc(stream, n.d1_rows * n.w13_cols)?,
             h: alloc(stream, n.h_rows * n.inter)?,
             d2: alloc(stream, n.d2_rows * n.hidden)?,
@@ -92,7 +103,10 @@ impl<T: Element> MoeScratch<T> {
     ///
     /// # Errors
     /// As [`Self::new`]; [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `layers` is empty.
-    pub fn for_layers<'a>(stream: &Arc<CudaStream>, layers: impl IntoIterator<Item = &'a MoeLayer<T>>) -> Result<Self> {
+    pub fn for_layers<'a, W: LayerWeights<T> + 'a>(
+        stream: &Arc<CudaStream>,
+        layers: impl IntoIterator<Item = &'a MoeLayer<T, W>>,
+    ) -> Result<Self> {
         let mut needs: Option<ScratchNeeds> = None;
         for l in layers {
             needs = Some(match needs {
@@ -120,8 +134,13 @@ impl<T: Element> MoeScratch<T> {
         fn b<U>(s: &Option<CudaSlice<U>>) -> usize {
             s.as_ref().map_or(0, |s| s.num_bytes())
         }
+        fn b8(r: &Option<Fp8Rows>) -> usize {
+            r.as_ref().map_or(0, |r| r.data().num_bytes() + r.scales().num_bytes())
+        }
         self.layout.as_ref().map_or(0, ExpertLayout::bytes)
             + b(&self.a)
+            + b8(&self.a8)
+            + b8(&self.h8)
             + b(&self.d1)
             + b(&self.h)
             + b(&self.d2)

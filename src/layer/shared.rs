@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::{LayerShape, MoeLayer, MoeScratch};
+use super::{LayerShape, LayerWeights, MoeLayer, MoeScratch};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::elementwise;
@@ -45,7 +45,7 @@ impl TakenRouting {
     }
 }
 
-impl<T: Element> MoeLayer<T> {
+impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// As [`Self::forward`], for a layer with a shared expert whose weight differs per token (Qwen2-MoE:
     /// `s_t = sigmoid(x_t · shared_expert_gate)`, computed by the caller, e.g. as one more output column of its
     /// router GEMM): `y = Σ_j w[t,j] · expert_j(x) + shared_weights[t] · shared(x)`. [`Self::forward`] adds the

@@ -14,10 +14,13 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedTile;
 use crate::kernels::grouped;
+use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
 use crate::kernels::TileConfig;
 use crate::layouts::build_scratch_ints;
+use crate::quant::{scale_blocks, SCALE_BLOCK};
 
 use super::backends::{Backend, Backends};
+use super::weights::WeightFormat;
 
 /// Rows per tile of the contiguous layout (DeepGEMM's; also the Fused 128-row tile's layout).
 pub(crate) const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();
@@ -66,6 +69,19 @@ impl LayerShape {
     pub const fn expert_bytes(&self, dtype: DType) -> usize {
         (self.w13_rows() + self.inter) * self.hidden * dtype.size_bytes()
     }
+    /// Bytes of one expert's `w13` and `w2` as block FP8: one byte per e4m3 element and an f32 scale per
+    /// 128 x 128 block of each (edge blocks counted whole).
+    pub const fn fp8_expert_bytes(&self) -> usize {
+        let (r13, h, i) = (self.w13_rows(), self.hidden, self.inter);
+        (r13 + i) * h + 4 * (scale_blocks(r13) * scale_blocks(h) + scale_blocks(h) * scale_blocks(i))
+    }
+    /// Bytes of one expert's weights stored as `format` (element type `dtype` for dense weights).
+    pub const fn weight_bytes(&self, format: WeightFormat, dtype: DType) -> usize {
+        match format {
+            WeightFormat::Fp8Block => self.fp8_expert_bytes(),
+            _ => self.expert_bytes(dtype),
+        }
+    }
 }
 
 /// Rows of an aligned layout (every expert padded to a multiple of `block_m`) for `slots` rows over `groups`
@@ -85,6 +101,8 @@ pub(crate) struct Pass {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerSizing {
     pub(crate) shape: LayerShape,
+    /// How the expert weights are stored (which GEMMs the plan makes).
+    pub(crate) format: WeightFormat,
     pub(crate) max_tokens: usize,
     pub(crate) max_m: usize,
     pub(crate) backends: Backends,
@@ -111,22 +129,52 @@ pub(crate) struct GemmSpec {
     pub max_rows: usize,
     /// Most rows a launch will see: the configurations of every batch size up to this are planned.
     pub rows: usize,
+    /// The FP8 blockwise GEMM (over block-FP8 weights) instead of the dense one.
+    pub fp8: bool,
 }
 
 impl GemmSpec {
     /// The tile configurations the heuristic picks for batches of 1, 2, 4, …, `rows` rows, once each, with
     /// the batch size that first picked it.
     pub(crate) fn configs(&self, sm_count: usize) -> Vec<(TileConfig, usize)> {
-        let mut out: Vec<(TileConfig, usize)> = Vec::new();
+        self.batch_sizes(|r| TileConfig::heuristic(self.groups, self.n, r, sm_count))
+    }
+
+    /// As [`Self::configs`] for the FP8 blockwise GEMM ([`Fp8TileConfig::heuristic`]).
+    pub(crate) fn fp8_configs(&self) -> Vec<(Fp8TileConfig, usize)> {
+        self.batch_sizes(|r| Fp8TileConfig::heuristic(self.groups, r))
+    }
+
+    /// Plans of this family: one per configuration some batch size picks.
+    pub(crate) fn plan_count(&self, sm_count: usize) -> usize {
+        if self.fp8 {
+            self.fp8_configs().len()
+        } else {
+            self.configs(sm_count).len()
+        }
+    }
+
+    /// The distinct choices of `pick` for batches of 1, 2, 4, …, `rows` rows, with the batch that first made it.
+    fn batch_sizes<C: PartialEq>(&self, pick: impl Fn(usize) -> C) -> Vec<(C, usize)> {
+        let mut out: Vec<(C, usize)> = Vec::new();
         let rows = self.rows.max(1);
         for r in (0..).map(|s| 1usize << s).take_while(|&r| r < rows).chain([rows]) {
-            let c = TileConfig::heuristic(self.groups, self.n, r, sm_count);
+            let c = pick(r);
             if !out.iter().any(|(p, _)| *p == c) {
                 out.push((c, r));
             }
         }
         out
     }
+}
+
+/// The error of a backend that FP8 expert weights do not run (yet).
+pub(crate) fn fp8_backend_error(backend: Backend) -> Error {
+    Error::InvalidProblem(format!(
+        "backend {backend}: FP8 expert weights run the Grouped, Contiguous and Masked backends today (the FP8 \
+         blockwise grouped GEMM over a layout); Auto over FP8 runs Grouped (FP8 Batched and Fused kernels are \
+         future work)"
+    ))
 }
 
 impl LayerSizing {
@@ -152,6 +200,60 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
+        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count };
+        Self::build(shape, dtype, WeightFormat::Dense, opts)
+    }
+
+    /// Sizes a layer of `shape` over block-FP8 expert weights
+    /// ([`Fp8ExpertWeights`](super::Fp8ExpertWeights)): bf16 activations, e4m3 copies of the GEMMs' inputs and
+    /// their scales in the scratch ([`ScratchNeeds::a_fp8_rows`], [`ScratchNeeds::h_fp8_rows`]), the FP8 GEMMs'
+    /// plans and workspace. The arguments are [`Self::new`]'s; the backends are those of [`Backends::FP8`]
+    /// (`Auto`: Grouped).
+    ///
+    /// # Errors
+    /// As [`Self::new`]; [`Error::InvalidProblem`] naming the constraint: a backend other than Grouped,
+    /// Contiguous, Masked or Auto (in `backend` or `backends`), `H` or `I` not a multiple of 128, the FP8 GEMM
+    /// shapes ([`GroupedGemmFp8Shape::new`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_fp8(
+        shape: LayerShape,
+        max_tokens: usize,
+        backend: Backend,
+        backends: Option<Backends>,
+        max_m: Option<usize>,
+        expert_parallel: bool,
+        sm_count: usize,
+    ) -> Result<Self> {
+        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile: None, expert_parallel, sm_count };
+        Self::build(shape, DType::BF16, WeightFormat::Fp8Block, opts)
+    }
+
+    /// Sizes a layer of `shape` whose weights are stored as `format` (what [`MoeLayer`](super::MoeLayer)
+    /// plans with): [`Self::new`] for dense weights, [`Self::new_fp8`] for block FP8.
+    ///
+    /// # Errors
+    /// As those two.
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_format(
+        shape: LayerShape,
+        dtype: DType,
+        format: WeightFormat,
+        max_tokens: usize,
+        backend: Backend,
+        backends: Option<Backends>,
+        max_m: Option<usize>,
+        fused_tile: Option<FusedTile>,
+        expert_parallel: bool,
+        sm_count: usize,
+    ) -> Result<Self> {
+        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count };
+        Self::build(shape, dtype, format, opts)
+    }
+
+    fn build(shape: LayerShape, dtype: DType, format: WeightFormat, o: SizingOptions) -> Result<Self> {
+        let SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count } = o;
+        let fp8 = format == WeightFormat::Fp8Block;
+        let fused_tile = if fp8 { None } else { fused_tile };
         let bad = |s: String| Err(Error::InvalidProblem(s));
         let s = shape;
         if max_tokens == 0 || s.top_k == 0 || s.experts == 0 || s.hidden == 0 || s.inter == 0 {
@@ -170,7 +272,7 @@ impl LayerSizing {
         if max_m == 0 {
             return bad("masked_max_m = 0: must be >= 1".into());
         }
-        let auto_set = if expert_parallel { Backends::of(Backend::Grouped) } else { Backends::AUTO };
+        let auto_set = if expert_parallel || fp8 { Backends::of(Backend::Grouped) } else { Backends::AUTO };
         let enabled = match (backends, backend) {
             (Some(set), _) => set,
             (None, Backend::Auto) => auto_set,
@@ -178,6 +280,25 @@ impl LayerSizing {
         };
         if enabled.is_empty() {
             return bad("the layer's backend set is empty: enable at least one backend".into());
+        }
+        if fp8 {
+            if dtype != DType::BF16 {
+                return bad(format!(
+                    "FP8 expert weights take bf16 activations (the FP8 GEMM writes bf16), not {dtype}"
+                ));
+            }
+            if let Some(b) = enabled.iter().chain([backend]).find(|&b| b != Backend::Auto && !Backends::FP8.contains(b))
+            {
+                return Err(fp8_backend_error(b));
+            }
+            for (name, v, why) in [
+                ("H", s.hidden, "w2's N = H must be whole 128-row weight-scale blocks for the blockwise FP8 GEMM"),
+                ("I", s.inter, "w13's gate and up halves must each be whole 128-row weight-scale blocks"),
+            ] {
+                if v % SCALE_BLOCK != 0 {
+                    return bad(format!("FP8 experts: {name} = {v} is not a multiple of {SCALE_BLOCK}: {why}"));
+                }
+            }
         }
         if expert_parallel && enabled.contains(Backend::Batched) {
             return bad(
@@ -200,7 +321,7 @@ impl LayerSizing {
                 };
                 let tokens = if backends.is_none() && backend == Backend::Auto {
                     // The largest batch Auto sends to b (at least one token, so a forced switch still runs).
-                    (1..=max_tokens).rfind(|&t| auto_pick(&s, t, expert_parallel) == b).unwrap_or(1).min(full)
+                    (1..=max_tokens).rfind(|&t| auto_pick(&s, format, t, expert_parallel) == b).unwrap_or(1).min(full)
                 } else {
                     full
                 };
@@ -260,13 +381,20 @@ impl LayerSizing {
                 _ => continue,
             };
             for (second, n, k) in [(false, s.w13_rows(), s.hidden), (true, s.hidden, s.inter)] {
-                gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand });
+                gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand, fp8 });
             }
         }
         let mut workspace_bytes = 0usize;
         for g in &gemms {
-            for (config, _) in g.configs(sm_count) {
-                workspace_bytes = workspace_bytes.max(grouped::workspace_bytes(dtype, config, g.groups, sm_count)?);
+            if g.fp8 {
+                GroupedGemmFp8Shape::new(g.groups, g.n, g.k, g.max_rows)?;
+                for (config, _) in g.fp8_configs() {
+                    workspace_bytes = workspace_bytes.max(grouped_fp8::workspace_bytes(config, g.groups, sm_count)?);
+                }
+            } else {
+                for (config, _) in g.configs(sm_count) {
+                    workspace_bytes = workspace_bytes.max(grouped::workspace_bytes(dtype, config, g.groups, sm_count)?);
+                }
             }
         }
         let layout = !batched_only;
@@ -278,7 +406,11 @@ impl LayerSizing {
             hidden: s.hidden,
             w13_cols: s.w13_rows(),
             inter: s.inter,
-            a_rows,
+            // FP8 weights: GEMM1 reads x quantised at the layout positions, not a bf16 copy; GEMM2 reads h
+            // requantised (every layout row the GEMM plans may read: `rows`).
+            a_rows: if fp8 { 0 } else { a_rows },
+            a_fp8_rows: if fp8 { a_rows } else { 0 },
+            h_fp8_rows: if fp8 { rows } else { 0 },
             d1_rows: passes.iter().filter(|p| p.backend != Backend::Batched).map(|p| rows_of(p).0).max().unwrap_or(0),
             h_rows: rows,
             d2_rows,
@@ -293,6 +425,7 @@ impl LayerSizing {
         };
         Ok(LayerSizing {
             shape,
+            format,
             max_tokens,
             max_m,
             backends: enabled,
@@ -312,6 +445,10 @@ impl LayerSizing {
     pub fn shape(&self) -> &LayerShape {
         &self.shape
     }
+    /// How the layer's expert weights are stored.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
     pub fn backends(&self) -> Backends {
         self.backends
     }
@@ -325,7 +462,7 @@ impl LayerSizing {
     /// [`MoeLayer::plan_bytes`](super::MoeLayer::plan_bytes).
     pub fn plan_bytes(&self, expert_parallel: bool) -> PlanBytes {
         let device = if expert_parallel { self.shape.layout_experts() * std::mem::size_of::<i32>() } else { 0 };
-        let plans: usize = self.gemms.iter().map(|g| g.configs(self.sm_count).len()).sum();
+        let plans: usize = self.gemms.iter().map(|g| g.plan_count(self.sm_count)).sum();
         PlanBytes { device, host: super::plan_host_bytes(self, plans) }
     }
 
@@ -363,9 +500,10 @@ impl LayerSizing {
     }
 }
 
-/// Auto's choice for `tokens` tokens of `shape`: see [`super::auto_backend`].
-pub(crate) fn auto_pick(shape: &LayerShape, tokens: usize, expert_parallel: bool) -> Backend {
-    if expert_parallel {
+/// Auto's choice for `tokens` tokens of `shape` over weights stored as `format`: see [`super::auto_backend`];
+/// Grouped for FP8 weights (the only FP8 backend Auto picks among today) and under expert parallelism.
+pub(crate) fn auto_pick(shape: &LayerShape, format: WeightFormat, tokens: usize, expert_parallel: bool) -> Backend {
+    if expert_parallel || format == WeightFormat::Fp8Block {
         return Backend::Grouped;
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
@@ -393,6 +531,12 @@ pub struct ScratchNeeds {
     pub inter: usize,
     /// Rows of the permuted copy of x (`a [rows, hidden]`); 0 when no enabled backend gathers.
     pub a_rows: usize,
+    /// FP8 weights: rows of x quantised at its layout positions (e4m3 `[rows, hidden]` and f32 scales
+    /// `[rows, ceil(hidden / 128)]`); 0 for dense weights.
+    pub a_fp8_rows: usize,
+    /// FP8 weights: rows of the activation requantised for GEMM2 (e4m3 `[rows, inter]` and f32 scales
+    /// `[rows, ceil(inter / 128)]`); 0 for dense weights.
+    pub h_fp8_rows: usize,
     /// Rows of GEMM1's output (`d1 [rows, w13_cols]`).
     pub d1_rows: usize,
     /// Rows of the activation (`h [rows, inter]`).
@@ -426,6 +570,8 @@ macro_rules! each_count {
             w13_cols,
             inter,
             a_rows,
+            a_fp8_rows,
+            h_fp8_rows,
             d1_rows,
             h_rows,
             d2_rows,
@@ -496,6 +642,8 @@ impl ScratchNeeds {
         let layout = self.groups > 0;
         let parts = vec![
             ("a (permuted x)", self.a_rows * self.hidden * e),
+            ("a fp8 (e4m3 x + scales)", self.a_fp8_rows * fp8_row_bytes(self.hidden)),
+            ("h fp8 (e4m3 h + scales)", self.h_fp8_rows * fp8_row_bytes(self.inter)),
             ("d1 (GEMM1 out)", self.d1_rows * self.w13_cols * e),
             ("h (activation)", self.h_rows * self.inter * e),
             ("d2 (GEMM2 out)", self.d2_rows * self.hidden * e),
@@ -522,6 +670,23 @@ impl ScratchNeeds {
         ];
         Footprint { parts }
     }
+}
+
+/// Bytes of one quantised row of `k` columns: `k` e4m3 bytes and `ceil(k / 128)` f32 scales.
+pub(crate) const fn fp8_row_bytes(k: usize) -> usize {
+    k + 4 * scale_blocks(k)
+}
+
+/// [`LayerSizing`]'s options, in one value for its constructors.
+#[derive(Clone, Copy, Debug)]
+struct SizingOptions {
+    max_tokens: usize,
+    backend: Backend,
+    backends: Option<Backends>,
+    max_m: Option<usize>,
+    fused_tile: Option<FusedTile>,
+    expert_parallel: bool,
+    sm_count: usize,
 }
 
 /// Bytes per buffer of a scratch.

@@ -530,3 +530,154 @@ fn upload_parts<'a, T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
     }
     Ok(d)
 }
+
+/// How a layer's expert weights are stored, and so which GEMMs multiply them. More may come (FP4, MXFP8):
+/// match with a wildcard arm.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// In the layer's element type (bf16 or f16): [`ExpertWeights`], the bf16/f16 grouped and fused GEMMs.
+    Dense,
+    /// e4m3 with one f32 scale per 128 × 128 block (DeepSeek-V3's recipe), the activations quantised per token
+    /// per 128 columns on the device before each GEMM: [`Fp8ExpertWeights`](super::Fp8ExpertWeights), the SM90
+    /// FP8 blockwise grouped GEMM. Runs the Grouped, Contiguous and Masked backends (`Auto`: Grouped).
+    Fp8Block,
+}
+
+impl WeightFormat {
+    pub const fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Dense => "dense",
+            WeightFormat::Fp8Block => "fp8 block 128x128",
+        }
+    }
+}
+
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Expert weights a [`MoeLayer`](super::MoeLayer) computes with, for activations of element type `T`:
+/// [`ExpertWeights<T>`] (dense, any element type) or [`Fp8ExpertWeights`](super::Fp8ExpertWeights) (block FP8,
+/// bf16 activations). Sealed: the layer knows how to multiply each of them.
+pub trait LayerWeights<T: Element>: sealed::Sealed<T> + std::fmt::Debug + Send + Sync {
+    /// How the weights are stored.
+    fn format(&self) -> WeightFormat {
+        self.common().format
+    }
+    /// Routed experts (without the shared-expert groups).
+    fn experts(&self) -> usize {
+        self.common().experts
+    }
+    /// Shared-expert groups appended after the routed experts (0 without a shared expert).
+    fn shared_groups(&self) -> usize {
+        self.common().shared_groups
+    }
+    fn hidden(&self) -> usize {
+        self.common().hidden
+    }
+    fn inter(&self) -> usize {
+        self.common().inter
+    }
+    fn gate_up(&self) -> GateUp {
+        self.common().gate_up
+    }
+    fn activation(&self) -> Activation {
+        self.common().activation
+    }
+    /// The ordinal of the device the weights live on.
+    fn device(&self) -> usize {
+        self.common().device
+    }
+    /// Device bytes of the weights, their scales and biases.
+    fn bytes(&self) -> usize {
+        self.common().bytes
+    }
+}
+
+/// The sealed half of [`LayerWeights`]: what the layer reads of each kind of weights.
+pub(super) mod sealed {
+    use cudarc::driver::CudaSlice;
+    use half::bf16;
+
+    use super::{Activation, ExpertWeights, GateUp, WeightFormat};
+    use crate::dtype::Element;
+    use crate::layer::Fp8ExpertWeights;
+
+    /// The facts every kind of weights has.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Common<'a> {
+        pub format: WeightFormat,
+        pub experts: usize,
+        pub shared_groups: usize,
+        pub hidden: usize,
+        pub inter: usize,
+        pub gate_up: GateUp,
+        pub activation: Activation,
+        pub b13: Option<&'a CudaSlice<f32>>,
+        pub b2: Option<&'a CudaSlice<f32>>,
+        pub device: usize,
+        pub bytes: usize,
+    }
+
+    impl Common<'_> {
+        /// Experts every tensor holds: the routed ones and the shared groups.
+        pub fn groups(&self) -> usize {
+            self.experts + self.shared_groups
+        }
+    }
+
+    /// The layer's element type is bf16, which is what the FP8 GEMM writes: a proof the layer can use on its
+    /// `T` buffers, made only where `T` is bf16.
+    #[derive(Clone, Copy)]
+    pub struct IsBf16<T>(pub(crate) for<'x> fn(&'x mut CudaSlice<T>) -> &'x mut CudaSlice<bf16>);
+
+    impl<T> std::fmt::Debug for IsBf16<T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("IsBf16")
+        }
+    }
+
+    impl<T> IsBf16<T> {
+        pub fn cast<'x>(&self, s: &'x mut CudaSlice<T>) -> &'x mut CudaSlice<bf16> {
+            (self.0)(s)
+        }
+    }
+
+    /// The weights, by kind.
+    #[derive(Debug)]
+    pub enum Parts<'a, T: Element> {
+        Dense(&'a ExpertWeights<T>),
+        Fp8(&'a Fp8ExpertWeights, IsBf16<T>),
+    }
+
+    pub trait Sealed<T: Element> {
+        fn common(&self) -> Common<'_>;
+        fn parts(&self) -> Parts<'_, T>;
+    }
+
+    impl<T: Element> Sealed<T> for ExpertWeights<T> {
+        fn common(&self) -> Common<'_> {
+            Common {
+                format: WeightFormat::Dense,
+                experts: self.experts,
+                shared_groups: self.shared_groups,
+                hidden: self.hidden,
+                inter: self.inter,
+                gate_up: self.gate_up,
+                activation: self.activation,
+                b13: self.b13.as_ref(),
+                b2: self.b2.as_ref(),
+                device: self.device(),
+                bytes: self.bytes(),
+            }
+        }
+        fn parts(&self) -> Parts<'_, T> {
+            Parts::Dense(self)
+        }
+    }
+}
+
+impl<T: Element> LayerWeights<T> for ExpertWeights<T> {}

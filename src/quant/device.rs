@@ -73,6 +73,25 @@ impl Fp8Rows {
         Ok(Fp8Rows { data, scales, rows, k })
     }
 
+    /// Views the same buffers as `[rows, k]` rows (no allocation, no device work): a buffer sized for the
+    /// widest of several shapes serves each in turn (a scratch shared by layers of different widths). What the
+    /// buffers held is not moved: re-quantise after a reshape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k = 0` or an overflowing size; [`Error::Buffer`] when the buffers hold
+    /// fewer than `rows · k` elements or `rows · ceil(k / 128)` scales. The rows are unchanged on error.
+    pub fn reshape(&mut self, rows: usize, k: usize) -> Result<()> {
+        let (d, s) = sizes(rows, k)?;
+        for (name, len, need) in [("fp8 data", self.data.len(), d), ("fp8 scales", self.scales.len(), s)] {
+            if len < need {
+                return Err(Error::Buffer { name, detail: format!("holds {len}, [{rows}, {k}] rows need {need}") });
+            }
+        }
+        self.rows = rows;
+        self.k = k;
+        Ok(())
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

@@ -222,6 +222,14 @@ impl Fp8BlockWeights {
     pub fn into_parts(self) -> (CudaSlice<F8E4M3>, CudaSlice<f32>) {
         (self.q, self.scales)
     }
+    /// The ordinal of the device the weights live on.
+    pub fn device(&self) -> usize {
+        self.q.context().ordinal()
+    }
+    /// Device bytes: one per e4m3 element, four per scale.
+    pub fn bytes(&self) -> usize {
+        self.q.num_bytes() + self.scales.num_bytes()
+    }
 }
 
 #[cfg(test)]

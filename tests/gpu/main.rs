@@ -5,6 +5,7 @@
 mod common;
 
 mod fp8;
+mod fp8_layer;
 mod fused;
 mod gemm;
 mod gemm_sm100;
