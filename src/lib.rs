@@ -10,6 +10,7 @@ mod ffi;
 pub mod kernels;
 pub mod layer;
 pub mod layouts;
+pub mod parallel;
 pub mod quant;
 pub mod reference;
 pub mod routing;
@@ -47,6 +48,7 @@ pub use layer::{
     ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
 pub use view::{MatrixView, MatrixViewMut};

@@ -4,6 +4,7 @@
 use clap::Args;
 
 use moe_gemm::layer::sizing::mib;
+use moe_gemm::parallel::{EpSizing, Placement};
 use moe_gemm::{Backend, Backends, DType, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat};
 
 use super::bench::{Model, MODELS};
@@ -29,6 +30,10 @@ pub struct PlanArgs {
     /// SMs of the target device (the GEMM workspaces depend on it; H100/H200: 132).
     #[arg(long, default_value_t = 132)]
     pub sm_count: usize,
+    /// Expert parallelism over N ranks (contiguous placement, E / N experts each; `--max-tokens` per rank): adds
+    /// each rank's worst-case receive rows, local layer scratch and the bytes one step moves.
+    #[arg(long)]
+    pub ep: Option<usize>,
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
@@ -145,6 +150,66 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             mib(plan.device * layers),
             mib(weights * layers)
         );
+        if let Some(world) = args.ep {
+            print_ep(m, shape, dtype, format, world, layers, args)?;
+        }
     }
+    Ok(())
+}
+
+/// The `--ep N` section of one model: per rank, for a contiguous placement.
+fn print_ep(
+    m: &Model,
+    shape: LayerShape,
+    dtype: DType,
+    format: WeightFormat,
+    world: usize,
+    layers: usize,
+    args: &PlanArgs,
+) -> Result<()> {
+    let placement = Placement::contiguous(m.experts, world)?;
+    let routed = LayerShape { shared_groups: 0, ..shape };
+    let ep = EpSizing::new(routed, dtype, format, &placement, args.max_tokens, args.sm_count)?;
+    let local = placement.max_local_experts();
+    let rank = (0..world).max_by_key(|&r| ep.recv_rows[r]).unwrap_or(0);
+    let sizing = &ep.local[rank];
+    let fp = sizing.needs().footprint();
+    let plan = sizing.plan_bytes(true);
+    let weights = local * routed.weight_bytes(format, dtype);
+    let recv = ep.recv_buffer_bytes(rank);
+    let t = args.max_tokens;
+    println!(
+        "expert parallel over {world} ranks (contiguous, {local} experts per rank, max_tokens {t} per rank{}):",
+        if shape.shared_groups > 0 { "; shared expert not placed, not counted" } else { "" }
+    );
+    println!(
+        "  receive rows per rank: worst {} (world x T x min(k, {local})), uniform routing T x k = {}",
+        ep.recv_rows[rank],
+        ep.send_rows()
+    );
+    println!(
+        "  per step per rank: dispatch {} ({} rows of {} B + int32 ids + {world} int32 counts), combine {}; x {layers} layers = {}",
+        mib(ep.dispatch_bytes()),
+        ep.send_rows(),
+        ep.row_bytes(),
+        mib(ep.combine_bytes()),
+        mib((ep.dispatch_bytes() + ep.combine_bytes()) * layers)
+    );
+    println!(
+        "  receive buffers (rows in, ids, rows out): {}; local layer: {} top-1 tokens, tokens per pass: {}",
+        mib(recv),
+        ep.recv_rows[rank],
+        sizing.pass_tokens().iter().map(|(b, n)| format!("{b} {n}")).collect::<Vec<_>>().join(", ")
+    );
+    println!("  local layer scratch (one for all {layers} layers):\n{fp}");
+    println!(
+        "  per rank: weights {} per layer; total device bytes {} (scratch {} + receive buffers {} + plans {} + weights {})\n",
+        mib(weights),
+        mib(fp.total() + recv + (plan.device + weights) * layers),
+        mib(fp.total()),
+        mib(recv),
+        mib(plan.device * layers),
+        mib(weights * layers)
+    );
     Ok(())
 }
