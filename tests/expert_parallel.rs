@@ -346,3 +346,35 @@ fn ep_sizing_figures() {
     let e = err(EpSizing::new(shape, DType::BF16, WeightFormat::Dense, &p, 10, 132));
     assert!(e.contains("E = 8") && e.contains("256"), "{e}");
 }
+
+fn plan(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_moe-gemm")).arg("plan").args(args).output().unwrap()
+}
+
+#[test]
+fn plan_ep_prints_the_figures() {
+    let out = plan(&["--model", "deepseek-v3", "--max-tokens", "128", "--ep", "8"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        s.contains("expert parallel over 8 ranks (contiguous, 32 experts per rank, max_tokens 128 per rank"),
+        "{s}"
+    );
+    assert!(s.contains("receive rows per rank: worst 8192"), "{s}");
+    assert!(s.contains("1024 rows of 14336 B"), "{s}");
+    // Without --ep the output is the single-device one, a prefix of the --ep output.
+    let plain = plan(&["--model", "deepseek-v3", "--max-tokens", "128"]);
+    let p = String::from_utf8(plain.stdout).unwrap();
+    assert!(!p.contains("expert parallel") && s.starts_with(&p), "{p}");
+}
+
+#[test]
+fn plan_ep_refuses_uneven_experts_before_any_output() {
+    let out = plan(&["--model", "deepseek-v3,mixtral-8x7b", "--ep", "3"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let e = String::from_utf8(out.stderr).unwrap();
+    assert!(e.contains("deepseek-v3 with --ep 3") && e.contains("E = 256") && e.contains("world = 3"), "{e}");
+    let out = plan(&["--model", "mixtral-8x7b", "--ep", "0"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("world = 0"));
+}

@@ -74,6 +74,15 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
+    // The placement of every model first: an E that does not split over the ranks fails before any output.
+    if let Some(world) = args.ep {
+        for m in &models {
+            Placement::contiguous(m.experts, world).map_err(|e| match e {
+                Error::InvalidProblem(s) => Error::InvalidProblem(format!("{} with --ep {world}: {s}", m.name)),
+                e => e,
+            })?;
+        }
+    }
     for m in models {
         let layers = args.layers.unwrap_or(m.layers);
         if m.shared_inter % m.inter != 0 {
@@ -201,7 +210,7 @@ fn print_ep(
         ep.recv_rows[rank],
         sizing.pass_tokens().iter().map(|(b, n)| format!("{b} {n}")).collect::<Vec<_>>().join(", ")
     );
-    println!("  local layer scratch (one for all {layers} layers):\n{fp}");
+    println!("  local layer scratch, for the worst case (one for all {layers} layers):\n{fp}");
     println!(
         "  per rank: weights {} per layer; total device bytes {} (scratch {} + receive buffers {} + plans {} + weights {})\n",
         mib(weights),
