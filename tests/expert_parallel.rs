@@ -203,6 +203,9 @@ fn routing(
 
 type Pick = dyn Fn(&mut Lcg, usize) -> usize;
 
+/// (name, placement, format, biases, tokens per rank, k, routing).
+type Case<'a> = (&'a str, &'a Placement, ExpertFormat, bool, &'a [usize], usize, &'a Pick);
+
 /// The EP step on every rank against the one-GPU reference of each rank's tokens.
 fn check_ep(
     name: &str,
@@ -261,7 +264,7 @@ fn ep_step_equals_one_gpu_reference() {
     let hot: &Pick = &|rng, e| if rng.below(4) != 0 { 3 } else { rng.below(e) };
     // Nothing routed to rank 3 (experts 6, 7).
     let no_rank3: &Pick = &|rng, _| rng.below(6);
-    let cases: [(&str, &Placement, ExpertFormat, bool, &[usize], usize, &Pick); 9] = [
+    let cases: [Case; 9] = [
         ("uniform", &c, ExpertFormat::SWIGLU, false, &[9, 7, 12, 5], 2, uniform),
         ("uniform k = 3", &c, ExpertFormat::SWIGLU, false, &[6, 6, 6, 6], 3, uniform),
         ("skewed (hot expert on rank 1)", &c, ExpertFormat::SWIGLU, false, &[16, 11, 8, 13], 2, hot),

@@ -37,24 +37,34 @@
 //!
 //! # The NCCL part (next; not built)
 //!
-//! One NCCL communicator per device (cudarc's `nccl` feature, `Comm::from_devices` or one `Comm` per process
-//! from a shared id; libnccl loaded at run time). Per layer step on each rank's stream:
+//! cudarc 0.19's `nccl` feature (off today; libnccl is loaded at run time with `dynamic-loading`, so enabling
+//! it needs no NCCL at build time). One communicator per device: `Comm::from_devices(streams)` in one process,
+//! or `Comm::from_rank(stream, rank, world, id)` per process with an `Id::new()` shared out of band. `half::bf16`
+//! is an `NcclType` under our `f16` feature; FP8 or mixed buffers go as `u8`. What runs where, per layer step,
+//! on each rank's own stream:
 //!
-//! 1. a routing kernel counts rows per destination and writes the send buffer (rows grouped by destination,
-//!    with their local expert ids) and the inverse map for combine: exactly [`DispatchPlan`]'s
-//!    `send_order`/`send_offsets`/`slot_to_send`;
-//! 2. the counts (`world` int32) are exchanged with an all-to-all on the device (grouped `send`/`recv` of one
-//!    int32 per peer inside `group_start`/`group_end`);
-//! 3. the rows and ids are exchanged with grouped `send`/`recv` per peer at fixed maximum sizes (the worst case
-//!    above) — the counts stay on the device, the receiver's kernels read them, so nothing synchronises and the
-//!    step can be captured in a CUDA graph (NCCL ≥ 2.9 supports capture);
-//! 4. the local `MoeLayer` runs over the received rows with the received count read on the device (a
-//!    device-side row count for the layout is needed: the layer today takes the token count from the host);
-//! 5. the reverse exchange of the result rows, and a combine kernel doing the weighted sum over k.
+//! 1. **device**: a routing kernel counts rows per destination and writes the send buffer (rows grouped by
+//!    destination, with int32 local expert ids) and the inverse map for combine: exactly [`DispatchPlan`]'s
+//!    `counts`, `send_order`/`send_offsets`/`dest` and `slot_to_send`, which its GPU test compares against;
+//! 2. **NCCL**: the counts (`world` int32 per rank) exchanged with an all-to-all on the device: one `send` and
+//!    one `recv` of one int32 per peer between `group_start` and `group_end`;
+//! 3. **NCCL**: the rows and ids exchanged the same way, per peer at the fixed worst-case size (the bound above)
+//!    into fixed offsets `s · T · min(k, n_r)` of the receive buffer (a count-sized transfer would need the counts
+//!    on the host); the counts stay on the device and the receiver's kernels read them, so nothing synchronises
+//!    and the step can be captured in a CUDA graph (NCCL ≥ 2.9 captures). Compacting the blocks to
+//!    [`RecvLayout`]'s dense order is a device gather over the received counts;
+//! 4. **device**: the local `MoeLayer` over the received rows (top-1, weight 1); it needs the row count read on
+//!    the device (today the layer takes its token count from the host: the layout's `T` would become a device
+//!    scalar, capped by the buffer);
+//! 5. **NCCL** then **device**: the reverse exchange of the result rows into the send positions, and a combine
+//!    kernel doing the weighted sum over k in slot order.
+//!
+//! Use `group_start`/`group_end` from `cudarc::nccl::result` (they return errors) rather than `Comm::group`,
+//! whose `Drop` unwraps `group_end`; keep every view's `SyncOnDrop` guard alive until `group_end` has returned.
 //!
 //! Not built yet: steps 1–5 on the device, the device-side row count of step 4, the shared expert under EP, the
 //! per-token deduplicated dispatch of DeepEP's normal mode (one row per (token, destination rank) instead of
-//! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire.
+//! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire, the `nccl` feature itself.
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -422,12 +432,11 @@ pub fn ep_forward_reference<T: Element>(
         let ids: Vec<i32> = recv.rows.iter().map(|r| r.local as i32).collect();
         let ones = vec![1.0f32; recv.rows.len()];
         let ry = moe_forward(&local, &rx, &ids, &ones, 1);
-        for s in 0..world {
-            let sp = plan.send(s);
-            let lo = sp.send_offsets[d];
+        for (s, out) in back.iter_mut().enumerate() {
+            let lo = plan.send(s).send_offsets[d];
             for (i, row) in (recv.offsets[s]..recv.offsets[s + 1]).enumerate() {
                 let p = lo + i;
-                back[s][p * h..(p + 1) * h].copy_from_slice(&ry[row * h..(row + 1) * h]);
+                out[p * h..(p + 1) * h].copy_from_slice(&ry[row * h..(row + 1) * h]);
             }
         }
     }
