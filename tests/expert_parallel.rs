@@ -381,3 +381,45 @@ fn plan_ep_refuses_uneven_experts_before_any_output() {
     let out = plan(&["--model", "mixtral-8x7b", "--ep", "0"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("world = 0"));
 }
+
+#[test]
+fn dispatch_plan_invariants_on_random_routing() {
+    let mut rng = Lcg(77);
+    for (p, k) in
+        [(Placement::contiguous(16, 4).unwrap(), 4), (replicated_8(), 3), (Placement::contiguous(6, 6).unwrap(), 2)]
+    {
+        let world = p.world();
+        let e = p.experts();
+        let ids: Vec<Vec<i32>> =
+            (0..world).map(|s| routing(s * 3 + rng.below(9), k, e, &mut rng, &|r, e| r.below(e)).0).collect();
+        let refs: Vec<&[i32]> = ids.iter().map(Vec::as_slice).collect();
+        let plan = DispatchPlan::new(&p, &refs, k).unwrap();
+        for s in 0..world {
+            let sp = plan.send(s);
+            assert_eq!(sp.tokens * k, ids[s].len());
+            assert_eq!(*sp.send_offsets.last().unwrap(), ids[s].len());
+            for d in 0..world {
+                let block = &sp.send_order[sp.send_offsets[d]..sp.send_offsets[d + 1]];
+                assert_eq!(block.len(), plan.count(s, d));
+                // Stable: (token, slot) order within a destination.
+                assert!(block.windows(2).all(|w| w[0] < w[1]), "source {s}, dest {d}: {block:?}");
+                for (i, &flat) in block.iter().enumerate() {
+                    let pos = sp.send_offsets[d] + i;
+                    assert_eq!(sp.slot_to_send[flat], pos);
+                    let want = p.route(s, flat / k, ids[s][flat] as usize);
+                    assert_eq!(sp.dest[pos], want);
+                    // The receiver sees the same row at its source block's i-th place.
+                    let r = plan.recv(d).rows[plan.recv(d).offsets[s] + i];
+                    assert_eq!((r.source, r.token, r.slot, r.local), (s, flat / k, flat % k, want.local));
+                    assert_eq!(p.global_ids(d)[r.local], r.expert);
+                }
+            }
+        }
+        for d in 0..world {
+            let rv = plan.recv(d);
+            let total: usize = (0..world).map(|s| plan.count(s, d)).sum();
+            assert_eq!(rv.rows.len(), total);
+            assert!((0..world).all(|s| rv.offsets[s + 1] - rv.offsets[s] == plan.count(s, d)));
+        }
+    }
+}
