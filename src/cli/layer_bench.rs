@@ -47,6 +47,11 @@ impl LayerDtype {
     }
 }
 
+/// The CSV's columns: the bf16 layer bench's, then the dtype of the row's experts, the bf16 layer's Auto median
+/// at the point and the row's median over it (appended, so readers of the bf16 columns keep working).
+const CSV_COLUMNS: &str = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,\
+                           ratio_torch,dtype,bf16_auto_us,x_bf16";
+
 /// One timed entry.
 struct Timed {
     /// Index into the points.
@@ -736,9 +741,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         super::bench::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
     if let Some(path) = &args.csv {
-        let mut csv = String::from(
-            "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch,dtype,bf16_auto_us,x_bf16\n",
-        );
+        let mut csv = format!("{CSV_COLUMNS}\n");
         for r in &results {
             let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
             let p = &points[r.point];
@@ -981,5 +984,13 @@ mod tests {
         assert!(s.iter().all(|&x| (1.0 / 4096.0..2.0 / 4096.0).contains(&x)), "{:?}", &s[..4]);
         // With the largest e4m3 magnitude, a dequantised weight stays below 0.22.
         assert!(448.0 * s.iter().cloned().fold(0.0, f32::max) < 0.22);
+    }
+
+    #[test]
+    fn the_csv_keeps_the_bf16_columns_and_appends_the_dtype_ones() {
+        let bf16 =
+            "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch";
+        assert!(CSV_COLUMNS.starts_with(&format!("{bf16},")), "{CSV_COLUMNS}");
+        assert_eq!(&CSV_COLUMNS[bf16.len()..], ",dtype,bf16_auto_us,x_bf16");
     }
 }
