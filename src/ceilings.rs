@@ -30,6 +30,14 @@ impl Ceilings {
         let math = self.bf16_flops.map_or(0.0, |r| flops / r);
         mem.max(math) * 1e6
     }
+
+    /// The floor, in µs, of moving `bytes` and computing `flops` in e4m3 (the dense fp8 rate); as
+    /// [`Self::floor_us`], the rate term is dropped when there is no measured fp8 rate.
+    pub fn floor_fp8_us(&self, bytes: f64, flops: f64) -> f64 {
+        let mem = bytes / self.read_bytes_per_s;
+        let math = self.fp8_flops.map_or(0.0, |r| flops / r);
+        mem.max(math) * 1e6
+    }
 }
 
 /// Measures both ceilings on `stream`'s device (a few seconds, ~4.4 GiB of device memory).
@@ -68,4 +76,20 @@ pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
         None
     };
     Ok(Ceilings { read_bytes_per_s, bf16_flops, fp8_flops })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ceilings;
+
+    #[test]
+    fn floors_take_the_larger_term_at_their_dtypes_rate() {
+        let c = Ceilings { read_bytes_per_s: 4e12, bf16_flops: Some(800e12), fp8_flops: Some(1600e12) };
+        // 4 MB at 4 TB/s = 1 µs; 1.6 GFLOP = 2 µs at bf16, 1 µs at fp8.
+        assert!((c.floor_us(4e6, 1.6e9) - 2.0).abs() < 1e-9);
+        assert!((c.floor_fp8_us(4e6, 1.6e9) - 1.0).abs() < 1e-9);
+        assert!((c.floor_fp8_us(4e6, 6.4e9) - 4.0).abs() < 1e-9);
+        let none = Ceilings { fp8_flops: None, ..c };
+        assert!((none.floor_fp8_us(4e6, 6.4e9) - 1.0).abs() < 1e-9, "no fp8 rate: the bytes term alone");
+    }
 }

@@ -38,8 +38,6 @@ fn bench_dtype_fp8_parses_and_fails_cleanly_without_a_gpu() {
     assert!(ok && text.contains("--dtype") && text.contains("fp8"), "{text}");
     let (ok, text) = cli(&["bench", "--dtype", "fp4"]);
     assert!(!ok && text.contains("possible values") && text.contains("bf16") && text.contains("fp8"), "{text}");
-    let (ok, text) = cli(&["bench", "--dtype", "fp8", "--layer"]);
-    assert!(!ok && text.contains("--layer over FP8 experts is not benchmarked yet"), "{text}");
     let (ok, text) = cli(&["bench", "--dtype", "fp8", "--config", "coop-128x128x64"]);
     assert!(!ok && text.contains("fp8-coop-128x128x128") && text.contains("fp8-pingpong-64x128x128"), "{text}");
     if moe_gemm::device::driver_present() {
@@ -49,6 +47,32 @@ fn bench_dtype_fp8_parses_and_fails_cleanly_without_a_gpu() {
         &["bench", "--dtype", "fp8"][..],
         &["bench", "--dtype", "fp8", "--config", "fp8-pingpong-64x128x128", "--peer", "none", "--reps", "5"],
         &["bench", "--dtype", "fp8", "--config", "all", "--no-flush", "--no-ceilings"],
+    ] {
+        let (ok, text) = cli(args);
+        assert!(ok && text.contains("no CUDA device"), "{args:?}: {text}");
+    }
+}
+
+/// `bench --layer --dtype fp8`: the FP8 layer's backend list is checked before any device is touched (at least
+/// one of grouped, contiguous, masked, auto; names known), and a valid run without a GPU says so and exits 0.
+#[test]
+fn bench_layer_fp8_checks_its_backends_and_fails_cleanly_without_a_gpu() {
+    let (ok, text) = cli(&["bench", "--layer", "--dtype", "fp8", "--backends", "batched,fused"]);
+    assert!(!ok && text.contains("--backends batched,fused") && text.contains("grouped, contiguous, masked"), "{text}");
+    let (ok, text) = cli(&["bench", "--layer", "--dtype", "fp8", "--backends", "grouped,tiled"]);
+    assert!(!ok && text.contains("unknown backend \"tiled\""), "{text}");
+    let (ok, text) = cli(&["bench", "--help"]);
+    assert!(ok && text.contains("bf16 layer's Auto"), "{text}");
+    if moe_gemm::device::driver_present() {
+        return; // measured on the GPU host instead
+    }
+    for args in [
+        &["bench", "--layer", "--dtype", "fp8"][..],
+        &["bench", "--layer", "--suite", "--dtype", "fp8"],
+        &["bench", "--layer", "--dtype", "fp8", "--models", "gpt-oss-120b", "--layer-tokens", "1,64"],
+        &["bench", "--layer", "--dtype", "fp8", "--backends", "auto", "--routing", "uniform,zipf", "--peer", "none"],
+        &["bench", "--layer", "--dtype", "fp8", "--backends", "batched,grouped", "--csv", "/dev/null", "--no-ceilings"],
+        &["bench", "--layer", "--dtype", "bf16", "--backends", "batched,fused"],
     ] {
         let (ok, text) = cli(args);
         assert!(ok && text.contains("no CUDA device"), "{args:?}: {text}");

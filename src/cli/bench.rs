@@ -26,7 +26,8 @@ pub enum BenchDtype {
     Bf16,
     /// The FP8 blockwise grouped GEMM on DeepGEMM's shapes (see `fp8_bench.rs`); `--models`, `--tokens` and
     /// `--gemm` do not apply, `--config` takes FP8 configuration names, and the peer measures
-    /// torch._scaled_grouped_mm too.
+    /// torch._scaled_grouped_mm too. With `--layer`: the layer over block-FP8 experts next to the bf16 layer, in
+    /// one run (see `layer_bench.rs`).
     Fp8,
 }
 
@@ -34,7 +35,11 @@ pub enum BenchDtype {
 pub struct BenchArgs {
     /// GEMM mode's element type: bf16 (the suite models' shapes) or fp8 (the FP8 blockwise grouped GEMM on
     /// DeepGEMM's shapes: contiguous 4x8192, 8x4096 and masked 1x1024, 2x512, 4x256 rows at N x K = 4096 x 7168
-    /// and 7168 x 2048).
+    /// and 7168 x 2048). With --layer, fp8 times the layer over block-FP8 experts (e4m3, 128 x 128 f32 scales)
+    /// at every point on the FP8 backends of --backends (grouped, contiguous, masked, auto), next to the bf16
+    /// layer timed in the same run: each FP8 row has its floor (e4m3 + scale bytes / read bandwidth, FLOPs /
+    /// dense fp8 rate) and its ratio to the bf16 layer's Auto at the same point; models whose H or I is not a
+    /// multiple of 128 (gpt-oss) are reported as skipped.
     #[arg(long, value_enum, default_value_t = BenchDtype::Bf16)]
     pub dtype: BenchDtype,
     /// Time the whole MoE layer per backend instead of the single grouped GEMM.

@@ -115,20 +115,17 @@ pub fn configs(arg: &str) -> Result<Option<Vec<Fp8TileConfig>>> {
 /// Checks the arguments of an FP8 run before any device is touched.
 ///
 /// # Errors
-/// [`Error::InvalidProblem`] for `--layer` (the FP8 layer bench is future work) and an unknown `--config`.
+/// [`Error::InvalidProblem`] for an unknown `--config` (GEMM mode), or `--layer`'s FP8 checks
+/// ([`super::layer_bench::validate_fp8`]: backends).
 pub fn validate(args: &BenchArgs) -> Result<()> {
     if args.layer {
-        return Err(Error::InvalidProblem(
-            "--dtype fp8 times the FP8 blockwise grouped GEMM; --layer over FP8 experts is not benchmarked yet \
-             (drop --layer)"
-                .into(),
-        ));
+        return super::layer_bench::validate_fp8(args);
     }
     configs(&args.config).map(|_| ())
 }
 
 /// Fills `buf` with random e4m3 bytes, never a NaN code (0x7F, 0xFF): one random block of up to 16 MiB, tiled.
-fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, seed: u64) -> Result<()> {
+pub(super) fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, seed: u64) -> Result<()> {
     let mut rng = SplitMix64(seed);
     let block: Vec<F8E4M3> = (0..buf.len().min(16 << 20))
         .map(|_| {

@@ -1,6 +1,15 @@
 //! `moe-gemm bench --layer`: the whole MoE expert layer (GEMM1 + activation + GEMM2 + combine, with the layout
 //! work of each backend) on the model suite, per backend, captured in a CUDA graph and timed over replays with
 //! L2 flushed, next to PyTorch's grouped_mm MLP (benches/peers/moe_layer_peer.py) on the same routing.
+//!
+//! With `--dtype fp8` the same run also times the layer over block-FP8 experts (`MoeLayer<bf16,
+//! Fp8ExpertWeights>`: e4m3 weights, one f32 scale per 128 x 128 block) at every point, on the backends of
+//! `--backends` that FP8 runs (Grouped, Contiguous, Masked; Auto runs Grouped), each with its own floor (e4m3 +
+//! scale bytes of the active experts / read bandwidth, FLOPs / the dense fp8 rate, both measured in the run)
+//! and its ratio to the bf16 layer's Auto at the same point (timed in the same run; added when `--backends`
+//! does not run it). The FP8 weights are random e4m3 bytes (no NaN codes) and random positive scales, copied
+//! from one host block: the kernels' time does not depend on the values. Models whose H or I is not a multiple
+//! of 128 (gpt-oss: 2880) have no FP8 layer and are reported as skipped.
 
 use std::sync::Arc;
 
@@ -8,19 +17,53 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::kernels::fused::FusedTile;
+use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, F8E4M3, SCALE_BLOCK};
 use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::{
-    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, MatrixView, MatrixViewMut, MoeLayer,
-    MoeLayerOptions, MoeScratch, Result,
+    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, Fp8ExpertWeights, GateUp, LayerShape,
+    LayerWeights, MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions, MoeScratch, Result,
 };
 
 use moe_gemm::ceilings::Ceilings;
 use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice};
 
-use super::bench::{BenchArgs, Model, MODELS};
+use super::bench::{BenchArgs, BenchDtype, Model, MODELS};
 
-/// One timed entry: point index, backend asked, backend run, (median, p10, p90) µs or not timed.
-type Timed = (usize, Backend, Backend, Option<(f64, f64, f64)>);
+/// The expert weights a timed layer runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LayerDtype {
+    /// Dense bf16 experts (`ExpertWeights<bf16>`).
+    Bf16,
+    /// Block-FP8 experts (`Fp8ExpertWeights`), bf16 activations.
+    Fp8,
+}
+
+impl LayerDtype {
+    fn name(self) -> &'static str {
+        match self {
+            LayerDtype::Bf16 => "bf16",
+            LayerDtype::Fp8 => "fp8",
+        }
+    }
+}
+
+/// The CSV's columns: the bf16 layer bench's, then the dtype of the row's experts, the bf16 layer's Auto median
+/// at the point and the row's median over it (appended, so readers of the bf16 columns keep working).
+const CSV_COLUMNS: &str = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,\
+                           ratio_torch,dtype,bf16_auto_us,x_bf16";
+
+/// One timed entry.
+struct Timed {
+    /// Index into the points.
+    point: usize,
+    /// The backend asked for.
+    asked: Backend,
+    /// The backend that ran.
+    ran: Backend,
+    /// (median, p10, p90) µs, or not timed.
+    times: Option<(f64, f64, f64)>,
+    dtype: LayerDtype,
+}
 
 struct Point {
     model: &'static str,
@@ -31,8 +74,10 @@ struct Point {
     tokens: usize,
     ids: Vec<i32>,
     weights: Vec<f32>,
-    /// The backend `Auto` picks here.
+    /// The backend `Auto` picks here (bf16 layer).
     auto: Backend,
+    /// The backend `Auto` picks over FP8 experts here, where the FP8 layer runs.
+    auto_fp8: Option<Backend>,
     routing: &'static str,
     /// Expert-parallel degree: this GPU holds the experts `e` with `e % ep == 0` (1: all).
     ep: usize,
@@ -49,14 +94,126 @@ impl Point {
     /// max(active experts' weight bytes / read bandwidth, useful FLOPs / dense rate), as PERF_TARGETS.md
     /// defines it, with the ceilings measured in this run.
     fn floor_us(&self, c: &Ceilings) -> f64 {
+        self.floor_for(LayerDtype::Bf16, c)
+    }
+    /// The floor of the layer over `dtype` experts: bytes and FLOPs of [`floor_terms`], at the dense rate of
+    /// `dtype` (bf16 or fp8).
+    fn floor_for(&self, dtype: LayerDtype, c: &Ceilings) -> f64 {
         let mut active = vec![false; self.experts];
         let local = self.ids.iter().filter(|&&e| e as usize % self.ep == 0);
         local.clone().for_each(|&e| active[e as usize] = true);
-        let n = active.iter().filter(|&&a| a).count() as f64;
-        let bytes = n * 3.0 * (self.hidden * self.inter) as f64 * 2.0;
-        let flops = 2.0 * 3.0 * (local.count() * self.hidden * self.inter) as f64;
-        c.floor_us(bytes, flops)
+        let n = active.iter().filter(|&&a| a).count();
+        let (bytes, flops) = floor_terms(dtype, n, local.count(), self.hidden, self.inter);
+        match dtype {
+            LayerDtype::Bf16 => c.floor_us(bytes, flops),
+            LayerDtype::Fp8 => c.floor_fp8_us(bytes, flops),
+        }
     }
+    /// The point's Auto pick for `dtype`'s layer.
+    fn auto_for(&self, dtype: LayerDtype) -> Option<Backend> {
+        match dtype {
+            LayerDtype::Bf16 => Some(self.auto),
+            LayerDtype::Fp8 => self.auto_fp8,
+        }
+    }
+}
+
+/// The floor's two terms of a SwiGLU layer `[H, I]` with `active` experts holding rows and `rows` routed
+/// (token, slot) rows: (weight bytes of the active experts, useful FLOPs). bf16: 2 bytes per element of w13
+/// `[2I, H]` and w2 `[H, I]`; fp8: 1 byte per e4m3 element plus an f32 scale per 128 x 128 block of each
+/// (`LayerShape::fp8_expert_bytes`, what the layer reads). FLOPs `2 · rows · 3 · H · I` for both.
+fn floor_terms(dtype: LayerDtype, active: usize, rows: usize, hidden: usize, inter: usize) -> (f64, f64) {
+    let n = active as f64;
+    let bytes = match dtype {
+        LayerDtype::Bf16 => n * 3.0 * (hidden * inter) as f64 * 2.0,
+        LayerDtype::Fp8 => {
+            let shape =
+                LayerShape { experts: 1, global_experts: 1, top_k: 1, shared_groups: 0, hidden, inter, gated: true };
+            n * shape.fp8_expert_bytes() as f64
+        }
+    };
+    (bytes, 2.0 * 3.0 * (rows * hidden * inter) as f64)
+}
+
+/// Why a model has no FP8 layer, or `None` where it has one: the FP8 layer requires H and I multiples of 128
+/// (whole 128 x 128 weight-scale blocks of w13's gate and up halves and of w2).
+fn fp8_skip_reason(hidden: usize, inter: usize) -> Option<String> {
+    let bad: Vec<String> = [("H", hidden), ("I", inter)]
+        .into_iter()
+        .filter(|&(_, v)| v == 0 || v % SCALE_BLOCK != 0)
+        .map(|(n, v)| format!("{n} = {v} = {} x {SCALE_BLOCK}", v as f64 / SCALE_BLOCK as f64))
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{}: the FP8 layer requires H and I multiples of {SCALE_BLOCK} (whole 128 x 128 weight-scale blocks)",
+            bad.join(", ")
+        )
+    })
+}
+
+/// The backends of `--backends` the FP8 layer runs (Grouped, Contiguous, Masked, Auto), in order.
+fn fp8_backends(backends: &[Backend]) -> Vec<Backend> {
+    backends.iter().copied().filter(|&b| b == Backend::Auto || Backends::FP8.contains(b)).collect()
+}
+
+/// Checks `--layer --dtype fp8`'s arguments before any device is touched.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] for an unknown backend, or a `--backends` list with no backend the FP8 layer runs.
+pub fn validate_fp8(args: &BenchArgs) -> Result<()> {
+    let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
+    if fp8_backends(&backends).is_empty() {
+        return Err(Error::InvalidProblem(format!(
+            "--layer --dtype fp8 --backends {}: the FP8 layer runs grouped, contiguous, masked and auto (auto: \
+             grouped); include at least one",
+            args.backends.join(",")
+        )));
+    }
+    Ok(())
+}
+
+/// Random positive f32 weight scales in [2^-12, 2^-11): with random e4m3 codes (|q| ≤ 448) the dequantised
+/// weights stay below 0.22 in magnitude, so the activations stay finite through both GEMMs.
+fn random_scales(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64(seed);
+    (0..len).map(|_| (1.5 + 0.5 * rng.unit()) / 4096.0).collect()
+}
+
+/// Block-FP8 experts `[local_e]` of a SwiGLU layer `[H, I]` filled on the device (random e4m3 bytes tiled
+/// from one host block, random positive scales).
+fn fp8_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i: usize) -> Result<Fp8ExpertWeights> {
+    let mut q13 = stream.alloc_zeros::<F8E4M3>(experts * 2 * i * h)?;
+    let mut q2 = stream.alloc_zeros::<F8E4M3>(experts * h * i)?;
+    super::fp8_bench::fill_e4m3(stream, &mut q13, 23)?;
+    super::fp8_bench::fill_e4m3(stream, &mut q2, 24)?;
+    let s13 = stream.clone_htod(&random_scales(experts * scale_blocks(2 * i) * scale_blocks(h), 25))?;
+    let s2 = stream.clone_htod(&random_scales(experts * scale_blocks(h) * scale_blocks(i), 26))?;
+    let w13 = Fp8BlockWeights::new(q13, s13, experts, 2 * i, h)?;
+    let w2 = Fp8BlockWeights::new(q2, s2, experts, h, i)?;
+    Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
+}
+
+/// Captures one forward of `layer` in a CUDA graph and times its replays; checks the scratch's status after.
+#[allow(clippy::too_many_arguments)]
+fn time_forward<W: LayerWeights<bf16>>(
+    stream: &Arc<CudaStream>,
+    args: &BenchArgs,
+    flush: &mut Option<cudarc::driver::CudaSlice<u8>>,
+    layer: &MoeLayer<bf16, W>,
+    scratch: &mut MoeScratch<bf16>,
+    x: &MatrixView<'_, bf16>,
+    ids: &MatrixView<'_, i32>,
+    w: &MatrixView<'_, f32>,
+    y: &mut MatrixViewMut<'_, bf16>,
+) -> Result<(f64, f64, f64)> {
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let queued = layer.forward(stream, scratch, x, ids, w, y);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+    queued?;
+    let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
+    let t = moe_gemm::timing::measure(stream, args.reps, 3, flush, || Ok(graph.launch()?))?;
+    scratch.check(stream)?;
+    Ok((t.median_us, t.p10_us, t.p90_us))
 }
 
 /// Routing of a benchmark point: each token picks k distinct experts (seeded) — uniformly, round-robin so
@@ -218,7 +375,7 @@ fn write_configs(
             dtype: Some("bf16".into()),
             block_shape: None,
         };
-        let median = results.iter().find(|r| r.0 == pi && r.2 == p.auto).and_then(|r| r.3).map(|t| t.0);
+        let median = bf16_auto_us(results, pi, p);
         let entry = LayerChoice {
             backend: p.auto,
             experts: p.experts,
@@ -244,6 +401,15 @@ fn write_configs(
     Ok(())
 }
 
+/// The bf16 layer's Auto median at point `pi` (the row whose backend ran is Auto's pick), where timed.
+fn bf16_auto_us(results: &[Timed], pi: usize, p: &Point) -> Option<f64> {
+    results
+        .iter()
+        .find(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.ran == p.auto && r.times.is_some())
+        .and_then(|r| r.times)
+        .map(|t| t.0)
+}
+
 /// `--fused-tile`: a tile name's size part (`64x128x64`), or none (the per-batch choice).
 fn parse_fused_tile(name: Option<&str>) -> Result<Option<FusedTile>> {
     name.map(|n| {
@@ -258,9 +424,16 @@ fn parse_fused_tile(name: Option<&str>) -> Result<Option<FusedTile>> {
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
     let fused_tile = parse_fused_tile(args.fused_tile.as_deref())?;
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
+    let fp8 = args.dtype == BenchDtype::Fp8;
+    if fp8 {
+        validate_fp8(args)?;
+    }
+    // The FP8 layer's backends: those of --backends it runs (none without --dtype fp8).
+    let backends8 = if fp8 { fp8_backends(&backends) } else { Vec::new() };
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();
     let mut results: Vec<Timed> = Vec::new();
+    let mut skipped: Vec<(&'static str, String)> = Vec::new();
     let shapes = shapes(args)?;
     let routings: Vec<&'static str> = if args.suite {
         vec!["uniform", "balanced", "zipf"]
@@ -268,7 +441,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         args.routing.iter().map(|r| leak(r.clone())).collect()
     };
     let bar = indicatif::ProgressBar::new(
-        shapes.iter().map(|s| s.tokens.len() * routings.len() * backends.len()).sum::<usize>() as u64,
+        shapes.iter().map(|s| s.tokens.len() * routings.len() * (backends.len() + backends8.len())).sum::<usize>()
+            as u64,
     );
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} [{elapsed}]")
@@ -305,14 +479,37 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             room = room.iter().filter(|&b| b != Backend::Batched).collect();
         }
         let opts = MoeLayerOptions::new(max_t, k).backends(room);
+        let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
         let mut layer = if ep > 1 {
-            let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
             MoeLayer::with_expert_map(stream, weights, opts, &map)?
         } else {
             MoeLayer::new(stream, weights, opts)?
         };
         layer.set_fused_tile(fused_tile);
+        // The FP8 layer over block-FP8 experts of the same shape, where H and I allow it.
+        let skip8 = if fp8 { fp8_skip_reason(h, i) } else { None };
+        if let Some(why) = &skip8 {
+            skipped.push((m.name, why.clone()));
+        }
+        let mut layer8 = if fp8 && skip8.is_none() {
+            let w8 = Arc::new(fp8_weights(stream, local_e, h, i)?);
+            let room8: Backends = backends8
+                .iter()
+                .copied()
+                .filter(|&b| b != Backend::Auto)
+                .collect::<Backends>()
+                .union(Backends::of(Backend::Grouped));
+            let opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
+            Some(if ep > 1 {
+                MoeLayer::with_expert_map(stream, w8, opts8, &map)?
+            } else {
+                MoeLayer::new(stream, w8, opts8)?
+            })
+        } else {
+            None
+        };
         let mut scratch = MoeScratch::for_layers(stream, [&layer])?;
+        let mut scratch8 = layer8.as_ref().map(|l| MoeScratch::for_layers(stream, [l])).transpose()?;
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
@@ -325,6 +522,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let wv = MatrixView::new("topk_weights", w_d.as_view(), t, k)?;
             layer.set_backend(Backend::Auto)?;
             let auto = layer.backend_for(t);
+            let auto_fp8 = match layer8.as_mut() {
+                Some(l8) => {
+                    l8.set_backend(Backend::Auto)?;
+                    Some(l8.backend_for(t))
+                }
+                None => None,
+            };
             points.push(Point {
                 model: m.name,
                 experts: e,
@@ -335,41 +539,54 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 ids,
                 weights: w,
                 auto,
+                auto_fp8,
                 routing: kind,
                 ep,
             });
             let pi = points.len() - 1;
-            for &b in &backends {
+            let entry = |asked, ran, times, dtype| Timed { point: pi, asked, ran, times, dtype };
+            // The bf16 backends asked, then (with --dtype fp8) bf16 Auto where no backend asked ran it (the
+            // FP8 rows' reference), then the FP8 backends.
+            for (n, &b) in backends.iter().chain([Backend::Auto].iter().filter(|_| layer8.is_some())).enumerate() {
+                let extra = n >= backends.len();
+                if extra && bf16_auto_us(&results, pi, &points[pi]).is_some() {
+                    continue;
+                }
                 let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
                 // A backend this layer cannot run (Batched with an expert map) is reported, not timed.
                 if layer.set_backend(b).is_err() {
-                    results.push((pi, b, b, None));
-                    bar.inc(1);
+                    results.push(entry(b, b, None, LayerDtype::Bf16));
+                    bar.inc(u64::from(!extra));
                     continue;
                 }
                 let ran = layer.backend_for(t);
                 // Timed only where the batch runs in one pass (as a server would size its plan); a backend
                 // whose pass is smaller (Masked past max_m, Batched past 4096 rows) is reported, not timed.
                 if layer.passes(t)? > 1 {
-                    results.push((pi, b, ran, None));
-                    bar.inc(1);
+                    results.push(entry(b, ran, None, LayerDtype::Bf16));
+                    bar.inc(u64::from(!extra));
                     continue;
                 }
                 let times = if ran == Backend::Eager {
+                    scratch.check(stream)?;
                     None // synchronises: not capturable, not a serving path
                 } else {
-                    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                    let queued = layer.forward(stream, &mut scratch, &xv, &idv, &wv, &mut yv);
-                    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
-                    queued?;
-                    let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
-                    {
-                        let t = moe_gemm::timing::measure(stream, args.reps, 3, &mut flush, || Ok(graph.launch()?))?;
-                        Some((t.median_us, t.p10_us, t.p90_us))
-                    }
+                    Some(time_forward(stream, args, &mut flush, &layer, &mut scratch, &xv, &idv, &wv, &mut yv)?)
                 };
-                scratch.check(stream)?;
-                results.push((pi, b, ran, times));
+                results.push(entry(b, ran, times, LayerDtype::Bf16));
+                bar.inc(u64::from(!extra));
+            }
+            let (Some(l8), Some(s8)) = (layer8.as_mut(), scratch8.as_mut()) else { continue };
+            for &b in &backends8 {
+                let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
+                l8.set_backend(b)?;
+                let ran = l8.backend_for(t);
+                let times = if l8.passes(t)? > 1 {
+                    None
+                } else {
+                    Some(time_forward(stream, args, &mut flush, l8, s8, &xv, &idv, &wv, &mut yv)?)
+                };
+                results.push(entry(b, ran, times, LayerDtype::Fp8));
                 bar.inc(1);
             }
         }
@@ -380,22 +597,41 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         write_configs(dir, info, &points, &results, fused_tile)?;
     }
     let (peer, extras) = run_peer(args, &points);
-    println!(
-        "MoE layer (bf16, SwiGLU, uniform top-k routing), {}: CUDA-graph replays, median of {}, L2 {}",
-        info.name,
-        args.reps,
-        if args.no_flush { "not flushed" } else { "flushed" }
-    );
-    println!(
-        "floor = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate), ceilings measured above"
-    );
-    println!(
+    if fp8 {
+        println!(
+            "MoE layer (SwiGLU; bf16 experts and block-FP8 experts: e4m3, f32 scale per 128 x 128, bf16 activations), {}: CUDA-graph replays, median of {}, L2 {}",
+            info.name,
+            args.reps,
+            if args.no_flush { "not flushed" } else { "flushed" }
+        );
+        println!(
+            "floor (bf16 rows) = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate); floor (fp8 rows) = max(active experts' e4m3 + scale bytes / read bandwidth, FLOPs / dense fp8 rate{}); ceilings measured above",
+            if ceil.fp8_flops.is_none() { ": not measured, bytes term only" } else { "" }
+        );
+    } else {
+        println!(
+            "MoE layer (bf16, SwiGLU, uniform top-k routing), {}: CUDA-graph replays, median of {}, L2 {}",
+            info.name,
+            args.reps,
+            if args.no_flush { "not flushed" } else { "flushed" }
+        );
+        println!(
+            "floor = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate), ceilings measured above"
+        );
+    }
+    let head = format!(
         "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
         "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "torch µs", "t/torch"
     );
-    for (pi, asked, ran, times) in &results {
-        let p = &points[*pi];
-        let floor = p.floor_us(ceil);
+    if fp8 {
+        println!("{head} {:<5} {:>10} {:>7}", "dtype", "bf16 Auto", "x bf16");
+    } else {
+        println!("{head}");
+    }
+    for r in &results {
+        let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
+        let p = &points[r.point];
+        let floor = p.floor_for(r.dtype, ceil);
         let (peer_us, ratio) = match (&peer, times) {
             (Ok(m), Some((med, _, _))) => match m.get(&p.name()) {
                 Some(Ok(us)) => (format!("{us:.1}"), format!("{:.3}", med / us)),
@@ -403,12 +639,24 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             },
             _ => ("-".into(), "-".into()),
         };
+        let reference = bf16_auto_us(&results, r.point, p);
+        let tail = if fp8 {
+            format!(
+                " {:<5} {:>10} {:>7}",
+                r.dtype.name(),
+                reference.map_or("-".into(), |v| format!("{v:.1}")),
+                times.zip(reference).map_or("-".into(), |(t, b)| format!("{:.3}", t.0 / b))
+            )
+        } else {
+            String::new()
+        };
+        let star = if Some(*ran) == p.auto_for(r.dtype) { "*" } else { "" };
         match times {
             Some((med, p10, p90)) => println!(
-                "{:<34} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}",
+                "{:<34} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}{tail}",
                 p.name(),
                 format!("{asked:?}"),
-                format!("{ran:?}{}", if *ran == p.auto { "*" } else { "" }),
+                format!("{ran:?}{star}"),
                 med,
                 format!("{p10:.1}-{p90:.1}"),
                 floor,
@@ -416,10 +664,25 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 peer_us,
                 ratio
             ),
+            None if fp8 => println!(
+                "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9.1} {:>8} {:>10} {:>8}{tail}",
+                p.name(),
+                format!("{asked:?}"),
+                format!("{ran:?}"),
+                "not timed",
+                "-",
+                floor,
+                "-",
+                "-",
+                "-"
+            ),
             None => {
                 println!("{:<34} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed")
             }
         }
+    }
+    for (model, why) in &skipped {
+        println!("fp8 skipped: {model}: {why}");
     }
     if let Err(why) = &peer {
         println!("peer: {why}");
@@ -428,7 +691,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         println!("other PyTorch peers of the same points (µs; ratio = Auto's median / peer's):");
         for (pi, p) in points.iter().enumerate() {
             let Some(list) = extras.get(&p.name()) else { continue };
-            let ours = results.iter().find(|r| r.0 == pi && r.2 == p.auto).and_then(|r| r.3).map(|t| t.0);
+            let ours = bf16_auto_us(&results, pi, p);
             let cells: Vec<String> = list
                 .iter()
                 .map(|(k, v)| match (v, ours) {
@@ -446,8 +709,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if let Some(path) = &args.json {
         let rows: Vec<serde_json::Value> = results
             .iter()
-            .map(|(pi, asked, ran, times)| {
-                let p = &points[*pi];
+            .map(|r| {
+                let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
+                let p = &points[r.point];
                 let peers: serde_json::Map<String, serde_json::Value> = extras
                     .get(&p.name())
                     .into_iter()
@@ -456,48 +720,60 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                         (k.clone(), v.as_ref().map_or_else(|e| serde_json::json!(e), |us| serde_json::json!(us)))
                     })
                     .collect();
+                let reference = bf16_auto_us(&results, r.point, p);
                 serde_json::json!({
                     "model": p.model, "tokens": p.tokens, "routing": p.routing, "experts": p.experts, "top_k": p.top_k,
                     "hidden": p.hidden, "inter": p.inter, "backend": format!("{asked:?}"), "ran": format!("{ran:?}"),
-                    "auto": format!("{:?}", p.auto), "median_us": times.map(|t| t.0), "p10_us": times.map(|t| t.1),
-                    "p90_us": times.map(|t| t.2), "floor_us": p.floor_us(ceil), "peers": peers,
+                    "auto": p.auto_for(r.dtype).map(|b| format!("{b:?}")), "median_us": times.map(|t| t.0),
+                    "p10_us": times.map(|t| t.1), "p90_us": times.map(|t| t.2),
+                    "floor_us": p.floor_for(r.dtype, ceil), "peers": peers, "dtype": r.dtype.name(),
+                    "bf16_auto_us": reference, "x_bf16": times.zip(reference).map(|(t, b)| t.0 / b),
                 })
             })
             .collect();
+        let skipped: Vec<serde_json::Value> =
+            skipped.iter().map(|(m, why)| serde_json::json!({"model": m, "dtype": "fp8", "reason": why})).collect();
         let doc = serde_json::json!({
             "device": info.name, "sm_count": info.sm_count, "read_bytes_per_s": ceil.read_bytes_per_s,
             "bf16_flops": ceil.bf16_flops, "fp8_flops": ceil.fp8_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
+            "skipped": skipped,
         });
         super::bench::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
     if let Some(path) = &args.csv {
-        let mut csv = String::from(
-            "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch\n",
-        );
-        for (pi, asked, ran, times) in &results {
-            let p = &points[*pi];
-            let floor = p.floor_us(ceil);
+        let mut csv = format!("{CSV_COLUMNS}\n");
+        for r in &results {
+            let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
+            let p = &points[r.point];
+            let floor = p.floor_for(r.dtype, ceil);
             let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().ok()).copied();
             let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
+            let reference = bf16_auto_us(&results, r.point, p);
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
             csv += &format!(
-                "{},{},{},{asked:?},{ran:?},{:?},{},{},{},{floor:.2},{},{},{}\n",
+                "{},{},{},{asked:?},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}\n",
                 p.model,
                 p.tokens,
                 p.routing,
-                p.auto,
+                p.auto_for(r.dtype).map_or(String::new(), |b| format!("{b:?}")),
                 f(med),
                 f(p10),
                 f(p90),
                 f(med.map(|m| m / floor)),
                 f(peer_us),
-                f(med.zip(peer_us).map(|(m, t)| m / t))
+                f(med.zip(peer_us).map(|(m, t)| m / t)),
+                r.dtype.name(),
+                f(reference),
+                med.zip(reference).map_or(String::new(), |(m, b)| format!("{:.3}", m / b)),
             );
         }
         super::bench::write_file(path, &csv)?;
     }
     println!("* = the backend Auto picks for this point");
     println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)");
+    if fp8 {
+        println!("fp8 rows: the layer over block-FP8 experts (Auto: Grouped); bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)");
+    }
     Ok(())
 }
 
@@ -530,10 +806,25 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
         let mut best = Series { label: "moe-gemm (best backend)".into(), points: vec![] };
         let mut torch = Series { label: "PyTorch grouped_mm MLP".into(), points: vec![] };
         let mut floor = Series { label: "floor (measured ceilings)".into(), points: vec![] };
+        let mut auto8 = Series { label: "moe-gemm FP8 experts (Auto)".into(), points: vec![] };
+        let mut floor8 = Series { label: "FP8 floor (measured ceilings)".into(), points: vec![] };
         for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.model == model && p.routing == points[0].routing) {
             let t = p.tokens as f64;
-            let times: Vec<(Backend, f64)> =
-                results.iter().filter(|r| r.0 == pi).filter_map(|r| r.3.map(|x| (r.2, x.0))).collect();
+            let times: Vec<(Backend, f64)> = results
+                .iter()
+                .filter(|r| r.point == pi && r.dtype == LayerDtype::Bf16)
+                .filter_map(|r| r.times.map(|x| (r.ran, x.0)))
+                .collect();
+            let fp8_auto = results
+                .iter()
+                .find(|r| r.point == pi && r.dtype == LayerDtype::Fp8 && Some(r.ran) == p.auto_fp8)
+                .and_then(|r| r.times);
+            if let Some(t8) = fp8_auto {
+                auto8.points.push((t, t8.0));
+            }
+            if p.auto_fp8.is_some() {
+                floor8.points.push((t, p.floor_for(LayerDtype::Fp8, ceil)));
+            }
             if let Some(&(_, us)) = times.iter().find(|(b, _)| *b == p.auto) {
                 auto.points.push((t, us));
             }
@@ -548,7 +839,11 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
             floor.points.push((t, p.floor_us(ceil)));
         }
         let file = dir.join(format!("{}.svg", model.replace(['/', '[', ']', ',', '='], "_")));
-        time_vs_tokens(&file, &format!("{model}: MoE layer, bf16, H200"), &[auto, best, torch, floor])?;
+        let mut series = vec![auto, best, torch, floor];
+        if !floor8.points.is_empty() {
+            series.extend([auto8, floor8]);
+        }
+        time_vs_tokens(&file, &format!("{model}: MoE layer, bf16, H200"), &series)?;
         println!("wrote {}", file.display());
     }
     Ok(())
@@ -556,7 +851,7 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
 
 #[cfg(test)]
 mod tests {
-    use super::routing;
+    use super::*;
 
     fn counts(ids: &[i32], e: usize) -> Vec<usize> {
         let mut c = vec![0; e];
@@ -587,5 +882,115 @@ mod tests {
         let c = counts(&ids, 64);
         assert!(c[0] > 4 * c[32].max(1), "zipf: the top expert ({}) should dwarf the median one ({})", c[0], c[32]);
         assert!(routing("pareto", 8, 2, 4, 1).is_err());
+    }
+
+    fn point(ids: Vec<i32>, experts: usize, k: usize, hidden: usize, inter: usize, ep: usize) -> Point {
+        let tokens = ids.len() / k;
+        Point {
+            model: "test",
+            experts,
+            top_k: k,
+            hidden,
+            inter,
+            tokens,
+            weights: vec![1.0 / k as f32; ids.len()],
+            ids,
+            auto: Backend::Grouped,
+            auto_fp8: Some(Backend::Grouped),
+            routing: "uniform",
+            ep,
+        }
+    }
+
+    #[test]
+    fn floor_terms_count_bf16_and_fp8_weight_bytes() {
+        // DeepSeek-V3: H 7168, I 2048; 2 active experts, 10 rows.
+        let (h, i) = (7168usize, 2048usize);
+        let (b16, f16) = floor_terms(LayerDtype::Bf16, 2, 10, h, i);
+        assert_eq!(b16, 2.0 * 3.0 * (h * i) as f64 * 2.0);
+        assert_eq!(f16, 2.0 * 3.0 * 10.0 * (h * i) as f64);
+        // e4m3: 1 byte per element of w13 [4096, 7168] and w2 [7168, 2048], plus f32 scales of their
+        // 32 x 56 and 56 x 16 blocks.
+        let (b8, f8) = floor_terms(LayerDtype::Fp8, 2, 10, h, i);
+        assert_eq!(b8, 2.0 * (3 * h * i + 4 * (32 * 56 + 56 * 16)) as f64);
+        assert_eq!(b8, 2.0 * 44_050_944.0);
+        assert_eq!(f8, f16, "the FLOPs do not depend on the weights' dtype");
+        assert_eq!(floor_terms(LayerDtype::Fp8, 0, 0, h, i), (0.0, 0.0));
+    }
+
+    #[test]
+    fn fp8_floors_use_the_fp8_bytes_and_rate() {
+        let c = Ceilings { read_bytes_per_s: 4.46e12, bf16_flops: Some(792e12), fp8_flops: Some(1493e12) };
+        // Decode: one token over 8 of 256 experts, bytes-bound: the fp8 floor is the bytes ratio (~0.5) of bf16's.
+        let ids: Vec<i32> = (0..8).map(|j| j * 32).collect();
+        let p = point(ids, 256, 8, 7168, 2048, 1);
+        let (b16, _) = floor_terms(LayerDtype::Bf16, 8, 8, 7168, 2048);
+        let (b8, _) = floor_terms(LayerDtype::Fp8, 8, 8, 7168, 2048);
+        assert!((p.floor_us(&c) - b16 / 4.46e12 * 1e6).abs() < 1e-9);
+        assert!((p.floor_for(LayerDtype::Fp8, &c) - b8 / 4.46e12 * 1e6).abs() < 1e-9);
+        let r = p.floor_for(LayerDtype::Fp8, &c) / p.floor_us(&c);
+        assert!((0.5..0.501).contains(&r), "{r}");
+        // Prefill: 16384 tokens x 8 slots over every expert, FLOPs-bound: the fp8 floor is FLOPs / fp8 rate.
+        let (ids, _) = routing("balanced", 256, 8, 16384, 1).unwrap();
+        let p = point(ids, 256, 8, 7168, 2048, 1);
+        let flops = 2.0 * 3.0 * (16384usize * 8 * 7168 * 2048) as f64;
+        assert!((p.floor_for(LayerDtype::Fp8, &c) - flops / 1493e12 * 1e6).abs() < 1e-6);
+        assert!((p.floor_us(&c) - flops / 792e12 * 1e6).abs() < 1e-6);
+        // Without a measured fp8 rate, the bytes term alone.
+        let no_rate = Ceilings { fp8_flops: None, ..c };
+        let (b8, _) = floor_terms(LayerDtype::Fp8, 256, 16384 * 8, 7168, 2048);
+        assert!((p.floor_for(LayerDtype::Fp8, &no_rate) - b8 / 4.46e12 * 1e6).abs() < 1e-6);
+    }
+
+    #[test]
+    fn fp8_floors_count_this_gpus_experts_under_expert_parallelism() {
+        let c = Ceilings { read_bytes_per_s: 4e12, bf16_flops: None, fp8_flops: None };
+        // ep 2: experts 0 and 2 are local, 1 and 3 remote.
+        let p = point(vec![0, 1, 2, 3], 4, 2, 256, 128, 2);
+        let (b8, _) = floor_terms(LayerDtype::Fp8, 2, 2, 256, 128);
+        assert!((p.floor_for(LayerDtype::Fp8, &c) - b8 / 4e12 * 1e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn models_without_whole_scale_blocks_are_skipped_with_the_reason() {
+        for m in MODELS {
+            let why = fp8_skip_reason(m.hidden, m.inter);
+            if m.name == "gpt-oss-120b" {
+                let why = why.expect("gpt-oss: H = I = 2880 = 22.5 x 128");
+                assert!(why.contains("H = 2880 = 22.5 x 128") && why.contains("I = 2880"), "{why}");
+                assert!(why.contains("requires H and I multiples of 128"), "{why}");
+            } else {
+                assert_eq!(why, None, "{}", m.name);
+            }
+        }
+        // A tensor-parallel slice can break it: qwen3-30b-a3b's I = 768 / 4 = 192.
+        let why = fp8_skip_reason(2048, 192).unwrap();
+        assert!(why.contains("I = 192 = 1.5 x 128") && !why.contains("H ="), "{why}");
+    }
+
+    #[test]
+    fn the_fp8_layer_takes_the_layout_backends_of_the_list() {
+        let all: Vec<Backend> = ["eager", "batched", "grouped", "contiguous", "masked", "fused", "auto"]
+            .iter()
+            .map(|b| parse_backend(b).unwrap())
+            .collect();
+        assert_eq!(fp8_backends(&all), vec![Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto]);
+        assert!(fp8_backends(&[Backend::Batched, Backend::Fused]).is_empty());
+    }
+
+    #[test]
+    fn random_scales_are_positive_and_bounded() {
+        let s = random_scales(10_000, 3);
+        assert!(s.iter().all(|&x| (1.0 / 4096.0..2.0 / 4096.0).contains(&x)), "{:?}", &s[..4]);
+        // With the largest e4m3 magnitude, a dequantised weight stays below 0.22.
+        assert!(448.0 * s.iter().cloned().fold(0.0, f32::max) < 0.22);
+    }
+
+    #[test]
+    fn the_csv_keeps_the_bf16_columns_and_appends_the_dtype_ones() {
+        let bf16 =
+            "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch";
+        assert!(CSV_COLUMNS.starts_with(&format!("{bf16},")), "{CSV_COLUMNS}");
+        assert_eq!(&CSV_COLUMNS[bf16.len()..], ",dtype,bf16_auto_us,x_bf16");
     }
 }
