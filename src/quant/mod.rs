@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 
 pub mod device;
 pub mod group;
+pub mod mx;
 
 pub use device::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
 mod operands;
@@ -32,6 +33,10 @@ pub use float8::{F8E4M3, F8E5M2};
 pub use group::{
     dequantize_groups, per_token_group_quant, quantize_element, GroupQuant, ScaleRounding, ACT_GROUP, DEEPSEEK_EPS,
     VLLM_EPS,
+};
+pub use mx::{
+    from_sf_atoms, from_sf_atoms_grouped, pack_e2m1, sf_atom_bytes, sf_group_bases, sf_offset, to_sf_atoms,
+    to_sf_atoms_grouped, unpack_e2m1, E2m1, Mxfp4, Mxfp8, Nvfp4, Ue4m3, E2M1_MAX, FP4_LUT, MX_BLOCK, NV_BLOCK,
 };
 pub use operands::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, SCALE_BLOCK};
 
