@@ -348,6 +348,15 @@ fn scale_grids_round_trip_through_the_atom_layout() {
             }
         }
         assert_eq!(from_sf_atoms(&atoms, m, kb).unwrap(), grid);
+        let scales: Vec<Ue8m0> = grid.iter().map(|&b| Ue8m0(b)).collect();
+        let mx = Mxfp4::from_parts(m, 32 * kb, vec![0; m * 16 * kb], scales.clone()).unwrap();
+        assert_eq!(mx.sf_atoms(), atoms, "Mxfp4::sf_atoms");
+        let mx8 = Mxfp8::from_parts(m, 32 * kb, vec![F8E4M3::from_f32(0.0); m * 32 * kb], scales).unwrap();
+        assert_eq!(mx8.sf_atoms(), atoms, "Mxfp8::sf_atoms");
+        let nv: Vec<Ue4m3> = grid.iter().map(|&b| Ue4m3::from_bits(b % 0x7F).unwrap()).collect();
+        let nvb: Vec<u8> = nv.iter().map(|s| s.to_bits()).collect();
+        let nv = Nvfp4::from_parts(m, 16 * kb, vec![0; m * 8 * kb], nv, 1.0).unwrap();
+        assert_eq!(nv.sf_atoms(), to_sf_atoms(&nvb, m, kb).unwrap(), "Nvfp4::sf_atoms");
         assert!(to_sf_atoms(&grid[1..], m, kb).is_err());
         assert!(from_sf_atoms(&atoms[1..], m, kb).is_err());
     }

@@ -17,6 +17,9 @@
 //! ([`device`]: [`Fp8Rows`], [`quantize_rows`], [`quantize_gather`], [`requantize_rows`]); weights per 128 × 128
 //! block on the host ([`BlockFp8::quantize`]; a bf16 checkpoint is converted once, offline, so no device kernel).
 //!
+//! Microscaling formats for Blackwell's block-scaled GEMMs ([`mx`]): [`Mxfp8`], [`Mxfp4`] (gpt-oss's checkpoints)
+//! and [`Nvfp4`], with the e2m1 and UE4M3 codecs and the SM100 128 × 4 scale-factor layout ([`sf_offset`]).
+//!
 //! Shapes are checked when a [`BlockFp8`] is made (its fields are private): no input of these functions panics;
 //! a zero block dimension, a shape whose element count overflows or an element outside the weight is an
 //! [`Error::InvalidProblem`] naming the constraint.

@@ -339,6 +339,12 @@ impl Mxfp8 {
     pub fn scales(&self) -> &[Ue8m0] {
         &self.scales
     }
+    /// The scale grid in SM100's 128 × 4 atom layout ([`to_sf_atoms`]) over all `rows` (one group; for
+    /// experts stacked by rows, [`to_sf_atoms_grouped`] of [`Self::scales`] gives each its own atoms).
+    pub fn sf_atoms(&self) -> Vec<u8> {
+        let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
+        to_sf_atoms(&grid, self.rows, self.k / MX_BLOCK).expect("the grid fits the shape, checked when made")
+    }
     pub fn into_parts(self) -> (Vec<F8E4M3>, Vec<Ue8m0>) {
         (self.data, self.scales)
     }
@@ -433,6 +439,11 @@ impl Mxfp4 {
     pub fn scales(&self) -> &[Ue8m0] {
         &self.scales
     }
+    /// The scale grid in SM100's 128 × 4 atom layout, as [`Mxfp8::sf_atoms`].
+    pub fn sf_atoms(&self) -> Vec<u8> {
+        let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
+        to_sf_atoms(&grid, self.rows, self.k / MX_BLOCK).expect("the grid fits the shape, checked when made")
+    }
     pub fn into_parts(self) -> (Vec<u8>, Vec<Ue8m0>) {
         (self.data, self.scales)
     }
@@ -517,6 +528,11 @@ impl Nvfp4 {
     /// `[rows, k / 16]`.
     pub fn scales(&self) -> &[Ue4m3] {
         &self.scales
+    }
+    /// The scale grid in SM100's 128 × 4 atom layout, as [`Mxfp8::sf_atoms`].
+    pub fn sf_atoms(&self) -> Vec<u8> {
+        let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
+        to_sf_atoms(&grid, self.rows, self.k / NV_BLOCK).expect("the grid fits the shape, checked when made")
     }
     pub fn tensor_scale(&self) -> f32 {
         self.tensor_scale
