@@ -31,7 +31,9 @@ use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
 use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 
 mod fp8;
+mod mxfp4;
 pub use fp8::{ActivationScheme, Fp8Config, PackedFp8Experts};
+pub use mxfp4::GptOssMxfp4Experts;
 
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);

@@ -17,6 +17,9 @@
 //! ([`device`]: [`Fp8Rows`], [`quantize_rows`], [`quantize_gather`], [`requantize_rows`]); weights per 128 × 128
 //! block on the host ([`BlockFp8::quantize`]; a bf16 checkpoint is converted once, offline, so no device kernel).
 //!
+//! Microscaling formats for Blackwell's block-scaled GEMMs ([`mx`]): [`Mxfp8`], [`Mxfp4`] (gpt-oss's checkpoints)
+//! and [`Nvfp4`], with the e2m1 and UE4M3 codecs and the SM100 128 × 4 scale-factor layout ([`sf_offset`]).
+//!
 //! Shapes are checked when a [`BlockFp8`] is made (its fields are private): no input of these functions panics;
 //! a zero block dimension, a shape whose element count overflows or an element outside the weight is an
 //! [`Error::InvalidProblem`] naming the constraint.
@@ -25,6 +28,7 @@ use crate::error::{Error, Result};
 
 pub mod device;
 pub mod group;
+pub mod mx;
 
 pub use device::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
 mod operands;
@@ -32,6 +36,10 @@ pub use float8::{F8E4M3, F8E5M2};
 pub use group::{
     dequantize_groups, per_token_group_quant, quantize_element, GroupQuant, ScaleRounding, ACT_GROUP, DEEPSEEK_EPS,
     VLLM_EPS,
+};
+pub use mx::{
+    from_sf_atoms, from_sf_atoms_grouped, pack_e2m1, sf_atom_bytes, sf_group_bases, sf_offset, to_sf_atoms,
+    to_sf_atoms_grouped, unpack_e2m1, E2m1, Mxfp4, Mxfp8, Nvfp4, Ue4m3, E2M1_MAX, FP4_LUT, MX_BLOCK, NV_BLOCK,
 };
 pub use operands::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, SCALE_BLOCK};
 

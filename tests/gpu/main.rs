@@ -11,6 +11,7 @@ mod gemm;
 mod gemm_sm100;
 mod layer;
 mod layouts;
+mod mxfp4;
 mod pipeline;
 mod quant;
 mod routing;
