@@ -16,7 +16,8 @@
 //!
 //! gpt-oss stores its experts packed already (`{prefix}.experts.gate_up_proj [E, H, 2I]` interleaved,
 //! `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`): [`Checkpoint::pack_gpt_oss`].
-//! (The released gpt-oss checkpoints hold MXFP4 blocks; this reads the dequantised bf16 form.)
+//! (The released gpt-oss checkpoints hold MXFP4 blocks: [`Checkpoint::pack_gpt_oss_mxfp4`] reads them, and
+//! [`Checkpoint::pack_gpt_oss_dequantized`] gives this bf16 form from them.)
 
 use std::collections::HashMap;
 use std::fs::File;
