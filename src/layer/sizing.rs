@@ -8,8 +8,6 @@
 //! backend's pass is the largest batch Auto sends it, so the padded layouts of Fused never size the scratch past
 //! what Auto runs them at. Bigger batches are chunked into passes by the layer.
 
-use std::fmt;
-
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedTile;
@@ -18,6 +16,8 @@ use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
 use crate::kernels::TileConfig;
 use crate::layouts::build_scratch_ints;
 use crate::quant::{scale_blocks, SCALE_BLOCK};
+
+pub use super::needs::{mib, Footprint, PlanBytes, ScratchNeeds};
 
 use super::backends::{Backend, Backends};
 use super::weights::WeightFormat;
@@ -463,7 +463,7 @@ impl LayerSizing {
     pub fn plan_bytes(&self, expert_parallel: bool) -> PlanBytes {
         let device = if expert_parallel { self.shape.layout_experts() * std::mem::size_of::<i32>() } else { 0 };
         let plans: usize = self.gemms.iter().map(|g| g.plan_count(self.sm_count)).sum();
-        PlanBytes { device, host: super::plan_host_bytes(self, plans) }
+        PlanBytes { device, host: super::plans::plan_host_bytes(self, plans) }
     }
 
     /// The most tokens `backend` runs in one pass within `rows` rows of scratch (at least 1 when it fits one
@@ -510,173 +510,6 @@ pub(crate) fn auto_pick(shape: &LayerShape, format: WeightFormat, tokens: usize,
     super::auto_backend(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens)
 }
 
-/// Bytes a layer's plan holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PlanBytes {
-    pub device: usize,
-    pub host: usize,
-}
-
-/// Everything a scratch holds, in elements (bytes for the workspace). The scratch of several layers is the
-/// field-wise maximum of theirs ([`ScratchNeeds::max`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScratchNeeds {
-    pub dtype: DType,
-    /// Tokens per pass.
-    pub tokens: usize,
-    /// (token, slot) rows per pass: `tokens · (top_k + shared groups)`.
-    pub slots: usize,
-    pub hidden: usize,
-    pub w13_cols: usize,
-    pub inter: usize,
-    /// Rows of the permuted copy of x (`a [rows, hidden]`); 0 when no enabled backend gathers.
-    pub a_rows: usize,
-    /// FP8 weights: rows of x quantised at its layout positions (e4m3 `[rows, hidden]` and f32 scales
-    /// `[rows, ceil(hidden / 128)]`); 0 for dense weights.
-    pub a_fp8_rows: usize,
-    /// FP8 weights: rows of the activation requantised for GEMM2 (e4m3 `[rows, inter]` and f32 scales
-    /// `[rows, ceil(inter / 128)]`); 0 for dense weights.
-    pub h_fp8_rows: usize,
-    /// Rows of GEMM1's output (`d1 [rows, w13_cols]`).
-    pub d1_rows: usize,
-    /// Rows of the activation (`h [rows, inter]`).
-    pub h_rows: usize,
-    /// Rows of GEMM2's output (`d2 [rows, hidden]`).
-    pub d2_rows: usize,
-    /// Layout: experts (GEMM groups) counted and offset.
-    pub groups: usize,
-    /// Layout: positions (`sorted_ids`, `m_indices`).
-    pub layout_rows: usize,
-    /// Layout: tiles (`expert_ids`).
-    pub layout_tiles: usize,
-    /// Layout: flat rows (`positions`).
-    pub layout_positions: usize,
-    /// Layout: the multi-CTA build's per-chunk counters.
-    pub layout_scratch_ints: usize,
-    /// One grouped-GEMM workspace, shared by every GEMM of a forward (they run one after another).
-    pub workspace_bytes: usize,
-    /// Routing extended by the shared groups (`ids`, `weights` `[slots]`); 0 without shared experts.
-    pub routing_slots: usize,
-    /// The eager backend's one-group offsets.
-    pub eager: bool,
-}
-
-macro_rules! each_count {
-    ($m:ident) => {
-        $m!(
-            tokens,
-            slots,
-            hidden,
-            w13_cols,
-            inter,
-            a_rows,
-            a_fp8_rows,
-            h_fp8_rows,
-            d1_rows,
-            h_rows,
-            d2_rows,
-            groups,
-            layout_rows,
-            layout_tiles,
-            layout_positions,
-            layout_scratch_ints,
-            workspace_bytes,
-            routing_slots
-        )
-    };
-}
-
-impl ScratchNeeds {
-    /// The field-wise maximum: a scratch that serves both.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] if the element types differ.
-    pub fn max(self, other: ScratchNeeds) -> Result<ScratchNeeds> {
-        if self.dtype != other.dtype {
-            return Err(Error::InvalidProblem(format!(
-                "one scratch serves one element type: {} and {}",
-                self.dtype, other.dtype
-            )));
-        }
-        let mut out = self;
-        macro_rules! take_max {
-            ($($f:ident),*) => { $( out.$f = self.$f.max(other.$f); )* };
-        }
-        each_count!(take_max);
-        out.eager = self.eager || other.eager;
-        Ok(out)
-    }
-
-    /// Checks that this (a scratch's) covers `need` (a layer's), naming the first buffer that is too small.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] naming the buffer, its size and the layer's need.
-    pub fn check_covers(&self, need: &ScratchNeeds) -> Result<()> {
-        if self.dtype != need.dtype {
-            return Err(Error::InvalidProblem(format!(
-                "the scratch holds {} elements, the layer computes in {}",
-                self.dtype, need.dtype
-            )));
-        }
-        macro_rules! cmp {
-            ($($f:ident),*) => { $(
-                if self.$f < need.$f {
-                    return Err(Error::InvalidProblem(format!(
-                        "scratch capacity: {} = {} is smaller than the layer needs ({}); size the scratch with MoeScratch::for_layers over every layer that uses it",
-                        stringify!($f), self.$f, need.$f
-                    )));
-                }
-            )* };
-        }
-        each_count!(cmp);
-        if need.eager && !self.eager {
-            return Err(Error::InvalidProblem("scratch capacity: no room for the eager backend's offsets".into()));
-        }
-        Ok(())
-    }
-
-    /// The bytes of every buffer the scratch allocates, by name.
-    pub fn footprint(&self) -> Footprint {
-        let e = self.dtype.size_bytes();
-        let i = std::mem::size_of::<i32>();
-        let layout = self.groups > 0;
-        let parts = vec![
-            ("a (permuted x)", self.a_rows * self.hidden * e),
-            ("a fp8 (e4m3 x + scales)", self.a_fp8_rows * fp8_row_bytes(self.hidden)),
-            ("h fp8 (e4m3 h + scales)", self.h_fp8_rows * fp8_row_bytes(self.inter)),
-            ("d1 (GEMM1 out)", self.d1_rows * self.w13_cols * e),
-            ("h (activation)", self.h_rows * self.inter * e),
-            ("d2 (GEMM2 out)", self.d2_rows * self.hidden * e),
-            (
-                "layout",
-                if layout {
-                    (self.groups
-                        + self.groups
-                        + 1
-                        + 2 * self.layout_rows
-                        + self.layout_tiles
-                        + self.layout_positions
-                        + 1
-                        + self.layout_scratch_ints)
-                        * i
-                } else {
-                    0
-                },
-            ),
-            ("GEMM workspace", self.workspace_bytes),
-            ("shared-expert routing", self.routing_slots * (i + std::mem::size_of::<f32>())),
-            ("eager offsets", if self.eager { 2 * i } else { 0 }),
-            ("status word", std::mem::size_of::<u32>()),
-        ];
-        Footprint { parts }
-    }
-}
-
-/// Bytes of one quantised row of `k` columns: `k` e4m3 bytes and `ceil(k / 128)` f32 scales.
-pub(crate) const fn fp8_row_bytes(k: usize) -> usize {
-    k + 4 * scale_blocks(k)
-}
-
 /// [`LayerSizing`]'s options, in one value for its constructors.
 #[derive(Clone, Copy, Debug)]
 struct SizingOptions {
@@ -687,30 +520,4 @@ struct SizingOptions {
     fused_tile: Option<FusedTile>,
     expert_parallel: bool,
     sm_count: usize,
-}
-
-/// Bytes per buffer of a scratch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Footprint {
-    pub parts: Vec<(&'static str, usize)>,
-}
-
-impl Footprint {
-    pub fn total(&self) -> usize {
-        self.parts.iter().map(|(_, b)| b).sum()
-    }
-}
-
-/// Bytes as MiB with two decimals.
-pub fn mib(bytes: usize) -> String {
-    format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
-}
-
-impl fmt::Display for Footprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (name, bytes) in self.parts.iter().filter(|(_, b)| *b > 0) {
-            writeln!(f, "  {name:<24} {:>14} B  {:>12}", bytes, mib(*bytes))?;
-        }
-        write!(f, "  {:<24} {:>14} B  {:>12}", "total", self.total(), mib(self.total()))
-    }
 }

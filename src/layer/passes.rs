@@ -1,0 +1,351 @@
+//! One pass of each backend: the kernels a forward queues for a chunk of tokens, over the scratch's buffers.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::kernels::grouped::Workspace;
+use crate::kernels::{elementwise, fused};
+use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+use crate::quant::{quantize_gather, requantize_rows, Fp8Rows, RowsInUse};
+use crate::status::DeviceStatus;
+use crate::view::{MatrixView, MatrixViewMut};
+
+use super::plans::{GemmPair, GemmPlans, PairPlans};
+use super::sizing::{fp8_backend_error, CONTIGUOUS_BLOCK_M};
+use super::weights::sealed::{Common, Parts};
+use super::{Backend, ExpertWeights, LayerWeights, MoeLayer, MoeScratch};
+
+impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
+    pub(super) fn gemm_pair(&self, backend: Backend) -> Result<&GemmPair<T>> {
+        self.gemms
+            .iter()
+            .find(|g| g.backend == backend)
+            .ok_or_else(|| Error::InvalidProblem(format!("backend {backend} has no GEMM plans in this layer")))
+    }
+
+    /// The dense weights of the backends that only multiply those (Eager, Batched, Fused).
+    pub(super) fn dense(&self, backend: Backend) -> Result<&ExpertWeights<T>> {
+        match self.weights.parts() {
+            Parts::Dense(w) => Ok(w),
+            Parts::Fp8(..) => Err(fp8_backend_error(backend)),
+        }
+    }
+
+    /// Re-targets the scratch's layout at `dims` and builds it from the pass's ids (one kernel).
+    pub(super) fn lay_out(
+        &self,
+        stream: &Arc<CudaStream>,
+        layout: &mut ExpertLayout,
+        dims: LayoutDims,
+        ids: &MatrixView<'_, i32>,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        layout.reshape(dims)?;
+        let map = self.expert_map.as_ref().map(|m| m.as_view());
+        layout.build(stream, dims.max_tokens(), &ids.as_view(), map.as_ref(), status)
+    }
+
+    pub(super) fn layout_dims(&self, spec: LayoutSpec, tokens: usize) -> Result<LayoutDims> {
+        let s = &self.sizing.shape;
+        LayoutDims::new(spec, tokens, s.slots(), s.layout_experts(), s.groups())
+    }
+
+    pub(super) fn forward_layout(
+        &self,
+        backend: Backend,
+        p: PassIo<'_, '_, T>,
+        y: &mut MatrixViewMut<'_, T>,
+    ) -> Result<()> {
+        let spec = match backend {
+            Backend::Grouped => LayoutSpec::Grouped,
+            Backend::Contiguous => LayoutSpec::Aligned { block_m: CONTIGUOUS_BLOCK_M },
+            _ => LayoutSpec::Masked { max_m: self.sizing.max_m },
+        };
+        let tokens = p.x.rows();
+        let dims = self.layout_dims(spec, tokens)?;
+        let gemms = self.gemm_pair(backend)?;
+        let c = self.weights.common();
+        let (h, i) = (c.hidden, c.inter);
+        let rows = tokens * self.sizing.shape.slots();
+        let Buffers { layout, a, a8, h8, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
+        let (d1, d2) = (need(d1, "d1")?, need(d2, "d2")?);
+        let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
+        self.lay_out(p.stream, layout, dims, p.ids, status)?;
+        match (&gemms.plans, self.weights.parts()) {
+            (PairPlans::Dense(g1, g2), Parts::Dense(w)) => {
+                let a = need(a, "a")?;
+                layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
+                g1.for_rows(rows).launch(p.stream, a, &w.w13, layout.group_rows(), d1, workspace, status)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                g2.for_rows(rows).launch(p.stream, hbuf, &w.w2, layout.group_rows(), d2, workspace, status)?;
+            }
+            (PairPlans::Fp8(g1, g2), Parts::Fp8(w, is_bf16)) => {
+                // x -> e4m3 at its layout positions; GEMM1; activation; h -> e4m3 (rows in use); GEMM2.
+                let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
+                let (g1, g2) = (g1.for_rows(rows), g2.for_rows(rows));
+                a8.reshape(g1.shape().max_rows(), h)?;
+                quantize_gather(p.stream, layout, p.x, a8, &w.quant, status)?;
+                g1.launch(p.stream, a8, &w.w13, layout.group_rows(), is_bf16.cast(d1), workspace, status)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let cap = dims.capacity();
+                let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
+                h8.reshape(g2.shape().max_rows(), i)?;
+                requantize_rows(p.stream, &h_view, &RowsInUse::of_layout(layout), h8, &w.quant, status)?;
+                g2.launch(p.stream, h8, &w.w2, layout.group_rows(), is_bf16.cast(d2), workspace, status)?;
+            }
+            _ => {
+                return Err(Error::InvalidProblem(format!(
+                    "backend {backend}: the layer's GEMM plans are not for its weights' format ({})",
+                    c.format
+                )))
+            }
+        }
+        combine_layout(
+            p.stream,
+            &c,
+            self.sizing.shape.slots(),
+            tokens,
+            layout,
+            d2,
+            &p.weights.as_view(),
+            &mut y.as_view_mut(),
+        )
+    }
+
+    /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
+    /// biases and scatters each row to its (token, slot) row; the combine sums the k rows of each token.
+    pub(super) fn forward_fused(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let w = self.dense(Backend::Fused)?;
+        let c = self.weights.common();
+        let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
+        let tokens = p.x.rows();
+        let (tile, _) = self.fused_pass(tokens);
+        let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
+        let Buffers { layout, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
+        let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
+        self.lay_out(p.stream, layout, dims, p.ids, status)?;
+        self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
+        activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+        self.fused.gemm2_scatter(
+            p.stream,
+            tile,
+            layout,
+            tokens,
+            hbuf,
+            &w.w2,
+            h,
+            i,
+            &p.weights.as_view(),
+            w.b2.as_ref(),
+            d2,
+        )?;
+        fused::sum_slots(p.stream, layout, tokens, h, d2, &mut y.as_view_mut())
+    }
+
+    /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
+    /// W2 h per output with the router weights and the sum over k fused.
+    pub(super) fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let tokens = p.x.rows();
+        let Buffers { h, status, .. } = p.scratch.buffers()?;
+        elementwise::launch_decode_layer(
+            p.stream,
+            self.dense(Backend::Batched)?,
+            tokens,
+            self.sizing.shape.slots(),
+            &p.x.as_view(),
+            &p.ids.as_view(),
+            &p.weights.as_view(),
+            h,
+            &mut y.as_view_mut(),
+            status.word_mut(),
+        )
+    }
+
+    /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts
+    /// are read back: this synchronises).
+    pub(super) fn forward_eager(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let w = self.dense(Backend::Eager)?;
+        let c = self.weights.common();
+        let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
+        let tokens = p.x.rows();
+        let dims = self.layout_dims(LayoutSpec::Grouped, tokens)?;
+        let PairPlans::Dense(g1, g2) = &self.gemm_pair(Backend::Eager)?.plans else {
+            return Err(fp8_backend_error(Backend::Eager));
+        };
+        let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status, .. } = p.scratch.buffers()?;
+        let (a, d1, d2, single) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?, need(single, "eager offsets")?);
+        let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
+        self.lay_out(p.stream, layout, dims, p.ids, status)?;
+        layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
+        let offsets = p.stream.clone_dtoh(layout.offsets())?;
+        let offsets = &offsets[..=dims.local_experts()];
+        let mut one = PerExpert {
+            stream: p.stream,
+            offsets,
+            single: &mut *single,
+            workspace: &mut *workspace,
+            status: &mut *status,
+        };
+        one.gemms(g1, a, h, &w.w13, r13, d1)?;
+        activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+        let mut one = PerExpert { stream: p.stream, offsets, single, workspace, status: &mut *status };
+        one.gemms(g2, hbuf, i, &w.w2, h, d2)?;
+        combine_layout(
+            p.stream,
+            &c,
+            self.sizing.shape.slots(),
+            tokens,
+            layout,
+            d2,
+            &p.weights.as_view(),
+            &mut y.as_view_mut(),
+        )
+    }
+}
+
+/// The inputs of one pass.
+pub(super) struct PassIo<'s, 'v, T: Element> {
+    pub(super) stream: &'s Arc<CudaStream>,
+    pub(super) scratch: &'s mut MoeScratch<T>,
+    pub(super) x: &'s MatrixView<'v, T>,
+    pub(super) ids: &'s MatrixView<'v, i32>,
+    pub(super) weights: &'s MatrixView<'v, f32>,
+}
+
+/// The scratch's buffers, borrowed apart.
+pub(super) struct Buffers<'a, T> {
+    pub(super) layout: Option<&'a mut ExpertLayout>,
+    pub(super) a: Option<&'a mut CudaSlice<T>>,
+    pub(super) a8: Option<&'a mut Fp8Rows>,
+    pub(super) h8: Option<&'a mut Fp8Rows>,
+    pub(super) d1: Option<&'a mut CudaSlice<T>>,
+    pub(super) h: &'a mut CudaSlice<T>,
+    pub(super) d2: Option<&'a mut CudaSlice<T>>,
+    pub(super) workspace: Option<&'a mut Workspace>,
+    pub(super) single: Option<&'a mut CudaSlice<i32>>,
+    pub(super) status: &'a mut DeviceStatus,
+}
+
+impl<T: Element> MoeScratch<T> {
+    /// Every buffer at once (disjoint borrows); the layout and workspace only exist where a layout backend is
+    /// enabled, which `check_covers` has established before any pass runs.
+    fn buffers(&mut self) -> Result<Buffers<'_, T>> {
+        let missing = |name: &str| Error::InvalidProblem(format!("scratch capacity: the scratch holds no {name}"));
+        Ok(Buffers {
+            layout: self.layout.as_mut(),
+            a: self.a.as_mut(),
+            a8: self.a8.as_mut(),
+            h8: self.h8.as_mut(),
+            d1: self.d1.as_mut(),
+            h: self.h.as_mut().ok_or_else(|| missing("h"))?,
+            d2: self.d2.as_mut(),
+            workspace: self.workspace.as_mut(),
+            single: self.single.as_mut(),
+            status: &mut self.status,
+        })
+    }
+}
+
+pub(super) fn need<'a, U>(b: Option<&'a mut U>, name: &str) -> Result<&'a mut U> {
+    b.ok_or_else(|| Error::InvalidProblem(format!("scratch capacity: the scratch holds no {name}")))
+}
+
+pub(super) fn view_addr_mut<T>(y: &mut MatrixViewMut<'_, T>, stream: &Arc<CudaStream>) -> u64 {
+    y.as_view_mut().device_ptr_mut(stream).0
+}
+
+pub(super) fn same_device(what: &str, got: usize, plan: usize) -> Result<()> {
+    if got != plan {
+        return Err(Error::InvalidProblem(format!(
+            "{what} is on device {got}, the layer was planned on device {plan}"
+        )));
+    }
+    Ok(())
+}
+
+/// `h = act(d1 + b13)` for the positions `layout` placed (the rows of its capacity that have an expert).
+pub(super) fn activate_layout<T: Element>(
+    stream: &Arc<CudaStream>,
+    w: &Common<'_>,
+    layout: &ExpertLayout,
+    d1: &CudaSlice<T>,
+    h: &mut CudaSlice<T>,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let act = elementwise::ActivationLaunch {
+        act: w.activation,
+        gate_up: w.gate_up,
+        inter: w.inter,
+        rows: layout.dims().capacity(),
+        total: Some(layout.total()),
+        row_experts: layout.m_indices().as_view(),
+        experts: w.groups(),
+        bias: w.b13,
+    };
+    elementwise::launch_activate(stream, &act, d1, h, status.word_mut())
+}
+
+/// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn combine_layout<T: Element>(
+    stream: &Arc<CudaStream>,
+    w: &Common<'_>,
+    top_k: usize,
+    tokens: usize,
+    layout: &ExpertLayout,
+    d2: &CudaSlice<T>,
+    weights: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    let bias = w.b2.map(|b| (layout.m_indices().as_view(), b.as_view(), w.groups()));
+    elementwise::launch_combine(
+        stream,
+        tokens,
+        top_k,
+        w.hidden,
+        d2,
+        layout.positions(),
+        weights,
+        bias.as_ref().map(|(a, b, c)| (a, b, *c)),
+        y,
+    )
+}
+
+/// The eager backend's loop: one single-group GEMM per expert that received rows.
+pub(super) struct PerExpert<'a> {
+    pub(super) stream: &'a Arc<CudaStream>,
+    /// Host copy of the grouped layout's offsets `[E + 1]`.
+    pub(super) offsets: &'a [i32],
+    /// Device `[0, rows]` of the current expert.
+    pub(super) single: &'a mut CudaSlice<i32>,
+    pub(super) workspace: &'a mut Workspace,
+    pub(super) status: &'a mut DeviceStatus,
+}
+
+impl PerExpert<'_> {
+    /// `out[rows of e] = inp[rows of e] · W[e]ᵀ` for every expert `e` with rows; `W` is `[E, n, k]`.
+    fn gemms<T: Element>(
+        &mut self,
+        plans: &GemmPlans<T>,
+        inp: &CudaSlice<T>,
+        k: usize,
+        w: &CudaSlice<T>,
+        n: usize,
+        out: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        for e in 0..self.offsets.len() - 1 {
+            let (lo, hi) = (self.offsets[e] as usize, self.offsets[e + 1] as usize);
+            if hi == lo {
+                continue;
+            }
+            self.stream.memcpy_htod(&[0i32, (hi - lo) as i32], self.single)?;
+            let plan = plans.for_rows(hi - lo);
+            let (a, b, mut d) = (inp.slice(lo * k..), w.slice(e * n * k..(e + 1) * n * k), out.slice_mut(lo * n..));
+            plan.launch(self.stream, &a, &b, &*self.single, &mut d, self.workspace, self.status)?;
+        }
+        Ok(())
+    }
+}
