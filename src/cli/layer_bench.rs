@@ -17,35 +17,19 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::kernels::fused::FusedTile;
-use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, F8E4M3, SCALE_BLOCK};
-use moe_gemm::random::{fill_device, SplitMix64};
+use moe_gemm::random::fill_device;
 use moe_gemm::{
-    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, Fp8ExpertWeights, GateUp, LayerShape,
-    LayerWeights, MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions, MoeScratch, Result,
+    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, LayerWeights, MatrixView, MatrixViewMut,
+    MoeLayer, MoeLayerOptions, MoeScratch, Result,
 };
 
 use moe_gemm::ceilings::Ceilings;
 use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice};
 
-use super::bench::{BenchArgs, BenchDtype, Model, MODELS};
-
-/// The expert weights a timed layer runs over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LayerDtype {
-    /// Dense bf16 experts (`ExpertWeights<bf16>`).
-    Bf16,
-    /// Block-FP8 experts (`Fp8ExpertWeights`), bf16 activations.
-    Fp8,
-}
-
-impl LayerDtype {
-    fn name(self) -> &'static str {
-        match self {
-            LayerDtype::Bf16 => "bf16",
-            LayerDtype::Fp8 => "fp8",
-        }
-    }
-}
+use super::bench::{BenchArgs, BenchDtype};
+pub use super::layer_fp8::validate_fp8;
+use super::layer_fp8::{floor_terms, fp8_backends, fp8_skip_reason, fp8_weights, LayerDtype};
+use super::layer_inputs::{leak, parse_backend, parse_fused_tile, routing, shapes};
 
 /// The CSV's columns: the bf16 layer bench's, then the dtype of the row's experts, the bf16 layer's Auto median
 /// at the point and the row's median over it (appended, so readers of the bf16 columns keep working).
@@ -118,81 +102,6 @@ impl Point {
     }
 }
 
-/// The floor's two terms of a SwiGLU layer `[H, I]` with `active` experts holding rows and `rows` routed
-/// (token, slot) rows: (weight bytes of the active experts, useful FLOPs). bf16: 2 bytes per element of w13
-/// `[2I, H]` and w2 `[H, I]`; fp8: 1 byte per e4m3 element plus an f32 scale per 128 x 128 block of each
-/// (`LayerShape::fp8_expert_bytes`, what the layer reads). FLOPs `2 · rows · 3 · H · I` for both.
-fn floor_terms(dtype: LayerDtype, active: usize, rows: usize, hidden: usize, inter: usize) -> (f64, f64) {
-    let n = active as f64;
-    let bytes = match dtype {
-        LayerDtype::Bf16 => n * 3.0 * (hidden * inter) as f64 * 2.0,
-        LayerDtype::Fp8 => {
-            let shape =
-                LayerShape { experts: 1, global_experts: 1, top_k: 1, shared_groups: 0, hidden, inter, gated: true };
-            n * shape.fp8_expert_bytes() as f64
-        }
-    };
-    (bytes, 2.0 * 3.0 * (rows * hidden * inter) as f64)
-}
-
-/// Why a model has no FP8 layer, or `None` where it has one: the FP8 layer requires H and I multiples of 128
-/// (whole 128 x 128 weight-scale blocks of w13's gate and up halves and of w2).
-fn fp8_skip_reason(hidden: usize, inter: usize) -> Option<String> {
-    let bad: Vec<String> = [("H", hidden), ("I", inter)]
-        .into_iter()
-        .filter(|&(_, v)| v == 0 || v % SCALE_BLOCK != 0)
-        .map(|(n, v)| format!("{n} = {v} = {} x {SCALE_BLOCK}", v as f64 / SCALE_BLOCK as f64))
-        .collect();
-    (!bad.is_empty()).then(|| {
-        format!(
-            "{}: the FP8 layer requires H and I multiples of {SCALE_BLOCK} (whole 128 x 128 weight-scale blocks)",
-            bad.join(", ")
-        )
-    })
-}
-
-/// The backends of `--backends` the FP8 layer runs (Grouped, Contiguous, Masked, Auto), in order.
-fn fp8_backends(backends: &[Backend]) -> Vec<Backend> {
-    backends.iter().copied().filter(|&b| b == Backend::Auto || Backends::FP8.contains(b)).collect()
-}
-
-/// Checks `--layer --dtype fp8`'s arguments before any device is touched.
-///
-/// # Errors
-/// [`Error::InvalidProblem`] for an unknown backend, or a `--backends` list with no backend the FP8 layer runs.
-pub fn validate_fp8(args: &BenchArgs) -> Result<()> {
-    let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
-    if fp8_backends(&backends).is_empty() {
-        return Err(Error::InvalidProblem(format!(
-            "--layer --dtype fp8 --backends {}: the FP8 layer runs grouped, contiguous, masked and auto (auto: \
-             grouped); include at least one",
-            args.backends.join(",")
-        )));
-    }
-    Ok(())
-}
-
-/// Random positive f32 weight scales in [2^-12, 2^-11): with random e4m3 codes (|q| ≤ 448) the dequantised
-/// weights stay below 0.22 in magnitude, so the activations stay finite through both GEMMs.
-fn random_scales(len: usize, seed: u64) -> Vec<f32> {
-    let mut rng = SplitMix64(seed);
-    (0..len).map(|_| (1.5 + 0.5 * rng.unit()) / 4096.0).collect()
-}
-
-/// Block-FP8 experts `[local_e]` of a SwiGLU layer `[H, I]` filled on the device (random e4m3 bytes tiled
-/// from one host block, random positive scales).
-fn fp8_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i: usize) -> Result<Fp8ExpertWeights> {
-    let mut q13 = stream.alloc_zeros::<F8E4M3>(experts * 2 * i * h)?;
-    let mut q2 = stream.alloc_zeros::<F8E4M3>(experts * h * i)?;
-    super::fp8_bench::fill_e4m3(stream, &mut q13, 23)?;
-    super::fp8_bench::fill_e4m3(stream, &mut q2, 24)?;
-    let s13 = stream.clone_htod(&random_scales(experts * scale_blocks(2 * i) * scale_blocks(h), 25))?;
-    let s2 = stream.clone_htod(&random_scales(experts * scale_blocks(h) * scale_blocks(i), 26))?;
-    let w13 = Fp8BlockWeights::new(q13, s13, experts, 2 * i, h)?;
-    let w2 = Fp8BlockWeights::new(q2, s2, experts, h, i)?;
-    Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
-}
-
 /// Captures one forward of `layer` in a CUDA graph and times its replays; checks the scratch's status after.
 #[allow(clippy::too_many_arguments)]
 fn time_forward<W: LayerWeights<bf16>>(
@@ -214,146 +123,6 @@ fn time_forward<W: LayerWeights<bf16>>(
     let t = moe_gemm::timing::measure(stream, args.reps, 3, flush, || Ok(graph.launch()?))?;
     scratch.check(stream)?;
     Ok((t.median_us, t.p10_us, t.p90_us))
-}
-
-/// Routing of a benchmark point: each token picks k distinct experts (seeded) — uniformly, round-robin so
-/// that every expert gets T·k/E rows (balanced), or with popularity ∝ 1/rank^1.2 (zipf, skewed); weights are a
-/// softmax over the k of random logits.
-fn routing(kind: &str, e: usize, k: usize, t: usize, seed: u64) -> Result<(Vec<i32>, Vec<f32>)> {
-    let mut rng = SplitMix64(seed);
-    let zipf_cdf: Vec<f64> = {
-        let w: Vec<f64> = (1..=e).map(|r| 1.0 / (r as f64).powf(1.2)).collect();
-        let total: f64 = w.iter().sum();
-        w.iter()
-            .scan(0.0, |acc, x| {
-                *acc += x / total;
-                Some(*acc)
-            })
-            .collect()
-    };
-    let mut ids = Vec::with_capacity(t * k);
-    let mut w = Vec::with_capacity(t * k);
-    for tok in 0..t {
-        let start = ids.len();
-        let mut j = 0;
-        while ids.len() - start < k {
-            let x = match kind {
-                "uniform" => rng.below(e),
-                "balanced" => (tok * k + j) % e,
-                "zipf" => {
-                    let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-                    zipf_cdf.partition_point(|&c| c < u).min(e - 1)
-                }
-                other => {
-                    return Err(Error::InvalidProblem(format!(
-                        "unknown routing {other:?}: expected uniform, balanced or zipf"
-                    )))
-                }
-            } as i32;
-            j += 1;
-            if !ids[start..].contains(&x) {
-                ids.push(x);
-            }
-        }
-        let l: Vec<f32> = (0..k).map(|_| rng.unit() * 2.0).collect();
-        let m = l.iter().cloned().fold(f32::MIN, f32::max);
-        let s: f32 = l.iter().map(|x| (x - m).exp()).sum();
-        w.extend(l.iter().map(|x| (x - m).exp() / s));
-    }
-    Ok((ids, w))
-}
-
-fn parse_backend(s: &str) -> Result<Backend> {
-    Ok(match s {
-        "eager" => Backend::Eager,
-        "batched" => Backend::Batched,
-        "grouped" => Backend::Grouped,
-        "contiguous" => Backend::Contiguous,
-        "masked" => Backend::Masked,
-        "fused" => Backend::Fused,
-        "auto" => Backend::Auto,
-        other => {
-            return Err(Error::InvalidProblem(format!(
-                "unknown backend {other:?}: expected eager, batched, grouped, contiguous, masked, fused or auto"
-            )))
-        }
-    })
-}
-
-/// A model shape and the token counts to run it at.
-struct Shape {
-    model: Model,
-    tokens: Vec<usize>,
-}
-
-/// The suite models (at --layer-tokens), then the shapes of every --vllm-config file (at its token counts).
-fn shapes(args: &BenchArgs) -> Result<Vec<Shape>> {
-    let mut out = Vec::new();
-    const SUITE_TOKENS: [usize; 15] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
-    let tokens = if args.suite { SUITE_TOKENS.to_vec() } else { args.layer_tokens.clone() };
-    if args.tp == 0 || args.ep == 0 {
-        return Err(Error::InvalidProblem("--tp and --ep must be >= 1".into()));
-    }
-    for name in &args.models {
-        let m = MODELS
-            .iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| Error::InvalidProblem(format!("unknown model {name:?}")))?;
-        let mut model = *m;
-        if args.tp > 1 {
-            // A tensor-parallel slice holds I / tp of every expert (vLLM's N).
-            if m.inter % (8 * args.tp) != 0 {
-                return Err(Error::InvalidProblem(format!(
-                    "{}: I = {} / tp = {} is not a multiple of 8",
-                    m.name, m.inter, args.tp
-                )));
-            }
-            model.inter = m.inter / args.tp;
-            model.name = leak(format!("{}/tp{}", m.name, args.tp));
-        }
-        if args.ep > 1 {
-            if m.experts % args.ep != 0 {
-                return Err(Error::InvalidProblem(format!(
-                    "{}: E = {} is not a multiple of ep = {}",
-                    m.name, m.experts, args.ep
-                )));
-            }
-            model.name = leak(format!("{}/ep{}", model.name, args.ep));
-        }
-        out.push(Shape { model, tokens: tokens.clone() });
-    }
-    for path in &args.vllm_config {
-        let f = ConfigFile::read(path)?;
-        let known = MODELS.iter().find(|m| m.experts == f.name.experts && m.inter == f.name.n);
-        let (hidden, top_k, name) = match (known, args.hidden, args.top_k) {
-            (_, Some(h), Some(k)) => (h, k, "vllm-config"),
-            (Some(m), _, _) => (m.hidden, m.top_k, m.name),
-            _ => {
-                return Err(Error::InvalidProblem(format!(
-                    "{}: E = {}, N = {} match no suite model: pass --hidden and --top-k",
-                    path.display(),
-                    f.name.experts,
-                    f.name.n
-                )))
-            }
-        };
-        let model = Model {
-            name: leak(format!("{name}[{}]", f.name)),
-            experts: f.name.experts,
-            top_k,
-            hidden,
-            inter: f.name.n,
-            layers: 1,
-            shared_inter: 0,
-        };
-        out.push(Shape { model, tokens: f.buckets.keys().copied().collect() });
-    }
-    Ok(out)
-}
-
-/// Point names are `&'static str` like the suite's; a few config-file names per run are leaked on purpose.
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
 }
 
 /// Per model and token bucket: the backend Auto picks, the tile configuration of each GEMM, and the measured
@@ -408,17 +177,6 @@ fn bf16_auto_us(results: &[Timed], pi: usize, p: &Point) -> Option<f64> {
         .find(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.ran == p.auto && r.times.is_some())
         .and_then(|r| r.times)
         .map(|t| t.0)
-}
-
-/// `--fused-tile`: a tile name's size part (`64x128x64`), or none (the per-batch choice).
-fn parse_fused_tile(name: Option<&str>) -> Result<Option<FusedTile>> {
-    name.map(|n| {
-        FusedTile::ALL
-            .into_iter()
-            .find(|t| t.name().ends_with(n))
-            .ok_or_else(|| Error::InvalidProblem(format!("unknown fused tile {n:?}: expected 64x128x64 or 128x256x64")))
-    })
-    .transpose()
 }
 
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
@@ -853,37 +611,6 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
 mod tests {
     use super::*;
 
-    fn counts(ids: &[i32], e: usize) -> Vec<usize> {
-        let mut c = vec![0; e];
-        ids.iter().for_each(|&x| c[x as usize] += 1);
-        c
-    }
-
-    #[test]
-    fn routings_pick_k_distinct_experts_with_normalised_weights() {
-        for kind in ["uniform", "balanced", "zipf"] {
-            let (ids, w) = routing(kind, 64, 8, 100, 1).unwrap();
-            for t in 0..100 {
-                let mut row = ids[t * 8..(t + 1) * 8].to_vec();
-                row.sort();
-                row.dedup();
-                assert_eq!(row.len(), 8, "{kind}: token {t} repeats an expert");
-                let s: f32 = w[t * 8..(t + 1) * 8].iter().sum();
-                assert!((s - 1.0).abs() < 1e-5, "{kind}: weights sum to {s}");
-            }
-        }
-    }
-
-    #[test]
-    fn balanced_is_exact_and_zipf_is_skewed() {
-        let (ids, _) = routing("balanced", 16, 4, 64, 1).unwrap();
-        assert!(counts(&ids, 16).iter().all(|&c| c == 16));
-        let (ids, _) = routing("zipf", 64, 4, 2000, 1).unwrap();
-        let c = counts(&ids, 64);
-        assert!(c[0] > 4 * c[32].max(1), "zipf: the top expert ({}) should dwarf the median one ({})", c[0], c[32]);
-        assert!(routing("pareto", 8, 2, 4, 1).is_err());
-    }
-
     fn point(ids: Vec<i32>, experts: usize, k: usize, hidden: usize, inter: usize, ep: usize) -> Point {
         let tokens = ids.len() / k;
         Point {
@@ -900,22 +627,6 @@ mod tests {
             routing: "uniform",
             ep,
         }
-    }
-
-    #[test]
-    fn floor_terms_count_bf16_and_fp8_weight_bytes() {
-        // DeepSeek-V3: H 7168, I 2048; 2 active experts, 10 rows.
-        let (h, i) = (7168usize, 2048usize);
-        let (b16, f16) = floor_terms(LayerDtype::Bf16, 2, 10, h, i);
-        assert_eq!(b16, 2.0 * 3.0 * (h * i) as f64 * 2.0);
-        assert_eq!(f16, 2.0 * 3.0 * 10.0 * (h * i) as f64);
-        // e4m3: 1 byte per element of w13 [4096, 7168] and w2 [7168, 2048], plus f32 scales of their
-        // 32 x 56 and 56 x 16 blocks.
-        let (b8, f8) = floor_terms(LayerDtype::Fp8, 2, 10, h, i);
-        assert_eq!(b8, 2.0 * (3 * h * i + 4 * (32 * 56 + 56 * 16)) as f64);
-        assert_eq!(b8, 2.0 * 44_050_944.0);
-        assert_eq!(f8, f16, "the FLOPs do not depend on the weights' dtype");
-        assert_eq!(floor_terms(LayerDtype::Fp8, 0, 0, h, i), (0.0, 0.0));
     }
 
     #[test]
@@ -949,41 +660,6 @@ mod tests {
         let p = point(vec![0, 1, 2, 3], 4, 2, 256, 128, 2);
         let (b8, _) = floor_terms(LayerDtype::Fp8, 2, 2, 256, 128);
         assert!((p.floor_for(LayerDtype::Fp8, &c) - b8 / 4e12 * 1e6).abs() < 1e-12);
-    }
-
-    #[test]
-    fn models_without_whole_scale_blocks_are_skipped_with_the_reason() {
-        for m in MODELS {
-            let why = fp8_skip_reason(m.hidden, m.inter);
-            if m.name == "gpt-oss-120b" {
-                let why = why.expect("gpt-oss: H = I = 2880 = 22.5 x 128");
-                assert!(why.contains("H = 2880 = 22.5 x 128") && why.contains("I = 2880"), "{why}");
-                assert!(why.contains("requires H and I multiples of 128"), "{why}");
-            } else {
-                assert_eq!(why, None, "{}", m.name);
-            }
-        }
-        // A tensor-parallel slice can break it: qwen3-30b-a3b's I = 768 / 4 = 192.
-        let why = fp8_skip_reason(2048, 192).unwrap();
-        assert!(why.contains("I = 192 = 1.5 x 128") && !why.contains("H ="), "{why}");
-    }
-
-    #[test]
-    fn the_fp8_layer_takes_the_layout_backends_of_the_list() {
-        let all: Vec<Backend> = ["eager", "batched", "grouped", "contiguous", "masked", "fused", "auto"]
-            .iter()
-            .map(|b| parse_backend(b).unwrap())
-            .collect();
-        assert_eq!(fp8_backends(&all), vec![Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto]);
-        assert!(fp8_backends(&[Backend::Batched, Backend::Fused]).is_empty());
-    }
-
-    #[test]
-    fn random_scales_are_positive_and_bounded() {
-        let s = random_scales(10_000, 3);
-        assert!(s.iter().all(|&x| (1.0 / 4096.0..2.0 / 4096.0).contains(&x)), "{:?}", &s[..4]);
-        // With the largest e4m3 magnitude, a dequantised weight stays below 0.22.
-        assert!(448.0 * s.iter().cloned().fold(0.0, f32::max) < 0.22);
     }
 
     #[test]

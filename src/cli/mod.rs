@@ -2,6 +2,8 @@ pub mod bench;
 pub mod fp8_bench;
 pub mod info;
 pub mod layer_bench;
+mod layer_fp8;
+mod layer_inputs;
 pub mod peer;
 pub mod plan;
 pub mod plot;

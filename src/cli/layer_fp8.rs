@@ -1,0 +1,162 @@
+//! The FP8 side of `bench --layer --dtype fp8`: which experts a timed layer runs over, the FP8 floor's terms,
+//! the models and backends the FP8 layer takes, and random block-FP8 weights filled on the device.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, F8E4M3, SCALE_BLOCK};
+use moe_gemm::random::SplitMix64;
+use moe_gemm::*;
+
+use super::bench::BenchArgs;
+use super::layer_inputs::parse_backend;
+
+/// The expert weights a timed layer runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LayerDtype {
+    /// Dense bf16 experts (`ExpertWeights<bf16>`).
+    Bf16,
+    /// Block-FP8 experts (`Fp8ExpertWeights`), bf16 activations.
+    Fp8,
+}
+
+impl LayerDtype {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            LayerDtype::Bf16 => "bf16",
+            LayerDtype::Fp8 => "fp8",
+        }
+    }
+}
+
+/// The floor's two terms of a SwiGLU layer `[H, I]` with `active` experts holding rows and `rows` routed
+/// (token, slot) rows: (weight bytes of the active experts, useful FLOPs). bf16: 2 bytes per element of w13
+/// `[2I, H]` and w2 `[H, I]`; fp8: 1 byte per e4m3 element plus an f32 scale per 128 x 128 block of each
+/// (`LayerShape::fp8_expert_bytes`, what the layer reads). FLOPs `2 · rows · 3 · H · I` for both.
+pub(super) fn floor_terms(dtype: LayerDtype, active: usize, rows: usize, hidden: usize, inter: usize) -> (f64, f64) {
+    let n = active as f64;
+    let bytes = match dtype {
+        LayerDtype::Bf16 => n * 3.0 * (hidden * inter) as f64 * 2.0,
+        LayerDtype::Fp8 => {
+            let shape =
+                LayerShape { experts: 1, global_experts: 1, top_k: 1, shared_groups: 0, hidden, inter, gated: true };
+            n * shape.fp8_expert_bytes() as f64
+        }
+    };
+    (bytes, 2.0 * 3.0 * (rows * hidden * inter) as f64)
+}
+
+/// Why a model has no FP8 layer, or `None` where it has one: the FP8 layer requires H and I multiples of 128
+/// (whole 128 x 128 weight-scale blocks of w13's gate and up halves and of w2).
+pub(super) fn fp8_skip_reason(hidden: usize, inter: usize) -> Option<String> {
+    let bad: Vec<String> = [("H", hidden), ("I", inter)]
+        .into_iter()
+        .filter(|&(_, v)| v == 0 || v % SCALE_BLOCK != 0)
+        .map(|(n, v)| format!("{n} = {v} = {} x {SCALE_BLOCK}", v as f64 / SCALE_BLOCK as f64))
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{}: the FP8 layer requires H and I multiples of {SCALE_BLOCK} (whole 128 x 128 weight-scale blocks)",
+            bad.join(", ")
+        )
+    })
+}
+
+/// The backends of `--backends` the FP8 layer runs (Grouped, Contiguous, Masked, Auto), in order.
+pub(super) fn fp8_backends(backends: &[Backend]) -> Vec<Backend> {
+    backends.iter().copied().filter(|&b| b == Backend::Auto || Backends::FP8.contains(b)).collect()
+}
+
+/// Checks `--layer --dtype fp8`'s arguments before any device is touched.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] for an unknown backend, or a `--backends` list with no backend the FP8 layer runs.
+pub fn validate_fp8(args: &BenchArgs) -> Result<()> {
+    let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
+    if fp8_backends(&backends).is_empty() {
+        return Err(Error::InvalidProblem(format!(
+            "--layer --dtype fp8 --backends {}: the FP8 layer runs grouped, contiguous, masked and auto (auto: \
+             grouped); include at least one",
+            args.backends.join(",")
+        )));
+    }
+    Ok(())
+}
+
+/// Random positive f32 weight scales in [2^-12, 2^-11): with random e4m3 codes (|q| ≤ 448) the dequantised
+/// weights stay below 0.22 in magnitude, so the activations stay finite through both GEMMs.
+pub(super) fn random_scales(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64(seed);
+    (0..len).map(|_| (1.5 + 0.5 * rng.unit()) / 4096.0).collect()
+}
+
+/// Block-FP8 experts `[local_e]` of a SwiGLU layer `[H, I]` filled on the device (random e4m3 bytes tiled
+/// from one host block, random positive scales).
+pub(super) fn fp8_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i: usize) -> Result<Fp8ExpertWeights> {
+    let mut q13 = stream.alloc_zeros::<F8E4M3>(experts * 2 * i * h)?;
+    let mut q2 = stream.alloc_zeros::<F8E4M3>(experts * h * i)?;
+    super::fp8_bench::fill_e4m3(stream, &mut q13, 23)?;
+    super::fp8_bench::fill_e4m3(stream, &mut q2, 24)?;
+    let s13 = stream.clone_htod(&random_scales(experts * scale_blocks(2 * i) * scale_blocks(h), 25))?;
+    let s2 = stream.clone_htod(&random_scales(experts * scale_blocks(h) * scale_blocks(i), 26))?;
+    let w13 = Fp8BlockWeights::new(q13, s13, experts, 2 * i, h)?;
+    let w2 = Fp8BlockWeights::new(q2, s2, experts, h, i)?;
+    Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::bench::MODELS;
+
+    #[test]
+    fn floor_terms_count_bf16_and_fp8_weight_bytes() {
+        // DeepSeek-V3: H 7168, I 2048; 2 active experts, 10 rows.
+        let (h, i) = (7168usize, 2048usize);
+        let (b16, f16) = floor_terms(LayerDtype::Bf16, 2, 10, h, i);
+        assert_eq!(b16, 2.0 * 3.0 * (h * i) as f64 * 2.0);
+        assert_eq!(f16, 2.0 * 3.0 * 10.0 * (h * i) as f64);
+        // e4m3: 1 byte per element of w13 [4096, 7168] and w2 [7168, 2048], plus f32 scales of their
+        // 32 x 56 and 56 x 16 blocks.
+        let (b8, f8) = floor_terms(LayerDtype::Fp8, 2, 10, h, i);
+        assert_eq!(b8, 2.0 * (3 * h * i + 4 * (32 * 56 + 56 * 16)) as f64);
+        assert_eq!(b8, 2.0 * 44_050_944.0);
+        assert_eq!(f8, f16, "the FLOPs do not depend on the weights' dtype");
+        assert_eq!(floor_terms(LayerDtype::Fp8, 0, 0, h, i), (0.0, 0.0));
+    }
+
+    #[test]
+    fn models_without_whole_scale_blocks_are_skipped_with_the_reason() {
+        for m in MODELS {
+            let why = fp8_skip_reason(m.hidden, m.inter);
+            if m.name == "gpt-oss-120b" {
+                let why = why.expect("gpt-oss: H = I = 2880 = 22.5 x 128");
+                assert!(why.contains("H = 2880 = 22.5 x 128") && why.contains("I = 2880"), "{why}");
+                assert!(why.contains("requires H and I multiples of 128"), "{why}");
+            } else {
+                assert_eq!(why, None, "{}", m.name);
+            }
+        }
+        // A tensor-parallel slice can break it: qwen3-30b-a3b's I = 768 / 4 = 192.
+        let why = fp8_skip_reason(2048, 192).unwrap();
+        assert!(why.contains("I = 192 = 1.5 x 128") && !why.contains("H ="), "{why}");
+    }
+
+    #[test]
+    fn the_fp8_layer_takes_the_layout_backends_of_the_list() {
+        let all: Vec<Backend> = ["eager", "batched", "grouped", "contiguous", "masked", "fused", "auto"]
+            .iter()
+            .map(|b| parse_backend(b).unwrap())
+            .collect();
+        assert_eq!(fp8_backends(&all), vec![Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto]);
+        assert!(fp8_backends(&[Backend::Batched, Backend::Fused]).is_empty());
+    }
+
+    #[test]
+    fn random_scales_are_positive_and_bounded() {
+        let s = random_scales(10_000, 3);
+        assert!(s.iter().all(|&x| (1.0 / 4096.0..2.0 / 4096.0).contains(&x)), "{:?}", &s[..4]);
+        // With the largest e4m3 magnitude, a dequantised weight stays below 0.22.
+        assert!(448.0 * s.iter().cloned().fold(0.0, f32::max) < 0.22);
+    }
+}
