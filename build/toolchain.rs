@@ -65,6 +65,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/layouts.cu", "layouts", PORTABLE),
     unit("cpp/activation.cu", "activation", PORTABLE),
     unit("cpp/decode.cu", "decode", PORTABLE),
+    unit("cpp/decode_fp8.cu", "decode", PORTABLE),
     unit("cpp/runtime.cu", "runtime", PORTABLE),
     unit("cpp/quant.cu", "quant", PORTABLE),
 ];

@@ -389,6 +389,33 @@ LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidde
   return wrap(moe_gemm::sum_slots(dtype, tokens, top_k, hidden, pairs, positions, y, stream));
 }
 
+LaunchStatus decode_layer_fp8(const DecodeFp8Params& p) {
+  DecodeFp8Args a{};
+  a.act = p.act;
+  a.tokens = p.tokens;
+  a.top_k = p.top_k;
+  a.experts = p.experts;
+  a.hidden = p.hidden;
+  a.inter = p.inter;
+  a.eps = p.eps;
+  a.ue8m0 = p.ue8m0;
+  a.x = p.x;
+  a.ids = p.ids;
+  a.weights = p.weights;
+  a.w13 = p.w13;
+  a.w13_scales = p.w13_scales;
+  a.w2 = p.w2;
+  a.w2_scales = p.w2_scales;
+  a.b13 = p.b13;
+  a.b2 = p.b2;
+  a.h = p.h;
+  a.y = p.y;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<DecodeFp8Params, DecodeFp8Args>(21), "assign every DecodeFp8Args field above");
+  return wrap(moe_gemm::decode_layer_fp8(a));
+}
+
 LaunchStatus quantize_fp8(const QuantParams& p) {
   QuantArgs a{};
   a.dtype = p.dtype;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "decode_fp8.h"
 #include "launch.h"
 #include "launch_fp8.h"
 #include "launch_sm100.h"
@@ -26,6 +27,7 @@ struct SharedRoutingParams;
 struct LayoutParams;
 struct ActivationParams;
 struct DecodeParams;
+struct DecodeFp8Params;
 struct FusedGemmParams;
 struct QuantParams;
 
@@ -58,6 +60,7 @@ LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hi
                           int32_t experts, uint64_t y, uint64_t stream);
 LaunchStatus activate(const ActivationParams& params);
 LaunchStatus decode_layer(const DecodeParams& params);
+LaunchStatus decode_layer_fp8(const DecodeFp8Params& params);
 LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
 LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,

@@ -11,6 +11,7 @@
 
 #include "element.cuh"
 #include "quant.h"
+#include "quant_rules.cuh"
 
 namespace moe_gemm {
 namespace quant {
@@ -35,27 +36,6 @@ struct Slice {
   uint32_t q;
   float scale;
 };
-
-// max(amax, eps) / 448, then (ue8m0) the next power of two: exponent + (mantissa != 0). eps / 448 is normal
-// (checked by the caller), so the exponent field is never 0; it is capped at 254 (the largest finite exponent).
-__device__ __forceinline__ float group_scale(float amax, float eps, bool ue8m0) {
-  float s = __fdiv_rn(fmaxf(amax, eps), 448.f);
-  if (ue8m0) {
-    const uint32_t b = __float_as_uint(s);
-    uint32_t e = ((b >> 23) & 0xffu) + ((b & 0x7fffffu) != 0u);
-    e = e > 254u ? 254u : e;
-    s = __uint_as_float(e << 23);
-  }
-  return s;
-}
-
-__device__ __forceinline__ uint32_t encode(float v, uint16_t raw, float scale, uint32_t& err) {
-  if (!isfinite(v)) {
-    err |= kErrNonfiniteInput;
-    return 0x7Fu | ((raw >> 8) & 0x80u);  // e4m3 NaN, the element's sign
-  }
-  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3));
-}
 
 // Group g of row `row` (x + row * x_stride): lane columns c0 .. c0 + 3 with c0 = g * 128 + 4 * lane. kVec: k % 4
 // == 0, x_stride % 4 == 0 and x 8-byte aligned, so a lane's 4 elements are one 8-byte load, wholly inside or

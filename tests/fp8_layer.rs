@@ -32,17 +32,17 @@ fn auto_over_fp8_runs_grouped_and_other_backends_are_refused_naming_fp8() {
         assert_eq!(auto.pass_tokens(), vec![(Backend::Grouped, t)]);
     }
     let all = fp8(s, 64, Backend::Masked, Some(Backends::FP8)).unwrap();
-    assert_eq!(all.backends().to_string(), "grouped,contiguous,masked");
-    for b in [Backend::Batched, Backend::Fused, Backend::Eager] {
+    assert_eq!(all.backends().to_string(), "batched,grouped,contiguous,masked");
+    for b in [Backend::Fused, Backend::Eager] {
         for r in [fp8(s, 64, b, None), fp8(s, 64, Backend::Auto, Some(Backends::FP8.with(b)))] {
             let m = invalid(r);
             assert!(
                 m.contains(&format!("backend {b}"))
                     && m.contains("FP8")
-                    && m.contains("Grouped, Contiguous and Masked"),
+                    && m.contains("Batched, Grouped, Contiguous and Masked"),
                 "{m}"
             );
-            assert!(m.contains("Auto over FP8 runs Grouped"), "{m}");
+            assert!(m.contains("Fused and Eager have no FP8 form"), "{m}");
         }
     }
     // Dense sizing of the same shape is untouched: Auto's three backends.
@@ -153,7 +153,7 @@ fn plan_prints_the_fp8_footprint() {
     let (ok, dense) = cli(&["plan", "--model", "deepseek-v3"]);
     assert!(ok && dense.contains("bf16") && !dense.contains("a fp8"), "{dense}");
     let (ok, refused) = cli(&["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--backends", "fused"]);
-    assert!(!ok && refused.contains("FP8 expert weights run the Grouped, Contiguous and Masked"), "{refused}");
+    assert!(!ok && refused.contains("FP8 expert weights run the Batched, Grouped, Contiguous and Masked"), "{refused}");
     let (ok, bad) = cli(&["plan", "--dtype", "fp4"]);
     assert!(!ok && bad.contains("bf16, f16 or fp8"), "{bad}");
 }

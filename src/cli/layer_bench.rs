@@ -254,7 +254,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let room8: Backends = backends8
                 .iter()
                 .copied()
-                .filter(|&b| b != Backend::Auto)
+                .filter(|&b| b != Backend::Auto && !(ep > 1 && b == Backend::Batched))
                 .collect::<Backends>()
                 .union(Backends::of(Backend::Grouped));
             let opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
@@ -337,7 +337,12 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let (Some(l8), Some(s8)) = (layer8.as_mut(), scratch8.as_mut()) else { continue };
             for &b in &backends8 {
                 let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
-                l8.set_backend(b)?;
+                // Batched under --ep (it takes no expert map): reported, not timed.
+                if l8.set_backend(b).is_err() {
+                    results.push(entry(b, b, None, LayerDtype::Fp8));
+                    bar.inc(1);
+                    continue;
+                }
                 let ran = l8.backend_for(t);
                 let times = if l8.passes(t)? > 1 {
                     None

@@ -62,7 +62,7 @@ pub(super) fn fp8_skip_reason(hidden: usize, inter: usize) -> Option<String> {
     })
 }
 
-/// The backends of `--backends` the FP8 layer runs (Grouped, Contiguous, Masked, Auto), in order.
+/// The backends of `--backends` the FP8 layer runs (Batched, Grouped, Contiguous, Masked, Auto), in order.
 pub(super) fn fp8_backends(backends: &[Backend]) -> Vec<Backend> {
     backends.iter().copied().filter(|&b| b == Backend::Auto || Backends::FP8.contains(b)).collect()
 }
@@ -75,8 +75,8 @@ pub fn validate_fp8(args: &BenchArgs) -> Result<()> {
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     if fp8_backends(&backends).is_empty() {
         return Err(Error::InvalidProblem(format!(
-            "--layer --dtype fp8 --backends {}: the FP8 layer runs grouped, contiguous, masked and auto (auto: \
-             grouped); include at least one",
+            "--layer --dtype fp8 --backends {}: the FP8 layer runs batched, grouped, contiguous, masked and \
+             auto; include at least one",
             args.backends.join(",")
         )));
     }
@@ -148,8 +148,11 @@ mod tests {
             .iter()
             .map(|b| parse_backend(b).unwrap())
             .collect();
-        assert_eq!(fp8_backends(&all), vec![Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto]);
-        assert!(fp8_backends(&[Backend::Batched, Backend::Fused]).is_empty());
+        assert_eq!(
+            fp8_backends(&all),
+            vec![Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto]
+        );
+        assert!(fp8_backends(&[Backend::Eager, Backend::Fused]).is_empty());
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub struct PlanArgs {
     #[arg(long, value_delimiter = ',')]
     pub backends: Vec<String>,
     /// Element type: bf16 or f16; or fp8: block-FP8 expert weights (e4m3, one f32 scale per 128 x 128 block)
-    /// with bf16 activations, quantised to e4m3 on the fly in the scratch (Grouped, Contiguous and Masked).
+    /// with bf16 activations, quantised to e4m3 on the fly (Batched, Grouped, Contiguous and Masked).
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// SMs of the target device (the GEMM workspaces depend on it; H100/H200: 132).

@@ -205,6 +205,31 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::DecodeFp8Args` (`cpp/decode_fp8.h`).
+    struct DecodeFp8Params {
+        act: Activation,
+        tokens: i32,
+        top_k: i32,
+        experts: i32,
+        hidden: i32,
+        inter: i32,
+        eps: f32,
+        ue8m0: i32,
+        x: u64,
+        ids: u64,
+        weights: u64,
+        w13: u64,
+        w13_scales: u64,
+        w2: u64,
+        w2_scales: u64,
+        b13: u64,
+        b2: u64,
+        h: u64,
+        y: u64,
+        status: u64,
+        stream: u64,
+    }
+
     #[derive(Debug)]
     struct LaunchStatus {
         code: StatusCode,
@@ -505,6 +530,9 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `DecodeArgs` documents, live on `stream`.
         unsafe fn decode_layer(params: &DecodeParams) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `DecodeFp8Args` documents (`cpp/decode_fp8.h`), live on `stream`.
+        unsafe fn decode_layer_fp8(params: &DecodeFp8Params) -> LaunchStatus;
         /// # Safety
         /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm(params: &FusedGemmParams) -> LaunchStatus;

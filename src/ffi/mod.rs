@@ -25,6 +25,7 @@
 mod bridge;
 #[cfg(feature = "cli")]
 pub(crate) mod cublas;
+pub(crate) mod decode_fp8;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod grouped;

@@ -6,7 +6,8 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use crate::dtype::Element;
 use crate::error::Result;
 use crate::ffi;
-use crate::layer::{Activation, ExpertWeights, GateUp};
+use crate::layer::{Activation, ExpertWeights, Fp8ExpertWeights, GateUp};
+use crate::quant::ScaleRounding;
 
 impl From<Activation> for ffi::Activation {
     fn from(a: Activation) -> Self {
@@ -104,6 +105,39 @@ pub(crate) fn launch_decode_layer<T: Element>(
         b2: w.b2.as_ref(),
     };
     ffi::elementwise::launch_decode_layer(stream, &layer, tokens, top_k, x, ids, weights, h, y, status)
+}
+
+/// Queues the two FP8 decode kernels of the batched backend over block-FP8 experts: x and h quantised as
+/// `w.activation_quant()` says, inside the kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_decode_layer_fp8<T: Element>(
+    stream: &CudaStream,
+    w: &Fp8ExpertWeights,
+    tokens: usize,
+    top_k: usize,
+    x: &impl DevicePtr<T>,
+    ids: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
+    h: &mut CudaSlice<T>,
+    y: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let q = w.activation_quant();
+    let layer = ffi::decode_fp8::DecodeFp8Weights {
+        act: w.activation().into(),
+        experts: w.experts(),
+        hidden: w.hidden(),
+        inter: w.inter(),
+        w13: w.w13().q(),
+        w13_scales: w.w13().scales(),
+        w2: w.w2().q(),
+        w2_scales: w.w2().scales(),
+        b13: w.b13.as_ref(),
+        b2: w.b2.as_ref(),
+        eps: q.eps(),
+        ue8m0: q.rounding() == ScaleRounding::Ue8m0Ceil,
+    };
+    ffi::decode_fp8::launch_decode_layer_fp8(stream, &layer, tokens, top_k, x, ids, weights, h, y, status)
 }
 
 /// The routing of a layer with shared experts: which groups every token joins besides its routed ones.

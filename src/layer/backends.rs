@@ -66,10 +66,9 @@ impl Backends {
     pub const ALL: Backends = Backends(63);
     /// What `Auto` picks among: Batched, Fused, Grouped.
     pub const AUTO: Backends = Backends(2 | 4 | 32);
-    /// What a layer over FP8 expert weights runs today: the layout backends Grouped, Contiguous and Masked,
-    /// whose grouped GEMM has an FP8 blockwise form (`Auto` runs Grouped; FP8 Batched and Fused kernels are
-    /// future work).
-    pub const FP8: Backends = Backends(4 | 8 | 16);
+    /// What a layer over FP8 expert weights runs: the layout backends Grouped, Contiguous and Masked (the FP8
+    /// blockwise grouped GEMM) and Batched (the FP8 decode kernels). Fused and Eager have no FP8 form yet.
+    pub const FP8: Backends = Backends(2 | 4 | 8 | 16);
 
     /// The backends `backend` can run: itself, or [`Backends::AUTO`] for `Auto`.
     pub const fn of(backend: Backend) -> Backends {

@@ -1,7 +1,10 @@
 //! Block-FP8 expert weights for the layer ([`Fp8ExpertWeights`]): both GEMMs' e4m3 tensors and their 128 × 128
 //! f32 scales in one value, so a scale grid cannot drift from its weights or be paired with another tensor's.
 //!
-//! The layer's FP8 forward (Grouped, Contiguous and Masked backends), per pass:
+//! The Batched backend runs the FP8 decode kernels (`cpp/decode_fp8.cu`): two kernels that quantise x and h per
+//! 128 columns in shared memory by the same rules and stream the e4m3 weight rows into tensor-core MMAs.
+//!
+//! The layer's FP8 forward on the layout backends (Grouped, Contiguous and Masked), per pass:
 //!
 //! 1. the layout of the routed rows (as for dense weights);
 //! 2. `quantize_gather`: each token's row of `x` (bf16) to e4m3 with one f32 scale per 128 columns, written at

@@ -147,9 +147,24 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
     /// W2 h per output with the router weights and the sum over k fused.
+    /// Over FP8 weights the kernels quantise x and h per 128 columns themselves (the layout path's rules).
     pub(super) fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let tokens = p.x.rows();
         let Buffers { h, status, .. } = p.scratch.buffers()?;
+        if let Parts::Fp8(w, _) = self.weights.parts() {
+            return elementwise::launch_decode_layer_fp8(
+                p.stream,
+                w,
+                tokens,
+                self.sizing.shape.slots(),
+                &p.x.as_view(),
+                &p.ids.as_view(),
+                &p.weights.as_view(),
+                h,
+                &mut y.as_view_mut(),
+                status.word_mut(),
+            );
+        }
         elementwise::launch_decode_layer(
             p.stream,
             self.dense(Backend::Batched)?,

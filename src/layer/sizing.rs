@@ -110,7 +110,7 @@ pub struct LayerSizing {
     pub(crate) sm_count: usize,
     /// Sizing pass per enabled backend.
     pub(crate) passes: Vec<Pass>,
-    /// Rows of `d1` and `h` (and the GEMM plans' `max_rows`).
+    /// Rows of `h`: the largest pass's (each GEMM plan's `max_rows` is its own pass's rows).
     pub(crate) rows: usize,
     pub(crate) needs: ScratchNeeds,
     /// The GEMM plans the layer makes: (family, w13 or w2, groups, n, k, max_rows, candidate rows).
@@ -126,6 +126,7 @@ pub(crate) struct GemmSpec {
     pub groups: usize,
     pub n: usize,
     pub k: usize,
+    /// Rows of its pass's layout (what the pass's `a`, `d1` and `d2` hold).
     pub max_rows: usize,
     /// Most rows a launch will see: the configurations of every batch size up to this are planned.
     pub rows: usize,
@@ -171,9 +172,8 @@ impl GemmSpec {
 /// The error of a backend that FP8 expert weights do not run (yet).
 pub(crate) fn fp8_backend_error(backend: Backend) -> Error {
     Error::InvalidProblem(format!(
-        "backend {backend}: FP8 expert weights run the Grouped, Contiguous and Masked backends today (the FP8 \
-         blockwise grouped GEMM over a layout); Auto over FP8 runs Grouped (FP8 Batched and Fused kernels are \
-         future work)"
+        "backend {backend}: FP8 expert weights run the Batched, Grouped, Contiguous and Masked backends (the FP8 \
+         decode kernels and the FP8 blockwise grouped GEMM over a layout); Fused and Eager have no FP8 form yet"
     ))
 }
 
@@ -374,9 +374,12 @@ impl LayerSizing {
         let batched_only = passes.iter().all(|p| p.backend == Backend::Batched);
         let mut gemms = Vec::new();
         for p in &passes {
+            // A GEMM reads its own pass's layout (the rows its `a` holds), not the largest of all passes: a
+            // Fused pass's padded layout may exceed the Grouped pass's rows, which `a` is sized by.
+            let own = rows_of(p).0;
             let (groups, max_rows, cand) = match p.backend {
-                Backend::Grouped | Backend::Contiguous => (s.groups(), rows, slots(p.tokens)),
-                Backend::Masked => (s.groups(), rows, slots(p.tokens).min(s.groups() * max_m)),
+                Backend::Grouped | Backend::Contiguous => (s.groups(), own, slots(p.tokens)),
+                Backend::Masked => (s.groups(), own, slots(p.tokens).min(s.groups() * max_m)),
                 Backend::Eager => (1, max_tokens, max_tokens),
                 _ => continue,
             };
@@ -398,6 +401,9 @@ impl LayerSizing {
             }
         }
         let layout = !batched_only;
+        // d1 (and h in e4m3): the GEMM backends' rows; Batched keeps them in registers and shared memory.
+        let gemm_rows =
+            passes.iter().filter(|p| p.backend != Backend::Batched).map(|p| rows_of(p).0).max().unwrap_or(0);
         let positions = slots(max_tokens);
         let needs = ScratchNeeds {
             dtype,
@@ -410,8 +416,8 @@ impl LayerSizing {
             // requantised (every layout row the GEMM plans may read: `rows`).
             a_rows: if fp8 { 0 } else { a_rows },
             a_fp8_rows: if fp8 { a_rows } else { 0 },
-            h_fp8_rows: if fp8 { rows } else { 0 },
-            d1_rows: passes.iter().filter(|p| p.backend != Backend::Batched).map(|p| rows_of(p).0).max().unwrap_or(0),
+            h_fp8_rows: if fp8 { gemm_rows } else { 0 },
+            d1_rows: gemm_rows,
             h_rows: rows,
             d2_rows,
             groups: if layout { s.groups() } else { 0 },
@@ -520,4 +526,52 @@ struct SizingOptions {
     fused_tile: Option<FusedTile>,
     expert_parallel: bool,
     sm_count: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every GEMM plan reads at most the rows its pass's buffers hold. With Fused and Grouped enabled and no
+    /// Masked, Fused's padded layout is the largest pass: GEMM plans sized by it overran Grouped's `a`.
+    #[test]
+    fn gemm_plans_read_no_more_rows_than_their_buffers_hold() {
+        let deepseek =
+            LayerShape { experts: 256, global_experts: 256, top_k: 8, shared_groups: 0, hidden: 7168, inter: 2048, gated: true };
+        let mixtral =
+            LayerShape { experts: 8, global_experts: 8, top_k: 2, shared_groups: 0, hidden: 4096, inter: 14336, gated: true };
+        let sets = [
+            Backends::of(Backend::Grouped).union(Backends::of(Backend::Fused)),
+            Backends::of(Backend::Batched).union(Backends::of(Backend::Grouped)).union(Backends::of(Backend::Fused)),
+            Backends::of(Backend::Grouped).union(Backends::of(Backend::Contiguous)),
+            Backends::ALL,
+        ];
+        for shape in [deepseek, mixtral] {
+            for t in [1usize, 8, 128, 4096] {
+                for set in sets.iter().map(|&s| Some(s)).chain([None]) {
+                    let s = LayerSizing::new(shape, DType::BF16, t, Backend::Auto, set, None, None, false, 132).unwrap();
+                    for g in &s.gemms {
+                        let n = &s.needs;
+                        let a = if g.second { n.h_rows } else { n.a_rows };
+                        assert!(
+                            g.max_rows <= a && g.max_rows <= n.d1_rows && g.max_rows <= n.d2_rows,
+                            "T = {t}, {set:?}, {:?} (second {}): max_rows {} vs a {}, d1 {}, d2 {}",
+                            g.backend,
+                            g.second,
+                            g.max_rows,
+                            n.a_rows,
+                            n.d1_rows,
+                            n.d2_rows
+                        );
+                    }
+                }
+                let fp8 = Backends::FP8;
+                let s = LayerSizing::new_fp8(shape, t, Backend::Auto, Some(fp8), None, false, 132).unwrap();
+                for g in &s.gemms {
+                    let rows = if g.second { s.needs.h_fp8_rows } else { s.needs.a_fp8_rows };
+                    assert!(g.max_rows <= rows, "FP8 T = {t}: {:?} max_rows {} vs {rows}", g.backend, g.max_rows);
+                }
+            }
+        }
+    }
 }

@@ -222,3 +222,33 @@ fn forward_refuses_bad_input_before_queueing_anything() {
     layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
     assert!(scratch.check(&stream).unwrap_err().to_string().contains("expert id"));
 }
+
+/// A layer planned for Auto (room for Batched, Fused and Grouped, each for the batches Auto sends it) switched
+/// to each of them by hand runs every batch up to its plan: at T = 1..8 Auto sends Grouped one token, so its
+/// `a` holds a few rows while Fused's padded layout holds hundreds. The GEMM plans used to be sized by the
+/// largest pass and refused Grouped's `a` ("buffer `a` ... rows of A x K").
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
+    let (_ctx, stream) = gpu();
+    let (e, k, h, i, t) = (64usize, 8usize, 512usize, 256usize, 8usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 11);
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let mut layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(t, k)).unwrap();
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+    let (idh, wh) = (topk_ids(t, k, e, 12), weights_for(t, k, 13));
+    let x_host = random_vec::<bf16>(t * h, 14, 1.0);
+    let want = moe_forward(&p, &x_host, &idh, &wh, k);
+    let (x, ids, w) =
+        (stream.clone_htod(&x_host).unwrap(), stream.clone_htod(&idh).unwrap(), stream.clone_htod(&wh).unwrap());
+    for backend in [Backend::Grouped, Backend::Fused, Backend::Batched] {
+        layer.set_backend(backend).unwrap();
+        let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+        let (xv, iv, wv) = views(&x, h, &ids, &w, k);
+        layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+        scratch.check(&stream).unwrap();
+        if let Some(m) = tolerance_mismatch(&stream.clone_dtoh(&y).unwrap(), &want) {
+            panic!("{backend:?} in an Auto plan: {m}");
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The Batched backend over block-FP8 experts (`cpp/decode_fp8.cu`, contract in `cpp/decode_fp8.h`): two kernels
+//! that quantise x and h per 128 columns in shared memory and stream e4m3 weight rows into tensor-core MMAs.
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
+use super::bridge::ffi;
+use super::status::{check, Launched};
+use super::{need_aligned, need_len, to_i32, Activation};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+
+/// Columns per scale, and the multiple H and I must be.
+const BLOCK: usize = 128;
+/// The reduce kernel's block holds a warp per slot.
+pub(crate) const MAX_TOP_K: usize = 32;
+/// Shared memory a block may opt into on SM90 (227 KB).
+const MAX_SMEM: usize = 227 * 1024;
+
+/// The experts (mirrors `DecodeFp8Args` without its activations): e4m3 `w13 [E, 2I, H]` and `w2 [E, H, I]`,
+/// f32 scales per 128 x 128 block `[E, 2I / 128, H / 128]` and `[E, H / 128, I / 128]`, f32 biases `[E, 2I]` and
+/// `[E, H]`; the activation quantisation's eps and scale rounding.
+pub(crate) struct DecodeFp8Weights<'a> {
+    pub act: Activation,
+    pub experts: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub w13: CudaView<'a, F8E4M3>,
+    pub w13_scales: CudaView<'a, f32>,
+    pub w2: CudaView<'a, F8E4M3>,
+    pub w2_scales: CudaView<'a, f32>,
+    pub b13: Option<&'a CudaSlice<f32>>,
+    pub b2: Option<&'a CudaSlice<f32>>,
+    pub eps: f32,
+    pub ue8m0: bool,
+}
+
+/// Shared memory of the reduce kernel: k rows of h in e4m3, their scales, the partial sums (`reduce_smem`).
+pub(crate) fn reduce_smem_bytes(top_k: usize, inter: usize) -> usize {
+    let splits = if top_k >= 8 { 1 } else { (8 / top_k).min(inter / BLOCK) };
+    top_k * inter + 4 * top_k * (inter / BLOCK) + 4 * splits * top_k * 16
+}
+
+/// Checks what the kernels assume of the shapes, naming the constraint.
+pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize, rows: usize) -> Result<()> {
+    let bad = |s: String| Err(Error::InvalidProblem(s));
+    for (name, v) in [("H", hidden), ("I", inter)] {
+        if v == 0 || v % BLOCK != 0 {
+            return bad(format!("FP8 decode: {name} = {v} is not a positive multiple of {BLOCK} (whole scale blocks)"));
+        }
+    }
+    if top_k == 0 || top_k > MAX_TOP_K {
+        return bad(format!("FP8 decode: top_k = {top_k} is outside 1..={MAX_TOP_K} (a warp per slot in one block)"));
+    }
+    if hidden + 4 * (hidden / BLOCK) > 48 * 1024 {
+        return bad(format!("FP8 decode: H = {hidden}: the quantised x row exceeds 48 KB of shared memory"));
+    }
+    let smem = reduce_smem_bytes(top_k, inter);
+    if smem > MAX_SMEM {
+        return bad(format!(
+            "FP8 decode: top_k x I = {top_k} x {inter}: the block's quantised rows of h need {smem} bytes of shared \
+             memory, more than {MAX_SMEM}"
+        ));
+    }
+    if rows > u16::MAX as usize {
+        return bad(format!("FP8 decode: {rows} (token, slot) rows exceed the grid's 65535"));
+    }
+    Ok(())
+}
+
+/// Queues the two FP8 decode kernels: the whole layer of `w` for `tokens` tokens. The activations are bf16 (`T`
+/// another element type is an error).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_decode_layer_fp8<T: Element>(
+    stream: &CudaStream,
+    w: &DecodeFp8Weights<'_>,
+    tokens: usize,
+    top_k: usize,
+    x: &impl DevicePtr<T>,
+    ids: &impl DevicePtr<i32>,
+    weights: &impl DevicePtr<f32>,
+    h: &mut CudaSlice<T>,
+    y: &mut impl DevicePtrMut<T>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    if T::DTYPE != DType::BF16 {
+        return Err(Error::InvalidProblem(format!("FP8 decode: activations are bf16, not {}", T::DTYPE)));
+    }
+    let (hid, inter, e) = (w.hidden, w.inter, w.experts);
+    let rows = tokens * top_k;
+    check_shape(hid, inter, top_k, rows)?;
+    if w.act == Activation::Silu {
+        return Err(Error::InvalidProblem("FP8 decode: the activation must be gated (w13 holds gate and up)".into()));
+    }
+    if !(w.eps.is_finite() && w.eps / 448.0 >= f32::MIN_POSITIVE) {
+        return Err(Error::InvalidProblem(format!("FP8 decode: eps = {:e}: eps / 448 must be a normal f32", w.eps)));
+    }
+    need_len("w13", w.w13.len(), e * 2 * inter * hid, "experts x 2I x H")?;
+    need_len("w13 scales", w.w13_scales.len(), e * (2 * inter / BLOCK) * (hid / BLOCK), "experts x 2I/128 x H/128")?;
+    need_len("w2", w.w2.len(), e * hid * inter, "experts x H x I")?;
+    need_len("w2 scales", w.w2_scales.len(), e * (hid / BLOCK) * (inter / BLOCK), "experts x H/128 x I/128")?;
+    if let Some(b) = w.b13 {
+        need_len("b13", b.len(), e * 2 * inter, "experts x 2I")?;
+    }
+    if let Some(b) = w.b2 {
+        need_len("b2", b.len(), e * hid, "experts x H")?;
+    }
+    need_len("x", x.len(), tokens * hid, "tokens x hidden")?;
+    need_len("topk_ids", ids.len(), rows, "tokens x top_k")?;
+    need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
+    need_len("h", h.len(), rows * inter, "rows x I")?;
+    need_len("y", y.len(), tokens * hid, "tokens x hidden")?;
+    let (tokens, top_k, experts) = (to_i32("tokens", tokens)?, to_i32("top_k", top_k)?, to_i32("experts", e)?);
+    super::bind(stream)?;
+    let (x_ptr, _x) = x.device_ptr(stream);
+    let (i_ptr, _i) = ids.device_ptr(stream);
+    let (wt_ptr, _wt) = weights.device_ptr(stream);
+    let (w13_ptr, _w13) = w.w13.device_ptr(stream);
+    let (s13_ptr, _s13) = w.w13_scales.device_ptr(stream);
+    let (w2_ptr, _w2) = w.w2.device_ptr(stream);
+    let (s2_ptr, _s2) = w.w2_scales.device_ptr(stream);
+    let (b13_ptr, _b13) = w.b13.map(|b| b.device_ptr(stream)).unzip();
+    let (b2_ptr, _b2) = w.b2.map(|b| b.device_ptr(stream)).unzip();
+    let (h_ptr, _h) = h.device_ptr_mut(stream);
+    let (y_ptr, _y) = y.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    for (name, p) in [("x", x_ptr), ("w13", w13_ptr), ("w2", w2_ptr), ("h", h_ptr), ("y", y_ptr)] {
+        need_aligned(name, p)?;
+    }
+    let params = ffi::DecodeFp8Params {
+        act: w.act,
+        tokens,
+        top_k,
+        experts,
+        hidden: hid as i32,
+        inter: inter as i32,
+        eps: w.eps,
+        ue8m0: w.ue8m0 as i32,
+        x: x_ptr,
+        ids: i_ptr,
+        weights: wt_ptr,
+        w13: w13_ptr,
+        w13_scales: s13_ptr,
+        w2: w2_ptr,
+        w2_scales: s2_ptr,
+        b13: b13_ptr.unwrap_or(0),
+        b2: b2_ptr.unwrap_or(0),
+        h: h_ptr,
+        y: y_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H bf16; the weights E*2I*H and E*H*I
+    // e4m3 bytes with their E*(2I/128)*(H/128) and E*(H/128)*(I/128) f32 scales, biases E*2I and E*H (all
+    // checked above). H and I are multiples of 128 and the bases 16-byte aligned, so every row's 16-byte loads
+    // are; the shared memory fits (checked). Expert ids are device data the kernels range-check. The stream's
+    // context is bound to this thread; guards outlive the call.
+    check(unsafe { ffi::decode_layer_fp8(&params) }, &Launched::op("decode_layer_fp8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidProblem(m)) => m,
+            other => panic!("expected InvalidProblem, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn shapes_name_their_constraint() {
+        assert!(check_shape(7168, 2048, 8, 8).is_ok());
+        assert!(check_shape(4096, 14336, 2, 2).is_ok());
+        assert!(msg(check_shape(2880, 2048, 8, 8)).contains("H = 2880"));
+        assert!(msg(check_shape(7168, 192, 8, 8)).contains("I = 192"));
+        assert!(msg(check_shape(7168, 2048, 0, 8)).contains("top_k = 0"));
+        assert!(msg(check_shape(7168, 2048, 33, 33)).contains("top_k = 33"));
+        assert!(msg(check_shape(65536, 2048, 8, 8)).contains("48 KB"));
+        let m = msg(check_shape(4096, 32768, 8, 8));
+        assert!(m.contains("8 x 32768") && m.contains("shared"), "{m}");
+        assert!(msg(check_shape(7168, 2048, 8, 70000)).contains("65535"));
+    }
+
+    #[test]
+    fn reduce_smem_matches_the_kernel_formula() {
+        // DeepSeek-V3: 8 rows of 2048 e4m3, 8 x 16 scales, 1 split x 8 x 16 partials.
+        assert_eq!(reduce_smem_bytes(8, 2048), 8 * 2048 + 4 * 8 * 16 + 4 * 8 * 16);
+        // Mixtral: k 2 -> 4 splits.
+        assert_eq!(reduce_smem_bytes(2, 14336), 2 * 14336 + 4 * 2 * 112 + 4 * 4 * 2 * 16);
+        // I = 128 has one K block: one split however small k is.
+        assert_eq!(reduce_smem_bytes(1, 128), 128 + 4 + 4 * 16);
+    }
+}
