@@ -1,13 +1,13 @@
 //! The Batched backend over block-FP8 experts (`cpp/decode_fp8.cu`, contract in `cpp/decode_fp8.h`): two kernels
 //! that quantise x and h per 128 columns in shared memory and stream e4m3 weight rows into tensor-core MMAs.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
 use super::bridge::ffi;
 use super::status::{check, Launched};
 use super::{need_aligned, need_len, to_i32, Activation};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
 
 /// Columns per scale, and the multiple H and I must be.
 const BLOCK: usize = 128;

@@ -474,17 +474,16 @@ impl LayerSizing {
 
     /// The most tokens `backend` runs in one pass within `rows` rows of scratch (at least 1 when it fits one
     /// token at all; 0 when it does not).
+    /// The GEMM backends run at most their own pass's tokens: their GEMM plans and layout were sized for it.
     pub(crate) fn fitting_tokens(&self, backend: Backend, want: usize) -> usize {
         let s = &self.shape;
         let want = want.min(self.max_tokens);
+        let own = self.passes.iter().find(|p| p.backend == backend).map_or(0, |p| p.tokens);
         let fits = |t: usize| -> bool {
             let st = t * s.slots();
             match backend {
                 Backend::Batched => st <= BATCHED_MAX_ROWS.max(s.slots()) && st <= self.needs.h_rows,
-                Backend::Grouped => st <= self.rows,
-                Backend::Eager => st + t <= self.rows,
-                Backend::Masked => t <= self.max_m,
-                Backend::Contiguous => aligned_rows(st, s.groups(), CONTIGUOUS_BLOCK_M) <= self.rows,
+                Backend::Grouped | Backend::Eager | Backend::Masked | Backend::Contiguous => t <= own,
                 Backend::Fused => {
                     aligned_rows(st, s.groups(), FusedTile::M64N128K64.block_m()) <= self.rows
                         && st <= self.needs.d2_rows
@@ -536,10 +535,24 @@ mod tests {
     /// Masked, Fused's padded layout is the largest pass: GEMM plans sized by it overran Grouped's `a`.
     #[test]
     fn gemm_plans_read_no_more_rows_than_their_buffers_hold() {
-        let deepseek =
-            LayerShape { experts: 256, global_experts: 256, top_k: 8, shared_groups: 0, hidden: 7168, inter: 2048, gated: true };
-        let mixtral =
-            LayerShape { experts: 8, global_experts: 8, top_k: 2, shared_groups: 0, hidden: 4096, inter: 14336, gated: true };
+        let deepseek = LayerShape {
+            experts: 256,
+            global_experts: 256,
+            top_k: 8,
+            shared_groups: 0,
+            hidden: 7168,
+            inter: 2048,
+            gated: true,
+        };
+        let mixtral = LayerShape {
+            experts: 8,
+            global_experts: 8,
+            top_k: 2,
+            shared_groups: 0,
+            hidden: 4096,
+            inter: 14336,
+            gated: true,
+        };
         let sets = [
             Backends::of(Backend::Grouped).union(Backends::of(Backend::Fused)),
             Backends::of(Backend::Batched).union(Backends::of(Backend::Grouped)).union(Backends::of(Backend::Fused)),
@@ -549,8 +562,26 @@ mod tests {
         for shape in [deepseek, mixtral] {
             for t in [1usize, 8, 128, 4096] {
                 for set in sets.iter().map(|&s| Some(s)).chain([None]) {
-                    let s = LayerSizing::new(shape, DType::BF16, t, Backend::Auto, set, None, None, false, 132).unwrap();
+                    let s =
+                        LayerSizing::new(shape, DType::BF16, t, Backend::Auto, set, None, None, false, 132).unwrap();
                     for g in &s.gemms {
+                        // The largest pass the layer would run on this backend stays within the plan.
+                        let fit = s.fitting_tokens(g.backend, t);
+                        let rows = match g.backend {
+                            Backend::Contiguous => {
+                                aligned_rows(fit * shape.slots(), shape.groups(), CONTIGUOUS_BLOCK_M)
+                            }
+                            Backend::Masked if fit <= s.max_m => shape.groups() * s.max_m,
+                            Backend::Masked => usize::MAX,
+                            Backend::Eager => fit,
+                            _ => fit * shape.slots(),
+                        };
+                        assert!(
+                            fit >= 1 && rows <= g.max_rows,
+                            "T = {t}, {set:?}, {:?}: a pass of {fit} tokens needs {rows} rows, the plan {}",
+                            g.backend,
+                            g.max_rows
+                        );
                         let n = &s.needs;
                         let a = if g.second { n.h_rows } else { n.a_rows };
                         assert!(
