@@ -43,9 +43,9 @@ pub use kernels::grouped_fp8::{
 pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100KernelFacts, Sm100TileConfig};
 pub use kernels::{KernelFamily, TileConfig};
 pub use layer::{
-    auto_backend, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint, Fp8ExpertWeights, GateUp,
-    LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch, PackedExperts, PlanBytes,
-    ScratchNeeds, SharedExpert, Storage, WeightFormat,
+    auto_backend, auto_backend_fp8, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint,
+    Fp8ExpertWeights, GateUp, LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch,
+    PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};

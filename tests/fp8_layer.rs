@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use moe_gemm::{Backend, Backends, DType, Error, LayerShape as Shape, LayerSizing, WeightFormat};
+use moe_gemm::{auto_backend_fp8, Backend, Backends, DType, Error, LayerShape as Shape, LayerSizing, WeightFormat};
 
 const SM: usize = 132;
 
@@ -23,14 +23,22 @@ fn invalid<T: std::fmt::Debug>(r: moe_gemm::Result<T>) -> String {
 }
 
 #[test]
-fn auto_over_fp8_runs_grouped_and_other_backends_are_refused_naming_fp8() {
+fn auto_over_fp8_picks_batched_or_grouped_and_other_backends_are_refused_naming_fp8() {
     let s = shape(64, 8, 512, 256);
     for t in [1usize, 16, 4096] {
         let auto = fp8(s, t, Backend::Auto, None).unwrap();
         assert_eq!(auto.format(), WeightFormat::Fp8Block);
-        assert_eq!(auto.backends(), Backends::of(Backend::Grouped), "T = {t}");
-        assert_eq!(auto.pass_tokens(), vec![(Backend::Grouped, t)]);
+        assert_eq!(auto.backends(), Backends::FP8_AUTO, "T = {t}");
+        // Each backend sized for the largest batch Auto sends it (at least one token).
+        let last = |b: Backend| (1..=t).rfind(|&n| auto_backend_fp8(64, 8, 512, 256, n) == b).unwrap_or(1);
+        assert_eq!(
+            auto.pass_tokens(),
+            vec![(Backend::Batched, last(Backend::Batched)), (Backend::Grouped, last(Backend::Grouped))]
+        );
     }
+    // Under expert parallelism Auto runs Grouped only.
+    let ep = LayerSizing::new_fp8(s, 64, Backend::Auto, None, None, true, SM).unwrap();
+    assert_eq!(ep.backends(), Backends::of(Backend::Grouped));
     let all = fp8(s, 64, Backend::Masked, Some(Backends::FP8)).unwrap();
     assert_eq!(all.backends().to_string(), "batched,grouped,contiguous,masked");
     for b in [Backend::Fused, Backend::Eager] {
@@ -144,7 +152,7 @@ fn plan_prints_the_fp8_footprint() {
     let s = Shape { shared_groups: 1, ..shape(256, 8, 7168, 2048) };
     let sizing = fp8(s, 4096, Backend::Auto, None).unwrap();
     let fp = sizing.needs().footprint();
-    assert!(text.contains("fp8 block 128x128") && text.contains("backends {grouped}"), "{text}");
+    assert!(text.contains("fp8 block 128x128") && text.contains("backends {batched,grouped}"), "{text}");
     assert!(text.contains(&format!("{:>14} B", fp.total())), "total {} missing:\n{text}", fp.total());
     assert!(text.contains("a fp8 (e4m3 x + scales)") && text.contains("h fp8 (e4m3 h + scales)"), "{text}");
     let weights = 257 * s.fp8_expert_bytes() * 58;

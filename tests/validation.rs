@@ -201,6 +201,33 @@ fn auto_policy_matches_the_measured_suite() {
     }
 }
 
+#[test]
+fn fp8_auto_policy_matches_the_measured_decode_points() {
+    use moe_gemm::{auto_backend_fp8, Backend::*};
+    // (E, k, H, I, T, the pick): the faster of FP8 Batched and Grouped under uniform routing in
+    // benches/results/h200-2026-12-01-s4/fp8-decode.log (median µs, Batched vs Grouped).
+    let cases = [
+        (256, 8, 7168, 2048, 1, Batched),    // 133.7 vs 150.9
+        (256, 8, 7168, 2048, 2, Batched),    // 241.8 vs 243.0 (tie)
+        (256, 8, 7168, 2048, 4, Grouped),    // 438.1 vs 390.6
+        (256, 8, 7168, 2048, 32, Grouped),   // 3138 vs 1720
+        (128, 8, 4096, 1536, 1, Batched),    // 65.8 vs 88.3
+        (128, 8, 4096, 1536, 2, Batched),    // 114.1 vs 129.0
+        (128, 8, 4096, 1536, 4, Grouped),    // 206.2 vs 189.7
+        (8, 2, 4096, 14336, 1, Batched),     // 130.9 vs 182.5
+        (8, 2, 4096, 14336, 4, Grouped),     // 433.1 vs 370.2
+        (128, 8, 2048, 768, 1, Batched),     // 28.7 vs 49.7
+        (128, 8, 2048, 768, 4, Batched),     // 64.6 vs 80.2
+        (128, 8, 2048, 768, 16, Grouped),    // 203.6 vs 155.3
+        (256, 8, 7168, 2048, 4096, Grouped), // past Batched's 4096 rows
+    ];
+    for (e, k, h, i, t, want) in cases {
+        assert_eq!(auto_backend_fp8(e, k, h, i, t), want, "E={e} k={k} H={h} I={i} T={t}");
+    }
+    // The one measured miss: Mixtral at T = 2 (Batched 235.7 vs Grouped 256.4) is predicted Grouped.
+    assert_eq!(auto_backend_fp8(8, 2, 4096, 14336, 2), Grouped);
+}
+
 /// The fused backend's tile follows rows per active expert (thresholds measured on the H200: see
 /// `FusedTile::for_rows`).
 #[test]

@@ -256,7 +256,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 .copied()
                 .filter(|&b| b != Backend::Auto && !(ep > 1 && b == Backend::Batched))
                 .collect::<Backends>()
-                .union(Backends::of(Backend::Grouped));
+                .union(if ep > 1 { Backends::of(Backend::Grouped) } else { Backends::FP8_AUTO });
             let opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
             Some(if ep > 1 {
                 MoeLayer::with_expert_map(stream, w8, opts8, &map)?
@@ -535,7 +535,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     println!("* = the backend Auto picks for this point");
     println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)");
     if fp8 {
-        println!("fp8 rows: the layer over block-FP8 experts (Auto: Grouped); bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)");
+        println!("fp8 rows: the layer over block-FP8 experts (Auto: Batched or Grouped, auto_backend_fp8); bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)");
     }
     Ok(())
 }

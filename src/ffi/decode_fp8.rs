@@ -34,10 +34,17 @@ pub(crate) struct DecodeFp8Weights<'a> {
     pub ue8m0: bool,
 }
 
-/// Shared memory of the reduce kernel: k rows of h in e4m3, their scales, the partial sums (`reduce_smem`).
+/// Shared memory of the expand kernel: x staged in bf16 and in e4m3, its scales, the partial sums of 2 tiles x 4
+/// K splits x (gate, up) x 16 rows (`expand_smem`).
+pub(crate) fn expand_smem_bytes(hidden: usize) -> usize {
+    3 * hidden + 4 * (hidden / BLOCK) + 4 * 2 * 4 * 2 * 16
+}
+
+/// Shared memory of the reduce kernel: k rows of h staged in bf16 and in e4m3, their scales, the partial sums
+/// (`reduce_smem`).
 pub(crate) fn reduce_smem_bytes(top_k: usize, inter: usize) -> usize {
-    let splits = if top_k >= 8 { 1 } else { (8 / top_k).min(inter / BLOCK) };
-    top_k * inter + 4 * top_k * (inter / BLOCK) + 4 * splits * top_k * 16
+    let splits = if top_k >= 16 { 1 } else { (16 / top_k).min(inter / BLOCK) };
+    3 * top_k * inter + 4 * top_k * (inter / BLOCK) + 4 * splits * top_k * 16
 }
 
 /// Checks what the kernels assume of the shapes, naming the constraint.
@@ -51,8 +58,12 @@ pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize, rows: usize
     if top_k == 0 || top_k > MAX_TOP_K {
         return bad(format!("FP8 decode: top_k = {top_k} is outside 1..={MAX_TOP_K} (a warp per slot in one block)"));
     }
-    if hidden + 4 * (hidden / BLOCK) > 48 * 1024 {
-        return bad(format!("FP8 decode: H = {hidden}: the quantised x row exceeds 48 KB of shared memory"));
+    let smem = expand_smem_bytes(hidden);
+    if smem > MAX_SMEM {
+        return bad(format!(
+            "FP8 decode: H = {hidden}: the staged and quantised x row needs {smem} bytes of shared memory, more \
+             than {MAX_SMEM}"
+        ));
     }
     let smem = reduce_smem_bytes(top_k, inter);
     if smem > MAX_SMEM {
@@ -176,19 +187,20 @@ mod tests {
         assert!(msg(check_shape(7168, 192, 8, 8)).contains("I = 192"));
         assert!(msg(check_shape(7168, 2048, 0, 8)).contains("top_k = 0"));
         assert!(msg(check_shape(7168, 2048, 33, 33)).contains("top_k = 33"));
-        assert!(msg(check_shape(65536, 2048, 8, 8)).contains("48 KB"));
-        let m = msg(check_shape(4096, 32768, 8, 8));
-        assert!(m.contains("8 x 32768") && m.contains("shared"), "{m}");
+        assert!(msg(check_shape(131072, 2048, 8, 8)).contains("H = 131072"));
+        let m = msg(check_shape(4096, 16384, 8, 8));
+        assert!(m.contains("8 x 16384") && m.contains("shared"), "{m}");
         assert!(msg(check_shape(7168, 2048, 8, 70000)).contains("65535"));
     }
 
     #[test]
     fn reduce_smem_matches_the_kernel_formula() {
-        // DeepSeek-V3: 8 rows of 2048 e4m3, 8 x 16 scales, 1 split x 8 x 16 partials.
-        assert_eq!(reduce_smem_bytes(8, 2048), 8 * 2048 + 4 * 8 * 16 + 4 * 8 * 16);
-        // Mixtral: k 2 -> 4 splits.
-        assert_eq!(reduce_smem_bytes(2, 14336), 2 * 14336 + 4 * 2 * 112 + 4 * 4 * 2 * 16);
+        // DeepSeek-V3: 8 rows of 2048 in bf16 and e4m3, 8 x 16 scales, 2 splits x 8 x 16 partials.
+        assert_eq!(reduce_smem_bytes(8, 2048), 3 * 8 * 2048 + 4 * 8 * 16 + 4 * 2 * 8 * 16);
+        // Mixtral: k 2 -> 8 splits.
+        assert_eq!(reduce_smem_bytes(2, 14336), 3 * 2 * 14336 + 4 * 2 * 112 + 4 * 8 * 2 * 16);
         // I = 128 has one K block: one split however small k is.
-        assert_eq!(reduce_smem_bytes(1, 128), 128 + 4 + 4 * 16);
+        assert_eq!(reduce_smem_bytes(1, 128), 3 * 128 + 4 + 4 * 16);
+        assert_eq!(expand_smem_bytes(7168), 3 * 7168 + 4 * 56 + 1024);
     }
 }

@@ -69,6 +69,8 @@ impl Backends {
     /// What a layer over FP8 expert weights runs: the layout backends Grouped, Contiguous and Masked (the FP8
     /// blockwise grouped GEMM) and Batched (the FP8 decode kernels). Fused and Eager have no FP8 form yet.
     pub const FP8: Backends = Backends(2 | 4 | 8 | 16);
+    /// What `Auto` picks among over FP8 weights: Batched, Grouped.
+    pub const FP8_AUTO: Backends = Backends(2 | 4);
 
     /// The backends `backend` can run: itself, or [`Backends::AUTO`] for `Auto`.
     pub const fn of(backend: Backend) -> Backends {

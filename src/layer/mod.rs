@@ -28,8 +28,9 @@
 //! `MoeLayer<bf16, Fp8ExpertWeights>` with the same options, scratch and forward: the layer quantises `x` per
 //! token per 128 columns at its layout positions, runs the FP8 blockwise grouped GEMM (bf16 out), the same
 //! activation, requantises `h` and runs the second FP8 GEMM, then the same combine (see `fp8.rs`). They run the
-//! Grouped, Contiguous and Masked backends ([`Backends::FP8`]); `Auto` runs Grouped (FP8 Batched and Fused
-//! kernels are future work), and asking for another backend is an [`Error::InvalidProblem`] that says so.
+//! Grouped, Contiguous and Masked backends, and Batched over the FP8 decode kernels ([`Backends::FP8`]); `Auto`
+//! picks Batched or Grouped ([`auto_backend_fp8`]). Fused and Eager have no FP8 form: asking for them is an
+//! [`Error::InvalidProblem`] that says so.
 //!
 //! A shared expert (DeepSeek-V3, Kimi-K2, Qwen2-MoE; [`ExpertWeights::upload_with_shared`]) rides in the same
 //! GEMMs as `I_s / I` more groups that every token joins with the shared weight `s_t`: see
@@ -136,6 +137,27 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
         Backend::Batched
     } else if rows / active.max(1.0) <= 48.0 && (rows <= 64.0 || inter <= 1024 || experts <= 16) {
         Backend::Fused
+    } else {
+        Backend::Grouped
+    }
+}
+
+/// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
+/// Grouped, by costs fitted to the H200 under uniform routing (`moe-gemm bench --layer --dtype fp8`,
+/// benches/results/h200-2026-12-01-s4): Batched streams one expert's e4m3 weights per (token, slot) row at about
+/// 2.98 TB/s plus 16 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B at T = 1 fit within 3%); Grouped streams
+/// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
+/// activation and combine. A pure function, so the policy can be checked without a GPU.
+pub fn auto_backend_fp8(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
+    let (e, k) = (experts as f64, top_k as f64);
+    let rows = tokens as f64 * k;
+    let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
+    let expert_bytes = 3.0 * (hidden * inter) as f64;
+    let batched_us = rows * expert_bytes / 2.98e12 * 1e6 + 16.0;
+    let layout_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
+    let layout_us = active * expert_bytes / layout_bw * 1e6 + 44.0;
+    if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
+        Backend::Batched
     } else {
         Backend::Grouped
     }
@@ -326,8 +348,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// per active expert where it measured ahead of Grouped: up to 64 (token, slot) rows on any model (its fixed
     /// cost is the lower), and beyond that on narrow experts (I ≤ 1024) or few experts (E ≤ 16). On wide
     /// experts with many rows Grouped's TMA-fed GEMMs are ahead, and at prefill 1.2–1.5x: `Grouped` takes those.
-    /// With an expert map, Auto runs Grouped; over FP8 weights too (the FP8 decode kernels that would compete
-    /// at small batches are future work).
+    /// With an expert map, Auto runs Grouped. Over FP8 weights it picks Batched or Grouped by
+    /// [`auto_backend_fp8`].
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
             Backend::Auto => auto_pick(&self.sizing.shape, self.sizing.format, tokens, self.expert_map.is_some()),

@@ -272,7 +272,13 @@ impl LayerSizing {
         if max_m == 0 {
             return bad("masked_max_m = 0: must be >= 1".into());
         }
-        let auto_set = if expert_parallel || fp8 { Backends::of(Backend::Grouped) } else { Backends::AUTO };
+        let auto_set = if expert_parallel {
+            Backends::of(Backend::Grouped)
+        } else if fp8 {
+            Backends::FP8_AUTO
+        } else {
+            Backends::AUTO
+        };
         let enabled = match (backends, backend) {
             (Some(set), _) => set,
             (None, Backend::Auto) => auto_set,
@@ -505,11 +511,14 @@ impl LayerSizing {
     }
 }
 
-/// Auto's choice for `tokens` tokens of `shape` over weights stored as `format`: see [`super::auto_backend`];
-/// Grouped for FP8 weights (the only FP8 backend Auto picks among today) and under expert parallelism.
+/// Auto's choice for `tokens` tokens of `shape` over weights stored as `format`: see [`super::auto_backend`]
+/// and, for FP8 weights, [`super::auto_backend_fp8`]; Grouped under expert parallelism.
 pub(crate) fn auto_pick(shape: &LayerShape, format: WeightFormat, tokens: usize, expert_parallel: bool) -> Backend {
-    if expert_parallel || format == WeightFormat::Fp8Block {
+    if expert_parallel {
         return Backend::Grouped;
+    }
+    if format == WeightFormat::Fp8Block {
+        return super::auto_backend_fp8(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens);
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
     super::auto_backend(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens)

@@ -540,7 +540,8 @@ pub enum WeightFormat {
     Dense,
     /// e4m3 with one f32 scale per 128 × 128 block (DeepSeek-V3's recipe), the activations quantised per token
     /// per 128 columns on the device before each GEMM: [`Fp8ExpertWeights`](super::Fp8ExpertWeights), the SM90
-    /// FP8 blockwise grouped GEMM. Runs the Grouped, Contiguous and Masked backends (`Auto`: Grouped).
+    /// FP8 blockwise grouped GEMM, or the FP8 decode kernels. Runs the Batched, Grouped, Contiguous and Masked
+    /// backends (`Auto`: Batched or Grouped).
     Fp8Block,
 }
 

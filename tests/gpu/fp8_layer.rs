@@ -454,7 +454,11 @@ fn fp8_layer_refusals_auto_and_the_scratch_footprint() {
         expect_fp8(MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(8, k).backend(b)).map(|_| ()), "plan");
     }
     let mut layer = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(64, k)).unwrap();
-    assert_eq!((layer.backend_for(1), layer.backend_for(64)), (Backend::Grouped, Backend::Grouped));
+    // Auto over FP8 follows auto_backend_fp8 (Batched while its rows fit, at this small size).
+    for t in [1usize, 64, 4096] {
+        assert_eq!(layer.backend_for(t), auto_backend_fp8(e, k, h, i, t), "T = {t}");
+    }
+    assert_eq!((layer.backend_for(1), layer.backend_for(4096)), (Backend::Batched, Backend::Grouped));
     expect_fp8(layer.set_backend(Backend::Fused), "set_backend(Fused)");
     layer.set_backend(Backend::Auto).unwrap();
     let mut all = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(64, k).backends(Backends::FP8)).unwrap();
