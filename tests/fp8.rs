@@ -666,3 +666,70 @@ fn bad_fp8_checkpoints_name_the_tensor_and_the_block() {
     ));
     assert!(tensor == prefix && problem.contains("experts = 0"), "{tensor}: {problem}");
 }
+
+/// DeepSeek-V3's FP8 shared expert (`mlp.shared_experts.{gate,up,down}_proj.weight` with `weight_scale_inv`)
+/// reads into one value whose groups are slices of the checkpoint's matrices with their own scale blocks, and
+/// appends to the routed experts as experts `E .. E + m`; a shared expert of the wrong shape is refused naming
+/// its gate tensor.
+#[test]
+fn fp8_shared_experts_read_and_split_into_routed_width_groups() {
+    use moe_gemm::checkpoint::{SharedFp8Expert, SharedNaming};
+    let (e, i, h, is) = (2usize, 128usize, 256usize, 384usize);
+    let prefix = "model.layers.3.mlp";
+    let (mut store, routed) = fp8_experts(prefix, e, i, h, ScaleFormat::F32, Dtype::F32);
+    let mut shared = HashMap::new();
+    for (name, (rows, cols)) in SharedNaming::SharedExperts.names(prefix).into_iter().zip([(is, h), (is, h), (h, is)]) {
+        let q = BlockFp8::quantize(
+            &weight(rows, cols, 77 + store.len() as u64),
+            rows,
+            cols,
+            BlockShape::DEEPSEEK,
+            ScaleFormat::F32,
+        )
+        .unwrap();
+        let (gr, gc) = BlockShape::DEEPSEEK.grid(rows, cols).unwrap();
+        let (bytes, _) = scale_bytes(q.scales(), Dtype::F32);
+        store.push((name.clone(), Dtype::F8_E4M3, vec![rows, cols], q.q().iter().map(|v| v.to_bits()).collect()));
+        store.push((format!("{name}_scale_inv"), Dtype::F32, vec![gr, gc], bytes));
+        shared.insert(name, q);
+    }
+    let path = tmp("shared");
+    write(&path, &store);
+    let ckpt = Checkpoint::open(&path).unwrap();
+    let config = Fp8Config::DEEPSEEK_V3;
+    let s = ckpt.pack_fp8_shared_expert(prefix, SharedNaming::SharedExperts, &config).unwrap();
+    let [g, u, d] = SharedNaming::SharedExperts.names(prefix);
+    assert_eq!(s, SharedFp8Expert::new(shared[&g].clone(), shared[&u].clone(), shared[&d].clone()).unwrap());
+    assert_eq!((s.hidden(), s.inter(), s.groups(i).unwrap()), (h, is, 3));
+    let p = ckpt.pack_fp8_experts(prefix, e, ExpertNaming::GateUpDown, &config).unwrap();
+    let (all, m) = p.with_shared_groups(&s).unwrap();
+    assert_eq!((m, all.experts()), (3, e + 3));
+    let [rg, ru, rd] = ExpertNaming::GateUpDown.names(prefix, 1);
+    assert_eq!(all.expert(1).unwrap(), (routed[&rg].stack_rows(&routed[&ru]).unwrap(), routed[&rd].clone()));
+    // Group 2: gate and up rows 256..384 with their third block row; down columns 256..384, its third block column.
+    let (w13, w2) = all.expert(e + 2).unwrap();
+    let (gd, ud, dd) = (shared[&g].dequantize(), shared[&u].dequantize(), shared[&d].dequantize());
+    let (a, b) = (w13.dequantize(), w2.dequantize());
+    for r in 0..i {
+        assert_eq!(&a[r * h..(r + 1) * h], &gd[(256 + r) * h..(257 + r) * h], "gate row {r}");
+        assert_eq!(&a[(i + r) * h..(i + r + 1) * h], &ud[(256 + r) * h..(257 + r) * h], "up row {r}");
+    }
+    for c in 0..h {
+        assert_eq!(&b[c * i..(c + 1) * i], &dd[c * is + 256..c * is + 384], "down row {c}");
+    }
+    assert_eq!(w2.scales().get(0), shared[&d].scales().get(2), "down's third block column");
+    // A down projection of the gate's shape: refused, naming the gate tensor.
+    let mut bad = store.clone();
+    for t in bad.iter_mut().filter(|t| t.0.starts_with(&d)) {
+        t.2.reverse();
+    }
+    let bad_path = tmp("shared-bad");
+    write(&bad_path, &bad);
+    let (tensor, problem) = checkpoint_error(Checkpoint::open(&bad_path).unwrap().pack_fp8_shared_expert(
+        prefix,
+        SharedNaming::SharedExperts,
+        &config,
+    ));
+    assert!(tensor == g && problem.contains("down [H, I_s]"), "{tensor}: {problem}");
+    let _ = (std::fs::remove_file(path), std::fs::remove_file(bad_path));
+}

@@ -32,8 +32,10 @@ use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
 use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 
 mod fp8;
+mod fp8_shared;
 mod mxfp4;
 pub use fp8::{ActivationScheme, Fp8Config, PackedFp8Experts};
+pub use fp8_shared::SharedFp8Expert;
 pub use mxfp4::GptOssMxfp4Experts;
 
 /// A named tensor: (name, shape, elements).

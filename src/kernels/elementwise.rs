@@ -125,7 +125,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     let q = w.activation_quant();
     let layer = ffi::decode_fp8::DecodeFp8Weights {
         act: w.activation().into(),
-        experts: w.experts(),
+        experts: w.groups(),
         hidden: w.hidden(),
         inter: w.inter(),
         w13: w.w13().q(),

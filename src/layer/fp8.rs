@@ -27,7 +27,7 @@ use half::bf16;
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
 use super::{Activation, ExpertFormat, GateUp, Storage};
-use crate::checkpoint::PackedFp8Experts;
+use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::error::{Error, Result};
 use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleFormat, Scales, SCALE_BLOCK};
 
@@ -42,7 +42,10 @@ use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleFormat, Scales,
 /// block's scale, which block-FP8 checkpoints never computed; `[out, in]` storage.
 #[derive(Debug)]
 pub struct Fp8ExpertWeights {
+    /// Routed experts; the tensors hold `experts + shared_groups`.
     pub(crate) experts: usize,
+    /// A shared expert's groups appended after them (0 without one; [`Fp8ExpertWeights::upload_with_shared`]).
+    pub(crate) shared_groups: usize,
     pub(crate) hidden: usize,
     pub(crate) inter: usize,
     pub(crate) gate_up: GateUp,
@@ -133,6 +136,27 @@ impl Fp8ExpertWeights {
         Ok(w)
     }
 
+    /// Uploads routed block-FP8 experts with a block-FP8 shared expert (DeepSeek-V3, Kimi-K2: `shared_experts`
+    /// in e4m3 with 128 x 128 scales) appended as `m = I_s / I` more experts of the routed width, which every
+    /// token joins with weight 1 ([`MoeLayer::forward`](super::MoeLayer::forward)) or its own
+    /// ([`MoeLayer::forward_with_shared_weights`](super::MoeLayer::forward_with_shared_weights)); the groups keep
+    /// the checkpoint's scale blocks ([`PackedFp8Experts::with_shared_groups`]).
+    ///
+    /// # Errors
+    /// As [`Self::upload`] and [`PackedFp8Experts::with_shared_groups`].
+    pub fn upload_with_shared(
+        stream: &Arc<CudaStream>,
+        p: &PackedFp8Experts,
+        shared: &SharedFp8Expert,
+        format: ExpertFormat,
+    ) -> Result<Self> {
+        let (all, m) = p.with_shared_groups(shared)?;
+        let mut w = Self::upload(stream, &all, format)?;
+        w.experts = p.experts();
+        w.shared_groups = m;
+        Ok(w)
+    }
+
     /// Wraps block-FP8 weights already on the device: `w13` `[E, 2I, H]` (`[E, I, H]` for a non-gated
     /// activation), `w2` `[E, H, I]`, biases f32 `[E, 2I or I]` and `[E, H]`; the activations quantised with
     /// [`GroupQuant::DEEPSEEK`] (see [`Self::with_activation_quant`]).
@@ -175,6 +199,7 @@ impl Fp8ExpertWeights {
         }
         Ok(Fp8ExpertWeights {
             experts: e,
+            shared_groups: 0,
             hidden: h,
             inter: i,
             gate_up,
@@ -197,8 +222,17 @@ impl Fp8ExpertWeights {
     pub fn activation_quant(&self) -> GroupQuant {
         self.quant
     }
+    /// Routed experts (the tensors hold [`Self::groups`]).
     pub fn experts(&self) -> usize {
         self.experts
+    }
+    /// The shared expert's groups after the routed experts (0 without one).
+    pub fn shared_groups(&self) -> usize {
+        self.shared_groups
+    }
+    /// Experts in every tensor: routed and shared groups.
+    pub fn groups(&self) -> usize {
+        self.experts + self.shared_groups
     }
     pub fn hidden(&self) -> usize {
         self.hidden
@@ -242,7 +276,7 @@ impl Sealed<bf16> for Fp8ExpertWeights {
         Common {
             format: WeightFormat::Fp8Block,
             experts: self.experts,
-            shared_groups: 0,
+            shared_groups: self.shared_groups,
             hidden: self.hidden,
             inter: self.inter,
             gate_up: self.gate_up,

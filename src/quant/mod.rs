@@ -168,6 +168,16 @@ impl Scales {
     /// # Errors
     /// [`Error::InvalidProblem`] naming the format when the length is not `count × bytes per scale` — which is
     /// what f32 scales read as UE8M0 (4× too many bytes) or the reverse look like.
+    /// The scales at the indices `keep` accepts, in order, in the same format.
+    pub(crate) fn select(&self, keep: impl Fn(usize) -> bool) -> Scales {
+        match self {
+            Scales::F32(v) => Scales::F32(v.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, x)| *x).collect()),
+            Scales::Ue8m0(v) => {
+                Scales::Ue8m0(v.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, x)| *x).collect())
+            }
+        }
+    }
+
     pub fn from_bytes(format: ScaleFormat, count: usize, bytes: &[u8]) -> Result<Scales> {
         let want = count.checked_mul(format.bytes());
         if want != Some(bytes.len()) {
@@ -188,7 +198,8 @@ impl Scales {
 }
 
 /// A block-quantized E4M3 matrix `[rows, cols]` with one scale per block. Made only by [`BlockFp8::from_parts`],
-/// [`BlockFp8::quantize`] and [`BlockFp8::stack_rows`], which check the shapes; read through its accessors.
+/// [`BlockFp8::quantize`], [`BlockFp8::stack_rows`] and the block-aligned slices, which check the shapes; read
+/// through its accessors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockFp8 {
     rows: usize,
@@ -367,5 +378,42 @@ impl BlockFp8 {
             _ => unreachable!("formats checked above"),
         };
         BlockFp8::from_parts(self.rows + below.rows, self.cols, self.block, q, scales)
+    }
+
+    /// Rows `r0 .. r1` with their scale rows: `r0` and `r1` on block boundaries (or `r1` the last row), so
+    /// every block of the slice keeps its own scale.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: an empty or out-of-range slice, or a bound inside a block.
+    pub fn slice_rows(&self, r0: usize, r1: usize) -> Result<BlockFp8> {
+        self.check_slice("rows", r0, r1, self.rows, self.block.rows)?;
+        let (_, gc) = self.block.grid(self.rows, self.cols)?;
+        let (b0, b1) = (r0 / self.block.rows, r1.div_ceil(self.block.rows));
+        let q = self.q[r0 * self.cols..r1 * self.cols].to_vec();
+        BlockFp8::from_parts(r1 - r0, self.cols, self.block, q, self.scales.select(|i| (b0 * gc..b1 * gc).contains(&i)))
+    }
+
+    /// Columns `c0 .. c1` of every row with their scale columns, bounds on block boundaries (or `c1` the last
+    /// column).
+    ///
+    /// # Errors
+    /// As [`Self::slice_rows`], for columns.
+    pub fn slice_cols(&self, c0: usize, c1: usize) -> Result<BlockFp8> {
+        self.check_slice("columns", c0, c1, self.cols, self.block.cols)?;
+        let (_, gc) = self.block.grid(self.rows, self.cols)?;
+        let (b0, b1) = (c0 / self.block.cols, c1.div_ceil(self.block.cols));
+        let q: Vec<F8E4M3> = self.q.chunks(self.cols).flat_map(|row| row[c0..c1].iter().copied()).collect();
+        BlockFp8::from_parts(self.rows, c1 - c0, self.block, q, self.scales.select(|i| (b0..b1).contains(&(i % gc))))
+    }
+
+    fn check_slice(&self, what: &str, lo: usize, hi: usize, len: usize, block: usize) -> Result<()> {
+        if lo >= hi || hi > len || lo % block != 0 || (hi % block != 0 && hi != len) {
+            return Err(Error::InvalidProblem(format!(
+                "slice {what} {lo}..{hi} of a [{}, {}] block-FP8 weight: bounds must be within 0..={len}, non-empty \
+                 and on the {block}-wide block boundaries (a block keeps one scale)",
+                self.rows, self.cols
+            )));
+        }
+        Ok(())
     }
 }

@@ -105,6 +105,23 @@ impl Fp8Rig {
         self.scratch.check(s).unwrap();
         s.clone_dtoh(&y).unwrap()
     }
+
+    /// As [`Self::forward`], with the shared expert's per-token weights `s_t`.
+    fn forward_shared(&mut self, backend: Backend, x: &[bf16], ids: &[i32], w: &[f32], s_t: &[f32]) -> Vec<bf16> {
+        let h = self.layer.weights().hidden();
+        let k = ids.len() / (x.len() / h);
+        let s = &self.stream;
+        let (xd, idd, wd) = (s.clone_htod(x).unwrap(), s.clone_htod(ids).unwrap(), s.clone_htod(w).unwrap());
+        let sd = s.clone_htod(s_t).unwrap();
+        let mut y = s.clone_htod(&vec![bf16::NAN; x.len()]).unwrap();
+        self.layer.set_backend(backend).unwrap();
+        let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
+        let sv = MatrixView::of("shared_weights", &sd, 1).unwrap();
+        let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
+        self.layer.forward_with_shared_weights(s, &mut self.scratch, &xv, &iv, &wv, &sv, &mut yv).unwrap();
+        self.scratch.check(s).unwrap();
+        s.clone_dtoh(&y).unwrap()
+    }
 }
 
 /// Every FP8 backend against the FP8 reference (not against each other: each has its own accumulation error, so
@@ -482,5 +499,76 @@ fn fp8_layer_refusals_auto_and_the_scratch_footprint() {
         let scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
         assert_eq!(scratch.bytes(), layer.needs().footprint().total(), "T = {t}: allocated vs footprint");
         assert_eq!(layer.plan_bytes(), host.plan_bytes(false), "T = {t}: plan bytes");
+    }
+}
+
+/// A block-FP8 shared expert (DeepSeek-V3: `shared_experts` in e4m3 with 128 x 128 scales), `I_s = 2I`: every
+/// backend against the FP8 reference over the routed experts and the shared groups with the routing extended
+/// (the function the layer computes), and against the bf16 layer's reference with the full-width shared MLP
+/// on the dequantised weights (which does not split it: a group reading the wrong rows, columns or scale blocks
+/// is seen). With weight 1 and with per-token weights; without the shared expert the outputs differ.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_shared_expert_on_every_backend() {
+    use moe_gemm::checkpoint::SharedFp8Expert;
+    use moe_gemm::layer::reference::moe_forward_with_shared;
+    use moe_gemm::quant::ScaleFormat;
+    let (e, k, h, i, is, t) = (8usize, 2usize, 512usize, 256usize, 512usize, 24usize);
+    let (_, p) = experts(e, h, i, &Fp8Config::DEEPSEEK_V3, 101);
+    let quant = |rows: usize, cols: usize, seed: u64| {
+        let w: Vec<f32> =
+            blocky(random_vec(rows * cols, seed, 0.15), rows, cols, seed + 1).iter().map(|v| v.to_f32()).collect();
+        BlockFp8::quantize(&w, rows, cols, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap()
+    };
+    let shared = SharedFp8Expert::new(quant(is, h, 102), quant(is, h, 104), quant(h, is, 106)).unwrap();
+    let (all, m) = p.with_shared_groups(&shared).unwrap();
+    assert_eq!(m, 2);
+    let (_ctx, stream) = gpu();
+    let w = Fp8ExpertWeights::upload_with_shared(&stream, &p, &shared, ExpertFormat::SWIGLU).unwrap();
+    assert_eq!((w.experts(), w.shared_groups(), w.groups()), (e, m, e + m));
+    let mut rig = Fp8Rig::new(w, stream, t, k);
+    let ids = moe_gemm::random::topk_ids(t, k, e, 107);
+    let wts = weights_for(t, k, 108);
+    let x = random_vec::<bf16>(t * h, 109, 1.0);
+    let s_t: Vec<f32> = {
+        let mut r = Rng(110);
+        (0..t).map(|_| 0.25 + r.unit().abs()).collect()
+    };
+    // The extended routing the layer builds: [ids_t | E .. E + m], [w_t | s_t ...].
+    let extend = |s: Option<&[f32]>| -> (Vec<i32>, Vec<f32>) {
+        let (mut ie, mut we) = (Vec::new(), Vec::new());
+        for tok in 0..t {
+            ie.extend_from_slice(&ids[tok * k..(tok + 1) * k]);
+            we.extend_from_slice(&wts[tok * k..(tok + 1) * k]);
+            for j in 0..m {
+                ie.push((e + j) as i32);
+                we.push(s.map_or(1.0, |s| s[tok]));
+            }
+        }
+        (ie, we)
+    };
+    let dense_shared = {
+        let deq = |b: &BlockFp8| b.dequantize().into_iter().map(bf16::from_f32).collect::<Vec<_>>();
+        let (g, u, d) = (quant(is, h, 102), quant(is, h, 104), quant(h, is, 106));
+        moe_gemm::SharedExpert::new(h, is, deq(&g), deq(&u), deq(&d), None).unwrap()
+    };
+    let routed_only = moe_forward_fp8(&Fp8HostLayer::new(&p, Activation::SiluGated), &x, &ids, &wts, k);
+    for s in [None, Some(&s_t[..])] {
+        let (ie, we) = extend(s);
+        let want = moe_forward_fp8(&Fp8HostLayer::new(&all, Activation::SiluGated), &x, &ie, &we, k + m);
+        let full = moe_forward_with_shared(&dequantised(&p), &dense_shared, &x, &ids, &wts, k, s);
+        assert!(fp8_layer_mismatch(&routed_only, &want, h).is_some(), "the shared expert is visible");
+        for backend in FP8_BACKENDS {
+            let got = match s {
+                None => rig.forward(backend, &x, &ids, &wts),
+                Some(s) => rig.forward_shared(backend, &x, &ids, &wts, s),
+            };
+            if let Some(msg) = fp8_layer_mismatch(&got, &want, h) {
+                panic!("shared {} [{backend:?}] vs the FP8 reference: {msg}", if s.is_some() { "s_t" } else { "1" });
+            }
+            if let Some(msg) = fp8_vs_dense_mismatch(&got, &full, DenseWeights::Dequantised) {
+                panic!("shared [{backend:?}] vs the full-width bf16 shared MLP: {msg}");
+            }
+        }
     }
 }
