@@ -68,6 +68,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/decode_fp8.cu", "decode", PORTABLE),
     unit("cpp/runtime.cu", "runtime", PORTABLE),
     unit("cpp/quant.cu", "quant", PORTABLE),
+    unit("cpp/ep.cu", "layouts", PORTABLE),
 ];
 
 /// Each family once, in table order, with its targets (those of its first unit).

@@ -416,6 +416,11 @@ LaunchStatus decode_layer_fp8(const DecodeFp8Params& p) {
   return wrap(moe_gemm::decode_layer_fp8(a));
 }
 
+LaunchStatus ep_gather_ids(int64_t capacity, int32_t rows, uint64_t sorted_ids, uint64_t ids, int32_t sentinel,
+                           uint64_t out, uint64_t stream) {
+  return wrap(moe_gemm::ep_gather_ids(capacity, rows, sorted_ids, ids, sentinel, out, stream));
+}
+
 LaunchStatus quantize_fp8(const QuantParams& p) {
   QuantArgs a{};
   a.dtype = p.dtype;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "decode_fp8.h"
+#include "ep.h"
 #include "launch.h"
 #include "launch_fp8.h"
 #include "launch_sm100.h"
@@ -66,6 +67,8 @@ LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);
+LaunchStatus ep_gather_ids(int64_t capacity, int32_t rows, uint64_t sorted_ids, uint64_t ids, int32_t sentinel,
+                           uint64_t out, uint64_t stream);
 
 }  // namespace bridge
 }  // namespace moe_gemm

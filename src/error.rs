@@ -44,6 +44,10 @@ pub enum Error {
     #[error("device-side check failed: {what} (status word {word:#x})")]
     DeviceCheck { word: u32, what: String },
 
+    /// An NCCL call of the expert-parallel step failed.
+    #[error("NCCL {op} failed: {status}")]
+    Nccl { op: &'static str, status: String },
+
     /// A checkpoint tensor is missing or does not fit the others.
     #[error("checkpoint tensor `{tensor}`: {problem}")]
     Checkpoint { tensor: String, problem: String },

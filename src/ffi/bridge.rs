@@ -554,5 +554,16 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `QuantArgs` documents for its source (`cpp/quant.h`), live on `stream`.
         unsafe fn quantize_fp8(params: &QuantParams) -> LaunchStatus;
+        /// # Safety
+        /// `sorted_ids` and `out` int32 [capacity], `ids` int32 [rows], live on `stream`.
+        unsafe fn ep_gather_ids(
+            capacity: i64,
+            rows: i32,
+            sorted_ids: u64,
+            ids: u64,
+            sentinel: i32,
+            out: u64,
+            stream: u64,
+        ) -> LaunchStatus;
     }
 }

@@ -27,6 +27,7 @@ mod bridge;
 pub(crate) mod cublas;
 pub(crate) mod decode_fp8;
 pub(crate) mod elementwise;
+pub(crate) mod ep;
 pub(crate) mod fused;
 pub(crate) mod grouped;
 pub(crate) mod grouped_fp8;

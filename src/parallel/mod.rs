@@ -66,6 +66,11 @@
 //! per-token deduplicated dispatch of DeepEP's normal mode (one row per (token, destination rank) instead of
 //! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire, the `nccl` feature itself.
 
+#[cfg(feature = "nccl")]
+mod nccl;
+#[cfg(feature = "nccl")]
+pub use nccl::ExpertParallel;
+
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layer::reference::moe_forward;

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod ep;
 mod fp8;
 mod fp8_layer;
 mod fused;

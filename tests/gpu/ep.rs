@@ -1,0 +1,104 @@
+//! Expert parallelism over NCCL (`parallel::ExpertParallel`) with a communicator of one rank: the dispatch, the
+//! exchange (to itself), the local experts and the combine against the host EP reference (`ep_forward_reference`,
+//! which equals the one-GPU reference) and the one-GPU layer, on uniform, one-hot-expert, T = 1 and T = 0
+//! routing. Two ranks need a two-GPU machine, which this project has not been lent.
+
+use std::sync::Arc;
+
+use cudarc::nccl::Comm;
+use half::bf16;
+use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::parallel::{ep_forward_reference, ExpertParallel, Placement};
+use moe_gemm::random::topk_ids;
+use moe_gemm::*;
+
+use crate::common::*;
+use crate::layer::{packed, weights_for};
+
+fn close(got: &[bf16], want: &[bf16]) -> Option<String> {
+    let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+    let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
+    let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let tol = reference::Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
+    reference::first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b}"))
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn one_rank_expert_parallel_step_matches_the_references() {
+    let (_ctx, stream) = gpu();
+    let (e, k, h, i, max_t) = (16usize, 4usize, 256usize, 128usize, 40usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 61);
+    let placement = Placement::contiguous(e, 1).unwrap();
+    let comm = Comm::from_devices(vec![stream.clone()]).expect("NCCL with one rank").pop().unwrap();
+    let local = Arc::new(ExpertWeights::upload(&stream, &placement.local_weights(&p, 0).unwrap()).unwrap());
+    let mut ep = ExpertParallel::new(comm, &placement, local.clone(), max_t, k).unwrap();
+    assert_eq!((ep.rank(), ep.world(), ep.block_rows()), (0, 1, max_t * k));
+    let one = MoeLayer::new(&stream, local, MoeLayerOptions::new(max_t, k).backend(Backend::Grouped)).unwrap();
+    let mut one_scratch = MoeScratch::for_layers(&stream, [&one]).unwrap();
+    let hot: Vec<i32> = topk_ids(max_t, k - 1, e - 1, 62)
+        .iter()
+        .map(|&x| x + 1)
+        .collect::<Vec<_>>()
+        .chunks(k - 1)
+        .flat_map(|c| std::iter::once(0).chain(c.iter().copied()))
+        .collect();
+    let cases: Vec<(&str, usize, Vec<i32>)> = vec![
+        ("uniform", 37, topk_ids(37, k, e, 63)),
+        ("one hot expert", max_t, hot),
+        ("T = 1", 1, vec![3, 9, 0, 15]),
+        ("T = 0", 0, vec![]),
+    ];
+    for (name, t, ids) in cases {
+        let w = weights_for(t, k, 64);
+        let x = random_vec::<bf16>(t * h, 65, 1.0);
+        let want = moe_forward(&p, &x, &ids, &w, k);
+        let ep_ref = ep_forward_reference(&placement, &p, &[&x], &[&ids], &[&w], k).unwrap().pop().unwrap();
+        assert_eq!(ep_ref, want, "{name}: the EP reference equals the one-GPU reference without b2");
+        let (xd, idd, wd) =
+            (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&w).unwrap());
+        let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+        let mut y1 = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+        let xv = MatrixView::new("x", xd.as_view(), t, h).unwrap();
+        let iv = MatrixView::new("topk_ids", idd.as_view(), t, k).unwrap();
+        let wv = MatrixView::new("topk_weights", wd.as_view(), t, k).unwrap();
+        ep.forward(&xv, &iv, &wv, &mut MatrixViewMut::new("y", y.as_view_mut(), t, h).unwrap()).unwrap();
+        ep.check().unwrap();
+        if t > 0 {
+            one.forward(
+                &stream,
+                &mut one_scratch,
+                &xv,
+                &iv,
+                &wv,
+                &mut MatrixViewMut::new("y", y1.as_view_mut(), t, h).unwrap(),
+            )
+            .unwrap();
+        }
+        let (got, single) = (stream.clone_dtoh(&y).unwrap(), stream.clone_dtoh(&y1).unwrap());
+        if let Some(m) = close(&got, &want) {
+            panic!("{name}: EP step vs the reference: {m}");
+        }
+        let same = got.iter().zip(&single).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+        println!("{name}: {same} of {} outputs bit-equal to the one-GPU Grouped layer", got.len());
+        if let Some(m) = close(&got, &single) {
+            panic!("{name}: EP step vs the one-GPU layer: {m}");
+        }
+    }
+    // Inputs that do not fit are refused before anything is queued.
+    let xd = stream.alloc_zeros::<bf16>((max_t + 1) * h).unwrap();
+    let idd = stream.alloc_zeros::<i32>((max_t + 1) * k).unwrap();
+    let wd = stream.alloc_zeros::<f32>((max_t + 1) * k).unwrap();
+    let mut y = stream.alloc_zeros::<bf16>((max_t + 1) * h).unwrap();
+    let t = max_t + 1;
+    let err = ep
+        .forward(
+            &MatrixView::new("x", xd.as_view(), t, h).unwrap(),
+            &MatrixView::new("topk_ids", idd.as_view(), t, k).unwrap(),
+            &MatrixView::new("topk_weights", wd.as_view(), t, k).unwrap(),
+            &mut MatrixViewMut::new("y", y.as_view_mut(), t, h).unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("T <= 40"), "{err}");
+}
