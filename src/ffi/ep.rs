@@ -9,6 +9,7 @@ use super::{need_len, to_i32, to_i64};
 use crate::error::Result;
 
 /// Queues `out[p] = ids[sorted_ids[p]]` for `sorted_ids[p] < rows`, else `sentinel`, for `p < capacity`.
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))] // used by the NCCL step only
 pub(crate) fn launch_gather_ids(
     stream: &CudaStream,
     capacity: usize,

@@ -2,7 +2,8 @@
 //! the ranks that own its experts and the results sent back. This module is the host side: where experts live
 //! ([`Placement`]), what a batch's dispatch moves ([`DispatchPlan`], the CPU reference the device dispatch will
 //! be tested against), the full step on the host ([`ep_forward_reference`]) and its memory and traffic
-//! ([`EpSizing`], `moe-gemm plan --ep N`). No NCCL call is made yet.
+//! ([`EpSizing`], `moe-gemm plan --ep N`); and the device step over NCCL ([`ExpertParallel`], the `nccl`
+//! feature: `nccl.rs` says how it runs). The step has run with one rank only (no two-GPU machine was lent).
 //!
 //! # Semantics (DeepEP's low-latency mode, one row per (token, slot))
 //!
@@ -35,36 +36,24 @@
 //! deterministically from the source rank and the token's index alone (so the device can pick it without
 //! communication): replica `(source + token) mod replicas` of the list.
 //!
-//! # The NCCL part (next; not built)
+//! # The NCCL step ([`ExpertParallel`])
 //!
-//! cudarc 0.19's `nccl` feature (off today; libnccl is loaded at run time with `dynamic-loading`, so enabling
-//! it needs no NCCL at build time). One communicator per device: `Comm::from_devices(streams)` in one process,
-//! or `Comm::from_rank(stream, rank, world, id)` per process with an `Id::new()` shared out of band. `half::bf16`
-//! is an `NcclType` under our `f16` feature; FP8 or mixed buffers go as `u8`. What runs where, per layer step,
-//! on each rank's own stream:
+//! cudarc 0.19's `nccl` feature (default-on here; libnccl is loaded at run time with `dynamic-loading`, so
+//! building needs no NCCL). One communicator per device: `Comm::from_devices(streams)` in one process, or
+//! `Comm::from_rank(stream, rank, world, id)` per process with an `Id::new()` shared out of band. Per step, on
+//! the communicator's stream, with no host read of a count: a masked layout over the ranks places each
+//! (token, slot) row at `dest · cap + i` (stable in (token, slot) order: [`DispatchPlan`]'s order), the row
+//! gather and a small id kernel fill the send blocks (padding carries an id no rank holds), one NCCL group
+//! exchanges the fixed-size blocks (rows, then ids), the local `MoeLayer` runs every received row as a top-1
+//! token (padding dropped by its layout), a second group sends the results back, and the layout's combine sums
+//! over k. The per-peer block is the worst case above, so the transfers have fixed sizes and the step can be
+//! captured in a CUDA graph (NCCL ≥ 2.9 captures; not yet tested in a capture). The cost of that: the local
+//! layer's row count is `world · cap`, so its gather and combine-side kernels scan the padding too.
 //!
-//! 1. **device**: a routing kernel counts rows per destination and writes the send buffer (rows grouped by
-//!    destination, with int32 local expert ids) and the inverse map for combine: exactly [`DispatchPlan`]'s
-//!    `counts`, `send_order`/`send_offsets`/`dest` and `slot_to_send`, which its GPU test compares against;
-//! 2. **NCCL**: the counts (`world` int32 per rank) exchanged with an all-to-all on the device: one `send` and
-//!    one `recv` of one int32 per peer between `group_start` and `group_end`;
-//! 3. **NCCL**: the rows and ids exchanged the same way, per peer at the fixed worst-case size (the bound above)
-//!    into fixed offsets `s · T · min(k, n_r)` of the receive buffer (a count-sized transfer would need the counts
-//!    on the host); the counts stay on the device and the receiver's kernels read them, so nothing synchronises
-//!    and the step can be captured in a CUDA graph (NCCL ≥ 2.9 captures). Compacting the blocks to
-//!    [`RecvLayout`]'s dense order is a device gather over the received counts;
-//! 4. **device**: the local `MoeLayer` over the received rows (top-1, weight 1); it needs the row count read on
-//!    the device (today the layer takes its token count from the host: the layout's `T` would become a device
-//!    scalar, capped by the buffer);
-//! 5. **NCCL** then **device**: the reverse exchange of the result rows into the send positions, and a combine
-//!    kernel doing the weighted sum over k in slot order.
-//!
-//! Use `group_start`/`group_end` from `cudarc::nccl::result` (they return errors) rather than `Comm::group`,
-//! whose `Drop` unwraps `group_end`; keep every view's `SyncOnDrop` guard alive until `group_end` has returned.
-//!
-//! Not built yet: steps 1–5 on the device, the device-side row count of step 4, the shared expert under EP, the
+//! Not built yet: replicated experts on the device (the step refuses them), the shared expert under EP, the
 //! per-token deduplicated dispatch of DeepEP's normal mode (one row per (token, destination rank) instead of
-//! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire, the `nccl` feature itself.
+//! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire, two-batch overlap, the
+//! `bench --layer --ep` timing of the step; and any run with two ranks.
 
 #[cfg(feature = "nccl")]
 mod nccl;

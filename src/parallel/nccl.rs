@@ -266,7 +266,9 @@ impl<T: Element + NcclType> ExpertParallel<T> {
 }
 
 /// Block `d` of `send` (`block` elements) to rank `d`, block `s` of `recv` from rank `s`, for every rank, in
-/// one NCCL group.
+/// one NCCL group. `Comm::send`/`recv` rather than `Comm::group` (whose `Drop` unwraps `group_end`): their
+/// access guards end before `group_end` enqueues the transfers, which is sound here because the buffers are
+/// the step's own and only ever used on the communicator's stream (no other stream waits on their events).
 fn exchange<T: NcclType>(
     comm: &Comm,
     world: usize,
