@@ -7,6 +7,12 @@ mkdir -p "$out"
 # cuBLAS (the dense-rate ceiling) from PyTorch's CUDA wheels, where present.
 lib=$(python3 -c "import os,glob,nvidia; print(':'.join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d+'/**/libcublas.so*', recursive=True)})))" 2>/dev/null)
 export LD_LIBRARY_PATH="${lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL (the expert-parallel test) from PyTorch's wheels: cudarc's loader asks for libnccl.so, the wheel has .so.2.
+nccl=$(python3 -c "import glob,nvidia; print(next(iter(p for d in nvidia.__path__ for p in glob.glob(d+'/**/libnccl.so*', recursive=True)), ''))" 2>/dev/null)
+if [ -n "$nccl" ]; then
+  mkdir -p "$out/nccl" && ln -sf "$nccl" "$out/nccl/libnccl.so"
+  export LD_LIBRARY_PATH="$(cd "$out/nccl" && pwd):$LD_LIBRARY_PATH"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 ./carry/moe-gemm info | tail -3
 ./carry/gpu --include-ignored --test-threads=1 > "$out/gpu.log" 2>&1; grep -E "test result|FAILED|panicked" "$out/gpu.log"
