@@ -51,6 +51,7 @@ pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
+pub use tuning::TunedBackends;
 pub use view::{MatrixView, MatrixViewMut};
 
 /// For the `moe-gemm` binary (`cli` feature).

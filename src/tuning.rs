@@ -158,14 +158,18 @@ impl ConfigFile {
 }
 
 /// What a layer runs for one token bucket, as one entry of a config file written by `moe-gemm bench --layer
-/// --write-configs`: the backend and, per GEMM (`w13`, `w2`), the kernel configuration it launches. `Batched`
+/// --write-configs`: the backend (the fastest measured; [`TunedBackends`] reads it back), Auto's cost-model
+/// pick beside it, and, per GEMM (`w13`, `w2`), the kernel configuration it launches. `Batched`
 /// runs the two decode kernels (no tile); the layout backends the grouped GEMM's heuristic tile; `Fused` its
 /// fused tile (`fused_tile`, or the per-batch choice).
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 #[derive(Clone, Debug)]
 pub struct LayerChoice {
+    /// The backend the bucket runs: the fastest measured.
     pub backend: crate::layer::Backend,
+    /// What the built-in cost model picks there (for comparison).
+    pub auto: crate::layer::Backend,
     pub experts: usize,
     pub hidden: usize,
     pub inter: usize,
@@ -198,9 +202,115 @@ impl LayerChoice {
         };
         serde_json::json!({
             "backend": format!("{:?}", self.backend),
+            "auto_pick": format!("{:?}", self.auto),
             "w13": gemm(2 * self.inter),
             "w2": gemm(self.hidden),
             "median_us": self.median_us,
         })
     }
+}
+
+/// `Auto`'s choice per token bucket, measured on a GPU rather than modelled: read from a tuned-config file that
+/// `moe-gemm bench --layer --write-configs` wrote (each bucket's `"backend"`, the fastest backend measured at
+/// that batch), and given to a layer with [`MoeLayerOptions::tuned`](crate::MoeLayerOptions::tuned). A batch
+/// takes the bucket nearest its token count (vLLM's rule: `min(keys, key = |key - M|)`, the smaller key on a
+/// tie). Where the bucket's backend cannot run the batch (Batched past its 4096 rows, a backend the weights'
+/// format has no kernels for, any backend under expert parallelism but Grouped), the layer falls back to its
+/// cost model, as vLLM falls back to its default rule.
+///
+/// A fixed array (at most [`TunedBackends::MAX_BUCKETS`] buckets), so that the options holding it stay `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunedBackends {
+    experts: usize,
+    inter: usize,
+    len: usize,
+    buckets: [(usize, crate::layer::Backend); TunedBackends::MAX_BUCKETS],
+}
+
+impl TunedBackends {
+    /// Most buckets a table holds (vLLM's files have 18).
+    pub const MAX_BUCKETS: usize = 32;
+
+    /// A table for layers of `experts` experts of intermediate size `inter` (vLLM's `E` and `N`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: no bucket, more than [`Self::MAX_BUCKETS`], a token count
+    /// of 0 or given twice, `Auto` as a bucket's backend.
+    pub fn new(experts: usize, inter: usize, buckets: &[(usize, crate::layer::Backend)]) -> Result<TunedBackends> {
+        let bad = |s: String| Err(Error::InvalidProblem(format!("tuned backends: {s}")));
+        if buckets.is_empty() || buckets.len() > Self::MAX_BUCKETS {
+            return bad(format!("{} buckets: between 1 and {} are taken", buckets.len(), Self::MAX_BUCKETS));
+        }
+        let mut sorted = buckets.to_vec();
+        sorted.sort_by_key(|b| b.0);
+        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+            return bad(format!("token count {} given twice", w[0].0));
+        }
+        if sorted[0].0 == 0 {
+            return bad("token count 0: buckets are batch sizes of at least 1".into());
+        }
+        if let Some(b) = sorted.iter().find(|b| b.1 == crate::layer::Backend::Auto) {
+            return bad(format!("bucket {}: Auto is not a backend a batch runs", b.0));
+        }
+        let mut table = [(0, crate::layer::Backend::Grouped); Self::MAX_BUCKETS];
+        table[..sorted.len()].copy_from_slice(&sorted);
+        Ok(TunedBackends { experts, inter, len: sorted.len(), buckets: table })
+    }
+
+    /// Parses a file's text: a JSON object from token counts to entries holding a `"backend"` name (as
+    /// `bench --layer --write-configs` writes them; other fields are ignored).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the key or value that does not parse; as [`Self::new`].
+    pub fn from_json(name: &ConfigName, text: &str) -> Result<TunedBackends> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Error::InvalidProblem(format!("{name}: not JSON: {e}")))?;
+        let obj = v.as_object().ok_or_else(|| Error::InvalidProblem(format!("{name}: not a JSON object")))?;
+        let mut buckets = Vec::with_capacity(obj.len());
+        for (k, entry) in obj {
+            let t: usize =
+                k.parse().map_err(|_| Error::InvalidProblem(format!("{name}: key {k:?} is not a token count")))?;
+            let b = entry.get("backend").and_then(|b| b.as_str()).ok_or_else(|| {
+                Error::InvalidProblem(format!(
+                    "{name}: bucket {k} has no \"backend\" (a vLLM kernel config, not one this crate wrote?)"
+                ))
+            })?;
+            buckets.push((t, parse_backend(b).map_err(|e| Error::InvalidProblem(format!("{name}: bucket {k}: {e}")))?));
+        }
+        TunedBackends::new(name.experts, name.n, &buckets)
+    }
+
+    /// Reads a file named as vLLM names them (`E=..,N=..,device_name=...json`).
+    ///
+    /// # Errors
+    /// As [`ConfigName::parse`] and [`Self::from_json`]; an unreadable file.
+    pub fn read(path: &Path) -> Result<TunedBackends> {
+        let name = ConfigName::parse(&path.to_string_lossy())?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::InvalidProblem(format!("cannot read {}: {e}", path.display())))?;
+        TunedBackends::from_json(&name, &text)
+    }
+
+    /// `E` and `N` of the layers it was tuned for.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.experts, self.inter)
+    }
+    /// The buckets, in increasing token count.
+    pub fn buckets(&self) -> &[(usize, crate::layer::Backend)] {
+        &self.buckets[..self.len]
+    }
+
+    /// The backend of the bucket nearest `tokens` (the smaller bucket on a tie).
+    pub fn pick(&self, tokens: usize) -> crate::layer::Backend {
+        self.buckets().iter().min_by_key(|(t, _)| t.abs_diff(tokens)).map(|b| b.1).expect("at least one bucket")
+    }
+}
+
+/// A backend by name, as the CLI and the config files write it (`batched`, `Grouped`, ...: any case).
+fn parse_backend(name: &str) -> Result<crate::layer::Backend> {
+    crate::layer::Backend::CONCRETE
+        .into_iter()
+        .chain([crate::layer::Backend::Auto])
+        .find(|b| b.name().eq_ignore_ascii_case(name))
+        .ok_or_else(|| Error::InvalidProblem(format!("unknown backend {name:?}")))
 }

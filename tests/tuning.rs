@@ -80,6 +80,7 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
     let choice = |backend, tokens, fused_tile| {
         LayerChoice {
             backend,
+            auto: Backend::Grouped,
             experts: 128,
             hidden: 2048,
             inter: 768,
@@ -92,7 +93,7 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
         .entry()
     };
     let b = choice(Backend::Batched, 1, None);
-    assert_eq!(b["backend"], "Batched");
+    assert_eq!((b["backend"].as_str(), b["auto_pick"].as_str()), (Some("Batched"), Some("Grouped")));
     assert_eq!(b["w13"]["config"], "batched-decode");
     assert!(b["w13"].get("tile").is_none());
     let f = choice(Backend::Fused, 64, None);
@@ -104,4 +105,79 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
     let want = moe_gemm::TileConfig::heuristic(128, 2 * 768, 4096 * 8, 132);
     assert_eq!(g["w13"]["config"], want.name());
     assert_eq!(g["median_us"], 1.0);
+}
+
+/// Tuned backends: the nearest bucket (the smaller on a tie, as vLLM's `min` over |key - M|), every bad table
+/// refused by name, files written by `--write-configs` read back, a vLLM kernel config refused.
+#[test]
+fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
+    use moe_gemm::tuning::{LayerChoice, TunedBackends};
+    use moe_gemm::Backend::*;
+    let t = TunedBackends::new(8, 14336, &[(1024, Grouped), (1, Batched), (64, Fused)]).unwrap();
+    assert_eq!(t.buckets(), &[(1, Batched), (64, Fused), (1024, Grouped)]);
+    for (tokens, want) in [(1, Batched), (32, Batched), (33, Fused), (544, Fused), (545, Grouped), (1 << 20, Grouped)] {
+        assert_eq!(t.pick(tokens), want, "T = {tokens}");
+    }
+    let err = |b: &[(usize, moe_gemm::Backend)]| TunedBackends::new(8, 14336, b).unwrap_err().to_string();
+    assert!(err(&[]).contains("0 buckets"));
+    assert!(err(&[(4, Grouped), (4, Fused)]).contains("token count 4 given twice"));
+    assert!(err(&[(0, Grouped)]).contains("token count 0"));
+    assert!(err(&[(8, Auto)]).contains("Auto is not a backend"));
+    let many: Vec<_> = (1..=33).map(|t| (t, Grouped)).collect();
+    assert!(err(&many).contains("33 buckets"));
+    // A file as --write-configs writes it reads back to the measured backends.
+    let dir = std::env::temp_dir().join(format!("moe-gemm-tuned-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = ConfigName::parse("E=8,N=14336,device_name=NVIDIA_H200,dtype=bf16.json").unwrap();
+    let entry = |backend, tokens| {
+        LayerChoice {
+            backend,
+            auto: Grouped,
+            experts: 8,
+            hidden: 4096,
+            inter: 14336,
+            top_k: 2,
+            tokens,
+            sm_count: 132,
+            fused_tile: None,
+            median_us: Some(1.0),
+        }
+        .entry()
+    };
+    let file = ConfigFile { name: name.clone(), buckets: [(1, entry(Batched, 1)), (256, entry(Fused, 256))].into() };
+    let path = file.write(&dir).unwrap();
+    let back = TunedBackends::read(&path).unwrap();
+    assert_eq!((back.shape(), back.buckets()), ((8, 14336), &[(1, Batched), (256, Fused)][..]));
+    let vllm = TunedBackends::from_json(&name, r#"{"1": {"BLOCK_SIZE_M": 16, "num_warps": 4}}"#).unwrap_err();
+    assert!(vllm.to_string().contains("bucket 1 has no \"backend\""), "{vllm}");
+    let unknown = TunedBackends::from_json(&name, r#"{"1": {"backend": "Tiled"}}"#).unwrap_err();
+    assert!(unknown.to_string().contains("unknown backend \"Tiled\""), "{unknown}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A plan with tuned backends makes room for them and sizes each for the batches the table sends it; a tuned
+/// backend that cannot run (Fused over FP8 weights, Batched past its rows) falls back to the cost model.
+#[test]
+fn tuned_sizing_gives_room_to_the_tuned_backends() {
+    use moe_gemm::tuning::TunedBackends;
+    use moe_gemm::Backend::*;
+    use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
+    let mixtral =
+        LayerShape { experts: 8, global_experts: 8, top_k: 2, shared_groups: 0, hidden: 4096, inter: 14336, gated: true };
+    let size = |format, t: usize, tuned| {
+        LayerSizing::for_format_tuned(mixtral, DType::BF16, format, t, Auto, None, None, None, false, 132, tuned).unwrap()
+    };
+    let tuned = TunedBackends::new(8, 14336, &[(1, Masked), (48, Grouped)]).unwrap();
+    let s = size(WeightFormat::Dense, 64, Some(tuned));
+    assert!(s.backends().contains(Masked) && s.backends().contains(Grouped), "{}", s.backends());
+    let passes = s.pass_tokens();
+    let of = |b| passes.iter().find(|p| p.0 == b).map(|p| p.1);
+    // Masked for T <= 24 (nearest bucket 1), Grouped from 25 (nearest 48) to 64.
+    assert_eq!((of(Masked), of(Grouped)), (Some(24), Some(64)));
+    assert_eq!(size(WeightFormat::Dense, 64, None).backends(), Backends::AUTO, "untuned: Auto's three");
+    // FP8 weights: Fused has no FP8 kernels, so a Fused table changes nothing.
+    let fused = TunedBackends::new(8, 14336, &[(1, Fused)]).unwrap();
+    let fp8 = size(WeightFormat::Fp8Block, 64, Some(fused));
+    assert_eq!(fp8.backends(), Backends::FP8_AUTO);
+    assert_eq!(fp8.pass_tokens(), size(WeightFormat::Fp8Block, 64, None).pass_tokens());
 }

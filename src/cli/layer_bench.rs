@@ -144,9 +144,16 @@ fn write_configs(
             dtype: Some("bf16".into()),
             block_shape: None,
         };
-        let median = bf16_auto_us(results, pi, p);
+        // The fastest backend measured at this point (a tuned file's choice), else Auto's pick.
+        let best = results
+            .iter()
+            .filter(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.asked != Backend::Auto)
+            .filter_map(|r| r.times.map(|t| (r.ran, t.0)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |(b, us)| (b, Some(us)));
         let entry = LayerChoice {
-            backend: p.auto,
+            backend,
+            auto: p.auto,
             experts: p.experts,
             hidden: p.hidden,
             inter: p.inter,

@@ -71,6 +71,7 @@ use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::fused::{FusedGemm, FusedTile};
+use crate::tuning::TunedBackends;
 use crate::view::{MatrixView, MatrixViewMut};
 
 use sizing::{aligned_rows, auto_pick, fp8_backend_error};
@@ -91,6 +92,8 @@ pub struct MoeLayerOptions {
     pub backends: Option<Backends>,
     /// The Fused backend's tile for every batch (`None`: [`FusedTile::for_rows`] per pass).
     pub fused_tile: Option<FusedTile>,
+    /// `Auto`'s measured choice per token bucket ([`TunedBackends`]; `None`: the cost model alone).
+    pub tuned: Option<TunedBackends>,
 }
 
 impl MoeLayerOptions {
@@ -103,6 +106,7 @@ impl MoeLayerOptions {
             backend: Backend::Auto,
             backends: None,
             fused_tile: None,
+            tuned: None,
         }
     }
     pub fn backend(mut self, backend: Backend) -> Self {
@@ -119,6 +123,13 @@ impl MoeLayerOptions {
     }
     pub fn fused_tile(mut self, tile: FusedTile) -> Self {
         self.fused_tile = Some(tile);
+        self
+    }
+    /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
+    /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
+    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size.
+    pub fn tuned(mut self, tuned: TunedBackends) -> Self {
+        self.tuned = Some(tuned);
         self
     }
 }
@@ -252,7 +263,18 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             inter: c.inter,
             gated: c.activation.gated(),
         };
-        let sizing = LayerSizing::for_format(
+        if let Some(t) = &options.tuned {
+            if t.shape() != (shape.global_experts, shape.inter) {
+                return Err(Error::InvalidProblem(format!(
+                    "tuned backends for E = {}, N = {}: this layer has E = {} experts (global), I = {}",
+                    t.shape().0,
+                    t.shape().1,
+                    shape.global_experts,
+                    shape.inter
+                )));
+            }
+        }
+        let sizing = LayerSizing::for_format_tuned(
             shape,
             T::DTYPE,
             c.format,
@@ -263,6 +285,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             options.fused_tile,
             expert_map.is_some(),
             device.sm_count.max(1) as usize,
+            options.tuned,
         )?;
         let mut gemms: Vec<GemmPair<T>> = Vec::new();
         for pair in sizing.gemms.chunks(2) {
@@ -352,7 +375,13 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// [`auto_backend_fp8`].
     pub fn backend_for(&self, tokens: usize) -> Backend {
         match self.backend {
-            Backend::Auto => auto_pick(&self.sizing.shape, self.sizing.format, tokens, self.expert_map.is_some()),
+            Backend::Auto => auto_pick(
+                &self.sizing.shape,
+                self.sizing.format,
+                tokens,
+                self.expert_map.is_some(),
+                self.sizing.tuned.as_ref(),
+            ),
             b => b,
         }
     }

@@ -16,6 +16,7 @@ use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
 use crate::kernels::TileConfig;
 use crate::layouts::build_scratch_ints;
 use crate::quant::{scale_blocks, SCALE_BLOCK};
+use crate::tuning::TunedBackends;
 
 pub use super::needs::{mib, Footprint, PlanBytes, ScratchNeeds};
 
@@ -115,6 +116,8 @@ pub struct LayerSizing {
     pub(crate) needs: ScratchNeeds,
     /// The GEMM plans the layer makes: (family, w13 or w2, groups, n, k, max_rows, candidate rows).
     pub(crate) gemms: Vec<GemmSpec>,
+    /// `Auto`'s measured choices, where given.
+    pub(crate) tuned: Option<TunedBackends>,
 }
 
 /// One grouped GEMM plan family of a layer.
@@ -200,7 +203,8 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
-        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count };
+        let opts =
+            SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned: None };
         Self::build(shape, dtype, WeightFormat::Dense, opts)
     }
 
@@ -224,7 +228,16 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
-        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile: None, expert_parallel, sm_count };
+        let opts = SizingOptions {
+            max_tokens,
+            backend,
+            backends,
+            max_m,
+            fused_tile: None,
+            expert_parallel,
+            sm_count,
+            tuned: None,
+        };
         Self::build(shape, DType::BF16, WeightFormat::Fp8Block, opts)
     }
 
@@ -246,12 +259,46 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
-        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count };
+        Self::for_format_tuned(
+            shape,
+            dtype,
+            format,
+            max_tokens,
+            backend,
+            backends,
+            max_m,
+            fused_tile,
+            expert_parallel,
+            sm_count,
+            None,
+        )
+    }
+
+    /// [`Self::for_format`] with `Auto` choosing from `tuned` where it can (what a `MoeLayer` planned with
+    /// [`MoeLayerOptions::tuned`](super::MoeLayerOptions::tuned) sizes with): the tuned backends get room too.
+    ///
+    /// # Errors
+    /// As [`Self::for_format`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_format_tuned(
+        shape: LayerShape,
+        dtype: DType,
+        format: WeightFormat,
+        max_tokens: usize,
+        backend: Backend,
+        backends: Option<Backends>,
+        max_m: Option<usize>,
+        fused_tile: Option<FusedTile>,
+        expert_parallel: bool,
+        sm_count: usize,
+        tuned: Option<TunedBackends>,
+    ) -> Result<Self> {
+        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned };
         Self::build(shape, dtype, format, opts)
     }
 
     fn build(shape: LayerShape, dtype: DType, format: WeightFormat, o: SizingOptions) -> Result<Self> {
-        let SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count } = o;
+        let SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned } = o;
         let fp8 = format == WeightFormat::Fp8Block;
         let fused_tile = if fp8 { None } else { fused_tile };
         let bad = |s: String| Err(Error::InvalidProblem(s));
@@ -278,6 +325,16 @@ impl LayerSizing {
             Backends::FP8_AUTO
         } else {
             Backends::AUTO
+        };
+        // The tuned backends Auto may run get room too.
+        let auto_set = match (&tuned, expert_parallel) {
+            (Some(t), false) => t
+                .buckets()
+                .iter()
+                .map(|b| b.1)
+                .filter(|&b| tuned_runs(&shape, format, b, 1))
+                .fold(auto_set, |set, b| set.union(Backends::of(b))),
+            _ => auto_set,
         };
         let enabled = match (backends, backend) {
             (Some(set), _) => set,
@@ -327,7 +384,10 @@ impl LayerSizing {
                 };
                 let tokens = if backends.is_none() && backend == Backend::Auto {
                     // The largest batch Auto sends to b (at least one token, so a forced switch still runs).
-                    (1..=max_tokens).rfind(|&t| auto_pick(&s, format, t, expert_parallel) == b).unwrap_or(1).min(full)
+                    (1..=max_tokens)
+                        .rfind(|&t| auto_pick(&s, format, t, expert_parallel, tuned.as_ref()) == b)
+                        .unwrap_or(1)
+                        .min(full)
                 } else {
                     full
                 };
@@ -447,6 +507,7 @@ impl LayerSizing {
             rows,
             needs,
             gemms,
+            tuned,
         })
     }
 
@@ -511,11 +572,30 @@ impl LayerSizing {
     }
 }
 
-/// Auto's choice for `tokens` tokens of `shape` over weights stored as `format`: see [`super::auto_backend`]
-/// and, for FP8 weights, [`super::auto_backend_fp8`]; Grouped under expert parallelism.
-pub(crate) fn auto_pick(shape: &LayerShape, format: WeightFormat, tokens: usize, expert_parallel: bool) -> Backend {
+/// Whether a tuned bucket's backend `b` can run `tokens` tokens of `shape` over `format` weights: not Eager (it
+/// synchronises), one FP8 runs for FP8 weights, Batched within its rows.
+fn tuned_runs(shape: &LayerShape, format: WeightFormat, b: Backend, tokens: usize) -> bool {
+    let kernels = if format == WeightFormat::Fp8Block { Backends::FP8 } else { Backends::ALL };
+    b != Backend::Eager
+        && kernels.contains(b)
+        && (b != Backend::Batched || tokens * shape.slots() <= BATCHED_MAX_ROWS.max(shape.slots()))
+}
+
+/// Auto's choice for `tokens` tokens of `shape` over weights stored as `format`: the tuned bucket's backend
+/// where it can run the batch, else [`super::auto_backend`] and, for FP8 weights, [`super::auto_backend_fp8`];
+/// Grouped under expert parallelism.
+pub(crate) fn auto_pick(
+    shape: &LayerShape,
+    format: WeightFormat,
+    tokens: usize,
+    expert_parallel: bool,
+    tuned: Option<&TunedBackends>,
+) -> Backend {
     if expert_parallel {
         return Backend::Grouped;
+    }
+    if let Some(b) = tuned.map(|t| t.pick(tokens)).filter(|&b| tuned_runs(shape, format, b, tokens)) {
+        return b;
     }
     if format == WeightFormat::Fp8Block {
         return super::auto_backend_fp8(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens);
@@ -534,6 +614,7 @@ struct SizingOptions {
     fused_tile: Option<FusedTile>,
     expert_parallel: bool,
     sm_count: usize,
+    tuned: Option<TunedBackends>,
 }
 
 #[cfg(test)]
