@@ -6,6 +6,17 @@ use std::sync::Arc;
 #[allow(unused_imports)] // each test binary uses a different part
 pub use moe_gemm::random::{random_vec, SplitMix64 as Rng};
 
+/// A bf16 layer output against its reference: every element within two half bf16 steps of the largest
+/// reference magnitude plus two of its own (`None`), or the first that is not.
+pub fn bf16_layer_mismatch(got: &[half::bf16], want: &[half::bf16]) -> Option<String> {
+    use moe_gemm::reference;
+    let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+    let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
+    let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let tol = reference::Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
+    reference::first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b}"))
+}
+
 /// Sizes of `groups` groups from `rows` rows routed uniformly at random (seeded).
 pub fn uniform_sizes(groups: usize, rows: usize, seed: u64) -> Vec<usize> {
     let mut rng = Rng(seed);

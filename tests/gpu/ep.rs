@@ -15,14 +15,6 @@ use moe_gemm::*;
 use crate::common::*;
 use crate::layer::{packed, weights_for};
 
-fn close(got: &[bf16], want: &[bf16]) -> Option<String> {
-    let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
-    let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
-    let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let tol = reference::Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
-    reference::first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b}"))
-}
-
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn one_rank_expert_parallel_step_matches_the_references() {
@@ -76,12 +68,12 @@ fn one_rank_expert_parallel_step_matches_the_references() {
             .unwrap();
         }
         let (got, single) = (stream.clone_dtoh(&y).unwrap(), stream.clone_dtoh(&y1).unwrap());
-        if let Some(m) = close(&got, &want) {
+        if let Some(m) = bf16_layer_mismatch(&got, &want) {
             panic!("{name}: EP step vs the reference: {m}");
         }
         let same = got.iter().zip(&single).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
         println!("{name}: {same} of {} outputs bit-equal to the one-GPU Grouped layer", got.len());
-        if let Some(m) = close(&got, &single) {
+        if let Some(m) = bf16_layer_mismatch(&got, &single) {
             panic!("{name}: EP step vs the one-GPU layer: {m}");
         }
     }

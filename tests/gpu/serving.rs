@@ -12,13 +12,6 @@ use moe_gemm::*;
 use crate::common::*;
 use crate::layer::{packed, views, weights_for};
 
-fn tolerance_mismatch(got: &[bf16], want: &[bf16]) -> Option<String> {
-    let w: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
-    let g: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
-    let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let tol = reference::Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
-    reference::first_mismatch(&g, &w, tol).map(|(i, a, b)| format!("element {i}: got {a}, reference {b}"))
-}
 
 /// 58 DeepSeek-V3-shaped layers (E 256, k 8; H 256, I 128 to keep 58 layers' weights small) share one scratch;
 /// the whole stack is captured in one CUDA graph and replayed, and each layer's output equals that layer run on
@@ -87,7 +80,7 @@ fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph() {
                 "{backend:?} layer {l}: the 58-layer graph over one scratch differs from the layer alone"
             );
         }
-        if let Some(m) = tolerance_mismatch(&from_graph[0], &moe_forward(&p0, &x_host, &ids_h[0], &w_h[0], k)) {
+        if let Some(m) = bf16_layer_mismatch(&from_graph[0], &moe_forward(&p0, &x_host, &ids_h[0], &w_h[0], k)) {
             panic!("{backend:?} layer 0 vs the CPU reference: {m}");
         }
     }
@@ -158,7 +151,7 @@ fn layer_planned_on_one_thread_runs_from_a_fresh_thread() {
         })
         .join()
         .unwrap();
-        if let Some(m) = tolerance_mismatch(&got, &want) {
+        if let Some(m) = bf16_layer_mismatch(&got, &want) {
             panic!("{backend:?} from a fresh thread: {m}");
         }
     }
@@ -247,7 +240,7 @@ fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
         let (xv, iv, wv) = views(&x, h, &ids, &w, k);
         layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
         scratch.check(&stream).unwrap();
-        if let Some(m) = tolerance_mismatch(&stream.clone_dtoh(&y).unwrap(), &want) {
+        if let Some(m) = bf16_layer_mismatch(&stream.clone_dtoh(&y).unwrap(), &want) {
             panic!("{backend:?} in an Auto plan: {m}");
         }
     }
