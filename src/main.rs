@@ -1,4 +1,5 @@
-//! `moe-gemm`: what was built and what the device can do (`info`), and how fast it runs (`bench`).
+//! `moe-gemm`: what was built and what the device can do (`info`), how fast it runs (`bench`), what memory a
+//! model takes (`plan`), and the measured backend per batch for `Auto` (`tune`).
 
 mod cli;
 
@@ -20,6 +21,9 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Device memory of a model's MoE layers: the shared scratch, the per-layer plans, the weights (no GPU needed).
     Plan(cli::plan::PlanArgs),
+    /// Measure every backend of a model's layer per token bucket on this GPU and write the fastest as a tuned
+    /// file for `Auto` (`TunedBackends`, `MoeLayerOptions::tuned`).
+    Tune(cli::tune::TuneArgs),
 }
 
 fn main() {
@@ -29,6 +33,7 @@ fn main() {
         Command::Info => cli::info::run(),
         Command::Bench(b) => cli::bench::run(b),
         Command::Plan(p) => cli::plan::run(&p),
+        Command::Tune(t) => cli::tune::run(&t),
     };
     if let Err(e) = result {
         eprintln!("moe-gemm: {e}");

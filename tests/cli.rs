@@ -79,3 +79,19 @@ fn bench_layer_fp8_checks_its_backends_and_fails_cleanly_without_a_gpu() {
         assert!(ok && text.contains("no CUDA device"), "{args:?}: {text}");
     }
 }
+
+/// `tune`: its arguments are checked before any device is touched; a valid run without a GPU says so and exits 0.
+#[test]
+fn tune_checks_its_arguments_and_fails_cleanly_without_a_gpu() {
+    let (ok, text) = cli(&["tune", "--model", "nope"]);
+    assert!(!ok && text.contains("--model nope: not a suite model") && text.contains("deepseek-v3"), "{text}");
+    let (ok, text) = cli(&["tune", "--model", "mixtral-8x7b", "--tokens", "1,0"]);
+    assert!(!ok && text.contains("at least 1"), "{text}");
+    let (ok, text) = cli(&["tune", "--help"]);
+    assert!(ok && text.contains("--out") && text.contains("Token buckets"), "{text}");
+    if moe_gemm::device::driver_present() {
+        return; // measured on the GPU host instead
+    }
+    let (ok, text) = cli(&["tune", "--model", "mixtral-8x7b", "--tokens", "1,64", "--out", "/tmp/moe-gemm-tune-test"]);
+    assert!(ok && text.contains("no CUDA device"), "{text}");
+}

@@ -162,10 +162,18 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
     use moe_gemm::tuning::TunedBackends;
     use moe_gemm::Backend::*;
     use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
-    let mixtral =
-        LayerShape { experts: 8, global_experts: 8, top_k: 2, shared_groups: 0, hidden: 4096, inter: 14336, gated: true };
+    let mixtral = LayerShape {
+        experts: 8,
+        global_experts: 8,
+        top_k: 2,
+        shared_groups: 0,
+        hidden: 4096,
+        inter: 14336,
+        gated: true,
+    };
     let size = |format, t: usize, tuned| {
-        LayerSizing::for_format_tuned(mixtral, DType::BF16, format, t, Auto, None, None, None, false, 132, tuned).unwrap()
+        LayerSizing::for_format_tuned(mixtral, DType::BF16, format, t, Auto, None, None, None, false, 132, tuned)
+            .unwrap()
     };
     let tuned = TunedBackends::new(8, 14336, &[(1, Masked), (48, Grouped)]).unwrap();
     let s = size(WeightFormat::Dense, 64, Some(tuned));

@@ -7,3 +7,4 @@ mod layer_inputs;
 pub mod peer;
 pub mod plan;
 pub mod plot;
+pub mod tune;

@@ -12,7 +12,6 @@ use moe_gemm::*;
 use crate::common::*;
 use crate::layer::{packed, views, weights_for};
 
-
 /// 58 DeepSeek-V3-shaped layers (E 256, k 8; H 256, I 128 to keep 58 layers' weights small) share one scratch;
 /// the whole stack is captured in one CUDA graph and replayed, and each layer's output equals that layer run on
 /// its own with a scratch of its own, bit for bit (a layer reading another's leftovers would differ). Layer 0

@@ -1,0 +1,86 @@
+//! `moe-gemm tune`: measures every backend of the layer on this GPU for one model and writes the fastest per
+//! token bucket as a tuned file (`E=..,N=..,device_name=..,dtype=bf16.json`), which `TunedBackends::read` and
+//! `MoeLayerOptions::tuned` give back to `Auto`. It is `bench --layer --write-configs` over the buckets asked
+//! for, with every backend that can serve a batch (Eager synchronises: not one) and no PyTorch peer, so the
+//! tuner and the benchmark measure the same way.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser};
+use moe_gemm::{Error, Result};
+
+use super::bench::{BenchArgs, MODELS};
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// The model whose MoE layer to tune (a suite model: mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b,
+    /// deepseek-v3, gpt-oss-120b).
+    #[arg(long)]
+    pub model: String,
+    /// Token buckets (comma-separated); default the suite's 1, 2, 4, ..., 16384.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192,16384")]
+    pub tokens: Vec<usize>,
+    /// Folder the tuned file is written into.
+    #[arg(long, default_value = "configs")]
+    pub out: PathBuf,
+    /// Timed repetitions per point.
+    #[arg(long, default_value_t = 20)]
+    pub reps: usize,
+}
+
+/// The bench arguments `tune` runs with, parsed by the bench's own parser so both share every default.
+#[derive(Parser, Debug)]
+struct AsBench {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
+    if !MODELS.iter().any(|m| m.name == t.model) {
+        let names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        return Err(Error::InvalidProblem(format!("--model {}: not a suite model ({})", t.model, names.join(", "))));
+    }
+    if t.tokens.is_empty() || t.tokens.contains(&0) {
+        return Err(Error::InvalidProblem(format!(
+            "--tokens {:?}: token buckets are batch sizes of at least 1",
+            t.tokens
+        )));
+    }
+    let tokens = t.tokens.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+    let argv = [
+        "tune".to_string(),
+        "--layer".into(),
+        "--models".into(),
+        t.model.clone(),
+        "--layer-tokens".into(),
+        tokens,
+        "--backends".into(),
+        "batched,grouped,contiguous,masked,fused".into(),
+        "--peer".into(),
+        "none".into(),
+        "--reps".into(),
+        t.reps.to_string(),
+        "--write-configs".into(),
+        t.out.to_string_lossy().into_owned(),
+    ];
+    AsBench::try_parse_from(argv).map(|a| a.bench).map_err(|e| Error::InvalidProblem(format!("tune: {e}")))
+}
+
+pub fn run(t: &TuneArgs) -> Result<()> {
+    super::bench::run(bench_args(t)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tune_runs_the_layer_bench_over_every_serving_backend_and_writes_the_file() {
+        let t = TuneArgs { model: "deepseek-v3".into(), tokens: vec![1, 64], out: "out/tuned".into(), reps: 7 };
+        let b = bench_args(&t).unwrap();
+        assert!(b.layer && !b.suite);
+        assert_eq!((b.models, b.layer_tokens, b.reps), (vec!["deepseek-v3".to_string()], vec![1, 64], 7));
+        assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
+        assert_eq!((b.peer.as_str(), b.write_configs), ("none", Some(PathBuf::from("out/tuned"))));
+    }
+}
