@@ -77,6 +77,10 @@ pub struct BenchArgs {
     /// median) as vLLM-format config files into this folder.
     #[arg(long)]
     pub write_configs: Option<PathBuf>,
+    /// --layer: Auto of the bf16 layer from the tuned files in this folder (`moe-gemm tune` or
+    /// --write-configs wrote them on this GPU; a model without one keeps the cost model).
+    #[arg(long)]
+    pub tuned: Option<PathBuf>,
     /// Backends of --layer: eager, batched, grouped, contiguous, masked, fused, auto.
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,fused")]
     pub backends: Vec<String>,

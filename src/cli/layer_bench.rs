@@ -24,7 +24,7 @@ use moe_gemm::{
 };
 
 use moe_gemm::ceilings::Ceilings;
-use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice};
+use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice, TunedBackends};
 
 use super::bench::{BenchArgs, BenchDtype};
 pub use super::layer_fp8::validate_fp8;
@@ -243,7 +243,26 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         if ep > 1 {
             room = room.iter().filter(|&b| b != Backend::Batched).collect();
         }
-        let opts = MoeLayerOptions::new(max_t, k).backends(room);
+        let mut opts = MoeLayerOptions::new(max_t, k).backends(room);
+        // --tuned: Auto from this GPU's tuned file of the model, where one exists (and room for its backends).
+        if let Some(dir) = args.tuned.as_ref().filter(|_| ep == 1) {
+            let name = ConfigName {
+                experts: e,
+                n: i,
+                device_name: ConfigName::device(&info.name),
+                dtype: Some("bf16".into()),
+                block_shape: None,
+            };
+            let path = dir.join(name.to_string());
+            if path.exists() {
+                let t = TunedBackends::read(&path)?;
+                let tuned_room: Backends = t.buckets().iter().map(|b| b.1).collect();
+                opts = opts.backends(room.union(tuned_room)).tuned(t);
+                println!("{}: Auto from {}", m.name, path.display());
+            } else {
+                println!("{}: no tuned file {} (Auto: cost model)", m.name, path.display());
+            }
+        }
         let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
         let mut layer = if ep > 1 {
             MoeLayer::with_expert_map(stream, weights, opts, &map)?
