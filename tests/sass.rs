@@ -207,3 +207,21 @@ fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
     let (ops, _) = opcodes(tool, "cpp/grouped_gemm_sm90_fp8_blockwise.cu");
     assert!(ops.iter().any(|o| o == "QGMMA"), "FP8 blockwise: no QGMMA: {ops:?}");
 }
+
+/// The FP8 decode kernels multiply on the tensor cores: their e4m3 `mma.sync` is lowered (sm_90a and sm_100a alike) to f16
+/// conversions (`F2FP`) and `HMMA` (what README and benches/results/NOTES.md say); no wgmma, no tcgen05.
+#[test]
+fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
+    let Some(tool) = tools("the_fp8_decode_kernels_multiply_on_the_tensor_cores") else { return };
+    let (ops, kernels) = opcodes(tool, "cpp/decode_fp8.cu");
+    say(&format!("decode_fp8: {} kernels (both targets); MMA opcodes: {}", kernels.len(), {
+        let mut v: Vec<&str> = ops.iter().map(String::as_str).filter(|o| o.contains("MMA") || *o == "F2FP").collect();
+        v.sort();
+        v.join(" ")
+    }));
+    assert!(ops.iter().any(|o| o == "HMMA") && ops.iter().any(|o| o == "F2FP"), "decode_fp8: {ops:?}");
+    assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o.starts_with("UTC")), "decode_fp8: {ops:?}");
+    // expand, and reduce in its 512- and 1024-thread forms, for sm_90a and sm_100a.
+    assert_eq!(kernels.iter().filter(|k| k.contains("expand_kernel")).count(), 2, "{kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("reduce_kernel")).count(), 4, "{kernels:?}");
+}
