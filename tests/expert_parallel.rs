@@ -329,6 +329,9 @@ fn ep_sizing_figures() {
     assert_eq!(s.dispatch_bytes(), 1024 * (7168 * 2 + 4) + 8 * 4);
     assert_eq!(s.combine_bytes(), 1024 * 7168 * 2);
     assert_eq!(s.recv_buffer_bytes(0), 8192 * (2 * 7168 * 2 + 4));
+    // The NCCL step's fixed blocks: 128 · min(8, 32) rows per peer, 8 peers, padding included.
+    assert_eq!(s.block_rows(), 1024);
+    assert_eq!(s.exchange_bytes(), (8192 * (7168 * 2 + 4), 8192 * 7168 * 2));
     // The local layer: 32 experts of 256, top-1 over the received rows, Grouped (expert map).
     let l = &s.local[0];
     assert_eq!((l.shape().experts, l.shape().global_experts, l.shape().top_k), (32, 256, 1));

@@ -204,6 +204,13 @@ fn print_ep(
         mib(ep.combine_bytes()),
         mib((ep.dispatch_bytes() + ep.combine_bytes()) * layers)
     );
+    let (xd, xc) = ep.exchange_bytes();
+    println!(
+        "  NCCL step (ExpertParallel, fixed blocks of {} rows per peer, padding included): dispatch {}, combine {} per step per rank",
+        ep.block_rows(),
+        mib(xd),
+        mib(xc)
+    );
     println!(
         "  receive buffers (rows in, ids, rows out): {}; local layer: {} top-1 tokens, tokens per pass: {}",
         mib(recv),

@@ -556,6 +556,19 @@ impl EpSizing {
     pub fn recv_buffer_bytes(&self, rank: usize) -> usize {
         self.recv_rows[rank] * (2 * self.row_bytes() + 4)
     }
+    /// Rows per (source, destination) block of [`ExpertParallel`]'s fixed-size exchange: the largest worst case
+    /// of a rank, `max_tokens · min(k, the most experts a rank holds)`, one size for every pair.
+    pub fn block_rows(&self) -> usize {
+        self.recv_rows.iter().max().copied().unwrap_or(0) / self.world.max(1)
+    }
+    /// Bytes one rank sends per step in [`ExpertParallel`]'s exchange, padding included: (dispatch, combine) =
+    /// `world · block_rows` rows with their int32 ids, and the same rows back. What
+    /// [`Self::dispatch_bytes`] and [`Self::combine_bytes`] count is the routed rows alone (count-sized
+    /// transfers, which would need the counts on the host).
+    pub fn exchange_bytes(&self) -> (usize, usize) {
+        let rows = self.world * self.block_rows();
+        (rows * (self.row_bytes() + 4), rows * self.row_bytes())
+    }
 }
 
 #[cfg(test)]
