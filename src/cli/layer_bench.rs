@@ -4,7 +4,7 @@
 //!
 //! With `--dtype fp8` the same run also times the layer over block-FP8 experts (`MoeLayer<bf16,
 //! Fp8ExpertWeights>`: e4m3 weights, one f32 scale per 128 x 128 block) at every point, on the backends of
-//! `--backends` that FP8 runs (Grouped, Contiguous, Masked; Auto runs Grouped), each with its own floor (e4m3 +
+//! `--backends` that FP8 runs (Batched, Grouped, Contiguous, Masked; Auto picks Batched or Grouped), each with its own floor (e4m3 +
 //! scale bytes of the active experts / read bandwidth, FLOPs / the dense fp8 rate, both measured in the run)
 //! and its ratio to the bf16 layer's Auto at the same point (timed in the same run; added when `--backends`
 //! does not run it). The FP8 weights are random e4m3 bytes (no NaN codes) and random positive scales, copied
@@ -16,7 +16,6 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use moe_gemm::kernels::fused::FusedTile;
 use moe_gemm::random::fill_device;
 use moe_gemm::{
     Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, LayerWeights, MatrixView, MatrixViewMut,
@@ -24,12 +23,13 @@ use moe_gemm::{
 };
 
 use moe_gemm::ceilings::Ceilings;
-use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice, TunedBackends};
 
 use super::bench::{BenchArgs, BenchDtype};
 pub use super::layer_fp8::validate_fp8;
 use super::layer_fp8::{floor_terms, fp8_backends, fp8_skip_reason, fp8_weights, LayerDtype};
 use super::layer_inputs::{leak, parse_backend, parse_fused_tile, routing, shapes};
+
+mod configs;
 
 /// The CSV's columns: the bf16 layer bench's, then the dtype of the row's experts, the bf16 layer's Auto median
 /// at the point and the row's median over it (appended, so readers of the bf16 columns keep working).
@@ -125,58 +125,6 @@ fn time_forward<W: LayerWeights<bf16>>(
     Ok((t.median_us, t.p10_us, t.p90_us))
 }
 
-/// Per model and token bucket: the backend Auto picks, the tile configuration of each GEMM, and the measured
-/// median of that backend, in vLLM's file format (dtype=bf16, this device's name).
-fn write_configs(
-    dir: &std::path::Path,
-    info: &DeviceInfo,
-    points: &[Point],
-    results: &[Timed],
-    fused_tile: Option<FusedTile>,
-) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
-    let mut files: Vec<ConfigFile> = Vec::new();
-    for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.routing == points[0].routing) {
-        let name = ConfigName {
-            experts: p.experts,
-            n: p.inter,
-            device_name: ConfigName::device(&info.name),
-            dtype: Some("bf16".into()),
-            block_shape: None,
-        };
-        // The fastest backend measured at this point (a tuned file's choice), else Auto's pick.
-        let best = results
-            .iter()
-            .filter(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.asked != Backend::Auto)
-            .filter_map(|r| r.times.map(|t| (r.ran, t.0)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |(b, us)| (b, Some(us)));
-        let entry = LayerChoice {
-            backend,
-            auto: p.auto,
-            experts: p.experts,
-            hidden: p.hidden,
-            inter: p.inter,
-            top_k: p.top_k,
-            tokens: p.tokens,
-            sm_count: info.sm_count as usize,
-            fused_tile,
-            median_us: median,
-        }
-        .entry();
-        match files.iter_mut().find(|f| f.name == name) {
-            Some(f) => {
-                f.buckets.insert(p.tokens, entry);
-            }
-            None => files.push(ConfigFile { name, buckets: [(p.tokens, entry)].into() }),
-        }
-    }
-    for f in files {
-        println!("wrote {}", f.write(dir)?.display());
-    }
-    Ok(())
-}
-
 /// The bf16 layer's Auto median at point `pi` (the row whose backend ran is Auto's pick), where timed.
 fn bf16_auto_us(results: &[Timed], pi: usize, p: &Point) -> Option<f64> {
     results
@@ -244,24 +192,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             room = room.iter().filter(|&b| b != Backend::Batched).collect();
         }
         let mut opts = MoeLayerOptions::new(max_t, k).backends(room);
-        // --tuned: Auto from this GPU's tuned file of the model, where one exists (and room for its backends).
         if let Some(dir) = args.tuned.as_ref().filter(|_| ep == 1) {
-            let name = ConfigName {
-                experts: e,
-                n: i,
-                device_name: ConfigName::device(&info.name),
-                dtype: Some("bf16".into()),
-                block_shape: None,
-            };
-            let path = dir.join(name.to_string());
-            if path.exists() {
-                let t = TunedBackends::read(&path)?;
-                let tuned_room: Backends = t.buckets().iter().map(|b| b.1).collect();
-                opts = opts.backends(room.union(tuned_room)).tuned(t);
-                println!("{}: Auto from {}", m.name, path.display());
-            } else {
-                println!("{}: no tuned file {} (Auto: cost model)", m.name, path.display());
-            }
+            opts = configs::with_tuned_file(opts, room, dir, info, m.name, e, i)?;
         }
         let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
         let mut layer = if ep > 1 {
@@ -383,7 +315,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     bar.finish_and_clear();
     drop(flush);
     if let Some(dir) = &args.write_configs {
-        write_configs(dir, info, &points, &results, fused_tile)?;
+        configs::write_configs(dir, info, &points, &results, fused_tile)?;
     }
     let (peer, extras) = run_peer(args, &points);
     if fp8 {

@@ -92,33 +92,31 @@ impl Fp8Rig {
     }
 
     fn forward(&mut self, backend: Backend, x: &[bf16], ids: &[i32], w: &[f32]) -> Vec<bf16> {
-        let h = self.layer.weights().hidden();
-        let k = ids.len() / (x.len() / h);
-        let s = &self.stream;
-        let (xd, idd, wd) = (s.clone_htod(x).unwrap(), s.clone_htod(ids).unwrap(), s.clone_htod(w).unwrap());
-        let mut y = s.clone_htod(&vec![bf16::NAN; x.len()]).unwrap();
-        self.layer.set_backend(backend).unwrap();
-        let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
-        self.layer
-            .forward(s, &mut self.scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap())
-            .unwrap();
-        self.scratch.check(s).unwrap();
-        s.clone_dtoh(&y).unwrap()
+        self.run(backend, x, ids, w, None)
     }
 
     /// As [`Self::forward`], with the shared expert's per-token weights `s_t`.
     fn forward_shared(&mut self, backend: Backend, x: &[bf16], ids: &[i32], w: &[f32], s_t: &[f32]) -> Vec<bf16> {
+        self.run(backend, x, ids, w, Some(s_t))
+    }
+
+    fn run(&mut self, backend: Backend, x: &[bf16], ids: &[i32], w: &[f32], s_t: Option<&[f32]>) -> Vec<bf16> {
         let h = self.layer.weights().hidden();
         let k = ids.len() / (x.len() / h);
         let s = &self.stream;
         let (xd, idd, wd) = (s.clone_htod(x).unwrap(), s.clone_htod(ids).unwrap(), s.clone_htod(w).unwrap());
-        let sd = s.clone_htod(s_t).unwrap();
         let mut y = s.clone_htod(&vec![bf16::NAN; x.len()]).unwrap();
         self.layer.set_backend(backend).unwrap();
         let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
-        let sv = MatrixView::of("shared_weights", &sd, 1).unwrap();
         let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
-        self.layer.forward_with_shared_weights(s, &mut self.scratch, &xv, &iv, &wv, &sv, &mut yv).unwrap();
+        match s_t {
+            None => self.layer.forward(s, &mut self.scratch, &xv, &iv, &wv, &mut yv).unwrap(),
+            Some(s_t) => {
+                let sd = s.clone_htod(s_t).unwrap();
+                let sv = MatrixView::of("shared_weights", &sd, 1).unwrap();
+                self.layer.forward_with_shared_weights(s, &mut self.scratch, &xv, &iv, &wv, &sv, &mut yv).unwrap()
+            }
+        }
         self.scratch.check(s).unwrap();
         s.clone_dtoh(&y).unwrap()
     }
