@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use moe_gemm::tuning::{ConfigFile, ConfigName};
+use moe_gemm::tuning::{ConfigFile, ConfigName, TunedBackends};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/configs");
 
@@ -111,7 +111,7 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
 /// refused by name, files written by `--write-configs` read back, a vLLM kernel config refused.
 #[test]
 fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
-    use moe_gemm::tuning::{LayerChoice, TunedBackends};
+    use moe_gemm::tuning::LayerChoice;
     use moe_gemm::Backend::*;
     let t = TunedBackends::new(8, 14336, &[(1024, Grouped), (1, Batched), (64, Fused)]).unwrap();
     assert_eq!(t.buckets(), &[(1, Batched), (64, Fused), (1024, Grouped)]);
@@ -159,7 +159,6 @@ fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
 /// backend that cannot run (Fused over FP8 weights, Batched past its rows) falls back to the cost model.
 #[test]
 fn tuned_sizing_gives_room_to_the_tuned_backends() {
-    use moe_gemm::tuning::TunedBackends;
     use moe_gemm::Backend::*;
     use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
     let mixtral = LayerShape {
@@ -188,4 +187,29 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
     let fp8 = size(WeightFormat::Fp8Block, 64, Some(fused));
     assert_eq!(fp8.backends(), Backends::FP8_AUTO);
     assert_eq!(fp8.pass_tokens(), size(WeightFormat::Fp8Block, 64, None).pass_tokens());
+}
+
+/// The shipped H200 tables (`configs/h200/`, compiled in): each parses, covers the suite's token buckets 1 ...
+/// 16384, is found by its own shape on a GPU named as the driver names it, and by nothing else; every bucket's
+/// backend is the one its file says (a table compiled from the wrong file, or read with the wrong key, fails).
+#[test]
+fn shipped_tables_cover_the_suite_models_on_h200() {
+    use moe_gemm::tuning::SHIPPED;
+    let suite = [(8, 14336), (128, 768), (128, 1536), (128, 2880), (256, 2048)];
+    for (file, text) in SHIPPED {
+        let name = ConfigName::parse(file).unwrap();
+        assert!(suite.contains(&(name.experts, name.n)), "{file}: not a suite model's E, N");
+        let t = TunedBackends::shipped("NVIDIA H200", name.experts, name.n).unwrap_or_else(|| panic!("{file}"));
+        assert_eq!(t.shape(), (name.experts, name.n));
+        let json: serde_json::Value = serde_json::from_str(text).unwrap();
+        let tokens: Vec<usize> = t.buckets().iter().map(|b| b.0).collect();
+        assert_eq!(tokens, (0..15).map(|i| 1usize << i).collect::<Vec<_>>(), "{file}: buckets");
+        for (tokens, backend) in t.buckets() {
+            let named = json[tokens.to_string()]["backend"].as_str().unwrap();
+            assert!(backend.name().eq_ignore_ascii_case(named), "{file}: bucket {tokens}: {backend:?} vs {named}");
+        }
+        assert!(TunedBackends::shipped("NVIDIA H100 80GB HBM3", name.experts, name.n).is_none(), "{file}");
+        assert!(TunedBackends::shipped("NVIDIA H200", name.experts, name.n + 128).is_none(), "{file}");
+    }
+    assert_eq!(SHIPPED.len(), suite.len(), "one table per suite shape");
 }

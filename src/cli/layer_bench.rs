@@ -194,6 +194,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let mut opts = MoeLayerOptions::new(max_t, k).backends(room);
         if let Some(dir) = args.tuned.as_ref().filter(|_| ep == 1) {
             opts = configs::with_tuned_file(opts, room, dir, info, m.name, e, i)?;
+        } else {
+            opts = configs::with_shipped_table(opts, room, info, m.name, e, i, ep);
         }
         let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
         let mut layer = if ep > 1 {

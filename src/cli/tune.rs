@@ -1,5 +1,6 @@
-//! `moe-gemm tune`: measures every backend of the layer on this GPU for one model and writes the fastest per
-//! token bucket as a tuned file (`E=..,N=..,device_name=..,dtype=bf16.json`), which `TunedBackends::read` and
+//! `moe-gemm tune`: measures every backend of the layer on this GPU for one model, under uniform, balanced and
+//! zipf-skewed routing, and writes per token bucket the backend whose worst ratio to the fastest is the least
+//! as a tuned file (`E=..,N=..,device_name=..,dtype=bf16.json`), which `TunedBackends::read` and
 //! `MoeLayerOptions::tuned` give back to `Auto`. It is `bench --layer --write-configs` over the buckets asked
 //! for, with every backend that can serve a batch (Eager synchronises: not one) and no PyTorch peer, so the
 //! tuner and the benchmark measure the same way.
@@ -23,6 +24,10 @@ pub struct TuneArgs {
     /// Folder the tuned file is written into.
     #[arg(long, default_value = "configs")]
     pub out: PathBuf,
+    /// Routings measured per bucket (comma-separated: uniform, balanced, zipf); each bucket takes the backend
+    /// with the least worst ratio to the fastest over them.
+    #[arg(long, value_delimiter = ',', default_value = "uniform,balanced,zipf")]
+    pub routing: Vec<String>,
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 20)]
     pub reps: usize,
@@ -56,6 +61,8 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
         tokens,
         "--backends".into(),
         "batched,grouped,contiguous,masked,fused".into(),
+        "--routing".into(),
+        t.routing.join(","),
         "--peer".into(),
         "none".into(),
         "--reps".into(),
@@ -76,11 +83,18 @@ mod tests {
 
     #[test]
     fn tune_runs_the_layer_bench_over_every_serving_backend_and_writes_the_file() {
-        let t = TuneArgs { model: "deepseek-v3".into(), tokens: vec![1, 64], out: "out/tuned".into(), reps: 7 };
+        let t = TuneArgs {
+            model: "deepseek-v3".into(),
+            tokens: vec![1, 64],
+            out: "out/tuned".into(),
+            reps: 7,
+            routing: vec!["uniform".into(), "zipf".into()],
+        };
         let b = bench_args(&t).unwrap();
         assert!(b.layer && !b.suite);
         assert_eq!((b.models, b.layer_tokens, b.reps), (vec!["deepseek-v3".to_string()], vec![1, 64], 7));
         assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
         assert_eq!((b.peer.as_str(), b.write_configs), ("none", Some(PathBuf::from("out/tuned"))));
+        assert_eq!(b.routing, ["uniform", "zipf"]);
     }
 }

@@ -94,6 +94,10 @@ pub struct MoeLayerOptions {
     pub fused_tile: Option<FusedTile>,
     /// `Auto`'s measured choice per token bucket ([`TunedBackends`]; `None`: the cost model alone).
     pub tuned: Option<TunedBackends>,
+    /// Where `tuned` is `None`, take the table this crate ships for the layer's `E`, `N` and GPU
+    /// ([`TunedBackends::shipped`], 16-bit weights only; with `backends` given, its buckets of those backends
+    /// only); `false` keeps the cost model alone.
+    pub shipped_tuning: bool,
 }
 
 impl MoeLayerOptions {
@@ -107,6 +111,7 @@ impl MoeLayerOptions {
             backends: None,
             fused_tile: None,
             tuned: None,
+            shipped_tuning: true,
         }
     }
     pub fn backend(mut self, backend: Backend) -> Self {
@@ -130,6 +135,11 @@ impl MoeLayerOptions {
     /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size.
     pub fn tuned(mut self, tuned: TunedBackends) -> Self {
         self.tuned = Some(tuned);
+        self
+    }
+    /// `Auto` by its cost model alone: no shipped table (a `tuned` one given still applies).
+    pub fn cost_model_only(mut self) -> Self {
+        self.shipped_tuning = false;
         self
     }
 }
@@ -263,6 +273,10 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             inter: c.inter,
             gated: c.activation.gated(),
         };
+        let shipped = (options.tuned.is_none() && options.shipped_tuning && c.format != WeightFormat::Fp8Block)
+            .then(|| TunedBackends::shipped(&device.name, shape.global_experts, shape.inter))
+            .flatten()
+            .and_then(|t| options.backends.map_or(Some(t), |set| t.restricted_to(set)));
         if let Some(t) = &options.tuned {
             if t.shape() != (shape.global_experts, shape.inter) {
                 return Err(Error::InvalidProblem(format!(
@@ -285,7 +299,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             options.fused_tile,
             expert_map.is_some(),
             device.sm_count.max(1) as usize,
-            options.tuned,
+            options.tuned.or(shipped),
         )?;
         let mut gemms: Vec<GemmPair<T>> = Vec::new();
         for pair in sizing.gemms.chunks(2) {
@@ -361,7 +375,14 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         Ok(())
     }
 
-    /// The backend a pass of `tokens` tokens runs. `Auto` compares costs fitted to the H200 suite under
+    /// The table `Auto` picks from, if any: the one given ([`MoeLayerOptions::tuned`]) or the shipped one for
+    /// this layer's shape and GPU ([`TunedBackends::shipped`]). `None`: the cost model alone.
+    pub fn tuned(&self) -> Option<&TunedBackends> {
+        self.sizing.tuned.as_ref()
+    }
+
+    /// The backend a pass of `tokens` tokens runs. `Auto` takes the nearest bucket of its tuned table
+    /// ([`Self::tuned`]) where that backend can run the batch; otherwise (or with no table) it compares costs fitted to the H200 suite under
     /// uniform routing (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-s2): `Batched`
     /// streams one expert's weights per (token, slot) row at about 4.05 TB/s plus 12 µs; the layout backends
     /// stream each *active* expert once, at about 4.16 TB/s when 16 or more experts are active and 3.3 TB/s when

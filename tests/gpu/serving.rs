@@ -244,3 +244,92 @@ fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
         }
     }
 }
+
+/// A layer planned from a tuned table runs, at each batch, the backend of the nearest bucket (the smaller on a
+/// tie), with room for all of them in one plan, and every batch matches the CPU reference. The table sends
+/// four batch sizes to four different backends, so a plan that ignored it (or sized only the cost model's
+/// backends) would pick differently or refuse.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn layer_planned_from_a_tuned_table_runs_its_buckets_backends() {
+    use Backend::{Contiguous, Fused, Grouped, Masked};
+    let (_ctx, stream) = gpu();
+    let (e, k, h, i, max_t) = (64usize, 4usize, 512usize, 256usize, 64usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 21);
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let table = TunedBackends::new(e, i, &[(1, Masked), (4, Contiguous), (16, Fused), (64, Grouped)]).unwrap();
+    let layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(max_t, k).tuned(table)).unwrap();
+    assert_eq!(layer.tuned(), Some(&table));
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+    for (t, want_backend) in [(1, Masked), (3, Contiguous), (16, Fused), (40, Fused), (41, Grouped), (64, Grouped)] {
+        assert_eq!(layer.backend_for(t), want_backend, "T = {t}");
+        let (idh, wh) = (topk_ids(t, k, e, 30 + t as u64), weights_for(t, k, 31 + t as u64));
+        let x_host = random_vec::<bf16>(t * h, 32 + t as u64, 1.0);
+        let want = moe_forward(&p, &x_host, &idh, &wh, k);
+        let (x, ids, w) =
+            (stream.clone_htod(&x_host).unwrap(), stream.clone_htod(&idh).unwrap(), stream.clone_htod(&wh).unwrap());
+        let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+        let (xv, iv, wv) = views(&x, h, &ids, &w, k);
+        layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+        scratch.check(&stream).unwrap();
+        if let Some(m) = bf16_layer_mismatch(&stream.clone_dtoh(&y).unwrap(), &want) {
+            panic!("T = {t} ({want_backend:?} from the table): {m}");
+        }
+    }
+    // A table of another shape is refused by name.
+    let other = TunedBackends::new(e, 2 * i, &[(1, Masked)]).unwrap();
+    let w2 = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let err = MoeLayer::new(&stream, w2, MoeLayerOptions::new(max_t, k).tuned(other)).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("tuned backends for E = 64, N = 512"), "{err}");
+}
+
+/// On an H200 a Qwen3-30B-A3B-shaped layer (E 128, H 2048, I 768) takes the shipped table by default, and its
+/// Auto output at each batch is bit-equal to the table's backend run by hand; `cost_model_only` has no table.
+/// On another GPU the shipped lookup finds nothing and the test says so.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn shipped_table_drives_auto_on_h200() {
+    let (ctx, stream) = gpu();
+    let (e, k, h, i, max_t) = (128usize, 8usize, 2048usize, 768usize, 256usize);
+    let name = DeviceInfo::query(&ctx).unwrap().name;
+    let Some(table) = TunedBackends::shipped(&name, e, i) else {
+        println!("SKIP: no shipped table for {name}");
+        return;
+    };
+    let mut w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h).unwrap();
+    let mut w2 = stream.alloc_zeros::<bf16>(e * h * i).unwrap();
+    fill_device(&stream, &mut w13, 41, 0.05).unwrap();
+    fill_device(&stream, &mut w2, 42, 0.05).unwrap();
+    let w = ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None);
+    let weights = Arc::new(w.unwrap());
+    let plain = MoeLayer::new(&stream, weights.clone(), MoeLayerOptions::new(max_t, k).cost_model_only()).unwrap();
+    assert!(plain.tuned().is_none());
+    let mut layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(max_t, k)).unwrap();
+    assert_eq!(layer.tuned(), Some(&table), "the shipped table for E = {e}, N = {i} on {name}");
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+    for t in [1usize, 8, 16, 256] {
+        let backend = table.pick(t);
+        assert_eq!(layer.backend_for(t), backend, "T = {t}");
+        let x = stream.clone_htod(&random_vec::<bf16>(t * h, 43 + t as u64, 1.0)).unwrap();
+        let ids = stream.clone_htod(&topk_ids(t, k, e, 44 + t as u64)).unwrap();
+        let w = stream.clone_htod(&weights_for(t, k, 45 + t as u64)).unwrap();
+        let mut run = |layer: &MoeLayer<bf16>| {
+            let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+            let (xv, iv, wv) = views(&x, h, &ids, &w, k);
+            let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
+            layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
+            scratch.check(&stream).unwrap();
+            stream.clone_dtoh(&y).unwrap()
+        };
+        let auto = run(&layer);
+        layer.set_backend(backend).unwrap();
+        let by_hand = run(&layer);
+        layer.set_backend(Backend::Auto).unwrap();
+        assert!(auto.iter().all(|v| v.is_finite()), "T = {t}: non-finite output");
+        assert_eq!(
+            auto.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            by_hand.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "T = {t}: Auto and {backend:?} by hand"
+        );
+    }
+}

@@ -31,13 +31,24 @@ pub(super) fn write_configs(
     let mut files: Vec<ConfigFile> = Vec::new();
     for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.routing == points[0].routing) {
         let name = config_name(info, p.experts, p.inter);
-        // The fastest backend measured at this point (a tuned file's choice), else Auto's pick.
-        let best = results
-            .iter()
-            .filter(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.asked != Backend::Auto)
-            .filter_map(|r| r.times.map(|t| (r.ran, t.0)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |(b, us)| (b, Some(us)));
+        // The same shape and batch under every routing of the run: the backend whose worst ratio to the
+        // fastest (per routing) is the least, so a skewed batch does not pay for a uniform-only choice.
+        let same: Vec<usize> = (0..points.len())
+            .filter(|&j| {
+                let q = &points[j];
+                (q.model, q.experts, q.inter, q.tokens, q.ep) == (p.model, p.experts, p.inter, p.tokens, p.ep)
+            })
+            .collect();
+        let timed = |b: Backend, j: usize| {
+            results
+                .iter()
+                .find(|r| r.point == j && r.dtype == LayerDtype::Bf16 && r.asked == b && r.ran == b)
+                .and_then(|r| r.times.map(|t| t.0))
+        };
+        let candidates: Vec<(Backend, Vec<Option<f64>>)> =
+            Backend::CONCRETE.into_iter().map(|b| (b, same.iter().map(|&j| timed(b, j)).collect())).collect();
+        let best = robust_pick(&candidates);
+        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |b| (b, timed(b, pi)));
         let entry = LayerChoice {
             backend,
             auto: p.auto,
@@ -84,4 +95,63 @@ pub(super) fn with_tuned_file(
     let tuned_room: Backends = t.buckets().iter().map(|b| b.1).collect();
     println!("{model}: Auto from {}", path.display());
     Ok(opts.backends(room.union(tuned_room)).tuned(t))
+}
+
+/// `opts` with room for the backends of the table this crate ships for the model on this GPU, which Auto takes
+/// by default, and a line saying which Auto the run times (the shipped table or the cost model).
+pub(super) fn with_shipped_table(
+    opts: MoeLayerOptions,
+    room: Backends,
+    info: &DeviceInfo,
+    model: &str,
+    experts: usize,
+    inter: usize,
+    ep: usize,
+) -> MoeLayerOptions {
+    match TunedBackends::shipped(&info.name, experts, inter).filter(|_| ep == 1) {
+        Some(t) => {
+            println!("{model}: Auto from the shipped table {} (configs/h200)", config_name(info, experts, inter));
+            opts.backends(room.union(t.buckets().iter().map(|b| b.1).collect()))
+        }
+        None => {
+            println!("{model}: Auto from the cost model (no shipped table for this GPU and shape)");
+            opts
+        }
+    }
+}
+
+/// The backend with the least worst-case ratio to the fastest backend, over the routings (columns) measured;
+/// a backend not timed under some routing is out. Ties go to the faster under the first routing.
+fn robust_pick(candidates: &[(Backend, Vec<Option<f64>>)]) -> Option<Backend> {
+    let routings = candidates.first().map_or(0, |c| c.1.len());
+    let fastest: Vec<f64> =
+        (0..routings).map(|r| candidates.iter().filter_map(|c| c.1[r]).fold(f64::INFINITY, f64::min)).collect();
+    candidates
+        .iter()
+        .filter_map(|(b, t)| {
+            let ratios: Option<Vec<f64>> = t.iter().zip(&fastest).map(|(t, f)| t.map(|t| t / f)).collect();
+            ratios.map(|r| (*b, r.iter().copied().fold(0.0, f64::max), t[0].unwrap_or(f64::INFINITY)))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
+        .map(|c| c.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Backend::{Batched, Fused, Grouped};
+
+    #[test]
+    fn robust_pick_minimises_the_worst_ratio_over_routings() {
+        // Uniform alone picks Batched (100 < 104); under zipf Batched is 1.3x the fastest, Fused 1.04x at most.
+        let c = vec![(Batched, vec![Some(100.0), Some(100.0)]), (Fused, vec![Some(104.0), Some(77.0)])];
+        assert_eq!(robust_pick(&c), Some(Fused));
+        assert_eq!(robust_pick(&[(Batched, vec![Some(100.0)]), (Fused, vec![Some(104.0)])]), Some(Batched));
+        // Not timed under one routing: out. Equal worst ratios: the faster under the first routing.
+        let c = vec![(Grouped, vec![Some(90.0), None]), (Batched, vec![Some(100.0), Some(50.0)])];
+        assert_eq!(robust_pick(&c), Some(Batched));
+        let c = vec![(Grouped, vec![Some(100.0), Some(110.0)]), (Fused, vec![Some(110.0), Some(100.0)])];
+        assert_eq!(robust_pick(&c), Some(Grouped));
+        assert_eq!(robust_pick(&[(Grouped, vec![None])]), None);
+    }
 }

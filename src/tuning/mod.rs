@@ -300,6 +300,13 @@ impl TunedBackends {
         &self.buckets[..self.len]
     }
 
+    /// The table without the buckets whose backend is not in `set` (`None` if none is left): a plan whose
+    /// backends the caller chose keeps the shipped table's measurements for those backends only.
+    pub fn restricted_to(&self, set: crate::layer::Backends) -> Option<TunedBackends> {
+        let kept: Vec<_> = self.buckets().iter().copied().filter(|b| set.contains(b.1)).collect();
+        (!kept.is_empty()).then(|| TunedBackends::new(self.experts, self.inter, &kept).expect("a subset of a table"))
+    }
+
     /// The backend of the bucket nearest `tokens` (the smaller bucket on a tie).
     pub fn pick(&self, tokens: usize) -> crate::layer::Backend {
         self.buckets().iter().min_by_key(|(t, _)| t.abs_diff(tokens)).map(|b| b.1).expect("at least one bucket")
@@ -314,3 +321,6 @@ fn parse_backend(name: &str) -> Result<crate::layer::Backend> {
         .find(|b| b.name().eq_ignore_ascii_case(name))
         .ok_or_else(|| Error::InvalidProblem(format!("unknown backend {name:?}")))
 }
+
+mod shipped;
+pub use shipped::SHIPPED;
