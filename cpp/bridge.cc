@@ -100,10 +100,8 @@ LaunchStatus grouped_gemm_sm90_fp8_workspace(Fp8TileConfig config, int32_t group
   return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_workspace(config, groups, sm_count, &bytes));
 }
 
-LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
-  moe_gemm::Fp8KernelFacts f{};
-  const Status s = moe_gemm::grouped_gemm_sm90_fp8_blockwise_facts(config, &f);
-  if (s.code != StatusCode::Ok) return wrap(s);
+// The cxx copy of a facts struct, field by field.
+void copy_facts(const moe_gemm::Fp8KernelFacts& f, Fp8KernelFacts& out) {
   out.tile_m = f.tile_m;
   out.tile_n = f.tile_n;
   out.tile_k = f.tile_k;
@@ -117,6 +115,12 @@ LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& o
   out.promotion_k = f.promotion_k;
   out.stages = f.stages;
   static_assert(same_fields<Fp8KernelFacts, moe_gemm::Fp8KernelFacts>(12), "assign every Fp8KernelFacts field above");
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
+  moe_gemm::Fp8KernelFacts f{};
+  const Status s = moe_gemm::grouped_gemm_sm90_fp8_blockwise_facts(config, &f);
+  if (s.code == StatusCode::Ok) copy_facts(f, out);
   return wrap(s);
 }
 
@@ -149,6 +153,54 @@ LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& p) {
   a.stream = p.stream;
   static_assert(same_fields<GroupedGemmFp8Params, GroupedGemmFp8Args>(20), "assign every GroupedGemmFp8Args field above");
   return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_run(a));
+}
+
+bool grouped_gemm_sm90_fp8_rowwise_built(Fp8RowwiseConfig config) {
+  return moe_gemm::grouped_gemm_sm90_fp8_rowwise_built(config);
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_rowwise_workspace(Fp8RowwiseConfig config, int32_t groups, int32_t sm_count,
+                                                     uint64_t& bytes) {
+  return wrap(moe_gemm::grouped_gemm_sm90_fp8_rowwise_workspace(config, groups, sm_count, &bytes));
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_rowwise_facts(Fp8RowwiseConfig config, Fp8KernelFacts& out) {
+  moe_gemm::Fp8KernelFacts f{};
+  const Status s = moe_gemm::grouped_gemm_sm90_fp8_rowwise_facts(config, &f);
+  if (s.code == StatusCode::Ok) copy_facts(f, out);
+  return wrap(s);
+}
+
+rust::String grouped_gemm_sm90_fp8_rowwise_schedule(Fp8RowwiseConfig config) {
+  const char* name = moe_gemm::grouped_gemm_sm90_fp8_rowwise_schedule(config);
+  return rust::String(name != nullptr ? name : "");
+}
+
+LaunchStatus grouped_gemm_sm90_fp8_rowwise_run(const GroupedGemmFp8RowwiseParams& p) {
+  GroupedGemmFp8RowwiseArgs a{};
+  a.config = p.config;
+  a.mode = p.mode;
+  a.max_m = p.max_m;
+  a.groups = p.groups;
+  a.n = p.n;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.a = p.a;
+  a.sa = p.sa;
+  a.b = p.b;
+  a.sb = p.sb;
+  a.d = p.d;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.workspace = p.workspace;
+  a.workspace_bytes = p.workspace_bytes;
+  a.status = p.status;
+  a.device = p.device;
+  a.sm_count = p.sm_count;
+  a.stream = p.stream;
+  static_assert(same_fields<GroupedGemmFp8RowwiseParams, GroupedGemmFp8RowwiseArgs>(20),
+                "assign every GroupedGemmFp8RowwiseArgs field above");
+  return wrap(moe_gemm::grouped_gemm_sm90_fp8_rowwise_run(a));
 }
 
 // SM100: bf16 only so far; f16 is NotBuilt.

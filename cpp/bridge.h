@@ -8,6 +8,7 @@
 #include "ep.h"
 #include "launch.h"
 #include "launch_fp8.h"
+#include "launch_fp8_rowwise.h"
 #include "launch_sm100.h"
 #include "moe_ops.h"
 #include "quant.h"
@@ -20,6 +21,7 @@ namespace bridge {
 struct LaunchStatus;
 struct GroupedGemmParams;
 struct GroupedGemmFp8Params;
+struct GroupedGemmFp8RowwiseParams;
 struct Fp8KernelFacts;
 struct GroupedGemmSm100Params;
 struct Sm100KernelFacts;
@@ -41,6 +43,12 @@ LaunchStatus grouped_gemm_sm90_fp8_workspace(Fp8TileConfig config, int32_t group
 LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& facts);
 rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config);
 LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& params);
+bool grouped_gemm_sm90_fp8_rowwise_built(Fp8RowwiseConfig config);
+LaunchStatus grouped_gemm_sm90_fp8_rowwise_workspace(Fp8RowwiseConfig config, int32_t groups, int32_t sm_count,
+                                                     uint64_t& bytes);
+LaunchStatus grouped_gemm_sm90_fp8_rowwise_facts(Fp8RowwiseConfig config, Fp8KernelFacts& facts);
+rust::String grouped_gemm_sm90_fp8_rowwise_schedule(Fp8RowwiseConfig config);
+LaunchStatus grouped_gemm_sm90_fp8_rowwise_run(const GroupedGemmFp8RowwiseParams& params);
 bool grouped_gemm_sm100_built(DType dtype, Sm100TileConfig config);
 LaunchStatus grouped_gemm_sm100_workspace(DType dtype, Sm100TileConfig config, int32_t groups, int32_t sm_count,
                                           uint64_t& bytes);

@@ -94,6 +94,26 @@ pub fn blockwise_fp8_rows(a: &BlockFp8, b: &[BlockFp8], rows: &[(usize, usize)])
             ));
         }
     }
+    scaled_fp8_rows(a, b, rows)
+}
+
+/// [`blockwise_fp8_rows`] for any scale blocks: A and every expert dequantised with the scale of the block each
+/// element lies in (per token and per channel: `1 x K` blocks; per tensor: one block), then the f64 products.
+/// The rowwise GEMM's reference.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] for no experts, experts of another shape than `[N, K]`, non-F32 scales, a row or
+/// group out of range.
+pub fn scaled_fp8_rows(a: &BlockFp8, b: &[BlockFp8], rows: &[(usize, usize)]) -> Result<Vec<f64>> {
+    let bad = |m: String| Err(Error::InvalidProblem(format!("scaled FP8 reference: {m}")));
+    let k = a.cols();
+    let n = match b.first() {
+        Some(e) => e.rows(),
+        None => return bad("no experts".into()),
+    };
+    if let Some(g) = b.iter().position(|e| (e.rows(), e.cols()) != (n, k)) {
+        return bad(format!("expert {g} is [{}, {}], expected [{n}, {k}]", b[g].rows(), b[g].cols()));
+    }
     if let Some(&(r, g)) = rows.iter().find(|&&(r, g)| r >= a.rows() || g >= b.len()) {
         return bad(format!("row {r} of group {g}: A has {} rows and there are {} experts", a.rows(), b.len()));
     }

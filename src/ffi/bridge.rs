@@ -34,6 +34,15 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
+    enum Fp8RowwiseConfig {
+        FastAccumPingpong64x128x128 = 0,
+        FastAccumCooperative128x128x128 = 1,
+        PromotedCooperative128x128x128 = 2,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
     enum Sm100TileConfig {
         Mma1Sm128x256x64 = 0,
         Mma1Sm128x128x64 = 1,
@@ -285,6 +294,30 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::GroupedGemmFp8RowwiseArgs` (`cpp/launch_fp8_rowwise.h`).
+    struct GroupedGemmFp8RowwiseParams {
+        config: Fp8RowwiseConfig,
+        mode: GroupMode,
+        max_m: i32,
+        groups: i32,
+        n: i32,
+        k: i32,
+        max_rows: i64,
+        a: u64,
+        sa: u64,
+        b: u64,
+        sb: u64,
+        d: u64,
+        offsets: u64,
+        counts: u64,
+        workspace: u64,
+        workspace_bytes: u64,
+        status: u64,
+        device: i32,
+        sm_count: i32,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::GroupedGemmSm100Args` (`cpp/launch_sm100.h`); device addresses and the stream as u64.
     struct GroupedGemmSm100Params {
         dtype: DType,
@@ -406,6 +439,8 @@ pub(crate) mod ffi {
         #[namespace = "moe_gemm"]
         type Fp8TileConfig;
         #[namespace = "moe_gemm"]
+        type Fp8RowwiseConfig;
+        #[namespace = "moe_gemm"]
         type Sm100TileConfig;
         #[namespace = "moe_gemm"]
         type StatusCode;
@@ -453,6 +488,19 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8Args` documents (e4m3 A and B, f32
         /// scales, bf16 D).
         unsafe fn grouped_gemm_sm90_fp8_run(params: &GroupedGemmFp8Params) -> LaunchStatus;
+        fn grouped_gemm_sm90_fp8_rowwise_built(config: Fp8RowwiseConfig) -> bool;
+        fn grouped_gemm_sm90_fp8_rowwise_workspace(
+            config: Fp8RowwiseConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        fn grouped_gemm_sm90_fp8_rowwise_facts(config: Fp8RowwiseConfig, facts: &mut Fp8KernelFacts) -> LaunchStatus;
+        fn grouped_gemm_sm90_fp8_rowwise_schedule(config: Fp8RowwiseConfig) -> String;
+        /// # Safety
+        /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8RowwiseArgs` documents (e4m3 A and
+        /// B, f32 per-row and per-channel scales, bf16 D).
+        unsafe fn grouped_gemm_sm90_fp8_rowwise_run(params: &GroupedGemmFp8RowwiseParams) -> LaunchStatus;
         fn grouped_gemm_sm100_built(dtype: DType, config: Sm100TileConfig) -> bool;
         fn grouped_gemm_sm100_workspace(
             dtype: DType,

@@ -4,7 +4,7 @@
 //! Operands (`cpp/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
@@ -70,6 +70,36 @@ where
     pub sfb: &'a SB,
 }
 
+/// The FP8 GEMMs' group arrays: (mode, offsets, counts, max_m), checked against `groups` and `max_rows`
+/// (per-row groups are not offered by the FP8 families).
+pub(super) type FfiRows<'a> = (ffi::GroupMode, Option<&'a CudaView<'a, i32>>, Option<&'a CudaView<'a, i32>>, usize);
+
+pub(super) fn group_rows<'a>(rows: GroupedRows<'a>, groups: usize, max_rows: usize) -> Result<FfiRows<'a>> {
+    let (mode, offsets, counts, max_m) = match rows {
+        GroupedRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
+        GroupedRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
+        GroupedRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), max_m),
+        GroupedRows::PerRow { .. } => {
+            return Err(Error::InvalidProblem(
+                "FP8 grouped GEMM: per-row groups are not offered (use offsets, padded or masked groups)".into(),
+            ))
+        }
+    };
+    if let Some(o) = offsets {
+        need_len("offsets", o.len(), groups + 1, "G + 1")?;
+    }
+    if let Some(c) = counts {
+        need_len("counts", c.len(), groups, "groups")?;
+    }
+    if mode == ffi::GroupMode::Masked && groups * max_m > max_rows {
+        return Err(Error::Buffer {
+            name: "masked_m",
+            detail: format!("G x max_m = {groups} x {max_m} exceeds the plan's max_rows = {max_rows}"),
+        });
+    }
+    Ok((mode, offsets, counts, max_m))
+}
+
 /// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
 pub(crate) fn launch<A, SA, B, SB>(
     stream: &CudaStream,
@@ -101,33 +131,12 @@ where
             "FP8 grouped GEMM: N = {n} must be a positive multiple of {SCALE_BLOCK} and K = {k} a positive multiple of 16"
         )));
     }
-    let (mode, offsets, counts, max_m) = match rows {
-        GroupedRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
-        GroupedRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
-        GroupedRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), max_m),
-        GroupedRows::PerRow { .. } => {
-            return Err(Error::InvalidProblem(
-                "FP8 grouped GEMM: per-row groups are not offered (use offsets, padded or masked groups)".into(),
-            ))
-        }
-    };
+    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
     let (kb, nb) = (k.div_ceil(SCALE_BLOCK), n.div_ceil(SCALE_BLOCK));
     need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
     need_len("sfa", ops.sfa.len(), max_rows * kb, "max_rows x ceil(K/128)")?;
     need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
     need_len("sfb", ops.sfb.len(), groups * nb * kb, "G x ceil(N/128) x ceil(K/128)")?;
-    if let Some(o) = offsets {
-        need_len("offsets", o.len(), groups + 1, "G + 1")?;
-    }
-    if let Some(c) = counts {
-        need_len("counts", c.len(), groups, "groups")?;
-    }
-    if mode == ffi::GroupMode::Masked && groups * max_m > max_rows {
-        return Err(Error::Buffer {
-            name: "masked_m",
-            detail: format!("G x max_m = {groups} x {max_m} exceeds the plan's max_rows = {max_rows}"),
-        });
-    }
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let workspace_bytes = workspace.len() as u64;
     if workspace_bytes < plan.workspace_bytes {

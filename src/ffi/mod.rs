@@ -31,6 +31,7 @@ pub(crate) mod ep;
 pub(crate) mod fused;
 pub(crate) mod grouped;
 pub(crate) mod grouped_fp8;
+pub(crate) mod grouped_fp8_rowwise;
 pub(crate) mod layouts;
 pub(crate) mod quant;
 pub(crate) mod routing;

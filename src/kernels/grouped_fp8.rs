@@ -60,37 +60,13 @@ impl GroupedGemmFp8Shape {
     /// (16-byte TMA rows of e4m3); `n` a positive multiple of 128 (whole weight-scale blocks); every extent
     /// within the kernels' 32-bit problem sizes; `G·N·K` and `max_rows·max(N, K)` within the address space.
     pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
-        let bad = |s: String| Err(Error::InvalidProblem(s));
-        if groups == 0 || groups > 65536 {
-            return bad(format!("groups = {groups}: must be in 1..=65536"));
-        }
-        if k == 0 || k % 16 != 0 {
-            return bad(format!(
-                "K = {k} is not a positive multiple of 16: rows of e4m3 A and B must be 16-byte aligned for TMA \
-                 (a partial last 128-block of K is fine)"
-            ));
-        }
         if n == 0 || n % SCALE_BLOCK != 0 {
-            return bad(format!(
+            return Err(Error::InvalidProblem(format!(
                 "N = {n} is not a positive multiple of {SCALE_BLOCK}: the blockwise FP8 GEMM takes whole 128 x 128 \
                  weight-scale blocks along N (one scale-grid row per N tile)"
-            ));
+            )));
         }
-        for (name, v) in [("N", n), ("K", k)] {
-            if v > i32::MAX as usize {
-                return bad(format!("{name} = {v} exceeds i32::MAX (CUTLASS problem sizes are 32-bit)"));
-            }
-        }
-        if max_rows > i32::MAX as usize {
-            return bad(format!("max_rows = {max_rows} exceeds i32::MAX (offsets are int32)"));
-        }
-        let limit = (isize::MAX as usize) / 4;
-        if groups.checked_mul(n).and_then(|x| x.checked_mul(k)).is_none_or(|x| x > limit) {
-            return bad(format!("G x N x K = {groups} x {n} x {k} overflows the address space"));
-        }
-        if max_rows.checked_mul(n.max(k)).is_none_or(|x| x > limit) {
-            return bad(format!("max_rows x max(N, K) = {max_rows} x {} overflows the address space", n.max(k)));
-        }
+        check_fp8_extents(groups, n, k, max_rows)?;
         Ok(GroupedGemmFp8Shape { groups, n, k, max_rows })
     }
 
@@ -110,6 +86,41 @@ impl GroupedGemmFp8Shape {
     pub fn scale_grid(&self) -> (usize, usize) {
         (scale_blocks(self.n), scale_blocks(self.k))
     }
+}
+
+/// The extents every SM90 FP8 grouped GEMM shares: `groups` in 1..=65536; `k` a positive multiple of 16 (16-byte
+/// TMA rows of e4m3); `n` positive; every extent within the kernels' 32-bit problem sizes; `G·N·K` and
+/// `max_rows·max(N, K)` within the address space.
+pub(crate) fn check_fp8_extents(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<()> {
+    let bad = |s: String| Err(Error::InvalidProblem(s));
+    if groups == 0 || groups > 65536 {
+        return bad(format!("groups = {groups}: must be in 1..=65536"));
+    }
+    if k == 0 || k % 16 != 0 {
+        return bad(format!(
+            "K = {k} is not a positive multiple of 16: rows of e4m3 A and B must be 16-byte aligned for TMA \
+             (a partial last 128-block of K is fine)"
+        ));
+    }
+    if n == 0 {
+        return bad("N = 0: must be positive".into());
+    }
+    for (name, v) in [("N", n), ("K", k)] {
+        if v > i32::MAX as usize {
+            return bad(format!("{name} = {v} exceeds i32::MAX (CUTLASS problem sizes are 32-bit)"));
+        }
+    }
+    if max_rows > i32::MAX as usize {
+        return bad(format!("max_rows = {max_rows} exceeds i32::MAX (offsets are int32)"));
+    }
+    let limit = (isize::MAX as usize) / 4;
+    if groups.checked_mul(n).and_then(|x| x.checked_mul(k)).is_none_or(|x| x > limit) {
+        return bad(format!("G x N x K = {groups} x {n} x {k} overflows the address space"));
+    }
+    if max_rows.checked_mul(n.max(k)).is_none_or(|x| x > limit) {
+        return bad(format!("max_rows x max(N, K) = {max_rows} x {} overflows the address space", n.max(k)));
+    }
+    Ok(())
 }
 
 /// A compiled configuration of the FP8 blockwise grouped GEMM (cluster 1x1x1, TileK 128). The C++ enum in
@@ -168,18 +179,7 @@ impl Fp8TileConfig {
     /// [`Error::KernelNotBuilt`] when it was not compiled.
     pub fn facts(self) -> Result<Fp8KernelFacts> {
         let (f, schedule) = ffi::grouped_fp8::facts(self.into())?;
-        let u = |v: i32| v.max(0) as u32;
-        Ok(Fp8KernelFacts {
-            schedule,
-            tile: (u(f.tile_m), u(f.tile_n), u(f.tile_k)),
-            scale_block_a: (u(f.scale_m), u(f.scale_k)),
-            scale_block_b: (u(f.scale_n), u(f.scale_k)),
-            scales_k_major: (f.sfa_k_major, f.sfb_k_major),
-            two_level_accumulation: f.blockwise_mainloop,
-            fast_accumulation: f.fast_accumulation,
-            promotion_k: u(f.promotion_k),
-            stages: u(f.stages),
-        })
+        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
     }
 
     /// The default for `groups` groups over about `expected_rows` rows in all: 64-row ping-pong tiles up to
@@ -212,7 +212,25 @@ impl std::fmt::Display for Fp8TileConfig {
     }
 }
 
-/// Compile-time facts of a built [`Fp8TileConfig`], read from the CUTLASS types of the compiled kernel.
+impl Fp8KernelFacts {
+    pub(crate) fn from_ffi(f: &ffi::grouped_fp8::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {
+        let u = |v: i32| v.max(0) as u32;
+        Fp8KernelFacts {
+            schedule,
+            tile: (u(f.tile_m), u(f.tile_n), u(f.tile_k)),
+            scale_block_a: (u(f.scale_m), u(f.scale_k)),
+            scale_block_b: (u(f.scale_n), u(f.scale_k)),
+            scales_k_major: (f.sfa_k_major, f.sfb_k_major),
+            two_level_accumulation: f.blockwise_mainloop,
+            fast_accumulation: f.fast_accumulation,
+            promotion_k: u(f.promotion_k),
+            stages: u(f.stages),
+        }
+    }
+}
+
+/// Compile-time facts of a built [`Fp8TileConfig`] (or [`super::grouped_fp8_rowwise::Fp8RowwiseConfig`]), read
+/// from the CUTLASS types of the compiled kernel.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fp8KernelFacts {
@@ -228,7 +246,7 @@ pub struct Fp8KernelFacts {
     pub scales_k_major: (bool, bool),
     /// The blockwise mainloop: partial sums promoted into f32 accumulators with their scales.
     pub two_level_accumulation: bool,
-    /// A FastAccum schedule (accumulation in the tensor cores only). Never true for this family.
+    /// A FastAccum schedule (accumulation in the tensor cores only). Never true for the blockwise family.
     pub fast_accumulation: bool,
     /// Elements of K between promotions.
     pub promotion_k: u32,

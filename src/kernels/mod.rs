@@ -4,6 +4,7 @@
 //! |---|---|---|---|
 //! | [`grouped::GroupedGemm`] | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | A `[rows, K]` grouped by device offsets, B `[G, N, K]`, D `[rows, N]` |
 //! | [`grouped_fp8::GroupedGemmFp8`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 1x128 / 128x128 block scales, bf16 out (fp32 two-level accumulation) | A [`crate::quant::Fp8Rows`] grouped by device offsets (or padded, masked), B [`crate::quant::Fp8BlockWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
+//! | [`grouped_fp8_rowwise::GroupedGemmFp8Rowwise`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 per-token x per-channel scales (per-tensor as a special case), bf16 out (fast or promoted fp32 accumulation) | A [`crate::quant::Fp8TokenRows`] grouped as above, B [`crate::quant::Fp8ChannelWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
 //! | [`fused::FusedGemm`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
 //! | [`grouped_sm100::GroupedGemmSm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | bf16 (fp32 accumulation in tensor memory) | as [`grouped::GroupedGemm`] |
 //!
@@ -15,6 +16,7 @@ mod family;
 pub mod fused;
 pub mod grouped;
 pub mod grouped_fp8;
+pub mod grouped_fp8_rowwise;
 pub mod grouped_sm100;
 
 pub use family::KernelFamily;

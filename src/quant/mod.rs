@@ -42,6 +42,8 @@ pub use mx::{
     to_sf_atoms_grouped, unpack_e2m1, E2m1, Mxfp4, Mxfp8, Nvfp4, Ue4m3, E2M1_MAX, FP4_LUT, MX_BLOCK, NV_BLOCK,
 };
 pub use operands::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, SCALE_BLOCK};
+mod rowwise;
+pub use rowwise::{per_row_block, Fp8ChannelWeights, Fp8TokenRows};
 
 /// The largest finite E4M3FN value.
 pub const E4M3_MAX: f32 = 448.0;

@@ -38,7 +38,7 @@ pub const fn sfb_offset(g: usize, n: usize, k: usize) -> usize {
     g * scale_blocks(n) * scale_blocks(k)
 }
 
-fn product(what: &str, dims: &[usize]) -> Result<usize> {
+pub(super) fn product(what: &str, dims: &[usize]) -> Result<usize> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| Error::InvalidProblem(format!("{what} {dims:?}: the element count overflows usize")))
@@ -68,7 +68,7 @@ fn weight_lengths(experts: usize, n: usize, k: usize) -> Result<(usize, usize)> 
     ))
 }
 
-fn check_len(what: &str, got: usize, want: usize, shape: String) -> Result<()> {
+pub(super) fn check_len(what: &str, got: usize, want: usize, shape: String) -> Result<()> {
     if got != want {
         return Err(Error::InvalidProblem(format!("{got} {what} for {shape}: expected {want}")));
     }
@@ -76,7 +76,7 @@ fn check_len(what: &str, got: usize, want: usize, shape: String) -> Result<()> {
 }
 
 /// The f32 scales of a host block-quantized matrix in `block`, or the error naming what differs.
-fn f32_scales<'a>(m: &'a BlockFp8, block: BlockShape, what: &str) -> Result<&'a [f32]> {
+pub(super) fn f32_scales<'a>(m: &'a BlockFp8, block: BlockShape, what: &str) -> Result<&'a [f32]> {
     if m.block() != block {
         return Err(Error::InvalidProblem(format!(
             "{what}: blocks of {} x {}, expected {} x {}",

@@ -31,10 +31,10 @@ use moe_gemm::reference::{blockwise_fp8_rows, Tolerance};
 use moe_gemm::status::bits as error_bits;
 use moe_gemm::*;
 
-const GUARD: usize = 4096;
+pub(crate) const GUARD: usize = 4096;
 
 /// `len` e4m3 values `448·u`, `u` uniform in [-1, 1), on all cores (seeded).
-fn random_q(len: usize, seed: u64) -> Vec<F8E4M3> {
+pub(crate) fn random_q(len: usize, seed: u64) -> Vec<F8E4M3> {
     let mut v = vec![F8E4M3::from_f32(0.0); len];
     let chunk = len.div_ceil(thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1 << 16);
     thread::scope(|s| {
@@ -51,7 +51,7 @@ fn random_q(len: usize, seed: u64) -> Vec<F8E4M3> {
 }
 
 /// `len` scales log-uniform in `2^-12 .. 2^-4` (seeded).
-fn random_scales(len: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn random_scales(len: usize, seed: u64) -> Vec<f32> {
     let mut rng = Rng(seed);
     (0..len).map(|_| (2f32).powf(-8.0 + 4.0 * rng.unit())).collect()
 }
@@ -75,7 +75,7 @@ fn experts(g: usize, n: usize, k: usize, seed: u64) -> Vec<BlockFp8> {
 
 /// How the groups are described on the device.
 #[derive(Clone, Debug)]
-enum Groups {
+pub(crate) enum Groups {
     /// Exclusive prefix sums of the sizes; `spare` unowned rows at the end.
     Offsets { sizes: Vec<usize>, spare: usize },
     /// Each group starts at a multiple of `align` and holds `counts[g]` rows.
@@ -86,7 +86,7 @@ enum Groups {
 
 impl Groups {
     /// (start, rows) of every group, and the rows of A and D.
-    fn extents(&self) -> (Vec<(usize, usize)>, usize) {
+    pub(crate) fn extents(&self) -> (Vec<(usize, usize)>, usize) {
         match self {
             Groups::Offsets { sizes, spare } => {
                 let mut start = 0;
@@ -118,7 +118,7 @@ impl Groups {
     }
 
     /// The device arrays: (offsets or masked_m, counts).
-    fn upload(&self, stream: &Arc<CudaStream>) -> (CudaSlice<i32>, Option<CudaSlice<i32>>) {
+    pub(crate) fn upload(&self, stream: &Arc<CudaStream>) -> (CudaSlice<i32>, Option<CudaSlice<i32>>) {
         let (ext, max_rows) = self.extents();
         let i32s = |v: Vec<usize>| -> Vec<i32> { v.into_iter().map(|x| x as i32).collect() };
         match self {
@@ -132,7 +132,7 @@ impl Groups {
         }
     }
 
-    fn rows<'a>(&self, first: &'a CudaSlice<i32>, counts: &'a Option<CudaSlice<i32>>) -> GroupRows<'a> {
+    pub(crate) fn rows<'a>(&self, first: &'a CudaSlice<i32>, counts: &'a Option<CudaSlice<i32>>) -> GroupRows<'a> {
         match self {
             Groups::Offsets { .. } => GroupRows::Offsets(first.as_view()),
             Groups::Padded { .. } => {
@@ -145,7 +145,7 @@ impl Groups {
 
 /// The rows of each group compared with the reference: every row of a group of up to 300 rows; of larger
 /// groups the first 130 (the first tile and the next tile's first rows), the last 70 and 16 random ones.
-fn checked_rows(ext: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
+pub(crate) fn checked_rows(ext: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
     let mut rng = Rng(seed);
     let mut pairs = Vec::new();
     for (g, &(start, count)) in ext.iter().enumerate() {
@@ -163,20 +163,26 @@ fn checked_rows(ext: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
 
 /// What a launch got wrong: the first mismatch of each failing group, and writes in the wrong places.
 #[derive(Debug, Default)]
-struct Report {
-    failing: BTreeMap<usize, String>,
+pub(crate) struct Report {
+    pub(crate) failing: BTreeMap<usize, String>,
     unwritten: Option<String>,
     written_outside: Option<String>,
 }
 
 impl Report {
-    fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.failing.is_empty() && self.unwritten.is_none() && self.written_outside.is_none()
     }
 }
 
 /// Compares D (downloaded, `max_rows·n` plus the guard) with the reference on `pairs` and checks the poison.
-fn compare(ext: &[(usize, usize)], n: usize, pairs: &[(usize, usize)], reference: &[f64], d: &[bf16]) -> Report {
+pub(crate) fn compare(
+    ext: &[(usize, usize)],
+    n: usize,
+    pairs: &[(usize, usize)],
+    reference: &[f64],
+    d: &[bf16],
+) -> Report {
     let mut report = Report::default();
     for (i, &(row, g)) in pairs.iter().enumerate() {
         if report.failing.contains_key(&g) {

@@ -7,6 +7,7 @@ mod common;
 mod ep;
 mod fp8;
 mod fp8_layer;
+mod fp8_rowwise;
 mod fused;
 mod gemm;
 mod gemm_sm100;

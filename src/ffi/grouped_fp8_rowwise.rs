@@ -1,0 +1,163 @@
+//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/grouped_gemm_sm90_fp8_rowwise.cuh`): whether a configuration
+//! was built, its compile-time facts, its workspace, and the launch (our prepare kernel, then CUTLASS's).
+//!
+//! Operands (`cpp/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
+//! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
+use half::bf16;
+
+use super::bridge::ffi;
+use super::grouped::GroupedRows;
+use super::grouped_fp8::group_rows;
+use super::status::{check, Launched};
+use super::{need_aligned, need_len, to_i32, to_i64};
+use crate::error::{Error, Result};
+
+pub(crate) use ffi::{Fp8KernelFacts, Fp8RowwiseConfig};
+
+const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
+
+/// N and K must be multiples of this: 16-byte rows of e4m3 A and B for TMA, and 16-byte aligned per-expert
+/// channel-scale vectors (`g · N` f32) for the epilogue's vector loads.
+pub(crate) const ROWWISE_ALIGN: usize = 16;
+
+pub(crate) fn built(config: Fp8RowwiseConfig) -> bool {
+    ffi::grouped_gemm_sm90_fp8_rowwise_built(config)
+}
+
+/// Compile-time facts of a built `config` and its kernel schedule's name.
+pub(crate) fn facts(config: Fp8RowwiseConfig) -> Result<(Fp8KernelFacts, String)> {
+    let mut f = Fp8KernelFacts::default();
+    let s = ffi::grouped_gemm_sm90_fp8_rowwise_facts(config, &mut f);
+    check(s, &Launched { config: Some(&config), ..Launched::op(OP) })?;
+    Ok((f, ffi::grouped_gemm_sm90_fp8_rowwise_schedule(config)))
+}
+
+pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count: i32) -> Result<u64> {
+    let mut bytes = 0u64;
+    let s = ffi::grouped_gemm_sm90_fp8_rowwise_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm90_fp8_rowwise workspace") })?;
+    Ok(bytes)
+}
+
+/// What a plan fixes: the shape, the configuration and the device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowwisePlan {
+    pub config: Fp8RowwiseConfig,
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub max_rows: usize,
+    pub device: i32,
+    pub sm_count: i32,
+    pub workspace_bytes: u64,
+}
+
+/// The buffers of one launch: e4m3 data and f32 dequantisation multipliers.
+pub(crate) struct RowwiseOperands<'a, A, SA, B, SB>
+where
+    A: DevicePtr<F8E4M3>,
+    SA: DevicePtr<f32>,
+    B: DevicePtr<F8E4M3>,
+    SB: DevicePtr<f32>,
+{
+    pub a: &'a A,
+    pub sa: &'a SA,
+    pub b: &'a B,
+    pub sb: &'a SB,
+}
+
+/// Queues `prepare_rowwise_groups` and the CUTLASS FP8 rowwise grouped GEMM on `stream`.
+pub(crate) fn launch<A, SA, B, SB>(
+    stream: &CudaStream,
+    plan: &RowwisePlan,
+    ops: RowwiseOperands<'_, A, SA, B, SB>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    workspace: &mut CudaSlice<u8>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()>
+where
+    A: DevicePtr<F8E4M3>,
+    SA: DevicePtr<f32>,
+    B: DevicePtr<F8E4M3>,
+    SB: DevicePtr<f32>,
+{
+    let ordinal = stream.context().ordinal();
+    if ordinal as i64 != plan.device as i64 {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 rowwise grouped GEMM planned for device {} launched on a stream of device {ordinal}",
+            plan.device
+        )));
+    }
+    let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
+    if n == 0 || n % ROWWISE_ALIGN != 0 || k == 0 || k % ROWWISE_ALIGN != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 rowwise grouped GEMM: N = {n} and K = {k} must be positive multiples of {ROWWISE_ALIGN}"
+        )));
+    }
+    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
+    need_len("sa", ops.sa.len(), max_rows, "max_rows (one scale per row)")?;
+    need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
+    need_len("sb", ops.sb.len(), groups * n, "G x N (one scale per output channel)")?;
+    need_len("d", d.len(), max_rows * n, "max_rows x N")?;
+    let workspace_bytes = workspace.len() as u64;
+    if workspace_bytes < plan.workspace_bytes {
+        return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
+    }
+    let (max_m, groups_i, n_i, k_i) =
+        (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
+    let max_rows = to_i64("max_rows", max_rows)?;
+    super::bind(stream)?;
+    // Guards bound to named locals: they order the buffers on `stream` and must outlive the C++ call.
+    let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
+    let (sa_ptr, _sa_guard) = ops.sa.device_ptr(stream);
+    let (b_ptr, _b_guard) = ops.b.device_ptr(stream);
+    let (sb_ptr, _sb_guard) = ops.sb.device_ptr(stream);
+    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
+    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
+    let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
+    let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
+    for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr), ("sb", sb_ptr)] {
+        need_aligned(name, p)?;
+    }
+    if sa_ptr % 4 != 0 {
+        return Err(Error::Buffer { name: "sa", detail: format!("device address {sa_ptr:#x} is not 4-byte aligned") });
+    }
+    let params = ffi::GroupedGemmFp8RowwiseParams {
+        config: plan.config,
+        mode,
+        max_m,
+        groups: groups_i,
+        n: n_i,
+        k: k_i,
+        max_rows,
+        a: a_ptr,
+        sa: sa_ptr,
+        b: b_ptr,
+        sb: sb_ptr,
+        d: d_ptr,
+        offsets: o_ptr.unwrap_or(0),
+        counts: c_ptr.unwrap_or(0),
+        workspace: w_ptr,
+        workspace_bytes,
+        status: s_ptr,
+        device: plan.device,
+        sm_count: plan.sm_count,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: every address is a live cudarc allocation checked above to hold what the plan's shape implies: A
+    // max_rows*K e4m3 and SA max_rows f32, B G*N*K e4m3 and SB G*N f32, D max_rows*N bf16, offsets G+1 /
+    // counts G where the mode reads them, G*max_m <= max_rows for masked groups, workspace >= the size C++
+    // asked for, status one u32. A/B/D/SB bases are 16-byte aligned and N, K multiples of 16, so every group's
+    // A, B, D base and channel-scale vector (g*N f32) is 16-byte aligned; SA is read one f32 at a time from row
+    // starts the prepare kernel clamps into [0, max_rows]. The stream's context is bound to this thread; the
+    // guards order the buffers on `stream` and the borrows keep them alive until this function returns
+    // (cudarc frees stream-ordered).
+    let status = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_run(&params) };
+    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
+}

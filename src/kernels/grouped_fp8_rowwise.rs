@@ -1,0 +1,309 @@
+//! SM90 FP8 rowwise-scaled grouped GEMM with device-side groups: per-token activation scales times per-channel
+//! weight scales (per-tensor scales as their special case), the recipe of FP8 checkpoints that are not
+//! block-scaled (vLLM's `fp8` w8a8 per-tensor and channelwise schemes, PyTorch's rowwise `_scaled_grouped_mm`).
+//!
+//! For every row `r` of group `g`: `D[r, n] = (Σ_k A_q[r, k] · B_q[g][n, k]) · sa[r] · sb[g][n]`.
+//!
+//! * A: [`Fp8TokenRows`] — e4m3 `[max_rows, K]` and f32 `[max_rows]`;
+//! * B: [`Fp8ChannelWeights`] — e4m3 `[G, N, K]` and f32 `[G, N]`;
+//! * D: bf16 `[max_rows, N]` row-major; rows outside every group are never written;
+//! * groups: the [`GroupRows`] forms of the bf16 GEMM (offsets, padded, masked; not per-row).
+//!
+//! The scales multiply the f32 accumulator once, in the epilogue. Accumulation ([`Fp8Accumulation`]): `Fast`
+//! keeps the whole K in the tensor cores' accumulators (CUTLASS's FP8FastAccum schedules, what vLLM's
+//! `cutlass_moe_mm` runs); `Promoted` adds the tensor cores' partial sums into f32 registers every 128 of K,
+//! which costs issue slots and bounds the error on long K. Plans default to `Fast`; the GPU tests state the error
+//! of both at K = 7168 and 16384.
+//!
+//! # Shape constraints, checked when the plan is made
+//! `N` and `K` positive multiples of 16 (16-byte e4m3 rows for TMA, 16-byte aligned per-expert channel scales),
+//! and the extents of every FP8 GEMM (see [`super::grouped_fp8`]).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtrMut};
+use half::bf16;
+
+use super::grouped_fp8::{check_fp8_extents, Fp8KernelFacts};
+use crate::device::DeviceInfo;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::ffi::grouped_fp8_rowwise::ROWWISE_ALIGN;
+use crate::kernels::grouped::{GroupRows, Workspace};
+use crate::kernels::{KernelFamily, Schedule};
+use crate::quant::{Fp8ChannelWeights, Fp8TokenRows};
+use crate::status::DeviceStatus;
+
+const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
+
+/// The shape of an FP8 rowwise grouped GEMM, validated against the kernels' constraints (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupedGemmFp8RowwiseShape {
+    groups: usize,
+    n: usize,
+    k: usize,
+    max_rows: usize,
+}
+
+impl GroupedGemmFp8RowwiseShape {
+    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint (module docs).
+    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
+        if n == 0 || n % ROWWISE_ALIGN != 0 {
+            return Err(Error::InvalidProblem(format!(
+                "N = {n} is not a positive multiple of {ROWWISE_ALIGN}: bf16 D rows and each expert's f32 channel \
+                 scales must start 16-byte aligned"
+            )));
+        }
+        check_fp8_extents(groups, n, k, max_rows)?;
+        Ok(GroupedGemmFp8RowwiseShape { groups, n, k, max_rows })
+    }
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+}
+
+/// How the tensor cores' e4m3 products are summed over K.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fp8Accumulation {
+    /// All of K in the tensor cores' accumulators (FP8FastAccum schedules): fastest.
+    #[default]
+    Fast,
+    /// Partial sums added into f32 registers every 128 of K: slower, a bounded error on long K.
+    Promoted,
+}
+
+/// A compiled configuration of the rowwise family (cluster 1x1x1). The C++ enum in `cpp/launch_fp8_rowwise.h`
+/// is the source of truth; the bridge checks the discriminants.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fp8RowwiseConfig {
+    /// FastAccum ping-pong, 64x128x128: decode.
+    FastAccumPingpong64x128x128,
+    /// FastAccum cooperative, 128x128x128: prefill.
+    FastAccumCooperative128x128x128,
+    /// Promoted cooperative, 128x128x128: prefill with promoted accumulation (also serves decode when asked).
+    PromotedCooperative128x128x128,
+}
+
+impl Fp8RowwiseConfig {
+    pub const ALL: [Fp8RowwiseConfig; 3] = [
+        Fp8RowwiseConfig::FastAccumPingpong64x128x128,
+        Fp8RowwiseConfig::FastAccumCooperative128x128x128,
+        Fp8RowwiseConfig::PromotedCooperative128x128x128,
+    ];
+
+    pub const fn tile(self) -> (u32, u32, u32) {
+        match self {
+            Fp8RowwiseConfig::FastAccumPingpong64x128x128 => (64, 128, 128),
+            _ => (128, 128, 128),
+        }
+    }
+    pub const fn schedule(self) -> Schedule {
+        match self {
+            Fp8RowwiseConfig::FastAccumPingpong64x128x128 => Schedule::Pingpong,
+            _ => Schedule::Cooperative,
+        }
+    }
+    pub const fn accumulation(self) -> Fp8Accumulation {
+        match self {
+            Fp8RowwiseConfig::PromotedCooperative128x128x128 => Fp8Accumulation::Promoted,
+            _ => Fp8Accumulation::Fast,
+        }
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fp8RowwiseConfig::FastAccumPingpong64x128x128 => "fp8-rowwise-fast-pingpong-64x128x128",
+            Fp8RowwiseConfig::FastAccumCooperative128x128x128 => "fp8-rowwise-fast-coop-128x128x128",
+            Fp8RowwiseConfig::PromotedCooperative128x128x128 => "fp8-rowwise-promoted-coop-128x128x128",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<Fp8RowwiseConfig> {
+        Fp8RowwiseConfig::ALL.into_iter().find(|c| c.name() == name)
+    }
+    pub fn is_built(self) -> bool {
+        ffi::grouped_fp8_rowwise::built(self.into())
+    }
+
+    /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
+    /// (`scale_block_a = (1, 0)`: one per row over all of K), no two-level accumulation, and for FastAccum no
+    /// promotion (`promotion_k = 0`).
+    ///
+    /// # Errors
+    /// [`Error::KernelNotBuilt`] when it was not compiled.
+    pub fn facts(self) -> Result<Fp8KernelFacts> {
+        let (f, schedule) = ffi::grouped_fp8_rowwise::facts(self.into())?;
+        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
+    }
+
+    /// The default for `accumulation` over `groups` groups of about `expected_rows` rows in all: 64-row
+    /// ping-pong tiles up to 64 rows per group with fast accumulation, 128-row cooperative tiles above; the
+    /// promoted family has the one tile. Not yet measured on an H200: the threshold is the tile height, as for
+    /// the blockwise family.
+    pub fn heuristic(accumulation: Fp8Accumulation, groups: usize, expected_rows: usize) -> Fp8RowwiseConfig {
+        match accumulation {
+            Fp8Accumulation::Promoted => Fp8RowwiseConfig::PromotedCooperative128x128x128,
+            Fp8Accumulation::Fast if expected_rows.div_ceil(groups.max(1)) <= 64 => {
+                Fp8RowwiseConfig::FastAccumPingpong64x128x128
+            }
+            Fp8Accumulation::Fast => Fp8RowwiseConfig::FastAccumCooperative128x128x128,
+        }
+    }
+}
+
+impl From<Fp8RowwiseConfig> for ffi::grouped_fp8_rowwise::Fp8RowwiseConfig {
+    fn from(c: Fp8RowwiseConfig) -> Self {
+        use ffi::grouped_fp8_rowwise::Fp8RowwiseConfig as F;
+        match c {
+            Fp8RowwiseConfig::FastAccumPingpong64x128x128 => F::FastAccumPingpong64x128x128,
+            Fp8RowwiseConfig::FastAccumCooperative128x128x128 => F::FastAccumCooperative128x128x128,
+            Fp8RowwiseConfig::PromotedCooperative128x128x128 => F::PromotedCooperative128x128x128,
+        }
+    }
+}
+
+impl std::fmt::Display for Fp8RowwiseConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Options of a [`GroupedGemmFp8Rowwise`] plan.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupedGemmFp8RowwiseOptions {
+    /// Force a configuration; `None` picks [`Fp8RowwiseConfig::heuristic`] for `accumulation`.
+    pub config: Option<Fp8RowwiseConfig>,
+    /// Used when `config` is `None`.
+    pub accumulation: Fp8Accumulation,
+    /// Expected rows in all groups together, a speed hint only. Default `max_rows`.
+    pub expected_rows: Option<usize>,
+}
+
+/// An FP8 rowwise grouped GEMM planned for one shape and device.
+#[derive(Debug)]
+pub struct GroupedGemmFp8Rowwise {
+    shape: GroupedGemmFp8RowwiseShape,
+    config: Fp8RowwiseConfig,
+    device: DeviceInfo,
+    workspace_bytes: u64,
+}
+
+impl GroupedGemmFp8Rowwise {
+    /// Plans on the device of `stream`.
+    ///
+    /// # Errors
+    /// As [`Self::for_device`]; driver errors of the device query.
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        shape: GroupedGemmFp8RowwiseShape,
+        options: GroupedGemmFp8RowwiseOptions,
+    ) -> Result<Self> {
+        Self::for_device(DeviceInfo::query(stream.context())?, shape, options)
+    }
+
+    /// Plans for an already queried device (no driver call).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArch`] unless the device is SM90; [`Error::KernelNotBuilt`] when the configuration
+    /// was not compiled.
+    pub fn for_device(
+        device: DeviceInfo,
+        shape: GroupedGemmFp8RowwiseShape,
+        options: GroupedGemmFp8RowwiseOptions,
+    ) -> Result<Self> {
+        device.require(OP, KernelFamily::GroupedGemmSm90Fp8)?;
+        let expected = options.expected_rows.unwrap_or(shape.max_rows);
+        let config =
+            options.config.unwrap_or_else(|| Fp8RowwiseConfig::heuristic(options.accumulation, shape.groups, expected));
+        if !config.is_built() {
+            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
+        }
+        let workspace_bytes = ffi::grouped_fp8_rowwise::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        Ok(GroupedGemmFp8Rowwise { shape, config, device, workspace_bytes })
+    }
+
+    pub fn shape(&self) -> &GroupedGemmFp8RowwiseShape {
+        &self.shape
+    }
+    pub fn config(&self) -> Fp8RowwiseConfig {
+        self.config
+    }
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes as usize
+    }
+    /// A zeroed workspace of [`Self::workspace_bytes`] (outside the launch path).
+    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
+        Workspace::zeroed(stream, self.workspace_bytes())
+    }
+
+    /// Queues `D = rowwise(A, B)` over the groups `rows` describes on `stream`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
+    /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
+    /// or a group array is too small or misaligned; [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors.
+    /// Invalid offset or count values are clamped on the device and reported into `status`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &Fp8TokenRows,
+        b: &Fp8ChannelWeights,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<bf16>,
+        workspace: &mut Workspace,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        let s = &self.shape;
+        if a.k() != s.k || a.rows() < s.max_rows {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 token rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
+                a.rows(),
+                a.k(),
+                s.k,
+                s.max_rows
+            )));
+        }
+        if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 channel weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
+                b.experts(),
+                b.n(),
+                b.k(),
+                s.groups,
+                s.n,
+                s.k
+            )));
+        }
+        let plan = ffi::grouped_fp8_rowwise::RowwisePlan {
+            config: self.config.into(),
+            groups: s.groups,
+            n: s.n,
+            k: s.k,
+            max_rows: s.max_rows,
+            device: self.device.ordinal as i32,
+            sm_count: self.device.sm_count,
+            workspace_bytes: self.workspace_bytes,
+        };
+        let rows = rows.into();
+        let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
+        let ops = ffi::grouped_fp8_rowwise::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
+        ffi::grouped_fp8_rowwise::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+
+    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+    pub fn flops(&self, rows: usize) -> f64 {
+        2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
+    }
+}

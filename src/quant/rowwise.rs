@@ -1,0 +1,207 @@
+//! FP8 operands with one scale per row: activations quantised per token and expert weights with one scale per
+//! output channel, for the rowwise-scaled grouped GEMM ([`crate::kernels::grouped_fp8_rowwise`]). A per-tensor
+//! scale is its special case: the same value in every row.
+//!
+//! On the host both are a [`BlockFp8`] whose block spans a whole row (`BlockShape { rows: 1, cols: K }`: per
+//! token, per channel) or the whole matrix (`{ rows: N, cols: K }`: per tensor), with F32 scales; the device
+//! types below take either and hold one f32 per row, so a per-tensor checkpoint and a per-channel one run the
+//! same kernel.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView};
+
+use super::operands::{check_len, product};
+use super::{BlockFp8, BlockShape, Scales, F8E4M3};
+use crate::error::{Error, Result};
+
+/// The one f32 scale per row of a host matrix whose scale block spans whole rows (`1 x K`) or all of it
+/// (`N x K`, repeated for every row); `what` names the matrix in errors.
+fn row_scales(m: &BlockFp8, what: &str) -> Result<Vec<f32>> {
+    let (rows, cols, b) = (m.rows(), m.cols(), m.block());
+    let per_tensor = b.rows >= rows && b.cols >= cols;
+    let per_row = b.rows == 1 && b.cols >= cols;
+    if !(per_row || per_tensor) {
+        return Err(Error::InvalidProblem(format!(
+            "{what}: blocks of {} x {} over [{rows}, {cols}]: rowwise FP8 takes one scale per row (1 x {cols}) or \
+             one per tensor ({rows} x {cols})",
+            b.rows, b.cols
+        )));
+    }
+    let Scales::F32(s) = m.scales() else {
+        return Err(Error::InvalidProblem(format!("{what}: {:?} scales, rowwise FP8 takes F32", m.scales().format())));
+    };
+    let s: Vec<f32> = if per_row { s.clone() } else { vec![s[0]; rows] };
+    if let Some(i) = s.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+        return Err(Error::InvalidProblem(format!(
+            "{what}: scale of row {i} = {}: scales must be finite and non-negative",
+            s[i]
+        )));
+    }
+    Ok(s)
+}
+
+/// Activations quantised per token on the device: e4m3 `[rows, K]` and f32 scales `[rows]`, one value.
+#[derive(Debug)]
+pub struct Fp8TokenRows {
+    q: CudaSlice<F8E4M3>,
+    scales: CudaSlice<f32>,
+    rows: usize,
+    k: usize,
+}
+
+impl Fp8TokenRows {
+    /// Wraps device buffers of `rows` rows of `k`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the count that differs (`rows · K` elements, `rows` scales) or `K = 0`.
+    pub fn new(q: CudaSlice<F8E4M3>, scales: CudaSlice<f32>, rows: usize, k: usize) -> Result<Self> {
+        if k == 0 {
+            return Err(Error::InvalidProblem("FP8 token rows of K = 0: K must be positive".into()));
+        }
+        check_len("e4m3 elements", q.len(), product("FP8 rows [rows, K] =", &[rows, k])?, format!("[{rows}, {k}]"))?;
+        check_len("scales", scales.len(), rows, format!("{rows} rows (one scale per token)"))?;
+        Ok(Fp8TokenRows { q, scales, rows, k })
+    }
+
+    /// Zeroed rows.
+    ///
+    /// # Errors
+    /// As [`Self::new`]; driver errors of the allocation.
+    pub fn zeros(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Self> {
+        let n = product("FP8 rows [rows, K] =", &[rows, k])?;
+        Self::new(stream.alloc_zeros(n)?, stream.alloc_zeros(rows)?, rows, k)
+    }
+
+    /// Uploads host rows quantised per token (`1 x K` blocks) or per tensor, with F32 scales.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for another block shape or scale format, or a non-finite or negative scale (the
+    /// row named); driver errors of the copies.
+    pub fn from_host(stream: &Arc<CudaStream>, x: &BlockFp8) -> Result<Self> {
+        let s = row_scales(x, "FP8 token rows")?;
+        Self::new(stream.clone_htod(x.q())?, stream.clone_htod(&s)?, x.rows(), x.cols())
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn q(&self) -> CudaView<'_, F8E4M3> {
+        self.q.as_view()
+    }
+    pub fn scales(&self) -> CudaView<'_, f32> {
+        self.scales.as_view()
+    }
+}
+
+/// Expert weights with one f32 scale per output channel on the device: e4m3 `[G, N, K]` (nn.Linear
+/// `[out, in]` per expert) and f32 `[G, N]`, one value. A per-tensor checkpoint (one scale per expert, e.g.
+/// `weight_scale` of shape `[]`) holds its scale in each of its channels.
+#[derive(Debug)]
+pub struct Fp8ChannelWeights {
+    q: CudaSlice<F8E4M3>,
+    scales: CudaSlice<f32>,
+    experts: usize,
+    n: usize,
+    k: usize,
+}
+
+impl Fp8ChannelWeights {
+    /// Wraps device buffers of `experts` weights `[n, k]`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the count that differs (`G·N·K` elements, `G·N` scales) or a zero extent.
+    pub fn new(q: CudaSlice<F8E4M3>, scales: CudaSlice<f32>, experts: usize, n: usize, k: usize) -> Result<Self> {
+        if experts == 0 || n == 0 || k == 0 {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 channel weights [G, N, K] = [{experts}, {n}, {k}]: every extent must be positive"
+            )));
+        }
+        let nq = product("FP8 weights [G, N, K] =", &[experts, n, k])?;
+        check_len("e4m3 elements", q.len(), nq, format!("FP8 weights [G, N, K] = [{experts}, {n}, {k}]"))?;
+        check_len("scales", scales.len(), experts * n, format!("[G, N] = [{experts}, {n}] (one per channel)"))?;
+        Ok(Fp8ChannelWeights { q, scales, experts, n, k })
+    }
+
+    /// Uploads host experts, each `[N, K]` quantised per output channel (`1 x K` blocks) or per tensor, with
+    /// F32 scales, stacked in order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for no experts, experts of different shapes, another block shape or scale
+    /// format, a non-finite or negative scale (the expert and row named); driver errors of the copies.
+    pub fn from_host(stream: &Arc<CudaStream>, experts: &[BlockFp8]) -> Result<Self> {
+        let first = experts.first().ok_or_else(|| Error::InvalidProblem("FP8 weights of 0 experts".into()))?;
+        let (n, k) = (first.rows(), first.cols());
+        let mut q = Vec::with_capacity(product("FP8 weights [G, N, K] =", &[experts.len(), n, k])?);
+        let mut s = Vec::with_capacity(experts.len() * n);
+        for (g, e) in experts.iter().enumerate() {
+            if (e.rows(), e.cols()) != (n, k) {
+                return Err(Error::InvalidProblem(format!(
+                    "FP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
+                    e.rows(),
+                    e.cols()
+                )));
+            }
+            s.extend(row_scales(e, &format!("FP8 expert {g}"))?);
+            q.extend_from_slice(e.q());
+        }
+        Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn q(&self) -> CudaView<'_, F8E4M3> {
+        self.q.as_view()
+    }
+    pub fn scales(&self) -> CudaView<'_, f32> {
+        self.scales.as_view()
+    }
+    /// Device bytes held: e4m3 data and f32 scales.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + 4 * self.scales.len()
+    }
+}
+
+/// The scale block of a per-token (per-channel) quantisation of `[rows, k]`: one row, all of K.
+pub fn per_row_block(k: usize) -> BlockShape {
+    BlockShape { rows: 1, cols: k }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::ScaleFormat;
+
+    fn m(rows: usize, cols: usize, block: BlockShape) -> BlockFp8 {
+        let w: Vec<f32> =
+            (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) * (1.0 + (i / cols) as f32)).collect();
+        BlockFp8::quantize(&w, rows, cols, block, ScaleFormat::F32).unwrap()
+    }
+
+    #[test]
+    fn row_scales_take_per_row_and_per_tensor_blocks_only() {
+        let per_row = m(3, 32, per_row_block(32));
+        let s = row_scales(&per_row, "x").unwrap();
+        assert_eq!(s.len(), 3);
+        assert!(s[0] < s[1] && s[1] < s[2], "rows of growing magnitude get growing scales: {s:?}");
+        let per_tensor = m(3, 32, BlockShape { rows: 3, cols: 32 });
+        let s = row_scales(&per_tensor, "x").unwrap();
+        assert!(s.iter().all(|&v| v == s[0]) && s.len() == 3);
+        let e = row_scales(&m(4, 256, BlockShape::DEEPSEEK), "FP8 expert 2").unwrap_err().to_string();
+        assert!(e.contains("FP8 expert 2") && e.contains("128 x 128") && e.contains("one scale per row"), "{e}");
+        let e = row_scales(&m(4, 256, BlockShape::PER_TOKEN_128), "x").unwrap_err().to_string();
+        assert!(e.contains("1 x 128"), "{e}");
+        let ue = BlockFp8::quantize(&[1.0; 64], 2, 32, per_row_block(32), ScaleFormat::Ue8m0).unwrap();
+        assert!(row_scales(&ue, "x").unwrap_err().to_string().contains("takes F32"));
+    }
+}
