@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// all E; the floor counts this GPU's experts and rows. The PyTorch peer has no expert map and is skipped.
     #[arg(long, default_value_t = 1)]
     pub ep: usize,
+    /// --layer --ep W: time the NCCL expert-parallel step (`ExpertParallel`: dispatch, local experts, combine)
+    /// over W GPUs of this host, next to the all-reduce EP of the expert-map slice (see `ep_bench.rs`).
+    #[arg(long)]
+    pub nccl: bool,
     /// --layer: also benchmark the shapes and token counts of these vLLM tuned fused-MoE config files
     /// (`E=..,N=..,device_name=...json`; H and k from the model suite when E and N match one, else --hidden/--top-k).
     #[arg(long)]
@@ -263,6 +267,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if !device::driver_present() {
         println!("moe-gemm bench: no CUDA device (libcuda.so could not be loaded); nothing to measure.");
         return Ok(());
+    }
+    if args.layer && args.nccl {
+        #[cfg(feature = "nccl")]
+        return super::ep_bench::run(&args);
+        #[cfg(not(feature = "nccl"))]
+        return Err(moe_gemm::Error::InvalidProblem("--nccl: this build has no `nccl` feature".into()));
     }
     let ctx = device::open(0)?;
     let stream = ctx.per_thread_stream();

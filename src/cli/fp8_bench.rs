@@ -1,5 +1,6 @@
 //! `moe-gemm bench --dtype fp8`: the SM90 FP8 blockwise grouped GEMM (1 x 128 activation scales, 128 x 128
-//! weight scales, bf16 out) on DeepGEMM's benchmark shapes, with TFLOP/s next to the dense FP8 rate measured in
+//! weight scales, bf16 out) and the rowwise one (per-token x per-channel scales; FastAccum and promoted) on
+//! DeepGEMM's benchmark shapes, with TFLOP/s next to the dense FP8 rate measured in
 //! the same run (cuBLASLt 8192³, `moe-gemm`'s ceilings) and, where python3 with torch is there, PyTorch's
 //! `F.grouped_mm` (bf16) and `torch._scaled_grouped_mm` (e4m3, row-wise scales) on the same shapes
 //! (benches/peers/grouped_mm_peer.py with its fp8 part on: `--fp8-peer` is implied).
@@ -18,7 +19,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, F8E4M3};
+use moe_gemm::kernels::grouped_fp8_rowwise::{
+    Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions, GroupedGemmFp8RowwiseShape,
+};
+use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Fp8ChannelWeights, Fp8Rows, Fp8TokenRows, F8E4M3};
 use moe_gemm::random::SplitMix64;
 use moe_gemm::timing::{measure, Stats};
 use moe_gemm::{
@@ -144,7 +148,8 @@ pub(super) fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, s
 
 struct Row {
     point: usize,
-    config: Fp8TileConfig,
+    /// The configuration's name (blockwise `fp8-…`, rowwise `fp8-rowwise-…`).
+    config: &'static str,
     stats: Stats,
 }
 
@@ -192,7 +197,41 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 plan.launch(stream, &a, &b, group_rows(), &mut d, &mut ws, &mut st)
             })?;
             st.check(stream)?;
-            rows.push(Row { point: j, config, stats });
+            rows.push(Row { point: j, config: config.name(), stats });
+        }
+        // The rowwise family on the same shapes (per-token x per-channel scales: torch's recipe), both
+        // accumulations; all its configurations with `--config all`.
+        let ra = Fp8TokenRows::new(
+            stream.clone_dtod(&a.q())?,
+            stream.clone_htod(&vec![1.0f32 / 64.0; p.rows()])?,
+            p.rows(),
+            p.k,
+        )?;
+        let rb = Fp8ChannelWeights::new(
+            stream.clone_dtod(&b.q())?,
+            stream.clone_htod(&vec![1.0f32 / 64.0; p.groups * p.n])?,
+            p.groups,
+            p.n,
+            p.k,
+        )?;
+        let rowwise: Vec<Fp8RowwiseConfig> = if forced.as_ref().is_some_and(|f| f.len() > 1) {
+            Fp8RowwiseConfig::ALL.to_vec()
+        } else {
+            [Fp8Accumulation::Fast, Fp8Accumulation::Promoted]
+                .map(|acc| Fp8RowwiseConfig::heuristic(acc, p.groups, p.rows()))
+                .to_vec()
+        };
+        let rshape = GroupedGemmFp8RowwiseShape::new(p.groups, p.n, p.k, p.rows())?;
+        for config in rowwise {
+            let opts = GroupedGemmFp8RowwiseOptions { config: Some(config), ..Default::default() };
+            let plan = GroupedGemmFp8Rowwise::new(stream, rshape, opts)?;
+            let mut ws = plan.alloc_workspace(stream)?;
+            let mut st = DeviceStatus::new(stream)?;
+            let stats = measure(stream, args.reps, args.warmup, &mut flush, || {
+                plan.launch(stream, &ra, &rb, group_rows(), &mut d, &mut ws, &mut st)
+            })?;
+            st.check(stream)?;
+            rows.push(Row { point: j, config: config.name(), stats });
         }
     }
     drop(flush);
@@ -214,7 +253,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 p.m,
                 p.n,
                 p.k,
-                r.config.name(),
+                r.config,
                 r.stats.median_us,
                 r.stats.p10_us,
                 r.stats.p90_us,
@@ -234,7 +273,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 let (torch, torch8) = peer_us(&peer, p);
                 serde_json::json!({
                     "point": p.name, "layout": p.layout.name(), "groups": p.groups, "m": p.m, "n": p.n, "k": p.k,
-                    "config": r.config.name(), "median_us": r.stats.median_us, "p10_us": r.stats.p10_us,
+                    "config": r.config, "median_us": r.stats.median_us, "p10_us": r.stats.p10_us,
                     "p90_us": r.stats.p90_us, "tflops": p.flops() / (r.stats.median_us * 1e-6) / 1e12,
                     "deepgemm_h800_tflops": p.deepgemm_h800_tflops, "torch_bf16_us": torch, "torch_fp8_us": torch8,
                 })
@@ -288,7 +327,7 @@ fn print_table(
         None => println!("dense fp8 e4m3 rate: not measured (--no-ceilings or no libcublasLt)"),
     }
     println!(
-        "{:<34} {:>6} {:<24} {:>10} {:>17} {:>8} {:>8} {:>10} {:>11} {:>11} {:>10}",
+        "{:<34} {:>6} {:<38} {:>10} {:>17} {:>8} {:>8} {:>10} {:>11} {:>11} {:>10}",
         "point",
         "rows",
         "config",
@@ -308,10 +347,10 @@ fn print_table(
         let (torch, torch8) = peer_us(peer, p);
         let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         println!(
-            "{:<34} {:>6} {:<24} {:>10.1} {:>17} {:>8.0} {:>8} {:>10.0} {:>11} {:>11} {:>10}",
+            "{:<34} {:>6} {:<38} {:>10.1} {:>17} {:>8.0} {:>8} {:>10.0} {:>11} {:>11} {:>10}",
             p.name,
             p.rows(),
-            r.config.name(),
+            r.config,
             r.stats.median_us,
             format!("{:.1}-{:.1}", r.stats.p10_us, r.stats.p90_us),
             tf,
@@ -328,7 +367,8 @@ fn print_table(
     println!(
         "TFLOP/s = 2 x rows x N x K / median; of fp8 = that / the dense fp8 rate above; DG H800 = DeepGEMM's \
          published H800 TFLOP/s for the shape (README @55ab91f; another GPU and kernel, for orientation only); \
-         torch fp8 = torch._scaled_grouped_mm with row-wise scales (not blockwise); t/torch8 = our median / it"
+         torch fp8 = torch._scaled_grouped_mm with row-wise scales (the recipe of our fp8-rowwise rows, not of the \
+         blockwise ones); t/torch8 = our median / it"
     );
 }
 

@@ -1,4 +1,6 @@
 pub mod bench;
+#[cfg(feature = "nccl")]
+pub mod ep_bench;
 pub mod fp8_bench;
 pub mod info;
 pub mod layer_bench;

@@ -32,3 +32,31 @@ pub(crate) fn launch_gather_ids(
     let s = unsafe { ffi::ep_gather_ids(capacity, rows, s_ptr, i_ptr, sentinel, o_ptr, stream.cu_stream() as u64) };
     check(s, &Launched::op("ep_gather_ids"))
 }
+
+/// A communicator that may move to another thread: one thread per rank drives its device's communicator in a
+/// single process (NCCL's "one process, several devices" use with a thread per device).
+#[cfg(feature = "nccl")]
+pub struct RankComm(cudarc::nccl::Comm);
+
+#[cfg(feature = "nccl")]
+impl std::fmt::Debug for RankComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RankComm").field("rank", &self.0.rank()).field("world", &self.0.world_size()).finish()
+    }
+}
+
+// SAFETY: cudarc's `Comm` holds the raw `ncclComm_t` (hence not `Send`) and an `Arc<CudaStream>`. NCCL allows a
+// communicator to be used from any thread as long as calls on it are not concurrent; `RankComm` gives the one
+// `Comm` to exactly one owner at a time (it is moved, never shared: no `Sync`), and the stream is `Send`.
+#[cfg(feature = "nccl")]
+unsafe impl Send for RankComm {}
+
+#[cfg(feature = "nccl")]
+impl RankComm {
+    pub fn new(comm: cudarc::nccl::Comm) -> Self {
+        RankComm(comm)
+    }
+    pub fn into_inner(self) -> cudarc::nccl::Comm {
+        self.0
+    }
+}

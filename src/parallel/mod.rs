@@ -58,6 +58,8 @@
 #[cfg(feature = "nccl")]
 mod nccl;
 #[cfg(feature = "nccl")]
+pub use crate::ffi::ep::RankComm;
+#[cfg(feature = "nccl")]
 pub use nccl::ExpertParallel;
 
 use crate::dtype::{DType, Element};

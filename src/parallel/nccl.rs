@@ -63,6 +63,8 @@ pub struct ExpertParallel<T: Element + NcclType> {
     recv_ids: CudaSlice<i32>,
     ones: CudaSlice<f32>,
     status: DeviceStatus,
+    /// Tokens of the last dispatch (what the combine sums back).
+    tokens: usize,
 }
 
 impl<T: Element + NcclType> std::fmt::Debug for ExpertParallel<T> {
@@ -177,6 +179,7 @@ impl<T: Element + NcclType> ExpertParallel<T> {
             recv_ids: stream.alloc_zeros(rows)?,
             ones: stream.clone_htod(&vec![1f32; rows])?,
             status: DeviceStatus::new(&stream)?,
+            tokens: 0,
             comm,
         })
     }
@@ -190,6 +193,14 @@ impl<T: Element + NcclType> ExpertParallel<T> {
     /// Rows per (source, destination) block of the exchange buffers.
     pub fn block_rows(&self) -> usize {
         self.cap
+    }
+    /// The communicator the step exchanges over (for the caller's own collectives on the same ranks).
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+    /// Gives the communicator back (a step for another shape can then be built on it).
+    pub fn into_comm(self) -> Comm {
+        self.comm
     }
     /// The stream every call of the step is queued on (the communicator's).
     pub fn stream(&self) -> Arc<CudaStream> {
@@ -206,7 +217,8 @@ impl<T: Element + NcclType> ExpertParallel<T> {
     }
 
     /// One step for this rank's `x [T, H]`, `topk_ids [T, k]` (global ids), `topk_weights [T, k]` into
-    /// `y [T, H]`. Every rank of the communicator must call it (with its own tokens, `T` may be 0 on some).
+    /// `y [T, H]`: [`Self::dispatch`], [`Self::experts`], [`Self::combine`]. Every rank of the communicator must
+    /// call it (with its own tokens, `T` may be 0 on some).
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] / [`Error::Buffer`] naming the input that does not fit (before anything is
@@ -217,6 +229,19 @@ impl<T: Element + NcclType> ExpertParallel<T> {
         topk_ids: &MatrixView<'_, i32>,
         topk_weights: &MatrixView<'_, f32>,
         y: &mut MatrixViewMut<'_, T>,
+    ) -> Result<()> {
+        self.check_inputs(x, topk_ids, topk_weights, y)?;
+        self.dispatch(x, topk_ids)?;
+        self.experts()?;
+        self.combine(topk_weights, y)
+    }
+
+    fn check_inputs(
+        &self,
+        x: &MatrixView<'_, T>,
+        topk_ids: &MatrixView<'_, i32>,
+        topk_weights: &MatrixView<'_, f32>,
+        y: &MatrixViewMut<'_, T>,
     ) -> Result<()> {
         let t = x.rows();
         let (h, k) = (self.hidden, self.top_k);
@@ -248,10 +273,33 @@ impl<T: Element + NcclType> ExpertParallel<T> {
                 return Err(Error::Buffer { name, detail: "strided rows: the step reads packed rows".into() });
             }
         }
+        Ok(())
+    }
+
+    /// Phase 1 of the step: the rows and their ids laid out by destination rank and exchanged (steps 1-2 of
+    /// the module docs). The phases run in order on [`Self::stream`]; [`Self::forward`] runs all three.
+    ///
+    /// # Errors
+    /// As [`Self::forward`] (`x` and `topk_ids` checked alone).
+    pub fn dispatch(&mut self, x: &MatrixView<'_, T>, topk_ids: &MatrixView<'_, i32>) -> Result<()> {
+        let (t, h, k) = (x.rows(), self.hidden, self.top_k);
+        if x.cols() != h || (topk_ids.rows(), topk_ids.cols()) != (t, k) || t > self.max_tokens {
+            return Err(Error::InvalidProblem(format!(
+                "expert-parallel dispatch: x [{t}, {}], topk_ids [{}, {}]: the step takes [T, {h}], [T, {k}] with \
+                 T <= {}",
+                x.cols(),
+                topk_ids.rows(),
+                topk_ids.cols(),
+                self.max_tokens
+            )));
+        }
+        if (x.stride() != h || topk_ids.stride() != k) && t > 1 {
+            return Err(Error::Buffer { name: "x", detail: "strided rows: the step reads packed rows".into() });
+        }
         let stream = self.comm.stream();
         let (rows, block) = (self.world * self.cap, self.cap);
         let sentinel = self.experts as i32;
-        // 1. Dispatch: positions by destination rank, the rows and their ids at them.
+        self.tokens = t;
         let dest = self.dest.as_view();
         self.layout.build(&stream, t, &topk_ids.as_view(), Some(&dest), &mut self.status)?;
         self.layout.gather(&stream, t, h, &x.as_view(), &mut self.send_x, &mut self.status)?;
@@ -264,19 +312,46 @@ impl<T: Element + NcclType> ExpertParallel<T> {
             sentinel,
             &mut self.send_ids,
         )?;
-        // 2. Exchange.
         exchange(&self.comm, self.world, block * h, &self.send_x, &mut self.recv_x)?;
-        exchange(&self.comm, self.world, block, &self.send_ids, &mut self.recv_ids)?;
-        // 3. The local experts over every received row.
-        {
-            let xv = MatrixView::new("received rows", self.recv_x.as_view(), rows, h)?;
-            let iv = MatrixView::new("received ids", self.recv_ids.as_view(), rows, 1)?;
-            let wv = MatrixView::new("ones", self.ones.as_view(), rows, 1)?;
-            let mut yv = MatrixViewMut::new("results", self.recv_y.as_view_mut(), rows, h)?;
-            self.layer.forward(&stream, &mut self.scratch, &xv, &iv, &wv, &mut yv)?;
+        exchange(&self.comm, self.world, block, &self.send_ids, &mut self.recv_ids)
+    }
+
+    /// Phase 2: the local experts over every received row (step 3).
+    ///
+    /// # Errors
+    /// Launch errors of the local layer.
+    pub fn experts(&mut self) -> Result<()> {
+        let stream = self.comm.stream();
+        let (rows, h) = (self.world * self.cap, self.hidden);
+        let xv = MatrixView::new("received rows", self.recv_x.as_view(), rows, h)?;
+        let iv = MatrixView::new("received ids", self.recv_ids.as_view(), rows, 1)?;
+        let wv = MatrixView::new("ones", self.ones.as_view(), rows, 1)?;
+        let mut yv = MatrixViewMut::new("results", self.recv_y.as_view_mut(), rows, h)?;
+        self.layer.forward(&stream, &mut self.scratch, &xv, &iv, &wv, &mut yv)
+    }
+
+    /// Phase 3: the results sent back and summed over k in slot order (steps 4-5), for the tokens of the last
+    /// [`Self::dispatch`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] when `topk_weights` or `y` is not for those tokens; NCCL and launch errors.
+    pub fn combine(&mut self, topk_weights: &MatrixView<'_, f32>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let (t, h, k) = (self.tokens, self.hidden, self.top_k);
+        if (topk_weights.rows(), topk_weights.cols()) != (t, k) || (y.rows(), y.cols()) != (t, h) {
+            return Err(Error::InvalidProblem(format!(
+                "expert-parallel combine: topk_weights [{}, {}], y [{}, {}] after a dispatch of {t} tokens: the \
+                 step takes [{t}, {k}], [{t}, {h}]",
+                topk_weights.rows(),
+                topk_weights.cols(),
+                y.rows(),
+                y.cols()
+            )));
         }
-        // 4. Back; 5. the weighted sum over k in slot order.
-        exchange(&self.comm, self.world, block * h, &self.recv_y, &mut self.back)?;
+        if (topk_weights.stride() != k || y.stride() != h) && t > 1 {
+            return Err(Error::Buffer { name: "y", detail: "strided rows: the step reads packed rows".into() });
+        }
+        let stream = self.comm.stream();
+        exchange(&self.comm, self.world, self.cap * h, &self.recv_y, &mut self.back)?;
         self.layout.combine(&stream, t, h, &self.back, &topk_weights.as_view(), &mut y.as_view_mut())
     }
 
