@@ -237,7 +237,6 @@ fn rank_point(
     let combine = measure(&stream, reps, warmup, &mut flush, || ep.combine(&wv, &mut yv))?;
     let step = measure(&stream, reps, warmup, &mut flush, || ep.forward(&xv, &iv, &wv, &mut yv))?;
     ep.check()?;
-    drop(yv);
     let comm = ep.into_comm();
     // The all-reduce EP: every token through this rank's experts, then the sum over ranks.
     let map = placement.expert_map(r);
