@@ -62,6 +62,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/grouped_gemm_sm90_fp8_rowwise.cu", "grouped_gemm_sm90_fp8", SM90A),
     unit("cpp/fused_moe_sm90_bf16.cu", "fused_moe_sm90", SM90A),
     unit("cpp/fused_moe_sm90_f16.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/fused_moe_sm90_fp8.cu", "fused_moe_sm90", SM90A),
     unit("cpp/routing.cu", "routing", PORTABLE),
     unit("cpp/layouts.cu", "layouts", PORTABLE),
     unit("cpp/activation.cu", "activation", PORTABLE),

@@ -436,6 +436,34 @@ LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile) {
   return LaunchStatus{StatusCode::NotBuilt, 0};
 }
 
+LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& p) {
+  FusedGemmFp8Args a{};
+  a.tile = p.tile;
+  a.mode = p.mode;
+  a.top_k = p.top_k;
+  a.experts = p.experts;
+  a.n = p.n;
+  a.k = p.k;
+  a.rows = p.rows;
+  a.sm_count = p.sm_count;
+  a.capacity = p.capacity;
+  a.a = p.a;
+  a.sfa = p.sfa;
+  a.b = p.b;
+  a.sfb = p.sfb;
+  a.d = p.d;
+  a.sorted_ids = p.sorted_ids;
+  a.expert_ids = p.expert_ids;
+  a.total = p.total;
+  a.weights = p.weights;
+  a.bias = p.bias;
+  a.stream = p.stream;
+  static_assert(same_fields<FusedGemmFp8Params, FusedGemmFp8Args>(20), "assign every FusedGemmFp8Args field above");
+  return wrap(moe_gemm::fused_moe_gemm_fp8(a));
+}
+
+LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile) { return wrap(moe_gemm::fused_moe_prepare_fp8(tile)); }
+
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream) {
   return wrap(moe_gemm::sum_slots(dtype, tokens, top_k, hidden, pairs, positions, y, stream));

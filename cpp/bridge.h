@@ -9,6 +9,7 @@
 #include "launch.h"
 #include "launch_fp8.h"
 #include "launch_fp8_rowwise.h"
+#include "launch_fused_fp8.h"
 #include "launch_sm100.h"
 #include "moe_ops.h"
 #include "quant.h"
@@ -32,6 +33,7 @@ struct ActivationParams;
 struct DecodeParams;
 struct DecodeFp8Params;
 struct FusedGemmParams;
+struct FusedGemmFp8Params;
 struct QuantParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
@@ -72,6 +74,8 @@ LaunchStatus decode_layer(const DecodeParams& params);
 LaunchStatus decode_layer_fp8(const DecodeFp8Params& params);
 LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
 LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
+LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& params);
+LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);

@@ -108,8 +108,8 @@ struct TileCoord {
 // prefill the tiles in flight then read each B tile once for the whole group and each gathered A tile once for
 // all N tiles (N-fastest re-read B from HBM per M tile, M-fastest A per N tile). Decode tiles use kGroupM = 1
 // (N fastest): one expert's consecutive weight rows stream together.
-template <class G>
-__device__ __forceinline__ TileCoord tile_coord(const Params<G>& p, int64_t tile, int n_tiles, int64_t total) {
+template <class G, class P>
+__device__ __forceinline__ TileCoord tile_coord(const P& p, int64_t tile, int n_tiles, int64_t total) {
   constexpr int kGroupM = G::kGroupM;
   const int64_t per_group = int64_t(kGroupM) * n_tiles;
   const int within = int(tile % per_group);
@@ -121,6 +121,64 @@ __device__ __forceinline__ TileCoord tile_coord(const Params<G>& p, int64_t tile
   c.expert = c.live ? p.expert_ids[c.m_tile] : -1;
   c.live = c.live && c.expert >= 0 && c.expert < p.experts;  // our layout writes ids below `experts`
   return c;
+}
+
+// The producer warpgroup of a fused kernel: every thread owns one 16-byte column chunk of BM/16 A rows (gathered
+// by cp.async through sorted_ids: x's token row for Gather, the position's own row for Scatter; zeros on
+// padding), thread 0 also issues B's TMA; one stage completes when all of them have landed. `P` is any params
+// struct with the fields used here (the bf16 and the FP8 kernels').
+template <class G, class P>
+__device__ __forceinline__ void produce(const P& p, typename G::SharedStorage& ss, typename G::Pipeline& pipeline,
+                                        int64_t num_tiles, int n_tiles, int64_t total, int k_tiles) {
+  using Element = typename G::Element;
+  constexpr int BM = G::kBM, BN = G::kBN, BK = G::kBK;
+  if constexpr (G::kMmaThreads == 256) cutlass::arch::warpgroup_reg_dealloc<G::kProducerRegs>();
+  const int t = int(threadIdx.x);
+  const int chunk = t % G::kChunks, row0 = t / G::kChunks;
+  const int kc = chunk * (16 / int(sizeof(Element)));  // element column of this chunk in a k-tile
+  constexpr int kA = BM / G::kRowsPerPass;
+  const auto* A = static_cast<const Element*>(p.a);
+  Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename G::Mainloop::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(ss.tensors.smem_B.data()), typename G::Mainloop::SmemLayoutB{});
+  Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, p.experts));
+  auto tma = p.tma_b.get_slice(0);
+  Tensor tBsB = tma.partition_D(sB);  // (TMA,TMA_N,TMA_K,PIPE)
+  auto state = cutlass::make_producer_start_state<typename G::Pipeline>();
+  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const TileCoord c = tile_coord<G>(p, tile, n_tiles, total);
+    if (!c.live) continue;
+    int a_src[kA];  // A row of each of this thread's tile rows, -1: zeros (padding, past the batch)
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kA; ++i) {
+      const int64_t pos = c.m0 + row0 + i * G::kRowsPerPass;
+      const int r = pos < total ? p.sorted_ids[pos] : -1;
+      const bool placed = r >= 0 && r < p.rows;
+      // Gather: x's row of the token; scatter: the position's own row of h (padding rows are never stored).
+      a_src[i] = !placed ? -1 : (p.mode == FusedMode::Gather ? r / p.top_k : int(pos));
+    }
+    Tensor gB = local_tile(mB(_, _, c.expert), make_shape(Int<BN>{}, Int<BK>{}), make_coord(c.n0 / BN, _));
+    Tensor tBgB = tma.partition_S(gB);  // (TMA,TMA_N,TMA_K,k)
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      pipeline.producer_acquire(state);
+      const int stage = state.index();
+      if (t == 0) {
+        // The stage completes once the 128 producer arrivals, their cp.asyncs and B's bytes have all landed.
+        auto* bar = pipeline.producer_get_barrier(state);
+        cutlass::arch::ClusterTransactionBarrier::expect_transaction(bar, G::kTmaBytesB);
+        copy(p.tma_b.with(*bar), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
+      }
+      const int kg = kt * BK + kc;
+      const bool k_ok = kg < p.k;  // k % 8 == 0: a chunk is wholly inside or outside
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kA; ++i) {
+        const bool ok = a_src[i] >= 0 && k_ok;
+        cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), ok ? A + int64_t(a_src[i]) * p.k + kg : A, ok);
+      }
+      pipeline.producer_commit(state, cutlass::arch::cpasync_barrier_arrive);
+      ++state;
+    }
+  }
+  pipeline.producer_tail(state);
 }
 
 // Persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ...; the producer runs ahead into the next tile
@@ -146,54 +204,7 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
   __syncthreads();
 
   if (warp_group == 0) {
-    // Producer: every thread owns one 16-byte column chunk of BM/16 A rows; thread 0 also issues B's TMA.
-    if constexpr (G::kMmaThreads == 256) cutlass::arch::warpgroup_reg_dealloc<G::kProducerRegs>();
-    const int t = int(threadIdx.x);
-    const int chunk = t % G::kChunks, row0 = t / G::kChunks;
-    const int kc = chunk * (16 / int(sizeof(Element)));  // element column of this chunk in a k-tile
-    constexpr int kA = BM / G::kRowsPerPass;
-    const auto* A = static_cast<const Element*>(p.a);
-    Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename G::Mainloop::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(ss.tensors.smem_B.data()), typename G::Mainloop::SmemLayoutB{});
-    Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, p.experts));
-    auto tma = p.tma_b.get_slice(0);
-    Tensor tBsB = tma.partition_D(sB);  // (TMA,TMA_N,TMA_K,PIPE)
-    auto state = cutlass::make_producer_start_state<typename G::Pipeline>();
-    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const TileCoord c = tile_coord(p, tile, n_tiles, total);
-      if (!c.live) continue;
-      int a_src[kA];  // A row of each of this thread's tile rows, -1: zeros (padding, past the batch)
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kA; ++i) {
-        const int64_t pos = c.m0 + row0 + i * G::kRowsPerPass;
-        const int r = pos < total ? p.sorted_ids[pos] : -1;
-        const bool placed = r >= 0 && r < p.rows;
-        // Gather: x's row of the token; scatter: the position's own row of h (padding rows are never stored).
-        a_src[i] = !placed ? -1 : (p.mode == FusedMode::Gather ? r / p.top_k : int(pos));
-      }
-      Tensor gB = local_tile(mB(_, _, c.expert), make_shape(Int<BN>{}, Int<BK>{}), make_coord(c.n0 / BN, _));
-      Tensor tBgB = tma.partition_S(gB);  // (TMA,TMA_N,TMA_K,k)
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        pipeline.producer_acquire(state);
-        const int stage = state.index();
-        if (t == 0) {
-          // The stage completes once the 128 producer arrivals, their cp.asyncs and B's bytes have all landed.
-          auto* bar = pipeline.producer_get_barrier(state);
-          cutlass::arch::ClusterTransactionBarrier::expect_transaction(bar, G::kTmaBytesB);
-          copy(p.tma_b.with(*bar), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
-        }
-        const int kg = kt * BK + kc;
-        const bool k_ok = kg < p.k;  // k % 8 == 0: a chunk is wholly inside or outside
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kA; ++i) {
-          const bool ok = a_src[i] >= 0 && k_ok;
-          cp_async_16(&sA(row0 + i * G::kRowsPerPass, kc, stage), ok ? A + int64_t(a_src[i]) * p.k + kg : A, ok);
-        }
-        pipeline.producer_commit(state, cutlass::arch::cpasync_barrier_arrive);
-        ++state;
-      }
-    }
-    pipeline.producer_tail(state);
+    produce<G>(p, ss, pipeline, num_tiles, n_tiles, total, k_tiles);
   } else {
     if constexpr (G::kMmaThreads == 256) cutlass::arch::warpgroup_reg_alloc<G::kConsumerRegs>();
     const int mma_thread = int(threadIdx.x) - 128;
@@ -210,7 +221,7 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
     typename G::Mainloop::Params unused{};
     auto* D = static_cast<Element*>(p.d);
     for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const TileCoord c = tile_coord(p, tile, n_tiles, total);
+      const TileCoord c = tile_coord<G>(p, tile, n_tiles, total);
       if (!c.live) continue;
       // Destination row (or -1) and router weight of this thread's two rows, loaded before the mainloop hides
       // their latency.

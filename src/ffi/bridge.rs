@@ -124,6 +124,14 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
+    enum FusedFp8Tile {
+        M64N64K128 = 0,
+        M128N128K128 = 1,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
     enum QuantSource {
         Rows = 0,
         Gather = 1,
@@ -165,6 +173,30 @@ pub(crate) mod ffi {
         capacity: i64,
         a: u64,
         b: u64,
+        d: u64,
+        sorted_ids: u64,
+        expert_ids: u64,
+        total: u64,
+        weights: u64,
+        bias: u64,
+        stream: u64,
+    }
+
+    /// Mirrors `moe_gemm::FusedGemmFp8Args` (`cpp/launch_fused_fp8.h`).
+    struct FusedGemmFp8Params {
+        tile: FusedFp8Tile,
+        mode: FusedMode,
+        top_k: i32,
+        experts: i32,
+        n: i32,
+        k: i32,
+        rows: i32,
+        sm_count: i32,
+        capacity: i64,
+        a: u64,
+        sfa: u64,
+        b: u64,
+        sfb: u64,
         d: u64,
         sorted_ids: u64,
         expert_ids: u64,
@@ -459,6 +491,8 @@ pub(crate) mod ffi {
         #[namespace = "moe_gemm"]
         type FusedMode;
         #[namespace = "moe_gemm"]
+        type FusedFp8Tile;
+        #[namespace = "moe_gemm"]
         type QuantSource;
 
         fn grouped_gemm_sm90_built(dtype: DType, config: TileConfig) -> bool;
@@ -586,6 +620,11 @@ pub(crate) mod ffi {
         unsafe fn fused_moe_gemm(params: &FusedGemmParams) -> LaunchStatus;
         /// Opts the fused kernel of (`dtype`, `tile`) into its dynamic shared memory on the current device.
         fn fused_moe_prepare(dtype: DType, tile: FusedTile) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
+        unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;
+        /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
+        fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> LaunchStatus;
         /// # Safety
         /// `pairs` [tokens * top_k, hidden], `positions` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
         #[allow(clippy::too_many_arguments)]

@@ -2,6 +2,8 @@
 //! gather or scatter GEMM over an aligned layout.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
+use half::bf16;
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
@@ -9,7 +11,7 @@ use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::FusedTile;
+pub(crate) use ffi::{FusedFp8Tile, FusedTile};
 
 /// Rows of a compiled tile (`BM` of `M64N128K64` / `M128N256K64` in `cpp/fused_moe_sm90.cuh`): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
@@ -31,9 +33,8 @@ pub(crate) fn prepare(stream: &CudaStream, d: DType, tile: FusedTile) -> Result<
     )
 }
 
-/// One fused MoE GEMM over an aligned layout (mirrors `FusedGemmArgs`).
+/// One fused MoE GEMM over an aligned layout (mirrors `FusedGemmArgs` and `FusedGemmFp8Args`, less the tile).
 pub(crate) struct FusedLaunch<'a> {
-    pub tile: FusedTile,
     /// `None`: gather (A = x by token, D by position); `Some`: scatter (A by position, D by flat row, weighted).
     pub scatter: Option<FusedScatter<'a>>,
     pub top_k: usize,
@@ -55,43 +56,65 @@ pub(crate) struct FusedScatter<'a> {
     pub bias: Option<&'a CudaSlice<f32>>,
 }
 
-/// Queues one fused MoE GEMM (gather or scatter) on `stream`. The kernel of (`T`, `p.tile`) must have been
-/// [`prepare`]d on the stream's device.
-pub(crate) fn launch_fused_gemm<T: Element>(
-    stream: &CudaStream,
-    p: &FusedLaunch<'_>,
-    a: &impl DevicePtr<T>,
-    b: &impl DevicePtr<T>,
-    d: &mut impl DevicePtrMut<T>,
-) -> Result<()> {
-    let bm = block_m(p.tile).ok_or_else(|| Error::InvalidProblem(format!("fused GEMM: unknown tile {:?}", p.tile)))?;
+/// Rows of a compiled FP8 tile (`launch_fused_fp8.h`), and its N tile (N must be whole tiles).
+pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> Option<(usize, usize)> {
+    match tile {
+        FusedFp8Tile::M64N64K128 => Some((64, 64)),
+        FusedFp8Tile::M128N128K128 => Some((128, 128)),
+        _ => None,
+    }
+}
+
+/// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on `stream`'s device (once per plan).
+pub(crate) fn prepare_fp8(stream: &CudaStream, tile: FusedFp8Tile) -> Result<()> {
+    super::bind(stream)?;
+    check(ffi::fused_moe_prepare_fp8(tile), &Launched { config: Some(&tile), ..Launched::op("fused_moe_prepare_fp8") })
+}
+
+/// The checks both fused launches make: layout arrays, mode buffers and their lengths; the rows of A and D.
+fn check_launch(p: &FusedLaunch<'_>, bm: usize, a_len: usize, b_len: usize, d_len: usize) -> Result<(usize, usize)> {
     if p.top_k == 0 || p.rows % p.top_k != 0 || p.capacity % bm != 0 {
         return Err(Error::InvalidProblem(format!(
             "fused GEMM: rows = {} must be a multiple of top_k = {} and the layout's capacity {} a multiple of the tile's BLOCK_M = {bm}",
             p.rows, p.top_k, p.capacity
         )));
     }
-    need_row_len::<T>("fused GEMM n", p.n)?;
-    need_row_len::<T>("fused GEMM k", p.k)?;
     if p.sm_count <= 0 {
         return Err(Error::InvalidProblem(format!("fused GEMM: sm_count = {} must be positive", p.sm_count)));
     }
     need_len("sorted_ids", p.sorted_ids.len(), p.capacity, "the layout's capacity")?;
     need_len("expert_ids", p.expert_ids.len(), p.capacity / bm, "capacity / BLOCK_M")?;
     need_len("total", p.total.len(), 1, "one count")?;
-    need_len("B", b.len(), p.experts * p.n * p.k, "experts x n x k")?;
+    need_len("B", b_len, p.experts * p.n * p.k, "experts x n x k")?;
     let (a_rows, d_rows) = match p.scatter {
         None => (p.rows / p.top_k, p.capacity),
         Some(_) => (p.capacity, p.rows),
     };
-    need_len("A", a.len(), a_rows * p.k, "its rows x k")?;
-    need_len("D", d.len(), d_rows * p.n, "its rows x n")?;
+    need_len("A", a_len, a_rows * p.k, "its rows x k")?;
+    need_len("D", d_len, d_rows * p.n, "its rows x n")?;
     if let Some(s) = &p.scatter {
         need_len("topk_weights", s.weights.len(), p.rows, "tokens x top_k")?;
         if let Some(bias) = s.bias {
             need_len("b2 bias", bias.len(), p.experts * p.n, "experts x n")?;
         }
     }
+    Ok((a_rows, d_rows))
+}
+
+/// Queues one fused MoE GEMM (gather or scatter) on `stream`. The kernel of (`T`, `tile`) must have been
+/// [`prepare`]d on the stream's device.
+pub(crate) fn launch_fused_gemm<T: Element>(
+    stream: &CudaStream,
+    tile: FusedTile,
+    p: &FusedLaunch<'_>,
+    a: &impl DevicePtr<T>,
+    b: &impl DevicePtr<T>,
+    d: &mut impl DevicePtrMut<T>,
+) -> Result<()> {
+    let bm = block_m(tile).ok_or_else(|| Error::InvalidProblem(format!("fused GEMM: unknown tile {tile:?}")))?;
+    need_row_len::<T>("fused GEMM n", p.n)?;
+    need_row_len::<T>("fused GEMM k", p.k)?;
+    check_launch(p, bm, a.len(), b.len(), d.len())?;
     let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
     let capacity = to_i64("capacity", p.capacity)?;
     super::bind(stream)?;
@@ -108,7 +131,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
     let params = ffi::FusedGemmParams {
         dtype: dtype(T::DTYPE),
-        tile: p.tile,
+        tile,
         mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
         top_k,
         experts,
@@ -134,5 +157,92 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     // rows below capacity (gather) or flat rows in [0, rows) (scatter). The stream's context is bound to this
     // thread; guards outlive the call.
     let status = unsafe { ffi::fused_moe_gemm(&params) };
-    check(status, &Launched { config: Some(&p.tile), ..Launched::typed("fused_moe_gemm", T::DTYPE) })
+    check(status, &Launched { config: Some(&tile), ..Launched::typed("fused_moe_gemm", T::DTYPE) })
+}
+
+/// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`launch_fused_fp8.h`).
+pub(crate) struct FusedFp8Operands<'a, A, SA, B, SB> {
+    pub a: &'a A,
+    pub sfa: &'a SA,
+    pub b: &'a B,
+    pub sfb: &'a SB,
+}
+
+/// Queues one FP8 fused MoE GEMM on `stream` (bf16 D). The kernel of `tile` must have been [`prepare_fp8`]d.
+pub(crate) fn launch_fused_gemm_fp8<A, SA, B, SB>(
+    stream: &CudaStream,
+    tile: FusedFp8Tile,
+    p: &FusedLaunch<'_>,
+    ops: FusedFp8Operands<'_, A, SA, B, SB>,
+    d: &mut impl DevicePtrMut<bf16>,
+) -> Result<()>
+where
+    A: DevicePtr<F8E4M3>,
+    SA: DevicePtr<f32>,
+    B: DevicePtr<F8E4M3>,
+    SB: DevicePtr<f32>,
+{
+    let (bm, bn) =
+        fp8_tile_mn(tile).ok_or_else(|| Error::InvalidProblem(format!("FP8 fused GEMM: unknown tile {tile:?}")))?;
+    if p.n == 0 || p.n % bn != 0 || p.k == 0 || p.k % 16 != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 fused GEMM: n = {} must be a positive multiple of the tile's N = {bn} and k = {} of 16 (16-byte \
+             e4m3 rows)",
+            p.n, p.k
+        )));
+    }
+    let (a_rows, _) = check_launch(p, bm, ops.a.len(), ops.b.len(), d.len())?;
+    let (kb, nb) = (p.k.div_ceil(128), p.n.div_ceil(128));
+    need_len("sfa", ops.sfa.len(), a_rows * kb, "A's rows x ceil(k/128)")?;
+    need_len("sfb", ops.sfb.len(), p.experts * nb * kb, "experts x ceil(n/128) x ceil(k/128)")?;
+    let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
+    let capacity = to_i64("capacity", p.capacity)?;
+    let (n, k) = (to_i32("n", p.n)?, to_i32("k", p.k)?);
+    super::bind(stream)?;
+    let (a_ptr, _a) = ops.a.device_ptr(stream);
+    let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
+    let (b_ptr, _b) = ops.b.device_ptr(stream);
+    let (sfb_ptr, _sfb) = ops.sfb.device_ptr(stream);
+    let (d_ptr, _d) = d.device_ptr_mut(stream);
+    for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
+        need_aligned(name, ptr)?;
+    }
+    for (name, ptr) in [("sfa", sfa_ptr), ("sfb", sfb_ptr)] {
+        if ptr % 4 != 0 {
+            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
+        }
+    }
+    let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
+    let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
+    let (t_ptr, _t) = p.total.device_ptr(stream);
+    let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
+    let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
+    let params = ffi::FusedGemmFp8Params {
+        tile,
+        mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
+        top_k,
+        experts,
+        n,
+        k,
+        rows,
+        sm_count: p.sm_count,
+        capacity,
+        a: a_ptr,
+        sfa: sfa_ptr,
+        b: b_ptr,
+        sfb: sfb_ptr,
+        d: d_ptr,
+        sorted_ids: s_ptr,
+        expert_ids: e_ptr,
+        total: t_ptr,
+        weights: w_ptr.unwrap_or(0),
+        bias: bias_ptr.unwrap_or(0),
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: as for `launch_fused_gemm`, with 1-byte e4m3 A and B (k a multiple of 16: 16-byte rows, checked),
+    // n whole N tiles (checked), and the scale grids checked above: sfa one f32 per A row per 128 of k, sfb one
+    // per expert per 128 x 128 block; the kernel reads sfa only for placed rows (A rows below a_rows) and sfb
+    // for live tiles (expert ids below `experts`).
+    let status = unsafe { ffi::fused_moe_gemm_fp8(&params) };
+    check(status, &Launched { config: Some(&tile), ..Launched::op("fused_moe_gemm_fp8") })
 }

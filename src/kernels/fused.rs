@@ -28,6 +28,8 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::KernelFamily;
 use crate::layouts::{ExpertLayout, LayoutSpec};
+use crate::quant::{Fp8BlockWeights, Fp8Rows};
+use half::bf16;
 
 /// A compiled tile of the fused GEMMs (`cpp/moe_ops.h`'s `FusedTile`).
 #[non_exhaustive]
@@ -76,6 +78,23 @@ impl FusedTile {
             FusedTile::M128N256K64
         } else {
             FusedTile::M64N128K64
+        }
+    }
+}
+
+impl FusedTile {
+    /// The FP8 kernel with this tile's `BLOCK_M` (so one aligned layout serves both): 64 x 64 x 128 for the
+    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/launch_fused_fp8.h`).
+    pub const fn fp8_tile(self) -> (usize, usize, usize) {
+        match self {
+            FusedTile::M64N128K64 => (64, 64, 128),
+            FusedTile::M128N256K64 => (128, 128, 128),
+        }
+    }
+    fn fp8(self) -> ffi::fused::FusedFp8Tile {
+        match self {
+            FusedTile::M64N128K64 => ffi::fused::FusedFp8Tile::M64N64K128,
+            FusedTile::M128N256K64 => ffi::fused::FusedFp8Tile::M128N128K128,
         }
     }
 }
@@ -132,10 +151,11 @@ impl FusedGemm {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
         let device = DeviceInfo::query(stream.context())?;
         device.require("fused_moe_gemm", KernelFamily::FusedMoeSm90)?;
-        for dtype in [DType::BF16, DType::F16] {
-            for tile in FusedTile::ALL {
+        for tile in FusedTile::ALL {
+            for dtype in [DType::BF16, DType::F16] {
                 ffi::fused::prepare(stream, dtype, tile.into())?;
             }
+            ffi::fused::prepare_fp8(stream, tile.fp8())?;
         }
         Ok(FusedGemm { device })
     }
@@ -168,8 +188,8 @@ impl FusedGemm {
         self.check_device(stream)?;
         check_layout(layout, tile, tokens)?;
         check_nk(n, kdim)?;
-        let launch = self.launch_params(layout, tile, tokens, n, kdim, None);
-        ffi::fused::launch_fused_gemm(stream, &launch, x, w, d1)
+        let launch = self.launch_params(layout, tokens, n, kdim, None);
+        ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, x, w, d1)
     }
 
     /// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
@@ -198,8 +218,62 @@ impl FusedGemm {
         check_layout(layout, tile, tokens)?;
         check_nk(n, kdim)?;
         let scatter = Some(ffi::fused::FusedScatter { weights, bias });
-        let launch = self.launch_params(layout, tile, tokens, n, kdim, scatter);
-        ffi::fused::launch_fused_gemm(stream, &launch, h, w, pairs)
+        let launch = self.launch_params(layout, tokens, n, kdim, scatter);
+        ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, h, w, pairs)
+    }
+
+    /// [`Self::gemm1_gather`] over block-FP8 operands: `x` quantised per token in 1 x 128 groups
+    /// (`[tokens, kdim]`, [`crate::quant::quantize_rows`]), `w` e4m3 `[experts, n, kdim]` with 128 x 128 scales,
+    /// bf16 `d1` `[capacity, n]`. The kernel is [`FusedTile::fp8_tile`]'s: `n` must be whole N tiles of it.
+    ///
+    /// # Errors
+    /// As [`Self::gemm1_gather`]; `x` or `w` of another K, `w` of another N.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm1_gather_fp8(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        x: &Fp8Rows,
+        w: &Fp8BlockWeights,
+        d1: &mut impl DevicePtrMut<bf16>,
+    ) -> Result<()> {
+        self.check_device(stream)?;
+        check_layout(layout, tile, tokens)?;
+        check_fp8_operands(x, w, tokens, "x")?;
+        let launch = self.launch_params(layout, tokens, w.n(), w.k(), None);
+        let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
+        let ops = ffi::fused::FusedFp8Operands { a: &xq, sfa: &xs, b: &wq, sfb: &ws };
+        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8(), &launch, ops, d1)
+    }
+
+    /// [`Self::gemm2_scatter`] over block-FP8 operands: `h` requantised per 1 x 128 in position order
+    /// (`[capacity, kdim]`), `w` e4m3 `[experts, n, kdim]` with 128 x 128 scales, bf16 `pairs`.
+    ///
+    /// # Errors
+    /// As [`Self::gemm2_scatter`]; `h` or `w` of another K, `h` of fewer rows than the layout's capacity.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm2_scatter_fp8(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        h: &Fp8Rows,
+        w: &Fp8BlockWeights,
+        weights: &CudaView<'_, f32>,
+        bias: Option<&CudaSlice<f32>>,
+        pairs: &mut impl DevicePtrMut<bf16>,
+    ) -> Result<()> {
+        self.check_device(stream)?;
+        check_layout(layout, tile, tokens)?;
+        check_fp8_operands(h, w, layout.dims().capacity(), "h")?;
+        let scatter = Some(ffi::fused::FusedScatter { weights, bias });
+        let launch = self.launch_params(layout, tokens, w.n(), w.k(), scatter);
+        let (hq, hs, wq, ws) = (h.q(), h.scales().as_view(), w.q(), w.scales());
+        let ops = ffi::fused::FusedFp8Operands { a: &hq, sfa: &hs, b: &wq, sfb: &ws };
+        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8(), &launch, ops, pairs)
     }
 
     fn check_device(&self, stream: &CudaStream) -> Result<()> {
@@ -216,7 +290,6 @@ impl FusedGemm {
     fn launch_params<'a>(
         &self,
         layout: &'a ExpertLayout,
-        tile: FusedTile,
         tokens: usize,
         n: usize,
         kdim: usize,
@@ -224,7 +297,6 @@ impl FusedGemm {
     ) -> ffi::fused::FusedLaunch<'a> {
         let dims = layout.dims();
         ffi::fused::FusedLaunch {
-            tile: tile.into(),
             scatter,
             top_k: dims.top_k(),
             experts: dims.local_experts(),
@@ -238,6 +310,21 @@ impl FusedGemm {
             total: layout.total(),
         }
     }
+}
+
+/// An FP8 operand's rows (`rows` used) and K against its weights'.
+fn check_fp8_operands(a: &Fp8Rows, w: &Fp8BlockWeights, rows: usize, name: &str) -> Result<()> {
+    if a.k() != w.k() || a.rows() < rows {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 fused GEMM: {name} is [{}, {}], the weights [{}, {}, {}]: need K equal and at least {rows} rows",
+            a.rows(),
+            a.k(),
+            w.experts(),
+            w.n(),
+            w.k()
+        )));
+    }
+    Ok(())
 }
 
 /// `y[t] = Σ_j pairs[t·k + j]` over the slots `layout` placed: the fused backend's combine.
