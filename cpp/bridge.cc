@@ -525,5 +525,21 @@ LaunchStatus quantize_fp8(const QuantParams& p) {
   return wrap(moe_gemm::quantize_fp8(a));
 }
 
+LaunchStatus quantize_weights_fp8(const WeightQuantParams& p) {
+  WeightQuantArgs a{};
+  a.dtype = p.dtype;
+  a.ue8m0 = p.ue8m0;
+  a.experts = p.experts;
+  a.n = p.n;
+  a.k = p.k;
+  a.w = p.w;
+  a.out = p.out;
+  a.scales = p.scales;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<WeightQuantParams, WeightQuantArgs>(10), "assign every WeightQuantArgs field above");
+  return wrap(moe_gemm::quantize_weights_fp8(a));
+}
+
 }  // namespace bridge
 }  // namespace moe_gemm

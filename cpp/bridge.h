@@ -35,6 +35,7 @@ struct DecodeFp8Params;
 struct FusedGemmParams;
 struct FusedGemmFp8Params;
 struct QuantParams;
+struct WeightQuantParams;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config);
 LaunchStatus grouped_gemm_sm90_workspace(DType dtype, TileConfig config, int32_t groups, int32_t sm_count,
@@ -79,6 +80,7 @@ LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);
+LaunchStatus quantize_weights_fp8(const WeightQuantParams& params);
 LaunchStatus ep_gather_ids(int64_t capacity, int32_t rows, uint64_t sorted_ids, uint64_t ids, int32_t sentinel,
                            uint64_t out, uint64_t stream);
 

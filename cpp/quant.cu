@@ -2,6 +2,10 @@
 // rules). One warp per (row, group): each lane owns 4 consecutive columns, the warp reduces the group's amax with
 // shuffles, lane 0 writes the scale. The Gather source quantises a token row once and writes it at each of its
 // layout positions, so the permuted copy of x is produced directly in e4m3.
+//
+// Expert weights per 128 x 128 block (quantize_weights_fp8, quant.h states the rules): one CTA of 256 threads per
+// block, grid-stride over the blocks; each thread owns 8 columns of 8 rows and keeps their raw bits in registers
+// between the amax reduction (warp shuffles, then the 8 warps' maxima through shared memory) and the encoding.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -89,9 +93,10 @@ __device__ __forceinline__ void store_slice(const QuantArgs& a, int64_t row, int
   if (threadIdx.x % 32 == 0) reinterpret_cast<float*>(a.scales)[row * groups + g] = s.scale;
 }
 
-__device__ __forceinline__ void report(const QuantArgs& a, uint32_t err) {
+// ORs a warp's error bits into the status word at `status`; every lane of the warp calls it.
+__device__ __forceinline__ void report(uint64_t status, uint32_t err) {
   err = __reduce_or_sync(kFull, err);
-  if (err && threadIdx.x % 32 == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
+  if (err && threadIdx.x % 32 == 0) atomicOr(reinterpret_cast<uint32_t*>(status), err);
 }
 
 // Tasks are (row, group) pairs, warp-uniform, so every lane of a warp takes the same branches and joins the
@@ -119,7 +124,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_rows_kernel(const QuantA
     const Slice s = quantize_slice<T, kVec>(a, x + row * a.x_stride, g, err);
     store_slice<kVec>(a, row, g, groups, s);
   }
-  report(a, err);
+  report(a.status, err);
 }
 
 template <class T, bool kVec>
@@ -144,7 +149,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_gather_kernel(const Quan
       store_slice<kVec>(a, p, g, groups, s);
     }
   }
-  report(a, err);
+  report(a.status, err);
 }
 
 template <class T, bool kVec>
@@ -165,7 +170,129 @@ void launch(const QuantArgs& a, bool vec, unsigned blocks, cudaStream_t s) {
   }
 }
 
+constexpr int kWeightThreads = 256;
+constexpr int kChunk = 8;                                   // columns of a thread: one 16-byte load of 16-bit w
+constexpr int kChunksPerRow = kWeightBlock / kChunk;        // 16 threads per block row
+constexpr int kRowStep = kWeightThreads / kChunksPerRow;    // 16 block rows per pass of the CTA
+constexpr int kRowsPerThread = kWeightBlock / kRowStep;     // 8 passes
+static_assert(kRowsPerThread * kRowStep == kWeightBlock && kWeightThreads % 32 == 0, "the CTA tiles one block");
+
+// The 16-bit bits of element j of a thread's row i (two per word, little-endian).
+__device__ __forceinline__ uint16_t half_bits(const uint32_t (&row)[kChunk / 2], int j) {
+  return static_cast<uint16_t>(row[j / 2] >> (16 * (j % 2)));
+}
+
+// Block `task` = (expert e, block row br, block column bc) in row-major [experts, gn, gk] order, which is also the
+// index of its scale. kVec: k % 8 == 0, w 16-byte and out 8-byte aligned, so a thread's 8 columns are one 16-byte
+// load and one 8-byte store, wholly inside or wholly past the row. Elements past n or k read as 0 (no part in the
+// amax) and are not stored. The loop over blocks is CTA-uniform, so every thread reaches both barriers.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kWeightThreads) quantize_weights_kernel(const WeightQuantArgs a) {
+  __shared__ float warp_amax[kWeightThreads / 32];
+  // Row and column indices in int64: n or k near INT32_MAX would overflow int32 past their last block.
+  const int64_t gn = (static_cast<int64_t>(a.n) + kWeightBlock - 1) / kWeightBlock;
+  const int64_t gk = (static_cast<int64_t>(a.k) + kWeightBlock - 1) / kWeightBlock;
+  const int64_t tasks = a.experts * gn * gk;
+  const T* w = reinterpret_cast<const T*>(a.w);
+  uint8_t* out = reinterpret_cast<uint8_t*>(a.out);
+  float* scales = reinterpret_cast<float*>(a.scales);
+  const int col = kChunk * (threadIdx.x % kChunksPerRow);
+  const int row0 = threadIdx.x / kChunksPerRow;
+  uint32_t err = 0;
+  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const int64_t rest = task / gk;
+    const int64_t r0 = (rest % gn) * kWeightBlock + row0;  // this thread's first row in the expert
+    const int64_t c0 = (task % gk) * kWeightBlock + col;
+    const int64_t first_row = (rest / gn) * a.n;  // the expert's row 0 in [experts * n, k]
+    uint32_t bits[kRowsPerThread][kChunk / 2];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int64_t r = r0 + kRowStep * i;
+      const int64_t off = (first_row + r) * a.k + c0;
+#pragma unroll
+      for (int j = 0; j < kChunk / 2; ++j) bits[i][j] = 0;
+      if (r < a.n) {
+        if (kVec) {
+          if (c0 < a.k) {
+            const uint4 v = *reinterpret_cast<const uint4*>(w + off);
+            bits[i][0] = v.x;
+            bits[i][1] = v.y;
+            bits[i][2] = v.z;
+            bits[i][3] = v.w;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j)
+            if (c0 + j < a.k) bits[i][j / 2] |= static_cast<uint32_t>(raw_bits(w[off + j])) << (16 * (j % 2));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const float v = element::f32(from_raw<T>(half_bits(bits[i], j)));
+        if (isfinite(v)) amax = fmaxf(amax, fabsf(v));
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
+    if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kWeightThreads / 32; ++i) amax = fmaxf(amax, warp_amax[i]);
+    __syncthreads();  // the next block's maxima overwrite warp_amax
+    const float scale = block_scale(amax, a.ue8m0 != 0);
+    if (threadIdx.x == 0) scales[task] = scale;
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int64_t r = r0 + kRowStep * i;
+      if (r >= a.n || c0 >= a.k) continue;
+      const int64_t off = (first_row + r) * a.k + c0;
+      uint32_t q[2] = {0, 0};
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const uint16_t b = half_bits(bits[i], j);
+        q[j / 4] |= encode(element::f32(from_raw<T>(b)), b, scale, err) << (8 * (j % 4));
+      }
+      if (kVec) {
+        *reinterpret_cast<uint2*>(out + off) = make_uint2(q[0], q[1]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j)
+          if (c0 + j < a.k) out[off + j] = static_cast<uint8_t>(q[j / 4] >> (8 * (j % 4)));
+      }
+    }
+  }
+  report(a.status, err);
+}
+
+template <class T>
+void launch_weights(const WeightQuantArgs& a, bool vec, unsigned blocks, cudaStream_t s) {
+  if (vec) {
+    quantize_weights_kernel<T, true><<<blocks, kWeightThreads, 0, s>>>(a);
+  } else {
+    quantize_weights_kernel<T, false><<<blocks, kWeightThreads, 0, s>>>(a);
+  }
+}
+
 }  // namespace quant
+
+Status quantize_weights_fp8(const WeightQuantArgs& a) {
+  using namespace quant;
+  if (a.experts <= 0 || a.n <= 0 || a.k <= 0) return {StatusCode::Ok, 0};
+  const int64_t blocks_n = (static_cast<int64_t>(a.n) + kWeightBlock - 1) / kWeightBlock;
+  const int64_t blocks_k = (static_cast<int64_t>(a.k) + kWeightBlock - 1) / kWeightBlock;
+  const int64_t want = a.experts * blocks_n * blocks_k;
+  const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
+  const bool vec = a.k % kChunk == 0 && a.w % 16 == 0 && a.out % 8 == 0;
+  auto s = reinterpret_cast<cudaStream_t>(a.stream);
+  if (a.dtype == DType::BF16) {
+    launch_weights<__nv_bfloat16>(a, vec, blocks, s);
+  } else {
+    launch_weights<__half>(a, vec, blocks, s);
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
 
 Status quantize_fp8(const QuantArgs& a) {
   using namespace quant;

@@ -1,7 +1,8 @@
-// moe-gemm: the plain C++17 surface of the FP8 activation quantisation kernel (quant.cu). Kept apart from launch.h
-// and moe_ops.h so that editing it recompiles no other translation unit.
+// moe-gemm: the plain C++17 surface of the FP8 quantisation kernels (quant.cu): activations per 1 x 128 group
+// (QuantArgs) and expert weights per 128 x 128 block (WeightQuantArgs, at the end). Kept apart from launch.h and
+// moe_ops.h so that editing it recompiles no CUTLASS translation unit.
 //
-// Per token and per group of 128 columns (DeepSeek-V3's 1 x 128 activation blocks):
+// Activations, per token and per group of 128 columns (DeepSeek-V3's 1 x 128 activation blocks):
 //   amax  = max |x| over the group's finite elements (a partial last group: over the columns it has)
 //   scale = max(amax, eps) / 448, IEEE division; with ue8m0, rounded UP to a power of two (exponent + (mantissa
 //           != 0), the bits of DeepGEMM's ceil_to_ue8m0)
@@ -18,8 +19,8 @@
 
 namespace moe_gemm {
 
-// Status bit: an input element of a quantised row was NaN or infinite (its e4m3 is NaN). The Rust name is in
-// src/status.rs.
+// Status bit: an input element of a quantised row or weight was NaN or infinite (its e4m3 is NaN). The Rust name
+// is in src/status.rs.
 constexpr uint32_t kErrNonfiniteInput = 1u << 7;
 
 // Columns per scale.
@@ -56,5 +57,34 @@ struct QuantArgs {
   uint64_t stream;
 };
 Status quantize_fp8(const QuantArgs& args);
+
+// Expert weights [experts, n, k] (nn.Linear [out, in] per expert) quantised per 128 x 128 block (DeepSeek-V3's
+// weight blocks; the edge blocks of n % 128 rows or k % 128 columns cover what they have), the rules of the host
+// quantiser BlockFp8::quantize (src/quant/mod.rs), bit for bit:
+//   amax  = max |w| over the block's finite elements
+//   scale = 1 for amax == 0; otherwise max(amax / 448, 2^-149) (IEEE division; the floor, the smallest positive
+//           f32, keeps blocks of subnormals from a zero scale), with ue8m0 rounded UP to a power of two, at least
+//           2^-127 (the smallest UE8M0; where amax / 448 <= 2^-128 the host refuses the block and the device
+//           takes 2^-127, which saturates nothing: |w| / scale <= 224)
+//   q     = e4m3(w / scale), IEEE division, round to nearest even, saturating to +-448; a NaN or +-inf element
+//           becomes the e4m3 NaN with its sign (0x7F / 0xFF) and sets kErrNonfiniteInput (the host refuses such a
+//           weight); the other elements of its block are quantised by the scale of the finite ones.
+// Output: q [experts, n, k] (same layout as w) and f32 scales [experts, ceil(n / 128), ceil(k / 128)] (UE8M0
+// scales as their f32 values 2^(b - 127)), the SFB layout of the blockwise grouped GEMM (launch_fp8.h).
+constexpr int32_t kWeightBlock = 128;
+
+struct WeightQuantArgs {
+  DType dtype;      // of w
+  int32_t ue8m0;    // nonzero: scales rounded up to powers of two
+  int64_t experts;  // > 0
+  int32_t n;        // rows per expert, > 0
+  int32_t k;        // columns, > 0
+  uint64_t w;       // [experts, n, k] 16-bit, any alignment (8-byte vectors where k % 8 == 0 and w % 16 == 0)
+  uint64_t out;     // uint8 (e4m3) [experts, n, k]
+  uint64_t scales;  // f32 [experts, ceil(n / 128), ceil(k / 128)]
+  uint64_t status;  // uint32 device status word
+  uint64_t stream;
+};
+Status quantize_weights_fp8(const WeightQuantArgs& args);
 
 }  // namespace moe_gemm

@@ -28,7 +28,8 @@ pub mod bits {
     pub const CAPACITY_OVERFLOW: u32 = 1 << 5;
     /// Grouped GEMM: a group's row count exceeds the room its layout gives it.
     pub const GROUP_COUNT_OUT_OF_RANGE: u32 = 1 << 6;
-    /// FP8 quantisation: an input element was NaN or infinite (its e4m3 is NaN).
+    /// FP8 quantisation (activations, or weights by `quant::quantize_weights`): an input element was NaN or
+    /// infinite (its e4m3 is NaN).
     pub const NONFINITE_INPUT: u32 = 1 << 7;
 
     pub(crate) const KNOWN: &[(u32, &str)] = &[

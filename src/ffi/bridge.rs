@@ -159,6 +159,20 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::WeightQuantArgs` (`cpp/quant.h`).
+    struct WeightQuantParams {
+        dtype: DType,
+        ue8m0: i32,
+        experts: i64,
+        n: i32,
+        k: i32,
+        w: u64,
+        out: u64,
+        scales: u64,
+        status: u64,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::FusedGemmArgs`.
     struct FusedGemmParams {
         dtype: DType,
@@ -641,6 +655,9 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `QuantArgs` documents for its source (`cpp/quant.h`), live on `stream`.
         unsafe fn quantize_fp8(params: &QuantParams) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `WeightQuantArgs` documents (`cpp/quant.h`), live on `stream`.
+        unsafe fn quantize_weights_fp8(params: &WeightQuantParams) -> LaunchStatus;
         /// # Safety
         /// `sorted_ids` and `out` int32 [capacity], `ids` int32 [rows], live on `stream`.
         unsafe fn ep_gather_ids(

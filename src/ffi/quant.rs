@@ -207,3 +207,145 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     // thread; guards outlive the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }
+
+/// Block quantisation of `experts` weights `[n, k]` per 128 × 128 block (the scalars of `WeightQuantArgs`):
+/// scales rounded up to powers of two or not.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WeightQuantDesc {
+    pub experts: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ue8m0: bool,
+}
+
+/// Rows and columns per weight scale (`kWeightBlock`).
+const WEIGHT_BLOCK: usize = 128;
+
+/// `(experts·n·k, experts·ceil(n / 128)·ceil(k / 128))`: the elements and scales of `d`, or the error naming the
+/// extent the kernel cannot take (every extent positive, `n` and `k` within int32, the element count within
+/// int64). Host arithmetic only: callers check a shape with it before they allocate.
+pub(crate) fn weight_quant_lengths(d: &WeightQuantDesc) -> Result<(usize, usize)> {
+    let shape = format!("[experts, n, k] = [{}, {}, {}]", d.experts, d.n, d.k);
+    if d.experts == 0 || d.n == 0 || d.k == 0 {
+        return Err(Error::InvalidProblem(format!("weights {shape}: every extent must be positive")));
+    }
+    to_i32("n (rows per expert)", d.n)?;
+    to_i32("k (columns)", d.k)?;
+    let elements = d
+        .experts
+        .checked_mul(d.n)
+        .and_then(|x| x.checked_mul(d.k))
+        .ok_or_else(|| Error::InvalidProblem(format!("weights {shape}: experts x n x k overflows usize")))?;
+    to_i64(&format!("experts x n x k of weights {shape}"), elements)?;
+    // At most `elements`: no overflow.
+    Ok((elements, d.experts * d.n.div_ceil(WEIGHT_BLOCK) * d.k.div_ceil(WEIGHT_BLOCK)))
+}
+
+/// The buffer checks of a weight quantisation: `w` and `q` hold at least `experts·n·k` elements, `scales` at
+/// least one per block.
+fn check_weight_buffers(d: &WeightQuantDesc, w: usize, q: usize, scales: usize) -> Result<()> {
+    let (elements, blocks) = weight_quant_lengths(d)?;
+    need_len("w", w, elements, "experts x n x k")?;
+    need_len("fp8 weights", q, elements, "experts x n x k")?;
+    need_len("fp8 weight scales", scales, blocks, "experts x ceil(n / 128) x ceil(k / 128)")
+}
+
+/// Queues the block quantisation of `w [experts, n, k]` into `q [experts, n, k]` and f32 `scales
+/// [experts, ceil(n / 128), ceil(k / 128)]` (`cpp/quant.h` states the rules); non-finite elements become the
+/// e4m3 NaN and are reported through `status`.
+pub(crate) fn launch_quantize_weights<T: Element>(
+    stream: &CudaStream,
+    d: &WeightQuantDesc,
+    w: &impl DevicePtr<T>,
+    q: &mut impl DevicePtrMut<F8E4M3>,
+    scales: &mut impl DevicePtrMut<f32>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    check_weight_buffers(d, w.len(), q.len(), scales.len())?;
+    let mut p = ffi::WeightQuantParams {
+        dtype: dtype(T::DTYPE),
+        ue8m0: d.ue8m0 as i32,
+        experts: to_i64("experts", d.experts)?,
+        n: to_i32("n (rows per expert)", d.n)?,
+        k: to_i32("k (columns)", d.k)?,
+        w: 0,
+        out: 0,
+        scales: 0,
+        status: 0,
+        stream: 0,
+    };
+    super::bind(stream)?;
+    let (w_ptr, _w) = w.device_ptr(stream);
+    let (q_ptr, _q) = q.device_ptr_mut(stream);
+    let (sc_ptr, _sc) = scales.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    p.w = w_ptr;
+    p.out = q_ptr;
+    p.scales = sc_ptr;
+    p.status = s_ptr;
+    p.stream = stream.cu_stream() as u64;
+    // SAFETY: w and q hold at least experts * n * k elements and scales one float per 128 x 128 block (checked);
+    // the kernel reads and writes only elements (e, r, c) with r < n, c < k and the scale of each block, at int64
+    // offsets (experts * n * k is within int64, n and k within int32: checked). Any alignment works (the kernel
+    // picks its vector path from k and the addresses). The stream's context is bound to this thread; the guards
+    // outlive the call.
+    check(unsafe { ffi::quantize_weights_fp8(&p) }, &Launched::typed("quantize_weights_fp8", T::DTYPE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(experts: usize, n: usize, k: usize) -> WeightQuantDesc {
+        WeightQuantDesc { experts, n, k, ue8m0: false }
+    }
+
+    fn invalid(r: Result<impl std::fmt::Debug>) -> String {
+        match r {
+            Err(Error::InvalidProblem(m)) => m,
+            other => panic!("expected InvalidProblem, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn weight_quant_lengths_count_edge_blocks() {
+        assert_eq!(weight_quant_lengths(&desc(2, 200, 328)).unwrap(), (2 * 200 * 328, 2 * 2 * 3));
+        assert_eq!(weight_quant_lengths(&desc(256, 4096, 7168)).unwrap(), (256 * 4096 * 7168, 256 * 32 * 56));
+        assert_eq!(weight_quant_lengths(&desc(1, 1, 1)).unwrap(), (1, 1));
+    }
+
+    #[test]
+    fn weight_quant_extents_the_kernel_cannot_take_are_named() {
+        for (e, n, k) in [(0, 128, 128), (2, 0, 128), (2, 128, 0)] {
+            let m = invalid(weight_quant_lengths(&desc(e, n, k)));
+            assert!(m.contains(&format!("[{e}, {n}, {k}]")) && m.contains("positive"), "{m}");
+        }
+        let m = invalid(weight_quant_lengths(&desc(1, 1 << 31, 128)));
+        assert!(m.contains("n (rows per expert) = 2147483648") && m.contains("int32"), "{m}");
+        let m = invalid(weight_quant_lengths(&desc(1, 128, 1 << 31)));
+        assert!(m.contains("k (columns) = 2147483648") && m.contains("int32"), "{m}");
+        let m = invalid(weight_quant_lengths(&desc(usize::MAX / 2, 1 << 20, 1 << 20)));
+        assert!(m.contains("overflows usize"), "{m}");
+        // 2^63 elements fit usize but not the kernel's int64 offsets.
+        let m = invalid(weight_quant_lengths(&desc(1 << 33, 1 << 15, 1 << 15)));
+        assert!(m.contains("experts x n x k") && m.contains("int64"), "{m}");
+    }
+
+    #[test]
+    fn weight_buffers_shorter_than_the_shape_are_named() {
+        let d = desc(2, 200, 328);
+        let (e, s) = weight_quant_lengths(&d).unwrap();
+        assert!(check_weight_buffers(&d, e, e, s).is_ok());
+        assert!(check_weight_buffers(&d, e + 1, e + 7, s + 3).is_ok(), "longer buffers are fine at this floor");
+        for (w, q, sc, name) in [(e - 1, e, s, "w"), (e, e - 1, s, "fp8 weights"), (e, e, s - 1, "fp8 weight scales")] {
+            match check_weight_buffers(&d, w, q, sc) {
+                Err(Error::Buffer { name: got, detail }) => {
+                    assert_eq!(got, name);
+                    assert!(detail.contains("needs"), "{detail}");
+                }
+                other => panic!("{name}: expected a buffer error, got {other:?}"),
+            }
+        }
+        assert!(matches!(check_weight_buffers(&desc(0, 1, 1), 0, 0, 0), Err(Error::InvalidProblem(_))));
+    }
+}

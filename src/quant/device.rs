@@ -1,6 +1,6 @@
-//! FP8 activations on the device: [`Fp8Rows`] (e4m3 rows and their K-major f32 scales, together) and the
+//! FP8 on the device: activations in [`Fp8Rows`] (e4m3 rows and their K-major f32 scales, together) and the
 //! quantisation kernels that fill them, by the rules of [`super::group`] (bit for bit its host reference
-//! [`super::per_token_group_quant`]).
+//! [`super::per_token_group_quant`]); expert weights in [`Fp8BlockWeights`] (below).
 //!
 //! | function | rows written |
 //! |---|---|
@@ -15,13 +15,32 @@
 //!
 //! Graph-safe: the launches allocate, copy and synchronise nothing. NaN and ±∞ inputs become e4m3 NaN and set
 //! [`crate::status::bits::NONFINITE_INPUT`] in the status word.
+//!
+//! Expert weights are quantised per 128 × 128 block by [`quantize_weights`] (into an [`Fp8BlockWeights`]) and
+//! [`Fp8BlockWeights::quantize_device`] (which allocates it): the device side of [`super::BlockFp8::quantize`],
+//! for converting bf16 or f16 checkpoints to DeepSeek-style block FP8 on the GPU. The rules, bit for bit the host
+//! quantiser's for the inputs the host accepts (`cpp/quant.h` states them for the kernel):
+//!
+//! * per block (the edge blocks of `N % 128` rows or `K % 128` columns cover what they have),
+//!   `amax = max |w|` over its finite elements; an all-zero block gets scale 1;
+//! * [`ScaleFormat::F32`]: `scale = max(amax / 448, 2^-149)` (IEEE division; the smallest positive f32 for
+//!   blocks of subnormals); [`ScaleFormat::Ue8m0`]: the next power of two up, held as its f32 value (UE8M0
+//!   scales are f32 in [`Fp8BlockWeights`], as [`crate::layer::Fp8ExpertWeights::upload`] widens them), and at
+//!   least `2^-127`, the smallest UE8M0: where `amax / 448 <= 2^-128` the host refuses the block (no UE8M0
+//!   ceiling in range) and the device takes `2^-127`, which saturates nothing (`|w| / scale <= 224`);
+//! * `q = e4m3(w / scale)`, IEEE division, round to nearest even, saturating to ±448 (blocks of subnormals,
+//!   whose scale is coarse, do saturate);
+//! * NaN and ±∞ elements, which the host refuses, become the e4m3 NaN with their sign (`0x7F` / `0xFF`) and set
+//!   [`crate::status::bits::NONFINITE_INPUT`]; the rest of their block is quantised by the scale of its finite
+//!   elements, every other block as usual. Such weights are not meaningful: check the status after a
+//!   conversion ([`DeviceStatus::check`]).
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
 use super::group::{GroupQuant, ScaleRounding, ACT_GROUP};
-use super::F8E4M3;
+use super::{Fp8BlockWeights, ScaleFormat, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::quant as ffi;
@@ -250,4 +269,154 @@ pub fn quantize_gather<T: Element>(
     let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
     let d = desc(x.cols(), opts);
     ffi::launch_quantize_gather(stream, &d, &src, dims.top_k(), layout.positions(), out.dst(), status.word_mut())
+}
+
+/// The kernel's description of `experts` weights `[n, k]` with scales in `format`.
+fn weight_desc(experts: usize, n: usize, k: usize, format: ScaleFormat) -> ffi::WeightQuantDesc {
+    let ue8m0 = match format {
+        ScaleFormat::F32 => false,
+        ScaleFormat::Ue8m0 => true,
+    };
+    ffi::WeightQuantDesc { experts, n, k, ue8m0 }
+}
+
+/// Every check of a weight quantisation before anything is allocated or queued: extents the kernel takes
+/// (positive, `n` and `k` within int32, the element count within int64, no overflow), and `w` holding exactly
+/// `experts · n · k` elements (a flat view of another shape is a mistake to name, not to read past or short).
+fn check_weights(w_len: usize, d: &ffi::WeightQuantDesc) -> Result<()> {
+    let (elements, _) = ffi::weight_quant_lengths(d)?;
+    if w_len != elements {
+        return Err(Error::Buffer {
+            name: "w",
+            detail: format!(
+                "holds {w_len} elements, weights [experts, n, k] = [{}, {}, {}] have experts x n x k = {elements}",
+                d.experts, d.n, d.k
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Quantises device weights `w [experts, n, k]` (nn.Linear `[out, in]` per expert, row-major, any alignment)
+/// into `out`'s e4m3 elements and 128 × 128 scales, by the rules of the module docs (bit for bit
+/// [`super::BlockFp8::quantize`] of each expert, for finite inputs); `experts`, `n` and `k` are `out`'s. Queues
+/// one kernel: no allocation, copy or synchronisation (graph-safe).
+///
+/// # Errors
+/// [`Error::InvalidProblem`] for extents the kernel cannot take (`n` or `k` past int32, `experts · n · k` past
+/// int64); [`Error::Buffer`] when `w` does not hold exactly `experts · n · k` elements; launch errors. Nothing
+/// is queued on error. NaN and ±∞ elements are reported through `status`
+/// ([`crate::status::bits::NONFINITE_INPUT`]).
+pub fn quantize_weights<T: Element>(
+    stream: &Arc<CudaStream>,
+    w: &CudaView<'_, T>,
+    format: ScaleFormat,
+    out: &mut Fp8BlockWeights,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let d = weight_desc(out.experts(), out.n(), out.k(), format);
+    check_weights(w.len(), &d)?;
+    let (q, scales) = out.parts_mut();
+    ffi::launch_quantize_weights(stream, &d, w, q, scales, status.word_mut())
+}
+
+impl Fp8BlockWeights {
+    /// Quantises device weights `w [experts, n, k]` (16-bit, nn.Linear `[out, in]` per expert) into new
+    /// block-FP8 weights with scales in `format` (held as f32), for the FP8 GEMM and layer
+    /// ([`crate::layer::Fp8ExpertWeights::from_device`]; with UE8M0 scales also quantise the activations with
+    /// [`GroupQuant::DEEPSEEK_UE8M0`], `with_activation_quant`). Allocates the result (zeroed, on `stream`), then
+    /// queues [`quantize_weights`]: a conversion step, not a launch for a captured graph. Does not synchronise:
+    /// the weights are ready in stream order.
+    ///
+    /// # Errors
+    /// Before any allocation: [`Error::InvalidProblem`] naming an extent that is 0 or that the kernel cannot
+    /// take; [`Error::Buffer`] when `w` does not hold exactly `experts · n · k` elements. Then allocation and
+    /// launch errors. NaN and ±∞ elements are reported through `status`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantize_device<T: Element>(
+        stream: &Arc<CudaStream>,
+        w: &CudaView<'_, T>,
+        experts: usize,
+        n: usize,
+        k: usize,
+        format: ScaleFormat,
+        status: &mut DeviceStatus,
+    ) -> Result<Fp8BlockWeights> {
+        check_weights(w.len(), &weight_desc(experts, n, k, format))?;
+        let mut out = Fp8BlockWeights::zeros(stream, experts, n, k)?;
+        quantize_weights(stream, w, format, &mut out, status)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(w_len: usize, experts: usize, n: usize, k: usize) -> Result<()> {
+        check_weights(w_len, &weight_desc(experts, n, k, ScaleFormat::F32))
+    }
+
+    fn invalid(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidProblem(m)) => m,
+            other => panic!("expected InvalidProblem, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn weight_formats_map_to_the_kernel_flag() {
+        assert!(!weight_desc(1, 1, 1, ScaleFormat::F32).ue8m0);
+        assert!(weight_desc(1, 1, 1, ScaleFormat::Ue8m0).ue8m0);
+    }
+
+    #[test]
+    fn weights_of_the_shape_are_accepted_edge_blocks_included() {
+        check(2 * 200 * 328, 2, 200, 328).unwrap();
+        check(1, 1, 1, 1).unwrap();
+        check(256 * 4096 * 7168, 256, 4096, 7168).unwrap();
+    }
+
+    #[test]
+    fn zero_extents_are_named() {
+        for (e, n, k) in [(0, 200, 328), (2, 0, 328), (2, 200, 0)] {
+            let m = invalid(check(0, e, n, k));
+            assert!(m.contains(&format!("[experts, n, k] = [{e}, {n}, {k}]")) && m.contains("positive"), "{m}");
+        }
+    }
+
+    #[test]
+    fn extents_past_the_kernels_integer_ranges_are_named() {
+        let m = invalid(check(0, 1, 1 << 31, 128));
+        assert!(m.contains("n (rows per expert)") && m.contains("int32"), "{m}");
+        let m = invalid(check(0, 1, 128, 1 << 31));
+        assert!(m.contains("k (columns)") && m.contains("int32"), "{m}");
+        let m = invalid(check(0, 1 << 33, 1 << 15, 1 << 15));
+        assert!(m.contains("int64"), "{m}");
+        let m = invalid(check(0, usize::MAX / 4, 1 << 20, 1 << 20));
+        assert!(m.contains("overflows usize"), "{m}");
+    }
+
+    #[test]
+    fn a_flat_view_of_another_size_is_named() {
+        for len in [2 * 200 * 328 - 1, 2 * 200 * 328 + 1, 200 * 328, 0] {
+            match check(len, 2, 200, 328) {
+                Err(Error::Buffer { name: "w", detail }) => {
+                    assert!(detail.contains(&format!("holds {len} elements")), "{detail}");
+                    assert!(
+                        detail.contains("[2, 200, 328]") && detail.contains(&(2 * 200 * 328).to_string()),
+                        "{detail}"
+                    );
+                }
+                other => panic!("w of {len}: expected a buffer error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_shape_is_checked_before_the_length() {
+        // A zero extent is named as such even when the length also differs.
+        let m = invalid(check(5, 0, 128, 128));
+        assert!(m.contains("positive"), "{m}");
+    }
 }

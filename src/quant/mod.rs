@@ -15,7 +15,8 @@
 //!
 //! Activations are quantised per token per 128 columns ([`GroupQuant`], [`per_token_group_quant`]) on the device
 //! ([`device`]: [`Fp8Rows`], [`quantize_rows`], [`quantize_gather`], [`requantize_rows`]); weights per 128 × 128
-//! block on the host ([`BlockFp8::quantize`]; a bf16 checkpoint is converted once, offline, so no device kernel).
+//! block on the host ([`BlockFp8::quantize`]) or, from bf16/f16 weights already on the GPU, on the device
+//! ([`quantize_weights`], [`Fp8BlockWeights::quantize_device`]: the host quantiser's bits, see [`device`]).
 //!
 //! Microscaling formats for Blackwell's block-scaled GEMMs ([`mx`]): [`Mxfp8`], [`Mxfp4`] (gpt-oss's checkpoints)
 //! and [`Nvfp4`], with the e2m1 and UE4M3 codecs and the SM100 128 × 4 scale-factor layout ([`sf_offset`]).
@@ -30,7 +31,7 @@ pub mod device;
 pub mod group;
 pub mod mx;
 
-pub use device::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
+pub use device::{quantize_gather, quantize_rows, quantize_weights, requantize_rows, Fp8Rows, RowsInUse};
 mod operands;
 pub use float8::{F8E4M3, F8E5M2};
 pub use group::{

@@ -10,8 +10,9 @@
 //!   grid starts at [`sfb_offset`].
 //!
 //! Constructors check element and scale counts against the shapes; the elements are `F8E4M3` (E4M3FN) in
-//! cudarc slices. Made on the host from [`BlockFp8`] (the host quantiser and exact reference) or from device
-//! buffers filled elsewhere.
+//! cudarc slices. Made on the host from [`BlockFp8`] (the host quantiser and exact reference), on the device from
+//! 16-bit weights ([`Fp8BlockWeights::quantize_device`], [`super::quantize_weights`]: the same bits) or from
+//! device buffers filled elsewhere.
 
 use std::sync::Arc;
 
@@ -171,6 +172,16 @@ impl Fp8BlockWeights {
         Ok(Fp8BlockWeights { q, scales, experts, n, k })
     }
 
+    /// Zeroed weights of `experts` experts `[n, k]` and their scale grid on `stream`'s device (outside the
+    /// launch path), e.g. for [`super::quantize_weights`] to fill.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming an extent that is 0 or a count that overflows; allocation errors.
+    pub fn zeros(stream: &Arc<CudaStream>, experts: usize, n: usize, k: usize) -> Result<Self> {
+        let (nq, ns) = weight_lengths(experts, n, k)?;
+        Self::new(stream.alloc_zeros(nq)?, stream.alloc_zeros(ns)?, experts, n, k)
+    }
+
     /// Uploads host experts, each `[N, K]` quantized in 128 × 128 blocks ([`BlockShape::DEEPSEEK`]) with F32
     /// scales, stacked in order.
     ///
@@ -221,6 +232,11 @@ impl Fp8BlockWeights {
     /// The elements and the scales, by value.
     pub fn into_parts(self) -> (CudaSlice<F8E4M3>, CudaSlice<f32>) {
         (self.q, self.scales)
+    }
+    /// Both buffers, writable in place (their lengths, and so the shape, cannot change): for the device
+    /// quantiser.
+    pub(super) fn parts_mut(&mut self) -> (&mut CudaSlice<F8E4M3>, &mut CudaSlice<f32>) {
+        (&mut self.q, &mut self.scales)
     }
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {
