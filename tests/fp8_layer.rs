@@ -40,19 +40,14 @@ fn auto_over_fp8_picks_batched_or_grouped_and_other_backends_are_refused_naming_
     let ep = LayerSizing::new_fp8(s, 64, Backend::Auto, None, None, true, SM).unwrap();
     assert_eq!(ep.backends(), Backends::of(Backend::Grouped));
     let all = fp8(s, 64, Backend::Masked, Some(Backends::FP8)).unwrap();
-    assert_eq!(all.backends().to_string(), "batched,grouped,contiguous,masked");
-    for b in [Backend::Fused, Backend::Eager] {
-        for r in [fp8(s, 64, b, None), fp8(s, 64, Backend::Auto, Some(Backends::FP8.with(b)))] {
-            let m = invalid(r);
-            assert!(
-                m.contains(&format!("backend {b}"))
-                    && m.contains("FP8")
-                    && m.contains("Batched, Grouped, Contiguous and Masked"),
-                "{m}"
-            );
-            assert!(m.contains("Fused and Eager have no FP8 form"), "{m}");
-        }
+    assert_eq!(all.backends().to_string(), "batched,grouped,contiguous,masked,fused");
+    for r in [fp8(s, 64, Backend::Eager, None), fp8(s, 64, Backend::Auto, Some(Backends::FP8.with(Backend::Eager)))] {
+        let m = invalid(r);
+        assert!(m.contains("backend eager") && m.contains("FP8") && m.contains("Eager has no FP8 form"), "{m}");
     }
+    // The FP8 Fused pass holds x quantised per token (T e4m3 rows) and h requantised at its layout positions.
+    let fused = fp8(s, 64, Backend::Fused, None).unwrap();
+    assert!(fused.needs().a_fp8_rows >= 64 && fused.needs().h_fp8_rows >= 64 * s.top_k, "{:?}", fused.needs());
     // Dense sizing of the same shape is untouched: Auto's three backends.
     let dense = LayerSizing::new(s, DType::BF16, 64, Backend::Auto, None, None, None, false, SM).unwrap();
     assert_eq!((dense.format(), dense.backends()), (WeightFormat::Dense, Backends::AUTO));
@@ -160,8 +155,13 @@ fn plan_prints_the_fp8_footprint() {
     // The dense plan still prints what it did, and a backend FP8 does not run is refused naming FP8.
     let (ok, dense) = cli(&["plan", "--model", "deepseek-v3"]);
     assert!(ok && dense.contains("bf16") && !dense.contains("a fp8"), "{dense}");
-    let (ok, refused) = cli(&["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--backends", "fused"]);
-    assert!(!ok && refused.contains("FP8 expert weights run the Batched, Grouped, Contiguous and Masked"), "{refused}");
+    let (ok, refused) = cli(&["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--backends", "eager"]);
+    assert!(
+        !ok && refused.contains("FP8 expert weights run the Batched, Grouped, Contiguous, Masked and Fused"),
+        "{refused}"
+    );
+    let (ok, fused) = cli(&["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--backends", "fused"]);
+    assert!(ok && fused.contains("backends {fused}"), "{fused}");
     let (ok, bad) = cli(&["plan", "--dtype", "fp4"]);
     assert!(!ok && bad.contains("bf16, f16 or fp8"), "{bad}");
 }

@@ -62,7 +62,7 @@ pub(super) fn fp8_skip_reason(hidden: usize, inter: usize) -> Option<String> {
     })
 }
 
-/// The backends of `--backends` the FP8 layer runs (Batched, Grouped, Contiguous, Masked, Auto), in order.
+/// The backends of `--backends` the FP8 layer runs (Batched, Grouped, Contiguous, Masked, Fused, Auto), in order.
 pub(super) fn fp8_backends(backends: &[Backend]) -> Vec<Backend> {
     backends.iter().copied().filter(|&b| b == Backend::Auto || Backends::FP8.contains(b)).collect()
 }
@@ -150,9 +150,9 @@ mod tests {
             .collect();
         assert_eq!(
             fp8_backends(&all),
-            vec![Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto]
+            vec![Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused, Backend::Auto]
         );
-        assert!(fp8_backends(&[Backend::Eager, Backend::Fused]).is_empty());
+        assert!(fp8_backends(&[Backend::Eager]).is_empty());
     }
 
     #[test]

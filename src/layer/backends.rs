@@ -67,8 +67,9 @@ impl Backends {
     /// What `Auto` picks among: Batched, Fused, Grouped.
     pub const AUTO: Backends = Backends(2 | 4 | 32);
     /// What a layer over FP8 expert weights runs: the layout backends Grouped, Contiguous and Masked (the FP8
-    /// blockwise grouped GEMM) and Batched (the FP8 decode kernels). Fused and Eager have no FP8 form yet.
-    pub const FP8: Backends = Backends(2 | 4 | 8 | 16);
+    /// blockwise grouped GEMM), Fused (the FP8 fused gather/scatter GEMMs) and Batched (the FP8 decode kernels).
+    /// Eager has no FP8 form.
+    pub const FP8: Backends = Backends(2 | 4 | 8 | 16 | 32);
     /// What `Auto` picks among over FP8 weights: Batched, Grouped.
     pub const FP8_AUTO: Backends = Backends(2 | 4);
 

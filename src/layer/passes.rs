@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::kernels::grouped::Workspace;
 use crate::kernels::{elementwise, fused};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
-use crate::quant::{quantize_gather, requantize_rows, Fp8Rows, RowsInUse};
+use crate::quant::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
 use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut};
 
@@ -118,30 +118,49 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
     /// biases and scatters each row to its (token, slot) row; the combine sums the k rows of each token.
     pub(super) fn forward_fused(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
-        let w = self.dense(Backend::Fused)?;
         let c = self.weights.common();
-        let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
+        let (h, i) = (c.hidden, c.inter);
         let tokens = p.x.rows();
         let (tile, _) = self.fused_pass(tokens);
         let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
-        let Buffers { layout, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
+        let Buffers { layout, a8, h8, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
-        self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
-        activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
-        self.fused.gemm2_scatter(
-            p.stream,
-            tile,
-            layout,
-            tokens,
-            hbuf,
-            &w.w2,
-            h,
-            i,
-            &p.weights.as_view(),
-            w.b2.as_ref(),
-            d2,
-        )?;
+        match self.weights.parts() {
+            Parts::Dense(w) => {
+                let r13 = w.w13_rows();
+                self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let weights = p.weights.as_view();
+                let b2 = w.b2.as_ref();
+                self.fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
+            }
+            Parts::Fp8(w, is_bf16) => {
+                // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 by position.
+                let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
+                a8.reshape(tokens, h)?;
+                quantize_rows(p.stream, p.x, a8, &w.quant, status)?;
+                self.fused.gemm1_gather_fp8(p.stream, tile, layout, tokens, a8, &w.w13, is_bf16.cast(d1))?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let cap = dims.capacity();
+                let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
+                h8.reshape(cap, i)?;
+                requantize_rows(p.stream, &h_view, &RowsInUse::of_layout(layout), h8, &w.quant, status)?;
+                let weights = p.weights.as_view();
+                let pairs = is_bf16.cast(d2);
+                self.fused.gemm2_scatter_fp8(
+                    p.stream,
+                    tile,
+                    layout,
+                    tokens,
+                    h8,
+                    &w.w2,
+                    &weights,
+                    w.b2.as_ref(),
+                    pairs,
+                )?;
+            }
+        }
         fused::sum_slots(p.stream, layout, tokens, h, d2, &mut y.as_view_mut())
     }
 

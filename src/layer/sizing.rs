@@ -175,8 +175,9 @@ impl GemmSpec {
 /// The error of a backend that FP8 expert weights do not run (yet).
 pub(crate) fn fp8_backend_error(backend: Backend) -> Error {
     Error::InvalidProblem(format!(
-        "backend {backend}: FP8 expert weights run the Batched, Grouped, Contiguous and Masked backends (the FP8 \
-         decode kernels and the FP8 blockwise grouped GEMM over a layout); Fused and Eager have no FP8 form yet"
+        "backend {backend}: FP8 expert weights run the Batched, Grouped, Contiguous, Masked and Fused backends (the \
+         FP8 decode kernels, the FP8 blockwise grouped GEMM over a layout, the FP8 fused GEMMs); Eager has no FP8 \
+         form"
     ))
 }
 
@@ -300,7 +301,6 @@ impl LayerSizing {
     fn build(shape: LayerShape, dtype: DType, format: WeightFormat, o: SizingOptions) -> Result<Self> {
         let SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned } = o;
         let fp8 = format == WeightFormat::Fp8Block;
-        let fused_tile = if fp8 { None } else { fused_tile };
         let bad = |s: String| Err(Error::InvalidProblem(s));
         let s = shape;
         if max_tokens == 0 || s.top_k == 0 || s.experts == 0 || s.hidden == 0 || s.inter == 0 {
@@ -419,7 +419,8 @@ impl LayerSizing {
                     let r = aligned_rows(slots(t), g, bm);
                     let r64 = aligned_rows(slots(t), g, FusedTile::M64N128K64.block_m());
                     let r = r.max(r64);
-                    (r, 0, slots(t), r, r64 / FusedTile::M64N128K64.block_m())
+                    // Over FP8 weights GEMM1 gathers x quantised per token: `a` holds T e4m3 rows.
+                    (r, if fp8 { t } else { 0 }, slots(t), r, r64 / FusedTile::M64N128K64.block_m())
                 }
                 Backend::Auto => unreachable!("passes hold concrete backends"),
             }
