@@ -150,7 +150,14 @@ mod tests {
             .collect();
         assert_eq!(
             fp8_backends(&all),
-            vec![Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused, Backend::Auto]
+            vec![
+                Backend::Batched,
+                Backend::Grouped,
+                Backend::Contiguous,
+                Backend::Masked,
+                Backend::Fused,
+                Backend::Auto
+            ]
         );
         assert!(fp8_backends(&[Backend::Eager]).is_empty());
     }

@@ -463,7 +463,7 @@ enum Block {
     NegZero,
     /// Up to the dtype's largest finite value, which the corner holds.
     Huge,
-    /// Magnitudes 2^-20 .. 2^20 (many e4m3 subnormals and zeros).
+    /// Magnitudes 2^-20 .. 2^20 (f16: .. 2^14, below its largest finite value; many e4m3 subnormals and zeros).
     Wide,
     /// The dtype's subnormals only, bits up to 0x40, which the corner holds: for bf16 amax = 2^-127, whose f32
     /// scale `amax / 448` is subnormal and rounds down, so the corner's `|w| / scale` is 448.01 and saturates.
@@ -505,7 +505,8 @@ fn block_value<T: Element>(kind: Block, rng: &mut Rng, corner: bool) -> T {
                 T::from_f32(u * max.to_f32())
             }
         }
-        Block::Wide => T::from_f32(u * 2f32.powi(rng.below(41) as i32 - 20)),
+        // f16 tops out at 65504: its exponents stop at 2^14 (|u| < 3), bf16's at 2^20.
+        Block::Wide => T::from_f32(u * 2f32.powi(rng.below(if bf { 41 } else { 35 }) as i32 - 20)),
         Block::Subnormal => {
             let bits = if corner { 0x40 } else { rng.below(0x41) as u16 };
             T::from_bits(bits | if u < 0.0 { 0x8000 } else { 0 })
