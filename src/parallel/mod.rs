@@ -47,13 +47,14 @@
 //! exchanges the fixed-size blocks (rows, then ids), the local `MoeLayer` runs every received row as a top-1
 //! token (padding dropped by its layout), a second group sends the results back, and the layout's combine sums
 //! over k. The per-peer block is the worst case above, so the transfers have fixed sizes and the step can be
-//! captured in a CUDA graph (NCCL ≥ 2.9 captures; not yet tested in a capture). The cost of that: the local
+//! captured in a CUDA graph (NCCL ≥ 2.9 captures; a one-rank step replays in a graph on the H200). The cost of that: the local
 //! layer's row count is `world · cap`, so its gather and combine-side kernels scan the padding too.
 //!
 //! Not built yet: replicated experts on the device (the step refuses them), the shared expert under EP, the
 //! per-token deduplicated dispatch of DeepEP's normal mode (one row per (token, destination rank) instead of
-//! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire, two-batch overlap, the
-//! `bench --layer --ep` timing of the step; and any run with two ranks.
+//! per slot: less traffic when a token's experts share a rank), FP8 rows on the wire, two-batch overlap. Not
+//! run: anything with two ranks (`moe-gemm bench --layer --ep W --nccl` times the step's phases over W GPUs of one
+//! host, one thread per rank; it has run with W = 1).
 
 #[cfg(feature = "nccl")]
 mod nccl;

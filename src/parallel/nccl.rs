@@ -19,8 +19,8 @@
 //! computes is [`super::ep_forward_reference`]. Replicated experts (`Placement::from_map` with several slots
 //! for one expert) are refused: the device dispatch sends every row of an expert to one rank.
 //!
-//! Tested on one H200 with a communicator of one rank (the send and receive are to itself); two ranks have not
-//! run: no two-GPU machine was lent.
+//! Tested on one H200 with a communicator of one rank (the send and receive are to itself), also replayed in a
+//! CUDA graph; two ranks have not run: no two-GPU machine was lent.
 
 use std::sync::Arc;
 
