@@ -70,6 +70,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/decode_fp8.cu", "decode", PORTABLE),
     unit("cpp/runtime.cu", "runtime", PORTABLE),
     unit("cpp/quant.cu", "quant", PORTABLE),
+    unit("cpp/mx_quant.cu", "quant", PORTABLE),
     unit("cpp/ep.cu", "layouts", PORTABLE),
 ];
 

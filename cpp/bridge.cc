@@ -464,6 +464,28 @@ LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& p) {
 
 LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile) { return wrap(moe_gemm::fused_moe_prepare_fp8(tile)); }
 
+LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& p) {
+  MxQuantArgs a{};
+  a.dtype = p.dtype;
+  a.mode = p.mode;
+  a.groups = p.groups;
+  a.max_m = p.max_m;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.x_stride = p.x_stride;
+  a.x = p.x;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.out = p.out;
+  a.sf = p.sf;
+  a.sf_bytes = p.sf_bytes;
+  a.sf_bases = p.sf_bases;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<MxQuantParams, MxQuantArgs>(16), "assign every MxQuantArgs field above");
+  return wrap(moe_gemm::quantize_mxfp8_grouped(a));
+}
+
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream) {
   return wrap(moe_gemm::sum_slots(dtype, tokens, top_k, hidden, pairs, positions, y, stream));

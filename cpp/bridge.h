@@ -10,6 +10,7 @@
 #include "launch_fp8.h"
 #include "launch_fp8_rowwise.h"
 #include "launch_fused_fp8.h"
+#include "mx_quant.h"
 #include "launch_sm100.h"
 #include "moe_ops.h"
 #include "quant.h"
@@ -34,6 +35,7 @@ struct DecodeParams;
 struct DecodeFp8Params;
 struct FusedGemmParams;
 struct FusedGemmFp8Params;
+struct MxQuantParams;
 struct QuantParams;
 struct WeightQuantParams;
 
@@ -77,6 +79,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& params);
 LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& params);
 LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile);
+LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& params);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);

@@ -156,7 +156,8 @@ fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
 }
 
 /// A plan with tuned backends makes room for them and sizes each for the batches the table sends it; a tuned
-/// backend that cannot run (Fused over FP8 weights, Batched past its rows) falls back to the cost model.
+/// backend that cannot run (Eager, which a batch never runs under Auto; Batched past its rows) falls back to the
+/// cost model.
 #[test]
 fn tuned_sizing_gives_room_to_the_tuned_backends() {
     use moe_gemm::Backend::*;
@@ -182,9 +183,9 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
     // Masked for T <= 24 (nearest bucket 1), Grouped from 25 (nearest 48) to 64.
     assert_eq!((of(Masked), of(Grouped)), (Some(24), Some(64)));
     assert_eq!(size(WeightFormat::Dense, 64, None).backends(), Backends::AUTO, "untuned: Auto's three");
-    // FP8 weights: Fused has no FP8 kernels, so a Fused table changes nothing.
-    let fused = TunedBackends::new(8, 14336, &[(1, Fused)]).unwrap();
-    let fp8 = size(WeightFormat::Fp8Block, 64, Some(fused));
+    // Eager synchronises and has no FP8 form: an Eager table changes nothing.
+    let eager = TunedBackends::new(8, 14336, &[(1, Eager)]).unwrap();
+    let fp8 = size(WeightFormat::Fp8Block, 64, Some(eager));
     assert_eq!(fp8.backends(), Backends::FP8_AUTO);
     assert_eq!(fp8.pass_tokens(), size(WeightFormat::Fp8Block, 64, None).pass_tokens());
 }

@@ -75,8 +75,8 @@ pub fn validate_fp8(args: &BenchArgs) -> Result<()> {
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     if fp8_backends(&backends).is_empty() {
         return Err(Error::InvalidProblem(format!(
-            "--layer --dtype fp8 --backends {}: the FP8 layer runs batched, grouped, contiguous, masked and \
-             auto; include at least one",
+            "--layer --dtype fp8 --backends {}: the FP8 layer runs batched, grouped, contiguous, masked, fused \
+             and auto; include at least one",
             args.backends.join(",")
         )));
     }

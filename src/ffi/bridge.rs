@@ -196,6 +196,26 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::MxQuantArgs` (`cpp/mx_quant.h`).
+    struct MxQuantParams {
+        dtype: DType,
+        mode: GroupMode,
+        groups: i32,
+        max_m: i32,
+        k: i32,
+        max_rows: i64,
+        x_stride: i64,
+        x: u64,
+        offsets: u64,
+        counts: u64,
+        out: u64,
+        sf: u64,
+        sf_bytes: u64,
+        sf_bases: u64,
+        status: u64,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::FusedGemmFp8Args` (`cpp/launch_fused_fp8.h`).
     struct FusedGemmFp8Params {
         tile: FusedFp8Tile,
@@ -637,6 +657,9 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
+        unsafe fn quantize_mxfp8_grouped(params: &MxQuantParams) -> LaunchStatus;
         /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
         fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> LaunchStatus;
         /// # Safety

@@ -33,6 +33,7 @@ pub(crate) mod grouped;
 pub(crate) mod grouped_fp8;
 pub(crate) mod grouped_fp8_rowwise;
 pub(crate) mod layouts;
+pub(crate) mod mx_quant;
 pub(crate) mod quant;
 pub(crate) mod routing;
 pub(crate) mod runtime;

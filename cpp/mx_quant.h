@@ -1,0 +1,42 @@
+// moe-gemm: MXFP8 activations for the SM100 block-scaled grouped GEMMs (mx_quant.cu). Plain C++17; a header of
+// its own so that the other quantisation units do not recompile for it.
+#pragma once
+
+#include <cstdint>
+
+#include "launch.h"
+
+namespace moe_gemm {
+
+// Quantises the rows of x [max_rows, k] (bf16 or f16, row stride x_stride) that belong to a group (GroupMode
+// Offsets, Padded or Masked, as the grouped GEMMs read them) into MXFP8: e4m3 out [max_rows, k] (row stride k)
+// and one UE8M0 byte per row per 32 of K, written in CUTLASS's SM100 block-scale layout, per group:
+//   group g (m_g rows) takes 512 * ceil(m_g / 128) * ceil(k / 128) bytes at sf_bases[g] = the sum of those of
+//   the groups before it (each a multiple of 512: 128-byte aligned for TMA); within a group, the scale of
+//   (row m, block kb) lies at (m / 128 * ceil(k / 128) + kb / 4) * 512 + 16 * (m % 32) + 4 * (m / 32 % 4) + kb % 4.
+// sf_bases [groups + 1] is written on the device (sf_bases[groups] = the bytes in use); rows past the layout's
+// room (sf_bytes) are not written and set kErrCapacityOverflow. Per block of 32: s = the smallest power of two
+// >= max(amax / 448, 2^-127), 1 for an all-zero block; q = e4m3(x / s), round to nearest even. Non-finite
+// elements become e4m3 NaN and set kErrNonfiniteInput. Scale bytes of padding rows (m_g .. 128 * ceil(m_g/128))
+// are not written. Requires k a positive multiple of 32.
+struct MxQuantArgs {
+  DType dtype;
+  GroupMode mode;
+  int32_t groups;
+  int32_t max_m;
+  int32_t k;
+  int64_t max_rows;
+  int64_t x_stride;
+  uint64_t x;
+  uint64_t offsets;
+  uint64_t counts;
+  uint64_t out;
+  uint64_t sf;
+  uint64_t sf_bytes;
+  uint64_t sf_bases;  // int64_t [groups + 1]
+  uint64_t status;
+  uint64_t stream;
+};
+Status quantize_mxfp8_grouped(const MxQuantArgs& args);
+
+}  // namespace moe_gemm

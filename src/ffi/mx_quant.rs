@@ -1,0 +1,99 @@
+//! MXFP8 activations in the SM100 block-scale layout (`cpp/mx_quant.cu`, contract in `cpp/mx_quant.h`): 16-bit
+//! rows of a grouped A to e4m3 plus one UE8M0 byte per row per 32 of K, each group's bytes in CUTLASS's 128 x 4
+//! atoms at a base the device computes from the group rows.
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use float8::F8E4M3;
+
+use super::bridge::ffi;
+use super::grouped::GroupedRows;
+use super::grouped_fp8::group_rows;
+use super::status::{check, Launched};
+use super::{dtype, need_aligned, need_len, to_i32, to_i64};
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+
+/// Elements per UE8M0 scale, and bytes of one 128 x 4 scale atom.
+pub(crate) const MX_VEC: usize = 32;
+pub(crate) const SF_ATOM_BYTES: usize = 512;
+
+/// Bytes of scale atoms `groups` groups over at most `max_rows` rows of `k` need at most: every group pads its
+/// rows to 128, so `512 · ceil(k / 128) · (ceil(max_rows / 128) + groups)`.
+pub(crate) fn sf_capacity(max_rows: usize, k: usize, groups: usize) -> Option<usize> {
+    let k_atoms = (k / MX_VEC).div_ceil(4);
+    max_rows.div_ceil(128).checked_add(groups)?.checked_mul(k_atoms)?.checked_mul(SF_ATOM_BYTES)
+}
+
+/// The destination of one launch.
+pub(crate) struct MxDst<'a> {
+    pub out: &'a mut CudaSlice<F8E4M3>,
+    pub sf: &'a mut CudaSlice<u8>,
+    pub sf_bases: &'a mut CudaSlice<i64>,
+}
+
+/// Queues the bases kernel and the quantiser on `stream`: `x` `[max_rows, k]` (row stride `x_stride`) grouped
+/// as `rows` says, `groups` groups.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_quantize_mxfp8<T: Element>(
+    stream: &CudaStream,
+    x: &impl DevicePtr<T>,
+    x_stride: usize,
+    max_rows: usize,
+    k: usize,
+    groups: usize,
+    rows: GroupedRows<'_>,
+    dst: MxDst<'_>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    if k == 0 || k % MX_VEC != 0 || groups == 0 || x_stride < k {
+        return Err(Error::InvalidProblem(format!(
+            "MXFP8 quantisation: K = {k} must be a positive multiple of {MX_VEC} (one UE8M0 scale per 32), groups = \
+             {groups} positive, the row stride {x_stride} at least K"
+        )));
+    }
+    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    if max_rows > 0 {
+        need_len("x", x.len(), (max_rows - 1) * x_stride + k, "(max_rows - 1) x stride + K")?;
+    }
+    need_len("out", dst.out.len(), max_rows * k, "max_rows x K")?;
+    need_len("sf_bases", dst.sf_bases.len(), groups + 1, "groups + 1")?;
+    let sf_bytes = dst.sf.len() as u64;
+    let (groups_i, max_m, k_i) = (to_i32("groups", groups)?, to_i32("max_m", max_m)?, to_i32("K", k)?);
+    let (max_rows_i, stride) = (to_i64("max_rows", max_rows)?, to_i64("row stride", x_stride)?);
+    super::bind(stream)?;
+    let (x_ptr, _x) = x.device_ptr(stream);
+    let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
+    let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let (out_ptr, _out) = dst.out.device_ptr_mut(stream);
+    let (sf_ptr, _sf) = dst.sf.device_ptr_mut(stream);
+    let (b_ptr, _b) = dst.sf_bases.device_ptr_mut(stream);
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    need_aligned("out", out_ptr)?;
+    if x_ptr % 2 != 0 {
+        return Err(Error::Buffer { name: "x", detail: format!("device address {x_ptr:#x} is not 2-byte aligned") });
+    }
+    let params = ffi::MxQuantParams {
+        dtype: dtype(T::DTYPE),
+        mode,
+        groups: groups_i,
+        max_m,
+        k: k_i,
+        max_rows: max_rows_i,
+        x_stride: stride,
+        x: x_ptr,
+        offsets: o_ptr.unwrap_or(0),
+        counts: c_ptr.unwrap_or(0),
+        out: out_ptr,
+        sf: sf_ptr,
+        sf_bytes,
+        sf_bases: b_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: x holds max_rows rows of `stride` (the last K long), out max_rows x K e4m3 (16-byte aligned, K a
+    // multiple of 32: every 32-element block store is aligned), sf_bases G + 1 int64, offsets G + 1 / counts G
+    // where the mode reads them (checked); the kernel clamps group rows into [0, max_rows] and never writes a
+    // scale byte at or past sf.len(). The stream's context is bound; the guards outlive the call.
+    let st = unsafe { ffi::quantize_mxfp8_grouped(&params) };
+    check(st, &Launched { ..Launched::typed("quantize_mxfp8_grouped", T::DTYPE) })
+}

@@ -1,0 +1,121 @@
+//! MXFP8 activations on the device for the SM100 block-scaled grouped GEMMs: e4m3 rows and their UE8M0 scales
+//! in CUTLASS's 128 x 4 atom layout, one layout per group at a base the device computes from the group rows
+//! (`cpp/mx_quant.h`), so the step needs no host copy of the counts. The same bytes as [`super::mx::Mxfp8`]
+//! per group laid out by [`super::mx::to_sf_atoms_grouped`] (tested bit for bit on the H200, where the kernel
+//! runs too).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+
+use super::F8E4M3;
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::kernels::grouped::GroupRows;
+use crate::status::DeviceStatus;
+use crate::view::MatrixView;
+
+/// A grouped A in MXFP8 on the device: e4m3 `[max_rows, K]`, the scale atoms of up to `groups` groups (the worst
+/// case: every group padded to 128 rows) and each group's byte base `[groups + 1]` (the last: the bytes in use).
+#[derive(Debug)]
+pub struct Mxfp8Rows {
+    q: CudaSlice<F8E4M3>,
+    sf: CudaSlice<u8>,
+    sf_bases: CudaSlice<i64>,
+    max_rows: usize,
+    k: usize,
+    groups: usize,
+}
+
+impl Mxfp8Rows {
+    /// Zeroed buffers for `groups` groups over `max_rows` rows of `k`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k` not a positive multiple of 32, no groups, sizes that overflow; driver
+    /// errors of the allocations.
+    pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Mxfp8Rows> {
+        if k == 0 || k % ffi::mx_quant::MX_VEC != 0 || groups == 0 {
+            return Err(Error::InvalidProblem(format!(
+                "MXFP8 rows: K = {k} must be a positive multiple of 32 and groups = {groups} positive"
+            )));
+        }
+        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k, groups)
+            .ok_or_else(|| Error::InvalidProblem(format!("MXFP8 rows [{max_rows}, {k}] x {groups} groups overflow")))?;
+        let n = max_rows
+            .checked_mul(k)
+            .ok_or_else(|| Error::InvalidProblem(format!("MXFP8 rows [{max_rows}, {k}] overflow")))?;
+        Ok(Mxfp8Rows {
+            q: stream.alloc_zeros(n)?,
+            sf: stream.alloc_zeros(sf_bytes)?,
+            sf_bases: stream.alloc_zeros(groups + 1)?,
+            max_rows,
+            k,
+            groups,
+        })
+    }
+
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+    pub fn q(&self) -> &CudaSlice<F8E4M3> {
+        &self.q
+    }
+    /// The scale atoms, all groups: group `g`'s at `sf_bases[g]`.
+    pub fn sf(&self) -> &CudaSlice<u8> {
+        &self.sf
+    }
+    pub fn sf_bases(&self) -> &CudaSlice<i64> {
+        &self.sf_bases
+    }
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + self.sf.len() + 8 * self.sf_bases.len()
+    }
+}
+
+/// Quantises the rows of `x [max_rows, K]` that `rows` places in a group into `out` (MXFP8, per group in the
+/// SM100 scale layout), and writes each group's base. Rows in no group are left as they were.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] when `x` is not `[out.max_rows(), out.k()]` or `rows` is per-row groups or of
+/// another group count; [`Error::Buffer`] for short group arrays; launch errors. On the device: non-finite
+/// elements (`NONFINITE_INPUT`), bad offsets or counts (as the grouped GEMMs), and a layout past the scale
+/// buffer (`CAPACITY_OVERFLOW`, which the worst-case sizing of [`Mxfp8Rows::alloc`] never reaches).
+pub fn quantize_mxfp8_grouped<'r, T: Element>(
+    stream: &Arc<CudaStream>,
+    x: &MatrixView<'_, T>,
+    rows: impl Into<GroupRows<'r>>,
+    out: &mut Mxfp8Rows,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    if (x.rows(), x.cols()) != (out.max_rows, out.k) {
+        return Err(Error::InvalidProblem(format!(
+            "MXFP8 quantisation: x [{}, {}] for rows of [{}, {}]",
+            x.rows(),
+            x.cols(),
+            out.max_rows,
+            out.k
+        )));
+    }
+    let rows = rows.into();
+    let view = x.as_view();
+    let dst = ffi::mx_quant::MxDst { out: &mut out.q, sf: &mut out.sf, sf_bases: &mut out.sf_bases };
+    ffi::mx_quant::launch_quantize_mxfp8(
+        stream,
+        &view,
+        x.stride(),
+        out.max_rows,
+        out.k,
+        out.groups,
+        rows.to_ffi(),
+        dst,
+        status.word_mut(),
+    )
+}
