@@ -486,6 +486,40 @@ LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& p) {
   return wrap(moe_gemm::quantize_mxfp8_grouped(a));
 }
 
+bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig config) { return moe_gemm::grouped_gemm_sm100_mxfp8_built(config); }
+
+LaunchStatus grouped_gemm_sm100_mxfp8_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count,
+                                                uint64_t& bytes) {
+  return wrap(moe_gemm::grouped_gemm_sm100_mxfp8_workspace(config, groups, sm_count, &bytes));
+}
+
+LaunchStatus grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Params& p) {
+  GroupedGemmMxfp8Args a{};
+  a.config = p.config;
+  a.mode = p.mode;
+  a.max_m = p.max_m;
+  a.groups = p.groups;
+  a.n = p.n;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.a = p.a;
+  a.sfa = p.sfa;
+  a.sfa_bases = p.sfa_bases;
+  a.b = p.b;
+  a.sfb = p.sfb;
+  a.d = p.d;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.workspace = p.workspace;
+  a.workspace_bytes = p.workspace_bytes;
+  a.status = p.status;
+  a.device = p.device;
+  a.sm_count = p.sm_count;
+  a.stream = p.stream;
+  static_assert(same_fields<GroupedGemmMxfp8Params, GroupedGemmMxfp8Args>(21), "assign every GroupedGemmMxfp8Args field above");
+  return wrap(moe_gemm::grouped_gemm_sm100_mxfp8_run(a));
+}
+
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream) {
   return wrap(moe_gemm::sum_slots(dtype, tokens, top_k, hidden, pairs, positions, y, stream));

@@ -11,6 +11,7 @@
 #include "launch_fp8_rowwise.h"
 #include "launch_fused_fp8.h"
 #include "mx_quant.h"
+#include "launch_sm100_mx.h"
 #include "launch_sm100.h"
 #include "moe_ops.h"
 #include "quant.h"
@@ -36,6 +37,7 @@ struct DecodeFp8Params;
 struct FusedGemmParams;
 struct FusedGemmFp8Params;
 struct MxQuantParams;
+struct GroupedGemmMxfp8Params;
 struct QuantParams;
 struct WeightQuantParams;
 
@@ -80,6 +82,9 @@ LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& params);
 LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile);
 LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& params);
+bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig config);
+LaunchStatus grouped_gemm_sm100_mxfp8_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count, uint64_t& bytes);
+LaunchStatus grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Params& params);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);

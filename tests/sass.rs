@@ -225,3 +225,32 @@ fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     assert_eq!(kernels.iter().filter(|k| k.contains("expand_kernel")).count(), 2, "{kernels:?}");
     assert_eq!(kernels.iter().filter(|k| k.contains("reduce_kernel")).count(), 4, "{kernels:?}");
 }
+
+/// The SM100 MXFP8 grouped GEMM multiplies block-scaled: its `UTCQMMA` carries the scale operand in tensor memory
+/// after the instruction descriptor (`..., idesc[..], tmem[..]`: FP8_NOTES' MXFP8 form; a per-tensor FP8 MMA ends
+/// at idesc), `UTCCP` copies the scales into tensor memory, TMA loads every operand; and the FP8 rowwise and
+/// fused FP8 units hold wgmma e4m3 (`QGMMA`) and no tcgen05.
+#[test]
+fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
+    let Some(tool) = tools("the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05") else { return };
+    let unit = "cpp/grouped_gemm_sm100_mxfp8.cu";
+    let (ops, kernels) = opcodes(tool, unit);
+    for op in ["UTCQMMA", "UTCCP", "UTMALDG", "UTMASTG"] {
+        assert!(ops.iter().any(|o| o == op), "{unit}: no {op}: {ops:?}");
+    }
+    assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o == "UTCHMMA"), "{unit}: {ops:?}");
+    let sass = cuobjdump(tool, &["-sass"], &object(unit));
+    let mmas: Vec<&str> = sass.lines().filter(|l| l.contains("UTCQMMA")).collect();
+    assert!(!mmas.is_empty());
+    for l in &mmas {
+        let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCQMMA without idesc: {l}"));
+        assert!(after.contains("tmem["), "{unit}: a UTCQMMA without its scale operand: {l}");
+    }
+    say(&format!("{unit}: {} kernels, {} block-scaled UTCQMMA", kernels.len(), mmas.len()));
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 1, "{kernels:?}");
+    for unit in ["cpp/grouped_gemm_sm90_fp8_rowwise.cu", "cpp/fused_moe_sm90_fp8.cu"] {
+        let (ops, _) = opcodes(tool, unit);
+        assert!(ops.iter().any(|o| o == "QGMMA"), "{unit}: no QGMMA: {ops:?}");
+        assert!(!ops.iter().any(|o| o.starts_with("UTC")), "{unit}: tcgen05 in an SM90 unit: {ops:?}");
+    }
+}

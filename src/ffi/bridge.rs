@@ -43,6 +43,13 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
+    enum Sm100MxConfig {
+        Mxf8Mma1Sm128x128x128 = 0,
+    }
+
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
     enum Sm100TileConfig {
         Mma1Sm128x256x64 = 0,
         Mma1Sm128x128x64 = 1,
@@ -409,6 +416,31 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
+    /// Mirrors `moe_gemm::GroupedGemmMxfp8Args` (`cpp/launch_sm100_mx.h`).
+    struct GroupedGemmMxfp8Params {
+        config: Sm100MxConfig,
+        mode: GroupMode,
+        max_m: i32,
+        groups: i32,
+        n: i32,
+        k: i32,
+        max_rows: i64,
+        a: u64,
+        sfa: u64,
+        sfa_bases: u64,
+        b: u64,
+        sfb: u64,
+        d: u64,
+        offsets: u64,
+        counts: u64,
+        workspace: u64,
+        workspace_bytes: u64,
+        status: u64,
+        device: i32,
+        sm_count: i32,
+        stream: u64,
+    }
+
     /// Mirrors `moe_gemm::Sm100KernelFacts` (`cpp/launch_sm100.h`): compile-time facts of a built configuration.
     #[derive(Debug, Default)]
     struct Sm100KernelFacts {
@@ -509,6 +541,8 @@ pub(crate) mod ffi {
         #[namespace = "moe_gemm"]
         type Sm100TileConfig;
         #[namespace = "moe_gemm"]
+        type Sm100MxConfig;
+        #[namespace = "moe_gemm"]
         type StatusCode;
         #[namespace = "moe_gemm"]
         type GroupMode;
@@ -587,6 +621,16 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`: every address a live device allocation of the size the params imply,
         /// on the device and stream given, alive until the queued work completes.
         unsafe fn grouped_gemm_sm100_run(params: &GroupedGemmSm100Params) -> LaunchStatus;
+        fn grouped_gemm_sm100_mxfp8_built(config: Sm100MxConfig) -> bool;
+        fn grouped_gemm_sm100_mxfp8_workspace(
+            config: Sm100MxConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `GroupedGemmMxfp8Args` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
+        unsafe fn grouped_gemm_sm100_mxfp8_run(params: &GroupedGemmMxfp8Params) -> LaunchStatus;
         fn cudart_version() -> i32;
         /// `cudaGetErrorName` of a cudaError_t (no device needed).
         fn cuda_error_name(code: i32) -> String;

@@ -32,6 +32,7 @@ pub(crate) mod fused;
 pub(crate) mod grouped;
 pub(crate) mod grouped_fp8;
 pub(crate) mod grouped_fp8_rowwise;
+pub(crate) mod grouped_mx;
 pub(crate) mod layouts;
 pub(crate) mod mx_quant;
 pub(crate) mod quant;

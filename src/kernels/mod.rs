@@ -17,6 +17,7 @@ pub mod fused;
 pub mod grouped;
 pub mod grouped_fp8;
 pub mod grouped_fp8_rowwise;
+pub mod grouped_mx;
 pub mod grouped_sm100;
 
 pub use family::KernelFamily;

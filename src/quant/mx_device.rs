@@ -119,3 +119,62 @@ pub fn quantize_mxfp8_grouped<'r, T: Element>(
         status.word_mut(),
     )
 }
+
+/// MXFP8 expert weights on the device for the SM100 block-scaled GEMMs: e4m3 `[G, N, K]` (nn.Linear `[out, in]`
+/// per expert) and each expert's UE8M0 scales `[N, K / 32]` in CUTLASS's 128 x 4 atoms, expert `g`'s at
+/// `g · 512 · ceil(N / 128) · ceil(K / 128)`, one value.
+#[derive(Debug)]
+pub struct Mxfp8Weights {
+    q: CudaSlice<F8E4M3>,
+    sf: CudaSlice<u8>,
+    experts: usize,
+    n: usize,
+    k: usize,
+}
+
+impl Mxfp8Weights {
+    /// Uploads host experts ([`super::mx::Mxfp8`], each `[N, K]`), laying their scales out in atoms.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for no experts or experts of different shapes (the expert named); driver
+    /// errors of the copies.
+    pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Mxfp8]) -> Result<Mxfp8Weights> {
+        let first = experts.first().ok_or_else(|| Error::InvalidProblem("MXFP8 weights of 0 experts".into()))?;
+        let (n, k) = (first.rows(), first.k());
+        let (mut q, mut sf) = (Vec::new(), Vec::new());
+        for (g, e) in experts.iter().enumerate() {
+            if (e.rows(), e.k()) != (n, k) {
+                return Err(Error::InvalidProblem(format!(
+                    "MXFP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
+                    e.rows(),
+                    e.k()
+                )));
+            }
+            q.extend_from_slice(e.data());
+            let atoms = e.sf_atoms();
+            debug_assert_eq!(atoms.len(), ffi::grouped_mx::expert_sf_bytes(n, k));
+            sf.extend(atoms);
+        }
+        Ok(Mxfp8Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn q(&self) -> &CudaSlice<F8E4M3> {
+        &self.q
+    }
+    pub fn sf(&self) -> &CudaSlice<u8> {
+        &self.sf
+    }
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + self.sf.len()
+    }
+}

@@ -105,3 +105,22 @@ fn sm100_invalid_offsets_are_reported_and_contained() {
     let d_host = stream.clone_dtoh(&d).unwrap();
     assert!(d_host[max_rows * n..].iter().all(|x| x.is_nan()), "the guard past D was written");
 }
+
+/// The SM100 MXFP8 grouped GEMM: on this (SM90) device the plan is refused with `UnsupportedArch` naming the
+/// device, before anything is allocated or queued; on an SM100 device it would plan (the CPU test plans it for a
+/// B200's `DeviceInfo`), which is as far as this project can take it without Blackwell hardware.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn mxfp8_gemm_plan_is_refused_off_sm100() {
+    use moe_gemm::kernels::grouped_mx::GroupedGemmMxfp8;
+    let (ctx, stream) = gpu();
+    let info = DeviceInfo::query(&ctx).unwrap();
+    match GroupedGemmMxfp8::new(&stream, 256, 4096, 7168, 4096) {
+        Err(e @ Error::UnsupportedArch { .. }) if info.compute_capability.0 != 10 => {
+            assert!(e.to_string().contains(&info.name), "{e}");
+            println!("refused as expected on {}: {e}", info.name);
+        }
+        Ok(_) if info.compute_capability.0 == 10 => println!("planned on {} (SM100)", info.name),
+        other => panic!("{}: {other:?}", info.name),
+    }
+}

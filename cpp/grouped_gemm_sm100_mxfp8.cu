@@ -1,0 +1,247 @@
+// SM100 (sm_100a) MXFP8 block-scaled persistent ptr-array grouped GEMM (CUTLASS 4.2, OpClassBlockScaledTensorOp,
+// tcgen05 kind::mxf8f6f4 with UE8M0 scales per 32 of K), driven by device offsets. Our prepare kernel fills, per
+// group, the problem shape, the operand pointers and strides, and the scale pointers and layouts: the activation
+// scales at the base the quantiser computed on the device (sfa_bases), each group's layout from its own rows
+// (Sm1xxBlkScaledConfig::tile_atom_to_shape_SFA), which the SM100 collective reads per group. Never run on
+// hardware: compiled, SASS-checked (tests/sass.rs), refused on other arches by the plan.
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/sm100_blockscaled_layout.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+#include "group_rows.cuh"
+#include "launch_sm100_mx.h"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#error "grouped_gemm_sm100_mxfp8 must be compiled for sm_100a only (-gencode=arch=compute_100a,code=sm_100a)"
+#endif
+
+namespace moe_gemm {
+namespace sm100_mx {
+
+using namespace cute;
+
+inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+template <class MmaTile_, class Kernel_, class Epilogue_>
+struct Config {
+  using MmaTile = MmaTile_;
+  using Cluster = Shape<_1, _1, _1>;
+  using KernelSchedule = Kernel_;
+  using EpilogueSchedule = Epilogue_;
+};
+using Mxf8Mma1Sm128x128x128 = Config<Shape<_128, _128, _128>, cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmMxf8f6f4Sm100,
+                                     cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm>;
+
+template <class Cfg>
+struct GroupedGemmMxfp8 {
+  using ElementA = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
+  using ElementB = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
+  using ElementD = cutlass::bfloat16_t;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
+  using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignAB = 16;  // e4m3 elements: 16 bytes
+  static constexpr int kAlignD = 8;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, typename Cfg::MmaTile, typename Cfg::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
+      kAlignD, typename Cfg::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, ElementA, LayoutA*, kAlignAB, ElementB,
+      LayoutB*, kAlignAB, float, typename Cfg::MmaTile, typename Cfg::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using LayoutSFA = typename CollectiveMainloop::InternalLayoutSFA;
+  using LayoutSFB = typename CollectiveMainloop::InternalLayoutSFB;
+  using SfConfig = typename CollectiveMainloop::Sm1xxBlkScaledConfig;
+  using ElementSF = typename Kernel::ElementSF;
+  using DataA = cutlass::float_e4m3_t;
+  static_assert(std::is_same_v<ElementSF, cutlass::float_ue8m0_t>, "MX scales are UE8M0");
+  static_assert(SfConfig::SFVecSize == 32, "one scale per 32 of K");
+  static_assert(Kernel::IsGroupedGemmKernel, "not a grouped kernel");
+
+  struct Arrays {
+    UnderlyingShape* shapes;
+    const DataA** a;
+    const DataA** b;
+    ElementD** d;
+    const ElementSF** sfa;
+    const ElementSF** sfb;
+    StrideA* da;
+    StrideB* db;
+    StrideD* dd;
+    LayoutSFA* lsfa;
+    LayoutSFB* lsfb;
+    uint64_t bytes;
+  };
+
+  static Arrays carve(uint8_t* base, int groups) {
+    Arrays r{};
+    uint64_t off = 0;
+    auto take = [&](uint64_t n) {
+      uint8_t* p = base ? base + off : nullptr;
+      off = align_up(off + n, 256);
+      return p;
+    };
+    const uint64_t g = static_cast<uint64_t>(groups);
+    r.shapes = reinterpret_cast<UnderlyingShape*>(take(g * sizeof(UnderlyingShape)));
+    r.a = reinterpret_cast<const DataA**>(take(g * sizeof(void*)));
+    r.b = reinterpret_cast<const DataA**>(take(g * sizeof(void*)));
+    r.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
+    r.sfa = reinterpret_cast<const ElementSF**>(take(g * sizeof(void*)));
+    r.sfb = reinterpret_cast<const ElementSF**>(take(g * sizeof(void*)));
+    r.da = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
+    r.db = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
+    r.dd = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
+    r.lsfa = reinterpret_cast<LayoutSFA*>(take(g * sizeof(LayoutSFA)));
+    r.lsfb = reinterpret_cast<LayoutSFB*>(take(g * sizeof(LayoutSFB)));
+    r.bytes = off;
+    return r;
+  }
+
+  static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = device;
+    hw.sm_count = sm_count;
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};
+    args.mainloop.ptr_A = arr.a;
+    args.mainloop.dA = arr.da;
+    args.mainloop.ptr_B = arr.b;
+    args.mainloop.dB = arr.db;
+    args.mainloop.ptr_SFA = arr.sfa;
+    args.mainloop.layout_SFA = arr.lsfa;
+    args.mainloop.ptr_SFB = arr.sfb;
+    args.mainloop.layout_SFB = arr.lsfb;
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = arr.dd;
+    args.epilogue.ptr_D = arr.d;
+    args.epilogue.dD = arr.dd;
+    args.hw_info = hw;
+    return args;
+  }
+
+  static uint64_t workspace_bytes(int groups, int sm_count) {
+    Arrays arr = carve(nullptr, groups);
+    auto args = arguments(arr, groups, 0, sm_count);
+    return arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
+  }
+};
+
+// One thread per group: rows (group_rows::resolve, clamped and reported), pointers, strides, and the scale
+// pointers and layouts of the group's own shape.
+template <class G>
+__global__ void prepare_mx_groups(GroupedGemmMxfp8Args p, const typename G::Arrays arr) {
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= p.groups) return;
+  const auto* offsets = reinterpret_cast<const int32_t*>(p.offsets);
+  const auto* counts = reinterpret_cast<const int32_t*>(p.counts);
+  const group_rows::Group r = group_rows::resolve(p.mode, offsets, counts, p.max_m, 1, p.groups, g, p.max_rows);
+  const int64_t n = p.n, k = p.k;
+  using DataA = typename G::DataA;
+  using SF = typename G::ElementSF;
+  arr.shapes[g] = typename G::UnderlyingShape{r.m, p.n, p.k};
+  arr.a[g] = reinterpret_cast<const DataA*>(p.a) + r.lo * k;
+  arr.b[g] = reinterpret_cast<const DataA*>(p.b) + static_cast<int64_t>(g) * n * k;
+  arr.d[g] = reinterpret_cast<typename G::ElementD*>(p.d) + r.lo * n;
+  const auto* bases = reinterpret_cast<const int64_t*>(p.sfa_bases);
+  arr.sfa[g] = reinterpret_cast<const SF*>(p.sfa) + bases[g];
+  const int64_t sfb_bytes = 512 * ((n + 127) / 128) * ((k + 127) / 128);
+  arr.sfb[g] = reinterpret_cast<const SF*>(p.sfb) + static_cast<int64_t>(g) * sfb_bytes;
+  arr.da[g] = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(r.m, p.k, 1));
+  arr.db[g] = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(p.n, p.k, 1));
+  arr.dd[g] = cutlass::make_cute_packed_stride(typename G::StrideD{}, make_shape(r.m, p.n, 1));
+  arr.lsfa[g] = G::SfConfig::tile_atom_to_shape_SFA(make_shape(r.m, p.n, p.k, 1));
+  arr.lsfb[g] = G::SfConfig::tile_atom_to_shape_SFB(make_shape(r.m, p.n, p.k, 1));
+  if (r.err) atomicOr(reinterpret_cast<uint32_t*>(p.status), r.err);
+}
+
+inline Status check_problem(const GroupedGemmMxfp8Args& p) {
+  const auto refuse = [](cutlass::Status s) { return Status{StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)}; };
+  if (p.mode != GroupMode::Offsets && p.mode != GroupMode::Padded && p.mode != GroupMode::Masked) {
+    return refuse(cutlass::Status::kErrorNotSupported);
+  }
+  if (p.groups < 0 || p.n <= 0 || p.n % 128 != 0 || p.k <= 0 || p.k % 128 != 0 || p.max_rows < 0 || p.max_m < 0 ||
+      (p.mode == GroupMode::Masked && static_cast<int64_t>(p.groups) * p.max_m > p.max_rows)) {
+    return refuse(cutlass::Status::kErrorInvalidProblem);
+  }
+  if ((p.a | p.b | p.d) % 16 != 0 || (p.sfa | p.sfb) % 128 != 0 || p.sfa_bases % 8 != 0 || !p.a || !p.b || !p.d ||
+      !p.sfa || !p.sfb || !p.sfa_bases || !p.status) {
+    return refuse(cutlass::Status::kErrorMisalignedOperand);
+  }
+  if (p.mode != GroupMode::Masked && p.offsets == 0) return refuse(cutlass::Status::kErrorInvalidProblem);
+  if (p.mode != GroupMode::Offsets && p.counts == 0) return refuse(cutlass::Status::kErrorInvalidProblem);
+  return {StatusCode::Ok, 0};
+}
+
+template <class G>
+Status run(const GroupedGemmMxfp8Args& p) {
+  if (p.groups == 0) return {StatusCode::Ok, 0};
+  const Status checked = check_problem(p);
+  if (checked.code != StatusCode::Ok) return checked;
+  const uint64_t need = G::workspace_bytes(p.groups, p.sm_count);
+  if (p.workspace_bytes < need) {
+    return {StatusCode::WorkspaceTooSmall, static_cast<int32_t>(need > 0x7fffffff ? 0x7fffffff : need)};
+  }
+  auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
+  typename G::Arrays arr = G::carve(ws, p.groups);
+  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
+  constexpr int kThreads = 128;
+  prepare_mx_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arr);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  auto args = G::arguments(arr, p.groups, p.device, p.sm_count);
+  typename G::Gemm gemm;
+  cutlass::Status s = gemm.can_implement(args);
+  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
+  s = gemm.initialize(args, ws + arr.bytes, stream);
+  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
+  s = gemm.run(stream);
+  if (s != cutlass::Status::kSuccess) {
+    e = cudaGetLastError();
+    return e != cudaSuccess ? Status{StatusCode::Cuda, static_cast<int32_t>(e)}
+                            : Status{StatusCode::CutlassRun, static_cast<int32_t>(s)};
+  }
+  return {StatusCode::Ok, 0};
+}
+
+}  // namespace sm100_mx
+
+bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig c) { return c == Sm100MxConfig::Mxf8Mma1Sm128x128x128; }
+
+Status grouped_gemm_sm100_mxfp8_workspace(Sm100MxConfig c, int32_t groups, int32_t sm_count, uint64_t* bytes) {
+  if (c != Sm100MxConfig::Mxf8Mma1Sm128x128x128) return {StatusCode::NotBuilt, 0};
+  *bytes = sm100_mx::GroupedGemmMxfp8<sm100_mx::Mxf8Mma1Sm128x128x128>::workspace_bytes(groups, sm_count);
+  return {StatusCode::Ok, 0};
+}
+
+Status grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Args& p) {
+  if (p.config != Sm100MxConfig::Mxf8Mma1Sm128x128x128) return {StatusCode::NotBuilt, 0};
+  return sm100_mx::run<sm100_mx::GroupedGemmMxfp8<sm100_mx::Mxf8Mma1Sm128x128x128>>(p);
+}
+
+}  // namespace moe_gemm
