@@ -41,17 +41,22 @@ struct Config {
 using Mxf8Mma1Sm128x128x128 = Config<Shape<_128, _128, _128>, cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmMxf8f6f4Sm100,
                                      cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm>;
 
-template <class Cfg>
+template <class Cfg, class ElementB_>
 struct GroupedGemmMxfp8 {
   using ElementA = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
-  using ElementB = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
+  using ElementB = ElementB_;
+  using DataB = typename ElementB::DataType;
+  // Bits of one B element: 8 (e4m3) or 4 (e2m1, two per byte).
+  static constexpr int kBitsB = cutlass::sizeof_bits<DataB>::value;
   using ElementD = cutlass::bfloat16_t;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;
   using LayoutD = cutlass::layout::RowMajor;
-  static constexpr int kAlignAB = 16;  // e4m3 elements: 16 bytes
+  static constexpr int kAlignA = 16;  // e4m3 elements: 16 bytes
+  // B: 16 bytes of e4m3; a 4-bit operand under kind::mxf8f6f4 takes 128 elements (FP8_NOTES, layout.hpp).
+  static constexpr int kAlignB = kBitsB == 4 ? 128 : 16;
   static constexpr int kAlignD = 8;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -61,8 +66,8 @@ struct GroupedGemmMxfp8 {
       cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, ElementA, LayoutA*, kAlignAB, ElementB,
-      LayoutB*, kAlignAB, float, typename Cfg::MmaTile, typename Cfg::Cluster,
+      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, ElementA, LayoutA*, kAlignA, ElementB,
+      LayoutB*, kAlignB, float, typename Cfg::MmaTile, typename Cfg::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::KernelSchedule>::CollectiveOp;
@@ -84,7 +89,7 @@ struct GroupedGemmMxfp8 {
   struct Arrays {
     UnderlyingShape* shapes;
     const DataA** a;
-    const DataA** b;
+    const DataB** b;
     ElementD** d;
     const ElementSF** sfa;
     const ElementSF** sfb;
@@ -107,7 +112,7 @@ struct GroupedGemmMxfp8 {
     const uint64_t g = static_cast<uint64_t>(groups);
     r.shapes = reinterpret_cast<UnderlyingShape*>(take(g * sizeof(UnderlyingShape)));
     r.a = reinterpret_cast<const DataA**>(take(g * sizeof(void*)));
-    r.b = reinterpret_cast<const DataA**>(take(g * sizeof(void*)));
+    r.b = reinterpret_cast<const DataB**>(take(g * sizeof(void*)));
     r.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
     r.sfa = reinterpret_cast<const ElementSF**>(take(g * sizeof(void*)));
     r.sfb = reinterpret_cast<const ElementSF**>(take(g * sizeof(void*)));
@@ -166,7 +171,9 @@ __global__ void prepare_mx_groups(GroupedGemmMxfp8Args p, const typename G::Arra
   using SF = typename G::ElementSF;
   arr.shapes[g] = typename G::UnderlyingShape{r.m, p.n, p.k};
   arr.a[g] = reinterpret_cast<const DataA*>(p.a) + r.lo * k;
-  arr.b[g] = reinterpret_cast<const DataA*>(p.b) + static_cast<int64_t>(g) * n * k;
+  // Expert g's weights start g * n * k elements in: g * n * k * bits / 8 bytes.
+  arr.b[g] = reinterpret_cast<const typename G::DataB*>(reinterpret_cast<const uint8_t*>(p.b) +
+                                                      static_cast<int64_t>(g) * n * k * G::kBitsB / 8);
   arr.d[g] = reinterpret_cast<typename G::ElementD*>(p.d) + r.lo * n;
   const auto* bases = reinterpret_cast<const int64_t*>(p.sfa_bases);
   arr.sfa[g] = reinterpret_cast<const SF*>(p.sfa) + bases[g];
@@ -231,17 +238,30 @@ Status run(const GroupedGemmMxfp8Args& p) {
 
 }  // namespace sm100_mx
 
-bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig c) { return c == Sm100MxConfig::Mxf8Mma1Sm128x128x128; }
+namespace sm100_mx {
+using Mxf8 = GroupedGemmMxfp8<Mxf8Mma1Sm128x128x128, cutlass::mx_float8_t<cutlass::float_e4m3_t>>;
+using Mxf8f4 = GroupedGemmMxfp8<Mxf8Mma1Sm128x128x128, cutlass::mx_float4_t<cutlass::float_e2m1_t>>;
+}  // namespace sm100_mx
+
+bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig c) {
+  return c == Sm100MxConfig::Mxf8Mma1Sm128x128x128 || c == Sm100MxConfig::Mxf8f4Mma1Sm128x128x128;
+}
 
 Status grouped_gemm_sm100_mxfp8_workspace(Sm100MxConfig c, int32_t groups, int32_t sm_count, uint64_t* bytes) {
-  if (c != Sm100MxConfig::Mxf8Mma1Sm128x128x128) return {StatusCode::NotBuilt, 0};
-  *bytes = sm100_mx::GroupedGemmMxfp8<sm100_mx::Mxf8Mma1Sm128x128x128>::workspace_bytes(groups, sm_count);
+  switch (c) {
+    case Sm100MxConfig::Mxf8Mma1Sm128x128x128: *bytes = sm100_mx::Mxf8::workspace_bytes(groups, sm_count); break;
+    case Sm100MxConfig::Mxf8f4Mma1Sm128x128x128: *bytes = sm100_mx::Mxf8f4::workspace_bytes(groups, sm_count); break;
+    default: return {StatusCode::NotBuilt, 0};
+  }
   return {StatusCode::Ok, 0};
 }
 
 Status grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Args& p) {
-  if (p.config != Sm100MxConfig::Mxf8Mma1Sm128x128x128) return {StatusCode::NotBuilt, 0};
-  return sm100_mx::run<sm100_mx::GroupedGemmMxfp8<sm100_mx::Mxf8Mma1Sm128x128x128>>(p);
+  switch (p.config) {
+    case Sm100MxConfig::Mxf8Mma1Sm128x128x128: return sm100_mx::run<sm100_mx::Mxf8>(p);
+    case Sm100MxConfig::Mxf8f4Mma1Sm128x128x128: return sm100_mx::run<sm100_mx::Mxf8f4>(p);
+  }
+  return {StatusCode::NotBuilt, 0};
 }
 
 }  // namespace moe_gemm

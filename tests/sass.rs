@@ -196,7 +196,12 @@ fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
     }
     assert!(!ops.iter().any(|o| o.ends_with("GMMA")), "SM100 GEMM with wgmma: {ops:?}");
     // Two configurations (CUTLASS's device_kernel each) and one prepare kernel per configuration.
-    assert_eq!(kernels.iter().filter(|k| k.contains("device_kernel")).count(), 2, "{kernels:?}");
+    let gemms: Vec<&String> = kernels.iter().filter(|k| k.contains("device_kernel")).collect();
+    assert_eq!(gemms.len(), 2, "{kernels:?}");
+    // The element types live in the runtime instruction descriptor, not the opcode: the kernels' types say which
+    // is which. Both run the kind::mxf8f6f4 MMA atom; one takes e2m1 weights.
+    assert!(gemms.iter().all(|k| k.contains("SM100_MMA_MXF8F6F4_SS")), "{gemms:?}");
+    assert_eq!(gemms.iter().filter(|k| k.contains("float_e2m1_t")).count(), 1, "{gemms:?}");
     assert_eq!(kernels.iter().filter(|k| k.contains("prepare_groups")).count(), 2, "{kernels:?}");
 
     for unit in ["cpp/grouped_gemm_sm90_bf16.cu", "cpp/grouped_gemm_sm90_f16.cu"] {
@@ -226,7 +231,7 @@ fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     assert_eq!(kernels.iter().filter(|k| k.contains("reduce_kernel")).count(), 4, "{kernels:?}");
 }
 
-/// The SM100 MXFP8 grouped GEMM multiplies block-scaled: its `UTCQMMA` carries the scale operand in tensor memory
+/// The SM100 MX grouped GEMMs (MXFP8 and MXFP4 weights) multiply block-scaled: every `UTCQMMA` carries the scale operand in tensor memory
 /// after the instruction descriptor (`..., idesc[..], tmem[..]`: FP8_NOTES' MXFP8 form; a per-tensor FP8 MMA ends
 /// at idesc), `UTCCP` copies the scales into tensor memory, TMA loads every operand; and the FP8 rowwise and
 /// fused FP8 units hold wgmma e4m3 (`QGMMA`) and no tcgen05.
@@ -247,7 +252,14 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
         assert!(after.contains("tmem["), "{unit}: a UTCQMMA without its scale operand: {l}");
     }
     say(&format!("{unit}: {} kernels, {} block-scaled UTCQMMA", kernels.len(), mmas.len()));
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 1, "{kernels:?}");
+    // Two configurations (MXFP8 and MXFP4 weights), a prepare kernel and CUTLASS's kernel each.
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
+    let gemms: Vec<&String> = kernels.iter().filter(|k| k.contains("device_kernel")).collect();
+    assert_eq!(gemms.len(), 2, "{kernels:?}");
+    // The element types live in the runtime instruction descriptor, not the opcode: the kernels' types say which
+    // is which. Both run the kind::mxf8f6f4 MMA atom; one takes e2m1 weights.
+    assert!(gemms.iter().all(|k| k.contains("SM100_MMA_MXF8F6F4_SS")), "{gemms:?}");
+    assert_eq!(gemms.iter().filter(|k| k.contains("float_e2m1_t")).count(), 1, "{gemms:?}");
     for unit in ["cpp/grouped_gemm_sm90_fp8_rowwise.cu", "cpp/fused_moe_sm90_fp8.cu"] {
         let (ops, _) = opcodes(tool, unit);
         assert!(ops.iter().any(|o| o == "QGMMA"), "{unit}: no QGMMA: {ops:?}");

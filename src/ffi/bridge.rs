@@ -45,6 +45,7 @@ pub(crate) mod ffi {
     #[derive(Debug)]
     enum Sm100MxConfig {
         Mxf8Mma1Sm128x128x128 = 0,
+        Mxf8f4Mma1Sm128x128x128 = 1,
     }
 
     #[namespace = "moe_gemm"]

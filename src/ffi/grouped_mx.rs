@@ -44,12 +44,18 @@ pub(crate) struct MxPlan {
     pub workspace_bytes: u64,
 }
 
-/// A's and B's buffers: e4m3 data, UE8M0 scale atoms, and A's per-group atom bases `[groups + 1]`.
+/// B's elements: e4m3, or e2m1 packed two per byte (the configuration says which).
+pub(crate) enum MxB<'a> {
+    E4m3(&'a CudaSlice<F8E4M3>),
+    E2m1(&'a CudaSlice<u8>),
+}
+
+/// A's and B's buffers: element data, UE8M0 scale atoms, and A's per-group atom bases `[groups + 1]`.
 pub(crate) struct MxOperands<'a> {
     pub a: &'a CudaSlice<F8E4M3>,
     pub sfa: &'a CudaSlice<u8>,
     pub sfa_bases: &'a CudaSlice<i64>,
-    pub b: &'a CudaSlice<F8E4M3>,
+    pub b: MxB<'a>,
     pub sfb: &'a CudaSlice<u8>,
 }
 
@@ -73,7 +79,19 @@ pub(crate) fn launch(
     let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
     need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
     need_len("sfa_bases", ops.sfa_bases.len(), groups + 1, "groups + 1")?;
-    need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
+    let (b_len, b_want, b_what) = match (&ops.b, plan.config) {
+        (MxB::E4m3(b), Sm100MxConfig::Mxf8Mma1Sm128x128x128) => (b.len(), groups * n * k, "G x N x K e4m3"),
+        (MxB::E2m1(b), Sm100MxConfig::Mxf8f4Mma1Sm128x128x128) => {
+            (b.len(), groups * n * k / 2, "G x N x K / 2 bytes of e2m1")
+        }
+        _ => {
+            return Err(Error::InvalidProblem(format!(
+                "MXFP grouped GEMM: B's element type does not match the configuration {:?}",
+                plan.config
+            )))
+        }
+    };
+    need_len("b", b_len, b_want, b_what)?;
     need_len("sfb", ops.sfb.len(), groups * expert_sf_bytes(n, k), "G x 512 x ceil(N/128) x ceil(K/128)")?;
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let workspace_bytes = workspace.len() as u64;
@@ -87,7 +105,10 @@ pub(crate) fn launch(
     let (a_ptr, _a) = ops.a.device_ptr(stream);
     let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
     let (bases_ptr, _bases) = ops.sfa_bases.device_ptr(stream);
-    let (b_ptr, _b) = ops.b.device_ptr(stream);
+    let (b_ptr, _b) = match &ops.b {
+        MxB::E4m3(b) => b.device_ptr(stream),
+        MxB::E2m1(b) => b.device_ptr(stream),
+    };
     let (sfb_ptr, _sfb) = ops.sfb.device_ptr(stream);
     let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
     let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();

@@ -31,7 +31,7 @@ pub mod device;
 pub mod group;
 pub mod mx;
 mod mx_device;
-pub use mx_device::{quantize_mxfp8_grouped, Mxfp8Rows, Mxfp8Weights};
+pub use mx_device::{quantize_mxfp8_grouped, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights};
 
 pub use device::{quantize_gather, quantize_rows, quantize_weights, requantize_rows, Fp8Rows, RowsInUse};
 mod operands;

@@ -178,3 +178,60 @@ impl Mxfp8Weights {
         self.q.len() + self.sf.len()
     }
 }
+
+/// MXFP4 expert weights on the device (gpt-oss's format) for the SM100 MXFP8 x MXFP4 grouped GEMM: e2m1 `[G, N,
+/// K]` packed two per byte (low nibble first: `[G, N, K / 2]` bytes) and each expert's UE8M0 scales `[N, K / 32]`
+/// in CUTLASS's 128 x 4 atoms, as [`Mxfp8Weights`].
+#[derive(Debug)]
+pub struct Mxfp4Weights {
+    q: CudaSlice<u8>,
+    sf: CudaSlice<u8>,
+    experts: usize,
+    n: usize,
+    k: usize,
+}
+
+impl Mxfp4Weights {
+    /// Uploads host experts ([`super::mx::Mxfp4`], each `[N, K]`), laying their scales out in atoms.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for no experts or experts of different shapes (the expert named); driver
+    /// errors of the copies.
+    pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Mxfp4]) -> Result<Mxfp4Weights> {
+        let first = experts.first().ok_or_else(|| Error::InvalidProblem("MXFP4 weights of 0 experts".into()))?;
+        let (n, k) = (first.rows(), first.k());
+        let (mut q, mut sf) = (Vec::new(), Vec::new());
+        for (g, e) in experts.iter().enumerate() {
+            if (e.rows(), e.k()) != (n, k) {
+                return Err(Error::InvalidProblem(format!(
+                    "MXFP4 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
+                    e.rows(),
+                    e.k()
+                )));
+            }
+            q.extend_from_slice(e.data());
+            sf.extend(e.sf_atoms());
+        }
+        Ok(Mxfp4Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// The packed e2m1 bytes, `[G, N, K / 2]`.
+    pub fn q(&self) -> &CudaSlice<u8> {
+        &self.q
+    }
+    pub fn sf(&self) -> &CudaSlice<u8> {
+        &self.sf
+    }
+    pub fn bytes(&self) -> usize {
+        self.q.len() + self.sf.len()
+    }
+}

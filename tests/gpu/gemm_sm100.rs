@@ -112,10 +112,10 @@ fn sm100_invalid_offsets_are_reported_and_contained() {
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn mxfp8_gemm_plan_is_refused_off_sm100() {
-    use moe_gemm::kernels::grouped_mx::GroupedGemmMxfp8;
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMxfp8, MxWeightFormat};
     let (ctx, stream) = gpu();
     let info = DeviceInfo::query(&ctx).unwrap();
-    match GroupedGemmMxfp8::new(&stream, 256, 4096, 7168, 4096) {
+    match GroupedGemmMxfp8::new(&stream, MxWeightFormat::Mxfp8, 256, 4096, 7168, 4096) {
         Err(e @ Error::UnsupportedArch { .. }) if info.compute_capability.0 != 10 => {
             assert!(e.to_string().contains(&info.name), "{e}");
             println!("refused as expected on {}: {e}", info.name);
