@@ -196,12 +196,7 @@ fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
     }
     assert!(!ops.iter().any(|o| o.ends_with("GMMA")), "SM100 GEMM with wgmma: {ops:?}");
     // Two configurations (CUTLASS's device_kernel each) and one prepare kernel per configuration.
-    let gemms: Vec<&String> = kernels.iter().filter(|k| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 2, "{kernels:?}");
-    // The element types live in the runtime instruction descriptor, not the opcode: the kernels' types say which
-    // is which. Both run the kind::mxf8f6f4 MMA atom; one takes e2m1 weights.
-    assert!(gemms.iter().all(|k| k.contains("SM100_MMA_MXF8F6F4_SS")), "{gemms:?}");
-    assert_eq!(gemms.iter().filter(|k| k.contains("float_e2m1_t")).count(), 1, "{gemms:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("device_kernel")).count(), 2, "{kernels:?}");
     assert_eq!(kernels.iter().filter(|k| k.contains("prepare_groups")).count(), 2, "{kernels:?}");
 
     for unit in ["cpp/grouped_gemm_sm90_bf16.cu", "cpp/grouped_gemm_sm90_f16.cu"] {
