@@ -18,6 +18,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "group_rows.cuh"
+#include "grouped_run.cuh"
 #include "launch_sm100_mx.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
@@ -28,8 +29,6 @@ namespace moe_gemm {
 namespace sm100_mx {
 
 using namespace cute;
-
-inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 template <class MmaTile_, class Kernel_, class Epilogue_>
 struct Config {
@@ -102,26 +101,13 @@ struct GroupedGemmMxfp8 {
   };
 
   static Arrays carve(uint8_t* base, int groups) {
-    Arrays r{};
-    uint64_t off = 0;
-    auto take = [&](uint64_t n) {
-      uint8_t* p = base ? base + off : nullptr;
-      off = align_up(off + n, 256);
-      return p;
-    };
+    grouped_run::Carver c{base};
     const uint64_t g = static_cast<uint64_t>(groups);
-    r.shapes = reinterpret_cast<UnderlyingShape*>(take(g * sizeof(UnderlyingShape)));
-    r.a = reinterpret_cast<const DataA**>(take(g * sizeof(void*)));
-    r.b = reinterpret_cast<const DataB**>(take(g * sizeof(void*)));
-    r.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
-    r.sfa = reinterpret_cast<const ElementSF**>(take(g * sizeof(void*)));
-    r.sfb = reinterpret_cast<const ElementSF**>(take(g * sizeof(void*)));
-    r.da = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    r.db = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    r.dd = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
-    r.lsfa = reinterpret_cast<LayoutSFA*>(take(g * sizeof(LayoutSFA)));
-    r.lsfb = reinterpret_cast<LayoutSFB*>(take(g * sizeof(LayoutSFB)));
-    r.bytes = off;
+    Arrays r{c.take<UnderlyingShape>(g), c.take<const DataA*>(g),     c.take<const DataB*>(g),
+             c.take<ElementD*>(g),       c.take<const ElementSF*>(g), c.take<const ElementSF*>(g),
+             c.take<StrideA>(g),         c.take<StrideB>(g),          c.take<StrideD>(g),
+             c.take<LayoutSFA>(g),       c.take<LayoutSFB>(g),        0};
+    r.bytes = c.bytes;
     return r;
   }
 
@@ -153,7 +139,7 @@ struct GroupedGemmMxfp8 {
   static uint64_t workspace_bytes(int groups, int sm_count) {
     Arrays arr = carve(nullptr, groups);
     auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
+    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 };
 
@@ -207,33 +193,10 @@ inline Status check_problem(const GroupedGemmMxfp8Args& p) {
 
 template <class G>
 Status run(const GroupedGemmMxfp8Args& p) {
-  if (p.groups == 0) return {StatusCode::Ok, 0};
-  const Status checked = check_problem(p);
-  if (checked.code != StatusCode::Ok) return checked;
-  const uint64_t need = G::workspace_bytes(p.groups, p.sm_count);
-  if (p.workspace_bytes < need) {
-    return {StatusCode::WorkspaceTooSmall, static_cast<int32_t>(need > 0x7fffffff ? 0x7fffffff : need)};
-  }
-  auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
-  typename G::Arrays arr = G::carve(ws, p.groups);
-  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-  constexpr int kThreads = 128;
-  prepare_mx_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arr);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  auto args = G::arguments(arr, p.groups, p.device, p.sm_count);
-  typename G::Gemm gemm;
-  cutlass::Status s = gemm.can_implement(args);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
-  s = gemm.initialize(args, ws + arr.bytes, stream);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
-  s = gemm.run(stream);
-  if (s != cutlass::Status::kSuccess) {
-    e = cudaGetLastError();
-    return e != cudaSuccess ? Status{StatusCode::Cuda, static_cast<int32_t>(e)}
-                            : Status{StatusCode::CutlassRun, static_cast<int32_t>(s)};
-  }
-  return {StatusCode::Ok, 0};
+  return grouped_run::run<G>(p, check_problem(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
+    constexpr int kThreads = 128;
+    prepare_mx_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arr);
+  });
 }
 
 }  // namespace sm100_mx

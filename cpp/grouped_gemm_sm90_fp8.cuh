@@ -31,6 +31,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "grouped_run.cuh"
 #include "launch_fp8.h"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -102,8 +103,6 @@ using PingEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 
 using Cooperative128x128x128 = Config<Shape<_128, _128, _128>, CoopBlockwise, CoopEpi>;
 using Pingpong64x128x128 = Config<Shape<_64, _128, _128>, PingBlockwise, PingEpi>;
-
-inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 template <class Cfg>
 struct GroupedGemmFp8Sm90 {
@@ -177,26 +176,13 @@ struct GroupedGemmFp8Sm90 {
   };
 
   static Arrays carve(uint8_t* base, int groups) {
-    Arrays r{};
-    uint64_t off = 0;
-    auto take = [&](uint64_t n) {
-      uint8_t* p = base ? base + off : nullptr;
-      off = align_up(off + n, 256);
-      return p;
-    };
+    grouped_run::Carver c{base};
     const uint64_t g = static_cast<uint64_t>(groups);
-    r.shapes = reinterpret_cast<UnderlyingShape*>(take(g * sizeof(UnderlyingShape)));
-    r.a = reinterpret_cast<const ElementA**>(take(g * sizeof(void*)));
-    r.b = reinterpret_cast<const ElementB**>(take(g * sizeof(void*)));
-    r.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
-    r.sfa = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    r.sfb = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    r.sa = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    r.sb = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    r.sd = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
-    r.lsfa = reinterpret_cast<InternalLayoutSFA*>(take(g * sizeof(InternalLayoutSFA)));
-    r.lsfb = reinterpret_cast<InternalLayoutSFB*>(take(g * sizeof(InternalLayoutSFB)));
-    r.bytes = off;
+    Arrays r{c.take<UnderlyingShape>(g),   c.take<const ElementA*>(g),  c.take<const ElementB*>(g),
+             c.take<ElementD*>(g),         c.take<const float*>(g),     c.take<const float*>(g),
+             c.take<StrideA>(g),           c.take<StrideB>(g),          c.take<StrideD>(g),
+             c.take<InternalLayoutSFA>(g), c.take<InternalLayoutSFB>(g), 0};
+    r.bytes = c.bytes;
     return r;
   }
 
@@ -228,7 +214,7 @@ struct GroupedGemmFp8Sm90 {
   static uint64_t workspace_bytes(int groups, int sm_count) {
     Arrays arr = carve(nullptr, groups);
     auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
+    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 
   static Fp8KernelFacts facts() {
@@ -322,41 +308,14 @@ inline Status check_problem(const GroupedGemmFp8Args& p) {
 
 template <class G>
 Status run(const GroupedGemmFp8Args& p) {
-  if (p.groups == 0) return {StatusCode::Ok, 0};
-  const Status checked = check_problem(p);
-  if (checked.code != StatusCode::Ok) return checked;
-  const uint64_t need = G::workspace_bytes(p.groups, p.sm_count);
-  if (p.workspace_bytes < need) {
-    return {StatusCode::WorkspaceTooSmall, static_cast<int32_t>(need > 0x7fffffff ? 0x7fffffff : need)};
-  }
-  auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
-  auto* error_word = reinterpret_cast<uint32_t*>(p.status);
-  typename G::Arrays arr = G::carve(ws, p.groups);
-  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-
-  constexpr int kThreads = 128;
-  prepare_fp8_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
-      p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a), reinterpret_cast<const float*>(p.sfa),
-      reinterpret_cast<const void*>(p.b), reinterpret_cast<const float*>(p.sfb), reinterpret_cast<void*>(p.d),
-      error_word);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-
-  auto args = G::arguments(arr, p.groups, p.device, p.sm_count);
-  typename G::Gemm gemm;
-  cutlass::Status s = gemm.can_implement(args);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
-  uint8_t* cutlass_ws = ws + arr.bytes;
-  s = gemm.initialize(args, cutlass_ws, stream);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
-  s = gemm.run(stream);
-  if (s != cutlass::Status::kSuccess) {
-    e = cudaGetLastError();
-    return e != cudaSuccess ? Status{StatusCode::Cuda, static_cast<int32_t>(e)}
-                            : Status{StatusCode::CutlassRun, static_cast<int32_t>(s)};
-  }
-  return {StatusCode::Ok, 0};
+  return grouped_run::run<G>(p, check_problem(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
+    constexpr int kThreads = 128;
+    prepare_fp8_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+        p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
+        p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
+        reinterpret_cast<const float*>(p.sfa), reinterpret_cast<const void*>(p.b),
+        reinterpret_cast<const float*>(p.sfb), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
+  });
 }
 
 }  // namespace sm90_fp8
