@@ -31,6 +31,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "fp8_schedules.cuh"
 #include "grouped_run.cuh"
 #include "launch_fp8.h"
 
@@ -53,34 +54,8 @@ using ScaleConfig =
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-// The kernel schedules this family may use, by name. A schedule not listed here fails to compile (name is null).
-template <class S>
-struct ScheduleTraits {
-  static constexpr const char* name = nullptr;
-  static constexpr bool fast_accumulation = false;
-};
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise";
-  static constexpr bool fast_accumulation = false;
-};
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise";
-  static constexpr bool fast_accumulation = false;
-};
-// Listed so that the facts would say so if one were ever put in a configuration (the static_asserts below
-// refuse it first).
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum";
-  static constexpr bool fast_accumulation = true;
-};
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum";
-  static constexpr bool fast_accumulation = true;
-};
+using fp8_schedules::ScheduleTraits;  // FastAccum listed there too, so the facts would say so (the static_asserts
+                                     // below refuse it first)
 
 // Whether a mainloop dispatch policy is the two-level (blockwise) one.
 template <class P>
@@ -89,17 +64,11 @@ template <int S, class C, class K>
 struct IsBlockwisePolicy<cutlass::gemm::MainloopSm90ArrayTmaGmmaWarpSpecializedBlockwise<S, C, K>> : std::true_type {};
 
 // Schedules and tiles, named as in launch_fp8.h's Fp8TileConfig.
-template <class Tile_, class Kernel_, class Epilogue_>
-struct Config {
-  using Tile = Tile_;
-  using Cluster = Shape<_1, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+using fp8_schedules::Config;
+using fp8_schedules::CoopEpi;
+using fp8_schedules::PingEpi;
 using CoopBlockwise = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
-using CoopEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 using PingBlockwise = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
-using PingEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 
 using Cooperative128x128x128 = Config<Shape<_128, _128, _128>, CoopBlockwise, CoopEpi>;
 using Pingpong64x128x128 = Config<Shape<_64, _128, _128>, PingBlockwise, PingEpi>;

@@ -24,6 +24,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "fp8_schedules.cuh"
 #include "group_rows.cuh"
 #include "grouped_run.cuh"
 #include "launch_fp8_rowwise.h"
@@ -37,26 +38,7 @@ namespace sm90_fp8_rowwise {
 
 using namespace cute;
 
-template <class S>
-struct ScheduleTraits {
-  static constexpr const char* name = nullptr;
-  static constexpr bool fast_accumulation = false;
-};
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum";
-  static constexpr bool fast_accumulation = true;
-};
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum";
-  static constexpr bool fast_accumulation = true;
-};
-template <>
-struct ScheduleTraits<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative> {
-  static constexpr const char* name = "KernelPtrArrayTmaWarpSpecializedCooperative";
-  static constexpr bool fast_accumulation = false;
-};
+using fp8_schedules::ScheduleTraits;
 
 // Whether the builder picked the FP8 mainloop that promotes partial sums into f32 registers.
 template <class P>
@@ -64,15 +46,9 @@ struct IsPromotingPolicy : std::false_type {};
 template <int S, class C, class K>
 struct IsPromotingPolicy<cutlass::gemm::MainloopSm90ArrayTmaGmmaWarpSpecializedFP8<S, C, K>> : std::true_type {};
 
-template <class Tile_, class Kernel_, class Epilogue_>
-struct Config {
-  using Tile = Tile_;
-  using Cluster = Shape<_1, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
-using CoopEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-using PingEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+using fp8_schedules::Config;
+using fp8_schedules::CoopEpi;
+using fp8_schedules::PingEpi;
 using FastAccumPingpong64x128x128 =
     Config<Shape<_64, _128, _128>, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, PingEpi>;
 using FastAccumCooperative128x128x128 =
