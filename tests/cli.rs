@@ -98,3 +98,16 @@ fn tune_checks_its_arguments_and_fails_cleanly_without_a_gpu() {
     let (ok, text) = cli(&["tune", "--model", "mixtral-8x7b", "--tokens", "1,64", "--out", "/tmp/moe-gemm-tune-test"]);
     assert!(ok && text.contains("no CUDA device"), "{text}");
 }
+
+/// `moe-gemm plan --gpu-name`: the layer's Auto on that GPU, with the shipped tuned table's backends given room
+/// (what `MoeLayer::new` allocates there), or the cost model where no table matches.
+#[test]
+fn plan_sizes_auto_with_the_shipped_table_of_a_named_gpu() {
+    let (ok, h200) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA H200"]);
+    assert!(ok && h200.contains("Auto from the table shipped for NVIDIA H200"), "{h200}");
+    assert!(h200.contains("backends {batched,grouped,contiguous,fused}"), "{h200}");
+    let (ok, plain) = cli(&["plan", "--model", "mixtral-8x7b"]);
+    assert!(ok && plain.contains("backends {batched,grouped,fused}") && !plain.contains("shipped"), "{plain}");
+    let (ok, h100) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA H100 80GB HBM3"]);
+    assert!(ok && h100.contains("no shipped table for NVIDIA H100 80GB HBM3"), "{h100}");
+}

@@ -8,6 +8,7 @@ use moe_gemm::parallel::{EpSizing, Placement};
 use moe_gemm::{Backend, Backends, DType, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat};
 
 use super::bench::{Model, MODELS};
+use moe_gemm::TunedBackends;
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {
@@ -34,6 +35,11 @@ pub struct PlanArgs {
     /// each rank's worst-case receive rows, local layer scratch and the bytes one step moves.
     #[arg(long)]
     pub ep: Option<usize>,
+    /// Size Auto as a layer on this GPU does (the name `cuDeviceGetName` reports, e.g. "NVIDIA H200"): with the
+    /// tuned table this crate ships for the model's E and I on it, whose backends get room too. Default: the
+    /// cost model alone.
+    #[arg(long)]
+    pub gpu_name: Option<String>,
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
@@ -102,7 +108,14 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             inter: m.inter,
             gated: true,
         };
-        let sizing = LayerSizing::for_format(
+        // What MoeLayer::new takes on that GPU (16-bit weights only; a chosen backend set keeps its own).
+        let tuned = args
+            .gpu_name
+            .as_deref()
+            .filter(|_| format != WeightFormat::Fp8Block)
+            .and_then(|g| TunedBackends::shipped(g, m.experts, m.inter))
+            .and_then(|t| backends.map_or(Some(t), |set| t.restricted_to(set)));
+        let sizing = LayerSizing::for_format_tuned(
             shape,
             dtype,
             format,
@@ -113,7 +126,13 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             None,
             false,
             args.sm_count,
+            tuned,
         )?;
+        match (&args.gpu_name, &tuned) {
+            (Some(g), Some(_)) => println!("{}: Auto from the table shipped for {g} (configs/h200)", m.name),
+            (Some(g), None) => println!("{}: no shipped table for {g}: Auto from the cost model", m.name),
+            (None, _) => {}
+        }
         // Every layer of a model has the same shape: the shared scratch is one layer's need, whatever the count.
         let mut needs: ScratchNeeds = *sizing.needs();
         for _ in 1..layers {
