@@ -21,7 +21,7 @@ use toolchain::*;
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    for p in ["build.rs", "build/toolchain.rs", "cpp", "src/ffi/bridge.rs"] {
+    for p in ["build.rs", "build/toolchain.rs", "cpp", "src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"] {
         println!("cargo:rerun-if-changed={p}");
     }
     for v in [
@@ -48,7 +48,7 @@ fn main() {
     fs::write(out.join("kernel_families.rs"), families_rs(KERNEL_UNITS)).unwrap();
 
     // The bridge first: it references the CUDA library, which must come after it on the link line.
-    cxx_build::bridge("src/ffi/bridge.rs")
+    cxx_build::bridges(["src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"])
         .file("cpp/bridge.cc")
         .include(root.join("cpp"))
         .std("c++17")

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "moe-gemm/src/ffi/bridge.rs.h"
+#include "moe-gemm/src/ffi/bridge_fp8.rs.h"
 
 namespace moe_gemm {
 namespace bridge {

@@ -34,23 +34,6 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
-    enum Fp8RowwiseConfig {
-        FastAccumPingpong64x128x128 = 0,
-        FastAccumCooperative128x128x128 = 1,
-        PromotedCooperative128x128x128 = 2,
-    }
-
-    #[namespace = "moe_gemm"]
-    #[repr(u32)]
-    #[derive(Debug)]
-    enum Sm100MxConfig {
-        Mxf8Mma1Sm128x128x128 = 0,
-        Mxf8f4Mma1Sm128x128x128 = 1,
-    }
-
-    #[namespace = "moe_gemm"]
-    #[repr(u32)]
-    #[derive(Debug)]
     enum Sm100TileConfig {
         Mma1Sm128x256x64 = 0,
         Mma1Sm128x128x64 = 1,
@@ -132,14 +115,6 @@ pub(crate) mod ffi {
     #[namespace = "moe_gemm"]
     #[repr(u32)]
     #[derive(Debug)]
-    enum FusedFp8Tile {
-        M64N64K128 = 0,
-        M128N128K128 = 1,
-    }
-
-    #[namespace = "moe_gemm"]
-    #[repr(u32)]
-    #[derive(Debug)]
     enum QuantSource {
         Rows = 0,
         Gather = 1,
@@ -195,50 +170,6 @@ pub(crate) mod ffi {
         capacity: i64,
         a: u64,
         b: u64,
-        d: u64,
-        sorted_ids: u64,
-        expert_ids: u64,
-        total: u64,
-        weights: u64,
-        bias: u64,
-        stream: u64,
-    }
-
-    /// Mirrors `moe_gemm::MxQuantArgs` (`cpp/mx_quant.h`).
-    struct MxQuantParams {
-        dtype: DType,
-        mode: GroupMode,
-        groups: i32,
-        max_m: i32,
-        k: i32,
-        max_rows: i64,
-        x_stride: i64,
-        x: u64,
-        offsets: u64,
-        counts: u64,
-        out: u64,
-        sf: u64,
-        sf_bytes: u64,
-        sf_bases: u64,
-        status: u64,
-        stream: u64,
-    }
-
-    /// Mirrors `moe_gemm::FusedGemmFp8Args` (`cpp/launch_fused_fp8.h`).
-    struct FusedGemmFp8Params {
-        tile: FusedFp8Tile,
-        mode: FusedMode,
-        top_k: i32,
-        experts: i32,
-        n: i32,
-        k: i32,
-        rows: i32,
-        sm_count: i32,
-        capacity: i64,
-        a: u64,
-        sfa: u64,
-        b: u64,
-        sfb: u64,
         d: u64,
         sorted_ids: u64,
         expert_ids: u64,
@@ -368,30 +299,6 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
-    /// Mirrors `moe_gemm::GroupedGemmFp8RowwiseArgs` (`cpp/launch_fp8_rowwise.h`).
-    struct GroupedGemmFp8RowwiseParams {
-        config: Fp8RowwiseConfig,
-        mode: GroupMode,
-        max_m: i32,
-        groups: i32,
-        n: i32,
-        k: i32,
-        max_rows: i64,
-        a: u64,
-        sa: u64,
-        b: u64,
-        sb: u64,
-        d: u64,
-        offsets: u64,
-        counts: u64,
-        workspace: u64,
-        workspace_bytes: u64,
-        status: u64,
-        device: i32,
-        sm_count: i32,
-        stream: u64,
-    }
-
     /// Mirrors `moe_gemm::GroupedGemmSm100Args` (`cpp/launch_sm100.h`); device addresses and the stream as u64.
     struct GroupedGemmSm100Params {
         dtype: DType,
@@ -406,31 +313,6 @@ pub(crate) mod ffi {
         max_rows: i64,
         a: u64,
         b: u64,
-        d: u64,
-        offsets: u64,
-        counts: u64,
-        workspace: u64,
-        workspace_bytes: u64,
-        status: u64,
-        device: i32,
-        sm_count: i32,
-        stream: u64,
-    }
-
-    /// Mirrors `moe_gemm::GroupedGemmMxfp8Args` (`cpp/launch_sm100_mx.h`).
-    struct GroupedGemmMxfp8Params {
-        config: Sm100MxConfig,
-        mode: GroupMode,
-        max_m: i32,
-        groups: i32,
-        n: i32,
-        k: i32,
-        max_rows: i64,
-        a: u64,
-        sfa: u64,
-        sfa_bases: u64,
-        b: u64,
-        sfb: u64,
         d: u64,
         offsets: u64,
         counts: u64,
@@ -538,11 +420,7 @@ pub(crate) mod ffi {
         #[namespace = "moe_gemm"]
         type Fp8TileConfig;
         #[namespace = "moe_gemm"]
-        type Fp8RowwiseConfig;
-        #[namespace = "moe_gemm"]
         type Sm100TileConfig;
-        #[namespace = "moe_gemm"]
-        type Sm100MxConfig;
         #[namespace = "moe_gemm"]
         type StatusCode;
         #[namespace = "moe_gemm"]
@@ -559,8 +437,6 @@ pub(crate) mod ffi {
         type FusedTile;
         #[namespace = "moe_gemm"]
         type FusedMode;
-        #[namespace = "moe_gemm"]
-        type FusedFp8Tile;
         #[namespace = "moe_gemm"]
         type QuantSource;
 
@@ -591,19 +467,6 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8Args` documents (e4m3 A and B, f32
         /// scales, bf16 D).
         unsafe fn grouped_gemm_sm90_fp8_run(params: &GroupedGemmFp8Params) -> LaunchStatus;
-        fn grouped_gemm_sm90_fp8_rowwise_built(config: Fp8RowwiseConfig) -> bool;
-        fn grouped_gemm_sm90_fp8_rowwise_workspace(
-            config: Fp8RowwiseConfig,
-            groups: i32,
-            sm_count: i32,
-            bytes: &mut u64,
-        ) -> LaunchStatus;
-        fn grouped_gemm_sm90_fp8_rowwise_facts(config: Fp8RowwiseConfig, facts: &mut Fp8KernelFacts) -> LaunchStatus;
-        fn grouped_gemm_sm90_fp8_rowwise_schedule(config: Fp8RowwiseConfig) -> String;
-        /// # Safety
-        /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8RowwiseArgs` documents (e4m3 A and
-        /// B, f32 per-row and per-channel scales, bf16 D).
-        unsafe fn grouped_gemm_sm90_fp8_rowwise_run(params: &GroupedGemmFp8RowwiseParams) -> LaunchStatus;
         fn grouped_gemm_sm100_built(dtype: DType, config: Sm100TileConfig) -> bool;
         fn grouped_gemm_sm100_workspace(
             dtype: DType,
@@ -622,16 +485,6 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`: every address a live device allocation of the size the params imply,
         /// on the device and stream given, alive until the queued work completes.
         unsafe fn grouped_gemm_sm100_run(params: &GroupedGemmSm100Params) -> LaunchStatus;
-        fn grouped_gemm_sm100_mxfp8_built(config: Sm100MxConfig) -> bool;
-        fn grouped_gemm_sm100_mxfp8_workspace(
-            config: Sm100MxConfig,
-            groups: i32,
-            sm_count: i32,
-            bytes: &mut u64,
-        ) -> LaunchStatus;
-        /// # Safety
-        /// Buffers of the sizes `GroupedGemmMxfp8Args` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
-        unsafe fn grouped_gemm_sm100_mxfp8_run(params: &GroupedGemmMxfp8Params) -> LaunchStatus;
         fn cudart_version() -> i32;
         /// `cudaGetErrorName` of a cudaError_t (no device needed).
         fn cuda_error_name(code: i32) -> String;
@@ -699,14 +552,6 @@ pub(crate) mod ffi {
         unsafe fn fused_moe_gemm(params: &FusedGemmParams) -> LaunchStatus;
         /// Opts the fused kernel of (`dtype`, `tile`) into its dynamic shared memory on the current device.
         fn fused_moe_prepare(dtype: DType, tile: FusedTile) -> LaunchStatus;
-        /// # Safety
-        /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
-        unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;
-        /// # Safety
-        /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
-        unsafe fn quantize_mxfp8_grouped(params: &MxQuantParams) -> LaunchStatus;
-        /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
-        fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> LaunchStatus;
         /// # Safety
         /// `pairs` [tokens * top_k, hidden], `positions` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
         #[allow(clippy::too_many_arguments)]

@@ -6,12 +6,14 @@ use float8::F8E4M3;
 use half::bf16;
 
 use super::bridge::ffi;
+use super::bridge_fp8::ffi as ffi8;
 use super::status::{check, Launched};
 use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::{FusedFp8Tile, FusedTile};
+pub(crate) use ffi::FusedTile;
+pub(crate) use ffi8::FusedFp8Tile;
 
 /// Rows of a compiled tile (`BM` of `M64N128K64` / `M128N256K64` in `cpp/fused_moe_sm90.cuh`): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
@@ -68,7 +70,7 @@ pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> Option<(usize, usize)> {
 /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on `stream`'s device (once per plan).
 pub(crate) fn prepare_fp8(stream: &CudaStream, tile: FusedFp8Tile) -> Result<()> {
     super::bind(stream)?;
-    check(ffi::fused_moe_prepare_fp8(tile), &Launched { config: Some(&tile), ..Launched::op("fused_moe_prepare_fp8") })
+    check(ffi8::fused_moe_prepare_fp8(tile), &Launched { config: Some(&tile), ..Launched::op("fused_moe_prepare_fp8") })
 }
 
 /// The checks both fused launches make: layout arrays, mode buffers and their lengths; the rows of A and D.
@@ -217,7 +219,7 @@ where
     let (t_ptr, _t) = p.total.device_ptr(stream);
     let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
     let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
-    let params = ffi::FusedGemmFp8Params {
+    let params = ffi8::FusedGemmFp8Params {
         tile,
         mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
         top_k,
@@ -243,6 +245,6 @@ where
     // n whole N tiles (checked), and the scale grids checked above: sfa one f32 per A row per 128 of k, sfb one
     // per expert per 128 x 128 block; the kernel reads sfa only for placed rows (A rows below a_rows) and sfb
     // for live tiles (expert ids below `experts`).
-    let status = unsafe { ffi::fused_moe_gemm_fp8(&params) };
+    let status = unsafe { ffi8::fused_moe_gemm_fp8(&params) };
     check(status, &Launched { config: Some(&tile), ..Launched::op("fused_moe_gemm_fp8") })
 }

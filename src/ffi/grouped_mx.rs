@@ -5,7 +5,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge::ffi;
+use super::bridge_fp8::ffi;
 use super::grouped::GroupedRows;
 use super::grouped_fp8::group_rows;
 use super::status::{check, Launched};

@@ -23,6 +23,7 @@
 //! | `status` | `LaunchStatus` → `Error` |
 
 mod bridge;
+mod bridge_fp8;
 #[cfg(feature = "cli")]
 pub(crate) mod cublas;
 pub(crate) mod decode_fp8;

@@ -19,3 +19,4 @@ mod pipeline;
 mod quant;
 mod routing;
 mod serving;
+mod weight_quant;

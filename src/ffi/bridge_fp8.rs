@@ -1,0 +1,172 @@
+//! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 quantiser and
+//! the SM100 MX GEMMs (`cpp/launch_fp8_rowwise.h`, `launch_fused_fp8.h`, `mx_quant.h`, `launch_sm100_mx.h`). Its
+//! own file so that neither bridge outgrows one reading; the types both use are the first bridge's (`bridge.rs`),
+//! aliased here. Private to `ffi`, as that one.
+
+#[cxx::bridge(namespace = "moe_gemm::bridge")]
+pub(crate) mod ffi {
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum Fp8RowwiseConfig {
+        FastAccumPingpong64x128x128 = 0,
+        FastAccumCooperative128x128x128 = 1,
+        PromotedCooperative128x128x128 = 2,
+    }
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum Sm100MxConfig {
+        Mxf8Mma1Sm128x128x128 = 0,
+        Mxf8f4Mma1Sm128x128x128 = 1,
+    }
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum FusedFp8Tile {
+        M64N64K128 = 0,
+        M128N128K128 = 1,
+    }
+
+    /// Mirrors `moe_gemm::MxQuantArgs` (`cpp/mx_quant.h`).
+    struct MxQuantParams {
+        dtype: DType,
+        mode: GroupMode,
+        groups: i32,
+        max_m: i32,
+        k: i32,
+        max_rows: i64,
+        x_stride: i64,
+        x: u64,
+        offsets: u64,
+        counts: u64,
+        out: u64,
+        sf: u64,
+        sf_bytes: u64,
+        sf_bases: u64,
+        status: u64,
+        stream: u64,
+    }
+    /// Mirrors `moe_gemm::FusedGemmFp8Args` (`cpp/launch_fused_fp8.h`).
+    struct FusedGemmFp8Params {
+        tile: FusedFp8Tile,
+        mode: FusedMode,
+        top_k: i32,
+        experts: i32,
+        n: i32,
+        k: i32,
+        rows: i32,
+        sm_count: i32,
+        capacity: i64,
+        a: u64,
+        sfa: u64,
+        b: u64,
+        sfb: u64,
+        d: u64,
+        sorted_ids: u64,
+        expert_ids: u64,
+        total: u64,
+        weights: u64,
+        bias: u64,
+        stream: u64,
+    }
+    /// Mirrors `moe_gemm::GroupedGemmFp8RowwiseArgs` (`cpp/launch_fp8_rowwise.h`).
+    struct GroupedGemmFp8RowwiseParams {
+        config: Fp8RowwiseConfig,
+        mode: GroupMode,
+        max_m: i32,
+        groups: i32,
+        n: i32,
+        k: i32,
+        max_rows: i64,
+        a: u64,
+        sa: u64,
+        b: u64,
+        sb: u64,
+        d: u64,
+        offsets: u64,
+        counts: u64,
+        workspace: u64,
+        workspace_bytes: u64,
+        status: u64,
+        device: i32,
+        sm_count: i32,
+        stream: u64,
+    }
+    /// Mirrors `moe_gemm::GroupedGemmMxfp8Args` (`cpp/launch_sm100_mx.h`).
+    struct GroupedGemmMxfp8Params {
+        config: Sm100MxConfig,
+        mode: GroupMode,
+        max_m: i32,
+        groups: i32,
+        n: i32,
+        k: i32,
+        max_rows: i64,
+        a: u64,
+        sfa: u64,
+        sfa_bases: u64,
+        b: u64,
+        sfb: u64,
+        d: u64,
+        offsets: u64,
+        counts: u64,
+        workspace: u64,
+        workspace_bytes: u64,
+        status: u64,
+        device: i32,
+        sm_count: i32,
+        stream: u64,
+    }
+
+    unsafe extern "C++" {
+        include!("moe-gemm/cpp/bridge.h");
+        include!("moe-gemm/src/ffi/bridge.rs.h");
+
+        #[namespace = "moe_gemm"]
+        type DType = crate::ffi::bridge::ffi::DType;
+        #[namespace = "moe_gemm"]
+        type GroupMode = crate::ffi::bridge::ffi::GroupMode;
+        #[namespace = "moe_gemm"]
+        type FusedMode = crate::ffi::bridge::ffi::FusedMode;
+        type LaunchStatus = crate::ffi::bridge::ffi::LaunchStatus;
+        type Fp8KernelFacts = crate::ffi::bridge::ffi::Fp8KernelFacts;
+        #[namespace = "moe_gemm"]
+        type Fp8RowwiseConfig;
+        #[namespace = "moe_gemm"]
+        type Sm100MxConfig;
+        #[namespace = "moe_gemm"]
+        type FusedFp8Tile;
+
+        fn grouped_gemm_sm90_fp8_rowwise_built(config: Fp8RowwiseConfig) -> bool;
+        fn grouped_gemm_sm90_fp8_rowwise_workspace(
+            config: Fp8RowwiseConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        fn grouped_gemm_sm90_fp8_rowwise_facts(config: Fp8RowwiseConfig, facts: &mut Fp8KernelFacts) -> LaunchStatus;
+        fn grouped_gemm_sm90_fp8_rowwise_schedule(config: Fp8RowwiseConfig) -> String;
+        /// # Safety
+        /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8RowwiseArgs` documents (e4m3 A and
+        /// B, f32 per-row and per-channel scales, bf16 D).
+        unsafe fn grouped_gemm_sm90_fp8_rowwise_run(params: &GroupedGemmFp8RowwiseParams) -> LaunchStatus;
+        fn grouped_gemm_sm100_mxfp8_built(config: Sm100MxConfig) -> bool;
+        fn grouped_gemm_sm100_mxfp8_workspace(
+            config: Sm100MxConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `GroupedGemmMxfp8Args` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
+        unsafe fn grouped_gemm_sm100_mxfp8_run(params: &GroupedGemmMxfp8Params) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
+        unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
+        unsafe fn quantize_mxfp8_grouped(params: &MxQuantParams) -> LaunchStatus;
+        /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
+        fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> LaunchStatus;
+    }
+}
