@@ -69,6 +69,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/activation.cu", "activation", PORTABLE),
     unit("cpp/decode.cu", "decode", PORTABLE),
     unit("cpp/decode_fp8.cu", "decode", PORTABLE),
+    unit("cpp/fused_decode.cu", "decode", PORTABLE),
     unit("cpp/runtime.cu", "runtime", PORTABLE),
     unit("cpp/quant.cu", "quant", PORTABLE),
     unit("cpp/mx_quant.cu", "quant", PORTABLE),

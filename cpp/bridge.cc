@@ -422,6 +422,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.bias = p.bias;
   a.stream = p.stream;
   static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(19), "assign every FusedGemmArgs field above");
+  if (p.tile == FusedTile::SwapAb16 || p.tile == FusedTile::SwapAb32) return wrap(moe_gemm::fused_decode_gemm(a));
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
     case DType::F16: return wrap(moe_gemm::fused_moe_gemm_f16(a));
@@ -430,6 +431,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
 }
 
 LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile) {
+  if (tile == FusedTile::SwapAb16 || tile == FusedTile::SwapAb32) return wrap(moe_gemm::fused_decode_prepare(dtype, tile));
   switch (dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_prepare_bf16(tile));
     case DType::F16: return wrap(moe_gemm::fused_moe_prepare_f16(tile));

@@ -162,6 +162,9 @@ Status decode_layer(const DecodeArgs& args);
 enum class FusedTile : uint32_t {
   M64N128K64 = 0,
   M128N256K64 = 1,
+  // Decode tiles (fused_decode.cu): mma.sync with the weight rows on M and 16 / 32 positions on N.
+  SwapAb16 = 2,
+  SwapAb32 = 3,
 };
 enum class FusedMode : uint32_t {
   Gather = 0,
@@ -190,6 +193,9 @@ struct FusedGemmArgs {
 };
 Status fused_moe_gemm_bf16(const FusedGemmArgs& args);
 Status fused_moe_gemm_f16(const FusedGemmArgs& args);
+// The SwapAb tiles, both dtypes (fused_decode.cu, portable); prepare opts their rings into shared memory.
+Status fused_decode_gemm(const FusedGemmArgs& args);
+Status fused_decode_prepare(DType dtype, FusedTile tile);
 // Per device, once per plan and before any launch of the tile (with the device current): opts the kernel into
 // the dynamic shared memory its stages need. Launches do no such host work.
 Status fused_moe_prepare_bf16(FusedTile tile);

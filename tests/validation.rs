@@ -233,16 +233,23 @@ fn fp8_auto_policy_matches_the_measured_decode_points() {
 #[test]
 fn fused_tile_follows_rows_per_expert() {
     use moe_gemm::kernels::fused::FusedTile::{self, *};
-    let cases: [(usize, usize, FusedTile); 6] = [
-        (2, 8, M64N128K64),         // T = 1 on Mixtral
-        (4096, 128, M64N128K64),    // 32 rows per expert
-        (8192, 128, M128N256K64),   // 64 rows per expert
-        (512, 8, M128N256K64),      // Mixtral T = 256
-        (131072, 256, M128N256K64), // DeepSeek-V3 prefill
-        (63, 1, M64N128K64),
+    let cases: [(usize, usize, FusedTile, FusedTile); 9] = [
+        (2, 8, SwapAb16, M64N128K64),            // T = 1 on Mixtral
+        (512, 256, SwapAb16, M64N128K64),        // DeepSeek-V3 T = 64: 2 rows per expert
+        (1024, 128, SwapAb16, M64N128K64),       // 8 rows per expert
+        (128, 8, M64N128K64, M64N128K64),        // Mixtral T = 64: 16 rows per expert
+        (4096, 128, M64N128K64, M64N128K64),     // 32 rows per expert
+        (8192, 128, M128N256K64, M128N256K64),   // 64 rows per expert
+        (512, 8, M128N256K64, M128N256K64),      // Mixtral T = 256
+        (131072, 256, M128N256K64, M128N256K64), // DeepSeek-V3 prefill
+        (63, 1, M64N128K64, M64N128K64),
     ];
-    for (rows, experts, want) in cases {
+    for (rows, experts, want, want_fp8) in cases {
         assert_eq!(FusedTile::for_rows(rows, experts), want, "rows {rows}, experts {experts}");
-        assert_eq!(want.block_m(), if want == M64N128K64 { 64 } else { 128 });
+        assert_eq!(FusedTile::for_rows_fp8(rows, experts), want_fp8, "FP8: rows {rows}, experts {experts}");
+        assert!(want_fp8.has_fp8() && want_fp8.fp8_tile().is_some());
     }
+    let bms: Vec<usize> = FusedTile::ALL.iter().map(|t| t.block_m()).collect();
+    assert_eq!(bms, [16, 32, 64, 128]);
+    assert!(!SwapAb16.has_fp8() && !SwapAb32.has_fp8() && SwapAb16.fp8_tile().is_none());
 }

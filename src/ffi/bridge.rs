@@ -102,6 +102,8 @@ pub(crate) mod ffi {
     enum FusedTile {
         M64N128K64 = 0,
         M128N256K64 = 1,
+        SwapAb16 = 2,
+        SwapAb32 = 3,
     }
 
     #[namespace = "moe_gemm"]

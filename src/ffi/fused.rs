@@ -15,10 +15,12 @@ use crate::error::{Error, Result};
 pub(crate) use ffi::FusedTile;
 pub(crate) use ffi8::FusedFp8Tile;
 
-/// Rows of a compiled tile (`BM` of `M64N128K64` / `M128N256K64` in `cpp/fused_moe_sm90.cuh`): the kernel gives
+/// Rows of a compiled tile (`BM` of `cpp/fused_moe_sm90.cuh`'s and `cpp/fused_decode.cu`'s tiles): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
 pub(crate) fn block_m(tile: FusedTile) -> Option<usize> {
     match tile {
+        FusedTile::SwapAb16 => Some(16),
+        FusedTile::SwapAb32 => Some(32),
         FusedTile::M64N128K64 => Some(64),
         FusedTile::M128N256K64 => Some(128),
         _ => None,

@@ -35,6 +35,12 @@ use half::bf16;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FusedTile {
+    /// Decode: 16 positions per layout block, `mma.sync` with the expert's weight rows on the MMA's M side and
+    /// the positions on N ("swap AB", `cpp/fused_decode.cu`); each warp streams 32 weight rows through its own
+    /// `cp.async` ring, K split over up to 4 warps when the batch has few blocks. bf16/f16 only.
+    SwapAb16,
+    /// As [`Self::SwapAb16`] with 32 positions per block.
+    SwapAb32,
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
     M64N128K64,
     /// 128 x 256 x 64, two consumer warpgroups: prefill.
@@ -42,19 +48,24 @@ pub enum FusedTile {
 }
 
 impl FusedTile {
-    pub const ALL: [FusedTile; 2] = [FusedTile::M64N128K64, FusedTile::M128N256K64];
+    pub const ALL: [FusedTile; 4] =
+        [FusedTile::SwapAb16, FusedTile::SwapAb32, FusedTile::M64N128K64, FusedTile::M128N256K64];
 
     /// Rows of a tile: the `block_m` its aligned layout must have.
     pub const fn block_m(self) -> usize {
         match self {
+            FusedTile::SwapAb16 => 16,
+            FusedTile::SwapAb32 => 32,
             FusedTile::M64N128K64 => 64,
             FusedTile::M128N256K64 => 128,
         }
     }
 
-    /// CTA tile (M, N, K).
+    /// CTA tile (M, N, K): positions, weight rows, K per step (for the SwapAb tiles: per warp).
     pub const fn tile(self) -> (usize, usize, usize) {
         match self {
+            FusedTile::SwapAb16 => (16, 32, 64),
+            FusedTile::SwapAb32 => (32, 32, 64),
             FusedTile::M64N128K64 => (64, 128, 64),
             FusedTile::M128N256K64 => (128, 256, 64),
         }
@@ -62,17 +73,40 @@ impl FusedTile {
 
     pub const fn name(self) -> &'static str {
         match self {
+            FusedTile::SwapAb16 => "fused-swapab-16",
+            FusedTile::SwapAb32 => "fused-swapab-32",
             FusedTile::M64N128K64 => "fused-64x128x64",
             FusedTile::M128N256K64 => "fused-128x256x64",
         }
     }
 
-    /// The tile for `rows` routed rows over `experts` experts: 128 x 256 once the average expert that receives
-    /// rows gets 64 or more of them, 64 x 128 below. Measured on the H200 (persistent kernel, 2026-11-29): at 32
-    /// rows per expert the 64-row tile wins everywhere (Qwen3-30B T=512 373 vs 428 µs, Mixtral T=128 729 vs
-    /// 793, gpt-oss T=1024 1663 vs 1788); at 64 the 128 x 256 tile ties or wins (Mixtral T=256 808 vs 1034,
-    /// gpt-oss T=2048 1884 vs 2196), its A tile costing half the L2 traffic per FLOP of full 64-row tiles.
+    /// Whether an FP8 kernel of this tile's `BLOCK_M` exists (the SwapAb tiles are bf16/f16 only).
+    pub const fn has_fp8(self) -> bool {
+        !matches!(self, FusedTile::SwapAb16 | FusedTile::SwapAb32)
+    }
+
+    /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any
+    /// gets: [`Self::SwapAb16`] up to 8, then as [`Self::for_rows_fp8`]. Measured on the H200 (layer, uniform
+    /// routing, 2026-12-01, `benches/results/h200-2026-12-01-s6/`): at 1-8 rows per expert SwapAb16 is 2-7%
+    /// faster than the 64-row wgmma tile at every suite point (DeepSeek-V3 T = 64 4551 vs 4763 µs, Qwen3-30B
+    /// T = 128 332 vs 348, gpt-oss T = 256 1553 vs 1629); at 16 the 64-row tile wins on four models of five
+    /// (SwapAb32 by 1.7% on Mixtral T = 64 only, so it is not picked).
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
+        let active = experts.min(rows).max(1);
+        if rows / active <= 8 {
+            FusedTile::SwapAb16
+        } else {
+            FusedTile::for_rows_fp8(rows, experts)
+        }
+    }
+
+    /// The wgmma tile for `rows` routed rows over `experts` experts (the FP8 fused GEMMs have only these): 128 x
+    /// 256 once the average expert that receives rows gets 64 or more of them, 64 x 128 below. Measured on the
+    /// H200 (persistent kernel, 2026-11-29): at 32 rows per expert the 64-row tile wins everywhere (Qwen3-30B
+    /// T=512 373 vs 428 µs, Mixtral T=128 729 vs 793, gpt-oss T=1024 1663 vs 1788); at 64 the 128 x 256 tile
+    /// ties or wins (Mixtral T=256 808 vs 1034, gpt-oss T=2048 1884 vs 2196), its A tile costing half the L2
+    /// traffic per FLOP of full 64-row tiles.
+    pub fn for_rows_fp8(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
         if rows / active >= 64 {
             FusedTile::M128N256K64
@@ -84,17 +118,23 @@ impl FusedTile {
 
 impl FusedTile {
     /// The FP8 kernel with this tile's `BLOCK_M` (so one aligned layout serves both): 64 x 64 x 128 for the
-    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/launch_fused_fp8.h`).
-    pub const fn fp8_tile(self) -> (usize, usize, usize) {
+    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/launch_fused_fp8.h`);
+    /// `None` for the SwapAb tiles.
+    pub const fn fp8_tile(self) -> Option<(usize, usize, usize)> {
         match self {
-            FusedTile::M64N128K64 => (64, 64, 128),
-            FusedTile::M128N256K64 => (128, 128, 128),
+            FusedTile::M64N128K64 => Some((64, 64, 128)),
+            FusedTile::M128N256K64 => Some((128, 128, 128)),
+            FusedTile::SwapAb16 | FusedTile::SwapAb32 => None,
         }
     }
-    fn fp8(self) -> ffi::fused::FusedFp8Tile {
+    fn fp8(self) -> Result<ffi::fused::FusedFp8Tile> {
         match self {
-            FusedTile::M64N128K64 => ffi::fused::FusedFp8Tile::M64N64K128,
-            FusedTile::M128N256K64 => ffi::fused::FusedFp8Tile::M128N128K128,
+            FusedTile::M64N128K64 => Ok(ffi::fused::FusedFp8Tile::M64N64K128),
+            FusedTile::M128N256K64 => Ok(ffi::fused::FusedFp8Tile::M128N128K128),
+            FusedTile::SwapAb16 | FusedTile::SwapAb32 => Err(Error::InvalidProblem(format!(
+                "{}: the SwapAb decode tiles are bf16/f16 only; the FP8 fused GEMMs have the 64- and 128-row tiles",
+                self.name()
+            ))),
         }
     }
 }
@@ -102,6 +142,8 @@ impl FusedTile {
 impl From<FusedTile> for ffi::FusedTile {
     fn from(t: FusedTile) -> Self {
         match t {
+            FusedTile::SwapAb16 => ffi::FusedTile::SwapAb16,
+            FusedTile::SwapAb32 => ffi::FusedTile::SwapAb32,
             FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
             FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
         }
@@ -155,7 +197,9 @@ impl FusedGemm {
             for dtype in [DType::BF16, DType::F16] {
                 ffi::fused::prepare(stream, dtype, tile.into())?;
             }
-            ffi::fused::prepare_fp8(stream, tile.fp8())?;
+            if tile.has_fp8() {
+                ffi::fused::prepare_fp8(stream, tile.fp8()?)?;
+            }
         }
         Ok(FusedGemm { device })
     }
@@ -245,7 +289,7 @@ impl FusedGemm {
         let launch = self.launch_params(layout, tokens, w.n(), w.k(), None);
         let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
         let ops = ffi::fused::FusedFp8Operands { a: &xq, sfa: &xs, b: &wq, sfb: &ws };
-        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8(), &launch, ops, d1)
+        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8()?, &launch, ops, d1)
     }
 
     /// [`Self::gemm2_scatter`] over block-FP8 operands: `h` requantised per 1 x 128 in position order
@@ -273,7 +317,7 @@ impl FusedGemm {
         let launch = self.launch_params(layout, tokens, w.n(), w.k(), scatter);
         let (hq, hs, wq, ws) = (h.q(), h.scales().as_view(), w.q(), w.scales());
         let ops = ffi::fused::FusedFp8Operands { a: &hq, sfa: &hs, b: &wq, sfb: &ws };
-        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8(), &launch, ops, pairs)
+        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8()?, &launch, ops, pairs)
     }
 
     fn check_device(&self, stream: &CudaStream) -> Result<()> {

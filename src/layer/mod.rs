@@ -460,7 +460,9 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let s = &self.sizing.shape;
         let want = want.min(self.sizing.max_tokens);
         let n = self.sizing.fitting_tokens(Backend::Fused, want);
-        let tile = self.sizing.fused_tile.unwrap_or_else(|| FusedTile::for_rows(n * s.slots(), s.groups()));
+        let fp8 = self.sizing.format != WeightFormat::Dense;
+        let pick = if fp8 { FusedTile::for_rows_fp8 } else { FusedTile::for_rows };
+        let tile = self.sizing.fused_tile.unwrap_or_else(|| pick(n * s.slots(), s.groups()));
         if tile != FusedTile::M64N128K64 && aligned_rows(n * s.slots(), s.groups(), tile.block_m()) > self.sizing.rows {
             // The 128-row tile's padding does not fit: the largest pass that does, or the 64-row tile.
             let fits = |t: usize| aligned_rows(t * s.slots(), s.groups(), tile.block_m()) <= self.sizing.rows;

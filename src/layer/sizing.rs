@@ -420,7 +420,9 @@ impl LayerSizing {
                     let r64 = aligned_rows(slots(t), g, FusedTile::M64N128K64.block_m());
                     let r = r.max(r64);
                     // Over FP8 weights GEMM1 gathers x quantised per token: `a` holds T e4m3 rows.
-                    (r, if fp8 { t } else { 0 }, slots(t), r, r64 / FusedTile::M64N128K64.block_m())
+                    // One expert id per block of the smallest tile a pass may take.
+                    let tiles = FusedTile::ALL.iter().map(|f| aligned_rows(slots(t), g, f.block_m()) / f.block_m());
+                    (r, if fp8 { t } else { 0 }, slots(t), r, tiles.max().unwrap_or(0))
                 }
                 Backend::Auto => unreachable!("passes hold concrete backends"),
             }

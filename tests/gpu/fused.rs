@@ -1,5 +1,5 @@
 //! The fused MoE GEMMs (gather in GEMM1's loads, weight + bias + scatter in GEMM2's epilogue) against an f64
-//! CPU reference, row by row, for both tiles: padding rows, N and K residues, hot and empty experts, expert
+//! CPU reference, row by row, for every tile (the wgmma and the SwapAb decode ones): padding rows, N and K residues, hot and empty experts, expert
 //! parallelism, and a layout of the wrong block size refused.
 
 use half::{bf16, f16};
@@ -118,7 +118,7 @@ fn run_case<T: Element>(c: &Case, tile: FusedTile) {
 
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn fused_gemms_match_the_reference_for_both_tiles() {
+fn fused_gemms_match_the_reference_for_every_tile() {
     let hot: Vec<i32> =
         random::topk_ids(300, 1, 15, 7).iter().flat_map(|&x| [4, if x >= 4 { x + 1 } else { x }]).collect();
     let map: Vec<i32> = (0..16i32).map(|g| if g % 2 == 1 { g / 2 } else { -1 }).collect();
@@ -133,6 +133,28 @@ fn fused_gemms_match_the_reference_for_both_tiles() {
             n1: 272,
             k1: 200,
             ids: random::topk_ids(70, 2, 8, 8),
+            map: None,
+        },
+        // Few blocks and long K: the SwapAb tiles split K over 4 warps (and K = 1000 ends in a partial step).
+        Case {
+            name: "split K",
+            tokens: 5,
+            top_k: 2,
+            experts: 8,
+            n1: 2048,
+            k1: 1000,
+            ids: random::topk_ids(5, 2, 8, 10),
+            map: None,
+        },
+        // More tasks than the persistent SwapAb grid has warps: each warp walks several, its ring running on.
+        Case {
+            name: "many tasks per warp",
+            tokens: 256,
+            top_k: 4,
+            experts: 32,
+            n1: 3072,
+            k1: 192,
+            ids: random::topk_ids(256, 4, 32, 11),
             map: None,
         },
         Case {

@@ -1,0 +1,370 @@
+// The Fused backend's decode tiles (FusedTile::SwapAb16 / SwapAb32): the same gather and scatter GEMMs over the
+// same aligned layout as fused_moe_sm90.cuh, for the batches where every expert gets a handful of rows.
+//
+// Why not wgmma: it wants 64 rows on its M side, so a 64-row tile that holds 2 real rows spends its shared-memory
+// and tensor bandwidth on padding and leaves fewer tiles to stream the weights. Here A and B swap roles (vLLM's
+// "swap AB"): the expert's weight rows sit on the M side of `mma.sync.m16n8k16` and the BM (16 or 32) positions of
+// one layout block on its N side. Each warp streams 32 weight rows with 16-byte `cp.async` into its own
+// ring of kStages stages in shared memory (L2 only for the weights, through L1 for the positions' rows, which
+// the block's warps share), so that kStages - 1 steps of every warp are in flight. A lane copies exactly the
+// pieces it later reads itself: no barrier, and a lane-major ring without bank conflicts. The dot products are
+// order-free in K, so each lane takes 16 elements of its rows and of its positions and both MMA fragments use
+// the same (permuted) k: no shuffles.
+//
+// Grid: x = groups of (4 / S) warp tasks of 32 weight rows, each task's K split over S warps where the batch has
+// too few tasks to fill the SMs; y = the layout's blocks of BM positions (blocks past the batch's *total return
+// at once, so a captured graph replays for any routing). Outputs and their roundings are those of the wgmma tiles.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "element.cuh"
+#include "moe_ops.h"
+
+namespace moe_gemm {
+namespace fused_decode {
+
+constexpr int kWarps = 4;
+// K steps in each warp's ring (kStages - 1 in flight while one multiplies): 24 KB per warp, so that two CTAs fit
+// an SM's shared memory (4 for 16 positions, 3 for 32).
+template <int BM>
+constexpr int kStages = BM == 16 ? 4 : 3;
+// m16 tiles of weight rows per warp: 2 (32 rows; 16 rows per warp left too few bytes in flight).
+template <int BM>
+constexpr int kMt = 2;
+template <int BM>
+constexpr int kRowsPerWarp = 16 * kMt<BM>;
+constexpr int kChunk = 64;    // K per step: one 128-byte line of each row
+
+using element::cast;
+using element::round_to;
+
+// 16 bytes global -> shared, zero-filled where `bytes` is 0: .cg (L2 only) for streamed weights, .ca for rows
+// that the block's warps share.
+__device__ __forceinline__ void cp_async_cg(void* dst, const void* src, int bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_ca(void* dst, const void* src, int bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+template <class T>
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                   uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// A lane's pieces of one K step: per weight row (g and g + 8 of each m16 tile) and per n8 tile's position, the
+// 8 elements at k0 + 8t and at k0 + 32 + 8t. Slot order in the ring: weights [i][h][u], then positions [j][u].
+template <int MT, int NT>
+struct Ring {
+  static constexpr int kStages = fused_decode::kStages<NT * 8>;
+  static constexpr int kSlots = 4 * MT + 2 * NT;
+  static constexpr int kWarpBytes = kStages * kSlots * 32 * 16;
+};
+
+template <class T, int MT, int NT>
+__device__ __forceinline__ void issue_step(uint4* ring, int stage, const T* const (&wr)[MT][2],
+                                           const T* const (&xr)[NT], const T* any, int k0, int t, int lane, int K) {
+  uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int o = k0 + 32 * u + 8 * t;
+    const bool ok = o < K;  // K % 8 == 0: a piece is wholly in or out
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) cp_async_cg(st + ((i * 2 + h) * 2 + u) * 32, ok ? wr[i][h] + o : any, ok ? 16 : 0);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const bool x_ok = ok && xr[j] != nullptr;
+      cp_async_ca(st + (4 * MT + j * 2 + u) * 32, x_ok ? xr[j] + o : any, x_ok ? 16 : 0);
+    }
+  }
+}
+
+// The four m16n8k16 steps of one K step. Lane (g, t) holds, per row, words 0-3 (piece 0) and 4-7 (piece 1) of its
+// 16 elements; MMA step q takes words 2q and 2q + 1 as the fragment's k = {2t, 2t+1} and {2t+8, 2t+9}, for A
+// (weight rows g, g + 8) and B (position g) alike, so every product pairs equal physical k.
+template <class T, int MT, int NT>
+__device__ __forceinline__ void mma_step(float (&acc)[MT][NT][4], const uint4* ring, int stage, int lane) {
+  const uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
+  uint4 w[MT][2][2], x[NT][2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) w[i][h][u] = st[((i * 2 + h) * 2 + u) * 32];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) x[j][u] = st[(4 * MT + j * 2 + u) * 32];
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int u = q / 2, w0 = (q % 2) * 2;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        mma<T>(acc[i][j], word(w[i][0][u], w0), word(w[i][1][u], w0), word(w[i][0][u], w0 + 1),
+               word(w[i][1][u], w0 + 1), word(x[j][u], w0), word(x[j][u], w0 + 1));
+  }
+}
+
+// A warp's task: weight rows [n0, n0 + 32) of the expert of layout block `mb` (positions [mb·BM, mb·BM + BM)).
+template <class T, int BM>
+struct Task {
+  static constexpr int MT = kMt<BM>, NT = BM / 8;
+  const T* wr[MT][2];  // this lane's weight rows g, g + 8 of each m16 tile
+  const T* xr[NT];     // this lane's position row of each n8 tile (null: padding or past the batch: zeros)
+
+  __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t total, int e, int64_t mb, int n0, int g) {
+    const int N = a.n, K = a.k;
+    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
+    const T* A = reinterpret_cast<const T*>(a.a);
+    const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int64_t p = mb * BM + 8 * j + g;
+      xr[j] = nullptr;
+      if (p < total) {
+        if (a.mode == FusedMode::Gather) {
+          const int r = sorted[p];
+          if (r >= 0 && r < a.rows) xr[j] = A + static_cast<int64_t>(r / a.top_k) * K;
+        } else {
+          xr[j] = A + p * K;
+        }
+      }
+    }
+  }
+};
+
+// Accumulator v of (i, j) is weight row n0 + 16i + g + 8(v / 2) at position p0 + 8j + 2t + v % 2: gather stores
+// it by position, scatter weights it and stores it at the position's flat row.
+template <class T, int MT, int NT>
+__device__ __forceinline__ void store(const FusedGemmArgs& a, const float (&acc)[MT][NT][4], int64_t total, int e,
+                                      int64_t p0, int n0, int g, int t) {
+  const int N = a.n;
+  const bool gather = a.mode == FusedMode::Gather;
+  const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
+  T* D = reinterpret_cast<T*>(a.d);
+  const float* bias = a.bias ? reinterpret_cast<const float*>(a.bias) + static_cast<int64_t>(e) * N : nullptr;
+  const float* weights = reinterpret_cast<const float*>(a.weights);
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int64_t p = p0 + 8 * j + 2 * t + q;
+      if (p >= total) continue;
+      int64_t dst = p;
+      float w = 1.f;
+      if (!gather) {
+        const int r = sorted[p];
+        if (r < 0 || r >= a.rows) continue;
+        dst = r;
+        w = weights ? weights[r] : 1.f;
+      }
+      T* out = D + dst * N;
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = n0 + 16 * i + 8 * h + g;
+          if (n >= N) continue;
+          const float v = acc[i][j][2 * h + q];
+          // GEMM2 rounds to the element type before the bias and the router weight, as the other tiles do.
+          out[n] = gather ? cast<T>(v) : cast<T>((round_to<T>(v) + (bias ? bias[n] : 0.f)) * w);
+        }
+    }
+}
+
+__device__ __forceinline__ int64_t batch_total(const FusedGemmArgs& a) {
+  return min(static_cast<int64_t>(*reinterpret_cast<const int32_t*>(a.total)), a.capacity);
+}
+
+template <int BM>
+constexpr int smem_bytes() {
+  return kWarps * Ring<kMt<BM>, BM / 8>::kWarpBytes;
+}
+
+// One CTA per (4 / S weight-row tasks, layout block), each task's K split over S warps and summed through the
+// drained rings. The grid runs N fastest: at any time the SMs stream neighbouring rows of one expert's weights.
+// (Measured on the H200 against two persistent forms, 2026-12-01: a warp-strided task walk was no faster, and
+// contiguous task ranges per warp 3-14% slower, their warps reading a thousand regions of HBM at once.)
+template <class T, int BM, int S>
+__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArgs a) {
+  using Tk = Task<T, BM>;
+  constexpr int MT = Tk::MT, NT = Tk::NT;
+  constexpr int kStages = Ring<MT, NT>::kStages;
+  extern __shared__ uint4 smem[];
+  const int64_t total = batch_total(a);
+  const int64_t mb = blockIdx.y, p0 = mb * BM;
+  if (p0 >= total) return;
+  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
+  if (e < 0 || e >= a.experts) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = (blockIdx.x * (kWarps / S) + warp / S) * kRowsPerWarp<BM>;
+  const int split = warp % S;
+  const int N = a.n, K = a.k;
+  Tk task;
+  task.bind(a, total, e, mb, n0, g);
+  const T* any = reinterpret_cast<const T*>(a.a);
+
+  const int chunks = (K + kChunk - 1) / kChunk;
+  const int per = (chunks + S - 1) / S;
+  const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
+  float acc[MT][NT][4] = {};
+  uint4* ring = smem + warp * (Ring<MT, NT>::kWarpBytes / 16);
+  if (n0 < N && c0 < c1) {
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (c0 + st < c1) issue_step<T, MT, NT>(ring, st, task.wr, task.xr, any, (c0 + st) * kChunk, t, lane, K);
+      cp_async_commit();
+    }
+    int st = 0;
+    for (int c = c0; c < c1; ++c) {
+      cp_async_wait<kStages - 2>();  // this lane's copies of step c have landed
+      // Refill the stage read in the previous step (its values are already in registers and used).
+      const int next = c + kStages - 1;
+      if (next < c1)
+        issue_step<T, MT, NT>(ring, (st + kStages - 1) % kStages, task.wr, task.xr, any, next * kChunk, t, lane, K);
+      cp_async_commit();
+      mma_step<T, MT, NT>(acc, ring, st, lane);
+      st = st + 1 == kStages ? 0 : st + 1;
+    }
+  }
+  cp_async_wait<0>();
+  if constexpr (S > 1) {
+    constexpr int kValues = MT * NT * 4;
+    __syncthreads();
+    float* partial = reinterpret_cast<float*>(smem);
+    if (split != 0) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) partial[(warp * kValues + (i * NT + j) * 4 + v) * 32 + lane] = acc[i][j][v];
+    }
+    __syncthreads();
+    if (split != 0) return;
+    for (int s = 1; s < S; ++s)
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int v = 0; v < 4; ++v)
+            acc[i][j][v] += partial[((warp + s) * kValues + (i * NT + j) * 4 + v) * 32 + lane];
+  }
+  if (n0 < N) store<T, MT, NT>(a, acc, total, e, p0, n0, g, t);
+}
+
+// K splits per weight-row task: enough warps for every SM (8 resident per SM) given the blocks the batch can have
+// at most, each split keeping at least 4 K steps.
+template <int BM>
+int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
+  const int64_t tasks = (a.n + kRowsPerWarp<BM> - 1) / kRowsPerWarp<BM>;
+  const int64_t want = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * kWarps;  // two CTAs per SM
+  const int chunks = (a.k + kChunk - 1) / kChunk;
+  int s = 1;
+  while (s < kWarps && tasks * m_blocks * s < want && chunks / (2 * s) >= 4) s *= 2;
+  return s;
+}
+
+template <class T, int BM, int S>
+Status launch(const FusedGemmArgs& a, int64_t m_blocks) {
+  constexpr int rows_per_block = kRowsPerWarp<BM> * (kWarps / S);
+  const dim3 grid((a.n + rows_per_block - 1) / rows_per_block, static_cast<unsigned>(m_blocks));
+  gemm_kernel<T, BM, S><<<grid, 32 * kWarps, smem_bytes<BM>(), reinterpret_cast<cudaStream_t>(a.stream)>>>(a);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
+}
+
+template <class T, int BM>
+Status run(const FusedGemmArgs& a) {
+  // Blocks the aligned layout can have: each expert with rows pads at most BM - 1, and at most capacity / BM.
+  const int64_t active = a.experts < a.rows ? a.experts : a.rows;
+  const int64_t by_rows = (a.rows + active * (BM - 1)) / BM, by_cap = a.capacity / BM;
+  const int64_t m_blocks = by_rows < by_cap ? by_rows : by_cap;
+  if (m_blocks == 0 || a.n == 0) return {StatusCode::Ok, 0};
+  if (m_blocks > 65535) return {StatusCode::CutlassCannotImplement, 0};
+  switch (splits_for<BM>(a, m_blocks)) {
+    case 1: return launch<T, BM, 1>(a, m_blocks);
+    case 2: return launch<T, BM, 2>(a, m_blocks);
+    default: return launch<T, BM, 4>(a, m_blocks);
+  }
+}
+
+template <class T, int BM, int S>
+cudaError_t opt_in() {
+  return cudaFuncSetAttribute(gemm_kernel<T, BM, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<BM>());
+}
+
+// Every split variant of (T, BM) opted into its rings' shared memory (once per device, with it current).
+template <class T, int BM>
+Status prepare() {
+  for (cudaError_t e : {opt_in<T, BM, 1>(), opt_in<T, BM, 2>(), opt_in<T, BM, 4>()})
+    if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  return {StatusCode::Ok, 0};
+}
+
+template <class T>
+Status run_tile(const FusedGemmArgs& a) {
+  switch (a.tile) {
+    case FusedTile::SwapAb16: return run<T, 16>(a);
+    case FusedTile::SwapAb32: return run<T, 32>(a);
+    default: return {StatusCode::NotBuilt, 0};
+  }
+}
+
+}  // namespace fused_decode
+
+Status fused_decode_gemm(const FusedGemmArgs& a) {
+  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a) : fused_decode::run_tile<__half>(a);
+}
+
+Status fused_decode_prepare(DType dtype, FusedTile tile) {
+  using namespace fused_decode;
+  const bool bf = dtype == DType::BF16;
+  switch (tile) {
+    case FusedTile::SwapAb16: return bf ? prepare<__nv_bfloat16, 16>() : prepare<__half, 16>();
+    case FusedTile::SwapAb32: return bf ? prepare<__nv_bfloat16, 32>() : prepare<__half, 32>();
+    default: return {StatusCode::NotBuilt, 0};
+  }
+}
+
+}  // namespace moe_gemm
