@@ -295,6 +295,13 @@ impl GroupedGemmMx {
     pub fn workspace_bytes(&self) -> usize {
         self.workspace_bytes as usize
     }
+    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
+    ///
+    /// # Errors
+    /// Driver errors of the allocation.
+    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
+        Workspace::zeroed(stream, self.workspace_bytes())
+    }
 
     /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
     ///
