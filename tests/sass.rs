@@ -302,12 +302,18 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
     assert_eq!(gemms.len(), 2, "{kernels:?}");
     assert!(gemms.iter().all(|(k, _)| k.contains("SM100_MMA_MXF4_SS") && k.contains("float_e2m1_t")), "{kernels:?}");
     let nv: Vec<_> = gemms.iter().filter(|(k, _)| k.contains("float_ue4m3_t")).collect();
-    let mx: Vec<_> = gemms.iter().filter(|(k, _)| k.contains("float_ue8m0_t") && !k.contains("float_ue4m3_t")).collect();
+    let mx: Vec<_> =
+        gemms.iter().filter(|(k, _)| k.contains("float_ue8m0_t") && !k.contains("float_ue4m3_t")).collect();
     assert_eq!((nv.len(), mx.len()), (1, 1), "one NVFP4 (UE4M3) and one MXFP4 (UE8M0) kernel: {kernels:?}");
     let (nv_mmas, mx_mmas) = (&nv[0].1, &mx[0].1);
     assert!(!nv_mmas.is_empty() && nv_mmas.iter().all(|l| l.contains("UTCOMMA.4X")), "NVFP4: {nv_mmas:?}");
     assert!(!mx_mmas.is_empty() && mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
-    say(&format!("{unit}: {} kernels; {} NVFP4 UTCOMMA.4X, {} MXFP4 UTCOMMA", kernels.len(), nv_mmas.len(), mx_mmas.len()));
+    say(&format!(
+        "{unit}: {} kernels; {} NVFP4 UTCOMMA.4X, {} MXFP4 UTCOMMA",
+        kernels.len(),
+        nv_mmas.len(),
+        mx_mmas.len()
+    ));
     let (ops, _) = opcodes(tool, "cpp/grouped_gemm_sm100_mxfp8.cu");
     assert!(!ops.iter().any(|o| o == "UTCOMMA"), "a 4-bit x 4-bit MMA in the MXF8F6F4 unit: {ops:?}");
 }

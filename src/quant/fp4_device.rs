@@ -36,7 +36,14 @@ struct Fp4Buffers {
 }
 
 impl Fp4Buffers {
-    fn alloc(what: &str, stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize, vec: usize) -> Result<Self> {
+    fn alloc(
+        what: &str,
+        stream: &Arc<CudaStream>,
+        max_rows: usize,
+        k: usize,
+        groups: usize,
+        vec: usize,
+    ) -> Result<Self> {
         if k == 0 || k % vec != 0 || groups == 0 {
             return Err(Error::InvalidProblem(format!(
                 "{what} rows: K = {k} must be a positive multiple of {vec} (one scale per {vec}) and groups = \
@@ -221,8 +228,12 @@ pub fn quantize_nvfp4_grouped<'r, T: Element>(
         NvTensorScale::FromAmax => 0.0,
     };
     let (rows, view, b) = (rows.into(), x.as_view(), &mut out.buf);
-    let dst =
-        ffi::mx_quant::Fp4Dst { out: &mut b.q, sf: &mut b.sf, sf_bases: &mut b.sf_bases, tensor: Some(&mut out.tensor) };
+    let dst = ffi::mx_quant::Fp4Dst {
+        out: &mut b.q,
+        sf: &mut b.sf,
+        sf_bases: &mut b.sf_bases,
+        tensor: Some(&mut out.tensor),
+    };
     let shape = (b.max_rows, b.k, b.groups);
     ffi::mx_quant::launch_quantize_fp4(
         stream,

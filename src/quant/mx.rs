@@ -522,7 +522,7 @@ impl Nvfp4 {
         for (b, blk) in w.chunks_exact(NV_BLOCK).enumerate() {
             let a = amax(blk);
             let y = a / E2M1_MAX / tensor_scale;
-            if given.is_some() && !(y <= Ue4m3::MAX_F32) {
+            if given.is_some() && y > Ue4m3::MAX_F32 {
                 return Err(invalid(format!(
                     "NVFP4 block [{}, {}]: amax {a} needs a UE4M3 scale of {y} under the tensor scale {tensor_scale}, \
                      above 448 (the tensor scale is too small for the data)",

@@ -18,7 +18,8 @@ use moe_gemm::*;
 
 /// e2m1's rounding midpoints and their neighbours at a block scale of 1 (a block whose amax is 6): ties go to
 /// the even code (0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), -0 keeps its sign.
-const E2M1_TIES: [f32; 16] = [6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -1.25, -5.0, -0.0, 0.1, 5.5, -6.0];
+const E2M1_TIES: [f32; 16] =
+    [6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -1.25, -5.0, -0.0, 0.1, 5.5, -6.0];
 
 /// Rows `[rows, k]`: random values, with an all-zero block, a tiny block and a large block on some rows, and
 /// (FP4) e2m1's ties at scale 1 in the first 16 elements of the fourth 32-block.
@@ -210,7 +211,14 @@ enum Fp4 {
 }
 
 /// The FP4 kernels against the host: packed bytes per group, scale atoms per group, bases, the tensor scale.
-fn check_fp4<T: Element>(fmt: Fp4, groups: &[(usize, usize)], max_rows: usize, k: usize, host: GroupRowsHost, seed: u64) {
+fn check_fp4<T: Element>(
+    fmt: Fp4,
+    groups: &[(usize, usize)],
+    max_rows: usize,
+    k: usize,
+    host: GroupRowsHost,
+    seed: u64,
+) {
     let (_ctx, stream) = gpu();
     let x = rows::<T>(max_rows, k, seed);
     let xd = stream.clone_htod(&x).unwrap();
@@ -237,7 +245,8 @@ fn check_fp4<T: Element>(fmt: Fp4, groups: &[(usize, usize)], max_rows: usize, k
     let vec = if matches!(fmt, Fp4::Mx) { 32 } else { 16 };
     let counts_h: Vec<usize> = groups.iter().map(|&(_, m)| m).collect();
     let (want_bases, total) = sf_group_bases(&counts_h, k / vec);
-    let f32_rows = |start: usize, m: usize| -> Vec<f32> { x[start * k..(start + m) * k].iter().map(|v| v.to_f32()).collect() };
+    let f32_rows =
+        |start: usize, m: usize| -> Vec<f32> { x[start * k..(start + m) * k].iter().map(|v| v.to_f32()).collect() };
     // Host: (packed bytes, scale bytes) of each group's rows.
     let per_group: Vec<(Vec<u8>, Vec<u8>)> = match fmt {
         Fp4::Mx => groups
@@ -273,7 +282,13 @@ fn check_fp4<T: Element>(fmt: Fp4, groups: &[(usize, usize)], max_rows: usize, k
     for (gi, (&(start, m), (data, scales))) in groups.iter().zip(&per_group).enumerate() {
         let got = &q[start * k / 2..(start + m) * k / 2];
         if let Some(i) = (0..got.len()).find(|&i| got[i] != data[i]) {
-            panic!("{fmt:?} group {gi} row {} byte {}: {:#04x}, host {:#04x}", i / (k / 2), i % (k / 2), got[i], data[i]);
+            panic!(
+                "{fmt:?} group {gi} row {} byte {}: {:#04x}, host {:#04x}",
+                i / (k / 2),
+                i % (k / 2),
+                got[i],
+                data[i]
+            );
         }
         grid.extend_from_slice(scales);
     }
@@ -283,7 +298,12 @@ fn check_fp4<T: Element>(fmt: Fp4, groups: &[(usize, usize)], max_rows: usize, k
     assert_eq!(got_bases[g], total, "{fmt:?}: bytes in use");
     if let Some(i) = (0..total).find(|&i| sf[i] != want_sf[i]) {
         let gi = want_bases.iter().rposition(|&b| b <= i).unwrap();
-        panic!("{fmt:?}: scale byte {i} (group {gi}, {} in): {:#04x}, host {:#04x}", i - want_bases[gi], sf[i], want_sf[i]);
+        panic!(
+            "{fmt:?}: scale byte {i} (group {gi}, {} in): {:#04x}, host {:#04x}",
+            i - want_bases[gi],
+            sf[i],
+            want_sf[i]
+        );
     }
     assert!(sf[total..].iter().all(|&b| b == 0), "{fmt:?}: bytes past the layout were written");
     let owned = |r: usize| groups.iter().any(|&(s, m)| r >= s && r < s + m);
