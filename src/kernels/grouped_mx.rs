@@ -27,8 +27,8 @@
 //! **Never run on hardware**: no SM100 GPU is available to this project. The kernels are compiled for `sm_100a`
 //! and their machine code checked (`tests/sass.rs`: the block-scaled `UTCQMMA` (8-bit operands) and `UTCOMMA`
 //! (4-bit, `.4X` for NVFP4's 16-element blocks) with the scale operand in tensor memory, `UTCCP` copying scales
-//! there); the activation layouts they read are built by kernels that run, and are tested, on the H200; plans
-//! on any other arch are refused with [`Error::UnsupportedArch`].
+//! there); the activation layouts they read are built by portable kernels whose GPU tests compare them with the
+//! host layout; plans on any other arch are refused with [`Error::UnsupportedArch`].
 
 use std::sync::Arc;
 
