@@ -265,18 +265,20 @@ impl GroupedGemmMx {
         for (name, v) in [("N", n), ("K", k)] {
             if v == 0 || v % 128 != 0 {
                 let why = match (name, config) {
-                    ("K", MxConfig::Mxf8f4Mma1Sm128x128x128) => {
-                        "; a 4-bit operand under kind::mxf8f6f4 needs 128-element rows"
+                    ("N", _) => "whole 128-wide MMA tiles of N".to_string(),
+                    (_, MxConfig::Mxf8f4Mma1Sm128x128x128) => {
+                        "whole 4 x 32 scale atoms of K; a 4-bit operand under kind::mxf8f6f4 needs 128-element rows"
+                            .into()
                     }
-                    ("K", MxConfig::Nvf4Mma1Sm128x128x256) => {
-                        "; NVFP4's atoms are 4 x 16, but the plan keeps K to whole 128s as for the MX formats"
+                    (_, MxConfig::Nvf4Mma1Sm128x128x256) => {
+                        "NVFP4's 4 x 16 scale atoms would take K in 64s, but the plan keeps the MX formats' whole 128s \
+                         until a partial K tile of these kernels has run"
+                            .into()
                     }
-                    _ => "",
+                    _ => format!("whole 4 x {} scale atoms of K", activations.block()),
                 };
-                let block = activations.block();
                 return Err(Error::InvalidProblem(format!(
-                    "MX grouped GEMM: {name} = {v} is not a positive multiple of 128 (whole 128-wide MMA tiles of \
-                     N, whole 4 x {block} scale atoms of K{why})"
+                    "MX grouped GEMM: {name} = {v} is not a positive multiple of 128 ({why})"
                 )));
             }
         }
