@@ -489,15 +489,47 @@ LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& p) {
   return wrap(moe_gemm::quantize_mxfp8_grouped(a));
 }
 
-bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig config) { return moe_gemm::grouped_gemm_sm100_mxfp8_built(config); }
-
-LaunchStatus grouped_gemm_sm100_mxfp8_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count,
-                                                uint64_t& bytes) {
-  return wrap(moe_gemm::grouped_gemm_sm100_mxfp8_workspace(config, groups, sm_count, &bytes));
+LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& p) {
+  Fp4QuantArgs a{};
+  a.format = p.format;
+  a.dtype = p.dtype;
+  a.mode = p.mode;
+  a.groups = p.groups;
+  a.max_m = p.max_m;
+  a.k = p.k;
+  a.max_rows = p.max_rows;
+  a.x_stride = p.x_stride;
+  a.x = p.x;
+  a.offsets = p.offsets;
+  a.counts = p.counts;
+  a.out = p.out;
+  a.sf = p.sf;
+  a.sf_bytes = p.sf_bytes;
+  a.sf_bases = p.sf_bases;
+  a.tensor_scale = p.tensor_scale;
+  a.tensor = p.tensor;
+  a.status = p.status;
+  a.stream = p.stream;
+  static_assert(same_fields<Fp4QuantParams, Fp4QuantArgs>(19), "assign every Fp4QuantArgs field above");
+  return wrap(moe_gemm::quantize_fp4_grouped(a));
 }
 
-LaunchStatus grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Params& p) {
-  GroupedGemmMxfp8Args a{};
+// Two units compile the SM100 MX configurations: grouped_gemm_sm100_mxfp8.cu (kind::mxf8f6f4) and
+// grouped_gemm_sm100_fp4.cu (kind::mxf4, kind::mxf4nvf4).
+bool grouped_gemm_sm100_mx_built(Sm100MxConfig config) {
+  return moe_gemm::sm100_mx_is_fp4(config) ? moe_gemm::grouped_gemm_sm100_fp4_built(config)
+                                           : moe_gemm::grouped_gemm_sm100_mxf8_built(config);
+}
+
+LaunchStatus grouped_gemm_sm100_mx_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count,
+                                             uint64_t& bytes) {
+  return wrap(moe_gemm::sm100_mx_is_fp4(config)
+                  ? moe_gemm::grouped_gemm_sm100_fp4_workspace(config, groups, sm_count, &bytes)
+                  : moe_gemm::grouped_gemm_sm100_mxf8_workspace(config, groups, sm_count, &bytes));
+}
+
+LaunchStatus grouped_gemm_sm100_mx_run(const GroupedGemmMxParams& p) {
+  GroupedGemmMxArgs a{};
   a.config = p.config;
   a.mode = p.mode;
   a.max_m = p.max_m;
@@ -510,6 +542,8 @@ LaunchStatus grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Params& p) {
   a.sfa_bases = p.sfa_bases;
   a.b = p.b;
   a.sfb = p.sfb;
+  a.a_tensor_scale = p.a_tensor_scale;
+  a.b_tensor_scales = p.b_tensor_scales;
   a.d = p.d;
   a.offsets = p.offsets;
   a.counts = p.counts;
@@ -519,8 +553,9 @@ LaunchStatus grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Params& p) {
   a.device = p.device;
   a.sm_count = p.sm_count;
   a.stream = p.stream;
-  static_assert(same_fields<GroupedGemmMxfp8Params, GroupedGemmMxfp8Args>(21), "assign every GroupedGemmMxfp8Args field above");
-  return wrap(moe_gemm::grouped_gemm_sm100_mxfp8_run(a));
+  static_assert(same_fields<GroupedGemmMxParams, GroupedGemmMxArgs>(23), "assign every GroupedGemmMxArgs field above");
+  return wrap(moe_gemm::sm100_mx_is_fp4(a.config) ? moe_gemm::grouped_gemm_sm100_fp4_run(a)
+                                                  : moe_gemm::grouped_gemm_sm100_mxf8_run(a));
 }
 
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,

@@ -37,7 +37,8 @@ struct DecodeFp8Params;
 struct FusedGemmParams;
 struct FusedGemmFp8Params;
 struct MxQuantParams;
-struct GroupedGemmMxfp8Params;
+struct GroupedGemmMxParams;
+struct Fp4QuantParams;
 struct QuantParams;
 struct WeightQuantParams;
 
@@ -82,9 +83,10 @@ LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile);
 LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& params);
 LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile);
 LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& params);
-bool grouped_gemm_sm100_mxfp8_built(Sm100MxConfig config);
-LaunchStatus grouped_gemm_sm100_mxfp8_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count, uint64_t& bytes);
-LaunchStatus grouped_gemm_sm100_mxfp8_run(const GroupedGemmMxfp8Params& params);
+LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& params);
+bool grouped_gemm_sm100_mx_built(Sm100MxConfig config);
+LaunchStatus grouped_gemm_sm100_mx_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count, uint64_t& bytes);
+LaunchStatus grouped_gemm_sm100_mx_run(const GroupedGemmMxParams& params);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);

@@ -11,7 +11,8 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
 use crate::error::{Error, Result};
 
-/// Bits of the status word (`kErr*` in `cpp/launch.h`, and `cpp/quant.h` for the FP8 quantisation).
+/// Bits of the status word (`kErr*` in `cpp/launch.h`, `cpp/quant.h` for the FP8 quantisation, `cpp/mx_quant.h`
+/// for NVFP4).
 pub mod bits {
     /// Grouped GEMM: `offsets[0] != 0`.
     pub const OFFSETS_NOT_ZERO_BASED: u32 = 1 << 0;
@@ -29,8 +30,11 @@ pub mod bits {
     /// Grouped GEMM: a group's row count exceeds the room its layout gives it.
     pub const GROUP_COUNT_OUT_OF_RANGE: u32 = 1 << 6;
     /// FP8 quantisation (activations, or weights by `quant::quantize_weights`): an input element was NaN or
-    /// infinite (its e4m3 is NaN).
+    /// infinite (its e4m3 is NaN); FP4 quantisation: likewise (its e2m1, which has no NaN, is ±6).
     pub const NONFINITE_INPUT: u32 = 1 << 7;
+    /// NVFP4 quantisation with the caller's tensor scale: a block needed a UE4M3 scale above 448 (it saturated,
+    /// so its largest elements clipped).
+    pub const SCALE_OVERFLOW: u32 = 1 << 8;
 
     pub(crate) const KNOWN: &[(u32, &str)] = &[
         (OFFSETS_NOT_ZERO_BASED, "offsets[0] != 0"),
@@ -40,7 +44,8 @@ pub mod bits {
         (EXPERT_ID_OUT_OF_RANGE, "an expert id is outside 0..experts (its row was dropped)"),
         (CAPACITY_OVERFLOW, "an expert received more rows than the masked layout's max_m (rows past it dropped)"),
         (GROUP_COUNT_OUT_OF_RANGE, "a group's row count is negative or exceeds its room in the layout (clamped)"),
-        (NONFINITE_INPUT, "an element quantised to FP8 was NaN or infinite (it became the e4m3 NaN)"),
+        (NONFINITE_INPUT, "an element quantised to FP8 or FP4 was NaN or infinite (e4m3 NaN; e2m1 +-6)"),
+        (SCALE_OVERFLOW, "an NVFP4 block needed a UE4M3 scale above 448 under the given tensor scale (it clipped)"),
     ];
 }
 

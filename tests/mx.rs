@@ -253,6 +253,51 @@ fn nvfp4_block_and_tensor_scales_bound_every_element() {
     assert_eq!((zero.tensor_scale(), zero.dequantize()), (1.0, vec![0.0; 32]));
 }
 
+/// The tensor-scale rule the host and the device quantiser share, and quantisation under a caller's tensor scale:
+/// the same bytes as the host's own choice when given that choice, and a loud refusal where a block would need a
+/// UE4M3 scale past 448 (its largest elements would clip).
+#[test]
+fn nvfp4_tensor_scale_rule_and_a_given_tensor_scale() {
+    assert_eq!(nvfp4_tensor_scale(0.0), 1.0);
+    assert_eq!(nvfp4_tensor_scale(2688.0), 1.0);
+    assert_eq!(nvfp4_tensor_scale(6.0), 6.0 / 2688.0);
+    // Tiny tensors: never below the smallest subnormal, so every block scale stays finite.
+    assert_eq!(nvfp4_tensor_scale(f32::from_bits(1)), f32::from_bits(1));
+    let (rows, k) = (8, 64);
+    let w = weights(rows, k, 5);
+    let own = Nvfp4::quantize(&w, rows, k).unwrap();
+    let amax_t = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert_eq!(own.tensor_scale(), nvfp4_tensor_scale(amax_t));
+    let t2 = 2.0 * own.tensor_scale();
+    let given = Nvfp4::quantize_with_tensor_scale(&w, rows, k, t2).unwrap();
+    assert_eq!(given.tensor_scale(), t2);
+    // Twice the tensor scale: where the block scale is a normal UE4M3 of exponent above the smallest, it halves
+    // exactly, so s * t and the block's codes stay as they were.
+    let (c1, c2) = (unpack_e2m1(own.data()), unpack_e2m1(given.data()));
+    let mut compared = 0;
+    for (b, (s1, s2)) in own.scales().iter().zip(given.scales()).enumerate() {
+        let zero = w[b * 16..(b + 1) * 16].iter().all(|&x| x == 0.0);
+        if !zero && s1.to_bits() >> 3 >= 2 && *s1 != Ue4m3::MAX {
+            assert_eq!(s2.to_f32(), s1.to_f32() / 2.0, "block {b}: {s1:?} -> {s2:?}");
+            assert_eq!(&c1[b * 16..(b + 1) * 16], &c2[b * 16..(b + 1) * 16], "block {b}");
+            compared += 1;
+        }
+    }
+    assert!(compared >= rows * k / 64, "{compared} blocks compared");
+    // At scale 1, the ties of e2m1 go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 5 -> 4.
+    let mut ties = vec![0f32; 16];
+    ties[..5].copy_from_slice(&[6.0, 0.25, 0.75, 1.25, 5.0]);
+    let q = Nvfp4::quantize_with_tensor_scale(&ties, 1, 16, 1.0).unwrap();
+    assert_eq!(q.scales()[0], Ue4m3::ONE);
+    assert_eq!(&unpack_e2m1(q.data())[..5], &[7, 0, 2, 2, 6].map(E2m1::from_bits));
+    let e = Nvfp4::quantize_with_tensor_scale(&w, rows, k, own.tensor_scale() / 4.0).unwrap_err().to_string();
+    assert!(e.contains("above 448") && e.contains("too small"), "{e}");
+    for t in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let e = Nvfp4::quantize_with_tensor_scale(&w, rows, k, t).unwrap_err().to_string();
+        assert!(e.contains("finite and positive"), "{t}: {e}");
+    }
+}
+
 #[test]
 fn shapes_and_values_that_do_not_fit_fail_loudly() {
     let w = vec![1.0f32; 2 * 48];

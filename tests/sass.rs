@@ -150,8 +150,11 @@ fn every_unit_holds_exactly_its_targets() {
         assert_eq!(sass, ["sm_90a"], "{}: no sm_100 code in the SM90 GEMMs", u.path);
         assert!(ptx.is_empty(), "{}: {ptx:?}", u.path);
     }
-    let (sass, _) = embedded(tool, &object("cpp/grouped_gemm_sm100_bf16.cu"));
-    assert_eq!(sass, ["sm_100a"]);
+    for u in ["cpp/grouped_gemm_sm100_bf16.cu", "cpp/grouped_gemm_sm100_mxfp8.cu", "cpp/grouped_gemm_sm100_fp4.cu"] {
+        let (sass, ptx) = embedded(tool, &object(u));
+        assert_eq!(sass, ["sm_100a"], "{u}");
+        assert!(ptx.is_empty(), "{u}: {ptx:?}");
+    }
 }
 
 /// The distinct opcodes (first word of each instruction, e.g. `UTCHMMA`) in an object's SASS, and its kernel
@@ -260,4 +263,57 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
         assert!(ops.iter().any(|o| o == "QGMMA"), "{unit}: no QGMMA: {ops:?}");
         assert!(!ops.iter().any(|o| o.starts_with("UTC")), "{unit}: tcgen05 in an SM90 unit: {ops:?}");
     }
+}
+
+/// The 4-bit x 4-bit SM100 grouped GEMMs (`cpp/grouped_gemm_sm100_fp4.cu`) multiply block-scaled under
+/// `kind::mxf4` / `kind::mxf4nvf4`: `UTCOMMA` (FP8_NOTES' opcode table: the 4-bit block-scaled MMA; no `UTCQMMA`,
+/// which is the 8-bit one) with the scale operand in tensor memory after the instruction descriptor, `UTCCP`
+/// copying scales there, TMA loads and stores. The two kernels are told apart by their types: MXFP4 runs
+/// CUTLASS's `SM100_MMA_MXF4_SS` atom with 32-element UE8M0 blocks (`UTCOMMA`, no `.4X`), NVFP4 the same atom
+/// with 16-element UE4M3 blocks, whose MMAs are all `UTCOMMA.4X` (four scales per 64 of K). No 8-bit MMA here,
+/// no 4-bit one in the MXF8F6F4 unit.
+#[test]
+fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
+    let Some(tool) = tools("the_fp4_gemms_multiply_block_scaled_on_tcgen05") else { return };
+    let unit = "cpp/grouped_gemm_sm100_fp4.cu";
+    let (ops, kernels) = opcodes(tool, unit);
+    for op in ["UTCOMMA", "UTCCP", "UTMALDG", "UTMASTG"] {
+        assert!(ops.iter().any(|o| o == op), "{unit}: no {op}: {ops:?}");
+    }
+    assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o == "UTCHMMA" || o == "UTCQMMA"), "{unit}: {ops:?}");
+    // Each kernel's MMAs, by the function they are in.
+    let sass = cuobjdump(tool, &["-sass"], &object(unit));
+    let mut per_kernel: Vec<(String, Vec<String>)> = Vec::new();
+    for line in sass.lines() {
+        if let Some(f) = line.trim().strip_prefix("Function : ") {
+            per_kernel.push((f.to_string(), Vec::new()));
+        } else if line.contains("UTCOMMA") {
+            per_kernel.last_mut().expect("an instruction before any function").1.push(line.trim().to_string());
+        }
+    }
+    for (k, mmas) in &per_kernel {
+        for l in mmas {
+            let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCOMMA without idesc: {l}"));
+            assert!(after.contains("tmem["), "{unit}: a UTCOMMA without its scale operand in {k}: {l}");
+        }
+    }
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
+    let gemms: Vec<&(String, Vec<String>)> = per_kernel.iter().filter(|(k, _)| k.contains("device_kernel")).collect();
+    assert_eq!(gemms.len(), 2, "{kernels:?}");
+    assert!(gemms.iter().all(|(k, _)| k.contains("SM100_MMA_MXF4_SS") && k.contains("float_e2m1_t")), "{kernels:?}");
+    let nv: Vec<_> = gemms.iter().filter(|(k, _)| k.contains("float_ue4m3_t")).collect();
+    let mx: Vec<_> =
+        gemms.iter().filter(|(k, _)| k.contains("float_ue8m0_t") && !k.contains("float_ue4m3_t")).collect();
+    assert_eq!((nv.len(), mx.len()), (1, 1), "one NVFP4 (UE4M3) and one MXFP4 (UE8M0) kernel: {kernels:?}");
+    let (nv_mmas, mx_mmas) = (&nv[0].1, &mx[0].1);
+    assert!(!nv_mmas.is_empty() && nv_mmas.iter().all(|l| l.contains("UTCOMMA.4X")), "NVFP4: {nv_mmas:?}");
+    assert!(!mx_mmas.is_empty() && mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
+    say(&format!(
+        "{unit}: {} kernels; {} NVFP4 UTCOMMA.4X, {} MXFP4 UTCOMMA",
+        kernels.len(),
+        nv_mmas.len(),
+        mx_mmas.len()
+    ));
+    let (ops, _) = opcodes(tool, "cpp/grouped_gemm_sm100_mxfp8.cu");
+    assert!(!ops.iter().any(|o| o == "UTCOMMA"), "a 4-bit x 4-bit MMA in the MXF8F6F4 unit: {ops:?}");
 }

@@ -131,3 +131,54 @@ fn the_heuristic_takes_narrow_tiles_only_when_the_sms_would_idle() {
     assert_eq!(Sm100TileConfig::heuristic(8, 4096, 2, 148), Sm100TileConfig::Mma1Sm128x128x64);
     assert_eq!(Sm100TileConfig::heuristic(8, 4096, 65536, 148), Sm100TileConfig::Mma1Sm128x256x64);
 }
+
+/// The block-scaled SM100 plans: every compiled pair of formats plans on a B200 with the configuration that says
+/// so, and is refused on the H200 naming both arches; FP8 x NVFP4 and the other pairs without a kernel are
+/// refused on any device, saying why; K and N must be whole multiples of 128 (the 4-bit operand's rule named
+/// where it is CUTLASS's). Checked before anything is allocated.
+#[test]
+fn the_block_scaled_plans_take_their_pairs_and_refuse_the_rest() {
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat};
+    use MxFormat::*;
+    for c in MxConfig::ALL {
+        assert!(c.is_built(), "{} was not compiled", c.name());
+        let (a, b) = c.formats();
+        assert_eq!(MxConfig::for_formats(a, b).unwrap(), c);
+        let plan = GroupedGemmMx::for_device(b200(), a, b, 256, 4096, 7168, 4096).unwrap();
+        assert_eq!(plan.config(), c);
+        // Our 11 per-group arrays (13 with NVFP4's alphas) plus CUTLASS's per-SM TMA descriptors.
+        let arrays = if a == Nvfp4 { 13 } else { 11 };
+        assert!(plan.workspace_bytes() > arrays * 256 * 8, "{}: {}", c.name(), plan.workspace_bytes());
+        let e = GroupedGemmMx::for_device(h200(), a, b, 256, 4096, 7168, 4096).unwrap_err();
+        assert!(matches!(e, Error::UnsupportedArch { required: "sm_100a", .. }), "{e:?}");
+        assert!(e.to_string().contains("H200") && e.to_string().contains("9.0"), "{e}");
+    }
+    assert_eq!(MxConfig::Mxf4Mma1Sm128x128x256.tile(), (128, 128, 256));
+    assert_eq!(MxConfig::Nvf4Mma1Sm128x128x256.formats(), (Nvfp4, Nvfp4));
+    assert_eq!((Nvfp4.block(), Mxfp4.block(), Mxfp8.bits(), Nvfp4.bits()), (16, 32, 8, 4));
+    // FP8 x NVFP4: the CUTLASS 4.2 builder has none; refused on a B200 and the H200 alike, before the arch.
+    for dev in [b200(), h200()] {
+        let e = GroupedGemmMx::for_device(dev, Mxfp8, Nvfp4, 8, 256, 256, 64).unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, Error::KernelNotBuilt { .. }), "{e:?}");
+        assert!(m.contains("CUTLASS 4.2 builder refuses FP8 x NVFP4") && m.contains("kind::mxf8f6f4"), "{m}");
+    }
+    for (a, b) in [(Nvfp4, Mxfp4), (Mxfp4, Nvfp4), (Nvfp4, Mxfp8)] {
+        let m = GroupedGemmMx::for_device(b200(), a, b, 8, 256, 256, 64).unwrap_err().to_string();
+        assert!(m.contains("different scale types"), "{a:?} x {b:?}: {m}");
+    }
+    let m = GroupedGemmMx::for_device(b200(), Mxfp4, Mxfp8, 8, 256, 256, 64).unwrap_err().to_string();
+    assert!(m.contains("not compiled"), "{m}");
+    // Whole 128s of K and N, for every pair; the FP8 x FP4 message names CUTLASS's 4-bit rule.
+    for c in MxConfig::ALL {
+        let (a, b) = c.formats();
+        for (n, k) in [(256, 2880), (256, 64), (192, 256), (0, 256), (256, 0)] {
+            let e = GroupedGemmMx::for_device(b200(), a, b, 8, n, k, 64).unwrap_err().to_string();
+            assert!(e.contains("is not a positive multiple of 128"), "{} [{n}, {k}]: {e}", c.name());
+        }
+    }
+    let e = GroupedGemmMx::for_device(b200(), Mxfp8, Mxfp4, 128, 5760, 2880, 64).unwrap_err().to_string();
+    assert!(e.contains("K = 2880") && e.contains("4-bit operand under kind::mxf8f6f4"), "{e}");
+    let e = GroupedGemmMx::for_device(b200(), Nvfp4, Nvfp4, 8, 256, 80, 64).unwrap_err().to_string();
+    assert!(e.contains("4 x 16 scale atoms"), "{e}");
+}

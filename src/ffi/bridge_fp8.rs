@@ -1,5 +1,5 @@
-//! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 quantiser and
-//! the SM100 MX GEMMs (`cpp/launch_fp8_rowwise.h`, `launch_fused_fp8.h`, `mx_quant.h`, `launch_sm100_mx.h`). Its
+//! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 and FP4 quantisers
+//! and the SM100 MX GEMMs (`cpp/launch_fp8_rowwise.h`, `launch_fused_fp8.h`, `mx_quant.h`, `launch_sm100_mx.h`). Its
 //! own file so that neither bridge outgrows one reading; the types both use are the first bridge's (`bridge.rs`),
 //! aliased here. Private to `ffi`, as that one.
 
@@ -19,6 +19,15 @@ pub(crate) mod ffi {
     enum Sm100MxConfig {
         Mxf8Mma1Sm128x128x128 = 0,
         Mxf8f4Mma1Sm128x128x128 = 1,
+        Mxf4Mma1Sm128x128x256 = 2,
+        Nvf4Mma1Sm128x128x256 = 3,
+    }
+    #[namespace = "moe_gemm"]
+    #[repr(u32)]
+    #[derive(Debug)]
+    enum Fp4Format {
+        Mxfp4 = 0,
+        Nvfp4 = 1,
     }
     #[namespace = "moe_gemm"]
     #[repr(u32)]
@@ -44,6 +53,28 @@ pub(crate) mod ffi {
         sf: u64,
         sf_bytes: u64,
         sf_bases: u64,
+        status: u64,
+        stream: u64,
+    }
+    /// Mirrors `moe_gemm::Fp4QuantArgs` (`cpp/mx_quant.h`).
+    struct Fp4QuantParams {
+        format: Fp4Format,
+        dtype: DType,
+        mode: GroupMode,
+        groups: i32,
+        max_m: i32,
+        k: i32,
+        max_rows: i64,
+        x_stride: i64,
+        x: u64,
+        offsets: u64,
+        counts: u64,
+        out: u64,
+        sf: u64,
+        sf_bytes: u64,
+        sf_bases: u64,
+        tensor_scale: f32,
+        tensor: u64,
         status: u64,
         stream: u64,
     }
@@ -93,8 +124,8 @@ pub(crate) mod ffi {
         sm_count: i32,
         stream: u64,
     }
-    /// Mirrors `moe_gemm::GroupedGemmMxfp8Args` (`cpp/launch_sm100_mx.h`).
-    struct GroupedGemmMxfp8Params {
+    /// Mirrors `moe_gemm::GroupedGemmMxArgs` (`cpp/launch_sm100_mx.h`).
+    struct GroupedGemmMxParams {
         config: Sm100MxConfig,
         mode: GroupMode,
         max_m: i32,
@@ -107,6 +138,8 @@ pub(crate) mod ffi {
         sfa_bases: u64,
         b: u64,
         sfb: u64,
+        a_tensor_scale: u64,
+        b_tensor_scales: u64,
         d: u64,
         offsets: u64,
         counts: u64,
@@ -136,6 +169,8 @@ pub(crate) mod ffi {
         type Sm100MxConfig;
         #[namespace = "moe_gemm"]
         type FusedFp8Tile;
+        #[namespace = "moe_gemm"]
+        type Fp4Format;
 
         fn grouped_gemm_sm90_fp8_rowwise_built(config: Fp8RowwiseConfig) -> bool;
         fn grouped_gemm_sm90_fp8_rowwise_workspace(
@@ -150,22 +185,25 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8RowwiseArgs` documents (e4m3 A and
         /// B, f32 per-row and per-channel scales, bf16 D).
         unsafe fn grouped_gemm_sm90_fp8_rowwise_run(params: &GroupedGemmFp8RowwiseParams) -> LaunchStatus;
-        fn grouped_gemm_sm100_mxfp8_built(config: Sm100MxConfig) -> bool;
-        fn grouped_gemm_sm100_mxfp8_workspace(
+        fn grouped_gemm_sm100_mx_built(config: Sm100MxConfig) -> bool;
+        fn grouped_gemm_sm100_mx_workspace(
             config: Sm100MxConfig,
             groups: i32,
             sm_count: i32,
             bytes: &mut u64,
         ) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `GroupedGemmMxfp8Args` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
-        unsafe fn grouped_gemm_sm100_mxfp8_run(params: &GroupedGemmMxfp8Params) -> LaunchStatus;
+        /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
+        unsafe fn grouped_gemm_sm100_mx_run(params: &GroupedGemmMxParams) -> LaunchStatus;
         /// # Safety
         /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;
         /// # Safety
         /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
         unsafe fn quantize_mxfp8_grouped(params: &MxQuantParams) -> LaunchStatus;
+        /// # Safety
+        /// Buffers of the sizes `Fp4QuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
+        unsafe fn quantize_fp4_grouped(params: &Fp4QuantParams) -> LaunchStatus;
         /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
         fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> LaunchStatus;
     }

@@ -1,7 +1,7 @@
-//! The SM100 MXFP8 block-scaled grouped GEMM (`cpp/grouped_gemm_sm100_mxfp8.cu`, contract in
-//! `cpp/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch.
+//! The SM100 block-scaled grouped GEMMs (`cpp/grouped_gemm_sm100_mxfp8.cu` and `grouped_gemm_sm100_fp4.cu`,
+//! contract in `cpp/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;
 use half::bf16;
 
@@ -14,22 +14,33 @@ use crate::error::{Error, Result};
 
 pub(crate) use ffi::Sm100MxConfig;
 
-const OP: &str = "grouped_gemm_sm100_mxfp8";
+const OP: &str = "grouped_gemm_sm100_mx";
 
 pub(crate) fn built(config: Sm100MxConfig) -> bool {
-    ffi::grouped_gemm_sm100_mxfp8_built(config)
+    ffi::grouped_gemm_sm100_mx_built(config)
 }
 
 pub(crate) fn workspace_bytes(config: Sm100MxConfig, groups: usize, sm_count: i32) -> Result<u64> {
     let mut bytes = 0u64;
-    let s = ffi::grouped_gemm_sm100_mxfp8_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
-    check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm100_mxfp8 workspace") })?;
+    let s = ffi::grouped_gemm_sm100_mx_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm100_mx workspace") })?;
     Ok(bytes)
 }
 
-/// Bytes of one expert's scale atoms: `512 · ceil(n / 128) · ceil(k / 128)`.
-pub(crate) fn expert_sf_bytes(n: usize, k: usize) -> usize {
-    512 * n.div_ceil(128) * k.div_ceil(128)
+/// Bytes of one expert's scale atoms, one scale per `vec` of K: `512 · ceil(n / 128) · ceil(k / (4 vec))`.
+pub(crate) fn expert_sf_bytes(n: usize, k: usize, vec: usize) -> usize {
+    512 * n.div_ceil(128) * k.div_ceil(4 * vec)
+}
+
+/// A configuration's (A's bits, B's bits, elements per scale, tensor-scaled).
+fn traits(config: Sm100MxConfig) -> (usize, usize, usize, bool) {
+    match config {
+        Sm100MxConfig::Mxf8Mma1Sm128x128x128 => (8, 8, 32, false),
+        Sm100MxConfig::Mxf8f4Mma1Sm128x128x128 => (8, 4, 32, false),
+        Sm100MxConfig::Mxf4Mma1Sm128x128x256 => (4, 4, 32, false),
+        Sm100MxConfig::Nvf4Mma1Sm128x128x256 => (4, 4, 16, true),
+        _ => (0, 0, 0, false),
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -44,22 +55,45 @@ pub(crate) struct MxPlan {
     pub workspace_bytes: u64,
 }
 
-/// B's elements: e4m3, or e2m1 packed two per byte (the configuration says which).
-pub(crate) enum MxB<'a> {
+/// An operand's elements: e4m3, or e2m1 packed two per byte (the configuration says which).
+pub(crate) enum MxData<'a> {
     E4m3(&'a CudaSlice<F8E4M3>),
     E2m1(&'a CudaSlice<u8>),
 }
 
-/// A's and B's buffers: element data, UE8M0 scale atoms, and A's per-group atom bases `[groups + 1]`.
-pub(crate) struct MxOperands<'a> {
-    pub a: &'a CudaSlice<F8E4M3>,
-    pub sfa: &'a CudaSlice<u8>,
-    pub sfa_bases: &'a CudaSlice<i64>,
-    pub b: MxB<'a>,
-    pub sfb: &'a CudaSlice<u8>,
+impl<'a> MxData<'a> {
+    fn device_ptr(&self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+        match self {
+            MxData::E4m3(b) => b.device_ptr(stream),
+            MxData::E2m1(b) => b.device_ptr(stream),
+        }
+    }
+    fn bits(&self) -> usize {
+        match self {
+            MxData::E4m3(_) => 8,
+            MxData::E2m1(_) => 4,
+        }
+    }
+    fn len_bytes(&self) -> usize {
+        match self {
+            MxData::E4m3(b) => b.len(),
+            MxData::E2m1(b) => b.len(),
+        }
+    }
 }
 
-/// Queues the prepare kernel and the CUTLASS MXFP8 grouped GEMM on `stream` (an SM100 device's: the plan
+/// A's and B's buffers: element data, scale atoms (UE8M0, or UE4M3 for NVFP4), A's per-group atom bases
+/// `[groups + 1]`, and for NVFP4 the tensor scales (A's one, B's one per expert).
+pub(crate) struct MxOperands<'a> {
+    pub a: MxData<'a>,
+    pub sfa: &'a CudaSlice<u8>,
+    pub sfa_bases: &'a CudaSlice<i64>,
+    pub b: MxData<'a>,
+    pub sfb: &'a CudaSlice<u8>,
+    pub tensor_scales: Option<(&'a CudaSlice<f32>, &'a CudaSlice<f32>)>,
+}
+
+/// Queues the prepare kernel and the CUTLASS block-scaled grouped GEMM on `stream` (an SM100 device's: the plan
 /// checked the arch).
 pub(crate) fn launch(
     stream: &CudaStream,
@@ -73,26 +107,28 @@ pub(crate) fn launch(
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     if n == 0 || n % 128 != 0 || k == 0 || k % 128 != 0 {
         return Err(Error::InvalidProblem(format!(
-            "MXFP8 grouped GEMM: N = {n} and K = {k} must be positive multiples of 128"
+            "MX grouped GEMM: N = {n} and K = {k} must be positive multiples of 128"
+        )));
+    }
+    let (a_bits, b_bits, vec, scaled) = traits(plan.config);
+    if (ops.a.bits(), ops.b.bits()) != (a_bits, b_bits) || ops.tensor_scales.is_some() != scaled {
+        return Err(Error::InvalidProblem(format!(
+            "MX grouped GEMM: operands of {}-bit A and {}-bit B{} for the configuration {:?}",
+            ops.a.bits(),
+            ops.b.bits(),
+            if ops.tensor_scales.is_some() { " with tensor scales" } else { "" },
+            plan.config
         )));
     }
     let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
-    need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
+    need_len("a", ops.a.len_bytes(), max_rows * k * a_bits / 8, "max_rows x K elements' bytes")?;
     need_len("sfa_bases", ops.sfa_bases.len(), groups + 1, "groups + 1")?;
-    let (b_len, b_want, b_what) = match (&ops.b, plan.config) {
-        (MxB::E4m3(b), Sm100MxConfig::Mxf8Mma1Sm128x128x128) => (b.len(), groups * n * k, "G x N x K e4m3"),
-        (MxB::E2m1(b), Sm100MxConfig::Mxf8f4Mma1Sm128x128x128) => {
-            (b.len(), groups * n * k / 2, "G x N x K / 2 bytes of e2m1")
-        }
-        _ => {
-            return Err(Error::InvalidProblem(format!(
-                "MXFP grouped GEMM: B's element type does not match the configuration {:?}",
-                plan.config
-            )))
-        }
-    };
-    need_len("b", b_len, b_want, b_what)?;
-    need_len("sfb", ops.sfb.len(), groups * expert_sf_bytes(n, k), "G x 512 x ceil(N/128) x ceil(K/128)")?;
+    need_len("b", ops.b.len_bytes(), groups * n * k * b_bits / 8, "G x N x K elements' bytes")?;
+    need_len("sfb", ops.sfb.len(), groups * expert_sf_bytes(n, k, vec), "G x 512 x ceil(N/128) x ceil(K/(4 vec))")?;
+    if let Some((sa, sb)) = ops.tensor_scales {
+        need_len("a tensor scale", sa.len(), 1, "1")?;
+        need_len("b tensor scales", sb.len(), groups, "G")?;
+    }
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let workspace_bytes = workspace.len() as u64;
     if workspace_bytes < plan.workspace_bytes {
@@ -105,10 +141,9 @@ pub(crate) fn launch(
     let (a_ptr, _a) = ops.a.device_ptr(stream);
     let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
     let (bases_ptr, _bases) = ops.sfa_bases.device_ptr(stream);
-    let (b_ptr, _b) = match &ops.b {
-        MxB::E4m3(b) => b.device_ptr(stream),
-        MxB::E2m1(b) => b.device_ptr(stream),
-    };
+    let (b_ptr, _b) = ops.b.device_ptr(stream);
+    let (sa_ptr, _sa) = ops.tensor_scales.map(|(sa, _)| sa.device_ptr(stream)).unzip();
+    let (sb_ptr, _sb) = ops.tensor_scales.map(|(_, sb)| sb.device_ptr(stream)).unzip();
     let (sfb_ptr, _sfb) = ops.sfb.device_ptr(stream);
     let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
     let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();
@@ -123,7 +158,7 @@ pub(crate) fn launch(
             return Err(Error::Buffer { name, detail: format!("device address {p:#x} is not 128-byte aligned (TMA)") });
         }
     }
-    let params = ffi::GroupedGemmMxfp8Params {
+    let params = ffi::GroupedGemmMxParams {
         config: plan.config,
         mode,
         max_m,
@@ -136,6 +171,8 @@ pub(crate) fn launch(
         sfa_bases: bases_ptr,
         b: b_ptr,
         sfb: sfb_ptr,
+        a_tensor_scale: sa_ptr.unwrap_or(0),
+        b_tensor_scales: sb_ptr.unwrap_or(0),
         d: d_ptr,
         offsets: o_ptr.unwrap_or(0),
         counts: c_ptr.unwrap_or(0),
@@ -148,8 +185,8 @@ pub(crate) fn launch(
     };
     // SAFETY: every buffer holds what the plan's shape implies (checked above), with 16-byte aligned data and
     // 128-byte aligned scale bases; sfa_bases are device data the quantiser wrote (each group's atoms inside
-    // the scale buffer it sized for the worst case). Group rows are clamped on the device. The stream's
-    // context is bound; the guards outlive the call.
-    let status = unsafe { ffi::grouped_gemm_sm100_mxfp8_run(&params) };
+    // the scale buffer it sized for the worst case); the tensor scales (NVFP4 only) are one f32 for A and G for
+    // B. Group rows are clamped on the device. The stream's context is bound; the guards outlive the call.
+    let status = unsafe { ffi::grouped_gemm_sm100_mx_run(&params) };
     check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
 }

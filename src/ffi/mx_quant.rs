@@ -1,6 +1,7 @@
-//! MXFP8 activations in the SM100 block-scale layout (`cpp/mx_quant.cu`, contract in `cpp/mx_quant.h`): 16-bit
-//! rows of a grouped A to e4m3 plus one UE8M0 byte per row per 32 of K, each group's bytes in CUTLASS's 128 x 4
-//! atoms at a base the device computes from the group rows.
+//! MXFP8, MXFP4 and NVFP4 activations in the SM100 block-scale layout (`cpp/mx_quant.cu`, contract in
+//! `cpp/mx_quant.h`): 16-bit rows of a grouped A to e4m3 (or e2m1 two per byte) plus one scale byte per row per
+//! 32 (16 for NVFP4) of K, each group's bytes in CUTLASS's 128 x 4 atoms at a base the device computes from the
+//! group rows.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
@@ -13,14 +14,17 @@ use super::{dtype, need_aligned, need_len, to_i32, to_i64};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 
-/// Elements per UE8M0 scale, and bytes of one 128 x 4 scale atom.
+pub(crate) use ffi::Fp4Format;
+
+/// Elements per UE8M0 scale (MX), per UE4M3 scale (NVFP4), and bytes of one 128 x 4 scale atom.
 pub(crate) const MX_VEC: usize = 32;
+pub(crate) const NV_VEC: usize = 16;
 pub(crate) const SF_ATOM_BYTES: usize = 512;
 
-/// Bytes of scale atoms `groups` groups over at most `max_rows` rows of `k` need at most: every group pads its
-/// rows to 128, so `512 · ceil(k / 128) · (ceil(max_rows / 128) + groups)`.
-pub(crate) fn sf_capacity(max_rows: usize, k: usize, groups: usize) -> Option<usize> {
-    let k_atoms = (k / MX_VEC).div_ceil(4);
+/// Bytes of scale atoms `groups` groups over at most `max_rows` rows of `k_blocks` scales each need at most:
+/// every group pads its rows to 128, so `512 · ceil(k_blocks / 4) · (ceil(max_rows / 128) + groups)`.
+pub(crate) fn sf_capacity(max_rows: usize, k_blocks: usize, groups: usize) -> Option<usize> {
+    let k_atoms = k_blocks.div_ceil(4);
     max_rows.div_ceil(128).checked_add(groups)?.checked_mul(k_atoms)?.checked_mul(SF_ATOM_BYTES)
 }
 
@@ -96,4 +100,100 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
     // scale byte at or past sf.len(). The stream's context is bound; the guards outlive the call.
     let st = unsafe { ffi::quantize_mxfp8_grouped(&params) };
     check(st, &Launched { ..Launched::typed("quantize_mxfp8_grouped", T::DTYPE) })
+}
+
+/// The destination of one FP4 launch: packed e2m1 `[max_rows, k / 2]`, the scale atoms, the group bases, and
+/// (NVFP4) the f32 pair `[tensor scale, amax scratch]`.
+pub(crate) struct Fp4Dst<'a> {
+    pub out: &'a mut CudaSlice<u8>,
+    pub sf: &'a mut CudaSlice<u8>,
+    pub sf_bases: &'a mut CudaSlice<i64>,
+    pub tensor: Option<&'a mut CudaSlice<f32>>,
+}
+
+/// Queues the bases kernel, (NVFP4 with `tensor_scale` 0) the amax kernel, and the FP4 quantiser on `stream`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_quantize_fp4<T: Element>(
+    stream: &CudaStream,
+    format: Fp4Format,
+    x: &impl DevicePtr<T>,
+    x_stride: usize,
+    (max_rows, k, groups): (usize, usize, usize),
+    rows: GroupedRows<'_>,
+    tensor_scale: f32,
+    dst: Fp4Dst<'_>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let (name, vec) = if format == Fp4Format::Nvfp4 { ("NVFP4", NV_VEC) } else { ("MXFP4", MX_VEC) };
+    if k == 0 || k % vec != 0 || groups == 0 || x_stride < k {
+        return Err(Error::InvalidProblem(format!(
+            "{name} quantisation: K = {k} must be a positive multiple of {vec} (one scale per {vec}), groups = \
+             {groups} positive, the row stride {x_stride} at least K"
+        )));
+    }
+    if !(tensor_scale.is_finite() && tensor_scale >= 0.0) {
+        return Err(Error::InvalidProblem(format!(
+            "{name} quantisation: tensor scale {tensor_scale} must be finite and positive (0: derived on the device)"
+        )));
+    }
+    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    if max_rows > 0 {
+        need_len("x", x.len(), (max_rows - 1) * x_stride + k, "(max_rows - 1) x stride + K")?;
+    }
+    need_len("out", dst.out.len(), max_rows * k / 2, "max_rows x K / 2 bytes")?;
+    need_len("sf_bases", dst.sf_bases.len(), groups + 1, "groups + 1")?;
+    let sf_bytes = dst.sf.len() as u64;
+    let (groups_i, max_m, k_i) = (to_i32("groups", groups)?, to_i32("max_m", max_m)?, to_i32("K", k)?);
+    let (max_rows_i, stride) = (to_i64("max_rows", max_rows)?, to_i64("row stride", x_stride)?);
+    super::bind(stream)?;
+    let (x_ptr, _x) = x.device_ptr(stream);
+    let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
+    let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let (out_ptr, _out) = dst.out.device_ptr_mut(stream);
+    let (sf_ptr, _sf) = dst.sf.device_ptr_mut(stream);
+    let (b_ptr, _b) = dst.sf_bases.device_ptr_mut(stream);
+    let (t_ptr, _t) = match dst.tensor {
+        Some(t) => {
+            need_len("tensor", t.len(), 2, "2 (tensor scale, amax)")?;
+            let (p, g) = t.device_ptr_mut(stream);
+            (p, Some(g))
+        }
+        None if format == Fp4Format::Nvfp4 => {
+            return Err(Error::InvalidProblem("NVFP4 quantisation without its tensor-scale buffer".into()))
+        }
+        None => (0, None),
+    };
+    let (s_ptr, _s) = status.device_ptr_mut(stream);
+    need_aligned("out", out_ptr)?;
+    if x_ptr % 2 != 0 {
+        return Err(Error::Buffer { name: "x", detail: format!("device address {x_ptr:#x} is not 2-byte aligned") });
+    }
+    let params = ffi::Fp4QuantParams {
+        format,
+        dtype: dtype(T::DTYPE),
+        mode,
+        groups: groups_i,
+        max_m,
+        k: k_i,
+        max_rows: max_rows_i,
+        x_stride: stride,
+        x: x_ptr,
+        offsets: o_ptr.unwrap_or(0),
+        counts: c_ptr.unwrap_or(0),
+        out: out_ptr,
+        sf: sf_ptr,
+        sf_bytes,
+        sf_bases: b_ptr,
+        tensor_scale,
+        tensor: t_ptr,
+        status: s_ptr,
+        stream: stream.cu_stream() as u64,
+    };
+    // SAFETY: x holds max_rows rows of `stride` (the last K long), out max_rows x K / 2 bytes (16-byte aligned,
+    // K a multiple of the block: every block's 16- or 8-byte store is aligned), sf_bases G + 1 int64, tensor two
+    // f32 where NVFP4 reads them, offsets G + 1 / counts G where the mode reads them (checked); the kernels clamp
+    // group rows into [0, max_rows] and never write a scale byte at or past sf.len(). The stream's context is
+    // bound; the guards outlive the call.
+    let st = unsafe { ffi::quantize_fp4_grouped(&params) };
+    check(st, &Launched { ..Launched::typed("quantize_fp4_grouped", T::DTYPE) })
 }

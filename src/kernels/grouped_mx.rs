@@ -1,19 +1,34 @@
-//! SM100 block-scaled grouped GEMMs with device-side groups: MXFP8 activations (e4m3 with a UE8M0 scale per 32 of
-//! K) times MXFP8 or MXFP4 (gpt-oss's e2m1) weights with the same scales, tcgen05 `kind::mxf8f6f4`, bf16 out.
+//! SM100 block-scaled grouped GEMMs with device-side groups, bf16 out, the activation and weight formats chosen
+//! per plan ([`MxFormat`] each; [`MxConfig`] the compiled pairs):
 //!
-//! For every row `r` of group `g`: `D[r, n] = Σ_k (qa[r, k] · 2^sfa[r, k/32]) · (qb[g][n, k] · 2^sfb[g][n, k/32])`.
+//! | activations × weights | tcgen05 kind | scales | configuration |
+//! |---|---|---|---|
+//! | MXFP8 × MXFP8 | `kind::mxf8f6f4` | UE8M0 per 32 of K | [`MxConfig::Mxf8Mma1Sm128x128x128`] |
+//! | MXFP8 × MXFP4 (gpt-oss's e2m1) | `kind::mxf8f6f4` | UE8M0 per 32 | [`MxConfig::Mxf8f4Mma1Sm128x128x128`] |
+//! | MXFP4 × MXFP4 | `kind::mxf4` | UE8M0 per 32 | [`MxConfig::Mxf4Mma1Sm128x128x256`] |
+//! | NVFP4 × NVFP4 | `kind::mxf4nvf4` | UE4M3 per 16, × A's and each expert's f32 tensor scales (alpha) | [`MxConfig::Nvf4Mma1Sm128x128x256`] |
 //!
-//! * A: [`Mxfp8Rows`] — e4m3 `[max_rows, K]` and each group's scales in CUTLASS's 128 x 4 atoms at the base
-//!   [`crate::quant::quantize_mxfp8_grouped`] computed on the device: the launch reads the bases from there, so
-//!   the step stays graph-safe and needs no host copy of the counts;
-//! * B: [`Mxfp8Weights`] (e4m3 `[G, N, K]`) or [`Mxfp4Weights`] (e2m1 packed `[G, N, K / 2]`), each expert's
-//!   scale atoms ([`MxWeights`]);
+//! FP8 × NVFP4 is refused ([`Error::KernelNotBuilt`], saying why): the CUTLASS 4.2 builder has no such kernel
+//! (UE4M3 scales exist only when both operands are 4-bit; FP8 × FP4 runs only under `kind::mxf8f6f4` with UE8M0
+//! per 32). Pairs of other scale types, and FP4 activations × FP8 weights, are not built either.
+//!
+//! For every row `r` of group `g`: `D[r, n] = α_g Σ_k (qa[r, k] · sa[r, k/V]) · (qb[g][n, k] · sb[g][n, k/V])`,
+//! `α_g = 1` (MX) or A's tensor scale × expert `g`'s (NVFP4).
+//!
+//! * A: [`Mxfp8Rows`], [`Mxfp4Rows`] or [`Nvfp4Rows`] ([`MxRows`]) — the elements and each group's scales in
+//!   CUTLASS's 128 x 4 atoms at the base the device quantiser ([`crate::quant::quantize_mxfp8_grouped`],
+//!   [`crate::quant::quantize_mxfp4_grouped`], [`crate::quant::quantize_nvfp4_grouped`]) computed on the
+//!   device: the launch reads the bases (and NVFP4's tensor scale) from there, so the step stays graph-safe and
+//!   needs no host copy of the counts;
+//! * B: [`Mxfp8Weights`] (e4m3 `[G, N, K]`), [`Mxfp4Weights`] or [`Nvfp4Weights`] (e2m1 packed `[G, N, K /
+//!   2]`), each expert's scale atoms ([`MxWeights`]);
 //! * D: bf16 `[max_rows, N]`; groups: offsets, padded or masked (not per-row).
 //!
-//! **Never run on hardware**: no SM100 GPU is available to this project. The kernel is compiled for `sm_100a` and
-//! its machine code checked (`tests/sass.rs`: the block-scaled `UTCQMMA` with its scale operand in tensor memory,
-//! `UTCCP` copying scales there); the activation layout it reads is built by a kernel that runs, and is tested,
-//! on the H200; plans on any other arch are refused with [`Error::UnsupportedArch`].
+//! **Never run on hardware**: no SM100 GPU is available to this project. The kernels are compiled for `sm_100a`
+//! and their machine code checked (`tests/sass.rs`: the block-scaled `UTCQMMA` (8-bit operands) and `UTCOMMA`
+//! (4-bit, `.4X` for NVFP4's 16-element blocks) with the scale operand in tensor memory, `UTCCP` copying scales
+//! there); the activation layouts they read are built by portable kernels whose GPU tests compare them with the
+//! host layout; plans on any other arch are refused with [`Error::UnsupportedArch`].
 
 use std::sync::Arc;
 
@@ -24,12 +39,40 @@ use super::grouped_fp8::check_fp8_extents;
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::ffi::grouped_mx::MxData;
 use crate::kernels::grouped::{GroupRows, Workspace};
 use crate::kernels::KernelFamily;
-use crate::quant::{Mxfp4Weights, Mxfp8Rows, Mxfp8Weights};
+use crate::quant::{Mxfp4Rows, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights, Nvfp4Rows, Nvfp4Weights};
 use crate::status::DeviceStatus;
 
-const OP: &str = "grouped_gemm_sm100_mxfp8";
+const OP: &str = "grouped_gemm_sm100_mx";
+
+/// An operand's block-scaled format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MxFormat {
+    /// e4m3, UE8M0 per 32 of K.
+    Mxfp8,
+    /// e2m1 packed two per byte, UE8M0 per 32 (gpt-oss's weights).
+    Mxfp4,
+    /// e2m1 packed two per byte, UE4M3 per 16, one f32 per tensor.
+    Nvfp4,
+}
+
+impl MxFormat {
+    /// Elements per scale.
+    pub const fn block(self) -> usize {
+        match self {
+            MxFormat::Nvfp4 => 16,
+            _ => 32,
+        }
+    }
+    pub const fn bits(self) -> usize {
+        match self {
+            MxFormat::Mxfp8 => 8,
+            _ => 4,
+        }
+    }
+}
 
 /// A compiled configuration (`cpp/launch_sm100_mx.h`).
 #[non_exhaustive]
@@ -39,22 +82,68 @@ pub enum MxConfig {
     Mxf8Mma1Sm128x128x128,
     /// MXFP8 x MXFP4, one SM per MMA, 128 x 128 x 128.
     Mxf8f4Mma1Sm128x128x128,
+    /// MXFP4 x MXFP4, one SM per MMA, 128 x 128 x 256.
+    Mxf4Mma1Sm128x128x256,
+    /// NVFP4 x NVFP4, one SM per MMA, 128 x 128 x 256.
+    Nvf4Mma1Sm128x128x256,
 }
 
 impl MxConfig {
-    pub const ALL: [MxConfig; 2] = [MxConfig::Mxf8Mma1Sm128x128x128, MxConfig::Mxf8f4Mma1Sm128x128x128];
+    pub const ALL: [MxConfig; 4] = [
+        MxConfig::Mxf8Mma1Sm128x128x128,
+        MxConfig::Mxf8f4Mma1Sm128x128x128,
+        MxConfig::Mxf4Mma1Sm128x128x256,
+        MxConfig::Nvf4Mma1Sm128x128x256,
+    ];
     pub const fn name(self) -> &'static str {
         match self {
             MxConfig::Mxf8Mma1Sm128x128x128 => "mxf8-1sm-128x128x128",
             MxConfig::Mxf8f4Mma1Sm128x128x128 => "mxf8f4-1sm-128x128x128",
+            MxConfig::Mxf4Mma1Sm128x128x256 => "mxf4-1sm-128x128x256",
+            MxConfig::Nvf4Mma1Sm128x128x256 => "nvf4-1sm-128x128x256",
+        }
+    }
+    /// (activations, weights).
+    pub const fn formats(self) -> (MxFormat, MxFormat) {
+        match self {
+            MxConfig::Mxf8Mma1Sm128x128x128 => (MxFormat::Mxfp8, MxFormat::Mxfp8),
+            MxConfig::Mxf8f4Mma1Sm128x128x128 => (MxFormat::Mxfp8, MxFormat::Mxfp4),
+            MxConfig::Mxf4Mma1Sm128x128x256 => (MxFormat::Mxfp4, MxFormat::Mxfp4),
+            MxConfig::Nvf4Mma1Sm128x128x256 => (MxFormat::Nvfp4, MxFormat::Nvfp4),
         }
     }
     /// The weights it takes.
-    pub const fn weights(self) -> MxWeightFormat {
+    pub const fn weights(self) -> MxFormat {
+        self.formats().1
+    }
+    /// The MMA tile (M, N, K).
+    pub const fn tile(self) -> (usize, usize, usize) {
         match self {
-            MxConfig::Mxf8Mma1Sm128x128x128 => MxWeightFormat::Mxfp8,
-            MxConfig::Mxf8f4Mma1Sm128x128x128 => MxWeightFormat::Mxfp4,
+            MxConfig::Mxf8Mma1Sm128x128x128 | MxConfig::Mxf8f4Mma1Sm128x128x128 => (128, 128, 128),
+            MxConfig::Mxf4Mma1Sm128x128x256 | MxConfig::Nvf4Mma1Sm128x128x256 => (128, 128, 256),
         }
+    }
+    /// The configuration of `activations x weights`.
+    ///
+    /// # Errors
+    /// [`Error::KernelNotBuilt`] for a pair with none, saying why (FP8 x NVFP4: the CUTLASS 4.2 builder refuses
+    /// it).
+    pub fn for_formats(activations: MxFormat, weights: MxFormat) -> Result<MxConfig> {
+        if let Some(c) = MxConfig::ALL.into_iter().find(|c| c.formats() == (activations, weights)) {
+            return Ok(c);
+        }
+        let why = match (activations, weights) {
+            (MxFormat::Mxfp8, MxFormat::Nvfp4) => {
+                "MXFP8 x NVFP4: the CUTLASS 4.2 builder refuses FP8 x NVFP4 (UE4M3 scales exist only for 4-bit x \
+                 4-bit under kind::mxf4nvf4; FP8 x FP4 runs only under kind::mxf8f6f4 with UE8M0 per 32: use MXFP4 \
+                 weights)"
+            }
+            (a, b) if (a == MxFormat::Nvfp4) != (b == MxFormat::Nvfp4) => {
+                "A and B of different scale types (UE4M3 x UE8M0): CUTLASS needs one scale type and block for both"
+            }
+            _ => "FP4 activations x FP8 weights: not compiled (kind::mxf8f6f4 could run it; no instantiation is built)",
+        };
+        Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(why.into()) })
     }
     pub fn is_built(self) -> bool {
         ffi::grouped_mx::built(self.into())
@@ -63,20 +152,40 @@ impl MxConfig {
 
 impl From<MxConfig> for ffi::grouped_mx::Sm100MxConfig {
     fn from(c: MxConfig) -> Self {
+        use ffi::grouped_mx::Sm100MxConfig as C;
         match c {
-            MxConfig::Mxf8Mma1Sm128x128x128 => ffi::grouped_mx::Sm100MxConfig::Mxf8Mma1Sm128x128x128,
-            MxConfig::Mxf8f4Mma1Sm128x128x128 => ffi::grouped_mx::Sm100MxConfig::Mxf8f4Mma1Sm128x128x128,
+            MxConfig::Mxf8Mma1Sm128x128x128 => C::Mxf8Mma1Sm128x128x128,
+            MxConfig::Mxf8f4Mma1Sm128x128x128 => C::Mxf8f4Mma1Sm128x128x128,
+            MxConfig::Mxf4Mma1Sm128x128x256 => C::Mxf4Mma1Sm128x128x256,
+            MxConfig::Nvf4Mma1Sm128x128x256 => C::Nvf4Mma1Sm128x128x256,
         }
     }
 }
 
-/// The weights' element format of an MX grouped GEMM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MxWeightFormat {
-    /// e4m3, UE8M0 per 32.
-    Mxfp8,
-    /// e2m1 packed two per byte, UE8M0 per 32 (gpt-oss).
-    Mxfp4,
+/// The activations of a launch.
+#[derive(Clone, Copy, Debug)]
+pub enum MxRows<'a> {
+    Mxfp8(&'a Mxfp8Rows),
+    Mxfp4(&'a Mxfp4Rows),
+    Nvfp4(&'a Nvfp4Rows),
+}
+
+impl MxRows<'_> {
+    pub fn format(&self) -> MxFormat {
+        match self {
+            MxRows::Mxfp8(_) => MxFormat::Mxfp8,
+            MxRows::Mxfp4(_) => MxFormat::Mxfp4,
+            MxRows::Nvfp4(_) => MxFormat::Nvfp4,
+        }
+    }
+    /// (max_rows, K, groups).
+    fn shape(&self) -> (usize, usize, usize) {
+        match self {
+            MxRows::Mxfp8(a) => (a.max_rows(), a.k(), a.groups()),
+            MxRows::Mxfp4(a) => (a.max_rows(), a.k(), a.groups()),
+            MxRows::Nvfp4(a) => (a.max_rows(), a.k(), a.groups()),
+        }
+    }
 }
 
 /// The expert weights of a launch.
@@ -84,26 +193,29 @@ pub enum MxWeightFormat {
 pub enum MxWeights<'a> {
     Mxfp8(&'a Mxfp8Weights),
     Mxfp4(&'a Mxfp4Weights),
+    Nvfp4(&'a Nvfp4Weights),
 }
 
 impl MxWeights<'_> {
-    fn format(&self) -> MxWeightFormat {
+    pub fn format(&self) -> MxFormat {
         match self {
-            MxWeights::Mxfp8(_) => MxWeightFormat::Mxfp8,
-            MxWeights::Mxfp4(_) => MxWeightFormat::Mxfp4,
+            MxWeights::Mxfp8(_) => MxFormat::Mxfp8,
+            MxWeights::Mxfp4(_) => MxFormat::Mxfp4,
+            MxWeights::Nvfp4(_) => MxFormat::Nvfp4,
         }
     }
     fn shape(&self) -> (usize, usize, usize) {
         match self {
             MxWeights::Mxfp8(w) => (w.experts(), w.n(), w.k()),
             MxWeights::Mxfp4(w) => (w.experts(), w.n(), w.k()),
+            MxWeights::Nvfp4(w) => (w.experts(), w.n(), w.k()),
         }
     }
 }
 
-/// An MXFP8 grouped GEMM planned for one shape and SM100 device.
+/// A block-scaled grouped GEMM planned for one pair of formats, one shape and one SM100 device.
 #[derive(Debug)]
-pub struct GroupedGemmMxfp8 {
+pub struct GroupedGemmMx {
     groups: usize,
     n: usize,
     k: usize,
@@ -113,62 +225,70 @@ pub struct GroupedGemmMxfp8 {
     workspace_bytes: u64,
 }
 
-impl GroupedGemmMxfp8 {
-    /// Plans for `groups` experts of `[n, k]` over at most `max_rows` rows, on the device of `stream`.
+impl GroupedGemmMx {
+    /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the
+    /// device of `stream`.
     ///
     /// # Errors
     /// As [`Self::for_device`]; driver errors of the device query.
     pub fn new(
         stream: &Arc<CudaStream>,
-        weights: MxWeightFormat,
+        activations: MxFormat,
+        weights: MxFormat,
         groups: usize,
         n: usize,
         k: usize,
         max_rows: usize,
     ) -> Result<Self> {
-        Self::for_device(DeviceInfo::query(stream.context())?, weights, groups, n, k, max_rows)
+        Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
     }
 
     /// Plans for an already queried device.
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] naming the device and the arch the kernel needs (SM100) on any other device;
-    /// [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole MMA tiles of N and whole
-    /// scale atoms of K; for MXFP4 weights also CUTLASS's 128-element rows of a 4-bit operand under
-    /// `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here) and the extents of
-    /// [`crate::GroupedGemmFp8Shape::new`].
+    /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
+    /// among them); [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole 128-wide MMA
+    /// tiles of N and whole scale atoms of K; for MXFP4 weights under FP8 activations also CUTLASS's
+    /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here) and the
+    /// extents of [`crate::GroupedGemmFp8Shape::new`]; [`Error::UnsupportedArch`] naming the device and the arch
+    /// the kernels need (SM100) on any other device.
     pub fn for_device(
         device: DeviceInfo,
-        weights: MxWeightFormat,
+        activations: MxFormat,
+        weights: MxFormat,
         groups: usize,
         n: usize,
         k: usize,
         max_rows: usize,
     ) -> Result<Self> {
+        let config = MxConfig::for_formats(activations, weights)?;
         for (name, v) in [("N", n), ("K", k)] {
             if v == 0 || v % 128 != 0 {
-                let fp4 = if weights == MxWeightFormat::Mxfp4 && name == "K" {
-                    "; a 4-bit operand under kind::mxf8f6f4 needs 128-element rows"
-                } else {
-                    ""
+                let why = match (name, config) {
+                    ("N", _) => "whole 128-wide MMA tiles of N".to_string(),
+                    (_, MxConfig::Mxf8f4Mma1Sm128x128x128) => {
+                        "whole 4 x 32 scale atoms of K; a 4-bit operand under kind::mxf8f6f4 needs 128-element rows"
+                            .into()
+                    }
+                    (_, MxConfig::Nvf4Mma1Sm128x128x256) => {
+                        "NVFP4's 4 x 16 scale atoms would take K in 64s, but the plan keeps the MX formats' whole 128s \
+                         until a partial K tile of these kernels has run"
+                            .into()
+                    }
+                    _ => format!("whole 4 x {} scale atoms of K", activations.block()),
                 };
                 return Err(Error::InvalidProblem(format!(
-                    "MX grouped GEMM: {name} = {v} is not a positive multiple of 128 (whole 128-wide MMA tiles of \
-                     N, whole 4 x 32 scale atoms of K{fp4})"
+                    "MX grouped GEMM: {name} = {v} is not a positive multiple of 128 ({why})"
                 )));
             }
         }
         check_fp8_extents(groups, n, k, max_rows)?;
         device.require(OP, KernelFamily::GroupedGemmSm100)?;
-        let config = match weights {
-            MxWeightFormat::Mxfp8 => MxConfig::Mxf8Mma1Sm128x128x128,
-            MxWeightFormat::Mxfp4 => MxConfig::Mxf8f4Mma1Sm128x128x128,
-        };
         if !config.is_built() {
             return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
         }
         let workspace_bytes = ffi::grouped_mx::workspace_bytes(config.into(), groups, device.sm_count)?;
-        Ok(GroupedGemmMxfp8 { groups, n, k, max_rows, config, device, workspace_bytes })
+        Ok(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes })
     }
 
     pub fn config(&self) -> MxConfig {
@@ -177,44 +297,46 @@ impl GroupedGemmMxfp8 {
     pub fn workspace_bytes(&self) -> usize {
         self.workspace_bytes as usize
     }
-
-    /// Queues `D = A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's shape; [`Error::Buffer`] for short or
-    /// misaligned buffers; [`Error::WorkspaceTooSmall`]; launch errors.
+    /// Driver errors of the allocation.
+    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
+        Workspace::zeroed(stream, self.workspace_bytes())
+    }
+
+    /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's formats or shape; [`Error::Buffer`] for
+    /// short or misaligned buffers; [`Error::WorkspaceTooSmall`]; launch errors.
     #[allow(clippy::too_many_arguments)]
     pub fn launch<'r>(
         &self,
         stream: &Arc<CudaStream>,
-        a: &Mxfp8Rows,
+        a: MxRows<'_>,
         b: MxWeights<'_>,
         rows: impl Into<GroupRows<'r>>,
         d: &mut impl DevicePtrMut<bf16>,
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let (be, bn, bk) = b.shape();
-        if b.format() != self.config.weights() {
+        if (a.format(), b.format()) != self.config.formats() {
             return Err(Error::InvalidProblem(format!(
-                "MX grouped GEMM planned for {:?} weights, launched with {:?}",
-                self.config.weights(),
+                "MX grouped GEMM planned for {:?} x {:?}, launched with {:?} x {:?}",
+                self.config.formats().0,
+                self.config.formats().1,
+                a.format(),
                 b.format()
             )));
         }
-        if (a.max_rows(), a.k(), a.groups()) != (self.max_rows, self.k, self.groups)
-            || (be, bn, bk) != (self.groups, self.n, self.k)
-        {
+        let (am, ak, ag) = a.shape();
+        let (be, bn, bk) = b.shape();
+        if (am, ak, ag) != (self.max_rows, self.k, self.groups) || (be, bn, bk) != (self.groups, self.n, self.k) {
             return Err(Error::InvalidProblem(format!(
-                "MX operands: A [{}, {}] over {} groups, B [{be}, {bn}, {bk}], for a plan of {} groups of [{}, {}] \
-                 over {} rows",
-                a.max_rows(),
-                a.k(),
-                a.groups(),
-                self.groups,
-                self.n,
-                self.k,
-                self.max_rows
+                "MX operands: A [{am}, {ak}] over {ag} groups, B [{be}, {bn}, {bk}], for a plan of {} groups of \
+                 [{}, {}] over {} rows",
+                self.groups, self.n, self.k, self.max_rows
             )));
         }
         let plan = ffi::grouped_mx::MxPlan {
@@ -227,11 +349,18 @@ impl GroupedGemmMxfp8 {
             sm_count: self.device.sm_count,
             workspace_bytes: self.workspace_bytes,
         };
-        let (bq, sfb) = match b {
-            MxWeights::Mxfp8(w) => (ffi::grouped_mx::MxB::E4m3(w.q()), w.sf()),
-            MxWeights::Mxfp4(w) => (ffi::grouped_mx::MxB::E2m1(w.q()), w.sf()),
+        let (aq, sfa, sfa_bases, sa) = match a {
+            MxRows::Mxfp8(a) => (MxData::E4m3(a.q()), a.sf(), a.sf_bases(), None),
+            MxRows::Mxfp4(a) => (MxData::E2m1(a.q()), a.sf(), a.sf_bases(), None),
+            MxRows::Nvfp4(a) => (MxData::E2m1(a.q()), a.sf(), a.sf_bases(), Some(a.tensor_scale())),
         };
-        let ops = ffi::grouped_mx::MxOperands { a: a.q(), sfa: a.sf(), sfa_bases: a.sf_bases(), b: bq, sfb };
+        let (bq, sfb, sb) = match b {
+            MxWeights::Mxfp8(w) => (MxData::E4m3(w.q()), w.sf(), None),
+            MxWeights::Mxfp4(w) => (MxData::E2m1(w.q()), w.sf(), None),
+            MxWeights::Nvfp4(w) => (MxData::E2m1(w.q()), w.sf(), Some(w.tensor_scales())),
+        };
+        let tensor_scales = sa.zip(sb);
+        let ops = ffi::grouped_mx::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales };
         let rows = rows.into();
         ffi::grouped_mx::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
@@ -257,24 +386,24 @@ mod tests {
     #[test]
     fn plans_on_sm100_and_refuses_hopper_naming_both() {
         let b200 = device((10, 0), "NVIDIA B200");
-        for (w, c) in [
-            (MxWeightFormat::Mxfp8, MxConfig::Mxf8Mma1Sm128x128x128),
-            (MxWeightFormat::Mxfp4, MxConfig::Mxf8f4Mma1Sm128x128x128),
-        ] {
-            let plan = GroupedGemmMxfp8::for_device(b200.clone(), w, 256, 4096, 7168, 4096).unwrap();
+        for c in MxConfig::ALL {
+            let (a, w) = c.formats();
+            let plan = GroupedGemmMx::for_device(b200.clone(), a, w, 256, 4096, 7168, 4096).unwrap();
             assert_eq!((plan.config(), c.weights()), (c, w));
             assert!(plan.workspace_bytes() > 0);
         }
-        match GroupedGemmMxfp8::for_device(device((9, 0), "NVIDIA H200"), MxWeightFormat::Mxfp8, 256, 4096, 7168, 4096)
-        {
+        let h200 = device((9, 0), "NVIDIA H200");
+        match GroupedGemmMx::for_device(h200, MxFormat::Mxfp8, MxFormat::Mxfp8, 256, 4096, 7168, 4096) {
             Err(e @ Error::UnsupportedArch { .. }) => {
                 let m = e.to_string();
-                assert!(m.contains("H200") && m.contains("grouped_gemm_sm100_mxfp8"), "{m}");
+                assert!(m.contains("H200") && m.contains("grouped_gemm_sm100_mx"), "{m}");
             }
             other => panic!("expected UnsupportedArch, got {other:?}"),
         }
-        // gpt-oss's K = 2880 under MXFP4: refused, naming the 4-bit operand's rule.
-        let e = GroupedGemmMxfp8::for_device(b200, MxWeightFormat::Mxfp4, 128, 5760, 2880, 64).unwrap_err().to_string();
+        // gpt-oss's K = 2880 under MXFP4 weights: refused, naming the 4-bit operand's rule.
+        let e = GroupedGemmMx::for_device(b200, MxFormat::Mxfp8, MxFormat::Mxfp4, 128, 5760, 2880, 64)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("K = 2880 is not a positive multiple of 128") && e.contains("4-bit operand"), "{e}");
     }
 }

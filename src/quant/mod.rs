@@ -28,9 +28,13 @@
 use crate::error::{Error, Result};
 
 pub mod device;
+mod fp4_device;
 pub mod group;
 pub mod mx;
 mod mx_device;
+pub use fp4_device::{
+    quantize_mxfp4_grouped, quantize_nvfp4_grouped, Mxfp4Rows, NvTensorScale, Nvfp4Rows, Nvfp4Weights,
+};
 pub use mx_device::{quantize_mxfp8_grouped, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights};
 
 pub use device::{quantize_gather, quantize_rows, quantize_weights, requantize_rows, Fp8Rows, RowsInUse};
@@ -41,8 +45,9 @@ pub use group::{
     VLLM_EPS,
 };
 pub use mx::{
-    from_sf_atoms, from_sf_atoms_grouped, pack_e2m1, sf_atom_bytes, sf_group_bases, sf_offset, to_sf_atoms,
-    to_sf_atoms_grouped, unpack_e2m1, E2m1, Mxfp4, Mxfp8, Nvfp4, Ue4m3, E2M1_MAX, FP4_LUT, MX_BLOCK, NV_BLOCK,
+    from_sf_atoms, from_sf_atoms_grouped, nvfp4_tensor_scale, pack_e2m1, sf_atom_bytes, sf_group_bases, sf_offset,
+    to_sf_atoms, to_sf_atoms_grouped, unpack_e2m1, E2m1, Mxfp4, Mxfp8, Nvfp4, Ue4m3, E2M1_MAX, FP4_LUT, MX_BLOCK,
+    NV_BLOCK,
 };
 pub use operands::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, SCALE_BLOCK};
 mod rowwise;

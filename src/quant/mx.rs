@@ -449,6 +449,17 @@ impl Mxfp4 {
     }
 }
 
+/// NVFP4's tensor scale for a tensor whose largest magnitude is `amax`: `max(amax / (6 · 448), 2^-149)` (1 for
+/// 0), the smallest that keeps every block scale within UE4M3's 448. [`Nvfp4::quantize`] and the device quantiser
+/// (`quant::quantize_nvfp4_grouped`, tensor scale derived) use it.
+pub fn nvfp4_tensor_scale(amax: f32) -> f32 {
+    if amax == 0.0 {
+        1.0
+    } else {
+        (amax / (E2M1_MAX * Ue4m3::MAX_F32)).max(pow2(-149))
+    }
+}
+
 /// An NVFP4 matrix `[rows, k]`: e2m1 elements packed two per byte (as [`Mxfp4`]), one [`Ue4m3`] per row per 16
 /// of K (`[rows, k / 16]`), and one f32 per tensor: `w ≈ q · s_block · tensor_scale`. (CUTLASS's example 75
 /// takes the tensor scale as the epilogue's `alpha`, the product of A's and B's.)
@@ -477,22 +488,49 @@ impl Nvfp4 {
         Ok(Nvfp4 { rows, k, data, scales, tensor_scale })
     }
 
-    /// Quantises `w [rows, k]`: `tensor_scale = amax(w) / (6 · 448)` (1 for an all-zero tensor), so every block
-    /// scale fits UE4M3; per block `s = ue4m3_ceil(amax / 6 / tensor_scale)` (1 for an all-zero block), `q =
-    /// e2m1(w / (s · tensor_scale))` (nearest even; a block whose scale underflows to 0 quantises to zeros).
+    /// Quantises `w [rows, k]` with its own tensor scale, [`nvfp4_tensor_scale`]`(amax(w))` (so every block
+    /// scale fits UE4M3), as [`Self::quantize_with_tensor_scale`] does with a given one (except that a block
+    /// scale an f32 rounding puts past 448 takes 448).
     ///
     /// # Errors
     /// As [`Self::from_parts`]; a non-finite element (named).
     pub fn quantize(w: &[f32], rows: usize, k: usize) -> Result<Nvfp4> {
+        Nvfp4::quantize_impl(w, rows, k, None)
+    }
+
+    /// Quantises `w [rows, k]` with the tensor scale `t` (a calibrated activation scale, say): per block `s =
+    /// ue4m3_ceil(amax / 6 / t)` (1 for an all-zero block), `q = e2m1(w / (s · t))` (nearest even; a block whose
+    /// `s · t` underflows to 0 quantises to zeros).
+    ///
+    /// # Errors
+    /// As [`Self::from_parts`]; a non-finite element (named); a block that would need a scale above 448 (`t`
+    /// too small for the data: its largest elements would clip).
+    pub fn quantize_with_tensor_scale(w: &[f32], rows: usize, k: usize, t: f32) -> Result<Nvfp4> {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(invalid(format!("NVFP4 [{rows}, {k}]: tensor scale {t} must be finite and positive")));
+        }
+        Nvfp4::quantize_impl(w, rows, k, Some(t))
+    }
+
+    fn quantize_impl(w: &[f32], rows: usize, k: usize, given: Option<f32>) -> Result<Nvfp4> {
         let (n, _) = check_shape("NVFP4", rows, k, NV_BLOCK)?;
         check_len("NVFP4 input", rows, k, "elements", w.len(), n)?;
         check_finite("NVFP4 input", w, k)?;
-        let t_amax = amax(w);
-        let tensor_scale = if t_amax == 0.0 { 1.0 } else { (t_amax / (E2M1_MAX * Ue4m3::MAX_F32)).max(pow2(-149)) };
+        let tensor_scale = given.unwrap_or_else(|| nvfp4_tensor_scale(amax(w)));
+        let bpr = k / NV_BLOCK;
         let mut scales = Vec::with_capacity(n / NV_BLOCK);
-        for blk in w.chunks_exact(NV_BLOCK) {
+        for (b, blk) in w.chunks_exact(NV_BLOCK).enumerate() {
             let a = amax(blk);
-            scales.push(if a == 0.0 { Ue4m3::ONE } else { Ue4m3::from_f32_ceil(a / E2M1_MAX / tensor_scale)? });
+            let y = a / E2M1_MAX / tensor_scale;
+            if given.is_some() && y > Ue4m3::MAX_F32 {
+                return Err(invalid(format!(
+                    "NVFP4 block [{}, {}]: amax {a} needs a UE4M3 scale of {y} under the tensor scale {tensor_scale}, \
+                     above 448 (the tensor scale is too small for the data)",
+                    b / bpr,
+                    b % bpr
+                )));
+            }
+            scales.push(if a == 0.0 { Ue4m3::ONE } else { Ue4m3::from_f32_ceil(y.min(Ue4m3::MAX_F32))? });
         }
         let data = quantize_e2m1_blocks(w, NV_BLOCK, |b, _| Ok(scales[b].to_f32() * tensor_scale))?;
         Nvfp4::from_parts(rows, k, data, scales, tensor_scale)

@@ -40,7 +40,7 @@ impl Mxfp8Rows {
                 "MXFP8 rows: K = {k} must be a positive multiple of 32 and groups = {groups} positive"
             )));
         }
-        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k, groups)
+        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / ffi::mx_quant::MX_VEC, groups)
             .ok_or_else(|| Error::InvalidProblem(format!("MXFP8 rows [{max_rows}, {k}] x {groups} groups overflow")))?;
         let n = max_rows
             .checked_mul(k)
@@ -152,7 +152,7 @@ impl Mxfp8Weights {
             }
             q.extend_from_slice(e.data());
             let atoms = e.sf_atoms();
-            debug_assert_eq!(atoms.len(), ffi::grouped_mx::expert_sf_bytes(n, k));
+            debug_assert_eq!(atoms.len(), ffi::grouped_mx::expert_sf_bytes(n, k, ffi::mx_quant::MX_VEC));
             sf.extend(atoms);
         }
         Ok(Mxfp8Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })

@@ -106,21 +106,72 @@ fn sm100_invalid_offsets_are_reported_and_contained() {
     assert!(d_host[max_rows * n..].iter().all(|x| x.is_nan()), "the guard past D was written");
 }
 
-/// The SM100 MXFP8 grouped GEMM: on this (SM90) device the plan is refused with `UnsupportedArch` naming the
-/// device, before anything is allocated or queued; on an SM100 device it would plan (the CPU test plans it for a
-/// B200's `DeviceInfo`), which is as far as this project can take it without Blackwell hardware.
+/// The SM100 block-scaled grouped GEMMs (MXFP8 x MXFP8, MXFP8 x MXFP4, MXFP4 x MXFP4, NVFP4 x NVFP4): on this
+/// (SM90) device every plan is refused with `UnsupportedArch` naming the device, before anything is allocated or
+/// queued; on an SM100 device they would plan (the CPU tests plan them for a B200's `DeviceInfo`), which is as
+/// far as this project can take them without Blackwell hardware. FP8 x NVFP4 is refused everywhere, naming the
+/// CUTLASS builder.
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn mxfp8_gemm_plan_is_refused_off_sm100() {
-    use moe_gemm::kernels::grouped_mx::{GroupedGemmMxfp8, MxWeightFormat};
+fn mx_gemm_plans_are_refused_off_sm100() {
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat};
     let (ctx, stream) = gpu();
     let info = DeviceInfo::query(&ctx).unwrap();
-    match GroupedGemmMxfp8::new(&stream, MxWeightFormat::Mxfp8, 256, 4096, 7168, 4096) {
-        Err(e @ Error::UnsupportedArch { .. }) if info.compute_capability.0 != 10 => {
-            assert!(e.to_string().contains(&info.name), "{e}");
-            println!("refused as expected on {}: {e}", info.name);
+    for c in MxConfig::ALL {
+        let (a, b) = c.formats();
+        match GroupedGemmMx::new(&stream, a, b, 256, 4096, 7168, 4096) {
+            Err(e @ Error::UnsupportedArch { required: "sm_100a", .. }) if info.compute_capability.0 != 10 => {
+                assert!(e.to_string().contains(&info.name), "{e}");
+                println!("{}: refused as expected on {}: {e}", c.name(), info.name);
+            }
+            Ok(_) if info.compute_capability.0 == 10 => println!("{}: planned on {} (SM100)", c.name(), info.name),
+            other => panic!("{} on {}: {other:?}", c.name(), info.name),
         }
-        Ok(_) if info.compute_capability.0 == 10 => println!("planned on {} (SM100)", info.name),
-        other => panic!("{}: {other:?}", info.name),
     }
+    let e = GroupedGemmMx::new(&stream, MxFormat::Mxfp8, MxFormat::Nvfp4, 8, 256, 256, 64).unwrap_err();
+    assert!(matches!(e, Error::KernelNotBuilt { .. }) && e.to_string().contains("CUTLASS 4.2 builder"), "{e}");
+}
+
+/// The block-scaled launch checks its operands on the host before anything reaches the device: a plan made for a
+/// (described) B200 and launched here with activations of another format, with A or B of another shape, or with
+/// a short D is refused with the constraint named. (A launch that passed these checks would reach the SM100
+/// kernel, which cannot run here: no case below does.)
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn mx_gemm_launch_refuses_mismatched_operands_on_the_host() {
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
+    use moe_gemm::quant::mx::Nvfp4;
+    use moe_gemm::quant::{Mxfp4Rows, Nvfp4Rows, Nvfp4Weights};
+    let (_ctx, stream) = gpu();
+    let b200 = DeviceInfo {
+        ordinal: 0,
+        name: "NVIDIA B200 (described)".into(),
+        compute_capability: (10, 0),
+        sm_count: 148,
+        l2_bytes: 126 << 20,
+        max_smem_per_block_optin: 227 << 10,
+        arch: Arch::from_compute_capability(10, 0),
+    };
+    let (g, n, k, max_rows) = (2usize, 128usize, 256usize, 64usize);
+    let plan = GroupedGemmMx::for_device(b200, MxFormat::Nvfp4, MxFormat::Nvfp4, g, n, k, max_rows).unwrap();
+    let mut ws = plan.alloc_workspace(&stream).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let experts: Vec<Nvfp4> =
+        (0..g).map(|e| Nvfp4::quantize_bf16(&random_vec::<bf16>(n * k, 30 + e as u64, 1.0), n, k).unwrap()).collect();
+    let w = Nvfp4Weights::from_host(&stream, &experts).unwrap();
+    assert_eq!(w.bytes(), g * n * k / 2 + g * 512 * (k / 64) + 4 * g);
+    let offsets = stream.clone_htod(&[0i32, 10, 20]).unwrap();
+    let mut d = stream.alloc_zeros::<bf16>(max_rows * n).unwrap();
+    let mx = Mxfp4Rows::alloc(&stream, max_rows, k, g).unwrap();
+    let e = plan.launch(&stream, MxRows::Mxfp4(&mx), MxWeights::Nvfp4(&w), &offsets, &mut d, &mut ws, &mut st);
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("planned for Nvfp4 x Nvfp4, launched with Mxfp4 x Nvfp4"), "{e}");
+    let other_k = Nvfp4Rows::alloc(&stream, max_rows, 2 * k, g).unwrap();
+    let e = plan.launch(&stream, MxRows::Nvfp4(&other_k), MxWeights::Nvfp4(&w), &offsets, &mut d, &mut ws, &mut st);
+    assert!(e.unwrap_err().to_string().contains("MX operands: A [64, 512]"));
+    let a = Nvfp4Rows::alloc(&stream, max_rows, k, g).unwrap();
+    let mut short = stream.alloc_zeros::<bf16>(max_rows * n - 1).unwrap();
+    let e = plan.launch(&stream, MxRows::Nvfp4(&a), MxWeights::Nvfp4(&w), &offsets, &mut short, &mut ws, &mut st);
+    assert!(matches!(e, Err(Error::Buffer { name: "d", .. })), "{e:?}");
+    st.check(&stream).unwrap();
 }

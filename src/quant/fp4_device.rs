@@ -1,0 +1,321 @@
+//! FP4 activations and NVFP4 weights on the device for the SM100 4-bit block-scaled grouped GEMMs: e2m1 rows
+//! packed two per byte (the even element in the low nibble) and their scales in CUTLASS's 128 x 4 atom layout,
+//! one layout per group at a base the device computes from the group rows (`cpp/mx_quant.h`), as
+//! [`super::Mxfp8Rows`] does for MXFP8.
+//!
+//! * [`Mxfp4Rows`]: UE8M0 per 32 of K, bit for bit [`super::mx::Mxfp4::quantize`] of each group's rows;
+//! * [`Nvfp4Rows`]: UE4M3 per 16 of K times one f32 tensor scale, bit for bit
+//!   [`super::mx::Nvfp4::quantize`] of all grouped rows together ([`NvTensorScale::FromAmax`]: the tensor scale
+//!   derived on the device by [`super::mx::nvfp4_tensor_scale`]) or
+//!   [`super::mx::Nvfp4::quantize_with_tensor_scale`] ([`NvTensorScale::Given`]).
+//!
+//! Both kernels are portable (they run on SM90 too); `tests/gpu/mx_quant.rs` compares them with the host bit for
+//! bit.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::ffi::mx_quant::Fp4Format;
+use crate::kernels::grouped::GroupRows;
+use crate::status::DeviceStatus;
+use crate::view::MatrixView;
+
+/// The buffers of a grouped FP4 A: packed e2m1 `[max_rows, K / 2]`, the scale atoms of up to `groups` groups
+/// (sized for the worst case: every group padded to 128 rows) and each group's byte base `[groups + 1]`.
+#[derive(Debug)]
+struct Fp4Buffers {
+    q: CudaSlice<u8>,
+    sf: CudaSlice<u8>,
+    sf_bases: CudaSlice<i64>,
+    max_rows: usize,
+    k: usize,
+    groups: usize,
+}
+
+impl Fp4Buffers {
+    fn alloc(
+        what: &str,
+        stream: &Arc<CudaStream>,
+        max_rows: usize,
+        k: usize,
+        groups: usize,
+        vec: usize,
+    ) -> Result<Self> {
+        if k == 0 || k % vec != 0 || groups == 0 {
+            return Err(Error::InvalidProblem(format!(
+                "{what} rows: K = {k} must be a positive multiple of {vec} (one scale per {vec}) and groups = \
+                 {groups} positive"
+            )));
+        }
+        let overflow = || Error::InvalidProblem(format!("{what} rows [{max_rows}, {k}] x {groups} groups overflow"));
+        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / vec, groups).ok_or_else(overflow)?;
+        let n = max_rows.checked_mul(k / 2).ok_or_else(overflow)?;
+        Ok(Fp4Buffers {
+            q: stream.alloc_zeros(n)?,
+            sf: stream.alloc_zeros(sf_bytes)?,
+            sf_bases: stream.alloc_zeros(groups + 1)?,
+            max_rows,
+            k,
+            groups,
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        self.q.len() + self.sf.len() + 8 * self.sf_bases.len()
+    }
+
+    fn check_x<T: Element>(&self, what: &str, x: &MatrixView<'_, T>) -> Result<()> {
+        if (x.rows(), x.cols()) != (self.max_rows, self.k) {
+            return Err(Error::InvalidProblem(format!(
+                "{what} quantisation: x [{}, {}] for rows of [{}, {}]",
+                x.rows(),
+                x.cols(),
+                self.max_rows,
+                self.k
+            )));
+        }
+        Ok(())
+    }
+}
+
+macro_rules! fp4_rows_accessors {
+    () => {
+        pub fn max_rows(&self) -> usize {
+            self.buf.max_rows
+        }
+        pub fn k(&self) -> usize {
+            self.buf.k
+        }
+        pub fn groups(&self) -> usize {
+            self.buf.groups
+        }
+        /// Packed e2m1 `[max_rows, K / 2]` bytes, the even element in the low nibble.
+        pub fn q(&self) -> &CudaSlice<u8> {
+            &self.buf.q
+        }
+        /// The scale atoms, all groups: group `g`'s at `sf_bases[g]`.
+        pub fn sf(&self) -> &CudaSlice<u8> {
+            &self.buf.sf
+        }
+        /// `[groups + 1]`: each group's byte base, the last the bytes in use.
+        pub fn sf_bases(&self) -> &CudaSlice<i64> {
+            &self.buf.sf_bases
+        }
+    };
+}
+
+/// A grouped A in MXFP4 on the device: e2m1 `[max_rows, K]` packed two per byte, UE8M0 per 32 of K, per group
+/// in the SM100 scale layout.
+#[derive(Debug)]
+pub struct Mxfp4Rows {
+    buf: Fp4Buffers,
+}
+
+impl Mxfp4Rows {
+    /// Zeroed buffers for `groups` groups over `max_rows` rows of `k`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k` not a positive multiple of 32, no groups, sizes that overflow; driver
+    /// errors of the allocations.
+    pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Mxfp4Rows> {
+        Ok(Mxfp4Rows { buf: Fp4Buffers::alloc("MXFP4", stream, max_rows, k, groups, ffi::mx_quant::MX_VEC)? })
+    }
+    fp4_rows_accessors!();
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        self.buf.bytes()
+    }
+}
+
+/// A grouped A in NVFP4 on the device: e2m1 `[max_rows, K]` packed two per byte, UE4M3 per 16 of K, per group
+/// in the SM100 scale layout, and the f32 tensor scale the quantiser used (on the device: the NVFP4 GEMM
+/// multiplies it into each group's alpha).
+#[derive(Debug)]
+pub struct Nvfp4Rows {
+    buf: Fp4Buffers,
+    /// `[tensor scale, amax scratch]`.
+    tensor: CudaSlice<f32>,
+}
+
+impl Nvfp4Rows {
+    /// Zeroed buffers for `groups` groups over `max_rows` rows of `k`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k` not a positive multiple of 16, no groups, sizes that overflow; driver
+    /// errors of the allocations.
+    pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Nvfp4Rows> {
+        let buf = Fp4Buffers::alloc("NVFP4", stream, max_rows, k, groups, ffi::mx_quant::NV_VEC)?;
+        Ok(Nvfp4Rows { buf, tensor: stream.alloc_zeros(2)? })
+    }
+    fp4_rows_accessors!();
+    /// `[2]`: element 0 is the tensor scale of the last quantisation (element 1 the kernels' scratch).
+    pub fn tensor_scale(&self) -> &CudaSlice<f32> {
+        &self.tensor
+    }
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        self.buf.bytes() + 4 * self.tensor.len()
+    }
+}
+
+/// Where the NVFP4 activations' tensor scale comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum NvTensorScale {
+    /// The caller's (a calibrated activation scale): finite and positive. A block that would need a UE4M3 scale
+    /// above 448 under it saturates and sets [`crate::status::bits::SCALE_OVERFLOW`].
+    Given(f32),
+    /// Derived on the device from the largest finite magnitude of all grouped rows, by
+    /// [`super::mx::nvfp4_tensor_scale`] (the host quantiser's rule).
+    FromAmax,
+}
+
+/// Quantises the rows of `x [max_rows, K]` that `rows` places in a group into `out` (MXFP4, per group in the
+/// SM100 scale layout), and writes each group's base. Rows in no group are left as they were.
+///
+/// # Errors
+/// As [`super::quantize_mxfp8_grouped`]: [`Error::InvalidProblem`] when `x` is not `[out.max_rows(), out.k()]`
+/// or `rows` is per-row groups or of another group count; [`Error::Buffer`] for short group arrays; launch
+/// errors. On the device: non-finite elements (`NONFINITE_INPUT`; NaN becomes +6, ±inf ±6), bad offsets or
+/// counts, a layout past the scale buffer (`CAPACITY_OVERFLOW`).
+pub fn quantize_mxfp4_grouped<'r, T: Element>(
+    stream: &Arc<CudaStream>,
+    x: &MatrixView<'_, T>,
+    rows: impl Into<GroupRows<'r>>,
+    out: &mut Mxfp4Rows,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    out.buf.check_x("MXFP4", x)?;
+    let (rows, view, b) = (rows.into(), x.as_view(), &mut out.buf);
+    let dst = ffi::mx_quant::Fp4Dst { out: &mut b.q, sf: &mut b.sf, sf_bases: &mut b.sf_bases, tensor: None };
+    let shape = (b.max_rows, b.k, b.groups);
+    ffi::mx_quant::launch_quantize_fp4(
+        stream,
+        Fp4Format::Mxfp4,
+        &view,
+        x.stride(),
+        shape,
+        rows.to_ffi(),
+        0.0,
+        dst,
+        status.word_mut(),
+    )
+}
+
+/// Quantises the rows of `x [max_rows, K]` that `rows` places in a group into `out` (NVFP4, per group in the
+/// SM100 scale layout, one tensor scale for all of them: `scale`), and writes each group's base and the tensor
+/// scale. Rows in no group are left as they were.
+///
+/// # Errors
+/// As [`quantize_mxfp4_grouped`]; [`Error::InvalidProblem`] for a given tensor scale that is not finite and
+/// positive. On the device also `SCALE_OVERFLOW` (a given tensor scale too small for a block).
+pub fn quantize_nvfp4_grouped<'r, T: Element>(
+    stream: &Arc<CudaStream>,
+    x: &MatrixView<'_, T>,
+    rows: impl Into<GroupRows<'r>>,
+    scale: NvTensorScale,
+    out: &mut Nvfp4Rows,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    out.buf.check_x("NVFP4", x)?;
+    let t = match scale {
+        NvTensorScale::Given(t) if t.is_finite() && t > 0.0 => t,
+        NvTensorScale::Given(t) => {
+            return Err(Error::InvalidProblem(format!("NVFP4 tensor scale {t}: must be finite and positive")))
+        }
+        NvTensorScale::FromAmax => 0.0,
+    };
+    let (rows, view, b) = (rows.into(), x.as_view(), &mut out.buf);
+    let dst = ffi::mx_quant::Fp4Dst {
+        out: &mut b.q,
+        sf: &mut b.sf,
+        sf_bases: &mut b.sf_bases,
+        tensor: Some(&mut out.tensor),
+    };
+    let shape = (b.max_rows, b.k, b.groups);
+    ffi::mx_quant::launch_quantize_fp4(
+        stream,
+        Fp4Format::Nvfp4,
+        &view,
+        x.stride(),
+        shape,
+        rows.to_ffi(),
+        t,
+        dst,
+        status.word_mut(),
+    )
+}
+
+/// NVFP4 expert weights on the device for the SM100 NVFP4 grouped GEMM: e2m1 `[G, N, K]` packed two per byte
+/// (`[G, N, K / 2]` bytes), each expert's UE4M3 scales `[N, K / 16]` in CUTLASS's 128 x 4 atoms (expert `g`'s at
+/// `g · 512 · ceil(N / 128) · ceil(K / 64)`), and each expert's f32 tensor scale `[G]`.
+#[derive(Debug)]
+pub struct Nvfp4Weights {
+    q: CudaSlice<u8>,
+    sf: CudaSlice<u8>,
+    tensor_scales: CudaSlice<f32>,
+    experts: usize,
+    n: usize,
+    k: usize,
+}
+
+impl Nvfp4Weights {
+    /// Uploads host experts ([`super::mx::Nvfp4`], each `[N, K]` with its own tensor scale), laying their scales
+    /// out in atoms.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for no experts or experts of different shapes (the expert named); driver
+    /// errors of the copies.
+    pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Nvfp4]) -> Result<Nvfp4Weights> {
+        let first = experts.first().ok_or_else(|| Error::InvalidProblem("NVFP4 weights of 0 experts".into()))?;
+        let (n, k) = (first.rows(), first.k());
+        let (mut q, mut sf, mut ts) = (Vec::new(), Vec::new(), Vec::new());
+        for (g, e) in experts.iter().enumerate() {
+            if (e.rows(), e.k()) != (n, k) {
+                return Err(Error::InvalidProblem(format!(
+                    "NVFP4 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
+                    e.rows(),
+                    e.k()
+                )));
+            }
+            q.extend_from_slice(e.data());
+            sf.extend(e.sf_atoms());
+            ts.push(e.tensor_scale());
+        }
+        Ok(Nvfp4Weights {
+            q: stream.clone_htod(&q)?,
+            sf: stream.clone_htod(&sf)?,
+            tensor_scales: stream.clone_htod(&ts)?,
+            experts: experts.len(),
+            n,
+            k,
+        })
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// The packed e2m1 bytes, `[G, N, K / 2]`.
+    pub fn q(&self) -> &CudaSlice<u8> {
+        &self.q
+    }
+    pub fn sf(&self) -> &CudaSlice<u8> {
+        &self.sf
+    }
+    /// `[G]`.
+    pub fn tensor_scales(&self) -> &CudaSlice<f32> {
+        &self.tensor_scales
+    }
+    pub fn bytes(&self) -> usize {
+        self.q.len() + self.sf.len() + 4 * self.tensor_scales.len()
+    }
+}
