@@ -40,7 +40,8 @@ fn auto_max(e: usize, k: usize, h: usize, i: usize, t: usize, b: Backend) -> usi
 
 /// The scratch bytes of Auto's default backends, from the layouts' definitions: Batched keeps one activation row
 /// per (token, slot); Grouped permutes T·k rows; Fused pads each active expert to its tile (128 rows once the
-/// average active expert gets 64, else 64) and writes GEMM2's rows by (token, slot).
+/// average active expert gets 64, else 64; its expert ids per block of the smallest tile, 16 rows) and writes
+/// GEMM2's rows by (token, slot).
 fn expected_bytes(e: usize, k: usize, h: usize, i: usize, t: usize, n: &ScratchNeeds) -> usize {
     let (tb, tg, tf) = (
         auto_max(e, k, h, i, t, Backend::Batched).min(4096 / k),
@@ -56,7 +57,8 @@ fn expected_bytes(e: usize, k: usize, h: usize, i: usize, t: usize, n: &ScratchN
     let d1 = rg.max(rf) * 2 * i;
     let hbuf = rows * i;
     let d2 = rg.max(rf_rows) * h;
-    let tiles = rg.max(padded(rf_rows, e, 64) / 64);
+    // One expert id per block of the smallest Fused tile (16 rows: SwapAb16).
+    let tiles = rg.max([16, 32, 64, 128].iter().map(|&b| padded(rf_rows, e, b) / b).max().unwrap());
     let layout_ints = e + (e + 1) + 2 * rg.max(rf) + tiles + t * k + 1 + n.layout_scratch_ints;
     (a + d1 + hbuf + d2) * 2 + layout_ints * 4 + n.workspace_bytes + 4
 }
