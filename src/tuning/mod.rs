@@ -191,7 +191,8 @@ impl LayerChoice {
             Backend::Fused => {
                 let t = self.fused_tile.unwrap_or_else(|| FusedTile::for_rows(rows, self.experts));
                 let (tm, tn, tk) = t.tile();
-                serde_json::json!({"config": t.name(), "schedule": "FusedPersistent", "tile": [tm, tn, tk], "cluster": [1, 1, 1]})
+                let schedule = if t.has_fp8() { "FusedPersistent" } else { "SwapAbStreaming" };
+                serde_json::json!({"config": t.name(), "schedule": schedule, "tile": [tm, tn, tk], "cluster": [1, 1, 1]})
             }
             _ => {
                 let c = crate::kernels::TileConfig::heuristic(self.experts, n, rows, self.sm_count);
