@@ -1,8 +1,9 @@
 // The Fused backend's decode tiles (FusedTile::SwapAb16 / SwapAb32): the same gather and scatter GEMMs over the
 // same aligned layout as fused_moe_sm90.cuh, for the batches where every expert gets a handful of rows.
 //
-// Why not the warpgroup MMA of fused_moe_sm90.cuh: it wants 64 rows on its M side, so a 64-row tile that holds 2 real rows spends its shared-memory
-// and tensor bandwidth on padding and leaves fewer tiles to stream the weights. Here A and B swap roles (vLLM's
+// Why not the warpgroup MMA of fused_moe_sm90.cuh: it wants 64 rows on its M side, so a 64-row tile that holds
+// 2 real rows spends its shared-memory and tensor bandwidth on padding and leaves fewer tiles to stream the
+// weights. Here A and B swap roles (vLLM's
 // "swap AB"): the expert's weight rows sit on the M side of `mma.sync.m16n8k16` and the BM (16 or 32) positions of
 // one layout block on its N side. Each warp streams 32 weight rows with 16-byte `cp.async` into its own
 // ring of kStages stages in shared memory (L2 only for the weights, through L1 for the positions' rows, which
@@ -13,7 +14,8 @@
 //
 // Grid: x = groups of (4 / S) warp tasks of 32 weight rows, each task's K split over S warps where the batch has
 // too few tasks to fill the SMs; y = the layout's blocks of BM positions (blocks past the batch's *total return
-// at once, so a captured graph replays for any routing). Outputs and their roundings are those of the warpgroup-MMA tiles.
+// at once, so a captured graph replays for any routing). Outputs and their roundings are those of the
+// warpgroup-MMA tiles.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -61,10 +61,18 @@ pub fn run() -> moe_gemm::Result<()> {
     println!("  decode layer      bf16, f16   two streaming kernels (the Batched backend)");
     for t in moe_gemm::kernels::fused::FusedTile::ALL {
         let (m, n, k) = t.tile();
-        println!(
-            "  fused_moe_sm90    bf16, f16   {:<18} tile {m}x{n}x{k}, persistent, A gathered by cp.async, B by TMA",
-            t.name()
-        );
+        if t.has_fp8() {
+            println!(
+                "  fused_moe_sm90    bf16, f16   {:<18} tile {m}x{n}x{k}, persistent, A gathered by cp.async, B by TMA",
+                t.name()
+            );
+        } else {
+            println!(
+                "  decode (fused)    bf16, f16   {:<18} {m} positions x {n} weight rows x {k} per warp step, mma.sync, \
+                 weights on M, per-warp cp.async ring",
+                t.name()
+            );
+        }
     }
     println!("devices");
     if !device::driver_present() {
