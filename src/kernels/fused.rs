@@ -87,7 +87,7 @@ impl FusedTile {
 
     /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any
     /// gets: [`Self::SwapAb16`] up to 8, then as [`Self::for_rows_fp8`]. Measured on the H200 (layer, uniform
-    /// routing, 2026-12-01, `benches/results/h200-2026-12-01-s6/`): at 1-8 rows per expert SwapAb16 is 2-7%
+    /// routing, 2026-12-01, `benches/results/h200-2026-12-01-s6/`): at 1-8 rows per expert SwapAb16 is 3-6%
     /// faster than the 64-row wgmma tile at every suite point (DeepSeek-V3 T = 64 4551 vs 4763 µs, Qwen3-30B
     /// T = 128 332 vs 348, gpt-oss T = 256 1553 vs 1629); at 16 the 64-row tile wins on four models of five
     /// (SwapAb32 by 1.7% on Mixtral T = 64 only, so it is not picked).
