@@ -82,7 +82,7 @@ impl FusedTile {
 
     /// Whether an FP8 kernel of this tile's `BLOCK_M` exists (the SwapAb tiles are bf16/f16 only).
     pub const fn has_fp8(self) -> bool {
-        !matches!(self, FusedTile::SwapAb16 | FusedTile::SwapAb32)
+        self.fp8_tile().is_some()
     }
 
     /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any

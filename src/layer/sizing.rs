@@ -415,13 +415,11 @@ impl LayerSizing {
                     (r, r, r, r, r / CONTIGUOUS_BLOCK_M)
                 }
                 Backend::Fused => {
-                    let bm = fused_bm(t).max(FusedTile::M64N128K64.block_m());
-                    let r = aligned_rows(slots(t), g, bm);
-                    let r64 = aligned_rows(slots(t), g, FusedTile::M64N128K64.block_m());
-                    let r = r.max(r64);
-                    // Over FP8 weights GEMM1 gathers x quantised per token: `a` holds T e4m3 rows.
+                    // Room for the 64-row tile at least (a pass whose own tile does not fit falls back to it).
+                    let r = aligned_rows(slots(t), g, fused_bm(t).max(FusedTile::M64N128K64.block_m()));
                     // One expert id per block of the smallest tile a pass may take.
                     let tiles = FusedTile::ALL.iter().map(|f| aligned_rows(slots(t), g, f.block_m()) / f.block_m());
+                    // Over FP8 weights GEMM1 gathers x quantised per token: `a` holds T e4m3 rows.
                     (r, if fp8 { t } else { 0 }, slots(t), r, tiles.max().unwrap_or(0))
                 }
                 Backend::Auto => unreachable!("passes hold concrete backends"),

@@ -40,6 +40,7 @@ pub use mx_device::{quantize_mxfp8_grouped, Mxfp4Weights, Mxfp8Rows, Mxfp8Weight
 pub use device::{quantize_gather, quantize_rows, quantize_weights, requantize_rows, Fp8Rows, RowsInUse};
 mod operands;
 mod packed_ue8m0;
+mod sf_atoms;
 pub use float8::{F8E4M3, F8E5M2};
 pub use group::{
     dequantize_groups, per_token_group_quant, quantize_element, GroupQuant, ScaleRounding, ACT_GROUP, DEEPSEEK_EPS,
