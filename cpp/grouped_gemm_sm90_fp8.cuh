@@ -6,6 +6,7 @@
 // Included only by grouped_gemm_sm90_fp8_blockwise.cu, which lists the configurations it instantiates. As for
 // the bf16 GEMM (grouped_gemm_sm90.cuh), a kernel of ours turns the device offsets into CUTLASS's per-group
 // shapes, pointers and strides inside the caller's workspace; here it also points each group at its scales.
+// That kernel, the arrays and the launch are fp8_blockwise_groups.cuh's, shared with the SM100 unit.
 //
 // Scales in grouped mode (CUTLASS 4.2): the blockwise mainloop rebuilds each group's scale layout from the
 // group's (M, N, K) in `load_init` (called from `tensors_perform_update`) and never reads the `layout_SFA/SFB`
@@ -31,9 +32,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "fp8_blockwise_groups.cuh"
 #include "fp8_schedules.cuh"
-#include "grouped_run.cuh"
-#include "launch_fp8.h"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "grouped_gemm_sm90_fp8 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
@@ -46,9 +46,9 @@ using namespace cute;
 
 // DeepSeek-V3 block scaling: activations 1 x 128 (per row, per 128 of K), weights 128 x 128; both grids K-major
 // (the K blocks of one row of blocks are contiguous).
-constexpr int kScaleM = 1;
-constexpr int kScaleN = 128;
-constexpr int kScaleK = 128;
+using fp8_blockwise::kScaleK;
+using fp8_blockwise::kScaleM;
+using fp8_blockwise::kScaleN;
 using ScaleConfig =
     cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN, kScaleK, cute::GMMA::Major::K, cute::GMMA::Major::K>;
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
@@ -74,12 +74,11 @@ using Cooperative128x128x128 = Config<Shape<_128, _128, _128>, CoopBlockwise, Co
 using Pingpong64x128x128 = Config<Shape<_64, _128, _128>, PingBlockwise, PingEpi>;
 
 template <class Cfg>
-struct GroupedGemmFp8Sm90 {
+struct Builders {
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
   using ElementD = cutlass::bfloat16_t;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
-  using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;  // B stored [N, K] row-major == K x N column-major
   using LayoutD = cutlass::layout::RowMajor;
@@ -101,13 +100,13 @@ struct GroupedGemmFp8Sm90 {
       typename Cfg::KernelSchedule>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
 
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
-  using InternalLayoutSFA = typename CollectiveMainloop::InternalLayoutSFA;
-  using InternalLayoutSFB = typename CollectiveMainloop::InternalLayoutSFB;
+// The arrays, arguments, workspace, prepare kernel and launch are fp8_blockwise's (shared with SM100).
+template <class Cfg>
+struct GroupedGemmFp8Sm90 : fp8_blockwise::Groups<typename Builders<Cfg>::Kernel, ScaleConfig> {
+  using Base = fp8_blockwise::Groups<typename Builders<Cfg>::Kernel, ScaleConfig>;
+  using CollectiveMainloop = typename Base::CollectiveMainloop;
 
   // What the mainloop made of our types: checked here, at compile time, and reported by facts().
   using Schedule = typename Cfg::KernelSchedule;
@@ -120,71 +119,9 @@ struct GroupedGemmFp8Sm90 {
   static_assert(!ScheduleTraits<Schedule>::fast_accumulation, "blockwise scaling never uses FastAccum");
   static_assert(IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value,
                 "the builder must pick the two-level blockwise mainloop");
-  static_assert(CollectiveMainloop::ScaleGranularityM == kScaleM && CollectiveMainloop::ScaleGranularityN == kScaleN &&
-                    CollectiveMainloop::ScaleGranularityK == kScaleK,
-                "scale granularities 1 x 128 (A) and 128 x 128 (B)");
   static_assert(!CollectiveMainloop::MMajorSFA && !CollectiveMainloop::NMajorSFB, "K-major SFA and SFB");
   static_assert(kTileK == kScaleK && kPromotionK == kScaleK,
                 "TileK = 128 and one promotion per scale block of K");
-  static_assert(std::is_same_v<InternalLayoutSFA, LayoutSFA> && std::is_same_v<InternalLayoutSFB, LayoutSFB>);
-
-  // Our per-group arrays, carved from the start of the workspace; CUTLASS's own workspace follows.
-  struct Arrays {
-    UnderlyingShape* shapes;
-    const ElementA** a;
-    const ElementB** b;
-    ElementD** d;
-    const float** sfa;
-    const float** sfb;
-    StrideA* sa;
-    StrideB* sb;
-    StrideD* sd;
-    InternalLayoutSFA* lsfa;
-    InternalLayoutSFB* lsfb;
-    uint64_t bytes;  // total bytes of the arrays, 256-aligned
-  };
-
-  static Arrays carve(uint8_t* base, int groups) {
-    grouped_run::Carver c{base};
-    const uint64_t g = static_cast<uint64_t>(groups);
-    Arrays r{c.take<UnderlyingShape>(g),   c.take<const ElementA*>(g),  c.take<const ElementB*>(g),
-             c.take<ElementD*>(g),         c.take<const float*>(g),     c.take<const float*>(g),
-             c.take<StrideA>(g),           c.take<StrideB>(g),          c.take<StrideD>(g),
-             c.take<InternalLayoutSFA>(g), c.take<InternalLayoutSFB>(g), 0};
-    r.bytes = c.bytes;
-    return r;
-  }
-
-  static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};  // device-only shapes
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.sa;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.sb;
-    args.mainloop.ptr_SFA = arr.sfa;
-    args.mainloop.layout_SFA = arr.lsfa;
-    args.mainloop.ptr_SFB = arr.sfb;
-    args.mainloop.layout_SFB = arr.lsfb;
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.sd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.sd;
-    args.hw_info = hw;
-    return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
-  }
 
   static Fp8KernelFacts facts() {
     Fp8KernelFacts f{};
@@ -204,88 +141,7 @@ struct GroupedGemmFp8Sm90 {
   }
 };
 
-// One thread per group: (offsets | counts) -> shapes, operand and scale pointers, strides and scale layouts.
-// Invalid values are clamped so that nothing is read or written out of bounds ([0, max_rows], and each group
-// within its room) and reported through the status word, with the bits the bf16 GEMM uses. Group g's scales:
-// SFA at row_start * ceil(k/128) (K-major rows of A), SFB at g * ceil(n/128) * ceil(k/128) (expert g's grid).
-template <class G>
-__global__ void prepare_fp8_groups(GroupMode mode, const int32_t* __restrict__ offsets,
-                                   const int32_t* __restrict__ counts, int max_m, int groups, int n, int k,
-                                   int64_t max_rows, const typename G::Arrays arr, const void* a, const float* sfa,
-                                   const void* b, const float* sfb, void* d, uint32_t* error_word) {
-  const int g = blockIdx.x * blockDim.x + threadIdx.x;
-  if (g >= groups) return;
-  auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
-  uint32_t err = 0;
-  int64_t lo = 0, hi = 0;  // any other mode (refused on the host) computes nothing
-  if (mode == GroupMode::Masked) {
-    lo = static_cast<int64_t>(g) * max_m;  // the host checks groups * max_m <= max_rows
-    const int64_t c = counts[g];
-    if (c < 0 || c > max_m) err |= kErrGroupCountOutOfRange;
-    hi = lo + clamp(c, 0, max_m);
-  } else if (mode == GroupMode::Offsets || mode == GroupMode::Padded) {
-    lo = offsets[g];
-    hi = offsets[g + 1];
-    if (g == 0 && lo != 0) err |= kErrOffsetsNotZeroBased;
-    if (hi < lo) err |= kErrOffsetsNotMonotone;
-    if (lo < 0 || hi > max_rows) err |= kErrOffsetsOutOfRange;
-    lo = clamp(lo, 0, max_rows);
-    hi = clamp(hi, lo, max_rows);
-    if (mode == GroupMode::Padded) {
-      const int64_t c = counts[g];
-      if (c < 0 || c > hi - lo) err |= kErrGroupCountOutOfRange;
-      hi = lo + clamp(c, 0, hi - lo);
-    }
-  }
-  const int m = static_cast<int>(hi - lo);
-  const int64_t n64 = n, k64 = k;
-  const int64_t kb = (k64 + kScaleK - 1) / kScaleK;
-  const int64_t nb = (n64 + kScaleN - 1) / kScaleN;
-  arr.shapes[g] = typename G::UnderlyingShape{m, n, k};
-  arr.a[g] = static_cast<const typename G::ElementA*>(a) + lo * k64;
-  arr.b[g] = static_cast<const typename G::ElementB*>(b) + static_cast<int64_t>(g) * n64 * k64;
-  arr.d[g] = static_cast<typename G::ElementD*>(d) + lo * n64;
-  arr.sfa[g] = sfa + lo * kb;
-  arr.sfb[g] = sfb + static_cast<int64_t>(g) * nb * kb;
-  arr.sa[g] = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(m, k, 1));
-  arr.sb[g] = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(n, k, 1));
-  arr.sd[g] = cutlass::make_cute_packed_stride(typename G::StrideD{}, make_shape(m, n, 1));
-  arr.lsfa[g] = ScaleConfig::tile_atom_to_shape_SFA(make_shape(m, n, k, 1));
-  arr.lsfb[g] = ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
-  if (err) atomicOr(error_word, err);
-}
-
-// What CUTLASS's can_implement would check if it had the shapes (with device-only shapes it checks nothing):
-// the problem extents and the operand alignments TMA and the scale grids rely on.
-inline Status check_problem(const GroupedGemmFp8Args& p) {
-  const auto refuse = [](cutlass::Status s) { return Status{StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)}; };
-  if (p.mode != GroupMode::Offsets && p.mode != GroupMode::Padded && p.mode != GroupMode::Masked) {
-    return refuse(cutlass::Status::kErrorNotSupported);
-  }
-  if (p.groups < 0 || p.n <= 0 || p.n % kScaleN != 0 || p.k <= 0 || p.k % 16 != 0 || p.max_rows < 0 ||
-      p.max_m < 0 || (p.mode == GroupMode::Masked && static_cast<int64_t>(p.groups) * p.max_m > p.max_rows)) {
-    return refuse(cutlass::Status::kErrorInvalidProblem);
-  }
-  if ((p.a | p.b | p.d) % 16 != 0 || (p.sfa | p.sfb) % 4 != 0 || p.a == 0 || p.b == 0 || p.d == 0 || p.sfa == 0 ||
-      p.sfb == 0) {
-    return refuse(cutlass::Status::kErrorMisalignedOperand);
-  }
-  if (p.mode != GroupMode::Masked && p.offsets == 0) return refuse(cutlass::Status::kErrorInvalidProblem);
-  if (p.mode != GroupMode::Offsets && p.counts == 0) return refuse(cutlass::Status::kErrorInvalidProblem);
-  return {StatusCode::Ok, 0};
-}
-
-template <class G>
-Status run(const GroupedGemmFp8Args& p) {
-  return grouped_run::run<G>(p, check_problem(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
-    constexpr int kThreads = 128;
-    prepare_fp8_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-        p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
-        p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
-        reinterpret_cast<const float*>(p.sfa), reinterpret_cast<const void*>(p.b),
-        reinterpret_cast<const float*>(p.sfb), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
-  });
-}
+using fp8_blockwise::run;
 
 }  // namespace sm90_fp8
 }  // namespace moe_gemm
