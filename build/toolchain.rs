@@ -58,6 +58,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/grouped_gemm_sm100_bf16.cu", "grouped_gemm_sm100", SM100A),
     unit("cpp/grouped_gemm_sm100_mxfp8.cu", "grouped_gemm_sm100", SM100A),
     unit("cpp/grouped_gemm_sm100_fp4.cu", "grouped_gemm_sm100", SM100A),
+    unit("cpp/grouped_gemm_sm100_fp8_blockwise.cu", "grouped_gemm_sm100", SM100A),
     unit("cpp/grouped_gemm_sm90_bf16.cu", "grouped_gemm_sm90", SM90A),
     unit("cpp/grouped_gemm_sm90_f16.cu", "grouped_gemm_sm90", SM90A),
     unit("cpp/grouped_gemm_sm90_fp8_blockwise.cu", "grouped_gemm_sm90_fp8", SM90A),

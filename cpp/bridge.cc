@@ -130,7 +130,8 @@ rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config) {
   return rust::String(name != nullptr ? name : "");
 }
 
-LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& p) {
+// The launch.h copy of the FP8 blockwise params, field by field (both arches read the same operands).
+static GroupedGemmFp8Args fp8_args(const GroupedGemmFp8Params& p) {
   GroupedGemmFp8Args a{};
   a.config = p.config;
   a.mode = p.mode;
@@ -153,8 +154,38 @@ LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& p) {
   a.sm_count = p.sm_count;
   a.stream = p.stream;
   static_assert(same_fields<GroupedGemmFp8Params, GroupedGemmFp8Args>(20), "assign every GroupedGemmFp8Args field above");
-  return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_run(a));
+  return a;
 }
+
+LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& p) {
+  return wrap(moe_gemm::grouped_gemm_sm90_fp8_blockwise_run(fp8_args(p)));
+}
+
+bool grouped_gemm_sm100_fp8_built(Fp8TileConfig config) {
+  return moe_gemm::grouped_gemm_sm100_fp8_blockwise_built(config);
+}
+
+LaunchStatus grouped_gemm_sm100_fp8_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
+                                              uint64_t& bytes) {
+  return wrap(moe_gemm::grouped_gemm_sm100_fp8_blockwise_workspace(config, groups, sm_count, &bytes));
+}
+
+LaunchStatus grouped_gemm_sm100_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
+  moe_gemm::Fp8KernelFacts f{};
+  const Status s = moe_gemm::grouped_gemm_sm100_fp8_blockwise_facts(config, &f);
+  if (s.code == StatusCode::Ok) copy_facts(f, out);
+  return wrap(s);
+}
+
+rust::String grouped_gemm_sm100_fp8_schedule(Fp8TileConfig config) {
+  const char* name = moe_gemm::grouped_gemm_sm100_fp8_blockwise_schedule(config);
+  return rust::String(name != nullptr ? name : "");
+}
+
+LaunchStatus grouped_gemm_sm100_fp8_run(const GroupedGemmFp8Params& p) {
+  return wrap(moe_gemm::grouped_gemm_sm100_fp8_blockwise_run(fp8_args(p)));
+}
+
 
 bool grouped_gemm_sm90_fp8_rowwise_built(Fp8RowwiseConfig config) {
   return moe_gemm::grouped_gemm_sm90_fp8_rowwise_built(config);

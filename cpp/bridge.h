@@ -51,6 +51,11 @@ LaunchStatus grouped_gemm_sm90_fp8_workspace(Fp8TileConfig config, int32_t group
 LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& facts);
 rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config);
 LaunchStatus grouped_gemm_sm90_fp8_run(const GroupedGemmFp8Params& params);
+bool grouped_gemm_sm100_fp8_built(Fp8TileConfig config);
+LaunchStatus grouped_gemm_sm100_fp8_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count, uint64_t& bytes);
+LaunchStatus grouped_gemm_sm100_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& facts);
+rust::String grouped_gemm_sm100_fp8_schedule(Fp8TileConfig config);
+LaunchStatus grouped_gemm_sm100_fp8_run(const GroupedGemmFp8Params& params);
 bool grouped_gemm_sm90_fp8_rowwise_built(Fp8RowwiseConfig config);
 LaunchStatus grouped_gemm_sm90_fp8_rowwise_workspace(Fp8RowwiseConfig config, int32_t groups, int32_t sm_count,
                                                      uint64_t& bytes);

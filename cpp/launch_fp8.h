@@ -18,6 +18,8 @@ namespace moe_gemm {
 enum class Fp8TileConfig : uint32_t {
   Cooperative128x128x128 = 0,  // prefill: two consumer warpgroups on one 128-row tile
   Pingpong64x128x128 = 1,      // decode: 64-row tiles, half the idle MMA rows of a 128-row tile for tiny groups
+  // SM100 (grouped_gemm_sm100_fp8_blockwise.cu): tcgen05, one SM per 128x128x128 MMA tile, the same operands.
+  Sm100Blockwise1Sm128x128x128 = 2,
 };
 
 // D[r, :] (bf16) = sum over K blocks kb of (A[r, kb] . B[g][:, kb]^T) * sfa[r, kb] * sfb[g][n / 128, kb], with
@@ -82,5 +84,14 @@ Status grouped_gemm_sm90_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFact
 // The CUTLASS kernel schedule's name, e.g. "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise"; "" when
 // not built.
 const char* grouped_gemm_sm90_fp8_blockwise_schedule(Fp8TileConfig config);
+
+// The SM100 unit's entry points, for Sm100Blockwise1Sm128x128x128 only (NotBuilt / false / "" for the others):
+// the same arguments and operands on an SM100 GPU.
+bool grouped_gemm_sm100_fp8_blockwise_built(Fp8TileConfig config);
+Status grouped_gemm_sm100_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
+                                                  uint64_t* bytes);
+Status grouped_gemm_sm100_fp8_blockwise_run(const GroupedGemmFp8Args& args);
+Status grouped_gemm_sm100_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFacts* facts);
+const char* grouped_gemm_sm100_fp8_blockwise_schedule(Fp8TileConfig config);
 
 }  // namespace moe_gemm

@@ -29,6 +29,7 @@ pub(crate) mod ffi {
     enum Fp8TileConfig {
         Cooperative128x128x128 = 0,
         Pingpong64x128x128 = 1,
+        Sm100Blockwise1Sm128x128x128 = 2,
     }
 
     #[namespace = "moe_gemm"]

@@ -1,5 +1,6 @@
-//! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 and FP4 quantisers
-//! and the SM100 MX GEMMs (`cpp/launch_fp8_rowwise.h`, `launch_fused_fp8.h`, `mx_quant.h`, `launch_sm100_mx.h`). Its
+//! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 and FP4 quantisers,
+//! the SM100 MX GEMMs and the SM100 FP8 blockwise GEMM (`cpp/launch_fp8_rowwise.h`, `launch_fused_fp8.h`,
+//! `mx_quant.h`, `launch_sm100_mx.h`, `launch_fp8.h`). Its
 //! own file so that neither bridge outgrows one reading; the types both use are the first bridge's (`bridge.rs`),
 //! aliased here. Private to `ffi`, as that one.
 
@@ -164,6 +165,9 @@ pub(crate) mod ffi {
         type LaunchStatus = crate::ffi::bridge::ffi::LaunchStatus;
         type Fp8KernelFacts = crate::ffi::bridge::ffi::Fp8KernelFacts;
         #[namespace = "moe_gemm"]
+        type Fp8TileConfig = crate::ffi::bridge::ffi::Fp8TileConfig;
+        type GroupedGemmFp8Params = crate::ffi::bridge::ffi::GroupedGemmFp8Params;
+        #[namespace = "moe_gemm"]
         type Fp8RowwiseConfig;
         #[namespace = "moe_gemm"]
         type Sm100MxConfig;
@@ -185,6 +189,18 @@ pub(crate) mod ffi {
         /// As for `grouped_gemm_sm90_run`, with the operands `GroupedGemmFp8RowwiseArgs` documents (e4m3 A and
         /// B, f32 per-row and per-channel scales, bf16 D).
         unsafe fn grouped_gemm_sm90_fp8_rowwise_run(params: &GroupedGemmFp8RowwiseParams) -> LaunchStatus;
+        fn grouped_gemm_sm100_fp8_built(config: Fp8TileConfig) -> bool;
+        fn grouped_gemm_sm100_fp8_workspace(
+            config: Fp8TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: &mut u64,
+        ) -> LaunchStatus;
+        fn grouped_gemm_sm100_fp8_facts(config: Fp8TileConfig, facts: &mut Fp8KernelFacts) -> LaunchStatus;
+        fn grouped_gemm_sm100_fp8_schedule(config: Fp8TileConfig) -> String;
+        /// # Safety
+        /// As for `grouped_gemm_sm90_fp8_run` (the same operands, `cpp/launch_fp8.h`), on an SM100 device.
+        unsafe fn grouped_gemm_sm100_fp8_run(params: &GroupedGemmFp8Params) -> LaunchStatus;
         fn grouped_gemm_sm100_mx_built(config: Sm100MxConfig) -> bool;
         fn grouped_gemm_sm100_mx_workspace(
             config: Sm100MxConfig,

@@ -1,5 +1,7 @@
-//! The SM90 FP8 blockwise-scaled grouped GEMM (`cpp/grouped_gemm_sm90_fp8.cuh`): whether a configuration was
-//! built, its compile-time facts, its workspace, and the launch (our prepare kernel, then CUTLASS's).
+//! The FP8 blockwise-scaled grouped GEMMs (`cpp/grouped_gemm_sm90_fp8.cuh`, and for the one SM100 configuration
+//! `cpp/grouped_gemm_sm100_fp8.cuh`): whether a configuration was built, its compile-time facts, its workspace,
+//! and the launch (our prepare kernel, then CUTLASS's). The configuration names the unit: both read the same
+//! operands through the same prepare kernel (`cpp/fp8_blockwise_groups.cuh`).
 //!
 //! Operands (`cpp/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
@@ -9,6 +11,7 @@ use float8::F8E4M3;
 use half::bf16;
 
 use super::bridge::ffi;
+use super::bridge_fp8::ffi as ffi_sm100;
 use super::grouped::GroupedRows;
 use super::status::{check, Launched};
 use super::{need_aligned, need_len, to_i32, to_i64};
@@ -17,28 +20,55 @@ use crate::error::{Error, Result};
 pub(crate) use ffi::{Fp8KernelFacts, Fp8TileConfig};
 
 const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
+const OP_SM100: &str = "grouped_gemm_sm100_fp8_blockwise";
+
+/// Whether `config` is the SM100 unit's (the others are the SM90 unit's).
+pub(crate) fn is_sm100(config: Fp8TileConfig) -> bool {
+    config == Fp8TileConfig::Sm100Blockwise1Sm128x128x128
+}
+
+fn op(config: Fp8TileConfig) -> &'static str {
+    if is_sm100(config) {
+        OP_SM100
+    } else {
+        OP
+    }
+}
 
 /// Elements of K (and rows of N) per scale block.
 pub(crate) const SCALE_BLOCK: usize = 128;
 
 /// Whether `config` was compiled into the library.
 pub(crate) fn built(config: Fp8TileConfig) -> bool {
-    ffi::grouped_gemm_sm90_fp8_built(config)
+    if is_sm100(config) {
+        ffi_sm100::grouped_gemm_sm100_fp8_built(config)
+    } else {
+        ffi::grouped_gemm_sm90_fp8_built(config)
+    }
 }
 
 /// Compile-time facts of a built `config` (read from the CUTLASS types), and its kernel schedule's name.
 pub(crate) fn facts(config: Fp8TileConfig) -> Result<(Fp8KernelFacts, String)> {
     let mut f = Fp8KernelFacts::default();
-    let s = ffi::grouped_gemm_sm90_fp8_facts(config, &mut f);
-    check(s, &Launched { config: Some(&config), ..Launched::op(OP) })?;
-    Ok((f, ffi::grouped_gemm_sm90_fp8_schedule(config)))
+    let (s, schedule) = if is_sm100(config) {
+        (ffi_sm100::grouped_gemm_sm100_fp8_facts(config, &mut f), ffi_sm100::grouped_gemm_sm100_fp8_schedule(config))
+    } else {
+        (ffi::grouped_gemm_sm90_fp8_facts(config, &mut f), ffi::grouped_gemm_sm90_fp8_schedule(config))
+    };
+    check(s, &Launched { config: Some(&config), ..Launched::op(op(config)) })?;
+    Ok((f, schedule))
 }
 
 /// Bytes of device workspace a launch of `groups` groups needs on a device of `sm_count` SMs.
 pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
     let mut bytes = 0u64;
-    let s = ffi::grouped_gemm_sm90_fp8_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
-    check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm90_fp8_blockwise workspace") })?;
+    let groups = to_i32("groups", groups)?;
+    let s = if is_sm100(config) {
+        ffi_sm100::grouped_gemm_sm100_fp8_workspace(config, groups, sm_count, &mut bytes)
+    } else {
+        ffi::grouped_gemm_sm90_fp8_workspace(config, groups, sm_count, &mut bytes)
+    };
+    check(s, &Launched { config: Some(&config), ..Launched::op(op(config)) })?;
     Ok(bytes)
 }
 
@@ -140,7 +170,11 @@ where
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let workspace_bytes = workspace.len() as u64;
     if workspace_bytes < plan.workspace_bytes {
-        return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
+        return Err(Error::WorkspaceTooSmall {
+            op: op(plan.config),
+            needed: plan.workspace_bytes,
+            got: workspace_bytes,
+        });
     }
     let (max_m, groups_i, n_i, k_i) =
         (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
@@ -199,7 +233,15 @@ where
     // [0, max_rows]. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
     // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
     // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued
-    // work never outlives its buffers.
-    let status = unsafe { ffi::grouped_gemm_sm90_fp8_run(&params) };
-    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
+    // work never outlives its buffers. Both units read these params alike; a unit launched on a GPU it has no
+    // SASS for fails with a CUDA error (no kernel image), which `check` reports (the domain plans refuse that
+    // first).
+    let status = unsafe {
+        if is_sm100(plan.config) {
+            ffi_sm100::grouped_gemm_sm100_fp8_run(&params)
+        } else {
+            ffi::grouped_gemm_sm90_fp8_run(&params)
+        }
+    };
+    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(op(plan.config)) })
 }

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `bridge` | the `#[cxx::bridge]`: shared enums and params, the C++ functions |
 //! | `grouped` | SM90 grouped GEMM: built / workspace / launch |
-//! | `grouped_fp8` | SM90 FP8 blockwise-scaled grouped GEMM: built / facts / workspace / launch |
+//! | `grouped_fp8` | SM90 and SM100 FP8 blockwise-scaled grouped GEMMs: built / facts / workspace / launch |
 //! | `fused` | fused MoE GEMMs: prepare (per plan) / launch |
 //! | `routing` | routers |
 //! | `layouts` | layout build, gather, combine |
