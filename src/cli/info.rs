@@ -53,6 +53,20 @@ pub fn run() -> moe_gemm::Result<()> {
             c.name()
         );
     }
+    for c in moe_gemm::Fp8Sm100Config::ALL {
+        let (m, n, k) = c.tile();
+        let detail = match c.facts() {
+            Ok(f) => format!(
+                "built, {} stages, promoted every {} of K (compiled and SASS-checked; not yet run on hardware)",
+                f.stages, f.promotion_k
+            ),
+            Err(_) => "not built".into(),
+        };
+        println!(
+            "  grouped_gemm_sm100 fp8   {:<22} 1SM UMMA,   tile {m}x{n}x{k}, cluster 1x1x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
+            c.name()
+        );
+    }
     println!(
         "  routers           f32 logits  softmax top-k, top-k softmax, DeepSeek grouped sigmoid (E <= 1024, k <= 32)"
     );

@@ -339,47 +339,77 @@ impl GroupedGemmFp8 {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let s = &self.shape;
-        if a.k() != s.k || a.rows() < s.max_rows {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
-                a.rows(),
-                a.k(),
-                s.k,
-                s.max_rows
-            )));
-        }
-        if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
-                b.experts(),
-                b.n(),
-                b.k(),
-                s.groups,
-                s.n,
-                s.k
-            )));
-        }
-        let plan = ffi::grouped_fp8::Fp8Plan {
+        let planned = Planned {
             config: self.config.into(),
-            groups: s.groups,
-            n: s.n,
-            k: s.k,
-            max_rows: s.max_rows,
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
+            shape: &self.shape,
+            device: &self.device,
             workspace_bytes: self.workspace_bytes,
         };
-        let rows = rows.into();
-        let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
-        let ops = ffi::grouped_fp8::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
-        ffi::grouped_fp8::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
     }
 
     /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
     pub fn flops(&self, rows: usize) -> f64 {
         2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
     }
+}
+
+/// What a launch of a planned FP8 blockwise GEMM needs besides its buffers: the compiled configuration (SM90 or
+/// SM100: both read the same operands), the shape, the device and the workspace size planned for it.
+pub(crate) struct Planned<'p> {
+    pub config: ffi::grouped_fp8::Fp8TileConfig,
+    pub shape: &'p GroupedGemmFp8Shape,
+    pub device: &'p DeviceInfo,
+    pub workspace_bytes: u64,
+}
+
+/// The launch every FP8 blockwise plan shares: checks `a` and `b` against the planned shape, then queues the
+/// prepare kernel and the GEMM of `p.config`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_planned(
+    p: Planned<'_>,
+    stream: &Arc<CudaStream>,
+    a: &Fp8Rows,
+    b: &Fp8BlockWeights,
+    rows: GroupRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    workspace: &mut Workspace,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let s = p.shape;
+    if a.k() != s.k || a.rows() < s.max_rows {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
+            a.rows(),
+            a.k(),
+            s.k,
+            s.max_rows
+        )));
+    }
+    if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
+        return Err(Error::InvalidProblem(format!(
+            "FP8 weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
+            b.experts(),
+            b.n(),
+            b.k(),
+            s.groups,
+            s.n,
+            s.k
+        )));
+    }
+    let plan = ffi::grouped_fp8::Fp8Plan {
+        config: p.config,
+        groups: s.groups,
+        n: s.n,
+        k: s.k,
+        max_rows: s.max_rows,
+        device: p.device.ordinal as i32,
+        sm_count: p.device.sm_count,
+        workspace_bytes: p.workspace_bytes,
+    };
+    let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
+    let ops = ffi::grouped_fp8::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
+    ffi::grouped_fp8::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the

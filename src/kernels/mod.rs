@@ -7,6 +7,7 @@
 //! | [`grouped_fp8_rowwise::GroupedGemmFp8Rowwise`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 per-token x per-channel scales (per-tensor as a special case), bf16 out (fast or promoted fp32 accumulation) | A [`crate::quant::Fp8TokenRows`] grouped as above, B [`crate::quant::Fp8ChannelWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
 //! | [`fused::FusedGemm`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
 //! | [`grouped_sm100::GroupedGemmSm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | bf16 (fp32 accumulation in tensor memory) | as [`grouped::GroupedGemm`] |
+//! | [`grouped_fp8_sm100::GroupedGemmFp8Sm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | as [`grouped_fp8::GroupedGemmFp8`] (tcgen05 MMA, fp32 two-level accumulation) | as [`grouped_fp8::GroupedGemmFp8`]: the same operands and groups |
 //! | [`grouped_mx::GroupedGemmMx`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | block-scaled: MXFP8 x MXFP8, MXFP8 x MXFP4, MXFP4 x MXFP4, NVFP4 x NVFP4 (not FP8 x NVFP4), bf16 out | A [`crate::quant::Mxfp8Rows`] / [`crate::quant::Mxfp4Rows`] / [`crate::quant::Nvfp4Rows`] grouped by device offsets (or padded, masked), B `[G, N, K]` with per-expert scale atoms, D bf16 `[rows, N]` |
 //!
 //! Which targets each family was compiled for is [`KernelFamily`]'s to say (the build's gencode table); plans
@@ -18,6 +19,7 @@ pub mod fused;
 pub mod grouped;
 pub mod grouped_fp8;
 pub mod grouped_fp8_rowwise;
+pub mod grouped_fp8_sm100;
 pub mod grouped_mx;
 pub mod grouped_sm100;
 

@@ -1,0 +1,172 @@
+//! SM100 FP8 blockwise-scaled grouped GEMM with device-side groups: DeepSeek-V3's recipe on Blackwell.
+//!
+//! The same GEMM as [`super::grouped_fp8::GroupedGemmFp8`] (SM90), over the same operands, shape rules and group
+//! forms: [`Fp8Rows`] (e4m3 and f32 scales per row per 128 of K, K-major), [`Fp8BlockWeights`] (e4m3 `[G, N, K]`
+//! and f32 scales per 128 × 128 block) and the [`GroupRows`] of the bf16 GEMM, bf16 D. A caller switches arch by
+//! switching plan type, without requantising: both plans take a [`GroupedGemmFp8Shape`] and launch through one
+//! prepare kernel (`cpp/fp8_blockwise_groups.cuh`), which also writes the per-group scale layouts the SM100
+//! mainloop reads.
+//!
+//! One configuration ([`Fp8Sm100Config::Blockwise1Sm128x128x128`]): CUTLASS 4.2's
+//! `KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100`, one SM per 128 × 128 × 128 tcgen05 MMA tile, cluster
+//! 1x1x1. The tensor cores sum each 128-wide block of K into tensor memory; the partial sum is then scaled by
+//! `sfa · sfb` and added (FFMA) to f32 accumulators in registers. Scales stay K-major, so the MN-major rule of
+//! 16-byte scale vectors (`M_g % 4 == 0`) does not arise: K-major scales are loaded one f32 at a time.
+//!
+//! **Never run on hardware**: no SM100 GPU is available to this project. The kernel is compiled for `sm_100a`
+//! only and its machine code checked (`tests/sass.rs`: `UTCQMMA`, the FFMA promotion, no `UTCCP`); plans on any
+//! other arch are refused with [`Error::UnsupportedArch`].
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtrMut};
+use half::bf16;
+
+use super::grouped_fp8::{launch_planned, Fp8KernelFacts, GroupedGemmFp8Shape, Planned};
+use crate::device::DeviceInfo;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::kernels::grouped::{GroupRows, Workspace};
+use crate::kernels::KernelFamily;
+use crate::quant::{Fp8BlockWeights, Fp8Rows};
+use crate::status::DeviceStatus;
+
+const OP: &str = "grouped_gemm_sm100_fp8_blockwise";
+
+/// A compiled configuration of the SM100 FP8 blockwise grouped GEMM. The C++ enum (`cpp/launch_fp8.h`'s
+/// `Fp8TileConfig`, shared with the SM90 unit) is the source of truth.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fp8Sm100Config {
+    /// One SM per 128x128x128 MMA tile, cluster 1x1x1 (vLLM's and sglang's SM100 blockwise MoE tile).
+    Blockwise1Sm128x128x128,
+}
+
+impl Fp8Sm100Config {
+    pub const ALL: [Fp8Sm100Config; 1] = [Fp8Sm100Config::Blockwise1Sm128x128x128];
+
+    /// MMA tile (M, N, K).
+    pub const fn tile(self) -> (u32, u32, u32) {
+        (128, 128, 128)
+    }
+
+    pub const fn name(self) -> &'static str {
+        "fp8-sm100-1sm-128x128x128"
+    }
+
+    pub fn from_name(name: &str) -> Option<Fp8Sm100Config> {
+        Fp8Sm100Config::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Whether this configuration was compiled into the linked library.
+    pub fn is_built(self) -> bool {
+        ffi::grouped_fp8::built(self.into())
+    }
+
+    /// What the compiled kernel is, read from its CUTLASS types (host only; no GPU needed).
+    ///
+    /// # Errors
+    /// [`Error::KernelNotBuilt`] when it was not compiled.
+    pub fn facts(self) -> Result<Fp8KernelFacts> {
+        let (f, schedule) = ffi::grouped_fp8::facts(self.into())?;
+        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
+    }
+}
+
+impl From<Fp8Sm100Config> for ffi::grouped_fp8::Fp8TileConfig {
+    fn from(c: Fp8Sm100Config) -> Self {
+        match c {
+            Fp8Sm100Config::Blockwise1Sm128x128x128 => ffi::grouped_fp8::Fp8TileConfig::Sm100Blockwise1Sm128x128x128,
+        }
+    }
+}
+
+impl std::fmt::Display for Fp8Sm100Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// An SM100 FP8 blockwise grouped GEMM planned for one shape and device.
+#[derive(Debug)]
+pub struct GroupedGemmFp8Sm100 {
+    shape: GroupedGemmFp8Shape,
+    config: Fp8Sm100Config,
+    device: DeviceInfo,
+    workspace_bytes: u64,
+}
+
+impl GroupedGemmFp8Sm100 {
+    /// Plans on the device of `stream`.
+    ///
+    /// # Errors
+    /// As [`Self::for_device`]; driver errors of the device query.
+    pub fn new(stream: &Arc<CudaStream>, shape: GroupedGemmFp8Shape) -> Result<Self> {
+        Self::for_device(DeviceInfo::query(stream.context())?, shape)
+    }
+
+    /// Plans for an already queried device (no driver call). The shape rules are [`GroupedGemmFp8Shape::new`]'s,
+    /// checked when the shape was made: the same as on SM90.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArch`] naming the device and `sm_100a` unless the device is SM100 (compute capability
+    /// 10.0); [`Error::KernelNotBuilt`] when the configuration was not compiled.
+    pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape) -> Result<Self> {
+        device.require(OP, KernelFamily::GroupedGemmSm100)?;
+        let config = Fp8Sm100Config::Blockwise1Sm128x128x128;
+        if !config.is_built() {
+            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
+        }
+        let workspace_bytes = ffi::grouped_fp8::workspace_bytes(config.into(), shape.groups(), device.sm_count)?;
+        Ok(GroupedGemmFp8Sm100 { shape, config, device, workspace_bytes })
+    }
+
+    pub fn shape(&self) -> &GroupedGemmFp8Shape {
+        &self.shape
+    }
+    pub fn config(&self) -> Fp8Sm100Config {
+        self.config
+    }
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+    /// Bytes of device workspace a launch needs.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes as usize
+    }
+
+    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
+    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
+        Workspace::zeroed(stream, self.workspace_bytes())
+    }
+
+    /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: the operands and errors of
+    /// [`super::grouped_fp8::GroupedGemmFp8::launch`].
+    ///
+    /// # Errors
+    /// As [`super::grouped_fp8::GroupedGemmFp8::launch`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &Fp8Rows,
+        b: &Fp8BlockWeights,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<bf16>,
+        workspace: &mut Workspace,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        let planned = Planned {
+            config: self.config.into(),
+            shape: &self.shape,
+            device: &self.device,
+            workspace_bytes: self.workspace_bytes,
+        };
+        launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
+    }
+
+    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+    pub fn flops(&self, rows: usize) -> f64 {
+        2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
+    }
+}
