@@ -15,6 +15,10 @@ fn info_lists_toolchain_and_every_kernel() {
     for c in moe_gemm::TileConfig::ALL {
         assert!(text.contains(c.name()), "{} missing:\n{text}", c.name());
     }
+    for c in moe_gemm::Fp8Sm100Config::ALL {
+        let line = text.lines().find(|l| l.contains(c.name())).unwrap_or_else(|| panic!("{c} missing:\n{text}"));
+        assert!(line.contains("built,") && line.contains("promoted every 128 of K"), "{line}");
+    }
     if !moe_gemm::device::driver_present() {
         assert!(text.contains("no CUDA device"), "{text}");
     }

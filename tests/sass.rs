@@ -150,7 +150,12 @@ fn every_unit_holds_exactly_its_targets() {
         assert_eq!(sass, ["sm_90a"], "{}: no sm_100 code in the SM90 GEMMs", u.path);
         assert!(ptx.is_empty(), "{}: {ptx:?}", u.path);
     }
-    for u in ["cpp/grouped_gemm_sm100_bf16.cu", "cpp/grouped_gemm_sm100_mxfp8.cu", "cpp/grouped_gemm_sm100_fp4.cu"] {
+    for u in [
+        "cpp/grouped_gemm_sm100_bf16.cu",
+        "cpp/grouped_gemm_sm100_mxfp8.cu",
+        "cpp/grouped_gemm_sm100_fp4.cu",
+        "cpp/grouped_gemm_sm100_fp8_blockwise.cu",
+    ] {
         let (sass, ptx) = embedded(tool, &object(u));
         assert_eq!(sass, ["sm_100a"], "{u}");
         assert!(ptx.is_empty(), "{u}: {ptx:?}");
@@ -316,4 +321,54 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
     ));
     let (ops, _) = opcodes(tool, "cpp/grouped_gemm_sm100_mxfp8.cu");
     assert!(!ops.iter().any(|o| o == "UTCOMMA"), "a 4-bit x 4-bit MMA in the MXF8F6F4 unit: {ops:?}");
+}
+
+/// The SM100 FP8 blockwise grouped GEMM (`cpp/grouped_gemm_sm100_fp8_blockwise.cu`, FP8_NOTES' opcode table):
+/// sm_100a SASS only; the FP8 tcgen05 MMA (`UTCQMMA`) in its per-tensor form, ending at the instruction
+/// descriptor (no scale operand in tensor memory, so no `UTCCP`: the f32 scales are applied outside the tensor
+/// cores); the f32 promotion of each 128-wide K block as `FFMA` in CUTLASS's kernel; the K-major scales loaded
+/// with cp.async (`LDGSTS`), the operands with TMA; one prepare kernel (ours, shared with SM90) and one GEMM.
+#[test]
+fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
+    let Some(tool) = tools("the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma") else {
+        return;
+    };
+    let unit = "cpp/grouped_gemm_sm100_fp8_blockwise.cu";
+    let (sass_arches, ptx) = embedded(tool, &object(unit));
+    assert_eq!(sass_arches, ["sm_100a"], "{unit}: no sm_90 code");
+    assert!(ptx.is_empty(), "{unit}: {ptx:?}");
+    let (ops, kernels) = opcodes(tool, unit);
+    for op in ["UTCQMMA", "FFMA", "LDGSTS", "UTMALDG", "UTMASTG"] {
+        assert!(ops.iter().any(|o| o == op), "{unit}: no {op}: {ops:?}");
+    }
+    assert!(!ops.iter().any(|o| o == "UTCCP"), "{unit}: UTCCP (scales in tensor memory) in the f32-scale kernel");
+    assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o == "UTCHMMA" || o == "UTCOMMA"), "{unit}: {ops:?}");
+    let sass = cuobjdump(tool, &["-sass"], &object(unit));
+    // Per kernel: its UTCQMMA lines and its FFMA count.
+    let mut per_kernel: Vec<(String, Vec<String>, usize)> = Vec::new();
+    for line in sass.lines() {
+        if let Some(f) = line.trim().strip_prefix("Function : ") {
+            per_kernel.push((f.to_string(), Vec::new(), 0));
+        } else if let Some((_, mmas, ffma)) = per_kernel.last_mut() {
+            if line.contains("UTCQMMA") {
+                mmas.push(line.trim().to_string());
+            }
+            if line.contains(" FFMA") {
+                *ffma += 1;
+            }
+        }
+    }
+    let gemms: Vec<_> = per_kernel.iter().filter(|(k, ..)| k.contains("device_kernel")).collect();
+    assert_eq!(gemms.len(), 1, "one configuration: {kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_fp8_groups")).count(), 1, "{kernels:?}");
+    let (name, mmas, ffma) = gemms[0];
+    assert!(name.contains("MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling"), "{name}");
+    assert!(name.contains("SM100_MMA_F8F6F4_SS") && !name.contains("MXF8F6F4"), "not block-scaled: {name}");
+    assert!(!mmas.is_empty(), "{unit}: no UTCQMMA in the GEMM");
+    for l in mmas {
+        let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCQMMA without idesc: {l}"));
+        assert!(!after.contains("tmem["), "{unit}: a block-scaled UTCQMMA (scale operand after idesc): {l}");
+    }
+    assert!(*ffma > 0, "{unit}: no FFMA in the GEMM: the f32 promotion is missing");
+    say(&format!("{unit}: {} kernels; {} UTCQMMA, {ffma} FFMA in the GEMM", kernels.len(), mmas.len()));
 }

@@ -182,3 +182,45 @@ fn the_block_scaled_plans_take_their_pairs_and_refuse_the_rest() {
     let e = GroupedGemmMx::for_device(b200(), Nvfp4, Nvfp4, 8, 256, 80, 64).unwrap_err().to_string();
     assert!(e.contains("4 x 16 scale atoms"), "{e}");
 }
+
+/// The SM100 FP8 blockwise plan: the one compiled configuration plans on a B200 from the SM90 plan's shape type
+/// (so with the same rules, checked before any launch) and is what its name says (facts read from the CUTLASS
+/// types: K-major 1x128 / 128x128 scales, two-level accumulation promoted every 128 of K, no FastAccum); the
+/// H200 and the other devices are refused naming both arches.
+#[test]
+fn the_sm100_fp8_blockwise_plan_takes_the_sm90_operands_on_a_b200_only() {
+    let c = Fp8Sm100Config::Blockwise1Sm128x128x128;
+    assert!(c.is_built(), "{c} was not compiled");
+    assert_eq!(Fp8Sm100Config::from_name(c.name()), Some(c));
+    let f = c.facts().unwrap();
+    assert_eq!(f.schedule, "KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100");
+    assert_eq!(f.tile, (128, 128, 128));
+    assert_eq!((f.scale_block_a, f.scale_block_b, f.scales_k_major), ((1, 128), (128, 128), (true, true)));
+    assert!(f.two_level_accumulation && !f.fast_accumulation && f.promotion_k == 128, "{f:?}");
+    assert!(f.stages >= 2, "{f:?}");
+
+    let shape = GroupedGemmFp8Shape::new(256, 4096, 7168, 4096).unwrap();
+    let plan = GroupedGemmFp8Sm100::for_device(b200(), shape).unwrap();
+    assert_eq!((plan.config(), plan.shape()), (c, &shape));
+    // Our 11 per-group arrays (256 groups) plus CUTLASS's workspace.
+    assert!(plan.workspace_bytes() > 11 * 256 * 8, "{}", plan.workspace_bytes());
+    assert_eq!(plan.flops(10), 2.0 * 10.0 * 4096.0 * 7168.0);
+    // The SM90 plan of the same shape refuses the B200: one shape, one plan type per arch.
+    assert!(matches!(
+        GroupedGemmFp8::for_device(b200(), shape, Default::default()),
+        Err(Error::UnsupportedArch { required: "sm_90a", .. })
+    ));
+
+    for dev in [h200(), device("NVIDIA A100", 8, 0, 108), device("NVIDIA B300", 10, 3, 148)] {
+        let (name, (major, minor)) = (dev.name.clone(), dev.compute_capability);
+        let err = GroupedGemmFp8Sm100::for_device(dev, shape).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::UnsupportedArch { required: "sm_100a", .. }), "{err:?}");
+        assert!(msg.contains("grouped_gemm_sm100_fp8_blockwise") && msg.contains(&name), "{msg}");
+        assert!(msg.contains(&format!("{major}.{minor}")), "{msg}");
+    }
+    // The shape rules are the SM90 kernel's: N whole 128-blocks, K a multiple of 16.
+    for (n, k) in [(192, 256), (256, 200)] {
+        assert!(matches!(GroupedGemmFp8Shape::new(8, n, k, 64), Err(Error::InvalidProblem(_))), "[{n}, {k}]");
+    }
+}

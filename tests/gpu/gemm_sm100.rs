@@ -175,3 +175,28 @@ fn mx_gemm_launch_refuses_mismatched_operands_on_the_host() {
     assert!(matches!(e, Err(Error::Buffer { name: "d", .. })), "{e:?}");
     st.check(&stream).unwrap();
 }
+
+/// The SM100 FP8 blockwise plan off SM100: on the H200 (SM90) it is refused with `UnsupportedArch` naming the
+/// device and `sm_100a`, before anything is allocated or queued, while the SM90 plan of the same shape (the same
+/// operands) plans. On an SM100 device it would plan instead (the CPU tests plan it for a B200's `DeviceInfo`);
+/// no SM100 kernel has run on hardware.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_blockwise_sm100_plan_is_refused_off_sm100() {
+    let (ctx, stream) = gpu();
+    let info = DeviceInfo::query(&ctx).unwrap();
+    let shape = GroupedGemmFp8Shape::new(256, 4096, 7168, 4096).unwrap();
+    match GroupedGemmFp8Sm100::new(&stream, shape) {
+        Err(e @ Error::UnsupportedArch { required: "sm_100a", .. }) if info.arch != Some(Arch::Sm100) => {
+            let m = e.to_string();
+            assert!(m.contains(&info.name) && m.contains("grouped_gemm_sm100_fp8_blockwise"), "{m}");
+            println!("refused as expected on {}: {m}", info.name);
+        }
+        Ok(plan) if info.arch == Some(Arch::Sm100) => println!("planned on {} (SM100): {:?}", info.name, plan.config()),
+        other => panic!("SM100 FP8 blockwise plan on {}: {other:?}", info.name),
+    }
+    if info.arch == Some(Arch::Sm90) {
+        let plan = GroupedGemmFp8::new(&stream, shape, Default::default()).unwrap();
+        assert!(plan.workspace_bytes() > 0);
+    }
+}
