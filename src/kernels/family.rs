@@ -23,7 +23,8 @@ pub enum KernelFamily {
     GroupedGemmSm90Fp8,
     /// The fused gather/scatter MoE GEMMs ([`crate::kernels::fused::FusedGemm`]): wgmma, `sm_90a` only.
     FusedMoeSm90,
-    /// The SM100 bf16 grouped GEMM ([`crate::GroupedGemmSm100`]): tcgen05 UMMA, `sm_100a` only.
+    /// The SM100 grouped GEMMs (bf16 [`crate::GroupedGemmSm100`], FP8 blockwise [`crate::GroupedGemmFp8Sm100`],
+    /// block-scaled [`crate::kernels::grouped_mx::GroupedGemmMx`]): tcgen05 UMMA, `sm_100a` only.
     GroupedGemmSm100,
     /// Routers ([`crate::Router`]): plain CUDA.
     Routing,

@@ -27,6 +27,9 @@
 //!
 //! A launch queues two kernels and does no host work besides checks and CUTLASS's argument setup: no
 //! allocation, copy or synchronisation.
+//!
+//! On SM100 the same GEMM over the same operands and [`GroupedGemmFp8Shape`] is
+//! [`super::grouped_fp8_sm100::GroupedGemmFp8Sm100`] (compiled and SASS-checked only): one plan type per arch.
 
 use std::sync::Arc;
 
