@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "element.cuh"
+#include "gated.cuh"
 #include "moe_ops.h"
 
 namespace moe_gemm {
@@ -15,14 +16,8 @@ namespace activation {
 using element::cast;
 using element::f32;
 
-__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
-
-// gpt-oss: the constants are fixed in its code, not read from the config.
-__device__ __forceinline__ float gpt_oss(float gate, float up) {
-  gate = fminf(gate, 7.f);
-  up = fminf(fmaxf(up, -7.f), 7.f);
-  return (up + 1.f) * gate / (1.f + __expf(-1.702f * gate));
-}
+using gated::gpt_oss;
+using gated::silu;
 
 template <class T>
 __device__ void activate_row(const ActivationArgs& a, int64_t row, int e) {
@@ -37,11 +32,10 @@ __device__ void activate_row(const ActivationArgs& a, int64_t row, int e) {
       h[i] = cast<T>(silu(f32(d[i]) + (bias ? bias[i] : 0.f)));
       continue;
     }
-    const int gi = a.gate_up == GateUp::Interleaved ? 2 * i : i;
-    const int ui = a.gate_up == GateUp::Interleaved ? 2 * i + 1 : I + i;
+    const int gi = gated::gate_row(a.gate_up, I, i), ui = gated::up_row(a.gate_up, I, i);
     const float g = f32(d[gi]) + (bias ? bias[gi] : 0.f);
     const float u = f32(d[ui]) + (bias ? bias[ui] : 0.f);
-    h[i] = cast<T>(a.act == Activation::GptOssSwiglu ? gpt_oss(g, u) : silu(g) * u);
+    h[i] = cast<T>(gated::apply(a.act, g, u));
   }
 }
 

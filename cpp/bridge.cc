@@ -451,9 +451,12 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.total = p.total;
   a.weights = p.weights;
   a.bias = p.bias;
+  a.act = p.act;
+  a.gate_up = p.gate_up;
   a.stream = p.stream;
-  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(19), "assign every FusedGemmArgs field above");
+  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(21), "assign every FusedGemmArgs field above");
   if (p.tile == FusedTile::SwapAb16 || p.tile == FusedTile::SwapAb32) return wrap(moe_gemm::fused_decode_gemm(a));
+  if (p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
     case DType::F16: return wrap(moe_gemm::fused_moe_gemm_f16(a));

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "element.cuh"
+#include "gated.cuh"
 #include "moe_ops.h"
 
 namespace moe_gemm {
@@ -152,10 +153,22 @@ struct Task {
   __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t total, int e, int64_t mb, int n0, int g) {
     const int N = a.n, K = a.k;
     const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
+    if (a.mode == FusedMode::GatherGated) {
+      // The task's 32 rows are the gate (m16 tile 0) and up (tile 1) rows of outputs [n0 / 2, n0 / 2 + 16).
+      static_assert(MT == 2, "a gated task pairs two m16 tiles");
+      const int I = N / 2;
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const int o = min(n0 / 2 + 8 * h + g, I - 1);
+        wr[0][h] = B + static_cast<int64_t>(gated::gate_row(a.gate_up, I, o)) * K;
+        wr[1][h] = B + static_cast<int64_t>(gated::up_row(a.gate_up, I, o)) * K;
+      }
+    } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
+    }
     const T* A = reinterpret_cast<const T*>(a.a);
     const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
 #pragma unroll
@@ -163,7 +176,7 @@ struct Task {
       const int64_t p = mb * BM + 8 * j + g;
       xr[j] = nullptr;
       if (p < total) {
-        if (a.mode == FusedMode::Gather) {
+        if (a.mode != FusedMode::Scatter) {
           const int r = sorted[p];
           if (r >= 0 && r < a.rows) xr[j] = A + static_cast<int64_t>(r / a.top_k) * K;
         } else {
@@ -174,11 +187,41 @@ struct Task {
   }
 };
 
+// GatherGated: accumulator v of (0, j) / (1, j) is the gate / up of output n0 / 2 + g + 8(v / 2) at position
+// p0 + 8j + 2t + v % 2; h = act of them, rounded and biased as the activation kernel does, at positions with a row.
+template <class T, int MT, int NT>
+__device__ __forceinline__ void store_gated(const FusedGemmArgs& a, const float (&acc)[MT][NT][4], int64_t total,
+                                            int e, int64_t p0, int n0, int g, int t) {
+  const int I = a.n / 2;
+  const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
+  T* D = reinterpret_cast<T*>(a.d);
+  const float* bias = a.bias ? reinterpret_cast<const float*>(a.bias) + static_cast<int64_t>(e) * a.n : nullptr;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int64_t p = p0 + 8 * j + 2 * t + q;
+      if (p >= total) continue;
+      const int r = sorted[p];
+      if (r < 0 || r >= a.rows) continue;  // padding: the activation kernel skips it too
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int o = n0 / 2 + 8 * h + g;
+        if (o >= I) continue;
+        const int gi = gated::gate_row(a.gate_up, I, o), ui = gated::up_row(a.gate_up, I, o);
+        const float gv = round_to<T>(acc[0][j][2 * h + q]) + (bias ? bias[gi] : 0.f);
+        const float uv = round_to<T>(acc[1][j][2 * h + q]) + (bias ? bias[ui] : 0.f);
+        D[p * I + o] = cast<T>(gated::apply(a.act, gv, uv));
+      }
+    }
+}
+
 // Accumulator v of (i, j) is weight row n0 + 16i + g + 8(v / 2) at position p0 + 8j + 2t + v % 2: gather stores
 // it by position, scatter weights it and stores it at the position's flat row.
 template <class T, int MT, int NT>
 __device__ __forceinline__ void store(const FusedGemmArgs& a, const float (&acc)[MT][NT][4], int64_t total, int e,
                                       int64_t p0, int n0, int g, int t) {
+  if (a.mode == FusedMode::GatherGated) return store_gated<T, MT, NT>(a, acc, total, e, p0, n0, g, t);
   const int N = a.n;
   const bool gather = a.mode == FusedMode::Gather;
   const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);

@@ -169,6 +169,10 @@ enum class FusedTile : uint32_t {
 enum class FusedMode : uint32_t {
   Gather = 0,
   Scatter = 1,
+  // The SwapAb tiles only: Gather with the gated activation in the epilogue. B is w13 [experts, N = 2I, K], D is
+  // h [capacity, I] = act(round(A . gate^T) + b13, round(A . up^T) + b13) (the activation kernel's function),
+  // written at positions whose flat row is in [0, rows); bias = b13 [experts, 2I] or 0.
+  GatherGated = 2,
 };
 struct FusedGemmArgs {
   DType dtype;
@@ -189,6 +193,8 @@ struct FusedGemmArgs {
   uint64_t total;
   uint64_t weights;
   uint64_t bias;
+  Activation act;   // GatherGated only
+  GateUp gate_up;   // GatherGated only
   uint64_t stream;
 };
 Status fused_moe_gemm_bf16(const FusedGemmArgs& args);

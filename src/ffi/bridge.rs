@@ -113,6 +113,7 @@ pub(crate) mod ffi {
     enum FusedMode {
         Gather = 0,
         Scatter = 1,
+        GatherGated = 2,
     }
 
     #[namespace = "moe_gemm"]
@@ -179,6 +180,8 @@ pub(crate) mod ffi {
         total: u64,
         weights: u64,
         bias: u64,
+        act: Activation,
+        gate_up: GateUp,
         stream: u64,
     }
 

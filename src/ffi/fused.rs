@@ -41,6 +41,8 @@ pub(crate) fn prepare(stream: &CudaStream, d: DType, tile: FusedTile) -> Result<
 pub(crate) struct FusedLaunch<'a> {
     /// `None`: gather (A = x by token, D by position); `Some`: scatter (A by position, D by flat row, weighted).
     pub scatter: Option<FusedScatter<'a>>,
+    /// Gather with the gated activation in the epilogue (the SwapAb tiles): D = h `[capacity, n / 2]`.
+    pub gated: Option<FusedGated<'a>>,
     pub top_k: usize,
     pub experts: usize,
     pub n: usize,
@@ -52,6 +54,13 @@ pub(crate) struct FusedLaunch<'a> {
     pub sorted_ids: &'a CudaSlice<i32>,
     pub expert_ids: &'a CudaSlice<i32>,
     pub total: &'a CudaSlice<i32>,
+}
+
+/// The gated epilogue's activation, gate/up row order and `b13` bias `[experts, n]`.
+pub(crate) struct FusedGated<'a> {
+    pub act: super::elementwise::Activation,
+    pub gate_up: super::elementwise::GateUp,
+    pub bias: Option<&'a CudaSlice<f32>>,
 }
 
 /// The scatter epilogue's router weights `[rows]` and bias `[experts, n]`.
@@ -95,7 +104,22 @@ fn check_launch(p: &FusedLaunch<'_>, bm: usize, a_len: usize, b_len: usize, d_le
         Some(_) => (p.capacity, p.rows),
     };
     need_len("A", a_len, a_rows * p.k, "its rows x k")?;
-    need_len("D", d_len, d_rows * p.n, "its rows x n")?;
+    match &p.gated {
+        None => need_len("D", d_len, d_rows * p.n, "its rows x n")?,
+        Some(g) => {
+            if p.scatter.is_some() || p.n % 2 != 0 || g.act == super::elementwise::Activation::Silu {
+                return Err(Error::InvalidProblem(format!(
+                    "fused GEMM: the gated epilogue is a gather over w13 with n = 2I = {} even and a gated \
+                     activation (got {:?})",
+                    p.n, g.act
+                )));
+            }
+            need_len("h", d_len, d_rows * (p.n / 2), "capacity x I")?;
+            if let Some(bias) = g.bias {
+                need_len("b13 bias", bias.len(), p.experts * p.n, "experts x 2I")?;
+            }
+        }
+    }
     if let Some(s) = &p.scatter {
         need_len("topk_weights", s.weights.len(), p.rows, "tokens x top_k")?;
         if let Some(bias) = s.bias {
@@ -132,11 +156,19 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
     let (t_ptr, _t) = p.total.device_ptr(stream);
     let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
-    let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
+    let bias = p.scatter.as_ref().and_then(|s| s.bias).or(p.gated.as_ref().and_then(|g| g.bias));
+    let (bias_ptr, _bias) = bias.map(|b| b.device_ptr(stream)).unzip();
+    let mode = match (&p.scatter, &p.gated) {
+        (Some(_), _) => ffi::FusedMode::Scatter,
+        (None, Some(_)) => ffi::FusedMode::GatherGated,
+        (None, None) => ffi::FusedMode::Gather,
+    };
+    let (act, gate_up) =
+        p.gated.as_ref().map_or((ffi::Activation::SiluGated, ffi::GateUp::Concatenated), |g| (g.act, g.gate_up));
     let params = ffi::FusedGemmParams {
         dtype: dtype(T::DTYPE),
         tile,
-        mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
+        mode,
         top_k,
         experts,
         n: p.n as i32,
@@ -152,6 +184,8 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         total: t_ptr,
         weights: w_ptr.unwrap_or(0),
         bias: bias_ptr.unwrap_or(0),
+        act,
+        gate_up,
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), weights and bias hold what

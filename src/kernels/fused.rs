@@ -27,6 +27,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::KernelFamily;
+use crate::layer::{Activation, GateUp};
 use crate::layouts::{ExpertLayout, LayoutSpec};
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use half::bf16;
@@ -236,6 +237,42 @@ impl FusedGemm {
         ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, x, w, d1)
     }
 
+    /// [`Self::gemm1_gather`] over `w13` (`n = 2I` rows per expert, `gate_up` their order) with the gated
+    /// activation in the epilogue: `h[p, :I] = act(round(x[r / k] · gate) + b13, round(x[r / k] · up) + b13)` at
+    /// the positions whose flat row `r = sorted_ids[p]` is in the batch, the function of the activation kernel
+    /// bit for bit; no `d1` is written. The SwapAb tiles only (their warps hold a gate row and its up row in two
+    /// MMA tiles); gated activations only.
+    ///
+    /// # Errors
+    /// As [`Self::gemm1_gather`]; a warpgroup-MMA tile or the plain SiLU; `h` shorter than `capacity × I`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm1_gather_gated<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        w13: &impl DevicePtr<T>,
+        (n, kdim): (usize, usize),
+        (act, gate_up): (Activation, GateUp),
+        b13: Option<&CudaSlice<f32>>,
+        h: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        self.check_device(stream)?;
+        check_layout(layout, tile, tokens)?;
+        check_nk(n, kdim)?;
+        if tile.has_fp8() || !act.gated() {
+            return Err(Error::InvalidProblem(format!(
+                "{}: the gated epilogue runs on the SwapAb tiles with a gated activation (got {act:?})",
+                tile.name()
+            )));
+        }
+        let mut launch = self.launch_params(layout, tokens, n, kdim, None);
+        launch.gated = Some(ffi::fused::FusedGated { act: act.into(), gate_up: gate_up.into(), bias: b13 });
+        ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, x, w13, h)
+    }
+
     /// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
     /// `pairs[r, :n] = weights[r] · (round(h[p] · w[e]ᵀ) + bias[e])` with `r = sorted_ids[p]`; `h` is
     /// `[capacity, kdim]` in position order, `pairs` `[tokens·k, n]` by flat row (rows of remote experts are not
@@ -342,6 +379,7 @@ impl FusedGemm {
         let dims = layout.dims();
         ffi::fused::FusedLaunch {
             scatter,
+            gated: None,
             top_k: dims.top_k(),
             experts: dims.local_experts(),
             n,

@@ -129,8 +129,26 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         match self.weights.parts() {
             Parts::Dense(w) => {
                 let r13 = w.w13_rows();
-                self.fused.gemm1_gather(p.stream, tile, layout, tokens, &p.x.as_view(), &w.w13, r13, h, d1)?;
-                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let x = &p.x.as_view();
+                if !tile.has_fp8() && c.activation.gated() {
+                    // The SwapAb tiles apply the gated activation in GEMM1's epilogue: no d1, no activation kernel.
+                    let act = (c.activation, c.gate_up);
+                    self.fused.gemm1_gather_gated(
+                        p.stream,
+                        tile,
+                        layout,
+                        tokens,
+                        x,
+                        &w.w13,
+                        (r13, h),
+                        act,
+                        c.b13,
+                        hbuf,
+                    )?;
+                } else {
+                    self.fused.gemm1_gather(p.stream, tile, layout, tokens, x, &w.w13, r13, h, d1)?;
+                    activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                }
                 let weights = p.weights.as_view();
                 let b2 = w.b2.as_ref();
                 self.fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;

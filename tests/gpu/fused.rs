@@ -201,3 +201,113 @@ fn fused_gemm_refuses_a_layout_of_another_block_size() {
     let err = fused.gemm1_gather(&stream, FusedTile::M128N256K64, &layout, 4, &x, &w, 128, 60, &mut d).unwrap_err();
     assert!(err.to_string().contains("multiples of 8"), "{err}");
 }
+
+/// The SwapAb tiles' gated epilogue: `h` against the activation, computed on the host from the same tile's plain
+/// GEMM1 output `d1` (so that only the epilogue is under test), for both gated activations and both gate/up
+/// orders, with `b13`; padding positions stay unwritten; the warpgroup tiles and the plain SiLU are refused.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn gated_epilogue_matches_the_activation_of_gemm1() {
+    let (_ctx, stream) = gpu();
+    let (t, k, e, inter, kdim) = (40usize, 2usize, 8usize, 136usize, 200usize);
+    let n = 2 * inter;
+    let ids = random::topk_ids(t, k, e, 12);
+    let ids_d = stream.clone_htod(&ids).unwrap();
+    let x = random_vec::<bf16>(t * kdim, 13, 1.0);
+    let w = random_vec::<bf16>(e * n * kdim, 14, 0.2);
+    let mut rng = Rng(15);
+    let bias: Vec<f32> = (0..e * n).map(|_| rng.unit()).collect();
+    let (xd, wd, bd) =
+        (stream.clone_htod(&x).unwrap(), stream.clone_htod(&w).unwrap(), stream.clone_htod(&bias).unwrap());
+    let fused = FusedGemm::new(&stream).unwrap();
+    let silu = |v: f64| v / (1.0 + (-v).exp());
+    for tile in [FusedTile::SwapAb16, FusedTile::SwapAb32] {
+        let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: tile.block_m() }, t, k, e, e).unwrap();
+        let cap = dims.capacity();
+        let mut layout = ExpertLayout::new(&stream, dims).unwrap();
+        let mut status = DeviceStatus::new(&stream).unwrap();
+        layout.build(&stream, t, &ids_d, None, &mut status).unwrap();
+        let mut d1 = stream.clone_htod(&vec![bf16::NAN; cap * n]).unwrap();
+        fused.gemm1_gather(&stream, tile, &layout, t, &xd, &wd, n, kdim, &mut d1).unwrap();
+        let d1 = stream.clone_dtoh(&d1).unwrap();
+        let sorted = stream.clone_dtoh(layout.sorted_ids()).unwrap();
+        let experts_of_block = stream.clone_dtoh(layout.expert_ids()).unwrap();
+        let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
+        for act in [Activation::SiluGated, Activation::GptOssSwiglu] {
+            for gate_up in [GateUp::Concatenated, GateUp::Interleaved] {
+                let what = format!("{} {act:?} {gate_up:?}", tile.name());
+                let mut h = stream.clone_htod(&vec![bf16::NAN; cap * inter]).unwrap();
+                fused
+                    .gemm1_gather_gated(
+                        &stream,
+                        tile,
+                        &layout,
+                        t,
+                        &xd,
+                        &wd,
+                        (n, kdim),
+                        (act, gate_up),
+                        Some(&bd),
+                        &mut h,
+                    )
+                    .unwrap();
+                status.check(&stream).unwrap();
+                let h = stream.clone_dtoh(&h).unwrap();
+                for p in 0..cap {
+                    let r = if p < total { sorted[p] } else { -1 };
+                    let row = &h[p * inter..][..inter];
+                    if r < 0 || r as usize >= t * k {
+                        assert!(row.iter().all(|v| v.is_nan()), "{what}: padding position {p} was written");
+                        continue;
+                    }
+                    let ex = experts_of_block[p / tile.block_m()] as usize;
+                    let want: Vec<f32> = (0..inter)
+                        .map(|i| {
+                            let (gi, ui) = match gate_up {
+                                GateUp::Concatenated => (i, inter + i),
+                                _ => (2 * i, 2 * i + 1),
+                            };
+                            let g = d1[p * n + gi].to_f32() as f64 + bias[ex * n + gi] as f64;
+                            let u = d1[p * n + ui].to_f32() as f64 + bias[ex * n + ui] as f64;
+                            (match act {
+                                Activation::SiluGated => silu(g) * u,
+                                _ => {
+                                    let (g, u) = (g.min(7.0), u.clamp(-7.0, 7.0));
+                                    (u + 1.0) * g / (1.0 + (-1.702 * g).exp())
+                                }
+                            }) as f32
+                        })
+                        .collect();
+                    let got: Vec<f32> = row.iter().map(|v| v.to_f32()).collect();
+                    if let Some((i, g, w)) = first_mismatch(&got, &want, Tolerance { atol: 1e-3, rtol: 1.0 / 128.0 }) {
+                        panic!("{what}: position {p} output {i}: got {g}, reference {w}");
+                    }
+                }
+            }
+        }
+        let mut h = stream.alloc_zeros::<bf16>(cap * inter).unwrap();
+        let err = fused
+            .gemm1_gather_gated(
+                &stream,
+                tile,
+                &layout,
+                t,
+                &xd,
+                &wd,
+                (n, kdim),
+                (Activation::Silu, GateUp::Concatenated),
+                None,
+                &mut h,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("gated activation"), "{err}");
+    }
+    let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 64 }, t, k, e, e).unwrap();
+    let layout = ExpertLayout::new(&stream, dims).unwrap();
+    let mut h = stream.alloc_zeros::<bf16>(dims.capacity() * inter).unwrap();
+    let act = (Activation::SiluGated, GateUp::Concatenated);
+    let err = fused
+        .gemm1_gather_gated(&stream, FusedTile::M64N128K64, &layout, t, &xd, &wd, (n, kdim), act, None, &mut h)
+        .unwrap_err();
+    assert!(err.to_string().contains("SwapAb"), "{err}");
+}
