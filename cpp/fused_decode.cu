@@ -338,15 +338,22 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
   if (n0 < N) store<T, MT, NT>(a, acc, total, e, p0, n0, g, t);
 }
 
-// K splits per weight-row task: enough warps for every SM (8 resident per SM) given the blocks the batch can have
-// at most, each split keeping at least 4 K steps.
+// K splits per weight-row task. GEMM1 (gather, K = H): as many as keep 8 K steps per split, even where the tasks
+// already fill the SMs: finer tasks even out the last wave (H200, 2026-12-01: 2-5% faster at T = 2-8 on Qwen3-30B,
+// Qwen3-235B, Mixtral, gpt-oss; within +-0.5% at T = 16-64). GEMM2 (scatter, K = I): only while the tasks would
+// not fill every SM's 8 resident warps, and at 16 K steps per split: its short K (768-1536 on the Qwen3 models)
+// lost 1-5% to a split there. Measured per GEMM with forced splits: benches/results/NOTES.md, session 7.
 template <int BM>
 int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
-  const int64_t tasks = (a.n + kRowsPerWarp<BM> - 1) / kRowsPerWarp<BM>;
-  const int64_t want = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * kWarps;  // two CTAs per SM
   const int chunks = (a.k + kChunk - 1) / kChunk;
   int s = 1;
-  while (s < kWarps && tasks * m_blocks * s < want && chunks / (2 * s) >= 4) s *= 2;
+  if (a.mode != FusedMode::Scatter) {
+    while (s < kWarps && chunks >= 8 * (2 * s)) s *= 2;
+    return s;
+  }
+  const int64_t tasks = (a.n + kRowsPerWarp<BM> - 1) / kRowsPerWarp<BM>;
+  const int64_t want = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * kWarps;  // two CTAs per SM
+  while (s < kWarps && tasks * m_blocks * s < want && chunks >= 16 * (2 * s)) s *= 2;
   return s;
 }
 

@@ -135,7 +135,8 @@ fn fused_gemms_match_the_reference_for_every_tile() {
             ids: random::topk_ids(70, 2, 8, 8),
             map: None,
         },
-        // Few blocks and long K: the SwapAb tiles split K over 4 warps (and K = 1000 ends in a partial step).
+        // The SwapAb tiles' GEMM1 splits K = 1000 over 2 warps (16 steps, the last one partial); GEMM2 (K = 1024)
+        // does not split.
         Case {
             name: "split K",
             tokens: 5,
@@ -146,7 +147,20 @@ fn fused_gemms_match_the_reference_for_every_tile() {
             ids: random::topk_ids(5, 2, 8, 10),
             map: None,
         },
-        // More tasks than the persistent SwapAb grid has warps: each warp walks several, its ring running on.
+        // Few blocks and long K in both GEMMs: the SwapAb tiles split GEMM1 (K = 2056, 33 steps) over 4 warps, and
+        // GEMM2 (K = I = 4104, 65 steps; 65 weight-row tasks x 8 blocks x 2 < 1056 resident warps) over 4 too;
+        // both end in a partial step.
+        Case {
+            name: "split K over 4 warps",
+            tokens: 5,
+            top_k: 2,
+            experts: 8,
+            n1: 8208,
+            k1: 2056,
+            ids: random::topk_ids(5, 2, 8, 12),
+            map: None,
+        },
+        // More tasks than the SMs hold warps at once: several waves of SwapAb tasks.
         Case {
             name: "many tasks per warp",
             tokens: 256,
