@@ -45,7 +45,7 @@ pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm10
 pub use kernels::{KernelFamily, TileConfig};
 pub use layer::{
     auto_backend, auto_backend_fp8, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint,
-    Fp8ExpertWeights, GateUp, LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch,
+    Fp8ExpertWeights, GateUp, LayerGemm, LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch,
     PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};

@@ -170,3 +170,9 @@ impl GroupedGemmFp8Sm100 {
         2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
     }
 }
+
+/// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
+/// layer's sizing asks it without a device).
+pub(crate) fn workspace_bytes(config: Fp8Sm100Config, groups: usize, sm_count: usize) -> Result<usize> {
+    Ok(ffi::grouped_fp8::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+}

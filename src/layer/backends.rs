@@ -33,6 +33,20 @@ impl Backend {
         }
     }
 
+    /// The operation an [`crate::Error::UnsupportedArch`] names when this backend's kernels were not built for
+    /// the device.
+    pub(crate) const fn layer_op(self) -> &'static str {
+        match self {
+            Backend::Eager => "the MoE layer's eager backend",
+            Backend::Batched => "the MoE layer's batched backend",
+            Backend::Grouped => "the MoE layer's grouped backend",
+            Backend::Contiguous => "the MoE layer's contiguous backend",
+            Backend::Masked => "the MoE layer's masked backend",
+            Backend::Fused => "the MoE layer's fused backend (SM90 wgmma gather/scatter GEMMs, no SM100 form)",
+            Backend::Auto => "the MoE layer's auto backend",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Backend> {
         Backend::CONCRETE.into_iter().chain([Backend::Auto]).find(|b| b.name() == name)
     }

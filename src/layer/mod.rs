@@ -28,9 +28,18 @@
 //! `MoeLayer<bf16, Fp8ExpertWeights>` with the same options, scratch and forward: the layer quantises `x` per
 //! token per 128 columns at its layout positions, runs the FP8 blockwise grouped GEMM (bf16 out), the same
 //! activation, requantises `h` and runs the second FP8 GEMM, then the same combine (see `fp8.rs`). They run the
-//! Grouped, Contiguous and Masked backends, and Batched over the FP8 decode kernels ([`Backends::FP8`]); `Auto`
-//! picks Batched or Grouped ([`auto_backend_fp8`]). Fused and Eager have no FP8 form: asking for them is an
+//! Grouped, Contiguous, Masked and Fused backends, and Batched over the FP8 decode kernels ([`Backends::FP8`]); `Auto`
+//! picks Batched or Grouped ([`auto_backend_fp8`]). Eager has no FP8 form: asking for it is an
 //! [`Error::InvalidProblem`] that says so.
+//!
+//! **The device's arch** picks the layout backends' GEMM once, when the layer is planned ([`LayerGemm`],
+//! `arch.rs`): on SM90 the SM90 FP8 blockwise GEMM, on SM100 [`crate::GroupedGemmFp8Sm100`] over the same
+//! operands, group offsets and activation quantisation; the passes launch whichever the plan holds. On SM100
+//! the FP8 layer runs Grouped, Contiguous, Masked and Batched (plain CUDA decode kernels); Fused, whose
+//! gather/scatter GEMMs are SM90 wgmma kernels, is refused with [`Error::UnsupportedArch`] naming the backend,
+//! `sm_90a` and the device; `Auto` runs Grouped (its cost model was fitted on an H200). Dense layers keep the
+//! SM90 GEMMs, so on SM100 their GEMM backends are refused the same way. The SM100 layer path is compiled and
+//! its planning, sizing and refusals tested on the CPU; it has never run on an SM100 GPU.
 //!
 //! A shared expert (DeepSeek-V3, Kimi-K2, Qwen2-MoE; [`ExpertWeights::upload_with_shared`]) rides in the same
 //! GEMMs as `I_s / I` more groups that every token joins with the shared weight `s_t`: see
@@ -41,8 +50,10 @@
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
 //! graph, many layers back to back.
 
+mod arch;
 mod backends;
 mod fp8;
+mod gemm_spec;
 mod needs;
 mod passes;
 mod plans;
@@ -51,10 +62,12 @@ use passes::{same_device, view_addr_mut, PassIo};
 use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, PairPlans};
 pub mod reference;
 mod scratch;
+mod shape;
 mod shared;
 pub mod sizing;
 mod weights;
 
+pub use arch::LayerGemm;
 pub use backends::{Backend, Backends};
 pub use fp8::Fp8ExpertWeights;
 pub use scratch::MoeScratch;
@@ -196,8 +209,8 @@ pub struct MoeLayer<T: Element, W: LayerWeights<T> = ExpertWeights<T>> {
     sizing: LayerSizing,
     backend: Backend,
     device: DeviceInfo,
-    /// The fused GEMMs' plan (device facts read once).
-    fused: FusedGemm,
+    /// The fused GEMMs' plan (device facts read once), where the Fused backend is enabled (SM90 only).
+    fused: Option<FusedGemm>,
     /// Global expert -> local index or -1 (expert parallelism); `None`: all experts are local.
     expert_map: Option<CudaSlice<i32>>,
     gemms: Vec<GemmPair<T>>,
@@ -217,8 +230,9 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     ///
     /// # Errors
     /// Shape errors of the GEMMs and layouts (naming the constraint), weights on another device than the
-    /// stream (naming both), arch and driver errors; over FP8 weights, a backend other than Grouped,
-    /// Contiguous, Masked or Auto in the options (see the module docs).
+    /// stream (naming both), driver errors; [`Error::UnsupportedArch`] for a backend whose kernels have no SASS
+    /// for the device (on SM100: Fused, and the dense GEMM backends), naming the backend and both arches; over
+    /// FP8 weights, Eager (see the module docs).
     pub fn new(stream: &Arc<CudaStream>, weights: Arc<W>, options: MoeLayerOptions) -> Result<Self> {
         Self::build(stream, weights, options, None)
     }
@@ -288,7 +302,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 )));
             }
         }
-        let sizing = LayerSizing::for_format_tuned(
+        let sizing = LayerSizing::for_device(
+            &device,
             shape,
             T::DTYPE,
             c.format,
@@ -298,12 +313,11 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             options.masked_max_m,
             options.fused_tile,
             expert_map.is_some(),
-            device.sm_count.max(1) as usize,
             options.tuned.or(shipped),
         )?;
         let mut gemms: Vec<GemmPair<T>> = Vec::new();
         for pair in sizing.gemms.chunks(2) {
-            let plans = if pair[0].fp8 {
+            let plans = if pair[0].gemm.is_fp8() {
                 PairPlans::Fp8(Fp8Plans::new(&device, &pair[0])?, Fp8Plans::new(&device, &pair[1])?)
             } else {
                 PairPlans::Dense(GemmPlans::new(&device, &pair[0])?, GemmPlans::new(&device, &pair[1])?)
@@ -313,7 +327,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let expert_map = expert_map.map(|m| shared::extended_map(m, &shape));
         Ok(MoeLayer {
             expert_map: expert_map.map(|m| stream.clone_htod(&m)).transpose()?,
-            fused: FusedGemm::new(stream)?,
+            fused: sizing.backends.contains(Backend::Fused).then(|| FusedGemm::new(stream)).transpose()?,
             backend: options.backend,
             weights,
             sizing,
@@ -358,13 +372,14 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] if the plan made no scratch room for `backend` (see
-    /// [`MoeLayerOptions::backends`]), or, over FP8 weights, for a backend FP8 does not run (Eager, Batched,
-    /// Fused: the message says so).
+    /// [`MoeLayerOptions::backends`]), or, over FP8 weights, for Eager (no FP8 form: the message says so);
+    /// [`Error::UnsupportedArch`] for a backend without SASS for the layer's device (SM100: Fused).
     pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
         if self.sizing.format == WeightFormat::Fp8Block && backend != Backend::Auto && !Backends::FP8.contains(backend)
         {
             return Err(fp8_backend_error(backend));
         }
+        arch::check_backend(&self.device, backend, self.sizing.gemm)?;
         if backend != Backend::Auto && !self.sizing.backends.contains(backend) {
             return Err(Error::InvalidProblem(format!(
                 "backend {backend} has no scratch room in this plan (its backends: {{{}}}); plan the layer with MoeLayerOptions::backends including it",
@@ -398,7 +413,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         match self.backend {
             Backend::Auto => auto_pick(
                 &self.sizing.shape,
-                self.sizing.format,
+                self.sizing.gemm,
                 tokens,
                 self.expert_map.is_some(),
                 self.sizing.tuned.as_ref(),

@@ -118,6 +118,9 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
     /// biases and scatters each row to its (token, slot) row; the combine sums the k rows of each token.
     pub(super) fn forward_fused(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
+        let fused = self.fused.as_ref().ok_or_else(|| {
+            Error::InvalidProblem("backend fused: the layer was planned without it (no fused GEMM plan)".into())
+        })?;
         let c = self.weights.common();
         let (h, i) = (c.hidden, c.inter);
         let tokens = p.x.rows();
@@ -133,32 +136,21 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 if !tile.has_fp8() && c.activation.gated() {
                     // The SwapAb tiles apply the gated activation in GEMM1's epilogue: no d1, no activation kernel.
                     let act = (c.activation, c.gate_up);
-                    self.fused.gemm1_gather_gated(
-                        p.stream,
-                        tile,
-                        layout,
-                        tokens,
-                        x,
-                        &w.w13,
-                        (r13, h),
-                        act,
-                        c.b13,
-                        hbuf,
-                    )?;
+                    fused.gemm1_gather_gated(p.stream, tile, layout, tokens, x, &w.w13, (r13, h), act, c.b13, hbuf)?;
                 } else {
-                    self.fused.gemm1_gather(p.stream, tile, layout, tokens, x, &w.w13, r13, h, d1)?;
+                    fused.gemm1_gather(p.stream, tile, layout, tokens, x, &w.w13, r13, h, d1)?;
                     activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
                 }
                 let weights = p.weights.as_view();
                 let b2 = w.b2.as_ref();
-                self.fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
+                fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
             }
             Parts::Fp8(w, is_bf16) => {
                 // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 by position.
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
                 a8.reshape(tokens, h)?;
                 quantize_rows(p.stream, p.x, a8, &w.quant, status)?;
-                self.fused.gemm1_gather_fp8(p.stream, tile, layout, tokens, a8, &w.w13, is_bf16.cast(d1))?;
+                fused.gemm1_gather_fp8(p.stream, tile, layout, tokens, a8, &w.w13, is_bf16.cast(d1))?;
                 activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
                 let cap = dims.capacity();
                 let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
@@ -166,17 +158,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 requantize_rows(p.stream, &h_view, &RowsInUse::of_layout(layout), h8, &w.quant, status)?;
                 let weights = p.weights.as_view();
                 let pairs = is_bf16.cast(d2);
-                self.fused.gemm2_scatter_fp8(
-                    p.stream,
-                    tile,
-                    layout,
-                    tokens,
-                    h8,
-                    &w.w2,
-                    &weights,
-                    w.b2.as_ref(),
-                    pairs,
-                )?;
+                fused.gemm2_scatter_fp8(p.stream, tile, layout, tokens, h8, &w.w2, &weights, w.b2.as_ref(), pairs)?;
             }
         }
         fused::sum_slots(p.stream, layout, tokens, h, d2, &mut y.as_view_mut())

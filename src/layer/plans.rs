@@ -1,14 +1,21 @@
 //! The GEMM plans a layer holds: one per tile configuration the heuristic can pick, per backend that needs a
-//! grouped GEMM, dense (bf16/f16) or block-FP8.
+//! grouped GEMM, dense (bf16/f16) or block-FP8 (of the device's arch: [`Fp8Gemm`]).
 
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::device::DeviceInfo;
 use crate::dtype::Element;
-use crate::error::Result;
-use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
+use crate::error::{Error, Result};
+use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
+use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
+use crate::quant::{Fp8BlockWeights, Fp8Rows};
+use crate::status::DeviceStatus;
 
+use super::arch::LayerGemm;
 use super::sizing::{self, GemmSpec, LayerSizing};
 use super::{Backend, MoeLayer, WeightFormat};
 
@@ -26,7 +33,7 @@ pub(super) struct GemmPlans<T: Element> {
 pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
     type L = MoeLayer<bf16>;
     let plan = match sizing.format {
-        WeightFormat::Fp8Block => std::mem::size_of::<GroupedGemmFp8>(),
+        WeightFormat::Fp8Block => std::mem::size_of::<Fp8Gemm>(),
         _ => std::mem::size_of::<GroupedGemm<bf16>>(),
     };
     std::mem::size_of::<L>()
@@ -58,31 +65,84 @@ impl<T: Element> GemmPlans<T> {
     }
 }
 
-/// The FP8 blockwise GEMM's plans of one GEMM of one layout, one per configuration some batch size picks.
+/// One FP8 blockwise grouped GEMM plan, of the arch the layer was planned on: both read the same operands
+/// (`Fp8Rows`, `Fp8BlockWeights`), group rows and workspace, so the layer's passes launch either alike.
+#[derive(Debug)]
+pub(super) enum Fp8Gemm {
+    Sm90(GroupedGemmFp8),
+    Sm100(GroupedGemmFp8Sm100),
+}
+
+impl Fp8Gemm {
+    pub(super) fn shape(&self) -> &GroupedGemmFp8Shape {
+        match self {
+            Fp8Gemm::Sm90(p) => p.shape(),
+            Fp8Gemm::Sm100(p) => p.shape(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn workspace_bytes(&self) -> usize {
+        match self {
+            Fp8Gemm::Sm90(p) => p.workspace_bytes(),
+            Fp8Gemm::Sm100(p) => p.workspace_bytes(),
+        }
+    }
+
+    /// Queues `D = blockwise(A, B)` over `rows`' groups: [`GroupedGemmFp8::launch`]'s operands and errors.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &Fp8Rows,
+        b: &Fp8BlockWeights,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<bf16>,
+        workspace: &mut Workspace,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        match self {
+            Fp8Gemm::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
+            Fp8Gemm::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
+        }
+    }
+}
+
+/// The FP8 blockwise GEMM's plans of one GEMM of one layout: on SM90 one per configuration some batch size
+/// picks, on SM100 its one compiled configuration.
 #[derive(Debug)]
 pub(super) struct Fp8Plans {
-    pub(super) plans: Vec<GroupedGemmFp8>,
+    pub(super) plans: Vec<Fp8Gemm>,
     pub(super) groups: usize,
 }
 
 impl Fp8Plans {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
-        let shape = GroupedGemmFp8Shape::new(spec.groups, spec.n, spec.k, spec.max_rows)?;
-        let plans = spec
-            .fp8_configs()
-            .into_iter()
-            .map(|(config, r)| {
-                let opts = GroupedGemmFp8Options { config: Some(config), expected_rows: Some(r) };
-                GroupedGemmFp8::for_device(device.clone(), shape, opts)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let shape = spec.fp8_shape()?;
+        let plans = match spec.gemm {
+            LayerGemm::Sm100Fp8Blockwise => {
+                vec![Fp8Gemm::Sm100(GroupedGemmFp8Sm100::for_device(device.clone(), shape)?)]
+            }
+            LayerGemm::Sm90Fp8Blockwise => spec
+                .fp8_configs()
+                .into_iter()
+                .map(|(config, r)| {
+                    let opts = GroupedGemmFp8Options { config: Some(config), expected_rows: Some(r) };
+                    GroupedGemmFp8::for_device(device.clone(), shape, opts).map(Fp8Gemm::Sm90)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            other => {
+                return Err(Error::InvalidProblem(format!("FP8 GEMM plans of a {other} GEMM spec: not an FP8 GEMM")))
+            }
+        };
         Ok(Fp8Plans { plans, groups: spec.groups })
     }
 
-    /// The plan for a batch of `rows` routed rows.
-    pub(super) fn for_rows(&self, rows: usize) -> &GroupedGemmFp8 {
+    /// The plan for a batch of `rows` routed rows (SM100: its one plan).
+    pub(super) fn for_rows(&self, rows: usize) -> &Fp8Gemm {
         let config = Fp8TileConfig::heuristic(self.groups, rows);
-        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+        let picked = |p: &&Fp8Gemm| matches!(p, Fp8Gemm::Sm90(g) if g.config() == config);
+        self.plans.iter().find(picked).unwrap_or(&self.plans[0])
     }
 }
 
@@ -106,4 +166,78 @@ impl<T: Element> PairPlans<T> {
 pub(super) struct GemmPair<T: Element> {
     pub(super) backend: Backend,
     pub(super) plans: PairPlans<T>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Arch;
+    use crate::dtype::DType;
+    use crate::layer::{Backend, Backends, LayerShape, WeightFormat};
+
+    fn device(name: &str, major: i32, sm_count: i32) -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: name.into(),
+            compute_capability: (major, 0),
+            sm_count,
+            l2_bytes: 60 << 20,
+            max_smem_per_block_optin: 227 << 10,
+            arch: Arch::from_compute_capability(major, 0),
+        }
+    }
+
+    /// The plans a layer makes from its sizing (no driver call): SM100 plans on a B200, SM90 plans on an H200,
+    /// as many as the sizing counted, and the sizing's workspace exactly the largest plan's.
+    #[test]
+    fn fp8_plans_follow_the_device_arch_and_the_sizing_counts_them_exactly() {
+        let s = LayerShape {
+            experts: 64,
+            global_experts: 64,
+            top_k: 8,
+            shared_groups: 0,
+            hidden: 1024,
+            inter: 512,
+            gated: true,
+        };
+        let layout = Backends::of(Backend::Grouped).with(Backend::Contiguous).with(Backend::Masked);
+        for (dev, sm100) in [(device("NVIDIA B200", 10, 148), true), (device("NVIDIA H200", 9, 132), false)] {
+            for t in [1usize, 64, 4096] {
+                let fmt = WeightFormat::Fp8Block;
+                let sizing = LayerSizing::for_device(
+                    &dev,
+                    s,
+                    DType::BF16,
+                    fmt,
+                    t,
+                    Backend::Grouped,
+                    Some(layout),
+                    None,
+                    None,
+                    false,
+                    None,
+                )
+                .unwrap();
+                let mut workspace = 0;
+                for spec in &sizing.gemms {
+                    let plans = Fp8Plans::new(&dev, spec).unwrap();
+                    assert_eq!(plans.plans.len(), spec.plan_count(dev.sm_count as usize), "{}: {spec:?}", dev.name);
+                    for p in &plans.plans {
+                        assert_eq!(matches!(p, Fp8Gemm::Sm100(_)), sm100, "{}: {p:?}", dev.name);
+                        assert_eq!(
+                            (p.shape().n(), p.shape().k(), p.shape().max_rows()),
+                            (spec.n, spec.k, spec.max_rows)
+                        );
+                        workspace = workspace.max(p.workspace_bytes());
+                    }
+                    // Every batch size finds a plan of the arch.
+                    for rows in [1usize, 63, 65, spec.rows] {
+                        assert_eq!(matches!(plans.for_rows(rows), Fp8Gemm::Sm100(_)), sm100);
+                    }
+                }
+                assert!(workspace > 0);
+                assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
+            }
+        }
+    }
 }

@@ -8,18 +8,19 @@
 //! backend's pass is the largest batch Auto sends it, so the padded layouts of Fused never size the scratch past
 //! what Auto runs them at. Bigger batches are chunked into passes by the layer.
 
+use crate::device::{Arch, DeviceInfo};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedTile;
-use crate::kernels::grouped;
-use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
-use crate::kernels::TileConfig;
 use crate::layouts::build_scratch_ints;
-use crate::quant::{scale_blocks, SCALE_BLOCK};
+use crate::quant::SCALE_BLOCK;
 use crate::tuning::TunedBackends;
 
+pub(crate) use super::gemm_spec::GemmSpec;
 pub use super::needs::{mib, Footprint, PlanBytes, ScratchNeeds};
+pub use super::shape::LayerShape;
 
+use super::arch::{check_backend, LayerGemm};
 use super::backends::{Backend, Backends};
 use super::weights::WeightFormat;
 
@@ -27,63 +28,6 @@ use super::weights::WeightFormat;
 pub(crate) const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();
 /// Most (token, slot) rows the batched backend takes in one pass: one GEMM group per row is a decode strategy.
 pub const BATCHED_MAX_ROWS: usize = 4096;
-
-/// The shape of one MoE layer as the kernels see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LayerShape {
-    /// Experts whose weights this layer holds (local experts under expert parallelism).
-    pub experts: usize,
-    /// The range of the router's ids (`experts` without expert parallelism).
-    pub global_experts: usize,
-    pub top_k: usize,
-    /// Shared-expert groups every token joins, with the shared weight `s_t` (each `inter` wide: a shared
-    /// expert of intermediate size `I_s` is `I_s / inter` groups; 0 without one).
-    pub shared_groups: usize,
-    pub hidden: usize,
-    pub inter: usize,
-    /// Gated activation: `w13` has `2·inter` rows per expert.
-    pub gated: bool,
-}
-
-impl LayerShape {
-    /// Rows per token in the layout: the routed slots plus the shared groups.
-    pub const fn slots(&self) -> usize {
-        self.top_k + self.shared_groups
-    }
-    /// GEMM groups: the local experts plus the shared groups.
-    pub const fn groups(&self) -> usize {
-        self.experts + self.shared_groups
-    }
-    /// The range of the layout's ids: the router's experts, then the shared groups (ids `global_experts ..`).
-    pub const fn layout_experts(&self) -> usize {
-        self.global_experts + self.shared_groups
-    }
-    /// `w13` rows per expert: `2·inter` gated, `inter` otherwise.
-    pub const fn w13_rows(&self) -> usize {
-        if self.gated {
-            2 * self.inter
-        } else {
-            self.inter
-        }
-    }
-    /// Bytes of one expert's `w13` and `w2` in `dtype`.
-    pub const fn expert_bytes(&self, dtype: DType) -> usize {
-        (self.w13_rows() + self.inter) * self.hidden * dtype.size_bytes()
-    }
-    /// Bytes of one expert's `w13` and `w2` as block FP8: one byte per e4m3 element and an f32 scale per
-    /// 128 x 128 block of each (edge blocks counted whole).
-    pub const fn fp8_expert_bytes(&self) -> usize {
-        let (r13, h, i) = (self.w13_rows(), self.hidden, self.inter);
-        (r13 + i) * h + 4 * (scale_blocks(r13) * scale_blocks(h) + scale_blocks(h) * scale_blocks(i))
-    }
-    /// Bytes of one expert's weights stored as `format` (element type `dtype` for dense weights).
-    pub const fn weight_bytes(&self, format: WeightFormat, dtype: DType) -> usize {
-        match format {
-            WeightFormat::Fp8Block => self.fp8_expert_bytes(),
-            _ => self.expert_bytes(dtype),
-        }
-    }
-}
 
 /// Rows of an aligned layout (every expert padded to a multiple of `block_m`) for `slots` rows over `groups`
 /// experts: at most `min(groups, slots)` experts receive rows, each wasting at most `block_m − 1`.
@@ -104,6 +48,8 @@ pub struct LayerSizing {
     pub(crate) shape: LayerShape,
     /// How the expert weights are stored (which GEMMs the plan makes).
     pub(crate) format: WeightFormat,
+    /// The grouped GEMM of the layout backends, chosen from the format and the device's arch.
+    pub(crate) gemm: LayerGemm,
     pub(crate) max_tokens: usize,
     pub(crate) max_m: usize,
     pub(crate) backends: Backends,
@@ -118,58 +64,6 @@ pub struct LayerSizing {
     pub(crate) gemms: Vec<GemmSpec>,
     /// `Auto`'s measured choices, where given.
     pub(crate) tuned: Option<TunedBackends>,
-}
-
-/// One grouped GEMM plan family of a layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct GemmSpec {
-    pub backend: Backend,
-    /// GEMM1 (w13) or GEMM2 (w2).
-    pub second: bool,
-    pub groups: usize,
-    pub n: usize,
-    pub k: usize,
-    /// Rows of its pass's layout (what the pass's `a`, `d1` and `d2` hold).
-    pub max_rows: usize,
-    /// Most rows a launch will see: the configurations of every batch size up to this are planned.
-    pub rows: usize,
-    /// The FP8 blockwise GEMM (over block-FP8 weights) instead of the dense one.
-    pub fp8: bool,
-}
-
-impl GemmSpec {
-    /// The tile configurations the heuristic picks for batches of 1, 2, 4, …, `rows` rows, once each, with
-    /// the batch size that first picked it.
-    pub(crate) fn configs(&self, sm_count: usize) -> Vec<(TileConfig, usize)> {
-        self.batch_sizes(|r| TileConfig::heuristic(self.groups, self.n, r, sm_count))
-    }
-
-    /// As [`Self::configs`] for the FP8 blockwise GEMM ([`Fp8TileConfig::heuristic`]).
-    pub(crate) fn fp8_configs(&self) -> Vec<(Fp8TileConfig, usize)> {
-        self.batch_sizes(|r| Fp8TileConfig::heuristic(self.groups, r))
-    }
-
-    /// Plans of this family: one per configuration some batch size picks.
-    pub(crate) fn plan_count(&self, sm_count: usize) -> usize {
-        if self.fp8 {
-            self.fp8_configs().len()
-        } else {
-            self.configs(sm_count).len()
-        }
-    }
-
-    /// The distinct choices of `pick` for batches of 1, 2, 4, …, `rows` rows, with the batch that first made it.
-    fn batch_sizes<C: PartialEq>(&self, pick: impl Fn(usize) -> C) -> Vec<(C, usize)> {
-        let mut out: Vec<(C, usize)> = Vec::new();
-        let rows = self.rows.max(1);
-        for r in (0..).map(|s| 1usize << s).take_while(|&r| r < rows).chain([rows]) {
-            let c = pick(r);
-            if !out.iter().any(|(p, _)| *p == c) {
-                out.push((c, r));
-            }
-        }
-        out
-    }
 }
 
 /// The error of a backend that FP8 expert weights do not run (yet).
@@ -204,21 +98,30 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
-        let opts =
-            SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned: None };
+        let opts = SizingOptions {
+            max_tokens,
+            backend,
+            backends,
+            max_m,
+            fused_tile,
+            expert_parallel,
+            sm_count,
+            tuned: None,
+            device: None,
+        };
         Self::build(shape, dtype, WeightFormat::Dense, opts)
     }
 
     /// Sizes a layer of `shape` over block-FP8 expert weights
     /// ([`Fp8ExpertWeights`](super::Fp8ExpertWeights)): bf16 activations, e4m3 copies of the GEMMs' inputs and
     /// their scales in the scratch ([`ScratchNeeds::a_fp8_rows`], [`ScratchNeeds::h_fp8_rows`]), the FP8 GEMMs'
-    /// plans and workspace. The arguments are [`Self::new`]'s; the backends are those of [`Backends::FP8`]
-    /// (`Auto`: Grouped).
+    /// plans and workspace, for the SM90 kernels ([`Self::for_device`] sizes for a given device). The arguments
+    /// are [`Self::new`]'s; the backends are those of [`Backends::FP8`] (`Auto`: Batched or Grouped).
     ///
     /// # Errors
-    /// As [`Self::new`]; [`Error::InvalidProblem`] naming the constraint: a backend other than Grouped,
-    /// Contiguous, Masked or Auto (in `backend` or `backends`), `H` or `I` not a multiple of 128, the FP8 GEMM
-    /// shapes ([`GroupedGemmFp8Shape::new`]).
+    /// As [`Self::new`]; [`Error::InvalidProblem`] naming the constraint: Eager (in `backend` or `backends`),
+    /// `H` or `I` not a multiple of 128, the FP8 GEMM shapes
+    /// ([`GroupedGemmFp8Shape::new`](crate::GroupedGemmFp8Shape::new)).
     #[allow(clippy::too_many_arguments)]
     pub fn new_fp8(
         shape: LayerShape,
@@ -238,6 +141,7 @@ impl LayerSizing {
             expert_parallel,
             sm_count,
             tuned: None,
+            device: None,
         };
         Self::build(shape, DType::BF16, WeightFormat::Fp8Block, opts)
     }
@@ -294,13 +198,74 @@ impl LayerSizing {
         sm_count: usize,
         tuned: Option<TunedBackends>,
     ) -> Result<Self> {
-        let opts = SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned };
+        let opts = SizingOptions {
+            max_tokens,
+            backend,
+            backends,
+            max_m,
+            fused_tile,
+            expert_parallel,
+            sm_count,
+            tuned,
+            device: None,
+        };
+        Self::build(shape, dtype, format, opts)
+    }
+
+    /// [`Self::for_format_tuned`] for `device` (what [`MoeLayer`](super::MoeLayer) plans with): its SM count,
+    /// and its arch's GEMM ([`LayerGemm::for_arch`]). On SM100, FP8 weights run the SM100 FP8 blockwise GEMM
+    /// and `Auto` runs Grouped; the other constructors size for the SM90 kernels.
+    ///
+    /// # Errors
+    /// As [`Self::for_format`]; [`Error::UnsupportedArch`] naming the backend, the target its kernels were
+    /// built for and the device, for a backend (in `backend` or `backends`) without SASS for the device: on
+    /// SM100, Fused (SM90 wgmma gather/scatter GEMMs), and every GEMM backend over dense weights.
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_device(
+        device: &DeviceInfo,
+        shape: LayerShape,
+        dtype: DType,
+        format: WeightFormat,
+        max_tokens: usize,
+        backend: Backend,
+        backends: Option<Backends>,
+        max_m: Option<usize>,
+        fused_tile: Option<FusedTile>,
+        expert_parallel: bool,
+        tuned: Option<TunedBackends>,
+    ) -> Result<Self> {
+        let sm_count = device.sm_count.max(1) as usize;
+        let device = Some(device);
+        let opts = SizingOptions {
+            max_tokens,
+            backend,
+            backends,
+            max_m,
+            fused_tile,
+            expert_parallel,
+            sm_count,
+            tuned,
+            device,
+        };
         Self::build(shape, dtype, format, opts)
     }
 
     fn build(shape: LayerShape, dtype: DType, format: WeightFormat, o: SizingOptions) -> Result<Self> {
-        let SizingOptions { max_tokens, backend, backends, max_m, fused_tile, expert_parallel, sm_count, tuned } = o;
+        let SizingOptions {
+            max_tokens,
+            backend,
+            backends,
+            max_m,
+            fused_tile,
+            expert_parallel,
+            sm_count,
+            tuned,
+            device,
+        } = o;
         let fp8 = format == WeightFormat::Fp8Block;
+        // Without a device: the SM90 kernels. An unknown arch keeps them too, and the check below refuses it.
+        let arch = device.map_or(Some(Arch::Sm90), |d| d.arch).unwrap_or(Arch::Sm90);
+        let gemm = LayerGemm::for_arch(format, arch);
         let bad = |s: String| Err(Error::InvalidProblem(s));
         let s = shape;
         if max_tokens == 0 || s.top_k == 0 || s.experts == 0 || s.hidden == 0 || s.inter == 0 {
@@ -319,20 +284,14 @@ impl LayerSizing {
         if max_m == 0 {
             return bad("masked_max_m = 0: must be >= 1".into());
         }
-        let auto_set = if expert_parallel {
-            Backends::of(Backend::Grouped)
-        } else if fp8 {
-            Backends::FP8_AUTO
-        } else {
-            Backends::AUTO
-        };
+        let auto_set = gemm.auto_backends(expert_parallel);
         // The tuned backends Auto may run get room too.
         let auto_set = match (&tuned, expert_parallel) {
             (Some(t), false) => t
                 .buckets()
                 .iter()
                 .map(|b| b.1)
-                .filter(|&b| tuned_runs(&shape, format, b, 1))
+                .filter(|&b| tuned_runs(&shape, gemm, b, 1))
                 .fold(auto_set, |set, b| set.union(Backends::of(b))),
             _ => auto_set,
         };
@@ -363,6 +322,11 @@ impl LayerSizing {
                 }
             }
         }
+        if let Some(d) = device {
+            for b in enabled.iter().chain([backend]) {
+                check_backend(d, b, gemm)?;
+            }
+        }
         if expert_parallel && enabled.contains(Backend::Batched) {
             return bad(
                 "the Batched backend takes no expert map (expert parallelism): leave it out of the backends".into()
@@ -385,7 +349,7 @@ impl LayerSizing {
                 let tokens = if backends.is_none() && backend == Backend::Auto {
                     // The largest batch Auto sends to b (at least one token, so a forced switch still runs).
                     (1..=max_tokens)
-                        .rfind(|&t| auto_pick(&s, format, t, expert_parallel, tuned.as_ref()) == b)
+                        .rfind(|&t| auto_pick(&s, gemm, t, expert_parallel, tuned.as_ref()) == b)
                         .unwrap_or(1)
                         .min(full)
                 } else {
@@ -451,21 +415,12 @@ impl LayerSizing {
                 _ => continue,
             };
             for (second, n, k) in [(false, s.w13_rows(), s.hidden), (true, s.hidden, s.inter)] {
-                gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand, fp8 });
+                gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand, gemm });
             }
         }
         let mut workspace_bytes = 0usize;
         for g in &gemms {
-            if g.fp8 {
-                GroupedGemmFp8Shape::new(g.groups, g.n, g.k, g.max_rows)?;
-                for (config, _) in g.fp8_configs() {
-                    workspace_bytes = workspace_bytes.max(grouped_fp8::workspace_bytes(config, g.groups, sm_count)?);
-                }
-            } else {
-                for (config, _) in g.configs(sm_count) {
-                    workspace_bytes = workspace_bytes.max(grouped::workspace_bytes(dtype, config, g.groups, sm_count)?);
-                }
-            }
+            workspace_bytes = workspace_bytes.max(g.workspace_bytes(dtype, sm_count)?);
         }
         let layout = !batched_only;
         // d1 (and h in e4m3): the GEMM backends' rows; Batched keeps them in registers and shared memory.
@@ -499,6 +454,7 @@ impl LayerSizing {
         Ok(LayerSizing {
             shape,
             format,
+            gemm,
             max_tokens,
             max_m,
             backends: enabled,
@@ -522,6 +478,10 @@ impl LayerSizing {
     /// How the layer's expert weights are stored.
     pub fn format(&self) -> WeightFormat {
         self.format
+    }
+    /// The grouped GEMM the layout backends run (the device's arch picks it: [`Self::for_device`]).
+    pub fn gemm(&self) -> LayerGemm {
+        self.gemm
     }
     pub fn backends(&self) -> Backends {
         self.backends
@@ -573,21 +533,20 @@ impl LayerSizing {
     }
 }
 
-/// Whether a tuned bucket's backend `b` can run `tokens` tokens of `shape` over `format` weights: not Eager (it
-/// synchronises), one FP8 runs for FP8 weights, Batched within its rows.
-fn tuned_runs(shape: &LayerShape, format: WeightFormat, b: Backend, tokens: usize) -> bool {
-    let kernels = if format == WeightFormat::Fp8Block { Backends::FP8 } else { Backends::ALL };
+/// Whether a tuned bucket's backend `b` can run `tokens` tokens of `shape` with `gemm`: not Eager (it
+/// synchronises), one whose kernels run over the format on the GEMM's arch, Batched within its rows.
+fn tuned_runs(shape: &LayerShape, gemm: LayerGemm, b: Backend, tokens: usize) -> bool {
     b != Backend::Eager
-        && kernels.contains(b)
+        && gemm.runnable().contains(b)
         && (b != Backend::Batched || tokens * shape.slots() <= BATCHED_MAX_ROWS.max(shape.slots()))
 }
 
-/// Auto's choice for `tokens` tokens of `shape` over weights stored as `format`: the tuned bucket's backend
+/// Auto's choice for `tokens` tokens of `shape` whose layout backends run `gemm`: the tuned bucket's backend
 /// where it can run the batch, else [`super::auto_backend`] and, for FP8 weights, [`super::auto_backend_fp8`];
-/// Grouped under expert parallelism.
+/// Grouped under expert parallelism, and where no cost model was fitted on the GEMM's arch (SM100).
 pub(crate) fn auto_pick(
     shape: &LayerShape,
-    format: WeightFormat,
+    gemm: LayerGemm,
     tokens: usize,
     expert_parallel: bool,
     tuned: Option<&TunedBackends>,
@@ -595,10 +554,13 @@ pub(crate) fn auto_pick(
     if expert_parallel {
         return Backend::Grouped;
     }
-    if let Some(b) = tuned.map(|t| t.pick(tokens)).filter(|&b| tuned_runs(shape, format, b, tokens)) {
+    if let Some(b) = tuned.map(|t| t.pick(tokens)).filter(|&b| tuned_runs(shape, gemm, b, tokens)) {
         return b;
     }
-    if format == WeightFormat::Fp8Block {
+    if !gemm.auto_cost_model_fits() {
+        return Backend::Grouped;
+    }
+    if gemm.is_fp8() {
         return super::auto_backend_fp8(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens);
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
@@ -607,7 +569,7 @@ pub(crate) fn auto_pick(
 
 /// [`LayerSizing`]'s options, in one value for its constructors.
 #[derive(Clone, Copy, Debug)]
-struct SizingOptions {
+struct SizingOptions<'d> {
     max_tokens: usize,
     backend: Backend,
     backends: Option<Backends>,
@@ -616,6 +578,8 @@ struct SizingOptions {
     expert_parallel: bool,
     sm_count: usize,
     tuned: Option<TunedBackends>,
+    /// The device planned for (`None`: an SM90 device of `sm_count` SMs, unchecked).
+    device: Option<&'d DeviceInfo>,
 }
 
 #[cfg(test)]

@@ -539,9 +539,9 @@ pub enum WeightFormat {
     /// In the layer's element type (bf16 or f16): [`ExpertWeights`], the bf16/f16 grouped and fused GEMMs.
     Dense,
     /// e4m3 with one f32 scale per 128 × 128 block (DeepSeek-V3's recipe), the activations quantised per token
-    /// per 128 columns on the device before each GEMM: [`Fp8ExpertWeights`](super::Fp8ExpertWeights), the SM90
-    /// FP8 blockwise grouped GEMM, or the FP8 decode kernels. Runs the Batched, Grouped, Contiguous and Masked
-    /// backends (`Auto`: Batched or Grouped).
+    /// per 128 columns on the device before each GEMM: [`Fp8ExpertWeights`](super::Fp8ExpertWeights), the FP8
+    /// blockwise grouped GEMM of the device's arch (SM90 or SM100), or the FP8 decode kernels. Runs the Batched,
+    /// Grouped, Contiguous, Masked and (SM90 only) Fused backends (`Auto`: Batched or Grouped; Grouped on SM100).
     Fp8Block,
 }
 

@@ -494,6 +494,23 @@ fn fp8_layer_refusals_auto_and_the_scratch_footprint() {
         let host =
             LayerSizing::new_fp8(shape, t, Backend::Auto, backends, None, false, info.sm_count as usize).unwrap();
         assert_eq!(layer.needs(), host.needs(), "T = {t}: device plan vs host sizing");
+        // The H200 picks the SM90 FP8 plan; sized for this device, the sizing is the layer's own.
+        assert_eq!(layer.sizing().gemm(), LayerGemm::Sm90Fp8Blockwise, "T = {t}");
+        let fmt = WeightFormat::Fp8Block;
+        let on = LayerSizing::for_device(
+            &info,
+            shape,
+            DType::BF16,
+            fmt,
+            t,
+            Backend::Auto,
+            backends,
+            None,
+            None,
+            false,
+            None,
+        );
+        assert_eq!(layer.sizing(), &on.unwrap(), "T = {t}: the layer's sizing vs LayerSizing::for_device");
         let scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
         assert_eq!(scratch.bytes(), layer.needs().footprint().total(), "T = {t}: allocated vs footprint");
         assert_eq!(layer.plan_bytes(), host.plan_bytes(false), "T = {t}: plan bytes");

@@ -1,0 +1,142 @@
+//! What a layer runs on its device's architecture, decided once when it is planned: the grouped GEMM of its
+//! layout backends ([`LayerGemm`]) and which backends have SASS for the device. A pure function of
+//! [`DeviceInfo`], so planning for a described B200 is tested on the CPU: no SM100 GPU is available to this
+//! project, and nothing of the SM100 layer path has run on hardware.
+
+use crate::device::{Arch, DeviceInfo};
+use crate::error::Result;
+use crate::kernels::KernelFamily;
+
+use super::backends::{Backend, Backends};
+use super::weights::WeightFormat;
+
+/// The grouped GEMM a layer's layout backends (Grouped, Contiguous, Masked, and Eager over dense weights)
+/// multiply with, chosen from the weights' format and the device's arch.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayerGemm {
+    /// The SM90 bf16/f16 grouped GEMM ([`crate::GroupedGemm`]).
+    Sm90Dense,
+    /// The SM90 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8`]).
+    Sm90Fp8Blockwise,
+    /// The SM100 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8Sm100`]): same operands, group offsets and
+    /// activation quantisation as SM90. Compiled and SASS-checked only.
+    Sm100Fp8Blockwise,
+}
+
+impl LayerGemm {
+    /// The GEMM a layer over `format` weights runs on `arch`. Dense layers keep the SM90 GEMM on every arch:
+    /// the SM100 bf16 GEMM is not wired into the layer, so on SM100 the layer refuses their GEMM
+    /// backends naming both arches.
+    pub const fn for_arch(format: WeightFormat, arch: Arch) -> LayerGemm {
+        match (format, arch) {
+            (WeightFormat::Fp8Block, Arch::Sm100) => LayerGemm::Sm100Fp8Blockwise,
+            (WeightFormat::Fp8Block, Arch::Sm90) => LayerGemm::Sm90Fp8Blockwise,
+            (WeightFormat::Dense, _) => LayerGemm::Sm90Dense,
+        }
+    }
+
+    /// The kernel family the GEMM was compiled in.
+    pub const fn family(self) -> KernelFamily {
+        match self {
+            LayerGemm::Sm90Dense => KernelFamily::GroupedGemmSm90,
+            LayerGemm::Sm90Fp8Blockwise => KernelFamily::GroupedGemmSm90Fp8,
+            LayerGemm::Sm100Fp8Blockwise => KernelFamily::GroupedGemmSm100,
+        }
+    }
+
+    /// The FP8 blockwise GEMM (over block-FP8 weights) rather than the dense one.
+    pub const fn is_fp8(self) -> bool {
+        !matches!(self, LayerGemm::Sm90Dense)
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            LayerGemm::Sm90Dense => "grouped_gemm_sm90",
+            LayerGemm::Sm90Fp8Blockwise => "grouped_gemm_sm90_fp8_blockwise",
+            LayerGemm::Sm100Fp8Blockwise => "grouped_gemm_sm100_fp8_blockwise",
+        }
+    }
+
+    /// Whether `Auto`'s cost models ([`super::auto_backend`], [`super::auto_backend_fp8`]) were fitted on this
+    /// GEMM's arch. They were measured on an H200; on SM100 nothing has been measured, so `Auto` runs Grouped,
+    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover.
+    pub(crate) const fn auto_cost_model_fits(self) -> bool {
+        !matches!(self, LayerGemm::Sm100Fp8Blockwise)
+    }
+
+    /// The backends `Auto` plans room for (without a tuned table).
+    pub(crate) const fn auto_backends(self, expert_parallel: bool) -> Backends {
+        if expert_parallel || !self.auto_cost_model_fits() {
+            Backends::of(Backend::Grouped)
+        } else if self.is_fp8() {
+            Backends::FP8_AUTO
+        } else {
+            Backends::AUTO
+        }
+    }
+
+    /// The backends whose kernels have SASS for this GEMM's arch, among those the weights' format runs.
+    pub(crate) fn runnable(self) -> Backends {
+        let (format_set, arch) = match self {
+            LayerGemm::Sm90Dense => (Backends::ALL, Arch::Sm90),
+            LayerGemm::Sm90Fp8Blockwise => (Backends::FP8, Arch::Sm90),
+            LayerGemm::Sm100Fp8Blockwise => (Backends::FP8, Arch::Sm100),
+        };
+        format_set.iter().filter(|&b| families(b, self).iter().all(|f| f.runs_on(arch))).collect()
+    }
+}
+
+impl std::fmt::Display for LayerGemm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// The kernel families `backend` launches when its GEMMs are `gemm`. The Fused backend's gather/scatter GEMMs
+/// (bf16 and FP8) are SM90 wgmma kernels; layouts, activations, quantisation and the decode kernels are plain
+/// CUDA built for both arches.
+fn families(backend: Backend, gemm: LayerGemm) -> Vec<KernelFamily> {
+    use KernelFamily as F;
+    let quant = gemm.is_fp8().then_some(F::Quant);
+    let mut out = match backend {
+        Backend::Batched => vec![F::Decode],
+        Backend::Fused => vec![F::Layouts, F::Activation, F::FusedMoeSm90],
+        Backend::Eager | Backend::Grouped | Backend::Contiguous | Backend::Masked => {
+            vec![F::Layouts, F::Activation, gemm.family()]
+        }
+        Backend::Auto => vec![],
+    };
+    out.extend(quant.filter(|_| backend != Backend::Batched));
+    out
+}
+
+/// `Ok` when every kernel `backend` launches (with `gemm` for its GEMMs) has SASS for `device`; otherwise
+/// [`crate::Error::UnsupportedArch`] naming the backend, the target its kernels were built for and the device.
+/// `Auto` is checked through the concrete backends it may pick.
+pub(crate) fn check_backend(device: &DeviceInfo, backend: Backend, gemm: LayerGemm) -> Result<()> {
+    for f in families(backend, gemm) {
+        device.require(backend.layer_op(), f)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_on_sm100_runs_everything_but_fused_and_sm90_runs_all_fp8_backends() {
+        let sm100 = LayerGemm::for_arch(WeightFormat::Fp8Block, Arch::Sm100);
+        assert_eq!(sm100, LayerGemm::Sm100Fp8Blockwise);
+        assert_eq!(sm100.family(), KernelFamily::GroupedGemmSm100);
+        assert_eq!(sm100.runnable().to_string(), "batched,grouped,contiguous,masked");
+        assert_eq!(sm100.auto_backends(false), Backends::of(Backend::Grouped));
+        let sm90 = LayerGemm::for_arch(WeightFormat::Fp8Block, Arch::Sm90);
+        assert_eq!(sm90, LayerGemm::Sm90Fp8Blockwise);
+        assert_eq!(sm90.runnable(), Backends::FP8);
+        assert_eq!(sm90.auto_backends(false), Backends::FP8_AUTO);
+        assert_eq!(sm90.auto_backends(true), Backends::of(Backend::Grouped));
+        assert_eq!(LayerGemm::for_arch(WeightFormat::Dense, Arch::Sm90).runnable(), Backends::ALL);
+    }
+}
