@@ -437,3 +437,40 @@ fn grouped_scale_grids_start_each_group_on_its_own_128_row_atoms() {
     assert!(to_sf_atoms_grouped(&grid[kb..], &rows, kb).is_err());
     assert!(from_sf_atoms_grouped(&atoms[..len - 1], &rows, kb).is_err());
 }
+
+/// gpt-oss's K = 2880 stored as 2944 for the SM100 GEMMs: the logical dequantisation is the unpadded one bit for
+/// bit, the pad dequantises to 0 with zero nibbles and neutral scales, the scale atoms cover the padded grid,
+/// and a pad that is short or off the 32-element block is refused by name.
+#[test]
+fn mxfp4_padded_to_a_multiple_of_128_is_the_unpadded_matrix_plus_zero_columns() {
+    let (rows, k, kp) = (5usize, 2880usize, 2944usize);
+    let w = weights(rows, k, 29);
+    let plain = Mxfp4::quantize(&w, rows, k).unwrap();
+    let padded = Mxfp4::quantize_padded(&w, rows, k, kp).unwrap();
+    assert_eq!((padded.rows(), padded.k(), padded.k_padded()), (rows, k, kp));
+    assert_eq!((plain.k(), plain.k_padded()), (k, k));
+    assert_eq!(padded.dequantize(), plain.dequantize(), "logical columns");
+    let full = padded.dequantize_padded();
+    assert_eq!(full.len(), rows * kp);
+    for r in 0..rows {
+        assert_eq!(&full[r * kp..r * kp + k], &plain.dequantize()[r * k..(r + 1) * k], "row {r}");
+        assert!(full[r * kp + k..(r + 1) * kp].iter().all(|&x| x == 0.0), "row {r}: pad");
+        // Bytes: the row's codes, then zero nibbles; scales: the row's, then 2^0.
+        assert_eq!(&padded.data()[r * kp / 2..r * kp / 2 + k / 2], &plain.data()[r * k / 2..(r + 1) * k / 2]);
+        assert!(padded.data()[r * kp / 2 + k / 2..(r + 1) * kp / 2].iter().all(|&b| b == 0), "row {r}");
+        let s = &padded.scales()[r * kp / 32..(r + 1) * kp / 32];
+        assert_eq!(&s[..k / 32], &plain.scales()[r * k / 32..(r + 1) * k / 32]);
+        assert!(s[k / 32..].iter().all(|&x| x == Ue8m0::ONE), "row {r}: pad scales");
+    }
+    let grid: Vec<u8> = padded.scales().iter().map(|s| s.0).collect();
+    assert_eq!(padded.sf_atoms(), to_sf_atoms(&grid, rows, kp / 32).unwrap());
+    // The atoms pad K to 4 x 32 either way: the same bytes wide.
+    assert_eq!(padded.sf_atoms().len(), plain.sf_atoms().len());
+    // Re-padding starts from the logical K; padding to K itself is the plain matrix.
+    assert_eq!(padded.clone().pad_k(k).unwrap(), plain);
+    assert_eq!(plain.clone().pad_k(kp).unwrap(), padded);
+    for bad in [2848usize, 2900] {
+        let m = plain.clone().pad_k(bad).unwrap_err().to_string();
+        assert!(m.contains(&format!("padded to K = {bad}")) && m.contains("at least K and a multiple of"), "{m}");
+    }
+}

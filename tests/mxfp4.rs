@@ -224,3 +224,33 @@ fn every_shape_error_names_its_tensor() {
     let msg = open("nan", &t).pack_gpt_oss_mxfp4(PREFIX).unwrap_err().to_string();
     assert!(msg.contains("[1, 3, 0]") && msg.contains("0xFF"), "{msg}");
 }
+
+/// gpt-oss for SM100: both weights' K padded to a multiple of 128 (H = 2880 -> 2944, I = 96 -> 128) with the
+/// dequantised experts unchanged; the MX plan takes the padded K and still refuses the unpadded one by name.
+#[test]
+fn gpt_oss_k_2880_is_padded_to_2944_for_sm100_exactly() {
+    let (e, h, i) = (1usize, 2880usize, 96usize);
+    let mx = open("pad", &gpt_oss::tensors(PREFIX, e, h, i, 3, (118, 131), 0.25)).pack_gpt_oss_mxfp4(PREFIX).unwrap();
+    let sm100 = mx.clone().padded_for_sm100().unwrap();
+    let (gu, dn) = (sm100.gate_up(), sm100.down());
+    assert_eq!((gu.rows(), gu.k(), gu.k_padded()), (2 * i, h, 2944));
+    assert_eq!((dn.rows(), dn.k(), dn.k_padded()), (h, i, 128));
+    assert_eq!(gu.dequantize(), mx.gate_up().dequantize());
+    assert_eq!(dn.dequantize(), mx.down().dequantize());
+    assert_eq!(sm100.dequantize::<bf16>().unwrap(), mx.dequantize::<bf16>().unwrap());
+    assert_eq!((sm100.gate_up_bias(), sm100.down_bias()), (mx.gate_up_bias(), mx.down_bias()));
+    let b200 = DeviceInfo {
+        ordinal: 0,
+        name: "NVIDIA B200".into(),
+        compute_capability: (10, 0),
+        sm_count: 148,
+        l2_bytes: 60 << 20,
+        max_smem_per_block_optin: 227 << 10,
+        arch: Arch::from_compute_capability(10, 0),
+    };
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxFormat};
+    let plan = |k: usize| GroupedGemmMx::for_device(b200.clone(), MxFormat::Mxfp8, MxFormat::Mxfp4, 128, 5760, k, 64);
+    assert!(plan(gu.k_padded()).unwrap().workspace_bytes() > 0);
+    let m = plan(gu.k()).unwrap_err().to_string();
+    assert!(m.contains("K = 2880 is not a positive multiple of 128") && m.contains("4-bit operand"), "{m}");
+}

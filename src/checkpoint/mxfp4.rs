@@ -66,6 +66,21 @@ impl GptOssMxfp4Experts {
         &self.down_bias
     }
 
+    /// The same experts for the SM100 block-scaled GEMMs ([`crate::kernels::grouped_mx::GroupedGemmMx`]):
+    /// both weights' K (gate_up's H, down's I) zero-padded to the next multiple of
+    /// [`MX_K_MULTIPLE`](crate::kernels::grouped_mx::MX_K_MULTIPLE) ([`Mxfp4::pad_k`]: zero nibbles, neutral
+    /// scales, exact): gpt-oss's 2880 is stored as 2944. The shape, biases and dequantisation are unchanged.
+    ///
+    /// # Errors
+    /// As [`Mxfp4::pad_k`] (never, for a value this module made).
+    pub fn padded_for_sm100(self) -> Result<Self> {
+        let pad = |w: Mxfp4| {
+            let k = w.k().next_multiple_of(crate::kernels::grouped_mx::MX_K_MULTIPLE);
+            w.pad_k(k)
+        };
+        Ok(GptOssMxfp4Experts { gate_up: pad(self.gate_up)?, down: pad(self.down)?, ..self })
+    }
+
     /// The experts dequantised (exactly, for bf16: an e2m1 value times a power of two has at most 2 significant
     /// bits; f16 rounds values outside its range) into gpt-oss's bf16 format, [`ExpertFormat::GPT_OSS`]:
     /// `w13 [E, H, 2I]` (interleaved), `w2 [E, I, H]`, with the biases.

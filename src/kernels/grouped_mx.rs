@@ -47,6 +47,10 @@ use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm100_mx";
 
+/// The multiple of 128 the plans take N and K in (whole MMA tiles and 4 x 32 scale atoms). A K off it is
+/// zero-padded up to it, exactly ([`crate::quant::Mxfp4::pad_k`]): gpt-oss's 2880 runs as 2944.
+pub const MX_K_MULTIPLE: usize = 128;
+
 /// An operand's block-scaled format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MxFormat {
@@ -249,7 +253,9 @@ impl GroupedGemmMx {
     /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
     /// among them); [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole 128-wide MMA
     /// tiles of N and whole scale atoms of K; for MXFP4 weights under FP8 activations also CUTLASS's
-    /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here) and the
+    /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here; pad it
+    /// to 2944, exactly, with [`crate::quant::Mxfp4::pad_k`] or
+    /// [`GptOssMxfp4Experts::padded_for_sm100`](crate::checkpoint::GptOssMxfp4Experts::padded_for_sm100)) and the
     /// extents of [`crate::GroupedGemmFp8Shape::new`]; [`Error::UnsupportedArch`] naming the device and the arch
     /// the kernels need (SM100) on any other device.
     pub fn for_device(
@@ -263,7 +269,7 @@ impl GroupedGemmMx {
     ) -> Result<Self> {
         let config = MxConfig::for_formats(activations, weights)?;
         for (name, v) in [("N", n), ("K", k)] {
-            if v == 0 || v % 128 != 0 {
+            if v == 0 || v % MX_K_MULTIPLE != 0 {
                 let why = match (name, config) {
                     ("N", _) => "whole 128-wide MMA tiles of N".to_string(),
                     (_, MxConfig::Mxf8f4Mma1Sm128x128x128) => {

@@ -381,10 +381,16 @@ fn dequantize_e2m1_blocks(data: &[u8], block: usize, scale: impl Fn(usize) -> f3
 /// An MXFP4 matrix `[rows, k]`: e2m1 elements packed two per byte (`[rows, k / 2]`, even element in the low
 /// nibble), one [`Ue8m0`] per row per 32 of K (`[rows, k / 32]`). gpt-oss's `*_blocks` / `*_scales` tensors are
 /// exactly these bytes.
+///
+/// Stored rows may be wider than the logical K ([`Self::pad_k`]): `k_padded` columns, the pad's nibbles all
+/// zero (e2m1 +0) and its scales [`Ue8m0::ONE`] (the neutral exponent, 2^0). A zero code times any scale is 0,
+/// so the padded matrix is the logical one with zero columns appended, exactly: the SM100 block-scaled GEMMs
+/// take K in whole 128s, and gpt-oss's K = 2880 runs there as 2944.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mxfp4 {
     rows: usize,
     k: usize,
+    k_padded: usize,
     data: Vec<u8>,
     scales: Vec<Ue8m0>,
 }
@@ -398,7 +404,42 @@ impl Mxfp4 {
         check_len("MXFP4", rows, k, "data bytes", data.len(), n / 2)?;
         check_len("MXFP4", rows, k, "scales", scales.len(), s)?;
         check_ue8m0("MXFP4", &scales, k / MX_BLOCK)?;
-        Ok(Mxfp4 { rows, k, data, scales })
+        Ok(Mxfp4 { rows, k, k_padded: k, data, scales })
+    }
+
+    /// The same matrix in rows of `k_padded` columns (a multiple of 32, at least K): each row's pad holds zero
+    /// nibbles and [`Ue8m0::ONE`] scales (see the type's docs). Padding a padded matrix re-pads from its
+    /// logical K.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `k_padded` below K or not a multiple of 32.
+    pub fn pad_k(self, k_padded: usize) -> Result<Mxfp4> {
+        let (rows, k) = (self.rows, self.k);
+        if k_padded < k || k_padded % MX_BLOCK != 0 {
+            return Err(invalid(format!(
+                "MXFP4 [{rows}, {k}] padded to K = {k_padded}: the padded K must be at least K and a multiple of \
+                 the {MX_BLOCK}-element block"
+            )));
+        }
+        let (row_bytes, row_scales) = (self.k_padded / 2, self.k_padded / MX_BLOCK);
+        let (pad_bytes, pad_scales) = ((k_padded - k) / 2, (k_padded - k) / MX_BLOCK);
+        let mut data = Vec::with_capacity(rows * k_padded / 2);
+        let mut scales = Vec::with_capacity(rows * k_padded / MX_BLOCK);
+        for r in 0..rows {
+            data.extend_from_slice(&self.data[r * row_bytes..r * row_bytes + k / 2]);
+            data.extend(std::iter::repeat_n(0u8, pad_bytes));
+            scales.extend_from_slice(&self.scales[r * row_scales..r * row_scales + k / MX_BLOCK]);
+            scales.extend(std::iter::repeat_n(Ue8m0::ONE, pad_scales));
+        }
+        Ok(Mxfp4 { rows, k, k_padded, data, scales })
+    }
+
+    /// [`Self::quantize`], stored in rows of `k_padded` columns ([`Self::pad_k`]).
+    ///
+    /// # Errors
+    /// As [`Self::quantize`] and [`Self::pad_k`].
+    pub fn quantize_padded(w: &[f32], rows: usize, k: usize, k_padded: usize) -> Result<Mxfp4> {
+        Mxfp4::quantize(w, rows, k)?.pad_k(k_padded)
     }
 
     /// Quantises `w [rows, k]`: per block `s = ceil_pow2(amax / 6)`, `q = e2m1(w / s)` (nearest even).
@@ -426,30 +467,43 @@ impl Mxfp4 {
         Mxfp4::quantize(&w.iter().map(|x| x.to_f32()).collect::<Vec<_>>(), rows, k)
     }
 
-    /// `FP4_LUT[nibble] · 2^(s − 127)` per element, exact (gpt-oss's dequantisation).
+    /// `FP4_LUT[nibble] · 2^(s − 127)` per element, exact (gpt-oss's dequantisation): `[rows, k]`, the
+    /// logical columns only.
     pub fn dequantize(&self) -> Vec<f32> {
+        let full = self.dequantize_padded();
+        full.chunks_exact(self.k_padded).flat_map(|row| &row[..self.k]).copied().collect()
+    }
+
+    /// As [`Self::dequantize`], every stored column: `[rows, k_padded]` (the pad dequantises to 0).
+    pub fn dequantize_padded(&self) -> Vec<f32> {
         dequantize_e2m1_blocks(&self.data, MX_BLOCK, |b| self.scales[b].to_f32_exact())
     }
 
     pub fn rows(&self) -> usize {
         self.rows
     }
+    /// The logical K.
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Packed e2m1 `[rows, k / 2]` bytes.
+    /// Columns stored per row (K, or more after [`Self::pad_k`]): the K a GEMM over these bytes runs.
+    pub fn k_padded(&self) -> usize {
+        self.k_padded
+    }
+    /// Packed e2m1 `[rows, k_padded / 2]` bytes.
     pub fn data(&self) -> &[u8] {
         &self.data
     }
-    /// `[rows, k / 32]`.
+    /// `[rows, k_padded / 32]`.
     pub fn scales(&self) -> &[Ue8m0] {
         &self.scales
     }
-    /// The scale grid in SM100's 128 × 4 atom layout, as [`Mxfp8::sf_atoms`].
+    /// The scale grid in SM100's 128 × 4 atom layout, as [`Mxfp8::sf_atoms`], over the stored columns.
     pub fn sf_atoms(&self) -> Vec<u8> {
         let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
-        to_sf_atoms(&grid, self.rows, self.k / MX_BLOCK).expect("the grid fits the shape, checked when made")
+        to_sf_atoms(&grid, self.rows, self.k_padded / MX_BLOCK).expect("the grid fits the shape, checked when made")
     }
+    /// The stored bytes and scales (`[rows, k_padded / 2]`, `[rows, k_padded / 32]`).
     pub fn into_parts(self) -> (Vec<u8>, Vec<Ue8m0>) {
         (self.data, self.scales)
     }

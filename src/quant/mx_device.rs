@@ -181,7 +181,8 @@ impl Mxfp8Weights {
 
 /// MXFP4 expert weights on the device (gpt-oss's format) for the SM100 MXFP8 x MXFP4 grouped GEMM: e2m1 `[G, N,
 /// K]` packed two per byte (low nibble first: `[G, N, K / 2]` bytes) and each expert's UE8M0 scales `[N, K / 32]`
-/// in CUTLASS's 128 x 4 atoms, as [`Mxfp8Weights`].
+/// in CUTLASS's 128 x 4 atoms, as [`Mxfp8Weights`]. `K` is the stored width ([`super::mx::Mxfp4::k_padded`]):
+/// the K the GEMM runs, with [`Self::logical_k`] the model's (gpt-oss: 2944 and 2880).
 #[derive(Debug)]
 pub struct Mxfp4Weights {
     q: CudaSlice<u8>,
@@ -189,30 +190,36 @@ pub struct Mxfp4Weights {
     experts: usize,
     n: usize,
     k: usize,
+    logical_k: usize,
 }
 
 impl Mxfp4Weights {
-    /// Uploads host experts ([`super::mx::Mxfp4`], each `[N, K]`), laying their scales out in atoms.
+    /// Uploads host experts ([`super::mx::Mxfp4`], each `[N, K]` stored `[N, K padded]`), laying their scales
+    /// out in atoms.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] for no experts or experts of different shapes (the expert named); driver
-    /// errors of the copies.
+    /// [`Error::InvalidProblem`] for no experts or experts of different shapes or padding (the expert named);
+    /// driver errors of the copies.
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Mxfp4]) -> Result<Mxfp4Weights> {
         let first = experts.first().ok_or_else(|| Error::InvalidProblem("MXFP4 weights of 0 experts".into()))?;
-        let (n, k) = (first.rows(), first.k());
+        let (n, k, logical_k) = (first.rows(), first.k_padded(), first.k());
         let (mut q, mut sf) = (Vec::new(), Vec::new());
         for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.k()) != (n, k) {
+            if (e.rows(), e.k_padded(), e.k()) != (n, k, logical_k) {
                 return Err(Error::InvalidProblem(format!(
-                    "MXFP4 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
+                    "MXFP4 expert {g} is [{}, {}] stored [{}, {}], expert 0 [{n}, {logical_k}] stored [{n}, {k}]: all \
+                     experts must have one shape and padding",
                     e.rows(),
-                    e.k()
+                    e.k(),
+                    e.rows(),
+                    e.k_padded()
                 )));
             }
             q.extend_from_slice(e.data());
             sf.extend(e.sf_atoms());
         }
-        Ok(Mxfp4Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })
+        let (q, sf) = (stream.clone_htod(&q)?, stream.clone_htod(&sf)?);
+        Ok(Mxfp4Weights { q, sf, experts: experts.len(), n, k, logical_k })
     }
 
     pub fn experts(&self) -> usize {
@@ -221,8 +228,13 @@ impl Mxfp4Weights {
     pub fn n(&self) -> usize {
         self.n
     }
+    /// The stored (GEMM) K.
     pub fn k(&self) -> usize {
         self.k
+    }
+    /// The model's K: columns past it are the zero pad.
+    pub fn logical_k(&self) -> usize {
+        self.logical_k
     }
     /// The packed e2m1 bytes, `[G, N, K / 2]`.
     pub fn q(&self) -> &CudaSlice<u8> {
