@@ -508,6 +508,7 @@ LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& p) {
   a.groups = p.groups;
   a.max_m = p.max_m;
   a.k = p.k;
+  a.k_in = p.k_in;
   a.max_rows = p.max_rows;
   a.x_stride = p.x_stride;
   a.x = p.x;
@@ -519,7 +520,7 @@ LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& p) {
   a.sf_bases = p.sf_bases;
   a.status = p.status;
   a.stream = p.stream;
-  static_assert(same_fields<MxQuantParams, MxQuantArgs>(16), "assign every MxQuantArgs field above");
+  static_assert(same_fields<MxQuantParams, MxQuantArgs>(17), "assign every MxQuantArgs field above");
   return wrap(moe_gemm::quantize_mxfp8_grouped(a));
 }
 
@@ -531,6 +532,7 @@ LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& p) {
   a.groups = p.groups;
   a.max_m = p.max_m;
   a.k = p.k;
+  a.k_in = p.k_in;
   a.max_rows = p.max_rows;
   a.x_stride = p.x_stride;
   a.x = p.x;
@@ -544,7 +546,7 @@ LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& p) {
   a.tensor = p.tensor;
   a.status = p.status;
   a.stream = p.stream;
-  static_assert(same_fields<Fp4QuantParams, Fp4QuantArgs>(19), "assign every Fp4QuantArgs field above");
+  static_assert(same_fields<Fp4QuantParams, Fp4QuantArgs>(20), "assign every Fp4QuantArgs field above");
   return wrap(moe_gemm::quantize_fp4_grouped(a));
 }
 

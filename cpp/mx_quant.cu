@@ -88,6 +88,14 @@ __global__ void quantize_kernel(MxQuantArgs a, int k_blocks, int k_atoms) {
   const auto* bases = reinterpret_cast<const int64_t*>(a.sf_bases);
   const int64_t at = bases[g] + (m / 128 * k_atoms + kb / 4) * kAtomBytes + 16 * (m % 32) + 4 * (m / 32 % 4) + kb % 4;
   if (at >= static_cast<int64_t>(a.sf_bytes)) return;  // reported by the bases kernel
+  auto* scale = reinterpret_cast<uint8_t*>(a.sf) + at;
+  if (kb * kVec >= a.k_in) {
+    // The zero pad of a padded K: e4m3 +0 codes, scale 2^0, as an all-zero block; x has no such columns.
+    auto* pad = reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(a.out) + r * a.k + static_cast<int64_t>(kb) * kVec);
+    pad[0] = pad[1] = make_uint4(0u, 0u, 0u, 0u);
+    *scale = 127u;
+    return;
+  }
   const T* x = reinterpret_cast<const T*>(a.x) + r * a.x_stride + static_cast<int64_t>(kb) * kVec;
   float v[kVec];
   float amax = 0.f;
@@ -111,7 +119,7 @@ __global__ void quantize_kernel(MxQuantArgs a, int k_blocks, int k_atoms) {
   out[1] = make_uint4(words[4], words[5], words[6], words[7]);
   const uint32_t sb = __float_as_uint(s);
   // s is 2^e with e in [-127, 127]: its UE8M0 byte is e + 127, the exponent field (0 for the subnormal 2^-127).
-  reinterpret_cast<uint8_t*>(a.sf)[at] = static_cast<uint8_t>((sb >> 23) & 0xffu);
+  *scale = static_cast<uint8_t>((sb >> 23) & 0xffu);
   if (err) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
 }
 
@@ -170,7 +178,7 @@ __global__ void amax_kernel(Fp4QuantArgs a, int k_blocks) {
     int32_t rows = 0;
     const int g = group_of(a.mode, reinterpret_cast<const int32_t*>(a.offsets),
                            reinterpret_cast<const int32_t*>(a.counts), a.max_m, a.groups, a.max_rows, r, &m, &rows);
-    if (g >= 0) {
+    if (g >= 0 && kb * V < a.k_in) {  // the pad is zeros
       const T* x = reinterpret_cast<const T*>(a.x) + r * a.x_stride + static_cast<int64_t>(kb) * V;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -210,6 +218,17 @@ __global__ void quantize_fp4_kernel(Fp4QuantArgs a, int k_blocks, int k_atoms) {
   const auto* bases = reinterpret_cast<const int64_t*>(a.sf_bases);
   const int64_t at = bases[g] + (m / 128 * k_atoms + kb / 4) * kAtomBytes + 16 * (m % 32) + 4 * (m / 32 % 4) + kb % 4;
   if (at >= static_cast<int64_t>(a.sf_bytes)) return;  // reported by the bases kernel
+  uint8_t* out = reinterpret_cast<uint8_t*>(a.out) + r * (a.k / 2) + static_cast<int64_t>(kb) * (V / 2);
+  if (kb * V >= a.k_in) {
+    // The zero pad of a padded K: e2m1 +0 codes, scale 1 (UE8M0 127, UE4M3 0x38), as an all-zero block.
+    if (kNv) {
+      *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
+    } else {
+      *reinterpret_cast<uint4*>(out) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    reinterpret_cast<uint8_t*>(a.sf)[at] = kNv ? 0x38u : 127u;
+    return;
+  }
   const T* x = reinterpret_cast<const T*>(a.x) + r * a.x_stride + static_cast<int64_t>(kb) * V;
   float v[V];
   float amax = 0.f;
@@ -250,7 +269,6 @@ __global__ void quantize_fp4_kernel(Fp4QuantArgs a, int k_blocks, int k_atoms) {
     }
     words[w] = word;
   }
-  uint8_t* out = reinterpret_cast<uint8_t*>(a.out) + r * (a.k / 2) + static_cast<int64_t>(kb) * (V / 2);
   if (kNv) {
     *reinterpret_cast<uint2*>(out) = make_uint2(words[0], words[1]);
   } else {
@@ -273,7 +291,8 @@ void launch_fp4(const Fp4QuantArgs& a, int k_blocks, int k_atoms, unsigned block
 }  // namespace mx
 
 Status quantize_mxfp8_grouped(const MxQuantArgs& a) {
-  if (a.k <= 0 || a.k % mx::kVec != 0 || a.groups <= 0 || a.max_rows < 0) {
+  if (a.k <= 0 || a.k % mx::kVec != 0 || a.k_in <= 0 || a.k_in > a.k || a.k_in % mx::kVec != 0 || a.groups <= 0 ||
+      a.max_rows < 0) {
     return {StatusCode::CutlassCannotImplement, 0};
   }
   auto stream = reinterpret_cast<cudaStream_t>(a.stream);
@@ -300,7 +319,8 @@ Status quantize_mxfp8_grouped(const MxQuantArgs& a) {
 Status quantize_fp4_grouped(const Fp4QuantArgs& a) {
   const bool nv = a.format == Fp4Format::Nvfp4;
   const int vec = nv ? 16 : 32;
-  if ((!nv && a.format != Fp4Format::Mxfp4) || a.k <= 0 || a.k % vec != 0 || a.groups <= 0 || a.max_rows < 0 ||
+  if ((!nv && a.format != Fp4Format::Mxfp4) || a.k <= 0 || a.k % vec != 0 || a.k_in <= 0 || a.k_in > a.k ||
+      a.k_in % vec != 0 || a.groups <= 0 || a.max_rows < 0 ||
       (nv && (a.tensor == 0 || a.tensor % 4 != 0 || !(a.tensor_scale >= 0.f) || isinf(a.tensor_scale)))) {
     return {StatusCode::CutlassCannotImplement, 0};
   }

@@ -19,12 +19,15 @@ namespace moe_gemm {
 // >= max(amax / 448, 2^-127), 1 for an all-zero block; q = e4m3(x / s), round to nearest even. Non-finite
 // elements become e4m3 NaN and set kErrNonfiniteInput. Scale bytes of padding rows (m_g .. 128 * ceil(m_g/128))
 // are not written. Requires k a positive multiple of 32.
+// x holds k_in <= k columns (a multiple of 32): the blocks past it are the zero pad of a K padded for the SM100
+// GEMMs (gpt-oss's 2880 as 2944), written without reading x as an all-zero block is (codes 0, scale 1).
 struct MxQuantArgs {
   DType dtype;
   GroupMode mode;
   int32_t groups;
   int32_t max_m;
   int32_t k;
+  int32_t k_in;
   int64_t max_rows;
   int64_t x_stride;
   uint64_t x;
@@ -60,7 +63,8 @@ enum class Fp4Format : uint32_t {
 //          kErrScaleOverflow), 1 for an all-zero block; q = e2m1(x / (s * t)), 0 where s * t is 0.
 //   e2m1: nearest, ties to the even code, +-6 at most, the sign kept. Non-finite elements take no part in the
 //   amax, become +6 (NaN) or +-6 (inf) and set kErrNonfiniteInput.
-// Requires k a positive multiple of V. tensor (NVFP4): f32 [2], [1] the amax scratch.
+// Requires k a positive multiple of V. tensor (NVFP4): f32 [2], [1] the amax scratch. k_in as for MXFP8 (a
+// multiple of V): the pad's blocks are all-zero blocks, and take no part in the tensor scale.
 struct Fp4QuantArgs {
   Fp4Format format;
   DType dtype;
@@ -68,6 +72,7 @@ struct Fp4QuantArgs {
   int32_t groups;
   int32_t max_m;
   int32_t k;
+  int32_t k_in;
   int64_t max_rows;
   int64_t x_stride;
   uint64_t x;

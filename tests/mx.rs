@@ -462,6 +462,10 @@ fn mxfp4_padded_to_a_multiple_of_128_is_the_unpadded_matrix_plus_zero_columns() 
         assert_eq!(&s[..k / 32], &plain.scales()[r * k / 32..(r + 1) * k / 32]);
         assert!(s[k / 32..].iter().all(|&x| x == Ue8m0::ONE), "row {r}: pad scales");
     }
+    // The bytes of quantising the zero-padded rows (what the device quantisers write for a padded K).
+    let zero_padded: Vec<f32> = w.chunks_exact(k).flat_map(|r| r.iter().copied().chain([0.0; 64])).collect();
+    let wide = Mxfp4::quantize(&zero_padded, rows, kp).unwrap();
+    assert_eq!((padded.data(), padded.scales()), (wide.data(), wide.scales()));
     let grid: Vec<u8> = padded.scales().iter().map(|s| s.0).collect();
     assert_eq!(padded.sf_atoms(), to_sf_atoms(&grid, rows, kp / 32).unwrap());
     // The atoms pad K to 4 x 32 either way: the same bytes wide.

@@ -45,6 +45,8 @@ pub(crate) mod ffi {
         groups: i32,
         max_m: i32,
         k: i32,
+        /// Columns of x (<= k); the blocks past it are the zero pad.
+        k_in: i32,
         max_rows: i64,
         x_stride: i64,
         x: u64,
@@ -65,6 +67,8 @@ pub(crate) mod ffi {
         groups: i32,
         max_m: i32,
         k: i32,
+        /// As `MxQuantParams::k_in`.
+        k_in: i32,
         max_rows: i64,
         x_stride: i64,
         x: u64,

@@ -35,13 +35,25 @@ pub(crate) struct MxDst<'a> {
     pub sf_bases: &'a mut CudaSlice<i64>,
 }
 
-/// Queues the bases kernel and the quantiser on `stream`: `x` `[max_rows, k]` (row stride `x_stride`) grouped
-/// as `rows` says, `groups` groups.
+/// The columns `x_cols` of x that a quantiser into rows of `k` reads: a positive multiple of `vec` and at most
+/// `k` (the rest is the zero pad of a padded K), within the row stride.
+fn check_x_cols(name: &str, x_cols: usize, x_stride: usize, k: usize, vec: usize) -> Result<()> {
+    if x_cols == 0 || x_cols > k || x_cols % vec != 0 || x_stride < x_cols {
+        return Err(Error::InvalidProblem(format!(
+            "{name} quantisation: x's {x_cols} columns must be a positive multiple of {vec}, at most K = {k} (the \
+             columns past them are the zero pad of a padded K) and within the row stride {x_stride}"
+        )));
+    }
+    Ok(())
+}
+
+/// Queues the bases kernel and the quantiser on `stream`: `x` `[max_rows, x_cols]` (row stride `x_stride`)
+/// grouped as `rows` says, `groups` groups, into rows of `k >= x_cols` (the columns past x's are zero).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_quantize_mxfp8<T: Element>(
     stream: &CudaStream,
     x: &impl DevicePtr<T>,
-    x_stride: usize,
+    (x_stride, x_cols): (usize, usize),
     max_rows: usize,
     k: usize,
     groups: usize,
@@ -49,21 +61,22 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
     dst: MxDst<'_>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    if k == 0 || k % MX_VEC != 0 || groups == 0 || x_stride < k {
+    if k == 0 || k % MX_VEC != 0 || groups == 0 {
         return Err(Error::InvalidProblem(format!(
             "MXFP8 quantisation: K = {k} must be a positive multiple of {MX_VEC} (one UE8M0 scale per 32), groups = \
-             {groups} positive, the row stride {x_stride} at least K"
+             {groups} positive"
         )));
     }
+    check_x_cols("MXFP8", x_cols, x_stride, k, MX_VEC)?;
     let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
     if max_rows > 0 {
-        need_len("x", x.len(), (max_rows - 1) * x_stride + k, "(max_rows - 1) x stride + K")?;
+        need_len("x", x.len(), (max_rows - 1) * x_stride + x_cols, "(max_rows - 1) x stride + x's columns")?;
     }
     need_len("out", dst.out.len(), max_rows * k, "max_rows x K")?;
     need_len("sf_bases", dst.sf_bases.len(), groups + 1, "groups + 1")?;
     let sf_bytes = dst.sf.len() as u64;
     let (groups_i, max_m, k_i) = (to_i32("groups", groups)?, to_i32("max_m", max_m)?, to_i32("K", k)?);
-    let (max_rows_i, stride) = (to_i64("max_rows", max_rows)?, to_i64("row stride", x_stride)?);
+    let (max_rows_i, stride, k_in) = (to_i64("max_rows", max_rows)?, to_i64("row stride", x_stride)?, x_cols as i32);
     super::bind(stream)?;
     let (x_ptr, _x) = x.device_ptr(stream);
     let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
@@ -82,6 +95,7 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
         groups: groups_i,
         max_m,
         k: k_i,
+        k_in,
         max_rows: max_rows_i,
         x_stride: stride,
         x: x_ptr,
@@ -94,7 +108,8 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
         status: s_ptr,
         stream: stream.cu_stream() as u64,
     };
-    // SAFETY: x holds max_rows rows of `stride` (the last K long), out max_rows x K e4m3 (16-byte aligned, K a
+    // SAFETY: x holds max_rows rows of `stride` (the last x_cols long; the kernel reads no column past x_cols <= K
+    // of any row), out max_rows x K e4m3 (16-byte aligned, K a
     // multiple of 32: every 32-element block store is aligned), sf_bases G + 1 int64, offsets G + 1 / counts G
     // where the mode reads them (checked); the kernel clamps group rows into [0, max_rows] and never writes a
     // scale byte at or past sf.len(). The stream's context is bound; the guards outlive the call.
@@ -117,7 +132,7 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
     stream: &CudaStream,
     format: Fp4Format,
     x: &impl DevicePtr<T>,
-    x_stride: usize,
+    (x_stride, x_cols): (usize, usize),
     (max_rows, k, groups): (usize, usize, usize),
     rows: GroupedRows<'_>,
     tensor_scale: f32,
@@ -125,12 +140,13 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     let (name, vec) = if format == Fp4Format::Nvfp4 { ("NVFP4", NV_VEC) } else { ("MXFP4", MX_VEC) };
-    if k == 0 || k % vec != 0 || groups == 0 || x_stride < k {
+    if k == 0 || k % vec != 0 || groups == 0 {
         return Err(Error::InvalidProblem(format!(
             "{name} quantisation: K = {k} must be a positive multiple of {vec} (one scale per {vec}), groups = \
-             {groups} positive, the row stride {x_stride} at least K"
+             {groups} positive"
         )));
     }
+    check_x_cols(name, x_cols, x_stride, k, vec)?;
     if !(tensor_scale.is_finite() && tensor_scale >= 0.0) {
         return Err(Error::InvalidProblem(format!(
             "{name} quantisation: tensor scale {tensor_scale} must be finite and positive (0: derived on the device)"
@@ -138,13 +154,13 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
     }
     let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
     if max_rows > 0 {
-        need_len("x", x.len(), (max_rows - 1) * x_stride + k, "(max_rows - 1) x stride + K")?;
+        need_len("x", x.len(), (max_rows - 1) * x_stride + x_cols, "(max_rows - 1) x stride + x's columns")?;
     }
     need_len("out", dst.out.len(), max_rows * k / 2, "max_rows x K / 2 bytes")?;
     need_len("sf_bases", dst.sf_bases.len(), groups + 1, "groups + 1")?;
     let sf_bytes = dst.sf.len() as u64;
     let (groups_i, max_m, k_i) = (to_i32("groups", groups)?, to_i32("max_m", max_m)?, to_i32("K", k)?);
-    let (max_rows_i, stride) = (to_i64("max_rows", max_rows)?, to_i64("row stride", x_stride)?);
+    let (max_rows_i, stride, k_in) = (to_i64("max_rows", max_rows)?, to_i64("row stride", x_stride)?, x_cols as i32);
     super::bind(stream)?;
     let (x_ptr, _x) = x.device_ptr(stream);
     let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
@@ -175,6 +191,7 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
         groups: groups_i,
         max_m,
         k: k_i,
+        k_in,
         max_rows: max_rows_i,
         x_stride: stride,
         x: x_ptr,
@@ -189,7 +206,8 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
         status: s_ptr,
         stream: stream.cu_stream() as u64,
     };
-    // SAFETY: x holds max_rows rows of `stride` (the last K long), out max_rows x K / 2 bytes (16-byte aligned,
+    // SAFETY: x holds max_rows rows of `stride` (the last x_cols long; no column past x_cols <= K is read), out
+    // max_rows x K / 2 bytes (16-byte aligned,
     // K a multiple of the block: every block's 16- or 8-byte store is aligned), sf_bases G + 1 int64, tensor two
     // f32 where NVFP4 reads them, offsets G + 1 / counts G where the mode reads them (checked); the kernels clamp
     // group rows into [0, max_rows] and never write a scale byte at or past sf.len(). The stream's context is

@@ -69,9 +69,10 @@ impl Fp4Buffers {
     }
 
     fn check_x<T: Element>(&self, what: &str, x: &MatrixView<'_, T>) -> Result<()> {
-        if (x.rows(), x.cols()) != (self.max_rows, self.k) {
+        if x.rows() != self.max_rows || x.cols() > self.k {
             return Err(Error::InvalidProblem(format!(
-                "{what} quantisation: x [{}, {}] for rows of [{}, {}]",
+                "{what} quantisation: x [{}, {}] for rows of [{}, {}] (x's columns at most K: the rest is the zero \
+                 pad)",
                 x.rows(),
                 x.cols(),
                 self.max_rows,
@@ -173,12 +174,15 @@ pub enum NvTensorScale {
     FromAmax,
 }
 
-/// Quantises the rows of `x [max_rows, K]` that `rows` places in a group into `out` (MXFP4, per group in the
-/// SM100 scale layout), and writes each group's base. Rows in no group are left as they were.
+/// Quantises the rows of `x [max_rows, K_x]` that `rows` places in a group into `out` (MXFP4, per group in the
+/// SM100 scale layout), and writes each group's base. Rows in no group are left as they were. `K_x <= out.k()`
+/// as for [`super::quantize_mxfp8_grouped`]: the columns past x's are the zero pad (codes 0, scale 2^0), as
+/// [`super::mx::Mxfp4::quantize_padded`] writes them.
 ///
 /// # Errors
-/// As [`super::quantize_mxfp8_grouped`]: [`Error::InvalidProblem`] when `x` is not `[out.max_rows(), out.k()]`
-/// or `rows` is per-row groups or of another group count; [`Error::Buffer`] for short group arrays; launch
+/// As [`super::quantize_mxfp8_grouped`]: [`Error::InvalidProblem`] when `x` does not have `out.max_rows()`
+/// rows, has more columns than `out.k()` or a number not a multiple of 32, or `rows` is per-row groups or of
+/// another group count; [`Error::Buffer`] for short group arrays; launch
 /// errors. On the device: non-finite elements (`NONFINITE_INPUT`; NaN becomes +6, ±inf ±6), bad offsets or
 /// counts, a layout past the scale buffer (`CAPACITY_OVERFLOW`).
 pub fn quantize_mxfp4_grouped<'r, T: Element>(
@@ -196,7 +200,7 @@ pub fn quantize_mxfp4_grouped<'r, T: Element>(
         stream,
         Fp4Format::Mxfp4,
         &view,
-        x.stride(),
+        (x.stride(), x.cols()),
         shape,
         rows.to_ffi(),
         0.0,
@@ -205,9 +209,10 @@ pub fn quantize_mxfp4_grouped<'r, T: Element>(
     )
 }
 
-/// Quantises the rows of `x [max_rows, K]` that `rows` places in a group into `out` (NVFP4, per group in the
+/// Quantises the rows of `x [max_rows, K_x]` that `rows` places in a group into `out` (NVFP4, per group in the
 /// SM100 scale layout, one tensor scale for all of them: `scale`), and writes each group's base and the tensor
-/// scale. Rows in no group are left as they were.
+/// scale. Rows in no group are left as they were. `K_x <= out.k()`, a multiple of 16: the pad's blocks are
+/// all-zero blocks (codes 0, UE4M3 1.0) and take no part in a derived tensor scale.
 ///
 /// # Errors
 /// As [`quantize_mxfp4_grouped`]; [`Error::InvalidProblem`] for a given tensor scale that is not finite and
@@ -240,7 +245,7 @@ pub fn quantize_nvfp4_grouped<'r, T: Element>(
         stream,
         Fp4Format::Nvfp4,
         &view,
-        x.stride(),
+        (x.stride(), x.cols()),
         shape,
         rows.to_ffi(),
         t,

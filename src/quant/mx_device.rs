@@ -80,11 +80,15 @@ impl Mxfp8Rows {
     }
 }
 
-/// Quantises the rows of `x [max_rows, K]` that `rows` places in a group into `out` (MXFP8, per group in the
-/// SM100 scale layout), and writes each group's base. Rows in no group are left as they were.
+/// Quantises the rows of `x [max_rows, K_x]` that `rows` places in a group into `out` (MXFP8, per group in the
+/// SM100 scale layout), and writes each group's base. Rows in no group are left as they were. `K_x` may be
+/// less than `out.k()` (a multiple of 32): the columns past it are the zero pad of a K padded for the SM100
+/// GEMMs (gpt-oss's 2880 as 2944), written as an all-zero block is (codes 0, scale 2^0) — the host's
+/// quantisation of the zero-padded rows, bit for bit.
 ///
 /// # Errors
-/// [`Error::InvalidProblem`] when `x` is not `[out.max_rows(), out.k()]` or `rows` is per-row groups or of
+/// [`Error::InvalidProblem`] when `x` does not have `out.max_rows()` rows, has more columns than `out.k()` or
+/// a number not a multiple of 32, or `rows` is per-row groups or of
 /// another group count; [`Error::Buffer`] for short group arrays; launch errors. On the device: non-finite
 /// elements (`NONFINITE_INPUT`), bad offsets or counts (as the grouped GEMMs), and a layout past the scale
 /// buffer (`CAPACITY_OVERFLOW`, which the worst-case sizing of [`Mxfp8Rows::alloc`] never reaches).
@@ -95,9 +99,9 @@ pub fn quantize_mxfp8_grouped<'r, T: Element>(
     out: &mut Mxfp8Rows,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    if (x.rows(), x.cols()) != (out.max_rows, out.k) {
+    if x.rows() != out.max_rows || x.cols() > out.k {
         return Err(Error::InvalidProblem(format!(
-            "MXFP8 quantisation: x [{}, {}] for rows of [{}, {}]",
+            "MXFP8 quantisation: x [{}, {}] for rows of [{}, {}] (x's columns at most K: the rest is the zero pad)",
             x.rows(),
             x.cols(),
             out.max_rows,
@@ -110,7 +114,7 @@ pub fn quantize_mxfp8_grouped<'r, T: Element>(
     ffi::mx_quant::launch_quantize_mxfp8(
         stream,
         &view,
-        x.stride(),
+        (x.stride(), x.cols()),
         out.max_rows,
         out.k,
         out.groups,

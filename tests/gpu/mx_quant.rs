@@ -41,11 +41,30 @@ fn rows<T: Element>(rows: usize, k: usize, seed: u64) -> Vec<T> {
         .collect()
 }
 
+/// `x [rows, x_cols]` zero-padded to `k` columns.
+fn zero_pad<T: Element>(x: &[T], x_cols: usize, k: usize) -> Vec<T> {
+    x.chunks_exact(x_cols).flat_map(|r| r.iter().copied().chain((x_cols..k).map(|_| T::from_f32(0.0)))).collect()
+}
+
 /// (start, rows) of each group, from the group description.
 fn check<T: Element>(groups: &[(usize, usize)], max_rows: usize, k: usize, rows_of: GroupRowsHost, seed: u64) {
+    check_padded::<T>(groups, max_rows, k, k, rows_of, seed)
+}
+
+/// As [`check`], x holding `x_cols <= k` columns: the device writes rows of `k`, the host quantises the rows
+/// zero-padded to `k`.
+fn check_padded<T: Element>(
+    groups: &[(usize, usize)],
+    max_rows: usize,
+    x_cols: usize,
+    k: usize,
+    rows_of: GroupRowsHost,
+    seed: u64,
+) {
     let (_ctx, stream) = gpu();
-    let x = rows::<T>(max_rows, k, seed);
-    let xd = stream.clone_htod(&x).unwrap();
+    let x_in = rows::<T>(max_rows, x_cols, seed);
+    let xd = stream.clone_htod(&x_in).unwrap();
+    let x = zero_pad(&x_in, x_cols, k);
     let g = groups.len();
     let mut out = Mxfp8Rows::alloc(&stream, max_rows, k, g).unwrap();
     let mut st = DeviceStatus::new(&stream).unwrap();
@@ -57,7 +76,7 @@ fn check<T: Element>(groups: &[(usize, usize)], max_rows: usize, k: usize, rows_
             GroupRows::Padded { offsets: first.as_view(), counts: counts.as_ref().unwrap().as_view() }
         }
     };
-    let xv = MatrixView::of("x", &xd, k).unwrap();
+    let xv = MatrixView::of("x", &xd, x_cols).unwrap();
     quantize_mxfp8_grouped(&stream, &xv, grows, &mut out, &mut st).unwrap();
     st.check(&stream).unwrap();
     let q = stream.clone_dtoh(out.q()).unwrap();
@@ -219,13 +238,28 @@ fn check_fp4<T: Element>(
     host: GroupRowsHost,
     seed: u64,
 ) {
+    check_fp4_padded::<T>(fmt, groups, max_rows, k, k, host, seed)
+}
+
+/// As [`check_fp4`], x holding `x_cols <= k` columns: MXFP4 against `Mxfp4::quantize_padded` of the rows,
+/// NVFP4 against `Nvfp4::quantize*` of the rows zero-padded to `k`.
+fn check_fp4_padded<T: Element>(
+    fmt: Fp4,
+    groups: &[(usize, usize)],
+    max_rows: usize,
+    x_cols: usize,
+    k: usize,
+    host: GroupRowsHost,
+    seed: u64,
+) {
     let (_ctx, stream) = gpu();
-    let x = rows::<T>(max_rows, k, seed);
-    let xd = stream.clone_htod(&x).unwrap();
+    let x_in = rows::<T>(max_rows, x_cols, seed);
+    let xd = stream.clone_htod(&x_in).unwrap();
+    let x = zero_pad(&x_in, x_cols, k);
     let g = groups.len();
     let mut st = DeviceStatus::new(&stream).unwrap();
     let (first, counts) = host.upload(&stream);
-    let xv = MatrixView::of("x", &xd, k).unwrap();
+    let xv = MatrixView::of("x", &xd, x_cols).unwrap();
     let (q, sf, bases, tensor) = match fmt {
         Fp4::Mx => {
             let mut out = Mxfp4Rows::alloc(&stream, max_rows, k, g).unwrap();
@@ -252,7 +286,9 @@ fn check_fp4<T: Element>(
         Fp4::Mx => groups
             .iter()
             .map(|&(start, m)| {
-                let h = Mxfp4::quantize(&f32_rows(start, m), m, k).unwrap();
+                let unpadded: Vec<f32> =
+                    x_in[start * x_cols..(start + m) * x_cols].iter().map(|v| v.to_f32()).collect();
+                let h = Mxfp4::quantize_padded(&unpadded, m, x_cols, k).unwrap();
                 (h.data().to_vec(), h.scales().iter().map(|s| s.0).collect())
             })
             .collect(),
@@ -394,4 +430,38 @@ fn fp4_non_finite_overflow_and_bad_offsets_are_reported() {
     // Device bytes reported: data, worst-case atoms, bases (and NVFP4's two f32).
     assert_eq!(mx.bytes(), m * k / 2 + 512 * (1 + 2) + 8 * 3);
     assert_eq!(nv.bytes(), m * k / 2 + 512 * (1 + 2) + 8 * 3 + 8);
+}
+
+/// gpt-oss's K = 2880 written as rows of 2944 for the SM100 GEMMs: x holds 2880 columns, the kernels write
+/// the 64 pad columns as all-zero blocks (codes 0, scale 1) without reading past x's rows; bit for bit the host
+/// (`Mxfp4::quantize_padded`; MXFP8 and NVFP4 of the zero-padded rows, the NVFP4 tensor scale unchanged by the
+/// pad), groups of 0, 1, 5, 129 and 300 rows with rows in no group.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn k_2880_padded_to_2944_matches_the_host_bit_for_bit() {
+    let sizes = [0usize, 1, 5, 129, 300];
+    let mut offsets = vec![0i32];
+    let mut groups = Vec::new();
+    for &s in &sizes {
+        groups.push((*offsets.last().unwrap() as usize, s));
+        offsets.push(offsets.last().unwrap() + s as i32);
+    }
+    let max_rows = *offsets.last().unwrap() as usize + 3;
+    check_padded::<bf16>(&groups, max_rows, 2880, 2944, GroupRowsHost::Offsets(offsets.clone()), 21);
+    for fmt in [Fp4::Mx, Fp4::Nv(NvTensorScale::FromAmax), Fp4::Nv(NvTensorScale::Given(2.0))] {
+        check_fp4_padded::<bf16>(fmt, &groups, max_rows, 2880, 2944, GroupRowsHost::Offsets(offsets.clone()), 22);
+    }
+    // x wider than the rows, or off the block, is refused by name before anything is queued.
+    let (_ctx, stream) = gpu();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let off = stream.clone_htod(&[0i32, 4]).unwrap();
+    let mut out = Mxfp4Rows::alloc(&stream, 4, 2944, 1).unwrap();
+    for cols in [2976usize, 2890] {
+        let xd = stream.clone_htod(&vec![bf16::ZERO; 4 * cols]).unwrap();
+        let xv = MatrixView::of("x", &xd, cols).unwrap();
+        let m = quantize_mxfp4_grouped(&stream, &xv, GroupRows::Offsets(off.as_view()), &mut out, &mut st)
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains(&cols.to_string()) && (m.contains("at most K") || m.contains("multiple of 32")), "{m}");
+    }
 }
