@@ -431,6 +431,9 @@ LaunchStatus decode_layer(const DecodeParams& p) {
   return wrap(moe_gemm::decode_layer(a));
 }
 
+// The decode tiles (cpp/fused_decode.cu); the others are the warpgroup-MMA tiles of fused_moe_sm90.cuh.
+static bool is_swap_ab(FusedTile tile) { return tile == FusedTile::SwapAb16 || tile == FusedTile::SwapAb32; }
+
 LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   FusedGemmArgs a{};
   a.dtype = p.dtype;
@@ -455,7 +458,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.gate_up = p.gate_up;
   a.stream = p.stream;
   static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(21), "assign every FusedGemmArgs field above");
-  if (p.tile == FusedTile::SwapAb16 || p.tile == FusedTile::SwapAb32) return wrap(moe_gemm::fused_decode_gemm(a));
+  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a));
   if (p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
@@ -465,7 +468,7 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
 }
 
 LaunchStatus fused_moe_prepare(DType dtype, FusedTile tile) {
-  if (tile == FusedTile::SwapAb16 || tile == FusedTile::SwapAb32) return wrap(moe_gemm::fused_decode_prepare(dtype, tile));
+  if (is_swap_ab(tile)) return wrap(moe_gemm::fused_decode_prepare(dtype, tile));
   switch (dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_prepare_bf16(tile));
     case DType::F16: return wrap(moe_gemm::fused_moe_prepare_f16(tile));

@@ -19,4 +19,5 @@ mod pipeline;
 mod quant;
 mod routing;
 mod serving;
+mod shared_layer;
 mod weight_quant;
