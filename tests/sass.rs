@@ -255,14 +255,17 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
         assert!(after.contains("tmem["), "{unit}: a UTCQMMA without its scale operand: {l}");
     }
     say(&format!("{unit}: {} kernels, {} block-scaled UTCQMMA", kernels.len(), mmas.len()));
-    // Two configurations (MXFP8 and MXFP4 weights), a prepare kernel and CUTLASS's kernel each.
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
+    // Three configurations (1-SM MXFP8 and MXFP4 weights, 2-SM MXFP8), a prepare kernel and CUTLASS's kernel each.
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 3, "{kernels:?}");
     let gemms: Vec<&String> = kernels.iter().filter(|k| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 2, "{kernels:?}");
+    assert_eq!(gemms.len(), 3, "{kernels:?}");
     // The element types live in the runtime instruction descriptor, not the opcode: the kernels' types say which
-    // is which. Both run the kind::mxf8f6f4 MMA atom; one takes e2m1 weights.
-    assert!(gemms.iter().all(|k| k.contains("SM100_MMA_MXF8F6F4_SS")), "{gemms:?}");
-    assert_eq!(gemms.iter().filter(|k| k.contains("float_e2m1_t")).count(), 1, "{gemms:?}");
+    // is which. All run a kind::mxf8f6f4 MMA atom (1-SM `SM100_MMA_MXF8F6F4_SS`, 2-SM `..._2x1SM_SS`); one takes
+    // e2m1 weights, and that one is 1-SM.
+    assert_eq!(gemms.iter().filter(|k| k.contains("SM100_MMA_MXF8F6F4_SS")).count(), 2, "{gemms:?}");
+    assert_eq!(gemms.iter().filter(|k| k.contains("SM100_MMA_MXF8F6F4_2x1SM_SS")).count(), 1, "{gemms:?}");
+    let e2m1: Vec<_> = gemms.iter().filter(|k| k.contains("float_e2m1_t")).collect();
+    assert!(e2m1.len() == 1 && !e2m1[0].contains("2x1SM"), "{gemms:?}");
     for unit in ["cpp/grouped_gemm_sm90_fp8_rowwise.cu", "cpp/fused_moe_sm90_fp8.cu"] {
         let (ops, _) = opcodes(tool, unit);
         assert!(ops.iter().any(|o| o == "QGMMA"), "{unit}: no QGMMA: {ops:?}");
@@ -302,19 +305,25 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
             assert!(after.contains("tmem["), "{unit}: a UTCOMMA without its scale operand in {k}: {l}");
         }
     }
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 4, "{kernels:?}");
     let gemms: Vec<&(String, Vec<String>)> = per_kernel.iter().filter(|(k, _)| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 2, "{kernels:?}");
-    assert!(gemms.iter().all(|(k, _)| k.contains("SM100_MMA_MXF4_SS") && k.contains("float_e2m1_t")), "{kernels:?}");
+    assert_eq!(gemms.len(), 4, "1-SM and 2-SM, MXFP4 and NVFP4: {kernels:?}");
+    // The 1-SM kernels run CUTLASS's SM100_MMA_MXF4_SS atom, the 2-SM ones SM100_MMA_MXF4_2x1SM_SS.
+    assert!(gemms.iter().all(|(k, _)| k.contains("float_e2m1_t")), "{kernels:?}");
+    for (atom, n) in [("SM100_MMA_MXF4_SS", 2), ("SM100_MMA_MXF4_2x1SM_SS", 2)] {
+        assert_eq!(gemms.iter().filter(|(k, _)| k.contains(atom)).count(), n, "{atom}: {kernels:?}");
+    }
     let nv: Vec<_> = gemms.iter().filter(|(k, _)| k.contains("float_ue4m3_t")).collect();
     let mx: Vec<_> =
         gemms.iter().filter(|(k, _)| k.contains("float_ue8m0_t") && !k.contains("float_ue4m3_t")).collect();
-    assert_eq!((nv.len(), mx.len()), (1, 1), "one NVFP4 (UE4M3) and one MXFP4 (UE8M0) kernel: {kernels:?}");
-    let (nv_mmas, mx_mmas) = (&nv[0].1, &mx[0].1);
-    assert!(!nv_mmas.is_empty() && nv_mmas.iter().all(|l| l.contains("UTCOMMA.4X")), "NVFP4: {nv_mmas:?}");
-    assert!(!mx_mmas.is_empty() && mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
+    assert_eq!((nv.len(), mx.len()), (2, 2), "two NVFP4 (UE4M3) and two MXFP4 (UE8M0) kernels: {kernels:?}");
+    let nv_mmas: Vec<&String> = nv.iter().flat_map(|(_, m)| m).collect();
+    let mx_mmas: Vec<&String> = mx.iter().flat_map(|(_, m)| m).collect();
+    assert!(nv.iter().all(|(_, m)| !m.is_empty()) && mx.iter().all(|(_, m)| !m.is_empty()), "a kernel without MMAs");
+    assert!(nv_mmas.iter().all(|l| l.contains(".4X")), "NVFP4: {nv_mmas:?}");
+    assert!(mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
     say(&format!(
-        "{unit}: {} kernels; {} NVFP4 UTCOMMA.4X, {} MXFP4 UTCOMMA",
+        "{unit}: {} kernels; {} NVFP4 UTCOMMA(.2CTA).4X, {} MXFP4 UTCOMMA(.2CTA)",
         kernels.len(),
         nv_mmas.len(),
         mx_mmas.len()
