@@ -368,16 +368,19 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
         }
     }
     let gemms: Vec<_> = per_kernel.iter().filter(|(k, ..)| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 1, "one configuration: {kernels:?}");
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_fp8_groups")).count(), 1, "{kernels:?}");
-    let (name, mmas, ffma) = gemms[0];
-    assert!(name.contains("MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling"), "{name}");
-    assert!(name.contains("SM100_MMA_F8F6F4_SS") && !name.contains("MXF8F6F4"), "not block-scaled: {name}");
-    assert!(!mmas.is_empty(), "{unit}: no UTCQMMA in the GEMM");
-    for l in mmas {
-        let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCQMMA without idesc: {l}"));
-        assert!(!after.contains("tmem["), "{unit}: a block-scaled UTCQMMA (scale operand after idesc): {l}");
+    assert_eq!(gemms.len(), 2, "two configurations (1-SM, 2-SM): {kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_fp8_groups")).count(), 2, "{kernels:?}");
+    for (atom, n) in [("SM100_MMA_F8F6F4_SS", 1), ("SM100_MMA_F8F6F4_2x1SM_SS", 1), ("MXF8F6F4", 0)] {
+        assert_eq!(gemms.iter().filter(|(k, ..)| k.contains(atom)).count(), n, "{atom}: not block-scaled");
     }
-    assert!(*ffma > 0, "{unit}: no FFMA in the GEMM: the f32 promotion is missing");
-    say(&format!("{unit}: {} kernels; {} UTCQMMA, {ffma} FFMA in the GEMM", kernels.len(), mmas.len()));
+    for (name, mmas, ffma) in gemms {
+        assert!(name.contains("MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling"), "{name}");
+        assert!(!mmas.is_empty(), "{unit}: no UTCQMMA in a GEMM");
+        for l in mmas {
+            let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCQMMA without idesc: {l}"));
+            assert!(!after.contains("tmem["), "{unit}: a block-scaled UTCQMMA (scale operand after idesc): {l}");
+        }
+        assert!(*ffma > 0, "{unit}: no FFMA in a GEMM: the f32 promotion is missing");
+        say(&format!("{unit}: {} UTCQMMA, {ffma} FFMA in a GEMM", mmas.len()));
+    }
 }

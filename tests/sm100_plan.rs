@@ -275,3 +275,43 @@ fn the_2sm_block_scaled_configs_are_picked_for_prefill_and_refused_by_name() {
     let m = plan.with_config(MxConfig::Mxf8Mma2Sm256x256x128).unwrap_err().to_string();
     assert!(m.contains("planned for Mxfp8 x Mxfp4") && m.contains("mxf8-2sm-256x256x128 takes Mxfp8 x Mxfp8"), "{m}");
 }
+
+/// The SM100 FP8 blockwise 2-SM configuration: compiled, its facts read from the CUTLASS types (the
+/// Blockwise2SmSm100 schedule, a 256x128x128 MMA over two SMs of a 2x1 cluster, the 1-SM kernel's scale blocks,
+/// promotion and accumulation), the default from 256 rows per group, forced either way with `with_config`, and
+/// on the H200 refused with `UnsupportedArch` before a configuration is chosen.
+#[test]
+fn the_sm100_fp8_blockwise_2sm_config_is_picked_for_prefill() {
+    let (one, two) = (Fp8Sm100Config::Blockwise1Sm128x128x128, Fp8Sm100Config::Blockwise2Sm256x128x128);
+    assert!(two.is_built(), "{two} was not compiled");
+    assert_eq!(Fp8Sm100Config::from_name("fp8-sm100-2sm-256x128x128"), Some(two));
+    let f = two.facts().unwrap();
+    assert_eq!(f.schedule, "KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100");
+    assert_eq!((f.tile, f.cluster, f.sms_per_mma), ((256, 128, 128), (2, 1), 2), "{f:?}");
+    assert_eq!((two.tile(), two.cluster(), two.sms_per_mma()), ((256, 128, 128), (2, 1), 2));
+    assert_eq!((f.scale_block_a, f.scale_block_b, f.scales_k_major), ((1, 128), (128, 128), (true, true)));
+    assert!(f.two_level_accumulation && !f.fast_accumulation && f.promotion_k == 128 && f.stages >= 2, "{f:?}");
+    let f1 = one.facts().unwrap();
+    assert_eq!((f1.tile, f1.cluster, f1.sms_per_mma), ((128, 128, 128), (1, 1), 1), "{f1:?}");
+    // The SM90 configurations say one SM per MMA, cluster 1x1.
+    for c in Fp8TileConfig::ALL {
+        let f = c.facts().unwrap();
+        assert_eq!((f.cluster, f.sms_per_mma), (c.cluster(), 1), "{c}");
+    }
+
+    let g = 8;
+    let prefill = GroupedGemmFp8Shape::new(g, 4096, 7168, 256 * g).unwrap();
+    let decode = GroupedGemmFp8Shape::new(g, 4096, 7168, 256 * g - 1).unwrap();
+    assert_eq!((Fp8Sm100Config::default_for(&prefill), Fp8Sm100Config::default_for(&decode)), (two, one));
+    let plan = GroupedGemmFp8Sm100::for_device(b200(), prefill).unwrap();
+    assert_eq!(plan.config(), two);
+    assert!(plan.workspace_bytes() > 11 * g * 8, "{}", plan.workspace_bytes());
+    let plan = plan.with_config(one).unwrap();
+    assert_eq!(plan.config(), one);
+    let small = GroupedGemmFp8Shape::new(g, 128, 16, 8).unwrap();
+    assert_eq!(GroupedGemmFp8Sm100::for_device(b200(), small).unwrap().with_config(two).unwrap().config(), two);
+
+    let e = GroupedGemmFp8Sm100::for_device(h200(), prefill).unwrap_err();
+    assert!(matches!(e, Error::UnsupportedArch { required: "sm_100a", .. }), "{e:?}");
+    assert!(e.to_string().contains("H200") && e.to_string().contains("grouped_gemm_sm100_fp8_blockwise"), "{e}");
+}

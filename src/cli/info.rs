@@ -56,6 +56,7 @@ pub fn run() -> moe_gemm::Result<()> {
     }
     for c in moe_gemm::Fp8Sm100Config::ALL {
         let (m, n, k) = c.tile();
+        let (cm, cn) = c.cluster();
         let detail = match c.facts() {
             Ok(f) => format!(
                 "built, {} stages, promoted every {} of K (compiled and SASS-checked; not yet run on hardware)",
@@ -64,8 +65,9 @@ pub fn run() -> moe_gemm::Result<()> {
             Err(_) => "not built".into(),
         };
         println!(
-            "  grouped_gemm_sm100 fp8   {:<22} 1SM UMMA,   tile {m}x{n}x{k}, cluster 1x1x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
-            c.name()
+            "  grouped_gemm_sm100 fp8   {:<22} {}SM UMMA,   tile {m}x{n}x{k}, cluster {cm}x{cn}x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
+            c.name(),
+            c.sms_per_mma()
         );
     }
     for c in MxConfig::ALL {
