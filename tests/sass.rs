@@ -384,3 +384,87 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
         say(&format!("{unit}: {} UTCQMMA, {ffma} FFMA in a GEMM", mmas.len()));
     }
 }
+
+/// Each kernel of an object (its `Function :` name) with its instructions' opcodes, modifiers included (e.g.
+/// `UTCQMMA.2CTA`).
+fn kernel_opcodes(tool: &Path, unit: &str) -> Vec<(String, Vec<String>)> {
+    let sass = cuobjdump(tool, &["-sass"], &object(unit));
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in sass.lines() {
+        if let Some(f) = line.trim().strip_prefix("Function : ") {
+            out.push((f.to_string(), Vec::new()));
+            continue;
+        }
+        let Some(rest) = line.trim().strip_prefix("/*").and_then(|r| r.split_once("*/")).map(|(_, r)| r.trim()) else {
+            continue;
+        };
+        let rest = rest.strip_prefix('@').map_or(rest, |r| r.split_once(' ').map_or("", |(_, x)| x.trim()));
+        let op = rest.split(|c: char| c.is_whitespace() || c == ';').next().unwrap_or("");
+        if let (false, Some((_, ops))) = (op.is_empty(), out.last_mut()) {
+            ops.push(op.to_string());
+        }
+    }
+    out
+}
+
+/// The 2-SM schedules (`KernelPtrArrayTmaWarpSpecialized2Sm{Mxf8f6f4,Mxf4,Nvf4}Sm100`,
+/// `...Blockwise2SmSm100`) in the SM100 units beside their 1-SM twins: each 2-SM GEMM is CUTLASS's kernel over the
+/// `2x1SM` MMA atom, its prepare kernel is named by the 2-SM schedule, and its machine code is the pair form of
+/// tcgen05 as cuobjdump prints it: every MMA `UTCQMMA.2CTA` / `UTCOMMA.2CTA[.4X]`, the scale copies into tensor
+/// memory `UTCCP.T.S.2CTA.4` (block-scaled only), the commits `UTCBAR.2CTA.MULTICAST` (both SMs' barriers), TMA
+/// loads `UTMALDG.*.2CTA` (each SM its half of the tile) and the tensor-memory allocation
+/// `UTCATOMSWS.2CTA...`. No 1-SM GEMM (nor the bf16 unit's) holds any `.2CTA` instruction.
+#[test]
+fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
+    let Some(tool) = tools("the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05") else { return };
+    let units: [(&str, &str, &[&str], bool); 3] = [
+        ("cpp/grouped_gemm_sm100_mxfp8.cu", "UTCQMMA", &["KernelPtrArrayTmaWarpSpecialized2SmMxf8f6f4Sm100"], true),
+        (
+            "cpp/grouped_gemm_sm100_fp4.cu",
+            "UTCOMMA",
+            &["KernelPtrArrayTmaWarpSpecialized2SmMxf4Sm100", "KernelPtrArrayTmaWarpSpecialized2SmNvf4Sm100"],
+            true,
+        ),
+        (
+            "cpp/grouped_gemm_sm100_fp8_blockwise.cu",
+            "UTCQMMA",
+            &["KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100"],
+            false,
+        ),
+    ];
+    for (unit, mma, schedules, block_scaled) in units {
+        let kernels = kernel_opcodes(tool, unit);
+        let gemms: Vec<_> = kernels.iter().filter(|(k, _)| k.contains("device_kernel")).collect();
+        let (pair, single): (Vec<_>, Vec<_>) = gemms.into_iter().partition(|(k, _)| k.contains("2x1SM"));
+        assert_eq!(pair.len(), schedules.len(), "{unit}: one 2-SM GEMM per 2-SM schedule");
+        assert!(!single.is_empty(), "{unit}: the 1-SM twins");
+        for s in schedules {
+            let prep = kernels.iter().filter(|(k, _)| k.contains("prepare_") && k.contains(s)).count();
+            assert_eq!(prep, 1, "{unit}: the prepare kernel of {s}");
+        }
+        for (k, ops) in &pair {
+            let has = |op: &str| ops.iter().any(|o| o == op || o.starts_with(&format!("{op}.")));
+            let mmas: Vec<&String> = ops.iter().filter(|o| o.split('.').next() == Some(mma)).collect();
+            assert!(!mmas.is_empty(), "{unit}: no {mma} in a 2-SM GEMM");
+            assert!(mmas.iter().all(|o| o.starts_with(&format!("{mma}.2CTA"))), "{unit}: a 1-SM MMA in {k}: {mmas:?}");
+            assert!(has("UTCBAR.2CTA"), "{unit}: no UTCBAR.2CTA in a 2-SM GEMM: {ops:?}");
+            assert!(ops.iter().any(|o| o.starts_with("UTMALDG") && o.ends_with(".2CTA")), "{unit}: {ops:?}");
+            assert!(ops.iter().any(|o| o.starts_with("UTCATOMSWS.2CTA")), "{unit}: {ops:?}");
+            if block_scaled {
+                let cps: Vec<&String> = ops.iter().filter(|o| o.starts_with("UTCCP")).collect();
+                assert!(!cps.is_empty() && cps.iter().all(|o| o.contains(".2CTA")), "{unit}: {cps:?}");
+            } else {
+                assert!(!has("UTCCP"), "{unit}: UTCCP in the f32-scale kernel");
+            }
+            let mut forms: Vec<&str> = ops.iter().map(String::as_str).filter(|o| o.contains(".2CTA")).collect();
+            forms.sort();
+            forms.dedup();
+            say(&format!("{unit}: 2-SM GEMM, {} {mma}.2CTA; pair forms {}", mmas.len(), forms.join(" ")));
+        }
+        for (k, ops) in &single {
+            assert!(!ops.iter().any(|o| o.contains(".2CTA")), "{unit}: a 2-SM instruction in a 1-SM GEMM {k}");
+        }
+    }
+    let bf16 = kernel_opcodes(tool, "cpp/grouped_gemm_sm100_bf16.cu");
+    assert!(bf16.iter().all(|(_, ops)| !ops.iter().any(|o| o.contains(".2CTA"))), "the bf16 unit is 1-SM only");
+}
