@@ -82,7 +82,7 @@ impl Fp8Sm100Config {
     /// The plan's default: 2-SM when the rows per group (`max_rows / groups`: the masked layout's `max_m`, the
     /// contiguous layout's mean) fill its 256-row MMA tile ([`Self::TWO_SM_MIN_ROWS_PER_GROUP`]), 1-SM
     /// otherwise. Below that a group leaves rows of the pair's tile idle where 128-row tiles leave at most 127,
-    /// and the 1-SM kernel spreads the groups over twice the CTAs. Not measured: no SM100 GPU has run either.
+    /// and the smaller 1-SM tiles keep more SMs busy on small groups. Not measured: no SM100 GPU has run either.
     pub fn default_for(shape: &GroupedGemmFp8Shape) -> Fp8Sm100Config {
         if shape.max_rows() / shape.groups().max(1) >= Self::TWO_SM_MIN_ROWS_PER_GROUP {
             Fp8Sm100Config::Blockwise2Sm256x128x128

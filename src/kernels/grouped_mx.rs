@@ -11,7 +11,7 @@
 //! A 1-SM configuration runs one 128-row MMA per SM (cluster 1x1x1). A 2-SM one runs CUTLASS's
 //! `KernelPtrArrayTmaWarpSpecialized2Sm*Sm100` schedule: one 256 x 256 MMA (`tcgen05` `cta_group::2`) over the two SMs
 //! of a static 2x1x1 cluster, each holding 128 of the rows and loading half of the B tile, so each SM does twice
-//! the MMA work of a 1-SM 128 x 128 tile per byte of B it loads. It needs N in whole 256s. The plan picks it by
+//! the MMA work of a 1-SM 128 x 128 tile per byte of A and B it loads. It needs N in whole 256s. The plan picks it by
 //! [`MxConfig::default_for`] (prefill shapes); [`GroupedGemmMx::with_config`] forces either.
 //!
 //! FP8 × NVFP4 is refused ([`Error::KernelNotBuilt`], saying why): the CUTLASS 4.2 builder has no such kernel
@@ -188,7 +188,7 @@ impl MxConfig {
     /// pair has one, N is whole 256-wide tiles and the rows per group (`max_rows / groups`: the masked layout's
     /// `max_m`, the contiguous layout's mean) fill its 256-row MMA tile ([`Self::TWO_SM_MIN_ROWS_PER_GROUP`]);
     /// the 1-SM one otherwise. Below 256 rows a group leaves rows of the pair's tile idle where 128-row tiles
-    /// leave at most 127, and the 1-SM kernel spreads the groups over twice the CTAs. Not measured: no SM100
+    /// leave at most 127, and the smaller 1-SM tiles keep more SMs busy on small groups. Not measured: no SM100
     /// GPU has run either.
     ///
     /// # Errors
