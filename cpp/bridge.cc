@@ -106,6 +106,9 @@ void copy_facts(const moe_gemm::Fp8KernelFacts& f, Fp8KernelFacts& out) {
   out.tile_m = f.tile_m;
   out.tile_n = f.tile_n;
   out.tile_k = f.tile_k;
+  out.cluster_m = f.cluster_m;
+  out.cluster_n = f.cluster_n;
+  out.sms_per_mma = f.sms_per_mma;
   out.scale_m = f.scale_m;
   out.scale_n = f.scale_n;
   out.scale_k = f.scale_k;
@@ -115,7 +118,7 @@ void copy_facts(const moe_gemm::Fp8KernelFacts& f, Fp8KernelFacts& out) {
   out.fast_accumulation = f.fast_accumulation;
   out.promotion_k = f.promotion_k;
   out.stages = f.stages;
-  static_assert(same_fields<Fp8KernelFacts, moe_gemm::Fp8KernelFacts>(12), "assign every Fp8KernelFacts field above");
+  static_assert(same_fields<Fp8KernelFacts, moe_gemm::Fp8KernelFacts>(15), "assign every Fp8KernelFacts field above");
 }
 
 LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {

@@ -1,4 +1,4 @@
-// The SM90 (and the one SM100) FP8 ptr-array kernel schedules our FP8 families may use, by name, with whether each accumulates in
+// The SM90 (and the two SM100) FP8 ptr-array kernel schedules our FP8 families may use, by name, with whether each accumulates in
 // the tensor cores only (FastAccum), and the config shape (tile, schedules, cluster 1x1x1) both families name
 // their configurations with. A schedule not listed here fails to compile (its name is null).
 #pragma once
@@ -27,6 +27,7 @@ MOE_GEMM_FP8_SCHEDULE(KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, t
 MOE_GEMM_FP8_SCHEDULE(KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, true)
 MOE_GEMM_FP8_SCHEDULE(KernelPtrArrayTmaWarpSpecializedCooperative, false)
 MOE_GEMM_FP8_SCHEDULE(KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100, false)
+MOE_GEMM_FP8_SCHEDULE(KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100, false)
 #undef MOE_GEMM_FP8_SCHEDULE
 
 template <class Tile_, class Kernel_, class Epilogue_>

@@ -40,17 +40,24 @@ template <int S, int SP, int AP, class C>
 struct IsBlockwisePolicy<cutlass::gemm::MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling<S, SP, AP, C>>
     : std::true_type {};
 
-// MMA tile (M x N x K), one SM per MMA, cluster 1x1x1.
+// MMA tile (M x N x K) of one MMA: one SM in a 1x1x1 cluster, or for a 2-SM schedule the two SMs of a static
+// 2x1x1 cluster, 128 rows each (the kernel type carries a static cluster: hw_info.cluster_shape stays unused and
+// the workspace query sees the same type).
 template <class MmaTile_, class Kernel_, class Epilogue_>
 struct Config {
   using MmaTile = MmaTile_;
-  using Cluster = Shape<_1, _1, _1>;
+  static constexpr int kSmsPerMma = cute::is_base_of_v<cutlass::gemm::KernelSchedule2Sm, Kernel_> ? 2 : 1;
+  using Cluster = Shape<Int<kSmsPerMma>, _1, _1>;
   using KernelSchedule = Kernel_;
   using EpilogueSchedule = Epilogue_;
 };
 using Blockwise1Sm128x128x128 = Config<Shape<_128, _128, _128>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100,
                                        cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm>;
+// Each SM's CTA tile stays 128x128x128: one 128 x 128 weight scale block per CTA, as in the 1-SM tile.
+using Blockwise2Sm256x128x128 = Config<Shape<_256, _128, _128>,
+                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100,
+                                       cutlass::epilogue::PtrArrayTmaWarpSpecialized2Sm>;
 
 template <class Cfg>
 struct Builders {
@@ -94,12 +101,17 @@ struct GroupedGemmFp8Sm100 : fp8_blockwise::Groups<typename Builders<Cfg>::Kerne
                 "the builder must pick the SM100 blockwise-scaling mainloop");
   static_assert(Base::Kernel::IsGroupedGemmKernel, "not a grouped kernel");
   static_assert(kTileK == kScaleK && kPromotionK == kScaleK, "TileK = 128 and one promotion per scale block of K");
+  static constexpr int kSmsPerMma = size(typename CollectiveMainloop::AtomThrShapeMNK{});
+  static_assert(kSmsPerMma == Cfg::kSmsPerMma, "the builder took the MMA the schedule names (1 or 2 SMs)");
 
   static Fp8KernelFacts facts() {
     Fp8KernelFacts f{};
     f.tile_m = kTileM;
     f.tile_n = kTileN;
     f.tile_k = kTileK;
+    f.cluster_m = size<0>(typename Cfg::Cluster{});
+    f.cluster_n = size<1>(typename Cfg::Cluster{});
+    f.sms_per_mma = kSmsPerMma;
     f.scale_m = CollectiveMainloop::ScaleGranularityM;
     f.scale_n = CollectiveMainloop::ScaleGranularityN;
     f.scale_k = CollectiveMainloop::ScaleGranularityK;

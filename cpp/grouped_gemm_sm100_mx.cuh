@@ -6,7 +6,8 @@
 // layouts: the activation scales at the base the quantiser computed on the device (sfa_bases), each group's
 // layout from its own rows (Sm1xxBlkScaledConfig::tile_atom_to_shape_SFA), which the SM100 collective reads per
 // group; for NVFP4 also each group's alpha, the product of A's and expert g's tensor scales. Never run on
-// hardware: compiled, SASS-checked (tests/sass.rs), refused on other arches by the plan.
+// hardware: compiled, SASS-checked (tests/sass.rs), refused on other arches by the plan. Each family has a 1-SM
+// and a 2-SM schedule (Config).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,10 +36,15 @@ namespace sm100_mx {
 
 using namespace cute;
 
+// MMA tile (M x N x K) of one MMA, which a 2-SM schedule (KernelSchedule2Sm) spreads over the two SMs of a static
+// 2x1x1 cluster (TMA loads each SM's half: SM100_TMA_2SM_LOAD, no multicast); a 1-SM one runs in a 1x1x1 cluster.
+// The cluster being static, the kernel type carries it and hw_info.cluster_shape stays unused (only
+// dynamic-cluster kernels read it: gemm_universal_adapter.h), and the workspace query sees the same type.
 template <class MmaTile_, class Kernel_, class Epilogue_>
 struct Config {
   using MmaTile = MmaTile_;
-  using Cluster = Shape<_1, _1, _1>;
+  static constexpr int kSmsPerMma = cute::is_base_of_v<cutlass::gemm::KernelSchedule2Sm, Kernel_> ? 2 : 1;
+  using Cluster = Shape<Int<kSmsPerMma>, _1, _1>;
   using KernelSchedule = Kernel_;
   using EpilogueSchedule = Epilogue_;
 };
@@ -65,6 +71,7 @@ struct GroupedGemmMx {
   static constexpr int kAlignA = kBitsA == 8 ? 16 : (kF8F6F4 ? 128 : 32);
   static constexpr int kAlignB = kBitsB == 8 ? 16 : (kF8F6F4 ? 128 : 32);
   static constexpr int kAlignD = 8;
+  static constexpr int kTileN = size<1>(typename Cfg::MmaTile{});
   using ElementD = cutlass::bfloat16_t;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
@@ -98,6 +105,8 @@ struct GroupedGemmMx {
   static_assert(std::is_same_v<ElementSF, typename ElementA::ScaleFactorType>, "the kernel's scale type");
   static_assert(kVec == (kTensorScaled ? 16 : 32), "one scale per 32 of K (MX), per 16 (NVFP4)");
   static_assert(Kernel::IsGroupedGemmKernel, "not a grouped kernel");
+  // The builder took the MMA the schedule names: one SM per MMA, or the pair of the 2x1 cluster.
+  static_assert(size(typename CollectiveMainloop::AtomThrShapeMNK{}) == Cfg::kSmsPerMma, "SMs per MMA");
 
   struct Arrays {
     UnderlyingShape* shapes;
@@ -221,7 +230,8 @@ Status check_problem(const GroupedGemmMxArgs& p) {
   if (p.mode != GroupMode::Offsets && p.mode != GroupMode::Padded && p.mode != GroupMode::Masked) {
     return refuse(cutlass::Status::kErrorNotSupported);
   }
-  if (p.groups < 0 || p.n <= 0 || p.n % 128 != 0 || p.k <= 0 || p.k % 128 != 0 || p.max_rows < 0 || p.max_m < 0 ||
+  // Whole MMA tiles of N (128, or 256 for the 2-SM tiles), as the plan checked.
+  if (p.groups < 0 || p.n <= 0 || p.n % G::kTileN != 0 || p.k <= 0 || p.k % 128 != 0 || p.max_rows < 0 || p.max_m < 0 ||
       (p.mode == GroupMode::Masked && static_cast<int64_t>(p.groups) * p.max_m > p.max_rows)) {
     return refuse(cutlass::Status::kErrorInvalidProblem);
   }

@@ -128,6 +128,9 @@ struct GroupedGemmFp8Sm90 : fp8_blockwise::Groups<typename Builders<Cfg>::Kernel
     f.tile_m = kTileM;
     f.tile_n = kTileN;
     f.tile_k = kTileK;
+    f.cluster_m = size<0>(typename Cfg::Cluster{});
+    f.cluster_n = size<1>(typename Cfg::Cluster{});
+    f.sms_per_mma = 1;  // wgmma: one SM per MMA
     f.scale_m = CollectiveMainloop::ScaleGranularityM;
     f.scale_n = CollectiveMainloop::ScaleGranularityN;
     f.scale_k = CollectiveMainloop::ScaleGranularityK;

@@ -168,6 +168,9 @@ struct GroupedGemmFp8Rowwise {
     f.tile_m = static_cast<int>(size<0>(Tile{}));
     f.tile_n = static_cast<int>(size<1>(Tile{}));
     f.tile_k = static_cast<int>(size<2>(Tile{}));
+    f.cluster_m = size<0>(typename Cfg::Cluster{});
+    f.cluster_n = size<1>(typename Cfg::Cluster{});
+    f.sms_per_mma = 1;  // wgmma: one SM per MMA
     f.scale_m = 1;
     f.scale_n = 1;
     f.scale_k = 0;

@@ -18,8 +18,11 @@ namespace moe_gemm {
 enum class Fp8TileConfig : uint32_t {
   Cooperative128x128x128 = 0,  // prefill: two consumer warpgroups on one 128-row tile
   Pingpong64x128x128 = 1,      // decode: 64-row tiles, half the idle MMA rows of a 128-row tile for tiny groups
-  // SM100 (grouped_gemm_sm100_fp8_blockwise.cu): tcgen05, one SM per 128x128x128 MMA tile, the same operands.
+  // SM100 (grouped_gemm_sm100_fp8_blockwise.cu): tcgen05, the same operands. One SM per 128x128x128 MMA tile
+  // (cluster 1x1x1), or two SMs per 256x128x128 MMA tile (tcgen05 cta_group::2, a static 2x1x1 cluster, each SM
+  // holding 128 of the 256 rows): for prefill.
   Sm100Blockwise1Sm128x128x128 = 2,
+  Sm100Blockwise2Sm256x128x128 = 3,
 };
 
 // D[r, :] (bf16) = sum over K blocks kb of (A[r, kb] . B[g][:, kb]^T) * sfa[r, kb] * sfb[g][n / 128, kb], with
@@ -61,9 +64,12 @@ struct GroupedGemmFp8Args {
 // Compile-time facts of one compiled configuration, read from the CUTLASS types themselves (not restated), so
 // that tests and `moe-gemm info` can check what was built.
 struct Fp8KernelFacts {
-  int32_t tile_m;
+  int32_t tile_m;  // the MMA tile (on SM100 a 2-SM MMA's 256 rows span both SMs of the cluster)
   int32_t tile_n;
   int32_t tile_k;
+  int32_t cluster_m;  // thread-block cluster (M, N)
+  int32_t cluster_n;
+  int32_t sms_per_mma;  // 1, or 2 for an SM100 2-SM MMA (tcgen05 cta_group::2)
   int32_t scale_m;  // scale granularities the mainloop took from the SFA / SFB layout types
   int32_t scale_n;
   int32_t scale_k;
@@ -85,7 +91,7 @@ Status grouped_gemm_sm90_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFact
 // not built.
 const char* grouped_gemm_sm90_fp8_blockwise_schedule(Fp8TileConfig config);
 
-// The SM100 unit's entry points, for Sm100Blockwise1Sm128x128x128 only (NotBuilt / false / "" for the others):
+// The SM100 unit's entry points, for Sm100Blockwise{1Sm128x128x128,2Sm256x128x128} (NotBuilt / false / "" for the others):
 // the same arguments and operands on an SM100 GPU.
 bool grouped_gemm_sm100_fp8_blockwise_built(Fp8TileConfig config);
 Status grouped_gemm_sm100_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,

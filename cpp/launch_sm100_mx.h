@@ -9,19 +9,24 @@
 
 namespace moe_gemm {
 
-// Configurations: activation x weight format, MMA tile (M x N x K), one SM per MMA, cluster 1x1x1. The
-// CUTLASS 4.2 builder has no FP8 x NVFP4 (UE4M3 scales exist only for 4-bit x 4-bit, kind::mxf4nvf4).
+// Configurations: activation x weight format, SMs per MMA and MMA tile (M x N x K): 1Sm in a 1x1x1 cluster, 2Sm
+// (tcgen05 cta_group::2, each SM of a static 2x1x1 cluster holding 128 of the 256 rows) for the prefill shapes.
+// The CUTLASS 4.2 builder has no FP8 x NVFP4 (UE4M3 scales exist only for 4-bit x 4-bit, kind::mxf4nvf4).
 enum class Sm100MxConfig : uint32_t {
   Mxf8Mma1Sm128x128x128 = 0,    // MXFP8 x MXFP8 (tcgen05 kind::mxf8f6f4, UE8M0 per 32 of K)
   Mxf8f4Mma1Sm128x128x128 = 1,  // MXFP8 activations x MXFP4 weights (gpt-oss): the same instruction kind; B
                                 // e2m1 packed two per byte, low nibble first
   Mxf4Mma1Sm128x128x256 = 2,    // MXFP4 x MXFP4 (kind::mxf4, UE8M0 per 32)
   Nvf4Mma1Sm128x128x256 = 3,    // NVFP4 x NVFP4 (kind::mxf4nvf4, UE4M3 per 16, alpha = the tensor scales)
+  Mxf8Mma2Sm256x256x128 = 4,    // MXFP8 x MXFP8 on two SMs (N a multiple of 256)
+  Mxf4Mma2Sm256x256x256 = 5,    // MXFP4 x MXFP4 on two SMs (N a multiple of 256)
+  Nvf4Mma2Sm256x256x256 = 6,    // NVFP4 x NVFP4 on two SMs (N a multiple of 256)
 };
 
 // The unit that compiles a configuration.
 inline bool sm100_mx_is_fp4(Sm100MxConfig c) {
-  return c == Sm100MxConfig::Mxf4Mma1Sm128x128x256 || c == Sm100MxConfig::Nvf4Mma1Sm128x128x256;
+  return c == Sm100MxConfig::Mxf4Mma1Sm128x128x256 || c == Sm100MxConfig::Nvf4Mma1Sm128x128x256 ||
+         c == Sm100MxConfig::Mxf4Mma2Sm256x256x256 || c == Sm100MxConfig::Nvf4Mma2Sm256x256x256;
 }
 
 // D[r, :] (bf16) = alpha_g * sum over K of (qa[r, k] * sfa[r, k/V]) * (qb[g][n, k] * sfb[g][n, k/V]) for the
@@ -33,8 +38,9 @@ inline bool sm100_mx_is_fp4(Sm100MxConfig c) {
 //        sfb: each expert's [n, k/V] grid in atoms, expert g's at g * 512 * ceil(n / 128) * ceil(k / (4 V))
 //   alpha_g: 1, or for Nvf4 a_tensor_scale[0] * b_tensor_scales[g] (device f32; both 0 for the MX configs)
 //   d:   bf16 [max_rows, n]
-// Requires n and k positive multiples of 128 (for the 4-bit B of Mxf8f4 CUTLASS needs 128-element rows anyway),
-// a/b/d 16-byte and sfa/sfb 128-byte aligned (checked by _run).
+// Requires n a positive multiple of the MMA tile's N (128; 256 for the 2Sm configurations), k of 128 (for the
+// 4-bit B of Mxf8f4 CUTLASS needs 128-element rows anyway), a/b/d 16-byte and sfa/sfb 128-byte aligned (checked
+// by _run).
 struct GroupedGemmMxArgs {
   Sm100MxConfig config;
   GroupMode mode;

@@ -18,6 +18,13 @@ fn info_lists_toolchain_and_every_kernel() {
     for c in moe_gemm::Fp8Sm100Config::ALL {
         let line = text.lines().find(|l| l.contains(c.name())).unwrap_or_else(|| panic!("{c} missing:\n{text}"));
         assert!(line.contains("built,") && line.contains("promoted every 128 of K"), "{line}");
+        assert!(line.contains(&format!("{}SM UMMA", c.sms_per_mma())), "{line}");
+    }
+    for c in moe_gemm::kernels::grouped_mx::MxConfig::ALL {
+        let line =
+            text.lines().find(|l| l.contains(c.name())).unwrap_or_else(|| panic!("{} missing:\n{text}", c.name()));
+        let (cm, cn) = c.cluster();
+        assert!(line.contains("built (") && line.contains(&format!("cluster {cm}x{cn}x1")), "{line}");
     }
     if !moe_gemm::device::driver_present() {
         assert!(text.contains("no CUDA device"), "{text}");

@@ -255,14 +255,17 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
         assert!(after.contains("tmem["), "{unit}: a UTCQMMA without its scale operand: {l}");
     }
     say(&format!("{unit}: {} kernels, {} block-scaled UTCQMMA", kernels.len(), mmas.len()));
-    // Two configurations (MXFP8 and MXFP4 weights), a prepare kernel and CUTLASS's kernel each.
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
+    // Three configurations (1-SM MXFP8 and MXFP4 weights, 2-SM MXFP8), a prepare kernel and CUTLASS's kernel each.
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 3, "{kernels:?}");
     let gemms: Vec<&String> = kernels.iter().filter(|k| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 2, "{kernels:?}");
+    assert_eq!(gemms.len(), 3, "{kernels:?}");
     // The element types live in the runtime instruction descriptor, not the opcode: the kernels' types say which
-    // is which. Both run the kind::mxf8f6f4 MMA atom; one takes e2m1 weights.
-    assert!(gemms.iter().all(|k| k.contains("SM100_MMA_MXF8F6F4_SS")), "{gemms:?}");
-    assert_eq!(gemms.iter().filter(|k| k.contains("float_e2m1_t")).count(), 1, "{gemms:?}");
+    // is which. All run a kind::mxf8f6f4 MMA atom (1-SM `SM100_MMA_MXF8F6F4_SS`, 2-SM `..._2x1SM_SS`); one takes
+    // e2m1 weights, and that one is 1-SM.
+    assert_eq!(gemms.iter().filter(|k| k.contains("SM100_MMA_MXF8F6F4_SS")).count(), 2, "{gemms:?}");
+    assert_eq!(gemms.iter().filter(|k| k.contains("SM100_MMA_MXF8F6F4_2x1SM_SS")).count(), 1, "{gemms:?}");
+    let e2m1: Vec<_> = gemms.iter().filter(|k| k.contains("float_e2m1_t")).collect();
+    assert!(e2m1.len() == 1 && !e2m1[0].contains("2x1SM"), "{gemms:?}");
     for unit in ["cpp/grouped_gemm_sm90_fp8_rowwise.cu", "cpp/fused_moe_sm90_fp8.cu"] {
         let (ops, _) = opcodes(tool, unit);
         assert!(ops.iter().any(|o| o == "QGMMA"), "{unit}: no QGMMA: {ops:?}");
@@ -302,19 +305,25 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
             assert!(after.contains("tmem["), "{unit}: a UTCOMMA without its scale operand in {k}: {l}");
         }
     }
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 4, "{kernels:?}");
     let gemms: Vec<&(String, Vec<String>)> = per_kernel.iter().filter(|(k, _)| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 2, "{kernels:?}");
-    assert!(gemms.iter().all(|(k, _)| k.contains("SM100_MMA_MXF4_SS") && k.contains("float_e2m1_t")), "{kernels:?}");
+    assert_eq!(gemms.len(), 4, "1-SM and 2-SM, MXFP4 and NVFP4: {kernels:?}");
+    // The 1-SM kernels run CUTLASS's SM100_MMA_MXF4_SS atom, the 2-SM ones SM100_MMA_MXF4_2x1SM_SS.
+    assert!(gemms.iter().all(|(k, _)| k.contains("float_e2m1_t")), "{kernels:?}");
+    for (atom, n) in [("SM100_MMA_MXF4_SS", 2), ("SM100_MMA_MXF4_2x1SM_SS", 2)] {
+        assert_eq!(gemms.iter().filter(|(k, _)| k.contains(atom)).count(), n, "{atom}: {kernels:?}");
+    }
     let nv: Vec<_> = gemms.iter().filter(|(k, _)| k.contains("float_ue4m3_t")).collect();
     let mx: Vec<_> =
         gemms.iter().filter(|(k, _)| k.contains("float_ue8m0_t") && !k.contains("float_ue4m3_t")).collect();
-    assert_eq!((nv.len(), mx.len()), (1, 1), "one NVFP4 (UE4M3) and one MXFP4 (UE8M0) kernel: {kernels:?}");
-    let (nv_mmas, mx_mmas) = (&nv[0].1, &mx[0].1);
-    assert!(!nv_mmas.is_empty() && nv_mmas.iter().all(|l| l.contains("UTCOMMA.4X")), "NVFP4: {nv_mmas:?}");
-    assert!(!mx_mmas.is_empty() && mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
+    assert_eq!((nv.len(), mx.len()), (2, 2), "two NVFP4 (UE4M3) and two MXFP4 (UE8M0) kernels: {kernels:?}");
+    let nv_mmas: Vec<&String> = nv.iter().flat_map(|(_, m)| m).collect();
+    let mx_mmas: Vec<&String> = mx.iter().flat_map(|(_, m)| m).collect();
+    assert!(nv.iter().all(|(_, m)| !m.is_empty()) && mx.iter().all(|(_, m)| !m.is_empty()), "a kernel without MMAs");
+    assert!(nv_mmas.iter().all(|l| l.contains(".4X")), "NVFP4: {nv_mmas:?}");
+    assert!(mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
     say(&format!(
-        "{unit}: {} kernels; {} NVFP4 UTCOMMA.4X, {} MXFP4 UTCOMMA",
+        "{unit}: {} kernels; {} NVFP4 UTCOMMA(.2CTA).4X, {} MXFP4 UTCOMMA(.2CTA)",
         kernels.len(),
         nv_mmas.len(),
         mx_mmas.len()
@@ -359,16 +368,103 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
         }
     }
     let gemms: Vec<_> = per_kernel.iter().filter(|(k, ..)| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 1, "one configuration: {kernels:?}");
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_fp8_groups")).count(), 1, "{kernels:?}");
-    let (name, mmas, ffma) = gemms[0];
-    assert!(name.contains("MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling"), "{name}");
-    assert!(name.contains("SM100_MMA_F8F6F4_SS") && !name.contains("MXF8F6F4"), "not block-scaled: {name}");
-    assert!(!mmas.is_empty(), "{unit}: no UTCQMMA in the GEMM");
-    for l in mmas {
-        let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCQMMA without idesc: {l}"));
-        assert!(!after.contains("tmem["), "{unit}: a block-scaled UTCQMMA (scale operand after idesc): {l}");
+    assert_eq!(gemms.len(), 2, "two configurations (1-SM, 2-SM): {kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_fp8_groups")).count(), 2, "{kernels:?}");
+    for (atom, n) in [("SM100_MMA_F8F6F4_SS", 1), ("SM100_MMA_F8F6F4_2x1SM_SS", 1), ("MXF8F6F4", 0)] {
+        assert_eq!(gemms.iter().filter(|(k, ..)| k.contains(atom)).count(), n, "{atom}: not block-scaled");
     }
-    assert!(*ffma > 0, "{unit}: no FFMA in the GEMM: the f32 promotion is missing");
-    say(&format!("{unit}: {} kernels; {} UTCQMMA, {ffma} FFMA in the GEMM", kernels.len(), mmas.len()));
+    for (name, mmas, ffma) in gemms {
+        assert!(name.contains("MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling"), "{name}");
+        assert!(!mmas.is_empty(), "{unit}: no UTCQMMA in a GEMM");
+        for l in mmas {
+            let after = l.split("idesc[").nth(1).unwrap_or_else(|| panic!("{unit}: UTCQMMA without idesc: {l}"));
+            assert!(!after.contains("tmem["), "{unit}: a block-scaled UTCQMMA (scale operand after idesc): {l}");
+        }
+        assert!(*ffma > 0, "{unit}: no FFMA in a GEMM: the f32 promotion is missing");
+        say(&format!("{unit}: {} UTCQMMA, {ffma} FFMA in a GEMM", mmas.len()));
+    }
+}
+
+/// Each kernel of an object (its `Function :` name) with its instructions' opcodes, modifiers included (e.g.
+/// `UTCQMMA.2CTA`).
+fn kernel_opcodes(tool: &Path, unit: &str) -> Vec<(String, Vec<String>)> {
+    let sass = cuobjdump(tool, &["-sass"], &object(unit));
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in sass.lines() {
+        if let Some(f) = line.trim().strip_prefix("Function : ") {
+            out.push((f.to_string(), Vec::new()));
+            continue;
+        }
+        let Some(rest) = line.trim().strip_prefix("/*").and_then(|r| r.split_once("*/")).map(|(_, r)| r.trim()) else {
+            continue;
+        };
+        let rest = rest.strip_prefix('@').map_or(rest, |r| r.split_once(' ').map_or("", |(_, x)| x.trim()));
+        let op = rest.split(|c: char| c.is_whitespace() || c == ';').next().unwrap_or("");
+        if let (false, Some((_, ops))) = (op.is_empty(), out.last_mut()) {
+            ops.push(op.to_string());
+        }
+    }
+    out
+}
+
+/// The 2-SM schedules (`KernelPtrArrayTmaWarpSpecialized2Sm{Mxf8f6f4,Mxf4,Nvf4}Sm100`,
+/// `...Blockwise2SmSm100`) in the SM100 units beside their 1-SM twins: each 2-SM GEMM is CUTLASS's kernel over the
+/// `2x1SM` MMA atom, its prepare kernel is named by the 2-SM schedule, and its machine code is the pair form of
+/// tcgen05 as cuobjdump prints it: every MMA `UTCQMMA.2CTA` / `UTCOMMA.2CTA[.4X]`, the scale copies into tensor
+/// memory `UTCCP.T.S.2CTA.4` (block-scaled only), the commits `UTCBAR.2CTA.MULTICAST` (both SMs' barriers), TMA
+/// loads `UTMALDG.*.2CTA` (each SM its half of the tile) and the tensor-memory allocation
+/// `UTCATOMSWS.2CTA...`. No 1-SM GEMM (nor the bf16 unit's) holds any `.2CTA` instruction.
+#[test]
+fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
+    let Some(tool) = tools("the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05") else { return };
+    let units: [(&str, &str, &[&str], bool); 3] = [
+        ("cpp/grouped_gemm_sm100_mxfp8.cu", "UTCQMMA", &["KernelPtrArrayTmaWarpSpecialized2SmMxf8f6f4Sm100"], true),
+        (
+            "cpp/grouped_gemm_sm100_fp4.cu",
+            "UTCOMMA",
+            &["KernelPtrArrayTmaWarpSpecialized2SmMxf4Sm100", "KernelPtrArrayTmaWarpSpecialized2SmNvf4Sm100"],
+            true,
+        ),
+        (
+            "cpp/grouped_gemm_sm100_fp8_blockwise.cu",
+            "UTCQMMA",
+            &["KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100"],
+            false,
+        ),
+    ];
+    for (unit, mma, schedules, block_scaled) in units {
+        let kernels = kernel_opcodes(tool, unit);
+        let gemms: Vec<_> = kernels.iter().filter(|(k, _)| k.contains("device_kernel")).collect();
+        let (pair, single): (Vec<_>, Vec<_>) = gemms.into_iter().partition(|(k, _)| k.contains("2x1SM"));
+        assert_eq!(pair.len(), schedules.len(), "{unit}: one 2-SM GEMM per 2-SM schedule");
+        assert!(!single.is_empty(), "{unit}: the 1-SM twins");
+        for s in schedules {
+            let prep = kernels.iter().filter(|(k, _)| k.contains("prepare_") && k.contains(s)).count();
+            assert_eq!(prep, 1, "{unit}: the prepare kernel of {s}");
+        }
+        for (k, ops) in &pair {
+            let has = |op: &str| ops.iter().any(|o| o == op || o.starts_with(&format!("{op}.")));
+            let mmas: Vec<&String> = ops.iter().filter(|o| o.split('.').next() == Some(mma)).collect();
+            assert!(!mmas.is_empty(), "{unit}: no {mma} in a 2-SM GEMM");
+            assert!(mmas.iter().all(|o| o.starts_with(&format!("{mma}.2CTA"))), "{unit}: a 1-SM MMA in {k}: {mmas:?}");
+            assert!(has("UTCBAR.2CTA"), "{unit}: no UTCBAR.2CTA in a 2-SM GEMM: {ops:?}");
+            assert!(ops.iter().any(|o| o.starts_with("UTMALDG") && o.ends_with(".2CTA")), "{unit}: {ops:?}");
+            assert!(ops.iter().any(|o| o.starts_with("UTCATOMSWS.2CTA")), "{unit}: {ops:?}");
+            if block_scaled {
+                let cps: Vec<&String> = ops.iter().filter(|o| o.starts_with("UTCCP")).collect();
+                assert!(!cps.is_empty() && cps.iter().all(|o| o.contains(".2CTA")), "{unit}: {cps:?}");
+            } else {
+                assert!(!has("UTCCP"), "{unit}: UTCCP in the f32-scale kernel");
+            }
+            let mut forms: Vec<&str> = ops.iter().map(String::as_str).filter(|o| o.contains(".2CTA")).collect();
+            forms.sort();
+            forms.dedup();
+            say(&format!("{unit}: 2-SM GEMM, {} {mma}.2CTA; pair forms {}", mmas.len(), forms.join(" ")));
+        }
+        for (k, ops) in &single {
+            assert!(!ops.iter().any(|o| o.contains(".2CTA")), "{unit}: a 2-SM instruction in a 1-SM GEMM {k}");
+        }
+    }
+    let bf16 = kernel_opcodes(tool, "cpp/grouped_gemm_sm100_bf16.cu");
+    assert!(bf16.iter().all(|(_, ops)| !ops.iter().any(|o| o.contains(".2CTA"))), "the bf16 unit is 1-SM only");
 }

@@ -140,7 +140,8 @@ fn the_heuristic_takes_narrow_tiles_only_when_the_sms_would_idle() {
 fn the_block_scaled_plans_take_their_pairs_and_refuse_the_rest() {
     use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat};
     use MxFormat::*;
-    for c in MxConfig::ALL {
+    // The 1-SM configurations (the 2-SM ones: the next test).
+    for c in MxConfig::ALL.into_iter().filter(|c| c.sms_per_mma() == 1) {
         assert!(c.is_built(), "{} was not compiled", c.name());
         let (a, b) = c.formats();
         assert_eq!(MxConfig::for_formats(a, b).unwrap(), c);
@@ -170,7 +171,7 @@ fn the_block_scaled_plans_take_their_pairs_and_refuse_the_rest() {
     let m = GroupedGemmMx::for_device(b200(), Mxfp4, Mxfp8, 8, 256, 256, 64).unwrap_err().to_string();
     assert!(m.contains("not compiled"), "{m}");
     // Whole 128s of K and N, for every pair; the FP8 x FP4 message names CUTLASS's 4-bit rule.
-    for c in MxConfig::ALL {
+    for c in MxConfig::ALL.into_iter().filter(|c| c.sms_per_mma() == 1) {
         let (a, b) = c.formats();
         for (n, k) in [(256, 2880), (256, 64), (192, 256), (0, 256), (256, 0)] {
             let e = GroupedGemmMx::for_device(b200(), a, b, 8, n, k, 64).unwrap_err().to_string();
@@ -223,4 +224,94 @@ fn the_sm100_fp8_blockwise_plan_takes_the_sm90_operands_on_a_b200_only() {
     for (n, k) in [(192, 256), (256, 200)] {
         assert!(matches!(GroupedGemmFp8Shape::new(8, n, k, 64), Err(Error::InvalidProblem(_))), "[{n}, {k}]");
     }
+}
+
+/// The 2-SM block-scaled configurations (MXFP8 x MXFP8, MXFP4 x MXFP4, NVFP4 x NVFP4; none for MXFP8 x MXFP4): each
+/// is compiled, is what its name says (256-row MMA tile over two SMs of a 2x1 cluster), is the plan's default on a
+/// B200 exactly when N is whole 256s and the rows per group fill a 256-row tile, can be forced on or off with
+/// `with_config`, and is refused where N is not a multiple of 256 or the formats differ, naming the rule. On the
+/// H200 every pair is refused with `UnsupportedArch` before a configuration is chosen.
+#[test]
+fn the_2sm_block_scaled_configs_are_picked_for_prefill_and_refused_by_name() {
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat};
+    use MxFormat::*;
+    let two: Vec<MxConfig> = MxConfig::ALL.into_iter().filter(|c| c.sms_per_mma() == 2).collect();
+    assert_eq!(two.len(), 3, "{two:?}");
+    assert_eq!(MxConfig::two_sm(Mxfp8, Mxfp4), None, "no 2-SM MXFP8 x MXFP4 is compiled");
+    let (g, n, k) = (8, 4096, 7168);
+    for c in two {
+        let (a, b) = c.formats();
+        assert!(c.is_built(), "{} was not compiled", c.name());
+        assert_eq!((c.tile().0, c.tile().1, c.cluster()), (256, 256, (2, 1)), "{}", c.name());
+        assert!(c.name().contains("-2sm-256x256x"), "{}", c.name());
+        assert_eq!(MxConfig::from_name(c.name()), Some(c));
+        assert_eq!(MxConfig::two_sm(a, b), Some(c));
+        let one = MxConfig::for_formats(a, b).unwrap();
+        assert_eq!((one.sms_per_mma(), one.cluster(), one.tile().0), (1, (1, 1), 128), "{}", one.name());
+        // The default: 2-SM from 256 rows per group (max_rows / groups) with N in 256s, 1-SM below.
+        let prefill = GroupedGemmMx::for_device(b200(), a, b, g, n, k, 256 * g).unwrap();
+        assert_eq!(prefill.config(), c);
+        assert!(prefill.workspace_bytes() > 11 * g * 8, "{}: {}", c.name(), prefill.workspace_bytes());
+        let decode = GroupedGemmMx::for_device(b200(), a, b, g, n, k, 256 * g - 1).unwrap();
+        assert_eq!(decode.config(), one);
+        assert_eq!(GroupedGemmMx::for_device(b200(), a, b, g, 384, k, 4096 * g).unwrap().config(), one, "N = 384");
+        // Forced either way.
+        assert_eq!(decode.with_config(c).unwrap().config(), c);
+        assert_eq!(prefill.with_config(one).unwrap().config(), one);
+        // N = 384: whole 128s (the 1-SM tile) but not whole 256s: the 2-SM configuration refuses it by name.
+        let narrow = GroupedGemmMx::for_device(b200(), a, b, g, 384, k, 4096 * g).unwrap();
+        let e = narrow.with_config(c).unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, Error::InvalidProblem(_)), "{e:?}");
+        assert!(m.contains("N = 384 is not a multiple of 256") && m.contains(c.name()) && m.contains("2 SMs"), "{m}");
+        // The H200: refused naming both arches, whatever the shape.
+        let e = GroupedGemmMx::for_device(h200(), a, b, g, n, k, 256 * g).unwrap_err();
+        assert!(matches!(e, Error::UnsupportedArch { required: "sm_100a", .. }), "{e:?}");
+        assert!(e.to_string().contains("H200"), "{e}");
+    }
+    // A configuration of other formats than the plan's.
+    let plan = GroupedGemmMx::for_device(b200(), Mxfp8, Mxfp4, g, n, k, 256 * g).unwrap();
+    assert_eq!(plan.config(), MxConfig::Mxf8f4Mma1Sm128x128x128, "MXFP8 x MXFP4 stays 1-SM");
+    let m = plan.with_config(MxConfig::Mxf8Mma2Sm256x256x128).unwrap_err().to_string();
+    assert!(m.contains("planned for Mxfp8 x Mxfp4") && m.contains("mxf8-2sm-256x256x128 takes Mxfp8 x Mxfp8"), "{m}");
+}
+
+/// The SM100 FP8 blockwise 2-SM configuration: compiled, its facts read from the CUTLASS types (the
+/// Blockwise2SmSm100 schedule, a 256x128x128 MMA over two SMs of a 2x1 cluster, the 1-SM kernel's scale blocks,
+/// promotion and accumulation), the default from 256 rows per group, forced either way with `with_config`, and
+/// on the H200 refused with `UnsupportedArch` before a configuration is chosen.
+#[test]
+fn the_sm100_fp8_blockwise_2sm_config_is_picked_for_prefill() {
+    let (one, two) = (Fp8Sm100Config::Blockwise1Sm128x128x128, Fp8Sm100Config::Blockwise2Sm256x128x128);
+    assert!(two.is_built(), "{two} was not compiled");
+    assert_eq!(Fp8Sm100Config::from_name("fp8-sm100-2sm-256x128x128"), Some(two));
+    let f = two.facts().unwrap();
+    assert_eq!(f.schedule, "KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100");
+    assert_eq!((f.tile, f.cluster, f.sms_per_mma), ((256, 128, 128), (2, 1), 2), "{f:?}");
+    assert_eq!((two.tile(), two.cluster(), two.sms_per_mma()), ((256, 128, 128), (2, 1), 2));
+    assert_eq!((f.scale_block_a, f.scale_block_b, f.scales_k_major), ((1, 128), (128, 128), (true, true)));
+    assert!(f.two_level_accumulation && !f.fast_accumulation && f.promotion_k == 128 && f.stages >= 2, "{f:?}");
+    let f1 = one.facts().unwrap();
+    assert_eq!((f1.tile, f1.cluster, f1.sms_per_mma), ((128, 128, 128), (1, 1), 1), "{f1:?}");
+    // The SM90 configurations say one SM per MMA, cluster 1x1.
+    for c in Fp8TileConfig::ALL {
+        let f = c.facts().unwrap();
+        assert_eq!((f.cluster, f.sms_per_mma), (c.cluster(), 1), "{c}");
+    }
+
+    let g = 8;
+    let prefill = GroupedGemmFp8Shape::new(g, 4096, 7168, 256 * g).unwrap();
+    let decode = GroupedGemmFp8Shape::new(g, 4096, 7168, 256 * g - 1).unwrap();
+    assert_eq!((Fp8Sm100Config::default_for(&prefill), Fp8Sm100Config::default_for(&decode)), (two, one));
+    let plan = GroupedGemmFp8Sm100::for_device(b200(), prefill).unwrap();
+    assert_eq!(plan.config(), two);
+    assert!(plan.workspace_bytes() > 11 * g * 8, "{}", plan.workspace_bytes());
+    let plan = plan.with_config(one).unwrap();
+    assert_eq!(plan.config(), one);
+    let small = GroupedGemmFp8Shape::new(g, 128, 16, 8).unwrap();
+    assert_eq!(GroupedGemmFp8Sm100::for_device(b200(), small).unwrap().with_config(two).unwrap().config(), two);
+
+    let e = GroupedGemmFp8Sm100::for_device(h200(), prefill).unwrap_err();
+    assert!(matches!(e, Error::UnsupportedArch { required: "sm_100a", .. }), "{e:?}");
+    assert!(e.to_string().contains("H200") && e.to_string().contains("grouped_gemm_sm100_fp8_blockwise"), "{e}");
 }

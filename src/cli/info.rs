@@ -1,5 +1,6 @@
 //! `moe-gemm info`.
 
+use moe_gemm::kernels::grouped_mx::MxConfig;
 use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, KernelFamily, Sm100TileConfig, TileConfig};
 
 pub fn run() -> moe_gemm::Result<()> {
@@ -55,6 +56,7 @@ pub fn run() -> moe_gemm::Result<()> {
     }
     for c in moe_gemm::Fp8Sm100Config::ALL {
         let (m, n, k) = c.tile();
+        let (cm, cn) = c.cluster();
         let detail = match c.facts() {
             Ok(f) => format!(
                 "built, {} stages, promoted every {} of K (compiled and SASS-checked; not yet run on hardware)",
@@ -63,8 +65,21 @@ pub fn run() -> moe_gemm::Result<()> {
             Err(_) => "not built".into(),
         };
         println!(
-            "  grouped_gemm_sm100 fp8   {:<22} 1SM UMMA,   tile {m}x{n}x{k}, cluster 1x1x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
-            c.name()
+            "  grouped_gemm_sm100 fp8   {:<22} {}SM UMMA,   tile {m}x{n}x{k}, cluster {cm}x{cn}x1  e4m3 1x128/128x128 f32 scales -> bf16, {detail}",
+            c.name(),
+            c.sms_per_mma()
+        );
+    }
+    for c in MxConfig::ALL {
+        let (m, n, k) = c.tile();
+        let (cm, cn) = c.cluster();
+        let (a, b) = c.formats();
+        let built =
+            if c.is_built() { "built (compiled and SASS-checked; not yet run on hardware)" } else { "not built" };
+        println!(
+            "  grouped_gemm_sm100 mx    {:<22} {}SM UMMA,   tile {m}x{n}x{k}, cluster {cm}x{cn}x1  {a:?} x {b:?} -> bf16, {built}",
+            c.name(),
+            c.sms_per_mma()
         );
     }
     println!(

@@ -30,6 +30,7 @@ pub(crate) mod ffi {
         Cooperative128x128x128 = 0,
         Pingpong64x128x128 = 1,
         Sm100Blockwise1Sm128x128x128 = 2,
+        Sm100Blockwise2Sm256x128x128 = 3,
     }
 
     #[namespace = "moe_gemm"]
@@ -350,6 +351,9 @@ pub(crate) mod ffi {
         tile_m: i32,
         tile_n: i32,
         tile_k: i32,
+        cluster_m: i32,
+        cluster_n: i32,
+        sms_per_mma: i32,
         scale_m: i32,
         scale_n: i32,
         scale_k: i32,

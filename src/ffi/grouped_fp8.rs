@@ -24,7 +24,7 @@ const OP_SM100: &str = "grouped_gemm_sm100_fp8_blockwise";
 
 /// Whether `config` is the SM100 unit's (the others are the SM90 unit's).
 pub(crate) fn is_sm100(config: Fp8TileConfig) -> bool {
-    config == Fp8TileConfig::Sm100Blockwise1Sm128x128x128
+    matches!(config, Fp8TileConfig::Sm100Blockwise1Sm128x128x128 | Fp8TileConfig::Sm100Blockwise2Sm256x128x128)
 }
 
 fn op(config: Fp8TileConfig) -> &'static str {

@@ -35,10 +35,10 @@ pub(crate) fn expert_sf_bytes(n: usize, k: usize, vec: usize) -> usize {
 /// A configuration's (A's bits, B's bits, elements per scale, tensor-scaled).
 fn traits(config: Sm100MxConfig) -> (usize, usize, usize, bool) {
     match config {
-        Sm100MxConfig::Mxf8Mma1Sm128x128x128 => (8, 8, 32, false),
+        Sm100MxConfig::Mxf8Mma1Sm128x128x128 | Sm100MxConfig::Mxf8Mma2Sm256x256x128 => (8, 8, 32, false),
         Sm100MxConfig::Mxf8f4Mma1Sm128x128x128 => (8, 4, 32, false),
-        Sm100MxConfig::Mxf4Mma1Sm128x128x256 => (4, 4, 32, false),
-        Sm100MxConfig::Nvf4Mma1Sm128x128x256 => (4, 4, 16, true),
+        Sm100MxConfig::Mxf4Mma1Sm128x128x256 | Sm100MxConfig::Mxf4Mma2Sm256x256x256 => (4, 4, 32, false),
+        Sm100MxConfig::Nvf4Mma1Sm128x128x256 | Sm100MxConfig::Nvf4Mma2Sm256x256x256 => (4, 4, 16, true),
         _ => (0, 0, 0, false),
     }
 }
@@ -50,6 +50,8 @@ pub(crate) struct MxPlan {
     pub n: usize,
     pub k: usize,
     pub max_rows: usize,
+    /// The configuration's MMA tile N (128, or 256 for the 2-SM tiles): N is whole tiles of it.
+    pub tile_n: usize,
     pub device: i32,
     pub sm_count: i32,
     pub workspace_bytes: u64,
@@ -105,9 +107,10 @@ pub(crate) fn launch(
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
-    if n == 0 || n % 128 != 0 || k == 0 || k % 128 != 0 {
+    if n == 0 || n % plan.tile_n != 0 || k == 0 || k % 128 != 0 {
         return Err(Error::InvalidProblem(format!(
-            "MX grouped GEMM: N = {n} and K = {k} must be positive multiples of 128"
+            "MX grouped GEMM: N = {n} must be a positive multiple of the MMA tile's N ({}) and K = {k} of 128",
+            plan.tile_n
         )));
     }
     let (a_bits, b_bits, vec, scaled) = traits(plan.config);

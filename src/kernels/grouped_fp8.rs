@@ -221,6 +221,8 @@ impl Fp8KernelFacts {
         Fp8KernelFacts {
             schedule,
             tile: (u(f.tile_m), u(f.tile_n), u(f.tile_k)),
+            cluster: (u(f.cluster_m), u(f.cluster_n)),
+            sms_per_mma: u(f.sms_per_mma),
             scale_block_a: (u(f.scale_m), u(f.scale_k)),
             scale_block_b: (u(f.scale_n), u(f.scale_k)),
             scales_k_major: (f.sfa_k_major, f.sfb_k_major),
@@ -239,8 +241,12 @@ impl Fp8KernelFacts {
 pub struct Fp8KernelFacts {
     /// CUTLASS kernel schedule, e.g. `KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise`.
     pub schedule: String,
-    /// CTA tile (M, N, K).
+    /// CTA tile (M, N, K); on SM100 the MMA tile, whose 256 rows a 2-SM MMA spreads over its two SMs.
     pub tile: (u32, u32, u32),
+    /// Thread-block cluster (M, N).
+    pub cluster: (u32, u32),
+    /// SMs per MMA: 1 (wgmma, a 1-SM tcgen05 MMA) or 2 (an SM100 2-SM MMA, `tcgen05` `cta_group::2`).
+    pub sms_per_mma: u32,
     /// Elements per activation scale (rows, K): (1, 128).
     pub scale_block_a: (u32, u32),
     /// Elements per weight scale (N, K): (128, 128).

@@ -7,9 +7,13 @@
 //! prepare kernel (`cpp/fp8_blockwise_groups.cuh`), which also writes the per-group scale layouts the SM100
 //! mainloop reads.
 //!
-//! One configuration ([`Fp8Sm100Config::Blockwise1Sm128x128x128`]): CUTLASS 4.2's
+//! Two configurations: [`Fp8Sm100Config::Blockwise1Sm128x128x128`] (CUTLASS 4.2's
 //! `KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100`, one SM per 128 × 128 × 128 tcgen05 MMA tile, cluster
-//! 1x1x1. The tensor cores sum each 128-wide block of K into tensor memory; the partial sum is then scaled by
+//! 1x1x1) and [`Fp8Sm100Config::Blockwise2Sm256x128x128`] (`...Blockwise2SmSm100`: one 256 × 128 × 128 MMA,
+//! `tcgen05` `cta_group::2`, over the two SMs of a static 2x1x1 cluster, each holding 128 rows and loading half
+//! of the B tile; each SM's tile is still 128 × 128 × 128, so the scale blocks per CTA are the 1-SM kernel's).
+//! [`Fp8Sm100Config::default_for`] picks one per shape; [`GroupedGemmFp8Sm100::with_config`] forces either. The
+//! tensor cores sum each 128-wide block of K into tensor memory; the partial sum is then scaled by
 //! `sfa · sfb` and added (FFMA) to f32 accumulators in registers. Scales stay K-major, so the MN-major rule of
 //! 16-byte scale vectors (`M_g % 4 == 0`) does not arise: K-major scales are loaded one f32 at a time.
 //!
@@ -40,18 +44,51 @@ const OP: &str = "grouped_gemm_sm100_fp8_blockwise";
 pub enum Fp8Sm100Config {
     /// One SM per 128x128x128 MMA tile, cluster 1x1x1 (vLLM's and sglang's SM100 blockwise MoE tile).
     Blockwise1Sm128x128x128,
+    /// Two SMs per 256x128x128 MMA tile, cluster 2x1x1: prefill.
+    Blockwise2Sm256x128x128,
 }
 
 impl Fp8Sm100Config {
-    pub const ALL: [Fp8Sm100Config; 1] = [Fp8Sm100Config::Blockwise1Sm128x128x128];
+    pub const ALL: [Fp8Sm100Config; 2] =
+        [Fp8Sm100Config::Blockwise1Sm128x128x128, Fp8Sm100Config::Blockwise2Sm256x128x128];
+    /// Rows per group from which [`Self::default_for`] takes the 2-SM configuration: its MMA tile's height.
+    pub const TWO_SM_MIN_ROWS_PER_GROUP: usize = 256;
 
-    /// MMA tile (M, N, K).
+    /// MMA tile (M, N, K); a 2-SM MMA's M spans both SMs of its cluster (128 rows each).
     pub const fn tile(self) -> (u32, u32, u32) {
-        (128, 128, 128)
+        match self {
+            Fp8Sm100Config::Blockwise1Sm128x128x128 => (128, 128, 128),
+            Fp8Sm100Config::Blockwise2Sm256x128x128 => (256, 128, 128),
+        }
+    }
+
+    /// SMs per MMA: 1, or 2 (`tcgen05` `cta_group::2`).
+    pub const fn sms_per_mma(self) -> u32 {
+        self.tile().0 / 128
+    }
+
+    /// Thread-block cluster (M, N): (SMs per MMA, 1), static in the kernel type.
+    pub const fn cluster(self) -> (u32, u32) {
+        (self.sms_per_mma(), 1)
     }
 
     pub const fn name(self) -> &'static str {
-        "fp8-sm100-1sm-128x128x128"
+        match self {
+            Fp8Sm100Config::Blockwise1Sm128x128x128 => "fp8-sm100-1sm-128x128x128",
+            Fp8Sm100Config::Blockwise2Sm256x128x128 => "fp8-sm100-2sm-256x128x128",
+        }
+    }
+
+    /// The plan's default: 2-SM when the rows per group (`max_rows / groups`: the masked layout's `max_m`, the
+    /// contiguous layout's mean) fill its 256-row MMA tile ([`Self::TWO_SM_MIN_ROWS_PER_GROUP`]), 1-SM
+    /// otherwise. Below that a group leaves rows of the pair's tile idle where 128-row tiles leave at most 127,
+    /// and the smaller 1-SM tiles keep more SMs busy on small groups. Not measured: no SM100 GPU has run either.
+    pub fn default_for(shape: &GroupedGemmFp8Shape) -> Fp8Sm100Config {
+        if shape.max_rows() / shape.groups().max(1) >= Self::TWO_SM_MIN_ROWS_PER_GROUP {
+            Fp8Sm100Config::Blockwise2Sm256x128x128
+        } else {
+            Fp8Sm100Config::Blockwise1Sm128x128x128
+        }
     }
 
     pub fn from_name(name: &str) -> Option<Fp8Sm100Config> {
@@ -77,6 +114,7 @@ impl From<Fp8Sm100Config> for ffi::grouped_fp8::Fp8TileConfig {
     fn from(c: Fp8Sm100Config) -> Self {
         match c {
             Fp8Sm100Config::Blockwise1Sm128x128x128 => ffi::grouped_fp8::Fp8TileConfig::Sm100Blockwise1Sm128x128x128,
+            Fp8Sm100Config::Blockwise2Sm256x128x128 => ffi::grouped_fp8::Fp8TileConfig::Sm100Blockwise2Sm256x128x128,
         }
     }
 }
@@ -105,20 +143,30 @@ impl GroupedGemmFp8Sm100 {
         Self::for_device(DeviceInfo::query(stream.context())?, shape)
     }
 
-    /// Plans for an already queried device (no driver call). The shape rules are [`GroupedGemmFp8Shape::new`]'s,
-    /// checked when the shape was made: the same as on SM90.
+    /// Plans for an already queried device (no driver call), with [`Fp8Sm100Config::default_for`]'s
+    /// configuration. The shape rules are [`GroupedGemmFp8Shape::new`]'s, checked when the shape was made: the
+    /// same as on SM90, and the same for both configurations (the 2-SM tile keeps N tiles of 128).
     ///
     /// # Errors
     /// [`Error::UnsupportedArch`] naming the device and `sm_100a` unless the device is SM100 (compute capability
     /// 10.0); [`Error::KernelNotBuilt`] when the configuration was not compiled.
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape) -> Result<Self> {
         device.require(OP, KernelFamily::GroupedGemmSm100)?;
-        let config = Fp8Sm100Config::Blockwise1Sm128x128x128;
+        let config = Fp8Sm100Config::default_for(&shape);
+        GroupedGemmFp8Sm100 { shape, config, device, workspace_bytes: 0 }.with_config(config)
+    }
+
+    /// The same plan with `config` in place of the default.
+    ///
+    /// # Errors
+    /// [`Error::KernelNotBuilt`] when `config` was not compiled.
+    pub fn with_config(self, config: Fp8Sm100Config) -> Result<Self> {
         if !config.is_built() {
             return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
         }
-        let workspace_bytes = ffi::grouped_fp8::workspace_bytes(config.into(), shape.groups(), device.sm_count)?;
-        Ok(GroupedGemmFp8Sm100 { shape, config, device, workspace_bytes })
+        let workspace_bytes =
+            ffi::grouped_fp8::workspace_bytes(config.into(), self.shape.groups(), self.device.sm_count)?;
+        Ok(GroupedGemmFp8Sm100 { config, workspace_bytes, ..self })
     }
 
     pub fn shape(&self) -> &GroupedGemmFp8Shape {

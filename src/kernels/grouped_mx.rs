@@ -1,12 +1,18 @@
 //! SM100 block-scaled grouped GEMMs with device-side groups, bf16 out, the activation and weight formats chosen
 //! per plan ([`MxFormat`] each; [`MxConfig`] the compiled pairs):
 //!
-//! | activations × weights | tcgen05 kind | scales | configuration |
-//! |---|---|---|---|
-//! | MXFP8 × MXFP8 | `kind::mxf8f6f4` | UE8M0 per 32 of K | [`MxConfig::Mxf8Mma1Sm128x128x128`] |
-//! | MXFP8 × MXFP4 (gpt-oss's e2m1) | `kind::mxf8f6f4` | UE8M0 per 32 | [`MxConfig::Mxf8f4Mma1Sm128x128x128`] |
-//! | MXFP4 × MXFP4 | `kind::mxf4` | UE8M0 per 32 | [`MxConfig::Mxf4Mma1Sm128x128x256`] |
-//! | NVFP4 × NVFP4 | `kind::mxf4nvf4` | UE4M3 per 16, × A's and each expert's f32 tensor scales (alpha) | [`MxConfig::Nvf4Mma1Sm128x128x256`] |
+//! | activations × weights | tcgen05 kind | scales | 1-SM configuration | 2-SM configuration |
+//! |---|---|---|---|---|
+//! | MXFP8 × MXFP8 | `kind::mxf8f6f4` | UE8M0 per 32 of K | [`MxConfig::Mxf8Mma1Sm128x128x128`] | [`MxConfig::Mxf8Mma2Sm256x256x128`] |
+//! | MXFP8 × MXFP4 (gpt-oss's e2m1) | `kind::mxf8f6f4` | UE8M0 per 32 | [`MxConfig::Mxf8f4Mma1Sm128x128x128`] | none (one more kernel in that unit's nvcc time) |
+//! | MXFP4 × MXFP4 | `kind::mxf4` | UE8M0 per 32 | [`MxConfig::Mxf4Mma1Sm128x128x256`] | [`MxConfig::Mxf4Mma2Sm256x256x256`] |
+//! | NVFP4 × NVFP4 | `kind::mxf4nvf4` | UE4M3 per 16, × A's and each expert's f32 tensor scales (alpha) | [`MxConfig::Nvf4Mma1Sm128x128x256`] | [`MxConfig::Nvf4Mma2Sm256x256x256`] |
+//!
+//! A 1-SM configuration runs one 128-row MMA per SM (cluster 1x1x1). A 2-SM one runs CUTLASS's
+//! `KernelPtrArrayTmaWarpSpecialized2Sm*Sm100` schedule: one 256 x 256 MMA (`tcgen05` `cta_group::2`) over the two SMs
+//! of a static 2x1x1 cluster, each holding 128 of the rows and loading half of the B tile, so each SM does twice
+//! the MMA work of a 1-SM 128 x 128 tile per byte of A and B it loads. It needs N in whole 256s. The plan picks it by
+//! [`MxConfig::default_for`] (prefill shapes); [`GroupedGemmMx::with_config`] forces either.
 //!
 //! FP8 × NVFP4 is refused ([`Error::KernelNotBuilt`], saying why): the CUTLASS 4.2 builder has no such kernel
 //! (UE4M3 scales exist only when both operands are 4-bit; FP8 × FP4 runs only under `kind::mxf8f6f4` with UE8M0
@@ -78,7 +84,7 @@ impl MxFormat {
     }
 }
 
-/// A compiled configuration (`cpp/launch_sm100_mx.h`).
+/// A compiled configuration (`cpp/launch_sm100_mx.h`): a pair of formats, SMs per MMA and the MMA tile.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MxConfig {
@@ -90,50 +96,79 @@ pub enum MxConfig {
     Mxf4Mma1Sm128x128x256,
     /// NVFP4 x NVFP4, one SM per MMA, 128 x 128 x 256.
     Nvf4Mma1Sm128x128x256,
+    /// MXFP8 x MXFP8, two SMs per MMA (a 2x1 cluster), 256 x 256 x 128.
+    Mxf8Mma2Sm256x256x128,
+    /// MXFP4 x MXFP4, two SMs per MMA (a 2x1 cluster), 256 x 256 x 256.
+    Mxf4Mma2Sm256x256x256,
+    /// NVFP4 x NVFP4, two SMs per MMA (a 2x1 cluster), 256 x 256 x 256.
+    Nvf4Mma2Sm256x256x256,
 }
 
 impl MxConfig {
-    pub const ALL: [MxConfig; 4] = [
+    pub const ALL: [MxConfig; 7] = [
         MxConfig::Mxf8Mma1Sm128x128x128,
         MxConfig::Mxf8f4Mma1Sm128x128x128,
         MxConfig::Mxf4Mma1Sm128x128x256,
         MxConfig::Nvf4Mma1Sm128x128x256,
+        MxConfig::Mxf8Mma2Sm256x256x128,
+        MxConfig::Mxf4Mma2Sm256x256x256,
+        MxConfig::Nvf4Mma2Sm256x256x256,
     ];
+    /// Rows per group from which [`Self::default_for`] takes a 2-SM configuration: its MMA tile's height.
+    pub const TWO_SM_MIN_ROWS_PER_GROUP: usize = 256;
+
     pub const fn name(self) -> &'static str {
         match self {
             MxConfig::Mxf8Mma1Sm128x128x128 => "mxf8-1sm-128x128x128",
             MxConfig::Mxf8f4Mma1Sm128x128x128 => "mxf8f4-1sm-128x128x128",
             MxConfig::Mxf4Mma1Sm128x128x256 => "mxf4-1sm-128x128x256",
             MxConfig::Nvf4Mma1Sm128x128x256 => "nvf4-1sm-128x128x256",
+            MxConfig::Mxf8Mma2Sm256x256x128 => "mxf8-2sm-256x256x128",
+            MxConfig::Mxf4Mma2Sm256x256x256 => "mxf4-2sm-256x256x256",
+            MxConfig::Nvf4Mma2Sm256x256x256 => "nvf4-2sm-256x256x256",
         }
+    }
+    pub fn from_name(name: &str) -> Option<MxConfig> {
+        MxConfig::ALL.into_iter().find(|c| c.name() == name)
     }
     /// (activations, weights).
     pub const fn formats(self) -> (MxFormat, MxFormat) {
         match self {
-            MxConfig::Mxf8Mma1Sm128x128x128 => (MxFormat::Mxfp8, MxFormat::Mxfp8),
+            MxConfig::Mxf8Mma1Sm128x128x128 | MxConfig::Mxf8Mma2Sm256x256x128 => (MxFormat::Mxfp8, MxFormat::Mxfp8),
             MxConfig::Mxf8f4Mma1Sm128x128x128 => (MxFormat::Mxfp8, MxFormat::Mxfp4),
-            MxConfig::Mxf4Mma1Sm128x128x256 => (MxFormat::Mxfp4, MxFormat::Mxfp4),
-            MxConfig::Nvf4Mma1Sm128x128x256 => (MxFormat::Nvfp4, MxFormat::Nvfp4),
+            MxConfig::Mxf4Mma1Sm128x128x256 | MxConfig::Mxf4Mma2Sm256x256x256 => (MxFormat::Mxfp4, MxFormat::Mxfp4),
+            MxConfig::Nvf4Mma1Sm128x128x256 | MxConfig::Nvf4Mma2Sm256x256x256 => (MxFormat::Nvfp4, MxFormat::Nvfp4),
         }
     }
     /// The weights it takes.
     pub const fn weights(self) -> MxFormat {
         self.formats().1
     }
-    /// The MMA tile (M, N, K).
+    /// The MMA tile (M, N, K); a 2-SM MMA's M spans both SMs of its cluster (128 rows each).
     pub const fn tile(self) -> (usize, usize, usize) {
         match self {
             MxConfig::Mxf8Mma1Sm128x128x128 | MxConfig::Mxf8f4Mma1Sm128x128x128 => (128, 128, 128),
             MxConfig::Mxf4Mma1Sm128x128x256 | MxConfig::Nvf4Mma1Sm128x128x256 => (128, 128, 256),
+            MxConfig::Mxf8Mma2Sm256x256x128 => (256, 256, 128),
+            MxConfig::Mxf4Mma2Sm256x256x256 | MxConfig::Nvf4Mma2Sm256x256x256 => (256, 256, 256),
         }
     }
-    /// The configuration of `activations x weights`.
+    /// SMs per MMA: 1, or 2 (`tcgen05` `cta_group::2`).
+    pub const fn sms_per_mma(self) -> usize {
+        self.tile().0 / 128
+    }
+    /// The thread-block cluster (M, N): (SMs per MMA, 1), static in the kernel type.
+    pub const fn cluster(self) -> (usize, usize) {
+        (self.sms_per_mma(), 1)
+    }
+    /// The 1-SM configuration of `activations x weights`.
     ///
     /// # Errors
     /// [`Error::KernelNotBuilt`] for a pair with none, saying why (FP8 x NVFP4: the CUTLASS 4.2 builder refuses
     /// it).
     pub fn for_formats(activations: MxFormat, weights: MxFormat) -> Result<MxConfig> {
-        if let Some(c) = MxConfig::ALL.into_iter().find(|c| c.formats() == (activations, weights)) {
+        let pair = |c: &MxConfig| c.formats() == (activations, weights) && c.sms_per_mma() == 1;
+        if let Some(c) = MxConfig::ALL.into_iter().find(pair) {
             return Ok(c);
         }
         let why = match (activations, weights) {
@@ -149,6 +184,32 @@ impl MxConfig {
         };
         Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(why.into()) })
     }
+    /// The 2-SM configuration of `activations x weights`, if one is compiled (none for MXFP8 x MXFP4).
+    pub fn two_sm(activations: MxFormat, weights: MxFormat) -> Option<MxConfig> {
+        MxConfig::ALL.into_iter().find(|c| c.formats() == (activations, weights) && c.sms_per_mma() == 2)
+    }
+    /// The plan's default for `groups` groups of `[n, k]` over `max_rows` rows: the 2-SM configuration when the
+    /// pair has one, N is whole 256-wide tiles and the rows per group (`max_rows / groups`: the masked layout's
+    /// `max_m`, the contiguous layout's mean) fill its 256-row MMA tile ([`Self::TWO_SM_MIN_ROWS_PER_GROUP`]);
+    /// the 1-SM one otherwise. Below 256 rows a group leaves rows of the pair's tile idle where 128-row tiles
+    /// leave at most 127, and the smaller 1-SM tiles keep more SMs busy on small groups. Not measured: no SM100
+    /// GPU has run either.
+    ///
+    /// # Errors
+    /// As [`Self::for_formats`].
+    pub fn default_for(
+        activations: MxFormat,
+        weights: MxFormat,
+        groups: usize,
+        n: usize,
+        max_rows: usize,
+    ) -> Result<MxConfig> {
+        let one = MxConfig::for_formats(activations, weights)?;
+        Ok(match MxConfig::two_sm(activations, weights) {
+            Some(two) if n % two.tile().1 == 0 && max_rows / groups.max(1) >= Self::TWO_SM_MIN_ROWS_PER_GROUP => two,
+            _ => one,
+        })
+    }
     pub fn is_built(self) -> bool {
         ffi::grouped_mx::built(self.into())
     }
@@ -162,6 +223,9 @@ impl From<MxConfig> for ffi::grouped_mx::Sm100MxConfig {
             MxConfig::Mxf8f4Mma1Sm128x128x128 => C::Mxf8f4Mma1Sm128x128x128,
             MxConfig::Mxf4Mma1Sm128x128x256 => C::Mxf4Mma1Sm128x128x256,
             MxConfig::Nvf4Mma1Sm128x128x256 => C::Nvf4Mma1Sm128x128x256,
+            MxConfig::Mxf8Mma2Sm256x256x128 => C::Mxf8Mma2Sm256x256x128,
+            MxConfig::Mxf4Mma2Sm256x256x256 => C::Mxf4Mma2Sm256x256x256,
+            MxConfig::Nvf4Mma2Sm256x256x256 => C::Nvf4Mma2Sm256x256x256,
         }
     }
 }
@@ -247,7 +311,8 @@ impl GroupedGemmMx {
         Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
     }
 
-    /// Plans for an already queried device.
+    /// Plans for an already queried device, with the configuration [`MxConfig::default_for`] picks (2-SM for
+    /// prefill shapes; [`Self::with_config`] overrides it).
     ///
     /// # Errors
     /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
@@ -267,6 +332,7 @@ impl GroupedGemmMx {
         k: usize,
         max_rows: usize,
     ) -> Result<Self> {
+        // The 1-SM configuration's rules, which every configuration of the pair shares.
         let config = MxConfig::for_formats(activations, weights)?;
         for (name, v) in [("N", n), ("K", k)] {
             if v == 0 || v % MX_K_MULTIPLE != 0 {
@@ -290,11 +356,47 @@ impl GroupedGemmMx {
         }
         check_fp8_extents(groups, n, k, max_rows)?;
         device.require(OP, KernelFamily::GroupedGemmSm100)?;
-        if !config.is_built() {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
+        let config = MxConfig::default_for(activations, weights, groups, n, max_rows)?;
+        Self::planned(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes: 0 })
+    }
+
+    /// The same plan with `config` in place of [`MxConfig::default_for`]'s choice, e.g. the 1-SM or the 2-SM
+    /// kernel of the plan's formats.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] when `config` takes other formats than the plan's, or (a 2-SM configuration)
+    /// when N is not a multiple of its 256-wide MMA tile; [`Error::KernelNotBuilt`] when it was not compiled.
+    pub fn with_config(self, config: MxConfig) -> Result<Self> {
+        if config.formats() != self.config.formats() {
+            return Err(Error::InvalidProblem(format!(
+                "MX grouped GEMM planned for {:?} x {:?}: {} takes {:?} x {:?}",
+                self.config.formats().0,
+                self.config.formats().1,
+                config.name(),
+                config.formats().0,
+                config.formats().1
+            )));
         }
-        let workspace_bytes = ffi::grouped_mx::workspace_bytes(config.into(), groups, device.sm_count)?;
-        Ok(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes })
+        Self::planned(GroupedGemmMx { config, ..self })
+    }
+
+    /// Checks what `p.config` needs beyond the 1-SM rules (whole MMA tiles of N) and sizes its workspace.
+    fn planned(mut p: GroupedGemmMx) -> Result<Self> {
+        let (tile_m, tile_n, _) = p.config.tile();
+        if p.n % tile_n != 0 {
+            return Err(Error::InvalidProblem(format!(
+                "MX grouped GEMM: N = {} is not a multiple of {tile_n}: {} ({} SMs per {tile_m}x{tile_n} MMA tile) \
+                 takes whole {tile_n}-wide MMA tiles of N",
+                p.n,
+                p.config.name(),
+                p.config.sms_per_mma()
+            )));
+        }
+        if !p.config.is_built() {
+            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(p.config.name().into()) });
+        }
+        p.workspace_bytes = ffi::grouped_mx::workspace_bytes(p.config.into(), p.groups, p.device.sm_count)?;
+        Ok(p)
     }
 
     pub fn config(&self) -> MxConfig {
@@ -351,6 +453,7 @@ impl GroupedGemmMx {
             n: self.n,
             k: self.k,
             max_rows: self.max_rows,
+            tile_n: self.config.tile().1,
             device: self.device.ordinal as i32,
             sm_count: self.device.sm_count,
             workspace_bytes: self.workspace_bytes,
@@ -395,6 +498,7 @@ mod tests {
         for c in MxConfig::ALL {
             let (a, w) = c.formats();
             let plan = GroupedGemmMx::for_device(b200.clone(), a, w, 256, 4096, 7168, 4096).unwrap();
+            let plan = plan.with_config(c).unwrap();
             assert_eq!((plan.config(), c.weights()), (c, w));
             assert!(plan.workspace_bytes() > 0);
         }

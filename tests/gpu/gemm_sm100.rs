@@ -200,3 +200,39 @@ fn fp8_blockwise_sm100_plan_is_refused_off_sm100() {
         assert!(plan.workspace_bytes() > 0);
     }
 }
+
+/// The 2-SM plans (block-scaled MXFP8, MXFP4 and NVFP4 pairs; FP8 blockwise) off SM100: a prefill shape (256 rows
+/// per group, N in whole 256s), for which a B200 would take the 2-SM configurations (CPU tests), is refused on
+/// this (SM90) device with `UnsupportedArch` naming the device and `sm_100a`, before anything is allocated or
+/// queued. On an SM100 device the plans take the 2-SM configurations instead; no SM100 kernel has run on
+/// hardware.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn two_sm_plans_are_refused_off_sm100() {
+    use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxConfig};
+    let (ctx, stream) = gpu();
+    let info = DeviceInfo::query(&ctx).unwrap();
+    let sm100 = info.arch == Some(Arch::Sm100);
+    let (g, n, k) = (8usize, 4096usize, 7168usize);
+    for c in MxConfig::ALL.into_iter().filter(|c| c.sms_per_mma() == 2) {
+        let (a, b) = c.formats();
+        match GroupedGemmMx::new(&stream, a, b, g, n, k, 256 * g) {
+            Err(e @ Error::UnsupportedArch { required: "sm_100a", .. }) if !sm100 => {
+                assert!(e.to_string().contains(&info.name), "{e}");
+                println!("{}: refused as expected on {}: {e}", c.name(), info.name);
+            }
+            Ok(plan) if sm100 => assert_eq!(plan.config(), c, "{}", info.name),
+            other => panic!("{} on {}: {other:?}", c.name(), info.name),
+        }
+    }
+    let shape = GroupedGemmFp8Shape::new(g, n, k, 256 * g).unwrap();
+    match GroupedGemmFp8Sm100::new(&stream, shape) {
+        Err(e @ Error::UnsupportedArch { required: "sm_100a", .. }) if !sm100 => {
+            let m = e.to_string();
+            assert!(m.contains(&info.name) && m.contains("grouped_gemm_sm100_fp8_blockwise"), "{m}");
+            println!("fp8-sm100-2sm-256x128x128: refused as expected on {}: {m}", info.name);
+        }
+        Ok(plan) if sm100 => assert_eq!(plan.config(), Fp8Sm100Config::Blockwise2Sm256x128x128),
+        other => panic!("SM100 FP8 blockwise 2-SM plan on {}: {other:?}", info.name),
+    }
+}
