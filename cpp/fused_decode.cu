@@ -40,6 +40,7 @@ constexpr int kMt = 2;
 template <int BM>
 constexpr int kRowsPerWarp = 16 * kMt<BM>;
 constexpr int kChunk = 64;    // K per step: one 128-byte line of each row
+constexpr int kPrefetchSteps = 4;  // GEMM2's K steps per row sent to L2 before GEMM1 has finished
 
 using element::cast;
 using element::round_to;
@@ -58,6 +59,15 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Programmatic dependent launch (SM90+): GEMM1 lets GEMM2's CTAs be scheduled into its last wave; GEMM2 starts
+// its weights towards L2 (they depend only on the layout, complete before GEMM1 ran) and waits for GEMM1's h
+// before its first copy of a position row. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_l2(const void* src, int bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 template <class T>
@@ -270,7 +280,7 @@ constexpr int smem_bytes() {
 // (Measured on the H200 against two persistent forms, 2026-12-01: a warp-strided task walk was no faster, and
 // contiguous task ranges per warp 3-14% slower, their warps reading a thousand regions of HBM at once.)
 template <class T, int BM, int S>
-__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArgs a) {
+__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArgs a, bool early) {
   using Tk = Task<T, BM>;
   constexpr int MT = Tk::MT, NT = Tk::NT;
   constexpr int kStages = Ring<MT, NT>::kStages;
@@ -293,6 +303,21 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
   const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
   float acc[MT][NT][4] = {};
   uint4* ring = smem + warp * (Ring<MT, NT>::kWarpBytes / 16);
+  if (a.mode != FusedMode::Scatter) {
+    launch_dependents();
+  } else if (early) {
+    // Launched early: each of the 8 row-owning lanes (t = 0) starts its 4 rows' first kPrefetchSteps K steps
+    // towards L2 while GEMM1 drains. (Issued on every launch it cost 1-3% on grids of 3-4 waves.)
+    if (n0 < N && c0 < c1 && t == 0) {
+      const int bytes = min(c1 - c0, kPrefetchSteps) * kChunk * static_cast<int>(sizeof(T));
+      const int row_left = (K - c0 * kChunk) * static_cast<int>(sizeof(T));
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) prefetch_l2(task.wr[i][h] + c0 * kChunk, min(bytes, row_left));
+    }
+    wait_for_prerequisites();
+  }
   if (n0 < N && c0 < c1) {
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
@@ -361,8 +386,24 @@ template <class T, int BM, int S>
 Status launch(const FusedGemmArgs& a, int64_t m_blocks) {
   constexpr int rows_per_block = kRowsPerWarp<BM> * (kWarps / S);
   const dim3 grid((a.n + rows_per_block - 1) / rows_per_block, static_cast<unsigned>(m_blocks));
-  gemm_kernel<T, BM, S><<<grid, 32 * kWarps, smem_bytes<BM>(), reinterpret_cast<cudaStream_t>(a.stream)>>>(a);
-  const cudaError_t err = cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(32 * kWarps);
+  cfg.dynamicSmemBytes = smem_bytes<BM>();
+  cfg.stream = reinterpret_cast<cudaStream_t>(a.stream);
+  // GEMM2 may start while GEMM1 (which triggers at its start) drains, where its grid is at most two waves of
+  // two CTAs per SM (H200, 2026-12-01: gpt-oss T = 1 -5%, Qwen3-30B T = 2 -2.4%, Mixtral T = 1-32 -0.3 to -1.1%;
+  // on grids of 3-4 waves it was 0.4-3% slower, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  const int64_t waves2 = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * 2;
+  const bool early = a.mode == FusedMode::Scatter && int64_t(grid.x) * grid.y <= waves2;
+  if (early) {
+    cfg.attrs = pdl;
+    cfg.numAttrs = 1;
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, gemm_kernel<T, BM, S>, a, early);
   return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
 }
 
