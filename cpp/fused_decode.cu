@@ -392,8 +392,9 @@ Status launch(const FusedGemmArgs& a, int64_t m_blocks) {
   cfg.dynamicSmemBytes = smem_bytes<BM>();
   cfg.stream = reinterpret_cast<cudaStream_t>(a.stream);
   // GEMM2 may start while GEMM1 (which triggers at its start) drains, where its grid is at most two waves of
-  // two CTAs per SM (H200, 2026-12-01: gpt-oss T = 1 -5%, Qwen3-30B T = 2 -2.4%, Mixtral T = 1-32 -0.3 to -1.1%;
-  // on grids of 3-4 waves it was 0.4-3% slower, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
+  // two CTAs per SM (H200, 2026-12-01, Fused layer: gpt-oss T = 1 -3.5%, Qwen3-30B T = 2 -2.4%, Qwen3-235B T = 1
+  // -1.4%, Mixtral T = 1-4 -0.6 to -1.2%, no point slower than +0.2%; early launch and L2 prefetch on every
+  // GEMM2 had cost 0.4-3% on its 3-4-wave grids, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
   cudaLaunchAttribute pdl[1];
   pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl[0].val.programmaticStreamSerializationAllowed = 1;
