@@ -124,3 +124,23 @@ fn plan_sizes_auto_with_the_shipped_table_of_a_named_gpu() {
     let (ok, h100) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA H100 80GB HBM3"]);
     assert!(ok && h100.contains("no shipped table for NVIDIA H100 80GB HBM3"), "{h100}");
 }
+
+/// `moe-gemm plan --compute-capability`: the FP8 layer planned for a described B200 takes the SM100 blockwise GEMM
+/// (and its workspace) under Grouped; a dense layer there is refused naming the backend and both arches; 9.0 plans
+/// as the default does; a malformed capability is refused.
+#[test]
+fn plan_for_a_described_compute_capability() {
+    let args = ["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--sm-count", "148"];
+    let (ok, b200) = cli(&[&args[..], &["--compute-capability", "10.0", "--gpu-name", "NVIDIA B200"]].concat());
+    assert!(ok && b200.contains("layout backends' GEMM grouped_gemm_sm100_fp8_blockwise"), "{b200}");
+    assert!(b200.contains("backends {grouped}") && b200.contains("GEMM workspace"), "{b200}");
+    let (ok, h200) = cli(&[&args[..], &["--compute-capability", "9.0"]].concat());
+    assert!(ok && h200.contains("layout backends' GEMM grouped_gemm_sm90_fp8_blockwise"), "{h200}");
+    let (ok, default) = cli(&args);
+    let body = |t: &str| t.lines().filter(|l| !l.contains("planned for")).collect::<Vec<_>>().join("\n");
+    assert!(ok && body(&default) == body(&h200), "9.0 differs from the default plan:\n{default}\n---\n{h200}");
+    let (ok, dense) = cli(&["plan", "--model", "mixtral-8x7b", "--compute-capability", "10.0"]);
+    assert!(!ok && dense.contains("needs an sm_90a GPU") && dense.contains("compute capability 10.0"), "{dense}");
+    let (ok, bad) = cli(&["plan", "--model", "mixtral-8x7b", "--compute-capability", "10"]);
+    assert!(!ok && bad.contains("expected MAJOR.MINOR"), "{bad}");
+}

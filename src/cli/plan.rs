@@ -5,7 +5,9 @@ use clap::Args;
 
 use moe_gemm::layer::sizing::mib;
 use moe_gemm::parallel::{EpSizing, Placement};
-use moe_gemm::{Backend, Backends, DType, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat};
+use moe_gemm::{
+    Arch, Backend, Backends, DType, DeviceInfo, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat,
+};
 
 use super::bench::{Model, MODELS};
 use moe_gemm::TunedBackends;
@@ -40,6 +42,33 @@ pub struct PlanArgs {
     /// cost model alone.
     #[arg(long)]
     pub gpu_name: Option<String>,
+    /// Plan for a device of this compute capability (e.g. 10.0 for a B200, with `--sm-count 148`) as
+    /// `MoeLayer::new` would there: its arch picks the layout backends' GEMM, and backends without SASS for it
+    /// are refused by name. Default: the SM90 kernels.
+    #[arg(long, value_parser = parse_capability)]
+    pub compute_capability: Option<(i32, i32)>,
+}
+
+fn parse_capability(s: &str) -> std::result::Result<(i32, i32), String> {
+    let bad = || format!("{s}: expected MAJOR.MINOR, e.g. 9.0 or 10.0");
+    let (major, minor) = s.split_once('.').ok_or_else(bad)?;
+    Ok((major.parse().map_err(|_| bad())?, minor.parse().map_err(|_| bad())?))
+}
+
+/// The device `--compute-capability` describes (nothing is queried: no GPU is needed).
+fn described_device(args: &PlanArgs, (major, minor): (i32, i32)) -> DeviceInfo {
+    DeviceInfo {
+        ordinal: 0,
+        name: args
+            .gpu_name
+            .clone()
+            .unwrap_or_else(|| format!("a described device of compute capability {major}.{minor}")),
+        compute_capability: (major, minor),
+        sm_count: args.sm_count as i32,
+        l2_bytes: 0,
+        max_smem_per_block_optin: 0,
+        arch: Arch::from_compute_capability(major, minor),
+    }
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
@@ -115,19 +144,46 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             .filter(|_| format != WeightFormat::Fp8Block)
             .and_then(|g| TunedBackends::shipped(g, m.experts, m.inter))
             .and_then(|t| backends.map_or(Some(t), |set| t.restricted_to(set)));
-        let sizing = LayerSizing::for_format_tuned(
-            shape,
-            dtype,
-            format,
-            args.max_tokens,
-            Backend::Auto,
-            backends,
-            None,
-            None,
-            false,
-            args.sm_count,
-            tuned,
-        )?;
+        let sizing = match args.compute_capability {
+            Some(cc) => {
+                let device = described_device(args, cc);
+                let sizing = LayerSizing::for_device(
+                    &device,
+                    shape,
+                    dtype,
+                    format,
+                    args.max_tokens,
+                    Backend::Auto,
+                    backends,
+                    None,
+                    None,
+                    false,
+                    tuned,
+                )
+                .map_err(|e| Error::InvalidProblem(format!("{} on {}: {e}", m.name, device.name)))?;
+                println!(
+                    "{}: planned for compute capability {}.{}: layout backends' GEMM {}",
+                    m.name,
+                    cc.0,
+                    cc.1,
+                    sizing.gemm()
+                );
+                sizing
+            }
+            None => LayerSizing::for_format_tuned(
+                shape,
+                dtype,
+                format,
+                args.max_tokens,
+                Backend::Auto,
+                backends,
+                None,
+                None,
+                false,
+                args.sm_count,
+                tuned,
+            )?,
+        };
         match (&args.gpu_name, &tuned) {
             (Some(g), Some(_)) => println!("{}: Auto from the table shipped for {g} (configs/h200)", m.name),
             (Some(g), None) => println!("{}: no shipped table for {g}: Auto from the cost model", m.name),
