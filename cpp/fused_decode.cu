@@ -364,10 +364,10 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
 }
 
 // K splits per weight-row task. GEMM1 (gather, K = H): as many as keep 8 K steps per split, even where the tasks
-// already fill the SMs: finer tasks even out the last wave (H200, 2026-12-01: 2-5% faster at T = 2-8 on Qwen3-30B,
-// Qwen3-235B, Mixtral, gpt-oss; within +-0.5% at T = 16-64). GEMM2 (scatter, K = I): only while the tasks would
-// not fill every SM's 8 resident warps, and at 16 K steps per split: its short K (768-1536 on the Qwen3 models)
-// lost 1-5% to a split there. Measured per GEMM with forced splits: benches/results/NOTES.md, session 7.
+// already fill the SMs: finer tasks even out the last wave (H200, 2026-12-01: 2-4% faster at T = 2-8 on the Qwen3
+// models and at T = 2 on Mixtral and gpt-oss; 0-1.2% at T = 16-64). GEMM2 (scatter, K = I): only while the tasks
+// would not fill every SM's 8 resident warps, and at 16 K steps per split: a split of Qwen3-30B's K = 768 lost
+// 2-6% at T = 2-16. Measured per GEMM with forced splits: benches/results/NOTES.md, session 7.
 template <int BM>
 int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
   const int chunks = (a.k + kChunk - 1) / kChunk;
