@@ -126,8 +126,8 @@ fn plan_sizes_auto_with_the_shipped_table_of_a_named_gpu() {
 }
 
 /// `moe-gemm plan --compute-capability`: the FP8 layer planned for a described B200 takes the SM100 blockwise GEMM
-/// (and its workspace) under Grouped; a dense layer there is refused naming the backend and both arches; 9.0 plans
-/// as the default does; a malformed capability is refused.
+/// (and its workspace) under Grouped; a dense bf16 layer there takes the SM100 bf16 GEMM, Fused is refused there
+/// naming the backend and both arches; 9.0 plans as the default does; a malformed capability is refused.
 #[test]
 fn plan_for_a_described_compute_capability() {
     let args = ["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--sm-count", "148"];
@@ -140,7 +140,10 @@ fn plan_for_a_described_compute_capability() {
     let body = |t: &str| t.lines().filter(|l| !l.contains("planned for")).collect::<Vec<_>>().join("\n");
     assert!(ok && body(&default) == body(&h200), "9.0 differs from the default plan:\n{default}\n---\n{h200}");
     let (ok, dense) = cli(&["plan", "--model", "mixtral-8x7b", "--compute-capability", "10.0"]);
-    assert!(!ok && dense.contains("needs an sm_90a GPU") && dense.contains("compute capability 10.0"), "{dense}");
+    assert!(ok && dense.contains("layout backends' GEMM grouped_gemm_sm100\n"), "{dense}");
+    assert!(dense.contains("backends {grouped}") && dense.contains("GEMM workspace"), "{dense}");
+    let (ok, fused) = cli(&["plan", "--model", "mixtral-8x7b", "--compute-capability", "10.0", "--backends", "fused"]);
+    assert!(!ok && fused.contains("needs an sm_90a GPU") && fused.contains("compute capability 10.0"), "{fused}");
     let (ok, bad) = cli(&["plan", "--model", "mixtral-8x7b", "--compute-capability", "10"]);
     assert!(!ok && bad.contains("expected MAJOR.MINOR"), "{bad}");
 }

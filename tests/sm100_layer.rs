@@ -1,7 +1,8 @@
 //! CPU tests of the FP8 layer planned for a described B200 (no SM100 GPU exists in this project; nothing here
 //! runs a kernel): the sizing picks the SM100 FP8 blockwise GEMM, sizes its workspace as that plan asks, runs
 //! Grouped under Auto, takes the layout and decode backends and refuses Fused (SM90 wgmma kernels) naming the
-//! backend and both arches; an H200 keeps the SM90 plan and the sizing it had.
+//! backend and both arches; an H200 keeps the SM90 plan and the sizing it had. Dense bf16 layers take the SM100
+//! bf16 grouped GEMM there.
 
 use moe_gemm::*;
 
@@ -135,16 +136,37 @@ fn devices_without_the_kernels_are_refused_naming_the_backend() {
         Err(e @ Error::UnsupportedArch { major: 8, .. }) => assert!(e.to_string().contains("grouped backend"), "{e}"),
         other => panic!("A100: {other:?}"),
     }
-    // Dense layers are not wired to the SM100 bf16 GEMM: their GEMM backends are refused on a B200, Batched
-    // (plain CUDA) is not.
+    // Dense bf16 layers run the SM100 bf16 GEMM under their layout backends on a B200; Fused (SM90 wgmma
+    // gather/scatter GEMMs) is refused naming the backend and both arches; Auto runs Grouped.
     let dense = |b: Backend| {
         LayerSizing::for_device(&b200(), s, DType::BF16, WeightFormat::Dense, 64, b, None, None, None, false, None)
     };
-    match dense(Backend::Grouped) {
-        Err(e @ Error::UnsupportedArch { required: "sm_90a", .. }) => {
-            assert!(e.to_string().contains("grouped backend"), "{e}")
-        }
-        other => panic!("dense Grouped on a B200: {other:?}"),
+    for b in [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Eager, Backend::Batched] {
+        assert_eq!(dense(b).unwrap().gemm(), LayerGemm::Sm100Dense, "{b}");
     }
-    assert_eq!(dense(Backend::Batched).unwrap().gemm(), LayerGemm::Sm90Dense);
+    assert_eq!(dense(Backend::Auto).unwrap().backends(), Backends::of(Backend::Grouped));
+    match dense(Backend::Fused) {
+        Err(e @ Error::UnsupportedArch { required: "sm_90a", .. }) => {
+            assert!(e.to_string().contains("fused backend") && e.to_string().contains("10.0"), "{e}")
+        }
+        other => panic!("dense Fused on a B200: {other:?}"),
+    }
+    // f16: no SM100 f16 kernel is built, refused by name at sizing.
+    let f16 = LayerSizing::for_device(
+        &b200(),
+        s,
+        DType::F16,
+        WeightFormat::Dense,
+        64,
+        Backend::Grouped,
+        None,
+        None,
+        None,
+        false,
+        None,
+    );
+    match f16 {
+        Err(e @ Error::KernelNotBuilt { .. }) => assert!(e.to_string().contains("grouped_gemm_sm100"), "{e}"),
+        other => panic!("dense f16 Grouped on a B200: {other:?}"),
+    }
 }

@@ -183,7 +183,7 @@ impl<T: Element> GroupedGemmSm100<T> {
             return Err(Error::KernelNotBuilt { op: OP, dtype: Some(T::DTYPE), config: Some(config.name().into()) });
         }
         let workspace_bytes =
-            ffi::grouped::workspace_bytes_sm100(T::DTYPE, config.into(), shape.groups(), device.sm_count)?;
+            workspace_bytes(T::DTYPE, config, shape.groups(), device.sm_count.max(0) as usize)? as u64;
         Ok(GroupedGemmSm100 { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
@@ -244,4 +244,16 @@ impl<T: Element> GroupedGemmSm100<T> {
     pub fn flops(&self, rows: usize) -> f64 {
         2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
     }
+}
+
+/// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only).
+///
+/// # Errors
+/// [`Error::KernelNotBuilt`] when `config` was not compiled for `dtype` (f16 is not).
+pub(crate) fn workspace_bytes(dtype: DType, config: Sm100TileConfig, groups: usize, sm_count: usize) -> Result<usize> {
+    if !config.is_built(dtype) {
+        return Err(Error::KernelNotBuilt { op: OP, dtype: Some(dtype), config: Some(config.name().into()) });
+    }
+    Ok(ffi::grouped::workspace_bytes_sm100(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)?
+        as usize)
 }

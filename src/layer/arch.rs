@@ -17,6 +17,9 @@ use super::weights::WeightFormat;
 pub enum LayerGemm {
     /// The SM90 bf16/f16 grouped GEMM ([`crate::GroupedGemm`]).
     Sm90Dense,
+    /// The SM100 bf16 grouped GEMM ([`crate::GroupedGemmSm100`]): the SM90 one's operands and group rows on
+    /// tcgen05 tensor cores (no f16 kernel is built). Compiled and SASS-checked only.
+    Sm100Dense,
     /// The SM90 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8`]).
     Sm90Fp8Blockwise,
     /// The SM100 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8Sm100`]): same operands, group offsets and
@@ -25,14 +28,21 @@ pub enum LayerGemm {
 }
 
 impl LayerGemm {
-    /// The GEMM a layer over `format` weights runs on `arch`. Dense layers keep the SM90 GEMM on every arch:
-    /// the SM100 bf16 GEMM is not wired into the layer, so on SM100 the layer refuses their GEMM
-    /// backends naming both arches.
+    /// The GEMM a layer over `format` weights runs on `arch`.
     pub const fn for_arch(format: WeightFormat, arch: Arch) -> LayerGemm {
         match (format, arch) {
             (WeightFormat::Fp8Block, Arch::Sm100) => LayerGemm::Sm100Fp8Blockwise,
             (WeightFormat::Fp8Block, Arch::Sm90) => LayerGemm::Sm90Fp8Blockwise,
-            (WeightFormat::Dense, _) => LayerGemm::Sm90Dense,
+            (WeightFormat::Dense, Arch::Sm100) => LayerGemm::Sm100Dense,
+            (WeightFormat::Dense, Arch::Sm90) => LayerGemm::Sm90Dense,
+        }
+    }
+
+    /// The arch the GEMM's SASS was built for.
+    pub const fn arch(self) -> Arch {
+        match self {
+            LayerGemm::Sm90Dense | LayerGemm::Sm90Fp8Blockwise => Arch::Sm90,
+            LayerGemm::Sm100Dense | LayerGemm::Sm100Fp8Blockwise => Arch::Sm100,
         }
     }
 
@@ -40,6 +50,7 @@ impl LayerGemm {
     pub const fn family(self) -> KernelFamily {
         match self {
             LayerGemm::Sm90Dense => KernelFamily::GroupedGemmSm90,
+            LayerGemm::Sm100Dense => KernelFamily::GroupedGemmSm100,
             LayerGemm::Sm90Fp8Blockwise => KernelFamily::GroupedGemmSm90Fp8,
             LayerGemm::Sm100Fp8Blockwise => KernelFamily::GroupedGemmSm100,
         }
@@ -47,12 +58,13 @@ impl LayerGemm {
 
     /// The FP8 blockwise GEMM (over block-FP8 weights) rather than the dense one.
     pub const fn is_fp8(self) -> bool {
-        !matches!(self, LayerGemm::Sm90Dense)
+        matches!(self, LayerGemm::Sm90Fp8Blockwise | LayerGemm::Sm100Fp8Blockwise)
     }
 
     pub const fn name(self) -> &'static str {
         match self {
             LayerGemm::Sm90Dense => "grouped_gemm_sm90",
+            LayerGemm::Sm100Dense => "grouped_gemm_sm100",
             LayerGemm::Sm90Fp8Blockwise => "grouped_gemm_sm90_fp8_blockwise",
             LayerGemm::Sm100Fp8Blockwise => "grouped_gemm_sm100_fp8_blockwise",
         }
@@ -62,7 +74,7 @@ impl LayerGemm {
     /// GEMM's arch. They were measured on an H200; on SM100 nothing has been measured, so `Auto` runs Grouped,
     /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover.
     pub(crate) const fn auto_cost_model_fits(self) -> bool {
-        !matches!(self, LayerGemm::Sm100Fp8Blockwise)
+        matches!(self.arch(), Arch::Sm90)
     }
 
     /// The backends `Auto` plans room for (without a tuned table).
@@ -78,11 +90,7 @@ impl LayerGemm {
 
     /// The backends whose kernels have SASS for this GEMM's arch, among those the weights' format runs.
     pub(crate) fn runnable(self) -> Backends {
-        let (format_set, arch) = match self {
-            LayerGemm::Sm90Dense => (Backends::ALL, Arch::Sm90),
-            LayerGemm::Sm90Fp8Blockwise => (Backends::FP8, Arch::Sm90),
-            LayerGemm::Sm100Fp8Blockwise => (Backends::FP8, Arch::Sm100),
-        };
+        let (format_set, arch) = (if self.is_fp8() { Backends::FP8 } else { Backends::ALL }, self.arch());
         format_set.iter().filter(|&b| families(b, self).iter().all(|f| f.runs_on(arch))).collect()
     }
 }
@@ -138,5 +146,20 @@ mod tests {
         assert_eq!(sm90.auto_backends(false), Backends::FP8_AUTO);
         assert_eq!(sm90.auto_backends(true), Backends::of(Backend::Grouped));
         assert_eq!(LayerGemm::for_arch(WeightFormat::Dense, Arch::Sm90).runnable(), Backends::ALL);
+    }
+
+    #[test]
+    fn dense_on_sm100_runs_the_sm100_gemm_and_every_backend_but_fused() {
+        let sm100 = LayerGemm::for_arch(WeightFormat::Dense, Arch::Sm100);
+        assert_eq!(sm100, LayerGemm::Sm100Dense);
+        assert_eq!(
+            (sm100.family(), sm100.arch(), sm100.is_fp8()),
+            (KernelFamily::GroupedGemmSm100, Arch::Sm100, false)
+        );
+        assert_eq!(sm100.runnable().to_string(), "eager,batched,grouped,contiguous,masked");
+        assert_eq!(sm100.auto_backends(false), Backends::of(Backend::Grouped));
+        let sm90 = LayerGemm::for_arch(WeightFormat::Dense, Arch::Sm90);
+        assert_eq!((sm90.family(), sm90.arch()), (KernelFamily::GroupedGemmSm90, Arch::Sm90));
+        assert_eq!(sm90.auto_backends(false), Backends::AUTO);
     }
 }

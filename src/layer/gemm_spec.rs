@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::kernels::grouped;
 use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::{self, Fp8Sm100Config};
+use crate::kernels::grouped_sm100::{self, Sm100TileConfig};
 use crate::kernels::TileConfig;
 
 use super::arch::LayerGemm;
@@ -35,6 +36,11 @@ impl GemmSpec {
         self.batch_sizes(|r| TileConfig::heuristic(self.groups, self.n, r, sm_count))
     }
 
+    /// As [`Self::configs`] for the SM100 bf16 GEMM ([`Sm100TileConfig::heuristic`]).
+    pub(crate) fn sm100_configs(&self, sm_count: usize) -> Vec<(Sm100TileConfig, usize)> {
+        self.batch_sizes(|r| Sm100TileConfig::heuristic(self.groups, self.n, r, sm_count))
+    }
+
     /// As [`Self::configs`] for the SM90 FP8 blockwise GEMM ([`Fp8TileConfig::heuristic`]).
     pub(crate) fn fp8_configs(&self) -> Vec<(Fp8TileConfig, usize)> {
         self.batch_sizes(|r| Fp8TileConfig::heuristic(self.groups, r))
@@ -54,6 +60,7 @@ impl GemmSpec {
     pub(crate) fn plan_count(&self, sm_count: usize) -> usize {
         match self.gemm {
             LayerGemm::Sm90Dense => self.configs(sm_count).len(),
+            LayerGemm::Sm100Dense => self.sm100_configs(sm_count).len(),
             LayerGemm::Sm90Fp8Blockwise => self.fp8_configs().len(),
             LayerGemm::Sm100Fp8Blockwise => 1,
         }
@@ -69,6 +76,11 @@ impl GemmSpec {
             LayerGemm::Sm90Dense => {
                 for (config, _) in self.configs(sm_count) {
                     bytes = bytes.max(grouped::workspace_bytes(dtype, config, self.groups, sm_count)?);
+                }
+            }
+            LayerGemm::Sm100Dense => {
+                for (config, _) in self.sm100_configs(sm_count) {
+                    bytes = bytes.max(grouped_sm100::workspace_bytes(dtype, config, self.groups, sm_count)?);
                 }
             }
             LayerGemm::Sm90Fp8Blockwise => {

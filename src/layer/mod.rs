@@ -37,8 +37,9 @@
 //! operands, group offsets and activation quantisation; the passes launch whichever the plan holds. On SM100
 //! the FP8 layer runs Grouped, Contiguous, Masked and Batched (plain CUDA decode kernels); Fused, whose
 //! gather/scatter GEMMs are SM90 wgmma kernels, is refused with [`Error::UnsupportedArch`] naming the backend,
-//! `sm_90a` and the device; `Auto` runs Grouped (its cost model was fitted on an H200). Dense layers keep the
-//! SM90 GEMMs, so on SM100 their GEMM backends are refused the same way. The SM100 layer path is compiled and
+//! `sm_90a` and the device; `Auto` runs Grouped (its cost model was fitted on an H200). Dense bf16 layers
+//! run [`crate::GroupedGemmSm100`] there under the same backends (Eager too; f16 has no SM100 kernel and is
+//! refused by name), Fused refused alike. The SM100 layer path is compiled and
 //! its planning, sizing and refusals tested on the CPU; it has never run on an SM100 GPU.
 //!
 //! A shared expert (DeepSeek-V3, Kimi-K2, Qwen2-MoE; [`ExpertWeights::upload_with_shared`]) rides in the same

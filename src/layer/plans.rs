@@ -1,9 +1,9 @@
 //! The GEMM plans a layer holds: one per tile configuration the heuristic can pick, per backend that needs a
-//! grouped GEMM, dense (bf16/f16) or block-FP8 (of the device's arch: [`Fp8Gemm`]).
+//! grouped GEMM, dense (bf16/f16: [`DenseGemm`]) or block-FP8 ([`Fp8Gemm`]), each of the device's arch.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use half::bf16;
 
 use crate::device::DeviceInfo;
@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
+use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
+use crate::kernels::TileConfig;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use crate::status::DeviceStatus;
 
@@ -19,11 +21,56 @@ use super::arch::LayerGemm;
 use super::sizing::{self, GemmSpec, LayerSizing};
 use super::{Backend, MoeLayer, WeightFormat};
 
-/// The plans of one GEMM of one layout: one per tile configuration the heuristic picks for some batch size
-/// up to the layer's maximum, so each forward runs the configuration measured best for its own T·k.
+/// One dense grouped GEMM plan, of the arch the layer was planned on: both read the same operands, group rows
+/// and workspace, so the layer's passes launch either alike.
+#[derive(Debug)]
+pub(super) enum DenseGemm<T: Element> {
+    Sm90(GroupedGemm<T>),
+    Sm100(GroupedGemmSm100<T>),
+}
+
+impl<T: Element> DenseGemm<T> {
+    #[cfg(test)]
+    pub(super) fn shape(&self) -> &GroupedGemmShape {
+        match self {
+            DenseGemm::Sm90(p) => p.shape(),
+            DenseGemm::Sm100(p) => p.shape(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn workspace_bytes(&self) -> usize {
+        match self {
+            DenseGemm::Sm90(p) => p.workspace_bytes(),
+            DenseGemm::Sm100(p) => p.workspace_bytes(),
+        }
+    }
+
+    /// Queues `D = grouped(A, B)` over `rows`' groups: [`GroupedGemm::launch`]'s operands and errors.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &impl DevicePtr<T>,
+        b: &impl DevicePtr<T>,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<T>,
+        workspace: &mut Workspace,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        match self {
+            DenseGemm::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
+            DenseGemm::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
+        }
+    }
+}
+
+/// The plans of one GEMM of one layout: one per tile configuration the heuristic (of the layer's arch) picks
+/// for some batch size up to the layer's maximum, so each forward runs the configuration measured best for its
+/// own T·k (on SM100: the rule carried over from SM90, unmeasured).
 #[derive(Debug)]
 pub(super) struct GemmPlans<T: Element> {
-    pub(super) plans: Vec<GroupedGemm<T>>,
+    pub(super) plans: Vec<DenseGemm<T>>,
     pub(super) groups: usize,
     pub(super) n: usize,
     pub(super) sm_count: usize,
@@ -34,7 +81,7 @@ pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
     type L = MoeLayer<bf16>;
     let plan = match sizing.format {
         WeightFormat::Fp8Block => std::mem::size_of::<Fp8Gemm>(),
-        _ => std::mem::size_of::<GroupedGemm<bf16>>(),
+        _ => std::mem::size_of::<DenseGemm<bf16>>(),
     };
     std::mem::size_of::<L>()
         + sizing.gemms.len() / 2 * std::mem::size_of::<GemmPair<bf16>>()
@@ -47,21 +94,38 @@ impl<T: Element> GemmPlans<T> {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
         let sm_count = device.sm_count.max(1) as usize;
         let shape = GroupedGemmShape::new(spec.groups, spec.n, spec.k, spec.max_rows)?;
-        let plans = spec
-            .configs(sm_count)
-            .into_iter()
-            .map(|(config, r)| {
-                let opts = GroupedGemmOptions { config: Some(config), expected_rows: Some(r) };
-                GroupedGemm::for_device(device.clone(), shape, opts)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let plans = match spec.gemm {
+            LayerGemm::Sm90Dense => spec
+                .configs(sm_count)
+                .into_iter()
+                .map(|(config, r)| {
+                    let opts = GroupedGemmOptions { config: Some(config), expected_rows: Some(r) };
+                    GroupedGemm::for_device(device.clone(), shape, opts).map(DenseGemm::Sm90)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            LayerGemm::Sm100Dense => spec
+                .sm100_configs(sm_count)
+                .into_iter()
+                .map(|(config, r)| {
+                    let opts = GroupedGemmSm100Options { config: Some(config), expected_rows: Some(r) };
+                    GroupedGemmSm100::for_device(device.clone(), shape, opts).map(DenseGemm::Sm100)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            other => {
+                return Err(Error::InvalidProblem(format!("dense GEMM plans of a {other} GEMM spec: not a dense GEMM")))
+            }
+        };
         Ok(GemmPlans { plans, groups: spec.groups, n: spec.n, sm_count })
     }
 
     /// The plan for a batch of `rows` routed rows.
-    pub(super) fn for_rows(&self, rows: usize) -> &GroupedGemm<T> {
-        let config = crate::kernels::TileConfig::heuristic(self.groups, self.n, rows, self.sm_count);
-        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+    pub(super) fn for_rows(&self, rows: usize) -> &DenseGemm<T> {
+        let (g, n, sm) = (self.groups, self.n, self.sm_count);
+        let picked = |p: &&DenseGemm<T>| match p {
+            DenseGemm::Sm90(p) => p.config() == TileConfig::heuristic(g, n, rows, sm),
+            DenseGemm::Sm100(p) => p.config() == Sm100TileConfig::heuristic(g, n, rows, sm),
+        };
+        self.plans.iter().find(picked).unwrap_or(&self.plans[0])
     }
 }
 
@@ -239,5 +303,63 @@ mod tests {
                 assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
             }
         }
+    }
+
+    /// Dense bf16 layers plan the SM100 GEMM on a B200 and the SM90 one on an H200, every batch size finds a
+    /// plan of the arch, and the sizing's workspace is exactly the largest plan's; f16 on SM100 is refused by
+    /// name (no f16 kernel is built).
+    #[test]
+    fn dense_plans_follow_the_device_arch_and_f16_is_refused_on_sm100() {
+        let s = LayerShape {
+            experts: 128,
+            global_experts: 128,
+            top_k: 8,
+            shared_groups: 0,
+            hidden: 2048,
+            inter: 768,
+            gated: true,
+        };
+        let layout =
+            Backends::of(Backend::Grouped).with(Backend::Contiguous).with(Backend::Masked).with(Backend::Eager);
+        let size = |dev: &DeviceInfo, dtype: DType, t: usize| {
+            LayerSizing::for_device(
+                dev,
+                s,
+                dtype,
+                WeightFormat::Dense,
+                t,
+                Backend::Grouped,
+                Some(layout),
+                None,
+                None,
+                false,
+                None,
+            )
+        };
+        for (dev, sm100) in [(device("NVIDIA B200", 10, 148), true), (device("NVIDIA H200", 9, 132), false)] {
+            for t in [1usize, 16, 4096] {
+                let sizing = size(&dev, DType::BF16, t).unwrap();
+                assert_eq!(sizing.gemm.arch() == Arch::Sm100, sm100);
+                let mut workspace = 0;
+                for spec in &sizing.gemms {
+                    let plans = GemmPlans::<bf16>::new(&dev, spec).unwrap();
+                    assert_eq!(plans.plans.len(), spec.plan_count(dev.sm_count as usize), "{}: {spec:?}", dev.name);
+                    for p in &plans.plans {
+                        assert_eq!(matches!(p, DenseGemm::Sm100(_)), sm100, "{}: {p:?}", dev.name);
+                        assert_eq!(
+                            (p.shape().n(), p.shape().k(), p.shape().max_rows()),
+                            (spec.n, spec.k, spec.max_rows)
+                        );
+                        workspace = workspace.max(p.workspace_bytes());
+                    }
+                    for rows in [1usize, 63, 65, spec.rows] {
+                        assert_eq!(matches!(plans.for_rows(rows), DenseGemm::Sm100(_)), sm100);
+                    }
+                }
+                assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
+            }
+        }
+        let err = size(&device("NVIDIA B200", 10, 148), DType::F16, 64).unwrap_err().to_string();
+        assert!(err.contains("grouped_gemm_sm100") && err.contains("f16"), "{err}");
     }
 }

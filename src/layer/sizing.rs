@@ -213,13 +213,14 @@ impl LayerSizing {
     }
 
     /// [`Self::for_format_tuned`] for `device` (what [`MoeLayer`](super::MoeLayer) plans with): its SM count,
-    /// and its arch's GEMM ([`LayerGemm::for_arch`]). On SM100, FP8 weights run the SM100 FP8 blockwise GEMM
-    /// and `Auto` runs Grouped; the other constructors size for the SM90 kernels.
+    /// and its arch's GEMM ([`LayerGemm::for_arch`]). On SM100, FP8 weights run the SM100 FP8 blockwise GEMM,
+    /// dense bf16 weights the SM100 bf16 GEMM, and `Auto` runs Grouped; the other constructors size for the SM90
+    /// kernels.
     ///
     /// # Errors
     /// As [`Self::for_format`]; [`Error::UnsupportedArch`] naming the backend, the target its kernels were
     /// built for and the device, for a backend (in `backend` or `backends`) without SASS for the device: on
-    /// SM100, Fused (SM90 wgmma gather/scatter GEMMs), and every GEMM backend over dense weights.
+    /// SM100, Fused (SM90 wgmma gather/scatter GEMMs); [`Error::KernelNotBuilt`] for f16 on SM100.
     #[allow(clippy::too_many_arguments)]
     pub fn for_device(
         device: &DeviceInfo,
