@@ -5,14 +5,17 @@
 #include <cuda_runtime.h>
 
 #include "group_rows.cuh"
+#include "mx_formats.cuh"
 #include "mx_quant.h"
 #include "quant_rules.cuh"
 
 namespace moe_gemm {
 namespace mx {
 
-constexpr int kVec = 32;            // elements per UE8M0 scale
-constexpr int64_t kAtomBytes = 512;  // 128 rows x 4 scales
+constexpr int kVec = 32;  // elements per UE8M0 scale
+using mx_formats::kAtomBytes;
+using mx_formats::sf_offset;
+using mx_formats::ue4m3_value;
 
 // One thread: every group's rows (clamped as the GEMMs clamp them) and its layout base, in group order.
 __global__ void sf_bases_kernel(GroupMode mode, const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
@@ -86,7 +89,7 @@ __global__ void quantize_kernel(MxQuantArgs a, int k_blocks, int k_atoms) {
   const int g = group_of(a.mode, offsets, counts, a.max_m, a.groups, a.max_rows, r, &m, &rows);
   if (g < 0) return;
   const auto* bases = reinterpret_cast<const int64_t*>(a.sf_bases);
-  const int64_t at = bases[g] + (m / 128 * k_atoms + kb / 4) * kAtomBytes + 16 * (m % 32) + 4 * (m / 32 % 4) + kb % 4;
+  const int64_t at = bases[g] + sf_offset(m, kb, k_atoms);
   if (at >= static_cast<int64_t>(a.sf_bytes)) return;  // reported by the bases kernel
   auto* scale = reinterpret_cast<uint8_t*>(a.sf) + at;
   if (kb * kVec >= a.k_in) {
@@ -143,13 +146,6 @@ __device__ __forceinline__ float mx4_scale(float amax) {
   const uint32_t b = __float_as_uint(fmaxf(__fdiv_rn(amax, 6.f), __uint_as_float(0x400000u)));  // 2^-127
   if ((b >> 23) == 0u) return __uint_as_float(b <= 0x400000u ? 0x400000u : 0x800000u);
   return __uint_as_float((((b >> 23) & 0xffu) + ((b & 0x7fffffu) != 0u)) << 23);
-}
-
-// The value of a UE4M3 byte (0x00 ..= 0x7E), exactly: m * 2^-9, or (8 + m) * 2^(e - 10).
-__device__ __forceinline__ float ue4m3_value(uint32_t b) {
-  const uint32_t e = b >> 3, m = b & 7u;
-  // 2^(e - 10) for e in 1 ..= 15 is normal: its exponent field is e + 117.
-  return e == 0u ? static_cast<float>(m) * 0x1p-9f : static_cast<float>(8u + m) * __uint_as_float((e + 117u) << 23);
 }
 
 // The smallest UE4M3 byte whose value is >= y (y >= 0, finite or +inf), 0x7E (448) for anything above 448
@@ -216,7 +212,7 @@ __global__ void quantize_fp4_kernel(Fp4QuantArgs a, int k_blocks, int k_atoms) {
                          reinterpret_cast<const int32_t*>(a.counts), a.max_m, a.groups, a.max_rows, r, &m, &rows);
   if (g < 0) return;
   const auto* bases = reinterpret_cast<const int64_t*>(a.sf_bases);
-  const int64_t at = bases[g] + (m / 128 * k_atoms + kb / 4) * kAtomBytes + 16 * (m % 32) + 4 * (m / 32 % 4) + kb % 4;
+  const int64_t at = bases[g] + sf_offset(m, kb, k_atoms);
   if (at >= static_cast<int64_t>(a.sf_bytes)) return;  // reported by the bases kernel
   uint8_t* out = reinterpret_cast<uint8_t*>(a.out) + r * (a.k / 2) + static_cast<int64_t>(kb) * (V / 2);
   if (kb * V >= a.k_in) {
