@@ -66,6 +66,7 @@ pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/fused_moe_sm90_bf16.cu", "fused_moe_sm90", SM90A),
     unit("cpp/fused_moe_sm90_f16.cu", "fused_moe_sm90", SM90A),
     unit("cpp/fused_moe_sm90_fp8.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/grouped_mx_portable.cu", "grouped_gemm_mx_portable", PORTABLE),
     unit("cpp/routing.cu", "routing", PORTABLE),
     unit("cpp/layouts.cu", "layouts", PORTABLE),
     unit("cpp/activation.cu", "activation", PORTABLE),

@@ -570,7 +570,9 @@ LaunchStatus grouped_gemm_sm100_mx_workspace(Sm100MxConfig config, int32_t group
                   : moe_gemm::grouped_gemm_sm100_mxf8_workspace(config, groups, sm_count, &bytes));
 }
 
-LaunchStatus grouped_gemm_sm100_mx_run(const GroupedGemmMxParams& p) {
+namespace {
+// The arguments of both MX GEMMs (the SM100 units and the portable one), field by field.
+GroupedGemmMxArgs mx_args(const GroupedGemmMxParams& p) {
   GroupedGemmMxArgs a{};
   a.config = p.config;
   a.mode = p.mode;
@@ -596,8 +598,18 @@ LaunchStatus grouped_gemm_sm100_mx_run(const GroupedGemmMxParams& p) {
   a.sm_count = p.sm_count;
   a.stream = p.stream;
   static_assert(same_fields<GroupedGemmMxParams, GroupedGemmMxArgs>(23), "assign every GroupedGemmMxArgs field above");
+  return a;
+}
+}  // namespace
+
+LaunchStatus grouped_gemm_sm100_mx_run(const GroupedGemmMxParams& p) {
+  const GroupedGemmMxArgs a = mx_args(p);
   return wrap(moe_gemm::sm100_mx_is_fp4(a.config) ? moe_gemm::grouped_gemm_sm100_fp4_run(a)
                                                   : moe_gemm::grouped_gemm_sm100_mxf8_run(a));
+}
+
+LaunchStatus grouped_gemm_mx_portable_run(const GroupedGemmMxParams& p) {
+  return wrap(moe_gemm::grouped_gemm_mx_portable_run(mx_args(p)));
 }
 
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,

@@ -12,6 +12,7 @@
 #include "launch_fused_fp8.h"
 #include "mx_quant.h"
 #include "launch_sm100_mx.h"
+#include "launch_mx_portable.h"
 #include "launch_sm100.h"
 #include "moe_ops.h"
 #include "quant.h"
@@ -92,6 +93,7 @@ LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& params);
 bool grouped_gemm_sm100_mx_built(Sm100MxConfig config);
 LaunchStatus grouped_gemm_sm100_mx_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count, uint64_t& bytes);
 LaunchStatus grouped_gemm_sm100_mx_run(const GroupedGemmMxParams& params);
+LaunchStatus grouped_gemm_mx_portable_run(const GroupedGemmMxParams& params);
 LaunchStatus sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
                        uint64_t y, uint64_t stream);
 LaunchStatus quantize_fp8(const QuantParams& params);

@@ -41,6 +41,7 @@ pub use kernels::grouped_fp8::{
     Fp8KernelFacts, Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape,
 };
 pub use kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
+pub use kernels::grouped_mx_portable::GroupedGemmMxPortable;
 pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100KernelFacts, Sm100TileConfig};
 pub use kernels::{KernelFamily, TileConfig};
 pub use layer::{

@@ -234,6 +234,19 @@ fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     assert_eq!(kernels.iter().filter(|k| k.contains("reduce_kernel")).count(), 4, "{kernels:?}");
 }
 
+/// The portable block-scaled grouped GEMM (`cpp/grouped_mx_portable.cu`) multiplies its dequantised bf16 tiles on
+/// the tensor cores with `mma.sync` (`HMMA`, sm_90a and sm_100a alike), no wgmma, no tcgen05: one kernel per format
+/// pair per target.
+#[test]
+fn the_portable_mx_gemm_multiplies_on_the_tensor_cores() {
+    let Some(tool) = tools("the_portable_mx_gemm_multiplies_on_the_tensor_cores") else { return };
+    let unit = "cpp/grouped_mx_portable.cu";
+    let (ops, kernels) = opcodes(tool, unit);
+    assert!(ops.iter().any(|o| o == "HMMA"), "{unit}: no HMMA: {ops:?}");
+    assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o.starts_with("UTC")), "{unit}: {ops:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("grouped_mx_kernel")).count(), 8, "{kernels:?}");
+}
+
 /// The SM100 MX grouped GEMMs (MXFP8 and MXFP4 weights) multiply block-scaled: every `UTCQMMA` carries the scale operand in tensor memory
 /// after the instruction descriptor (`..., idesc[..], tmem[..]`: FP8_NOTES' MXFP8 form; a per-tensor FP8 MMA ends
 /// at idesc), `UTCCP` copies the scales into tensor memory, TMA loads every operand; and the FP8 rowwise and

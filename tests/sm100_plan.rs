@@ -104,6 +104,7 @@ fn the_sm90_families_refuse_a_b200_naming_both() {
 #[test]
 fn the_plain_families_run_on_either_arch() {
     for f in [
+        KernelFamily::GroupedGemmMxPortable,
         KernelFamily::Routing,
         KernelFamily::Layouts,
         KernelFamily::Activation,

@@ -14,7 +14,7 @@ pub fn run() -> moe_gemm::Result<()> {
     for f in KernelFamily::ALL {
         let ptx: Vec<String> = f.ptx_targets().iter().map(|t| format!("{t} (PTX)")).collect();
         let all: Vec<&str> = f.sass_targets().iter().copied().chain(ptx.iter().map(String::as_str)).collect();
-        println!("  {:<22} {}", f.name(), all.join(", "));
+        println!("  {:<24} {}", f.name(), all.join(", "));
     }
     println!("kernels");
     for dtype in [DType::BF16, DType::F16] {

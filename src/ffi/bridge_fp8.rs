@@ -1,6 +1,6 @@
 //! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 and FP4 quantisers,
-//! the SM100 MX GEMMs and the SM100 FP8 blockwise GEMM (`cpp/launch_fp8_rowwise.h`, `launch_fused_fp8.h`,
-//! `mx_quant.h`, `launch_sm100_mx.h`, `launch_fp8.h`). Its
+//! the SM100 MX GEMMs and their portable twin, and the SM100 FP8 blockwise GEMM (`cpp/launch_fp8_rowwise.h`,
+//! `launch_fused_fp8.h`, `mx_quant.h`, `launch_sm100_mx.h`, `launch_mx_portable.h`, `launch_fp8.h`). Its
 //! own file so that neither bridge outgrows one reading; the types both use are the first bridge's (`bridge.rs`),
 //! aliased here. Private to `ffi`, as that one.
 
@@ -218,6 +218,9 @@ pub(crate) mod ffi {
         /// # Safety
         /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
         unsafe fn grouped_gemm_sm100_mx_run(params: &GroupedGemmMxParams) -> LaunchStatus;
+        /// # Safety
+        /// As for `grouped_gemm_sm100_mx_run` (the same buffers), on any device the portable unit has SASS for.
+        unsafe fn grouped_gemm_mx_portable_run(params: &GroupedGemmMxParams) -> LaunchStatus;
         /// # Safety
         /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;

@@ -1,5 +1,7 @@
 //! The SM100 block-scaled grouped GEMMs (`cpp/grouped_gemm_sm100_mxfp8.cu` and `grouped_gemm_sm100_fp4.cu`,
-//! contract in `cpp/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch.
+//! contract in `cpp/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch; and the
+//! portable GEMM of the same operands (`cpp/grouped_mx_portable.cu`, `launch_mx_portable.h`), launched from the same
+//! checks.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;
@@ -15,6 +17,7 @@ use crate::error::{Error, Result};
 pub(crate) use ffi::Sm100MxConfig;
 
 const OP: &str = "grouped_gemm_sm100_mx";
+const OP_PORTABLE: &str = "grouped_gemm_mx_portable";
 
 pub(crate) fn built(config: Sm100MxConfig) -> bool {
     ffi::grouped_gemm_sm100_mx_built(config)
@@ -106,6 +109,50 @@ pub(crate) fn launch(
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
+    let workspace_bytes = workspace.len() as u64;
+    if workspace_bytes < plan.workspace_bytes {
+        return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
+    }
+    let launched = Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) };
+    with_params(stream, plan, ops, rows, d, Some(workspace), status, &launched, |params| {
+        // SAFETY: `with_params` checked every buffer against the plan's shape (see there) and the workspace
+        // against the plan's size (above); the plan checked the arch (SM100).
+        unsafe { ffi::grouped_gemm_sm100_mx_run(params) }
+    })
+}
+
+/// Queues the portable block-scaled grouped GEMM (`cpp/grouped_mx_portable.cu`) on `stream`: the same function
+/// of the same buffers as [`launch`], on any device its family has SASS for (the plan checked it); no workspace.
+pub(crate) fn launch_portable(
+    stream: &CudaStream,
+    plan: &MxPlan,
+    ops: MxOperands<'_>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    let launched = Launched { config: Some(&plan.config), ..Launched::op(OP_PORTABLE) };
+    with_params(stream, plan, ops, rows, d, None, status, &launched, |params| {
+        // SAFETY: `with_params` checked every buffer against the plan's shape (see there); the kernel reads no
+        // workspace; the plan checked that the device is one the unit has SASS for.
+        unsafe { ffi::grouped_gemm_mx_portable_run(params) }
+    })
+}
+
+/// The host checks both MX launches share, then `run` with the parameters while the buffers' stream guards are
+/// held; its status as a `Result` (`launched` names the operation).
+#[allow(clippy::too_many_arguments)]
+fn with_params(
+    stream: &CudaStream,
+    plan: &MxPlan,
+    ops: MxOperands<'_>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    workspace: Option<&mut CudaSlice<u8>>,
+    status: &mut impl DevicePtrMut<u32>,
+    launched: &Launched<'_>,
+    run: impl FnOnce(&ffi::GroupedGemmMxParams) -> ffi::LaunchStatus,
+) -> Result<()> {
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     if n == 0 || n % plan.tile_n != 0 || k == 0 || k % 128 != 0 {
         return Err(Error::InvalidProblem(format!(
@@ -133,10 +180,6 @@ pub(crate) fn launch(
         need_len("b tensor scales", sb.len(), groups, "G")?;
     }
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
-    let workspace_bytes = workspace.len() as u64;
-    if workspace_bytes < plan.workspace_bytes {
-        return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
-    }
     let (max_m, groups_i, n_i, k_i) =
         (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
     let max_rows_i = to_i64("max_rows", max_rows)?;
@@ -151,7 +194,8 @@ pub(crate) fn launch(
     let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
     let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();
     let (d_ptr, _d) = d.device_ptr_mut(stream);
-    let (w_ptr, _w) = workspace.device_ptr_mut(stream);
+    let workspace_bytes = workspace.as_ref().map_or(0, |w| w.len() as u64);
+    let (w_ptr, _w) = workspace.map(|w| w.device_ptr_mut(stream)).unzip();
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr)] {
         need_aligned(name, p)?;
@@ -179,17 +223,17 @@ pub(crate) fn launch(
         d: d_ptr,
         offsets: o_ptr.unwrap_or(0),
         counts: c_ptr.unwrap_or(0),
-        workspace: w_ptr,
+        workspace: w_ptr.unwrap_or(0),
         workspace_bytes,
         status: s_ptr,
         device: plan.device,
         sm_count: plan.sm_count,
         stream: stream.cu_stream() as u64,
     };
-    // SAFETY: every buffer holds what the plan's shape implies (checked above), with 16-byte aligned data and
-    // 128-byte aligned scale bases; sfa_bases are device data the quantiser wrote (each group's atoms inside
-    // the scale buffer it sized for the worst case); the tensor scales (NVFP4 only) are one f32 for A and G for
-    // B. Group rows are clamped on the device. The stream's context is bound; the guards outlive the call.
-    let status = unsafe { ffi::grouped_gemm_sm100_mx_run(&params) };
-    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
+    // What `run`'s unsafe call relies on: every buffer holds what the plan's shape implies (checked above), with
+    // 16-byte aligned data and 128-byte aligned scale bases; sfa_bases are device data the quantiser wrote (each
+    // group's atoms inside the scale buffer it sized for the worst case); the tensor scales (NVFP4 only) are one
+    // f32 for A and G for B. Group rows are clamped on the device. The stream's context is bound; the guards
+    // outlive the call.
+    check(run(&params), launched)
 }

@@ -26,6 +26,9 @@ pub enum KernelFamily {
     /// The SM100 grouped GEMMs (bf16 [`crate::GroupedGemmSm100`], FP8 blockwise [`crate::GroupedGemmFp8Sm100`],
     /// block-scaled [`crate::kernels::grouped_mx::GroupedGemmMx`]): tcgen05 UMMA, `sm_100a` only.
     GroupedGemmSm100,
+    /// The portable block-scaled grouped GEMM ([`crate::kernels::grouped_mx_portable::GroupedGemmMxPortable`]):
+    /// the SM100 block-scaled GEMMs' operands on bf16 tensor cores (`wmma`), plain CUDA.
+    GroupedGemmMxPortable,
     /// Routers ([`crate::Router`]): plain CUDA.
     Routing,
     /// Expert layouts, gather, combine ([`crate::ExpertLayout`]): plain CUDA.
@@ -41,11 +44,12 @@ pub enum KernelFamily {
 }
 
 impl KernelFamily {
-    pub const ALL: [KernelFamily; 10] = [
+    pub const ALL: [KernelFamily; 11] = [
         KernelFamily::GroupedGemmSm90,
         KernelFamily::GroupedGemmSm90Fp8,
         KernelFamily::FusedMoeSm90,
         KernelFamily::GroupedGemmSm100,
+        KernelFamily::GroupedGemmMxPortable,
         KernelFamily::Routing,
         KernelFamily::Layouts,
         KernelFamily::Activation,
@@ -61,6 +65,7 @@ impl KernelFamily {
             KernelFamily::GroupedGemmSm90Fp8 => "grouped_gemm_sm90_fp8",
             KernelFamily::FusedMoeSm90 => "fused_moe_sm90",
             KernelFamily::GroupedGemmSm100 => "grouped_gemm_sm100",
+            KernelFamily::GroupedGemmMxPortable => "grouped_gemm_mx_portable",
             KernelFamily::Routing => "routing",
             KernelFamily::Layouts => "layouts",
             KernelFamily::Activation => "activation",
@@ -136,6 +141,7 @@ mod tests {
         }
         assert_eq!(on(KernelFamily::GroupedGemmSm100), [Arch::Sm100]);
         for f in [
+            KernelFamily::GroupedGemmMxPortable,
             KernelFamily::Routing,
             KernelFamily::Layouts,
             KernelFamily::Activation,

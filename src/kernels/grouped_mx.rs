@@ -230,6 +230,113 @@ impl From<MxConfig> for ffi::grouped_mx::Sm100MxConfig {
     }
 }
 
+/// The rules of a plan of `activations x weights` over `shape` that every configuration of the pair shares, and
+/// the portable GEMM too (it accepts the same problems): the pair's 1-SM configuration, the one these rules are of.
+///
+/// # Errors
+/// As [`GroupedGemmMx::for_device`], but for the device.
+pub(super) fn check_plan(activations: MxFormat, weights: MxFormat, shape: MxShape) -> Result<MxConfig> {
+    let MxShape { groups, n, k, max_rows } = shape;
+    let config = MxConfig::for_formats(activations, weights)?;
+    for (name, v) in [("N", n), ("K", k)] {
+        if v == 0 || v % MX_K_MULTIPLE != 0 {
+            let why = match (name, config) {
+                ("N", _) => "whole 128-wide MMA tiles of N".to_string(),
+                (_, MxConfig::Mxf8f4Mma1Sm128x128x128) => {
+                    "whole 4 x 32 scale atoms of K; a 4-bit operand under kind::mxf8f6f4 needs 128-element rows".into()
+                }
+                (_, MxConfig::Nvf4Mma1Sm128x128x256) => {
+                    "NVFP4's 4 x 16 scale atoms would take K in 64s, but the plan keeps the MX formats' whole 128s \
+                     until a partial K tile of these kernels has run"
+                        .into()
+                }
+                _ => format!("whole 4 x {} scale atoms of K", activations.block()),
+            };
+            return Err(Error::InvalidProblem(format!(
+                "MX grouped GEMM: {name} = {v} is not a positive multiple of 128 ({why})"
+            )));
+        }
+    }
+    check_fp8_extents(groups, n, k, max_rows)?;
+    Ok(config)
+}
+
+/// A plan's shape: `groups` experts of `[n, k]` over at most `max_rows` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MxShape {
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub max_rows: usize,
+}
+
+impl MxShape {
+    /// The launch descriptor of `config` over this shape on `device`, N in whole `tile_n`s.
+    pub(super) fn plan(
+        self,
+        config: MxConfig,
+        tile_n: usize,
+        device: &DeviceInfo,
+        workspace_bytes: u64,
+    ) -> ffi::grouped_mx::MxPlan {
+        let MxShape { groups, n, k, max_rows } = self;
+        let (device, sm_count) = (device.ordinal as i32, device.sm_count);
+        ffi::grouped_mx::MxPlan {
+            config: config.into(),
+            groups,
+            n,
+            k,
+            max_rows,
+            tile_n,
+            device,
+            sm_count,
+            workspace_bytes,
+        }
+    }
+}
+
+/// The launch's operands for a plan of `formats` and `shape`, checked: the formats and shapes of `a` and `b`.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's formats or shape.
+pub(super) fn operands<'a>(
+    formats: (MxFormat, MxFormat),
+    shape: MxShape,
+    a: MxRows<'a>,
+    b: MxWeights<'a>,
+) -> Result<ffi::grouped_mx::MxOperands<'a>> {
+    if (a.format(), b.format()) != formats {
+        return Err(Error::InvalidProblem(format!(
+            "MX grouped GEMM planned for {:?} x {:?}, launched with {:?} x {:?}",
+            formats.0,
+            formats.1,
+            a.format(),
+            b.format()
+        )));
+    }
+    let MxShape { groups, n, k, max_rows } = shape;
+    let (am, ak, ag) = a.shape();
+    let (be, bn, bk) = b.shape();
+    if (am, ak, ag) != (max_rows, k, groups) || (be, bn, bk) != (groups, n, k) {
+        return Err(Error::InvalidProblem(format!(
+            "MX operands: A [{am}, {ak}] over {ag} groups, B [{be}, {bn}, {bk}], for a plan of {groups} groups of \
+             [{n}, {k}] over {max_rows} rows"
+        )));
+    }
+    let (aq, sfa, sfa_bases, sa) = match a {
+        MxRows::Mxfp8(a) => (MxData::E4m3(a.q()), a.sf(), a.sf_bases(), None),
+        MxRows::Mxfp4(a) => (MxData::E2m1(a.q()), a.sf(), a.sf_bases(), None),
+        MxRows::Nvfp4(a) => (MxData::E2m1(a.q()), a.sf(), a.sf_bases(), Some(a.tensor_scale())),
+    };
+    let (bq, sfb, sb) = match b {
+        MxWeights::Mxfp8(w) => (MxData::E4m3(w.q()), w.sf(), None),
+        MxWeights::Mxfp4(w) => (MxData::E2m1(w.q()), w.sf(), None),
+        MxWeights::Nvfp4(w) => (MxData::E2m1(w.q()), w.sf(), Some(w.tensor_scales())),
+    };
+    let tensor_scales = sa.zip(sb);
+    Ok(ffi::grouped_mx::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales })
+}
+
 /// The activations of a launch.
 #[derive(Clone, Copy, Debug)]
 pub enum MxRows<'a> {
@@ -332,29 +439,7 @@ impl GroupedGemmMx {
         k: usize,
         max_rows: usize,
     ) -> Result<Self> {
-        // The 1-SM configuration's rules, which every configuration of the pair shares.
-        let config = MxConfig::for_formats(activations, weights)?;
-        for (name, v) in [("N", n), ("K", k)] {
-            if v == 0 || v % MX_K_MULTIPLE != 0 {
-                let why = match (name, config) {
-                    ("N", _) => "whole 128-wide MMA tiles of N".to_string(),
-                    (_, MxConfig::Mxf8f4Mma1Sm128x128x128) => {
-                        "whole 4 x 32 scale atoms of K; a 4-bit operand under kind::mxf8f6f4 needs 128-element rows"
-                            .into()
-                    }
-                    (_, MxConfig::Nvf4Mma1Sm128x128x256) => {
-                        "NVFP4's 4 x 16 scale atoms would take K in 64s, but the plan keeps the MX formats' whole 128s \
-                         until a partial K tile of these kernels has run"
-                            .into()
-                    }
-                    _ => format!("whole 4 x {} scale atoms of K", activations.block()),
-                };
-                return Err(Error::InvalidProblem(format!(
-                    "MX grouped GEMM: {name} = {v} is not a positive multiple of 128 ({why})"
-                )));
-            }
-        }
-        check_fp8_extents(groups, n, k, max_rows)?;
+        check_plan(activations, weights, MxShape { groups, n, k, max_rows })?;
         device.require(OP, KernelFamily::GroupedGemmSm100)?;
         let config = MxConfig::default_for(activations, weights, groups, n, max_rows)?;
         Self::planned(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes: 0 })
@@ -429,58 +514,21 @@ impl GroupedGemmMx {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        if (a.format(), b.format()) != self.config.formats() {
-            return Err(Error::InvalidProblem(format!(
-                "MX grouped GEMM planned for {:?} x {:?}, launched with {:?} x {:?}",
-                self.config.formats().0,
-                self.config.formats().1,
-                a.format(),
-                b.format()
-            )));
-        }
-        let (am, ak, ag) = a.shape();
-        let (be, bn, bk) = b.shape();
-        if (am, ak, ag) != (self.max_rows, self.k, self.groups) || (be, bn, bk) != (self.groups, self.n, self.k) {
-            return Err(Error::InvalidProblem(format!(
-                "MX operands: A [{am}, {ak}] over {ag} groups, B [{be}, {bn}, {bk}], for a plan of {} groups of \
-                 [{}, {}] over {} rows",
-                self.groups, self.n, self.k, self.max_rows
-            )));
-        }
-        let plan = ffi::grouped_mx::MxPlan {
-            config: self.config.into(),
-            groups: self.groups,
-            n: self.n,
-            k: self.k,
-            max_rows: self.max_rows,
-            tile_n: self.config.tile().1,
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
-            workspace_bytes: self.workspace_bytes,
-        };
-        let (aq, sfa, sfa_bases, sa) = match a {
-            MxRows::Mxfp8(a) => (MxData::E4m3(a.q()), a.sf(), a.sf_bases(), None),
-            MxRows::Mxfp4(a) => (MxData::E2m1(a.q()), a.sf(), a.sf_bases(), None),
-            MxRows::Nvfp4(a) => (MxData::E2m1(a.q()), a.sf(), a.sf_bases(), Some(a.tensor_scale())),
-        };
-        let (bq, sfb, sb) = match b {
-            MxWeights::Mxfp8(w) => (MxData::E4m3(w.q()), w.sf(), None),
-            MxWeights::Mxfp4(w) => (MxData::E2m1(w.q()), w.sf(), None),
-            MxWeights::Nvfp4(w) => (MxData::E2m1(w.q()), w.sf(), Some(w.tensor_scales())),
-        };
-        let tensor_scales = sa.zip(sb);
-        let ops = ffi::grouped_mx::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales };
+        let shape = MxShape { groups: self.groups, n: self.n, k: self.k, max_rows: self.max_rows };
+        let ops = operands(self.config.formats(), shape, a, b)?;
+        let plan = shape.plan(self.config, self.config.tile().1, &self.device, self.workspace_bytes);
         let rows = rows.into();
         ffi::grouped_mx::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::device::Arch;
 
-    fn device(cc: (i32, i32), name: &str) -> DeviceInfo {
+    /// A described device of compute capability `cc` (no GPU needed).
+    pub(in crate::kernels) fn device(cc: (i32, i32), name: &str) -> DeviceInfo {
         DeviceInfo {
             ordinal: 0,
             name: name.into(),

@@ -9,6 +9,7 @@
 //! | [`grouped_sm100::GroupedGemmSm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | bf16 (fp32 accumulation in tensor memory) | as [`grouped::GroupedGemm`] |
 //! | [`grouped_fp8_sm100::GroupedGemmFp8Sm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | as [`grouped_fp8::GroupedGemmFp8`] (tcgen05 MMA, fp32 two-level accumulation) | as [`grouped_fp8::GroupedGemmFp8`]: the same operands and groups |
 //! | [`grouped_mx::GroupedGemmMx`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | block-scaled: MXFP8 x MXFP8, MXFP8 x MXFP4, MXFP4 x MXFP4, NVFP4 x NVFP4 (not FP8 x NVFP4), bf16 out | A [`crate::quant::Mxfp8Rows`] / [`crate::quant::Mxfp4Rows`] / [`crate::quant::Nvfp4Rows`] grouped by device offsets (or padded, masked), B `[G, N, K]` with per-expert scale atoms, D bf16 `[rows, N]` |
+//! | [`grouped_mx_portable::GroupedGemmMxPortable`] | SM90 and SM100 (`sm_90a`, `sm_100a`; `wmma`, not tuned) | as [`grouped_mx::GroupedGemmMx`], dequantised exactly into bf16, fp32 accumulation | as [`grouped_mx::GroupedGemmMx`]: the same operands and groups |
 //!
 //! Which targets each family was compiled for is [`KernelFamily`]'s to say (the build's gencode table); plans
 //! refuse a device their family has no SASS for.
@@ -21,6 +22,7 @@ pub mod grouped_fp8;
 pub mod grouped_fp8_rowwise;
 pub mod grouped_fp8_sm100;
 pub mod grouped_mx;
+pub mod grouped_mx_portable;
 pub mod grouped_sm100;
 
 pub use family::KernelFamily;
