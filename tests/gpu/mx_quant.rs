@@ -120,15 +120,15 @@ fn check_padded<T: Element>(
     }
 }
 
-/// The device group arrays of a case.
-enum GroupRowsHost {
+/// The device group arrays of a case (the portable GEMM's tests use them too).
+pub(crate) enum GroupRowsHost {
     Offsets(Vec<i32>),
     Masked { counts: Vec<i32>, max_m: usize },
     Padded { offsets: Vec<i32>, counts: Vec<i32> },
 }
 
 impl GroupRowsHost {
-    fn upload(
+    pub(crate) fn upload(
         &self,
         stream: &std::sync::Arc<cudarc::driver::CudaStream>,
     ) -> (cudarc::driver::CudaSlice<i32>, Option<cudarc::driver::CudaSlice<i32>>) {
@@ -208,7 +208,7 @@ fn mxfp8_non_finite_and_bad_counts_are_reported() {
 
 impl GroupRowsHost {
     /// The library's view of the uploaded arrays.
-    fn view<'a>(
+    pub(crate) fn view<'a>(
         &self,
         first: &'a cudarc::driver::CudaSlice<i32>,
         counts: &'a Option<cudarc::driver::CudaSlice<i32>>,
