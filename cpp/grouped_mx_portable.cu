@@ -7,10 +7,13 @@
 // thread loads 32 consecutive elements of one row of A and one row of B (e4m3: two 16-byte loads; e2m1: one) and
 // their scales, for the next step while the current one multiplies, then writes them to shared memory dequantised
 // into bf16: an e4m3 or e2m1 value times a power of two (UE8M0) or a UE4M3 value has at most 4 + 4 significant
-// bits, so the product is exact in bf16 (f32 computes it exactly, bf16 keeps 8 bits) wherever bf16's exponent
-// range holds it. Each warp then runs 2 x 2 wmma bf16 16x16x16 MMAs per 16 of K, f32 accumulators. Epilogue:
-// alpha (NVFP4), round to bf16, rows below the group's m only, through shared memory with 16-byte stores.
-// Not tuned: simple, exact, and cheap where decode is (a group of a few rows reads each weight byte once).
+// bits, so the product is exact in bf16 (bf16 keeps 8 bits; e4m3 is multiplied in f32, e2m1 decoded by a
+// byte-permute table and multiplied in bf16) wherever bf16's exponent range holds it. Threads of A rows past
+// the group's m load and convert nothing (at decode, most of A). Each warp then runs 2 x 2 wmma bf16 16x16x16
+// MMAs per 16 of K, f32 accumulators, skipping 16-row fragments past the group's m. Epilogue: alpha (NVFP4),
+// round to bf16, rows below the group's m only, through shared memory with 16-byte stores.
+// Not tuned: one register-prefetched K step in flight per thread; a group of a few rows reads each weight byte
+// once.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -37,10 +40,24 @@ static_assert(kThreads == 2 * kTileM && kTileM == kTileN && kTileK == 64, "a thr
 
 enum class Elem { E4m3, E2m1 };
 
+__device__ __forceinline__ __nv_bfloat162 as_bf16x2(uint32_t u) { return *reinterpret_cast<const __nv_bfloat162*>(&u); }
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 b) { return *reinterpret_cast<const uint32_t*>(&b); }
+
 // The e4m3 pair in the low 16 bits of `two` (the even element in the low byte) as f32.
 __device__ __forceinline__ float2 e4m3x2(uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
   return __half22float2(__half2(h));
+}
+
+// The four e2m1 codes in the low 16 bits of c (the first element in the low nibble) as two bf16 pairs, by byte
+// permutes of a table: the bf16 bits of the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (0x0000, 0x3F00, 0x3F80, 0x3FC0,
+// 0x4000, 0x4040, 0x4080, 0x40C0), low bytes and high bytes apart, then each code's sign bit.
+__device__ __forceinline__ void e2m1x4_bf16(uint32_t c, uint32_t* out) {
+  const uint32_t sel = c & 0x7777u;  // the magnitudes as byte selectors
+  const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);  // [lo(c0), lo(c1), lo(c2), lo(c3)]
+  const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
+  out[0] = __byte_perm(lo, hi, 0x5140u) | ((c << 12) & 0x8000u) | ((c << 24) & 0x80000000u);  // c0, c1
+  out[1] = __byte_perm(lo, hi, 0x7362u) | ((c << 4) & 0x8000u) | ((c << 16) & 0x80000000u);   // c2, c3
 }
 
 // One thread's share of an operand tile per K step: 32 consecutive elements of one row (A: a row of the group;
@@ -68,28 +85,39 @@ struct Share {
     for (int s = 0; s < kScales; ++s) sf[s] = __ldg(atoms + mx_formats::sf_offset(sf_row, k / V + s, k_atoms));
   }
 
-  // Elements 2j and 2j + 1 as f32 codes' values (before the scale).
-  __device__ __forceinline__ float2 pair(int j) const {
-    if constexpr (E == Elem::E4m3) {
-      return e4m3x2(w[j / 2] >> (16 * (j % 2)));
-    } else {
-      const uint32_t byte = w[j / 4] >> (8 * (j % 4));
-      return make_float2(mx_formats::e2m1_value(byte & 0xfu), mx_formats::e2m1_value((byte >> 4) & 0xfu));
-    }
+  // Scale s as f32 (exact).
+  __device__ __forceinline__ float scale(int s) const {
+    return V == 16 ? mx_formats::ue4m3_value(sf[s]) : mx_formats::ue8m0_value(sf[s]);
   }
 
-  // The 32 elements times their scales, as bf16 (exact), to dst (16-byte aligned); zeros for a dead share.
+  // The 32 elements times their scales, as bf16, to dst (16-byte aligned); zeros for a dead share. Exact: e4m3
+  // codes times the scale in f32, e2m1 codes (2 significant bits) times it in bf16 (the scale's 4 and the
+  // product's 6 bits fit bf16's 8).
   __device__ __forceinline__ void stage(__nv_bfloat16* dst, bool live) const {
-    uint32_t out[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int s = 2 * j / V;
-      const float scale = V == 16 ? mx_formats::ue4m3_value(sf[s]) : mx_formats::ue8m0_value(sf[s]);
-      const float2 v = pair(j);
-      const __nv_bfloat162 b = __floats2bfloat162_rn(v.x * scale, v.y * scale);
-      out[j] = live ? *reinterpret_cast<const uint32_t*>(&b) : 0u;
-    }
     auto* d = reinterpret_cast<uint4*>(dst);
+    if (!live) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[i] = make_uint4(0u, 0u, 0u, 0u);
+      return;
+    }
+    uint32_t out[16];
+    if constexpr (E == Elem::E4m3) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {  // elements 2j, 2j + 1
+        const float s = scale(2 * j / V);
+        const float2 v = e4m3x2(w[j / 2] >> (16 * (j % 2)));
+        out[j] = bits_of(__floats2bfloat162_rn(v.x * s, v.y * s));
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {  // elements 4q .. 4q + 3
+        const __nv_bfloat162 s = __bfloat162bfloat162(__float2bfloat16_rn(scale(4 * q / V)));
+        uint32_t two[2];
+        e2m1x4_bf16(w[q / 2] >> (16 * (q % 2)), two);
+        out[2 * q] = bits_of(__hmul2(as_bf16x2(two[0]), s));
+        out[2 * q + 1] = bits_of(__hmul2(as_bf16x2(two[1]), s));
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) d[i] = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
   }

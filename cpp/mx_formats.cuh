@@ -1,6 +1,6 @@
 // The SM100 block-scaled operands' byte rules as device functions, shared by the code that writes them (the
 // device quantisers, mx_quant.cu) and the code that reads them (the portable grouped GEMM,
-// grouped_mx_portable.cu): the 128 x 4 scale-factor atom layout and the values of the scale and element codes.
+// grouped_mx_portable.cu): the 128 x 4 scale-factor atom layout and the values of the scale codes.
 // The host's copies are src/quant/sf_atoms.rs and src/quant/mx.rs.
 #pragma once
 
@@ -29,14 +29,6 @@ __device__ __forceinline__ float ue4m3_value(uint32_t b) {
 // The value of a UE8M0 byte: 2^(b - 127), the subnormal 2^-127 for 0 (0xFF, NaN, is never written).
 __device__ __forceinline__ float ue8m0_value(uint32_t b) {
   return __uint_as_float(b == 0u ? 0x400000u : b << 23);
-}
-
-// The value of an e2m1 code (the low 4 bits of c): bit 3 the sign, bits 2..1 the exponent, bit 0 the mantissa
-// (0, 0.5, 1, 1.5, 2, 3, 4, 6), built as f32 bits.
-__device__ __forceinline__ float e2m1_value(uint32_t c) {
-  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
-  const uint32_t mag = e != 0u ? ((e + 126u) << 23) | (m << 22) : (m != 0u ? 0x3F000000u : 0u);
-  return __uint_as_float(mag | ((c & 8u) << 28));
 }
 
 }  // namespace mx_formats
