@@ -383,10 +383,11 @@ LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x
   return wrap(moe_gemm::gather_rows(rows, top_k, hidden, x, positions, out, out_rows, status, stream));
 }
 
-LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t ld_d,
+                          int64_t d_rows,
                           uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias,
                           int32_t experts, uint64_t y, uint64_t stream) {
-  return wrap(moe_gemm::combine_rows(dtype, tokens, top_k, hidden, d, d_rows, positions, weights, row_experts, bias,
+  return wrap(moe_gemm::combine_rows(dtype, tokens, top_k, hidden, d, ld_d, d_rows, positions, weights, row_experts, bias,
                                      experts, y, stream));
 }
 

@@ -78,7 +78,8 @@ LaunchStatus build_layout(const LayoutParams& params);
 int64_t layout_scratch_ints(int64_t rows, int64_t local_experts);
 LaunchStatus gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
                          int64_t out_rows, uint64_t status, uint64_t stream);
-LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+LaunchStatus combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t ld_d,
+                          int64_t d_rows,
                           uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias,
                           int32_t experts, uint64_t y, uint64_t stream);
 LaunchStatus activate(const ActivationParams& params);

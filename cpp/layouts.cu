@@ -280,7 +280,7 @@ using element::f32;
 // One block per token; each thread owns 8 consecutive hidden elements per step. Sums the k contributions in
 // f32 and rounds once (the more accurate of transformers' two orders).
 template <class T>
-__global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, int64_t d_rows,
+__global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, int64_t ld_d, int64_t d_rows,
                                const int32_t* __restrict__ positions, const float* __restrict__ weights,
                                const int32_t* __restrict__ row_experts, const float* __restrict__ bias, int experts,
                                T* __restrict__ y) {
@@ -292,7 +292,7 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
       const int p = positions[r];
       if (p < 0 || p >= d_rows) continue;  // dropped rows contribute nothing (remote experts)
       const float w = weights[r];
-      uint4 raw = *reinterpret_cast<const uint4*>(d + static_cast<int64_t>(p) * hidden + h0);
+      uint4 raw = *reinterpret_cast<const uint4*>(d + static_cast<int64_t>(p) * ld_d + h0);
       const T* v = reinterpret_cast<const T*>(&raw);
       const int e = bias ? row_experts[p] : -1;
       const float* b = (e >= 0 && e < experts) ? bias + static_cast<int64_t>(e) * hidden + h0 : nullptr;
@@ -375,7 +375,7 @@ Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint
   return layouts::last_error();
 }
 
-Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t ld_d, int64_t d_rows,
                     uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias, int32_t experts,
                     uint64_t y, uint64_t stream) {
   if (tokens == 0) return {StatusCode::Ok, 0};
@@ -387,11 +387,11 @@ Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, 
   auto b = reinterpret_cast<const float*>(bias);
   if (dtype == DType::BF16) {
     layouts::combine_kernel<__nv_bfloat16><<<tokens, threads, 0, s>>>(
-        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(d), d_rows, pos, w, re, b, experts,
+        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(d), ld_d, d_rows, pos, w, re, b, experts,
         reinterpret_cast<__nv_bfloat16*>(y));
   } else {
     layouts::combine_kernel<__half><<<tokens, threads, 0, s>>>(top_k, hidden, reinterpret_cast<const __half*>(d),
-                                                               d_rows, pos, w, re, b, experts,
+                                                               ld_d, d_rows, pos, w, re, b, experts,
                                                                reinterpret_cast<__half*>(y));
   }
   return layouts::last_error();

@@ -94,7 +94,7 @@ Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint
 // y[t, :] = sum_j weights[t, j] * (d[p, :] + bias[expert(p), :]) with p = positions[t * top_k + j], in f32,
 // rounded once (16-bit elements). bias (f32 [experts, hidden]) and row_experts (int32 [d_rows], the expert of
 // each row of d) may be 0 together.
-Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t d_rows,
+Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t ld_d, int64_t d_rows,
                     uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias, int32_t experts,
                     uint64_t y, uint64_t stream);
 

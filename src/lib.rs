@@ -47,7 +47,7 @@ pub use kernels::{KernelFamily, TileConfig};
 pub use layer::{
     auto_backend, auto_backend_fp8, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint,
     Fp8ExpertWeights, GateUp, LayerGemm, LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch,
-    PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage, WeightFormat,
+    Mxfp4ExpertWeights, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
 pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};

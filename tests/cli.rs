@@ -147,3 +147,18 @@ fn plan_for_a_described_compute_capability() {
     let (ok, bad) = cli(&["plan", "--model", "mixtral-8x7b", "--compute-capability", "10"]);
     assert!(!ok && bad.contains("expected MAJOR.MINOR"), "{bad}");
 }
+
+/// `moe-gemm plan --dtype mxfp4`: gpt-oss-120b's experts in four bits (the GEMMs' padded extents), the MX GEMM
+/// of the arch (the portable kernel on SM90, CUTLASS's on SM100), Auto = Grouped, the MXFP8 rows in the scratch;
+/// a backend without an MXFP4 form refused by name.
+#[test]
+fn plan_sizes_an_mxfp4_layer_per_arch() {
+    let args = ["plan", "--model", "gpt-oss-120b", "--dtype", "mxfp4"];
+    let (ok, h200) = cli(&[&args[..], &["--compute-capability", "9.0"]].concat());
+    assert!(ok && h200.contains("layout backends' GEMM grouped_gemm_mx_portable (mxfp8 x mxfp4)"), "{h200}");
+    assert!(h200.contains("backends {grouped}") && h200.contains("a mxfp8") && h200.contains("h mxfp8"), "{h200}");
+    let (ok, b200) = cli(&[&args[..], &["--compute-capability", "10.0", "--sm-count", "148"]].concat());
+    assert!(ok && b200.contains("grouped_gemm_sm100_mx (mxfp8 x mxfp4)") && b200.contains("GEMM workspace"), "{b200}");
+    let (ok, fused) = cli(&[&args[..], &["--backends", "fused"]].concat());
+    assert!(!ok && fused.contains("MXFP4 expert weights run the Grouped, Contiguous and Masked"), "{fused}");
+}

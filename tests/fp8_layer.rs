@@ -163,5 +163,5 @@ fn plan_prints_the_fp8_footprint() {
     let (ok, fused) = cli(&["plan", "--model", "deepseek-v3", "--dtype", "fp8", "--backends", "fused"]);
     assert!(ok && fused.contains("backends {fused}"), "{fused}");
     let (ok, bad) = cli(&["plan", "--dtype", "fp4"]);
-    assert!(!ok && bad.contains("bf16, f16 or fp8"), "{bad}");
+    assert!(!ok && bad.contains("bf16, f16, fp8 or mxfp4"), "{bad}");
 }

@@ -27,7 +27,9 @@ pub struct PlanArgs {
     #[arg(long, value_delimiter = ',')]
     pub backends: Vec<String>,
     /// Element type: bf16 or f16; or fp8: block-FP8 expert weights (e4m3, one f32 scale per 128 x 128 block)
-    /// with bf16 activations, quantised to e4m3 on the fly (Batched, Grouped, Contiguous and Masked).
+    /// with bf16 activations, quantised to e4m3 on the fly (Batched, Grouped, Contiguous and Masked); or mxfp4:
+    /// e2m1 expert weights with UE8M0 scales per 32 (gpt-oss), bf16 activations quantised to MXFP8 per group
+    /// (Grouped, Contiguous and Masked).
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// SMs of the target device (the GEMM workspaces depend on it; H100/H200: 132).
@@ -76,10 +78,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         "bf16" => (DType::BF16, WeightFormat::Dense),
         "f16" => (DType::F16, WeightFormat::Dense),
         "fp8" => (DType::BF16, WeightFormat::Fp8Block),
-        d => return Err(Error::InvalidProblem(format!("--dtype {d}: expected bf16, f16 or fp8"))),
+        "mxfp4" => (DType::BF16, WeightFormat::Mxfp4),
+        d => return Err(Error::InvalidProblem(format!("--dtype {d}: expected bf16, f16, fp8 or mxfp4"))),
     };
     let elements = match format {
-        WeightFormat::Fp8Block => format!("{format} weights, {dtype} activations"),
+        WeightFormat::Fp8Block | WeightFormat::Mxfp4 => format!("{format} weights, {dtype} activations"),
         _ => dtype.to_string(),
     };
     let backends: Option<Backends> = if args.backends.is_empty() {
@@ -141,7 +144,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         let tuned = args
             .gpu_name
             .as_deref()
-            .filter(|_| format != WeightFormat::Fp8Block)
+            .filter(|_| format == WeightFormat::Dense)
             .and_then(|g| TunedBackends::shipped(g, m.experts, m.inter))
             .and_then(|t| backends.map_or(Some(t), |set| t.restricted_to(set)));
         let sizing = match args.compute_capability {

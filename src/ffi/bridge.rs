@@ -530,7 +530,8 @@ pub(crate) mod ffi {
             stream: u64,
         ) -> LaunchStatus;
         /// # Safety
-        /// `d` [d_rows, hidden], `positions`/`weights` [tokens * top_k], `y` [tokens, hidden], 16-byte aligned.
+        /// `d` [d_rows, ld_d] (ld_d >= hidden), `positions`/`weights` [tokens * top_k], `y` [tokens, hidden],
+        /// rows 16-byte aligned.
         #[allow(clippy::too_many_arguments)]
         unsafe fn combine_rows(
             dtype: DType,
@@ -538,6 +539,7 @@ pub(crate) mod ffi {
             top_k: i32,
             hidden: i32,
             d: u64,
+            ld_d: i64,
             d_rows: i64,
             positions: u64,
             weights: u64,

@@ -167,19 +167,24 @@ pub(crate) fn launch_combine<T: Element>(
     top_k: usize,
     hidden: usize,
     d: &impl DevicePtr<T>,
+    ld_d: usize,
     positions: &impl DevicePtr<i32>,
     weights: &impl DevicePtr<f32>,
     bias: Option<(&CudaView<'_, i32>, &CudaView<'_, f32>, usize)>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
     need_row_len::<T>("hidden", hidden)?;
+    need_row_len::<T>("d's row stride", ld_d)?;
+    if ld_d < hidden {
+        return Err(Error::InvalidProblem(format!("combine: d's row stride {ld_d} is below hidden = {hidden}")));
+    }
     need_len("positions", positions.len(), tokens * top_k, "tokens x top_k")?;
     need_len("topk_weights", weights.len(), tokens * top_k, "tokens x top_k")?;
     need_len("y", y.len(), tokens * hidden, "tokens x hidden")?;
     // With a bias the kernel reads the expert of every row it combines: only rows that have one are valid.
     let d_rows = match bias {
-        Some((re, _, _)) => (d.len() / hidden).min(re.len()),
-        None => d.len() / hidden,
+        Some((re, _, _)) => (d.len() / ld_d).min(re.len()),
+        None => d.len() / ld_d,
     };
     if let Some((_, b, experts)) = bias {
         need_len("b2 bias", b.len(), experts * hidden, "experts x hidden")?;
@@ -197,7 +202,7 @@ pub(crate) fn launch_combine<T: Element>(
     for (name, p) in [("d", d_ptr), ("y", y_ptr)] {
         need_aligned(name, p)?;
     }
-    // SAFETY: d holds d_rows*hidden, y tokens*hidden elements, positions and weights tokens*top_k (checked);
+    // SAFETY: d holds d_rows rows of ld_d >= hidden elements, y tokens*hidden elements, positions and weights tokens*top_k (checked);
     // rows are 16-byte aligned (hidden a multiple of the element type's alignment, aligned bases); the kernel
     // skips positions outside [0, d_rows) and bias rows of experts outside [0, experts); row experts cover d_rows
     // (d_rows is clamped to them), bias experts*hidden. The stream's context is bound to this thread; guards
@@ -209,6 +214,7 @@ pub(crate) fn launch_combine<T: Element>(
             k,
             h,
             d_ptr,
+            to_i64("d row stride", ld_d)?,
             d_rows,
             p_ptr,
             w_ptr,

@@ -71,12 +71,13 @@ pub(crate) fn launch_combine<T: Element>(
     top_k: usize,
     hidden: usize,
     d: &impl DevicePtr<T>,
+    ld_d: usize,
     positions: &impl DevicePtr<i32>,
     weights: &impl DevicePtr<f32>,
     bias: Option<(&CudaView<'_, i32>, &CudaView<'_, f32>, usize)>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
-    ffi::layouts::launch_combine(stream, tokens, top_k, hidden, d, positions, weights, bias, y)
+    ffi::layouts::launch_combine(stream, tokens, top_k, hidden, d, ld_d, positions, weights, bias, y)
 }
 
 /// Queues the two decode kernels of the batched backend: the whole layer of `w` for `tokens` tokens.

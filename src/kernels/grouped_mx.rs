@@ -487,6 +487,10 @@ impl GroupedGemmMx {
     pub fn config(&self) -> MxConfig {
         self.config
     }
+    /// Rows of A (and D) the plan reads.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
     pub fn workspace_bytes(&self) -> usize {
         self.workspace_bytes as usize
     }
@@ -520,6 +524,18 @@ impl GroupedGemmMx {
         let rows = rows.into();
         ffi::grouped_mx::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
+}
+
+/// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only).
+///
+/// # Errors
+/// [`Error::KernelNotBuilt`] for a configuration not compiled; the query's errors.
+pub(crate) fn workspace_bytes(config: MxConfig, groups: usize, sm_count: usize) -> Result<usize> {
+    if !config.is_built() {
+        return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
+    }
+    let sm = sm_count.min(i32::MAX as usize) as i32;
+    Ok(ffi::grouped_mx::workspace_bytes(config.into(), groups, sm)? as usize)
 }
 
 #[cfg(test)]

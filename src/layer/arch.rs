@@ -25,6 +25,12 @@ pub enum LayerGemm {
     /// The SM100 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8Sm100`]): same operands, group offsets and
     /// activation quantisation as SM90. Compiled and SASS-checked only.
     Sm100Fp8Blockwise,
+    /// The SM100 block-scaled grouped GEMM, MXFP8 activations × MXFP4 weights
+    /// ([`crate::kernels::grouped_mx::GroupedGemmMx`], CUTLASS's MXF8F6F4 kernel). Compiled and SASS-checked only.
+    Sm100Mxf8f4,
+    /// The portable block-scaled grouped GEMM over the same operands
+    /// ([`crate::kernels::grouped_mx_portable::GroupedGemmMxPortable`]): what MXFP4 layers run on SM90.
+    PortableMxf8f4,
 }
 
 impl LayerGemm {
@@ -35,14 +41,25 @@ impl LayerGemm {
             (WeightFormat::Fp8Block, Arch::Sm90) => LayerGemm::Sm90Fp8Blockwise,
             (WeightFormat::Dense, Arch::Sm100) => LayerGemm::Sm100Dense,
             (WeightFormat::Dense, Arch::Sm90) => LayerGemm::Sm90Dense,
+            (WeightFormat::Mxfp4, Arch::Sm100) => LayerGemm::Sm100Mxf8f4,
+            (WeightFormat::Mxfp4, Arch::Sm90) => LayerGemm::PortableMxf8f4,
         }
     }
 
-    /// The arch the GEMM's SASS was built for.
+    /// The weight format the GEMM multiplies.
+    pub const fn format(self) -> WeightFormat {
+        match self {
+            LayerGemm::Sm90Dense | LayerGemm::Sm100Dense => WeightFormat::Dense,
+            LayerGemm::Sm90Fp8Blockwise | LayerGemm::Sm100Fp8Blockwise => WeightFormat::Fp8Block,
+            LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4 => WeightFormat::Mxfp4,
+        }
+    }
+
+    /// The arch a layer runs this GEMM on (the portable one is built for both; layers take it on SM90).
     pub const fn arch(self) -> Arch {
         match self {
-            LayerGemm::Sm90Dense | LayerGemm::Sm90Fp8Blockwise => Arch::Sm90,
-            LayerGemm::Sm100Dense | LayerGemm::Sm100Fp8Blockwise => Arch::Sm100,
+            LayerGemm::Sm90Dense | LayerGemm::Sm90Fp8Blockwise | LayerGemm::PortableMxf8f4 => Arch::Sm90,
+            LayerGemm::Sm100Dense | LayerGemm::Sm100Fp8Blockwise | LayerGemm::Sm100Mxf8f4 => Arch::Sm100,
         }
     }
 
@@ -52,13 +69,19 @@ impl LayerGemm {
             LayerGemm::Sm90Dense => KernelFamily::GroupedGemmSm90,
             LayerGemm::Sm100Dense => KernelFamily::GroupedGemmSm100,
             LayerGemm::Sm90Fp8Blockwise => KernelFamily::GroupedGemmSm90Fp8,
-            LayerGemm::Sm100Fp8Blockwise => KernelFamily::GroupedGemmSm100,
+            LayerGemm::Sm100Fp8Blockwise | LayerGemm::Sm100Mxf8f4 => KernelFamily::GroupedGemmSm100,
+            LayerGemm::PortableMxf8f4 => KernelFamily::GroupedGemmMxPortable,
         }
     }
 
     /// The FP8 blockwise GEMM (over block-FP8 weights) rather than the dense one.
     pub const fn is_fp8(self) -> bool {
-        matches!(self, LayerGemm::Sm90Fp8Blockwise | LayerGemm::Sm100Fp8Blockwise)
+        matches!(self.format(), WeightFormat::Fp8Block)
+    }
+
+    /// A block-scaled (MX) GEMM over MXFP4 weights.
+    pub const fn is_mx(self) -> bool {
+        matches!(self.format(), WeightFormat::Mxfp4)
     }
 
     pub const fn name(self) -> &'static str {
@@ -67,14 +90,17 @@ impl LayerGemm {
             LayerGemm::Sm100Dense => "grouped_gemm_sm100",
             LayerGemm::Sm90Fp8Blockwise => "grouped_gemm_sm90_fp8_blockwise",
             LayerGemm::Sm100Fp8Blockwise => "grouped_gemm_sm100_fp8_blockwise",
+            LayerGemm::Sm100Mxf8f4 => "grouped_gemm_sm100_mx (mxfp8 x mxfp4)",
+            LayerGemm::PortableMxf8f4 => "grouped_gemm_mx_portable (mxfp8 x mxfp4)",
         }
     }
 
     /// Whether `Auto`'s cost models ([`super::auto_backend`], [`super::auto_backend_fp8`]) were fitted on this
     /// GEMM's arch. They were measured on an H200; on SM100 nothing has been measured, so `Auto` runs Grouped,
-    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover.
+    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover. MXFP4 layers run only the
+    /// layout backends, of which `Auto` takes Grouped.
     pub(crate) const fn auto_cost_model_fits(self) -> bool {
-        matches!(self.arch(), Arch::Sm90)
+        matches!(self.arch(), Arch::Sm90) && !self.is_mx()
     }
 
     /// The backends `Auto` plans room for (without a tuned table).
@@ -90,7 +116,7 @@ impl LayerGemm {
 
     /// The backends whose kernels have SASS for this GEMM's arch, among those the weights' format runs.
     pub(crate) fn runnable(self) -> Backends {
-        let (format_set, arch) = (if self.is_fp8() { Backends::FP8 } else { Backends::ALL }, self.arch());
+        let (format_set, arch) = (self.format().backends(), self.arch());
         format_set.iter().filter(|&b| families(b, self).iter().all(|f| f.runs_on(arch))).collect()
     }
 }
@@ -106,7 +132,7 @@ impl std::fmt::Display for LayerGemm {
 /// CUDA built for both arches.
 fn families(backend: Backend, gemm: LayerGemm) -> Vec<KernelFamily> {
     use KernelFamily as F;
-    let quant = gemm.is_fp8().then_some(F::Quant);
+    let quant = (gemm.format() != WeightFormat::Dense).then_some(F::Quant);
     let mut out = match backend {
         Backend::Batched => vec![F::Decode],
         Backend::Fused => vec![F::Layouts, F::Activation, F::FusedMoeSm90],
@@ -161,5 +187,20 @@ mod tests {
         let sm90 = LayerGemm::for_arch(WeightFormat::Dense, Arch::Sm90);
         assert_eq!((sm90.family(), sm90.arch()), (KernelFamily::GroupedGemmSm90, Arch::Sm90));
         assert_eq!(sm90.auto_backends(false), Backends::AUTO);
+    }
+
+    #[test]
+    fn mxfp4_runs_the_layout_backends_on_the_arch_gemm() {
+        for (arch, gemm, family) in [
+            (Arch::Sm100, LayerGemm::Sm100Mxf8f4, KernelFamily::GroupedGemmSm100),
+            (Arch::Sm90, LayerGemm::PortableMxf8f4, KernelFamily::GroupedGemmMxPortable),
+        ] {
+            let g = LayerGemm::for_arch(WeightFormat::Mxfp4, arch);
+            assert_eq!((g, g.family(), g.arch(), g.format()), (gemm, family, arch, WeightFormat::Mxfp4));
+            assert!(g.is_mx() && !g.is_fp8());
+            assert_eq!(g.runnable().to_string(), "grouped,contiguous,masked");
+            assert_eq!(g.auto_backends(false), Backends::of(Backend::Grouped));
+            assert!(families(Backend::Grouped, g).contains(&KernelFamily::Quant));
+        }
     }
 }

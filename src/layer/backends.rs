@@ -84,6 +84,9 @@ impl Backends {
     /// blockwise grouped GEMM), Fused (the FP8 fused gather/scatter GEMMs) and Batched (the FP8 decode kernels).
     /// Eager has no FP8 form.
     pub const FP8: Backends = Backends(2 | 4 | 8 | 16 | 32);
+    /// What a layer over MXFP4 expert weights runs: the layout backends (the block-scaled grouped GEMM over a
+    /// layout's groups). No decode kernel reads MXFP4 yet; the Fused GEMMs are bf16/FP8 wgmma kernels.
+    pub const MX: Backends = Backends(4 | 8 | 16);
     /// What `Auto` picks among over FP8 weights: Batched, Grouped.
     pub const FP8_AUTO: Backends = Backends(2 | 4);
 

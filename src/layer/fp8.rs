@@ -268,7 +268,7 @@ impl Fp8ExpertWeights {
     }
 }
 
-fn same(s: &mut CudaSlice<bf16>) -> &mut CudaSlice<bf16> {
+pub(super) fn same(s: &mut CudaSlice<bf16>) -> &mut CudaSlice<bf16> {
     s
 }
 

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::kernels::grouped;
 use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::{self, Fp8Sm100Config};
+use crate::kernels::grouped_mx::{self, MxConfig, MxFormat};
 use crate::kernels::grouped_sm100::{self, Sm100TileConfig};
 use crate::kernels::TileConfig;
 
@@ -51,6 +52,11 @@ impl GemmSpec {
         Fp8Sm100Config::Blockwise1Sm128x128x128
     }
 
+    /// The SM100 MX GEMM's configuration for this family's shape (MXFP8 x MXFP4 has its 1-SM kernel only).
+    pub(crate) fn mx_config(&self) -> Result<MxConfig> {
+        MxConfig::default_for(MxFormat::Mxfp8, MxFormat::Mxfp4, self.groups, self.n, self.max_rows)
+    }
+
     /// The FP8 GEMM's shape, validated against the blockwise kernels' rules (the same on SM90 and SM100).
     pub(crate) fn fp8_shape(&self) -> Result<GroupedGemmFp8Shape> {
         GroupedGemmFp8Shape::new(self.groups, self.n, self.k, self.max_rows)
@@ -62,7 +68,7 @@ impl GemmSpec {
             LayerGemm::Sm90Dense => self.configs(sm_count).len(),
             LayerGemm::Sm100Dense => self.sm100_configs(sm_count).len(),
             LayerGemm::Sm90Fp8Blockwise => self.fp8_configs().len(),
-            LayerGemm::Sm100Fp8Blockwise => 1,
+            LayerGemm::Sm100Fp8Blockwise | LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4 => 1,
         }
     }
 
@@ -93,6 +99,9 @@ impl GemmSpec {
                 self.fp8_shape()?;
                 bytes = grouped_fp8_sm100::workspace_bytes(self.sm100_fp8_config(), self.groups, sm_count)?;
             }
+            LayerGemm::Sm100Mxf8f4 => bytes = grouped_mx::workspace_bytes(self.mx_config()?, self.groups, sm_count)?,
+            // The portable kernel reads the groups itself: no workspace.
+            LayerGemm::PortableMxf8f4 => {}
         }
         Ok(bytes)
     }

@@ -55,12 +55,13 @@ mod arch;
 mod backends;
 mod fp8;
 mod gemm_spec;
+mod mx;
 mod needs;
 mod passes;
 mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
-use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, PairPlans};
+use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, MxGemm, PairPlans};
 pub mod reference;
 mod scratch;
 mod shape;
@@ -71,6 +72,7 @@ mod weights;
 pub use arch::LayerGemm;
 pub use backends::{Backend, Backends};
 pub use fp8::Fp8ExpertWeights;
+pub use mx::Mxfp4ExpertWeights;
 pub use scratch::MoeScratch;
 pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
 pub use weights::{
@@ -88,7 +90,7 @@ use crate::kernels::fused::{FusedGemm, FusedTile};
 use crate::tuning::TunedBackends;
 use crate::view::{MatrixView, MatrixViewMut};
 
-use sizing::{aligned_rows, auto_pick, fp8_backend_error};
+use sizing::{aligned_rows, auto_pick, format_backend_error};
 
 /// Options of a [`MoeLayer`] plan ([`MoeLayerOptions::new`], then the builder methods).
 #[non_exhaustive]
@@ -288,7 +290,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             inter: c.inter,
             gated: c.activation.gated(),
         };
-        let shipped = (options.tuned.is_none() && options.shipped_tuning && c.format != WeightFormat::Fp8Block)
+        let shipped = (options.tuned.is_none() && options.shipped_tuning && c.format == WeightFormat::Dense)
             .then(|| TunedBackends::shipped(&device.name, shape.global_experts, shape.inter))
             .flatten()
             .and_then(|t| options.backends.map_or(Some(t), |set| t.restricted_to(set)));
@@ -320,6 +322,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         for pair in sizing.gemms.chunks(2) {
             let plans = if pair[0].gemm.is_fp8() {
                 PairPlans::Fp8(Fp8Plans::new(&device, &pair[0])?, Fp8Plans::new(&device, &pair[1])?)
+            } else if pair[0].gemm.is_mx() {
+                PairPlans::Mx(MxGemm::new(&device, &pair[0])?, MxGemm::new(&device, &pair[1])?)
             } else {
                 PairPlans::Dense(GemmPlans::new(&device, &pair[0])?, GemmPlans::new(&device, &pair[1])?)
             };
@@ -376,9 +380,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// [`MoeLayerOptions::backends`]), or, over FP8 weights, for Eager (no FP8 form: the message says so);
     /// [`Error::UnsupportedArch`] for a backend without SASS for the layer's device (SM100: Fused).
     pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
-        if self.sizing.format == WeightFormat::Fp8Block && backend != Backend::Auto && !Backends::FP8.contains(backend)
-        {
-            return Err(fp8_backend_error(backend));
+        if backend != Backend::Auto && !self.sizing.format.backends().contains(backend) {
+            return Err(format_backend_error(self.sizing.format, backend));
         }
         arch::check_backend(&self.device, backend, self.sizing.gemm)?;
         if backend != Backend::Auto && !self.sizing.backends.contains(backend) {

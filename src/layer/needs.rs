@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::quant::scale_blocks;
+use crate::quant::{scale_blocks, Mxfp8Rows};
 
 /// Bytes a layer's plan holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,12 @@ pub struct ScratchNeeds {
     pub h_rows: usize,
     /// Rows of GEMM2's output (`d2 [rows, hidden]`).
     pub d2_rows: usize,
+    /// Columns of each `d2` row: `H`, or the MX GEMM's `H` padded to 128 (MXFP4 weights).
+    pub d2_cols: usize,
+    /// Rows of MXFP8 `x` (GEMM1's A over MXFP4 weights), `K` = `H` padded to 128, scale atoms per group.
+    pub a_mx_rows: usize,
+    /// Rows of MXFP8 `h` (GEMM2's A over MXFP4 weights), `K` = `I` padded to 128.
+    pub h_mx_rows: usize,
     /// Layout: experts (GEMM groups) counted and offset.
     pub groups: usize,
     /// Layout: positions (`sorted_ids`, `m_indices`).
@@ -72,6 +78,9 @@ macro_rules! each_count {
             d1_rows,
             h_rows,
             d2_rows,
+            d2_cols,
+            a_mx_rows,
+            h_mx_rows,
             groups,
             layout_rows,
             layout_tiles,
@@ -143,7 +152,9 @@ impl ScratchNeeds {
             ("h fp8 (e4m3 h + scales)", self.h_fp8_rows * fp8_row_bytes(self.inter)),
             ("d1 (GEMM1 out)", self.d1_rows * self.w13_cols * e),
             ("h (activation)", self.h_rows * self.inter * e),
-            ("d2 (GEMM2 out)", self.d2_rows * self.hidden * e),
+            ("a mxfp8 (e4m3 x + ue8m0 atoms)", mx_rows_bytes(self.a_mx_rows, self.hidden, self.groups)),
+            ("h mxfp8 (e4m3 h + ue8m0 atoms)", mx_rows_bytes(self.h_mx_rows, self.inter, self.groups)),
+            ("d2 (GEMM2 out)", self.d2_rows * self.d2_cols * e),
             (
                 "layout",
                 if layout {
@@ -170,6 +181,14 @@ impl ScratchNeeds {
 }
 
 /// Bytes of one quantised row of `k` columns: `k` e4m3 bytes and `ceil(k / 128)` f32 scales.
+/// Device bytes of MXFP8 rows over `groups` groups of `k` padded to the MX GEMMs' 128 (0 for no rows).
+pub(crate) fn mx_rows_bytes(rows: usize, k: usize, groups: usize) -> usize {
+    if rows == 0 {
+        return 0;
+    }
+    Mxfp8Rows::bytes_for(rows, super::mx::mx_padded(k), groups.max(1)).unwrap_or(usize::MAX)
+}
+
 pub(crate) const fn fp8_row_bytes(k: usize) -> usize {
     k + 4 * scale_blocks(k)
 }

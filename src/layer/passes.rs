@@ -9,14 +9,17 @@ use crate::error::{Error, Result};
 use crate::kernels::grouped::Workspace;
 use crate::kernels::{elementwise, fused};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
-use crate::quant::{quantize_gather, quantize_rows, requantize_rows, Fp8Rows, RowsInUse};
+use crate::quant::{
+    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Mxfp8Rows, RowsInUse,
+};
 use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut};
 
+use super::mx::mx_padded;
 use super::plans::{GemmPair, GemmPlans, PairPlans};
-use super::sizing::{fp8_backend_error, CONTIGUOUS_BLOCK_M};
+use super::sizing::{format_backend_error, CONTIGUOUS_BLOCK_M};
 use super::weights::sealed::{Common, Parts};
-use super::{Backend, ExpertWeights, LayerWeights, MoeLayer, MoeScratch};
+use super::{Backend, ExpertWeights, LayerWeights, MoeLayer, MoeScratch, WeightFormat};
 
 impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     pub(super) fn gemm_pair(&self, backend: Backend) -> Result<&GemmPair<T>> {
@@ -30,7 +33,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     pub(super) fn dense(&self, backend: Backend) -> Result<&ExpertWeights<T>> {
         match self.weights.parts() {
             Parts::Dense(w) => Ok(w),
-            Parts::Fp8(..) => Err(fp8_backend_error(backend)),
+            Parts::Fp8(..) => Err(format_backend_error(WeightFormat::Fp8Block, backend)),
+            Parts::Mx(..) => Err(format_backend_error(WeightFormat::Mxfp4, backend)),
         }
     }
 
@@ -70,21 +74,43 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let c = self.weights.common();
         let (h, i) = (c.hidden, c.inter);
         let rows = tokens * self.sizing.shape.slots();
-        let Buffers { layout, a, a8, h8, d1, h: hbuf, d2, workspace, status, .. } = p.scratch.buffers()?;
-        let (d1, d2) = (need(d1, "d1")?, need(d2, "d2")?);
-        let (layout, workspace) = (need(layout, "layout")?, need(workspace, "GEMM workspace")?);
+        let Buffers { layout, a, a8, h8, a_mx, h_mx, d1, h: hbuf, d2, mut workspace, status, .. } =
+            p.scratch.buffers()?;
+        let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
+        let mut ld_d2 = h;
         match (&gemms.plans, self.weights.parts()) {
             (PairPlans::Dense(g1, g2), Parts::Dense(w)) => {
-                let a = need(a, "a")?;
+                let (a, workspace) = (need(a, "a")?, need(workspace, "GEMM workspace")?);
                 layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
                 g1.for_rows(rows).launch(p.stream, a, &w.w13, layout.group_rows(), d1, workspace, status)?;
                 activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
                 g2.for_rows(rows).launch(p.stream, hbuf, &w.w2, layout.group_rows(), d2, workspace, status)?;
             }
+            (PairPlans::Mx(g1, g2), Parts::Mx(w, is_bf16)) => {
+                // x gathered, to MXFP8 per group (K padded); GEMM1; activation; h to MXFP8; GEMM2 (N padded).
+                let (a, a_mx, h_mx) = (need(a, "a")?, need(a_mx, "a mxfp8")?, need(h_mx, "h mxfp8")?);
+                let groups = c.groups();
+                layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
+                let m1 = g1.max_rows();
+                let x_view = MatrixView::new("a", a.slice(0..m1 * h), m1, h)?;
+                a_mx.reshape(m1, mx_padded(h), groups)?;
+                quantize_mxfp8_grouped(p.stream, &x_view, layout.group_rows(), a_mx, status)?;
+                let d1_bf16 = is_bf16.cast(d1);
+                g1.launch(p.stream, a_mx, &w.w13, layout.group_rows(), d1_bf16, workspace.as_deref_mut(), status)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let m2 = g2.max_rows();
+                let h_view = MatrixView::new("h", hbuf.slice(0..m2 * i), m2, i)?;
+                h_mx.reshape(m2, mx_padded(i), groups)?;
+                quantize_mxfp8_grouped(p.stream, &h_view, layout.group_rows(), h_mx, status)?;
+                let d2_bf16 = is_bf16.cast(d2);
+                g2.launch(p.stream, h_mx, &w.w2, layout.group_rows(), d2_bf16, workspace.as_deref_mut(), status)?;
+                ld_d2 = mx_padded(h);
+            }
             (PairPlans::Fp8(g1, g2), Parts::Fp8(w, is_bf16)) => {
                 // x -> e4m3 at its layout positions; GEMM1; activation; h -> e4m3 (rows in use); GEMM2.
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
+                let workspace = need(workspace, "GEMM workspace")?;
                 let (g1, g2) = (g1.for_rows(rows), g2.for_rows(rows));
                 a8.reshape(g1.shape().max_rows(), h)?;
                 quantize_gather(p.stream, layout, p.x, a8, &w.quant, status)?;
@@ -110,6 +136,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             tokens,
             layout,
             d2,
+            ld_d2,
             &p.weights.as_view(),
             &mut y.as_view_mut(),
         )
@@ -145,6 +172,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 let b2 = w.b2.as_ref();
                 fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
             }
+            Parts::Mx(..) => return Err(format_backend_error(WeightFormat::Mxfp4, Backend::Fused)),
             Parts::Fp8(w, is_bf16) => {
                 // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 by position.
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
@@ -207,7 +235,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let tokens = p.x.rows();
         let dims = self.layout_dims(LayoutSpec::Grouped, tokens)?;
         let PairPlans::Dense(g1, g2) = &self.gemm_pair(Backend::Eager)?.plans else {
-            return Err(fp8_backend_error(Backend::Eager));
+            return Err(format_backend_error(c.format, Backend::Eager));
         };
         let Buffers { layout, a, d1, h: hbuf, d2, workspace, single, status, .. } = p.scratch.buffers()?;
         let (a, d1, d2, single) = (need(a, "a")?, need(d1, "d1")?, need(d2, "d2")?, need(single, "eager offsets")?);
@@ -234,6 +262,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             tokens,
             layout,
             d2,
+            h,
             &p.weights.as_view(),
             &mut y.as_view_mut(),
         )
@@ -255,6 +284,8 @@ pub(super) struct Buffers<'a, T> {
     pub(super) a: Option<&'a mut CudaSlice<T>>,
     pub(super) a8: Option<&'a mut Fp8Rows>,
     pub(super) h8: Option<&'a mut Fp8Rows>,
+    pub(super) a_mx: Option<&'a mut Mxfp8Rows>,
+    pub(super) h_mx: Option<&'a mut Mxfp8Rows>,
     pub(super) d1: Option<&'a mut CudaSlice<T>>,
     pub(super) h: &'a mut CudaSlice<T>,
     pub(super) d2: Option<&'a mut CudaSlice<T>>,
@@ -273,6 +304,8 @@ impl<T: Element> MoeScratch<T> {
             a: self.a.as_mut(),
             a8: self.a8.as_mut(),
             h8: self.h8.as_mut(),
+            a_mx: self.a_mx.as_mut(),
+            h_mx: self.h_mx.as_mut(),
             d1: self.d1.as_mut(),
             h: self.h.as_mut().ok_or_else(|| missing("h"))?,
             d2: self.d2.as_mut(),
@@ -322,7 +355,8 @@ pub(super) fn activate_layout<T: Element>(
     elementwise::launch_activate(stream, &act, d1, h, status.word_mut())
 }
 
-/// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order.
+/// `y = Σ_k weight · (d2 + b2)` over the rows `layout` placed, back in token order; `d2`'s rows are `ld_d2`
+/// apart (`H`, or the MX GEMM's padded N).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn combine_layout<T: Element>(
     stream: &Arc<CudaStream>,
@@ -331,6 +365,7 @@ pub(super) fn combine_layout<T: Element>(
     tokens: usize,
     layout: &ExpertLayout,
     d2: &CudaSlice<T>,
+    ld_d2: usize,
     weights: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
@@ -341,6 +376,7 @@ pub(super) fn combine_layout<T: Element>(
         top_k,
         w.hidden,
         d2,
+        ld_d2,
         layout.positions(),
         weights,
         bias.as_ref().map(|(a, b, c)| (a, b, *c)),

@@ -12,9 +12,11 @@ use crate::error::{Error, Result};
 use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
+use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
+use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
 use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use crate::kernels::TileConfig;
-use crate::quant::{Fp8BlockWeights, Fp8Rows};
+use crate::quant::{Fp8BlockWeights, Fp8Rows, Mxfp4Weights, Mxfp8Rows};
 use crate::status::DeviceStatus;
 
 use super::arch::LayerGemm;
@@ -81,6 +83,7 @@ pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
     type L = MoeLayer<bf16>;
     let plan = match sizing.format {
         WeightFormat::Fp8Block => std::mem::size_of::<Fp8Gemm>(),
+        WeightFormat::Mxfp4 => std::mem::size_of::<MxGemm>(),
         _ => std::mem::size_of::<DenseGemm<bf16>>(),
     };
     std::mem::size_of::<L>()
@@ -210,11 +213,68 @@ impl Fp8Plans {
     }
 }
 
+/// One MXFP8 x MXFP4 block-scaled grouped GEMM plan of the layer's arch: SM100's CUTLASS kernel or the
+/// portable one; both read the same operands (`Mxfp8Rows`, `Mxfp4Weights`) and group rows.
+#[derive(Debug)]
+pub(super) enum MxGemm {
+    Sm100(GroupedGemmMx),
+    Portable(GroupedGemmMxPortable),
+}
+
+impl MxGemm {
+    pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
+        let (a, b) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
+        let (g, n, k, rows) = (spec.groups, spec.n, spec.k, spec.max_rows);
+        Ok(match spec.gemm {
+            LayerGemm::Sm100Mxf8f4 => MxGemm::Sm100(GroupedGemmMx::for_device(device.clone(), a, b, g, n, k, rows)?),
+            LayerGemm::PortableMxf8f4 => {
+                MxGemm::Portable(GroupedGemmMxPortable::for_device(device.clone(), a, b, g, n, k, rows)?)
+            }
+            other => {
+                return Err(Error::InvalidProblem(format!("MX GEMM plans of a {other} GEMM spec: not an MX GEMM")))
+            }
+        })
+    }
+
+    /// The rows of A the plan reads (`Mxfp8Rows` are reshaped to it).
+    pub(super) fn max_rows(&self) -> usize {
+        match self {
+            MxGemm::Sm100(p) => p.max_rows(),
+            MxGemm::Portable(p) => p.max_rows(),
+        }
+    }
+
+    /// Queues `D = A · Bᵀ` (block-scaled) over `rows`' groups.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &Mxfp8Rows,
+        b: &Mxfp4Weights,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<bf16>,
+        workspace: Option<&mut Workspace>,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        let (a, b) = (MxRows::Mxfp8(a), MxWeights::Mxfp4(b));
+        match self {
+            MxGemm::Sm100(p) => {
+                let workspace = workspace.ok_or_else(|| {
+                    Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
+                })?;
+                p.launch(stream, a, b, rows, d, workspace, status)
+            }
+            MxGemm::Portable(p) => p.launch(stream, a, b, rows, d, status),
+        }
+    }
+}
+
 /// GEMM1 (w13) and GEMM2 (w2) plans of one backend, for the weights' format.
 #[derive(Debug)]
 pub(super) enum PairPlans<T: Element> {
     Dense(GemmPlans<T>, GemmPlans<T>),
     Fp8(Fp8Plans, Fp8Plans),
+    Mx(MxGemm, MxGemm),
 }
 
 impl<T: Element> PairPlans<T> {
@@ -222,6 +282,7 @@ impl<T: Element> PairPlans<T> {
         match self {
             PairPlans::Dense(a, b) => a.plans.len() + b.plans.len(),
             PairPlans::Fp8(a, b) => a.plans.len() + b.plans.len(),
+            PairPlans::Mx(..) => 2,
         }
     }
 }

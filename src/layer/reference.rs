@@ -14,6 +14,9 @@ use std::thread;
 
 use half::bf16;
 
+mod mx;
+pub use mx::{moe_forward_mx, MxHostLayer};
+
 use super::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
 use crate::checkpoint::PackedFp8Experts;
 use crate::dtype::Element;
@@ -131,7 +134,14 @@ fn forward<T: Element>(
 }
 
 /// Output `n` of the activation of one row `d1` (`2I` or `I` values, before the bias `b13`), in f32, unrounded.
-fn activate(act: Activation, gate_up: GateUp, i: usize, d1: &[f32], b13: &dyn Fn(usize) -> f32, n: usize) -> f32 {
+pub(super) fn activate(
+    act: Activation,
+    gate_up: GateUp,
+    i: usize,
+    d1: &[f32],
+    b13: &dyn Fn(usize) -> f32,
+    n: usize,
+) -> f32 {
     match act {
         Activation::Silu => silu(d1[n] + b13(n)),
         gated => {

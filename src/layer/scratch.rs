@@ -9,7 +9,7 @@ use crate::dtype::Element;
 use crate::error::Result;
 use crate::kernels::grouped::Workspace;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutRoom, LayoutSpec};
-use crate::quant::Fp8Rows;
+use crate::quant::{Fp8Rows, Mxfp8Rows};
 use crate::status::DeviceStatus;
 
 use super::sizing::ScratchNeeds;
@@ -30,6 +30,8 @@ pub struct MoeScratch<T: Element> {
     pub(crate) a: Option<CudaSlice<T>>,
     pub(crate) a8: Option<Fp8Rows>,
     pub(crate) h8: Option<Fp8Rows>,
+    pub(crate) a_mx: Option<Mxfp8Rows>,
+    pub(crate) h_mx: Option<Mxfp8Rows>,
     pub(crate) d1: Option<CudaSlice<T>>,
     pub(crate) h: Option<CudaSlice<T>>,
     pub(crate) d2: Option<CudaSlice<T>>,
@@ -48,6 +50,11 @@ fn alloc<U: ValidAsZeroBits + cudarc::driver::DeviceRepr>(
 }
 
 /// Zeroed e4m3 rows `[rows, k]` and their scales, or nothing for no rows.
+fn alloc_mx(stream: &Arc<CudaStream>, rows: usize, k: usize, groups: usize) -> Result<Option<Mxfp8Rows>> {
+    let k = super::mx::mx_padded(k);
+    Ok(if rows == 0 || k == 0 { None } else { Some(Mxfp8Rows::alloc(stream, rows, k, groups.max(1))?) })
+}
+
 fn alloc_fp8(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Option<Fp8Rows>> {
     Ok(if rows == 0 || k == 0 { None } else { Some(Fp8Rows::alloc(stream, rows, k)?) })
 }
@@ -88,9 +95,11 @@ impl<T: Element> MoeScratch<T> {
             a: alloc(stream, n.a_rows * n.hidden)?,
             a8: alloc_fp8(stream, n.a_fp8_rows, n.hidden)?,
             h8: alloc_fp8(stream, n.h_fp8_rows, n.inter)?,
+            a_mx: alloc_mx(stream, n.a_mx_rows, n.hidden, n.groups)?,
+            h_mx: alloc_mx(stream, n.h_mx_rows, n.inter, n.groups)?,
             d1: alloc(stream, n.d1_rows * n.w13_cols)?,
             h: alloc(stream, n.h_rows * n.inter)?,
-            d2: alloc(stream, n.d2_rows * n.hidden)?,
+            d2: alloc(stream, n.d2_rows * n.d2_cols)?,
             workspace: if n.workspace_bytes > 0 { Some(Workspace::zeroed(stream, n.workspace_bytes)?) } else { None },
             ids: alloc(stream, n.routing_slots)?,
             weights: alloc(stream, n.routing_slots)?,
@@ -141,6 +150,8 @@ impl<T: Element> MoeScratch<T> {
             + b(&self.a)
             + b8(&self.a8)
             + b8(&self.h8)
+            + self.a_mx.as_ref().map_or(0, Mxfp8Rows::bytes)
+            + self.h_mx.as_ref().map_or(0, Mxfp8Rows::bytes)
             + b(&self.d1)
             + b(&self.h)
             + b(&self.d2)

@@ -53,10 +53,23 @@ impl LayerShape {
         let (r13, h, i) = (self.w13_rows(), self.hidden, self.inter);
         (r13 + i) * h + 4 * (scale_blocks(r13) * scale_blocks(h) + scale_blocks(h) * scale_blocks(i))
     }
+    /// Bytes of one expert's `w13` and `w2` as MXFP4 for the block-scaled GEMMs: half a byte per e2m1 element
+    /// of the padded extents (`[2I, K1]`, `[N2, K2]`) and their UE8M0 scales in 128 x 4 atoms.
+    pub const fn mxfp4_expert_bytes(&self) -> usize {
+        const fn pad(v: usize) -> usize {
+            v.div_ceil(128) * 128
+        }
+        const fn part(n: usize, k: usize) -> usize {
+            n * k / 2 + 512 * n.div_ceil(128) * k.div_ceil(128)
+        }
+        let (r13, h, i) = (self.w13_rows(), pad(self.hidden), pad(self.inter));
+        part(r13, h) + part(h, i)
+    }
     /// Bytes of one expert's weights stored as `format` (element type `dtype` for dense weights).
     pub const fn weight_bytes(&self, format: WeightFormat, dtype: DType) -> usize {
         match format {
             WeightFormat::Fp8Block => self.fp8_expert_bytes(),
+            WeightFormat::Mxfp4 => self.mxfp4_expert_bytes(),
             _ => self.expert_bytes(dtype),
         }
     }

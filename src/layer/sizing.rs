@@ -67,6 +67,17 @@ pub struct LayerSizing {
 }
 
 /// The error of a backend that FP8 expert weights do not run (yet).
+/// The error for a backend `format`'s weights do not run.
+pub(crate) fn format_backend_error(format: WeightFormat, backend: Backend) -> Error {
+    match format {
+        WeightFormat::Mxfp4 => Error::InvalidProblem(format!(
+            "backend {backend}: MXFP4 expert weights run the Grouped, Contiguous and Masked backends (the block-scaled \
+             grouped GEMM over a layout); no decode or fused kernel reads MXFP4, and Eager has no MXFP4 form"
+        )),
+        _ => fp8_backend_error(backend),
+    }
+}
+
 pub(crate) fn fp8_backend_error(backend: Backend) -> Error {
     Error::InvalidProblem(format!(
         "backend {backend}: FP8 expert weights run the Batched, Grouped, Contiguous, Masked and Fused backends (the \
@@ -264,6 +275,7 @@ impl LayerSizing {
             device,
         } = o;
         let fp8 = format == WeightFormat::Fp8Block;
+        let mx = format == WeightFormat::Mxfp4;
         // Without a device: the SM90 kernels. An unknown arch keeps them too, and the check below refuses it.
         let arch = device.map_or(Some(Arch::Sm90), |d| d.arch).unwrap_or(Arch::Sm90);
         let gemm = LayerGemm::for_arch(format, arch);
@@ -304,16 +316,17 @@ impl LayerSizing {
         if enabled.is_empty() {
             return bad("the layer's backend set is empty: enable at least one backend".into());
         }
+        if (fp8 || mx) && dtype != DType::BF16 {
+            return bad(format!("{format} expert weights take bf16 activations (their GEMMs write bf16), not {dtype}"));
+        }
+        if let Some(b) = enabled.iter().chain([backend]).find(|&b| b != Backend::Auto && !format.backends().contains(b))
+        {
+            return Err(format_backend_error(format, b));
+        }
+        if mx {
+            super::mx::check_mx_shape(s.hidden, s.inter)?;
+        }
         if fp8 {
-            if dtype != DType::BF16 {
-                return bad(format!(
-                    "FP8 expert weights take bf16 activations (the FP8 GEMM writes bf16), not {dtype}"
-                ));
-            }
-            if let Some(b) = enabled.iter().chain([backend]).find(|&b| b != Backend::Auto && !Backends::FP8.contains(b))
-            {
-                return Err(fp8_backend_error(b));
-            }
             for (name, v, why) in [
                 ("H", s.hidden, "w2's N = H must be whole 128-row weight-scale blocks for the blockwise FP8 GEMM"),
                 ("I", s.inter, "w13's gate and up halves must each be whole 128-row weight-scale blocks"),
@@ -415,7 +428,9 @@ impl LayerSizing {
                 Backend::Eager => (1, max_tokens, max_tokens),
                 _ => continue,
             };
-            for (second, n, k) in [(false, s.w13_rows(), s.hidden), (true, s.hidden, s.inter)] {
+            // The MX GEMMs take K and N in whole 128s: K padded (zero columns), GEMM2's N padded (zero rows).
+            let pad = |v: usize| if mx { super::mx::mx_padded(v) } else { v };
+            for (second, n, k) in [(false, s.w13_rows(), pad(s.hidden)), (true, pad(s.hidden), pad(s.inter))] {
                 gemms.push(GemmSpec { backend: p.backend, second, groups, n, k, max_rows, rows: cand, gemm });
             }
         }
@@ -440,6 +455,10 @@ impl LayerSizing {
             a_rows: if fp8 { 0 } else { a_rows },
             a_fp8_rows: if fp8 { a_rows } else { 0 },
             h_fp8_rows: if fp8 { gemm_rows } else { 0 },
+            // MXFP4 weights: x gathered in bf16 (`a`), then quantised per group; h likewise.
+            a_mx_rows: if mx { a_rows } else { 0 },
+            h_mx_rows: if mx { gemm_rows } else { 0 },
+            d2_cols: if mx { super::mx::mx_padded(s.hidden) } else { s.hidden },
             d1_rows: gemm_rows,
             h_rows: rows,
             d2_rows,

@@ -543,6 +543,11 @@ pub enum WeightFormat {
     /// blockwise grouped GEMM of the device's arch (SM90 or SM100), or the FP8 decode kernels. Runs the Batched,
     /// Grouped, Contiguous, Masked and (SM90 only) Fused backends (`Auto`: Batched or Grouped; Grouped on SM100).
     Fp8Block,
+    /// e2m1 with one UE8M0 scale per 32 (gpt-oss's MXFP4), the activations quantised to MXFP8 on the device
+    /// before each GEMM: [`Mxfp4ExpertWeights`](super::Mxfp4ExpertWeights), the block-scaled grouped GEMM of the
+    /// device's arch (SM100 CUTLASS, or the portable kernel). Runs Grouped, Contiguous and Masked (`Auto`:
+    /// Grouped).
+    Mxfp4,
 }
 
 impl WeightFormat {
@@ -550,6 +555,16 @@ impl WeightFormat {
         match self {
             WeightFormat::Dense => "dense",
             WeightFormat::Fp8Block => "fp8 block 128x128",
+            WeightFormat::Mxfp4 => "mxfp4 (e2m1, ue8m0 per 32)",
+        }
+    }
+
+    /// The backends a layer over weights of this format runs (on an arch that has their kernels).
+    pub const fn backends(self) -> super::Backends {
+        match self {
+            WeightFormat::Dense => super::Backends::ALL,
+            WeightFormat::Fp8Block => super::Backends::FP8,
+            WeightFormat::Mxfp4 => super::Backends::MX,
         }
     }
 }
@@ -561,8 +576,8 @@ impl std::fmt::Display for WeightFormat {
 }
 
 /// Expert weights a [`MoeLayer`](super::MoeLayer) computes with, for activations of element type `T`:
-/// [`ExpertWeights<T>`] (dense, any element type) or [`Fp8ExpertWeights`](super::Fp8ExpertWeights) (block FP8,
-/// bf16 activations). Sealed: the layer knows how to multiply each of them.
+/// [`ExpertWeights<T>`] (dense, any element type), [`Fp8ExpertWeights`](super::Fp8ExpertWeights) (block FP8,
+/// bf16 activations) or [`Mxfp4ExpertWeights`](super::Mxfp4ExpertWeights) (MXFP4, bf16 activations). Sealed: the layer knows how to multiply each of them.
 pub trait LayerWeights<T: Element>: sealed::Sealed<T> + std::fmt::Debug + Send + Sync {
     /// How the weights are stored.
     fn format(&self) -> WeightFormat {
@@ -605,7 +620,7 @@ pub(super) mod sealed {
 
     use super::{Activation, ExpertWeights, GateUp, WeightFormat};
     use crate::dtype::Element;
-    use crate::layer::Fp8ExpertWeights;
+    use crate::layer::{Fp8ExpertWeights, Mxfp4ExpertWeights};
 
     /// The facts every kind of weights has.
     #[derive(Clone, Copy, Debug)]
@@ -652,6 +667,7 @@ pub(super) mod sealed {
     pub enum Parts<'a, T: Element> {
         Dense(&'a ExpertWeights<T>),
         Fp8(&'a Fp8ExpertWeights, IsBf16<T>),
+        Mx(&'a Mxfp4ExpertWeights, IsBf16<T>),
     }
 
     pub trait Sealed<T: Element> {

@@ -337,7 +337,7 @@ impl ExpertLayout {
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
         self.check_tokens(tokens)?;
-        ffi::launch_combine(stream, tokens, self.dims.top_k, hidden, d, &self.positions, topk_weights, None, y)
+        ffi::launch_combine(stream, tokens, self.dims.top_k, hidden, d, hidden, &self.positions, topk_weights, None, y)
     }
 
     fn check_tokens(&self, tokens: usize) -> Result<()> {

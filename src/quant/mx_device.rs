@@ -55,6 +55,43 @@ impl Mxfp8Rows {
         })
     }
 
+    /// Device bytes [`Self::alloc`] takes for these extents (`None` where they overflow): the elements, the
+    /// worst-case scale atoms and the bases.
+    pub fn bytes_for(max_rows: usize, k: usize, groups: usize) -> Option<usize> {
+        let sf = ffi::mx_quant::sf_capacity(max_rows, k / ffi::mx_quant::MX_VEC, groups)?;
+        max_rows.checked_mul(k)?.checked_add(sf)?.checked_add(8 * (groups + 1))
+    }
+
+    /// Re-targets the buffers at `max_rows` rows of `k` over `groups` groups (no allocation), as a scratch
+    /// shared by layers of different sizes needs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming what does not fit: the elements, the worst-case scale atoms or the bases;
+    /// `k` not a positive multiple of 32 or no groups.
+    pub fn reshape(&mut self, max_rows: usize, k: usize, groups: usize) -> Result<()> {
+        if k == 0 || k % ffi::mx_quant::MX_VEC != 0 || groups == 0 {
+            return Err(Error::InvalidProblem(format!(
+                "MXFP8 rows: K = {k} must be a positive multiple of 32 and groups = {groups} positive"
+            )));
+        }
+        let sf = ffi::mx_quant::sf_capacity(max_rows, k / ffi::mx_quant::MX_VEC, groups);
+        let fits = [
+            ("elements", max_rows.checked_mul(k), self.q.len()),
+            ("scale atoms", sf, self.sf.len()),
+            ("group bases", Some(groups + 1), self.sf_bases.len()),
+        ];
+        for (what, need, have) in fits {
+            if need.is_none_or(|n| n > have) {
+                return Err(Error::InvalidProblem(format!(
+                    "scratch capacity: MXFP8 rows [{max_rows}, {k}] over {groups} groups need {} {what}, the buffer holds                      {have}",
+                    need.map_or("more than usize".into(), |n| n.to_string())
+                )));
+            }
+        }
+        (self.max_rows, self.k, self.groups) = (max_rows, k, groups);
+        Ok(())
+    }
+
     pub fn max_rows(&self) -> usize {
         self.max_rows
     }

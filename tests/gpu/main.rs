@@ -13,6 +13,7 @@ mod gemm;
 mod gemm_sm100;
 mod layer;
 mod layouts;
+mod mx_layer;
 mod mx_portable;
 mod mx_quant;
 mod mxfp4;

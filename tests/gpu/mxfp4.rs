@@ -11,7 +11,7 @@ use crate::common::*;
 use crate::layer::{weights_for, Rig};
 
 #[path = "../common/gpt_oss.rs"]
-mod gpt_oss;
+pub(crate) mod gpt_oss;
 
 #[test]
 #[ignore = "needs an SM90 GPU"]
