@@ -29,6 +29,9 @@ pub enum BenchDtype {
     /// torch._scaled_grouped_mm too. With `--layer`: the layer over block-FP8 experts next to the bf16 layer, in
     /// one run (see `layer_bench.rs`).
     Fp8,
+    /// With `--layer` only: the layer over MXFP4 experts (e2m1 + UE8M0 per 32, gpt-oss's format; MXFP8
+    /// activations, the block-scaled grouped GEMM of the GPU's arch) next to the bf16 layer, in one run.
+    Mxfp4,
 }
 
 #[derive(Args, Debug)]
@@ -263,6 +266,14 @@ fn configs(arg: &str) -> Result<Option<Vec<TileConfig>>> {
 pub fn run(args: BenchArgs) -> Result<()> {
     if args.dtype == BenchDtype::Fp8 {
         super::fp8_bench::validate(&args)?;
+    }
+    if args.dtype == BenchDtype::Mxfp4 {
+        if !args.layer {
+            return Err(moe_gemm::Error::InvalidProblem(
+                "--dtype mxfp4 times the MoE layer: add --layer (the MX GEMMs have no GEMM-mode bench)".into(),
+            ));
+        }
+        super::layer_fp8::validate_quant(&args, super::layer_fp8::LayerDtype::Mxfp4)?;
     }
     if !device::driver_present() {
         println!("moe-gemm bench: no CUDA device (libcuda.so could not be loaded); nothing to measure.");

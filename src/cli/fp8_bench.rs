@@ -123,7 +123,7 @@ pub fn configs(arg: &str) -> Result<Option<Vec<Fp8TileConfig>>> {
 /// ([`super::layer_bench::validate_fp8`]: backends).
 pub fn validate(args: &BenchArgs) -> Result<()> {
     if args.layer {
-        return super::layer_bench::validate_fp8(args);
+        return super::layer_fp8::validate_quant(args, super::layer_fp8::LayerDtype::Fp8);
     }
     configs(&args.config).map(|_| ())
 }

@@ -2,7 +2,8 @@
 //! work of each backend) on the model suite, per backend, captured in a CUDA graph and timed over replays with
 //! L2 flushed, next to PyTorch's grouped_mm MLP (benches/peers/moe_layer_peer.py) on the same routing.
 //!
-//! With `--dtype fp8` the same run also times the layer over block-FP8 experts (`MoeLayer<bf16,
+//! With `--dtype fp8` (or `mxfp4`: `MoeLayer<bf16, Mxfp4ExpertWeights>`, Grouped, Contiguous, Masked) the same run
+//! also times the layer over block-FP8 experts (`MoeLayer<bf16,
 //! Fp8ExpertWeights>`: e4m3 weights, one f32 scale per 128 x 128 block) at every point, on the backends of
 //! `--backends` that FP8 runs (Batched, Grouped, Contiguous, Masked; Auto picks Batched or Grouped), each with its own floor (e4m3 +
 //! scale bytes of the active experts / read bandwidth, FLOPs / the dense fp8 rate, both measured in the run)
@@ -18,15 +19,14 @@ use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::random::fill_device;
 use moe_gemm::{
-    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, LayerWeights, MatrixView, MatrixViewMut,
-    MoeLayer, MoeLayerOptions, MoeScratch, Result,
+    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, Fp8ExpertWeights, GateUp, LayerWeights,
+    MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions, MoeScratch, Mxfp4ExpertWeights, Result,
 };
 
 use moe_gemm::ceilings::Ceilings;
 
 use super::bench::{BenchArgs, BenchDtype};
-pub use super::layer_fp8::validate_fp8;
-use super::layer_fp8::{floor_terms, fp8_backends, fp8_skip_reason, fp8_weights, LayerDtype};
+use super::layer_fp8::{floor_terms, fp8_weights, mx_weights, quant_backends, quant_skip_reason, LayerDtype};
 use super::layer_inputs::{leak, parse_backend, parse_fused_tile, routing, shapes};
 
 mod configs;
@@ -60,7 +60,7 @@ struct Point {
     weights: Vec<f32>,
     /// The backend `Auto` picks here (bf16 layer).
     auto: Backend,
-    /// The backend `Auto` picks over FP8 experts here, where the FP8 layer runs.
+    /// The backend `Auto` picks over the quantised (FP8 or MXFP4) experts here, where that layer runs.
     auto_fp8: Option<Backend>,
     routing: &'static str,
     /// Expert-parallel degree: this GPU holds the experts `e` with `e % ep == 0` (1: all).
@@ -90,15 +90,62 @@ impl Point {
         let (bytes, flops) = floor_terms(dtype, n, local.count(), self.hidden, self.inter);
         match dtype {
             LayerDtype::Bf16 => c.floor_us(bytes, flops),
-            LayerDtype::Fp8 => c.floor_fp8_us(bytes, flops),
+            // Hopper has no FP4 MMA: the fp8 rate is the best its tensor cores give MXFP8 x e2m1.
+            LayerDtype::Fp8 | LayerDtype::Mxfp4 => c.floor_fp8_us(bytes, flops),
         }
     }
     /// The point's Auto pick for `dtype`'s layer.
     fn auto_for(&self, dtype: LayerDtype) -> Option<Backend> {
         match dtype {
             LayerDtype::Bf16 => Some(self.auto),
-            LayerDtype::Fp8 => self.auto_fp8,
+            LayerDtype::Fp8 | LayerDtype::Mxfp4 => self.auto_fp8,
         }
+    }
+}
+
+/// The quantised layer timed beside the bf16 one.
+enum QuantLayer {
+    Fp8(MoeLayer<bf16, Fp8ExpertWeights>),
+    Mx(MoeLayer<bf16, Mxfp4ExpertWeights>),
+}
+
+impl QuantLayer {
+    fn set_backend(&mut self, b: Backend) -> Result<()> {
+        match self {
+            QuantLayer::Fp8(l) => l.set_backend(b),
+            QuantLayer::Mx(l) => l.set_backend(b),
+        }
+    }
+    fn backend_for(&self, tokens: usize) -> Backend {
+        match self {
+            QuantLayer::Fp8(l) => l.backend_for(tokens),
+            QuantLayer::Mx(l) => l.backend_for(tokens),
+        }
+    }
+    fn passes(&self, tokens: usize) -> Result<usize> {
+        match self {
+            QuantLayer::Fp8(l) => l.passes(tokens),
+            QuantLayer::Mx(l) => l.passes(tokens),
+        }
+    }
+    fn scratch(&self, stream: &Arc<CudaStream>) -> Result<MoeScratch<bf16>> {
+        match self {
+            QuantLayer::Fp8(l) => MoeScratch::for_layers(stream, [l]),
+            QuantLayer::Mx(l) => MoeScratch::for_layers(stream, [l]),
+        }
+    }
+}
+
+/// A layer over `w`, with the expert map under expert parallelism.
+fn plan<W: LayerWeights<bf16>>(
+    stream: &Arc<CudaStream>,
+    w: Arc<W>,
+    opts: MoeLayerOptions,
+    map: Option<&[i32]>,
+) -> Result<MoeLayer<bf16, W>> {
+    match map {
+        Some(m) => MoeLayer::with_expert_map(stream, w, opts, m),
+        None => MoeLayer::new(stream, w, opts),
     }
 }
 
@@ -137,12 +184,18 @@ fn bf16_auto_us(results: &[Timed], pi: usize, p: &Point) -> Option<f64> {
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
     let fused_tile = parse_fused_tile(args.fused_tile.as_deref())?;
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
-    let fp8 = args.dtype == BenchDtype::Fp8;
-    if fp8 {
-        validate_fp8(args)?;
+    // The quantised layer timed beside the bf16 one, and its backends: those of --backends it runs.
+    let quant = match args.dtype {
+        BenchDtype::Fp8 => Some(LayerDtype::Fp8),
+        BenchDtype::Mxfp4 => Some(LayerDtype::Mxfp4),
+        BenchDtype::Bf16 => None,
+    };
+    let fp8 = quant.is_some();
+    let qd = quant.unwrap_or(LayerDtype::Fp8);
+    if let Some(d) = quant {
+        super::layer_fp8::validate_quant(args, d)?;
     }
-    // The FP8 layer's backends: those of --backends it runs (none without --dtype fp8).
-    let backends8 = if fp8 { fp8_backends(&backends) } else { Vec::new() };
+    let backends8 = quant.map_or_else(Vec::new, |d| quant_backends(d, &backends));
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();
     let mut results: Vec<Timed> = Vec::new();
@@ -204,30 +257,32 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             MoeLayer::new(stream, weights, opts)?
         };
         layer.set_fused_tile(fused_tile);
-        // The FP8 layer over block-FP8 experts of the same shape, where H and I allow it.
-        let skip8 = if fp8 { fp8_skip_reason(h, i) } else { None };
+        // The quantised layer over experts of the same shape, where H and I allow it.
+        let skip8 = quant.and_then(|d| quant_skip_reason(d, h, i));
         if let Some(why) = &skip8 {
             skipped.push((m.name, why.clone()));
         }
         let mut layer8 = if fp8 && skip8.is_none() {
-            let w8 = Arc::new(fp8_weights(stream, local_e, h, i)?);
+            let auto8 = if qd == LayerDtype::Mxfp4 { Backends::of(Backend::Grouped) } else { Backends::FP8_AUTO };
             let room8: Backends = backends8
                 .iter()
                 .copied()
                 .filter(|&b| b != Backend::Auto && !(ep > 1 && b == Backend::Batched))
                 .collect::<Backends>()
-                .union(if ep > 1 { Backends::of(Backend::Grouped) } else { Backends::FP8_AUTO });
+                .union(if ep > 1 { Backends::of(Backend::Grouped) } else { auto8 });
             let opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
-            Some(if ep > 1 {
-                MoeLayer::with_expert_map(stream, w8, opts8, &map)?
-            } else {
-                MoeLayer::new(stream, w8, opts8)?
+            let map = (ep > 1).then_some(&map[..]);
+            Some(match qd {
+                LayerDtype::Mxfp4 => {
+                    QuantLayer::Mx(plan(stream, Arc::new(mx_weights(stream, local_e, h, i)?), opts8, map)?)
+                }
+                _ => QuantLayer::Fp8(plan(stream, Arc::new(fp8_weights(stream, local_e, h, i)?), opts8, map)?),
             })
         } else {
             None
         };
         let mut scratch = MoeScratch::for_layers(stream, [&layer])?;
-        let mut scratch8 = layer8.as_ref().map(|l| MoeScratch::for_layers(stream, [l])).transpose()?;
+        let mut scratch8 = layer8.as_ref().map(|l| l.scratch(stream)).transpose()?;
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
@@ -299,7 +354,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
                 // Batched under --ep (it takes no expert map): reported, not timed.
                 if l8.set_backend(b).is_err() {
-                    results.push(entry(b, b, None, LayerDtype::Fp8));
+                    results.push(entry(b, b, None, qd));
                     bar.inc(1);
                     continue;
                 }
@@ -307,9 +362,12 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 let times = if l8.passes(t)? > 1 {
                     None
                 } else {
-                    Some(time_forward(stream, args, &mut flush, l8, s8, &xv, &idv, &wv, &mut yv)?)
+                    Some(match l8 {
+                        QuantLayer::Fp8(l) => time_forward(stream, args, &mut flush, l, s8, &xv, &idv, &wv, &mut yv)?,
+                        QuantLayer::Mx(l) => time_forward(stream, args, &mut flush, l, s8, &xv, &idv, &wv, &mut yv)?,
+                    })
                 };
-                results.push(entry(b, ran, times, LayerDtype::Fp8));
+                results.push(entry(b, ran, times, qd));
                 bar.inc(1);
             }
         }
@@ -321,14 +379,20 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     }
     let (peer, extras) = run_peer(args, &points);
     if fp8 {
+        let what = match qd {
+            LayerDtype::Mxfp4 => "MXFP4 experts: e2m1, UE8M0 per 32, activations quantised to MXFP8 per group",
+            _ => "block-FP8 experts: e4m3, f32 scale per 128 x 128, bf16 activations",
+        };
         println!(
-            "MoE layer (SwiGLU; bf16 experts and block-FP8 experts: e4m3, f32 scale per 128 x 128, bf16 activations), {}: CUDA-graph replays, median of {}, L2 {}",
+            "MoE layer (SwiGLU; bf16 experts and {what}), {}: CUDA-graph replays, median of {}, L2 {}",
             info.name,
             args.reps,
             if args.no_flush { "not flushed" } else { "flushed" }
         );
         println!(
-            "floor (bf16 rows) = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate); floor (fp8 rows) = max(active experts' e4m3 + scale bytes / read bandwidth, FLOPs / dense fp8 rate{}); ceilings measured above",
+            "floor (bf16 rows) = max(active experts' weight bytes / read bandwidth, FLOPs / dense bf16 rate); floor ({} rows) = max(active experts' {} bytes / read bandwidth, FLOPs / dense fp8 rate{}); ceilings measured above",
+            qd.name(),
+            if qd == LayerDtype::Mxfp4 { "e2m1 + scale-atom (padded extents)" } else { "e4m3 + scale" },
             if ceil.fp8_flops.is_none() { ": not measured, bytes term only" } else { "" }
         );
     } else {
@@ -405,7 +469,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         }
     }
     for (model, why) in &skipped {
-        println!("fp8 skipped: {model}: {why}");
+        println!("{} skipped: {model}: {why}", qd.name());
     }
     if let Err(why) = &peer {
         println!("peer: {why}");
@@ -455,7 +519,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             })
             .collect();
         let skipped: Vec<serde_json::Value> =
-            skipped.iter().map(|(m, why)| serde_json::json!({"model": m, "dtype": "fp8", "reason": why})).collect();
+            skipped.iter().map(|(m, why)| serde_json::json!({"model": m, "dtype": qd.name(), "reason": why})).collect();
         let doc = serde_json::json!({
             "device": info.name, "sm_count": info.sm_count, "read_bytes_per_s": ceil.read_bytes_per_s,
             "bf16_flops": ceil.bf16_flops, "fp8_flops": ceil.fp8_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
@@ -495,7 +559,11 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     println!("* = the backend Auto picks for this point");
     println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)");
     if fp8 {
-        println!("fp8 rows: the layer over block-FP8 experts (Auto: Batched or Grouped, auto_backend_fp8); bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)");
+        let auto = match qd {
+            LayerDtype::Mxfp4 => "the MXFP4 layer (Auto: Grouped; the block-scaled GEMM of this GPU's arch)",
+            _ => "the layer over block-FP8 experts (Auto: Batched or Grouped, auto_backend_fp8)",
+        };
+        println!("{} rows: {auto}; bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)", qd.name());
     }
     Ok(())
 }
@@ -529,8 +597,9 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
         let mut best = Series { label: "moe-gemm (best backend)".into(), points: vec![] };
         let mut torch = Series { label: "PyTorch grouped_mm MLP".into(), points: vec![] };
         let mut floor = Series { label: "floor (measured ceilings)".into(), points: vec![] };
-        let mut auto8 = Series { label: "moe-gemm FP8 experts (Auto)".into(), points: vec![] };
-        let mut floor8 = Series { label: "FP8 floor (measured ceilings)".into(), points: vec![] };
+        let qd = results.iter().map(|r| r.dtype).find(|&d| d != LayerDtype::Bf16).unwrap_or(LayerDtype::Fp8);
+        let mut auto8 = Series { label: format!("moe-gemm {} experts (Auto)", qd.name()), points: vec![] };
+        let mut floor8 = Series { label: format!("{} floor (measured ceilings)", qd.name()), points: vec![] };
         for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.model == model && p.routing == points[0].routing) {
             let t = p.tokens as f64;
             let times: Vec<(Backend, f64)> = results
@@ -540,13 +609,13 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
                 .collect();
             let fp8_auto = results
                 .iter()
-                .find(|r| r.point == pi && r.dtype == LayerDtype::Fp8 && Some(r.ran) == p.auto_fp8)
+                .find(|r| r.point == pi && r.dtype != LayerDtype::Bf16 && Some(r.ran) == p.auto_fp8)
                 .and_then(|r| r.times);
             if let Some(t8) = fp8_auto {
                 auto8.points.push((t, t8.0));
             }
             if p.auto_fp8.is_some() {
-                floor8.points.push((t, p.floor_for(LayerDtype::Fp8, ceil)));
+                floor8.points.push((t, p.floor_for(qd, ceil)));
             }
             if let Some(&(_, us)) = times.iter().find(|(b, _)| *b == p.auto) {
                 auto.points.push((t, us));

@@ -1,10 +1,10 @@
-//! The FP8 side of `bench --layer --dtype fp8`: which experts a timed layer runs over, the FP8 floor's terms,
-//! the models and backends the FP8 layer takes, and random block-FP8 weights filled on the device.
+//! The quantised side of `bench --layer --dtype fp8|mxfp4`: which experts a timed layer runs over, the floor's
+//! terms, the models and backends the FP8 and MXFP4 layers take, and random block-FP8 and MXFP4 weights.
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, F8E4M3, SCALE_BLOCK};
+use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK};
 use moe_gemm::random::SplitMix64;
 use moe_gemm::*;
 
@@ -18,6 +18,8 @@ pub(super) enum LayerDtype {
     Bf16,
     /// Block-FP8 experts (`Fp8ExpertWeights`), bf16 activations.
     Fp8,
+    /// MXFP4 experts (`Mxfp4ExpertWeights`: e2m1, UE8M0 per 32), bf16 activations quantised to MXFP8.
+    Mxfp4,
 }
 
 impl LayerDtype {
@@ -25,6 +27,7 @@ impl LayerDtype {
         match self {
             LayerDtype::Bf16 => "bf16",
             LayerDtype::Fp8 => "fp8",
+            LayerDtype::Mxfp4 => "mxfp4",
         }
     }
 }
@@ -32,16 +35,16 @@ impl LayerDtype {
 /// The floor's two terms of a SwiGLU layer `[H, I]` with `active` experts holding rows and `rows` routed
 /// (token, slot) rows: (weight bytes of the active experts, useful FLOPs). bf16: 2 bytes per element of w13
 /// `[2I, H]` and w2 `[H, I]`; fp8: 1 byte per e4m3 element plus an f32 scale per 128 x 128 block of each
-/// (`LayerShape::fp8_expert_bytes`, what the layer reads). FLOPs `2 · rows · 3 · H · I` for both.
+/// (`LayerShape::fp8_expert_bytes`, what the layer reads); mxfp4: half a byte per e2m1 element of the padded
+/// extents plus their UE8M0 atoms (`LayerShape::mxfp4_expert_bytes`, what the layer reads). FLOPs
+/// `2 · rows · 3 · H · I` for all.
 pub(super) fn floor_terms(dtype: LayerDtype, active: usize, rows: usize, hidden: usize, inter: usize) -> (f64, f64) {
     let n = active as f64;
+    let shape = LayerShape { experts: 1, global_experts: 1, top_k: 1, shared_groups: 0, hidden, inter, gated: true };
     let bytes = match dtype {
         LayerDtype::Bf16 => n * 3.0 * (hidden * inter) as f64 * 2.0,
-        LayerDtype::Fp8 => {
-            let shape =
-                LayerShape { experts: 1, global_experts: 1, top_k: 1, shared_groups: 0, hidden, inter, gated: true };
-            n * shape.fp8_expert_bytes() as f64
-        }
+        LayerDtype::Fp8 => n * shape.fp8_expert_bytes() as f64,
+        LayerDtype::Mxfp4 => n * shape.mxfp4_expert_bytes() as f64,
     };
     (bytes, 2.0 * 3.0 * (rows * hidden * inter) as f64)
 }
@@ -62,25 +65,59 @@ pub(super) fn fp8_skip_reason(hidden: usize, inter: usize) -> Option<String> {
     })
 }
 
-/// The backends of `--backends` the FP8 layer runs (Batched, Grouped, Contiguous, Masked, Fused, Auto), in order.
-pub(super) fn fp8_backends(backends: &[Backend]) -> Vec<Backend> {
-    backends.iter().copied().filter(|&b| b == Backend::Auto || Backends::FP8.contains(b)).collect()
+/// The backends of `--backends` the `dtype` layer runs (and Auto), in order.
+pub(super) fn quant_backends(dtype: LayerDtype, backends: &[Backend]) -> Vec<Backend> {
+    let set = match dtype {
+        LayerDtype::Fp8 => Backends::FP8,
+        LayerDtype::Mxfp4 => Backends::MX,
+        LayerDtype::Bf16 => Backends::ALL,
+    };
+    backends.iter().copied().filter(|&b| b == Backend::Auto || set.contains(b)).collect()
 }
 
-/// Checks `--layer --dtype fp8`'s arguments before any device is touched.
+/// Checks `--layer --dtype fp8|mxfp4`'s arguments before any device is touched.
 ///
 /// # Errors
-/// [`Error::InvalidProblem`] for an unknown backend, or a `--backends` list with no backend the FP8 layer runs.
-pub fn validate_fp8(args: &BenchArgs) -> Result<()> {
+/// [`Error::InvalidProblem`] for an unknown backend, or a `--backends` list with no backend the layer runs.
+pub fn validate_quant(args: &BenchArgs, dtype: LayerDtype) -> Result<()> {
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
-    if fp8_backends(&backends).is_empty() {
+    if quant_backends(dtype, &backends).is_empty() {
+        let runs = match dtype {
+            LayerDtype::Mxfp4 => "the MXFP4 layer runs grouped, contiguous, masked and auto",
+            _ => "the FP8 layer runs batched, grouped, contiguous, masked, fused and auto",
+        };
         return Err(Error::InvalidProblem(format!(
-            "--layer --dtype fp8 --backends {}: the FP8 layer runs batched, grouped, contiguous, masked, fused \
-             and auto; include at least one",
+            "--layer --dtype {} --backends {}: {runs}; include at least one",
+            dtype.name(),
             args.backends.join(",")
         )));
     }
     Ok(())
+}
+
+/// Why a model has no `dtype` layer, or `None` where it has one.
+pub(super) fn quant_skip_reason(dtype: LayerDtype, hidden: usize, inter: usize) -> Option<String> {
+    match dtype {
+        LayerDtype::Mxfp4 if hidden % 32 != 0 || inter % 32 != 0 || (2 * inter) % 128 != 0 => {
+            Some(format!("H = {hidden}, I = {inter}: the MXFP4 layer requires H and I multiples of 32 and 2I of 128"))
+        }
+        LayerDtype::Fp8 => fp8_skip_reason(hidden, inter),
+        _ => None,
+    }
+}
+
+/// MXFP4 experts `[local_e]` of a SwiGLU layer `[H, I]`: random e2m1 codes with UE8M0 scales 2^-9 ..= 2^-6
+/// (weights below 0.094 in magnitude, the bf16 bench's scale), quantised on the host and uploaded.
+pub(super) fn mx_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i: usize) -> Result<Mxfp4ExpertWeights> {
+    let random = |rows: usize, k: usize, seed: u64| -> Result<Mxfp4> {
+        let mut rng = SplitMix64(seed);
+        let data: Vec<u8> = (0..rows * k / 2).map(|_| (rng.next_u64() >> 56) as u8).collect();
+        let scales = (0..rows * k / MX_BLOCK).map(|_| Ue8m0(118 + (rng.next_u64() % 4) as u8)).collect();
+        Mxfp4::from_parts(rows, k, data, scales)
+    };
+    let (w13, w2) = (random(experts * 2 * i, h, 27)?, random(experts * h, i, 28)?);
+    let dims = (experts, h, i);
+    Mxfp4ExpertWeights::upload(stream, dims, GateUp::Concatenated, Activation::SiluGated, &w13, &w2, (None, None))
 }
 
 /// Random positive f32 weight scales in [2^-12, 2^-11): with random e4m3 codes (|q| ≤ 448) the dequantised
@@ -149,7 +186,7 @@ mod tests {
             .map(|b| parse_backend(b).unwrap())
             .collect();
         assert_eq!(
-            fp8_backends(&all),
+            quant_backends(LayerDtype::Fp8, &all),
             vec![
                 Backend::Batched,
                 Backend::Grouped,
@@ -159,7 +196,11 @@ mod tests {
                 Backend::Auto
             ]
         );
-        assert!(fp8_backends(&[Backend::Eager]).is_empty());
+        assert!(quant_backends(LayerDtype::Fp8, &[Backend::Eager]).is_empty());
+        let mx = [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto];
+        assert_eq!(quant_backends(LayerDtype::Mxfp4, &all), mx);
+        assert_eq!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2880), None);
+        assert!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2848).unwrap().contains("2I of 128"));
     }
 
     #[test]

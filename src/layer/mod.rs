@@ -32,6 +32,12 @@
 //! picks Batched or Grouped ([`auto_backend_fp8`]). Eager has no FP8 form: asking for it is an
 //! [`Error::InvalidProblem`] that says so.
 //!
+//! **MXFP4 experts** ([`Mxfp4ExpertWeights`]: gpt-oss's e2m1 weights with UE8M0 scales per 32, kept in four
+//! bits) plan as `MoeLayer<bf16, Mxfp4ExpertWeights>` and run Grouped, Contiguous and Masked ([`Backends::MX`];
+//! `Auto`: Grouped): the gathered `x` and the activation `h` are quantised to MXFP8 per group on the device and
+//! the block-scaled grouped GEMM of the arch multiplies them (on SM90 the portable kernel, on SM100 CUTLASS's),
+//! K and GEMM2's N zero-padded to 128 (see `mx.rs`). [`reference::moe_forward_mx`] is the host computation.
+//!
 //! **The device's arch** picks the layout backends' GEMM once, when the layer is planned ([`LayerGemm`],
 //! `arch.rs`): on SM90 the SM90 FP8 blockwise GEMM, on SM100 [`crate::GroupedGemmFp8Sm100`] over the same
 //! operands, group offsets and activation quantisation; the passes launch whichever the plan holds. On SM100
