@@ -1,32 +1,24 @@
 // SM100 4-bit x 4-bit block-scaled grouped GEMMs (the template: grouped_gemm_sm100_mx.cuh): MXFP4 x MXFP4
 // (tcgen05 kind::mxf4, UE8M0 per 32 of K) and NVFP4 x NVFP4 (kind::mxf4nvf4, UE4M3 per 16, the tensor scales'
-// product per group as the epilogue's alpha: CUTLASS example 75's form), each 1-SM 128x128x256 and 2-SM
-// 256x256x256 (a 2x1 cluster: example 75's 2-SM tile). Both operands K-major, as these kinds require. Never run
-// on hardware: compiled and SASS-checked.
+// product per group as the epilogue's alpha: CUTLASS example 75's form), each 1-SM 128x128x256. Both operands
+// K-major, as these kinds require. Their 2-SM 256x256x256 kernels were built in session 7 and taken out in
+// session 8: 43 s of nvcc CPU that the 10-minute cold build could not keep, for a rule no B200 had measured.
+// Never run on hardware: compiled and SASS-checked.
 #include "grouped_gemm_sm100_mx.cuh"
 
 namespace moe_gemm {
 
 namespace sm100_mx {
 using Epi1Sm = cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm;
-using Epi2Sm = cutlass::epilogue::PtrArrayTmaWarpSpecialized2Sm;
 using Mxf4Mma1Sm128x128x256 =
     Config<Shape<_128, _128, _256>, cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmMxf4Sm100, Epi1Sm>;
 using Nvf4Mma1Sm128x128x256 =
     Config<Shape<_128, _128, _256>, cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100, Epi1Sm>;
-using Mxf4Mma2Sm256x256x256 =
-    Config<Shape<_256, _256, _256>, cutlass::gemm::KernelPtrArrayTmaWarpSpecialized2SmMxf4Sm100, Epi2Sm>;
-using Nvf4Mma2Sm256x256x256 =
-    Config<Shape<_256, _256, _256>, cutlass::gemm::KernelPtrArrayTmaWarpSpecialized2SmNvf4Sm100, Epi2Sm>;
 using MxFp4 = cutlass::mx_float4_t<cutlass::float_e2m1_t>;
 using NvFp4 = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
 using Mxf4 = GroupedGemmMx<Mxf4Mma1Sm128x128x256, MxFp4, MxFp4>;
 using Nvf4 = GroupedGemmMx<Nvf4Mma1Sm128x128x256, NvFp4, NvFp4>;
-using Mxf4x2 = GroupedGemmMx<Mxf4Mma2Sm256x256x256, MxFp4, MxFp4>;
-using Nvf4x2 = GroupedGemmMx<Nvf4Mma2Sm256x256x256, NvFp4, NvFp4>;
 static_assert(!Mxf4::kTensorScaled && Nvf4::kTensorScaled && Mxf4::kVec == 32 && Nvf4::kVec == 16);
-static_assert(!Mxf4x2::kTensorScaled && Nvf4x2::kTensorScaled && Mxf4x2::kVec == 32 && Nvf4x2::kVec == 16);
-static_assert(Mxf4Mma2Sm256x256x256::kSmsPerMma == 2 && Nvf4Mma2Sm256x256x256::kSmsPerMma == 2);
 }  // namespace sm100_mx
 
 bool grouped_gemm_sm100_fp4_built(Sm100MxConfig c) { return sm100_mx_is_fp4(c); }
@@ -35,8 +27,6 @@ Status grouped_gemm_sm100_fp4_workspace(Sm100MxConfig c, int32_t groups, int32_t
   switch (c) {
     case Sm100MxConfig::Mxf4Mma1Sm128x128x256: *bytes = sm100_mx::Mxf4::workspace_bytes(groups, sm_count); break;
     case Sm100MxConfig::Nvf4Mma1Sm128x128x256: *bytes = sm100_mx::Nvf4::workspace_bytes(groups, sm_count); break;
-    case Sm100MxConfig::Mxf4Mma2Sm256x256x256: *bytes = sm100_mx::Mxf4x2::workspace_bytes(groups, sm_count); break;
-    case Sm100MxConfig::Nvf4Mma2Sm256x256x256: *bytes = sm100_mx::Nvf4x2::workspace_bytes(groups, sm_count); break;
     default: return {StatusCode::NotBuilt, 0};
   }
   return {StatusCode::Ok, 0};
@@ -46,8 +36,6 @@ Status grouped_gemm_sm100_fp4_run(const GroupedGemmMxArgs& p) {
   switch (p.config) {
     case Sm100MxConfig::Mxf4Mma1Sm128x128x256: return sm100_mx::run<sm100_mx::Mxf4>(p);
     case Sm100MxConfig::Nvf4Mma1Sm128x128x256: return sm100_mx::run<sm100_mx::Nvf4>(p);
-    case Sm100MxConfig::Mxf4Mma2Sm256x256x256: return sm100_mx::run<sm100_mx::Mxf4x2>(p);
-    case Sm100MxConfig::Nvf4Mma2Sm256x256x256: return sm100_mx::run<sm100_mx::Nvf4x2>(p);
     default: return {StatusCode::NotBuilt, 0};
   }
 }

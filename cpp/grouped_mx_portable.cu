@@ -246,10 +246,8 @@ Kernel kernel_of(Sm100MxConfig c, bool* scaled) {
     case Sm100MxConfig::Mxf8Mma1Sm128x128x128:
     case Sm100MxConfig::Mxf8Mma2Sm256x256x128: return grouped_mx_kernel<Elem::E4m3, Elem::E4m3, 32, false>;
     case Sm100MxConfig::Mxf8f4Mma1Sm128x128x128: return grouped_mx_kernel<Elem::E4m3, Elem::E2m1, 32, false>;
-    case Sm100MxConfig::Mxf4Mma1Sm128x128x256:
-    case Sm100MxConfig::Mxf4Mma2Sm256x256x256: return grouped_mx_kernel<Elem::E2m1, Elem::E2m1, 32, false>;
+    case Sm100MxConfig::Mxf4Mma1Sm128x128x256: return grouped_mx_kernel<Elem::E2m1, Elem::E2m1, 32, false>;
     case Sm100MxConfig::Nvf4Mma1Sm128x128x256:
-    case Sm100MxConfig::Nvf4Mma2Sm256x256x256:
       *scaled = true;
       return grouped_mx_kernel<Elem::E2m1, Elem::E2m1, 16, true>;
     default: return nullptr;

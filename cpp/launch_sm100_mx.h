@@ -19,14 +19,11 @@ enum class Sm100MxConfig : uint32_t {
   Mxf4Mma1Sm128x128x256 = 2,    // MXFP4 x MXFP4 (kind::mxf4, UE8M0 per 32)
   Nvf4Mma1Sm128x128x256 = 3,    // NVFP4 x NVFP4 (kind::mxf4nvf4, UE4M3 per 16, alpha = the tensor scales)
   Mxf8Mma2Sm256x256x128 = 4,    // MXFP8 x MXFP8 on two SMs (N a multiple of 256)
-  Mxf4Mma2Sm256x256x256 = 5,    // MXFP4 x MXFP4 on two SMs (N a multiple of 256)
-  Nvf4Mma2Sm256x256x256 = 6,    // NVFP4 x NVFP4 on two SMs (N a multiple of 256)
 };
 
 // The unit that compiles a configuration.
 inline bool sm100_mx_is_fp4(Sm100MxConfig c) {
-  return c == Sm100MxConfig::Mxf4Mma1Sm128x128x256 || c == Sm100MxConfig::Nvf4Mma1Sm128x128x256 ||
-         c == Sm100MxConfig::Mxf4Mma2Sm256x256x256 || c == Sm100MxConfig::Nvf4Mma2Sm256x256x256;
+  return c == Sm100MxConfig::Mxf4Mma1Sm128x128x256 || c == Sm100MxConfig::Nvf4Mma1Sm128x128x256;
 }
 
 // D[r, :] (bf16) = alpha_g * sum over K of (qa[r, k] * sfa[r, k/V]) * (qb[g][n, k] * sfb[g][n, k/V]) for the

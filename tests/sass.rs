@@ -318,25 +318,25 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
             assert!(after.contains("tmem["), "{unit}: a UTCOMMA without its scale operand in {k}: {l}");
         }
     }
-    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 4, "{kernels:?}");
+    assert_eq!(kernels.iter().filter(|k| k.contains("prepare_mx_groups")).count(), 2, "{kernels:?}");
     let gemms: Vec<&(String, Vec<String>)> = per_kernel.iter().filter(|(k, _)| k.contains("device_kernel")).collect();
-    assert_eq!(gemms.len(), 4, "1-SM and 2-SM, MXFP4 and NVFP4: {kernels:?}");
-    // The 1-SM kernels run CUTLASS's SM100_MMA_MXF4_SS atom, the 2-SM ones SM100_MMA_MXF4_2x1SM_SS.
+    assert_eq!(gemms.len(), 2, "1-SM MXFP4 and NVFP4 (their 2-SM kernels were taken out): {kernels:?}");
+    // Both run CUTLASS's SM100_MMA_MXF4_SS atom; no 2-SM atom is left in the unit.
     assert!(gemms.iter().all(|(k, _)| k.contains("float_e2m1_t")), "{kernels:?}");
-    for (atom, n) in [("SM100_MMA_MXF4_SS", 2), ("SM100_MMA_MXF4_2x1SM_SS", 2)] {
+    for (atom, n) in [("SM100_MMA_MXF4_SS", 2), ("SM100_MMA_MXF4_2x1SM_SS", 0)] {
         assert_eq!(gemms.iter().filter(|(k, _)| k.contains(atom)).count(), n, "{atom}: {kernels:?}");
     }
     let nv: Vec<_> = gemms.iter().filter(|(k, _)| k.contains("float_ue4m3_t")).collect();
     let mx: Vec<_> =
         gemms.iter().filter(|(k, _)| k.contains("float_ue8m0_t") && !k.contains("float_ue4m3_t")).collect();
-    assert_eq!((nv.len(), mx.len()), (2, 2), "two NVFP4 (UE4M3) and two MXFP4 (UE8M0) kernels: {kernels:?}");
+    assert_eq!((nv.len(), mx.len()), (1, 1), "one NVFP4 (UE4M3) and one MXFP4 (UE8M0) kernel: {kernels:?}");
     let nv_mmas: Vec<&String> = nv.iter().flat_map(|(_, m)| m).collect();
     let mx_mmas: Vec<&String> = mx.iter().flat_map(|(_, m)| m).collect();
     assert!(nv.iter().all(|(_, m)| !m.is_empty()) && mx.iter().all(|(_, m)| !m.is_empty()), "a kernel without MMAs");
     assert!(nv_mmas.iter().all(|l| l.contains(".4X")), "NVFP4: {nv_mmas:?}");
     assert!(mx_mmas.iter().all(|l| !l.contains(".4X")), "MXFP4: {mx_mmas:?}");
     say(&format!(
-        "{unit}: {} kernels; {} NVFP4 UTCOMMA(.2CTA).4X, {} MXFP4 UTCOMMA(.2CTA)",
+        "{unit}: {} kernels; {} NVFP4 UTCOMMA.4X, {} MXFP4 UTCOMMA",
         kernels.len(),
         nv_mmas.len(),
         mx_mmas.len()
@@ -420,8 +420,8 @@ fn kernel_opcodes(tool: &Path, unit: &str) -> Vec<(String, Vec<String>)> {
     out
 }
 
-/// The 2-SM schedules (`KernelPtrArrayTmaWarpSpecialized2Sm{Mxf8f6f4,Mxf4,Nvf4}Sm100`,
-/// `...Blockwise2SmSm100`) in the SM100 units beside their 1-SM twins: each 2-SM GEMM is CUTLASS's kernel over the
+/// The 2-SM schedules (`KernelPtrArrayTmaWarpSpecialized2SmMxf8f6f4Sm100`, `...Blockwise2SmSm100`) in the SM100
+/// units beside their 1-SM twins (the FP4 unit's were taken out in session 8 for nvcc time, and must stay out): each 2-SM GEMM is CUTLASS's kernel over the
 /// `2x1SM` MMA atom, its prepare kernel is named by the 2-SM schedule, and its machine code is the pair form of
 /// tcgen05 as cuobjdump prints it: every MMA `UTCQMMA.2CTA` / `UTCOMMA.2CTA[.4X]`, the scale copies into tensor
 /// memory `UTCCP.T.S.2CTA.4` (block-scaled only), the commits `UTCBAR.2CTA.MULTICAST` (both SMs' barriers), TMA
@@ -430,14 +430,8 @@ fn kernel_opcodes(tool: &Path, unit: &str) -> Vec<(String, Vec<String>)> {
 #[test]
 fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
     let Some(tool) = tools("the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05") else { return };
-    let units: [(&str, &str, &[&str], bool); 3] = [
+    let units: [(&str, &str, &[&str], bool); 2] = [
         ("cpp/grouped_gemm_sm100_mxfp8.cu", "UTCQMMA", &["KernelPtrArrayTmaWarpSpecialized2SmMxf8f6f4Sm100"], true),
-        (
-            "cpp/grouped_gemm_sm100_fp4.cu",
-            "UTCOMMA",
-            &["KernelPtrArrayTmaWarpSpecialized2SmMxf4Sm100", "KernelPtrArrayTmaWarpSpecialized2SmNvf4Sm100"],
-            true,
-        ),
         (
             "cpp/grouped_gemm_sm100_fp8_blockwise.cu",
             "UTCQMMA",
@@ -478,6 +472,8 @@ fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
             assert!(!ops.iter().any(|o| o.contains(".2CTA")), "{unit}: a 2-SM instruction in a 1-SM GEMM {k}");
         }
     }
-    let bf16 = kernel_opcodes(tool, "cpp/grouped_gemm_sm100_bf16.cu");
-    assert!(bf16.iter().all(|(_, ops)| !ops.iter().any(|o| o.contains(".2CTA"))), "the bf16 unit is 1-SM only");
+    for unit in ["cpp/grouped_gemm_sm100_bf16.cu", "cpp/grouped_gemm_sm100_fp4.cu"] {
+        let ops = kernel_opcodes(tool, unit);
+        assert!(ops.iter().all(|(_, ops)| !ops.iter().any(|o| o.contains(".2CTA"))), "{unit} is 1-SM only");
+    }
 }

@@ -227,7 +227,8 @@ fn the_sm100_fp8_blockwise_plan_takes_the_sm90_operands_on_a_b200_only() {
     }
 }
 
-/// The 2-SM block-scaled configurations (MXFP8 x MXFP8, MXFP4 x MXFP4, NVFP4 x NVFP4; none for MXFP8 x MXFP4): each
+/// The 2-SM block-scaled configuration (MXFP8 x MXFP8; none for MXFP8 x MXFP4 and, since session 8, for the 4-bit
+/// pairs, which take their 1-SM kernel at every size): each
 /// is compiled, is what its name says (256-row MMA tile over two SMs of a 2x1 cluster), is the plan's default on a
 /// B200 exactly when N is whole 256s and the rows per group fill a 256-row tile, can be forced on or off with
 /// `with_config`, and is refused where N is not a multiple of 256 or the formats differ, naming the rule. On the
@@ -237,8 +238,12 @@ fn the_2sm_block_scaled_configs_are_picked_for_prefill_and_refused_by_name() {
     use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat};
     use MxFormat::*;
     let two: Vec<MxConfig> = MxConfig::ALL.into_iter().filter(|c| c.sms_per_mma() == 2).collect();
-    assert_eq!(two.len(), 3, "{two:?}");
-    assert_eq!(MxConfig::two_sm(Mxfp8, Mxfp4), None, "no 2-SM MXFP8 x MXFP4 is compiled");
+    assert_eq!(two.len(), 1, "{two:?}");
+    for (a, b) in [(Mxfp8, Mxfp4), (Mxfp4, Mxfp4), (Nvfp4, Nvfp4)] {
+        assert_eq!(MxConfig::two_sm(a, b), None, "no 2-SM {a:?} x {b:?} is compiled");
+        let big = GroupedGemmMx::for_device(b200(), a, b, 8, 4096, 7168, 4096 * 8).unwrap();
+        assert_eq!(big.config(), MxConfig::for_formats(a, b).unwrap(), "{a:?} x {b:?}: the 1-SM kernel at prefill");
+    }
     let (g, n, k) = (8, 4096, 7168);
     for c in two {
         let (a, b) = c.formats();

@@ -23,8 +23,6 @@ pub(crate) mod ffi {
         Mxf4Mma1Sm128x128x256 = 2,
         Nvf4Mma1Sm128x128x256 = 3,
         Mxf8Mma2Sm256x256x128 = 4,
-        Mxf4Mma2Sm256x256x256 = 5,
-        Nvf4Mma2Sm256x256x256 = 6,
     }
     #[namespace = "moe_gemm"]
     #[repr(u32)]

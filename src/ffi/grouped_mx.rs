@@ -40,8 +40,8 @@ fn traits(config: Sm100MxConfig) -> (usize, usize, usize, bool) {
     match config {
         Sm100MxConfig::Mxf8Mma1Sm128x128x128 | Sm100MxConfig::Mxf8Mma2Sm256x256x128 => (8, 8, 32, false),
         Sm100MxConfig::Mxf8f4Mma1Sm128x128x128 => (8, 4, 32, false),
-        Sm100MxConfig::Mxf4Mma1Sm128x128x256 | Sm100MxConfig::Mxf4Mma2Sm256x256x256 => (4, 4, 32, false),
-        Sm100MxConfig::Nvf4Mma1Sm128x128x256 | Sm100MxConfig::Nvf4Mma2Sm256x256x256 => (4, 4, 16, true),
+        Sm100MxConfig::Mxf4Mma1Sm128x128x256 => (4, 4, 32, false),
+        Sm100MxConfig::Nvf4Mma1Sm128x128x256 => (4, 4, 16, true),
         _ => (0, 0, 0, false),
     }
 }

@@ -5,8 +5,8 @@
 //! |---|---|---|---|---|
 //! | MXFP8 × MXFP8 | `kind::mxf8f6f4` | UE8M0 per 32 of K | [`MxConfig::Mxf8Mma1Sm128x128x128`] | [`MxConfig::Mxf8Mma2Sm256x256x128`] |
 //! | MXFP8 × MXFP4 (gpt-oss's e2m1) | `kind::mxf8f6f4` | UE8M0 per 32 | [`MxConfig::Mxf8f4Mma1Sm128x128x128`] | none (one more kernel in that unit's nvcc time) |
-//! | MXFP4 × MXFP4 | `kind::mxf4` | UE8M0 per 32 | [`MxConfig::Mxf4Mma1Sm128x128x256`] | [`MxConfig::Mxf4Mma2Sm256x256x256`] |
-//! | NVFP4 × NVFP4 | `kind::mxf4nvf4` | UE4M3 per 16, × A's and each expert's f32 tensor scales (alpha) | [`MxConfig::Nvf4Mma1Sm128x128x256`] | [`MxConfig::Nvf4Mma2Sm256x256x256`] |
+//! | MXFP4 × MXFP4 | `kind::mxf4` | UE8M0 per 32 | [`MxConfig::Mxf4Mma1Sm128x128x256`] | none (taken out: nvcc time) |
+//! | NVFP4 × NVFP4 | `kind::mxf4nvf4` | UE4M3 per 16, × A's and each expert's f32 tensor scales (alpha) | [`MxConfig::Nvf4Mma1Sm128x128x256`] | none (taken out: nvcc time) |
 //!
 //! A 1-SM configuration runs one 128-row MMA per SM (cluster 1x1x1). A 2-SM one runs CUTLASS's
 //! `KernelPtrArrayTmaWarpSpecialized2Sm*Sm100` schedule: one 256 x 256 MMA (`tcgen05` `cta_group::2`) over the two SMs
@@ -98,21 +98,15 @@ pub enum MxConfig {
     Nvf4Mma1Sm128x128x256,
     /// MXFP8 x MXFP8, two SMs per MMA (a 2x1 cluster), 256 x 256 x 128.
     Mxf8Mma2Sm256x256x128,
-    /// MXFP4 x MXFP4, two SMs per MMA (a 2x1 cluster), 256 x 256 x 256.
-    Mxf4Mma2Sm256x256x256,
-    /// NVFP4 x NVFP4, two SMs per MMA (a 2x1 cluster), 256 x 256 x 256.
-    Nvf4Mma2Sm256x256x256,
 }
 
 impl MxConfig {
-    pub const ALL: [MxConfig; 7] = [
+    pub const ALL: [MxConfig; 5] = [
         MxConfig::Mxf8Mma1Sm128x128x128,
         MxConfig::Mxf8f4Mma1Sm128x128x128,
         MxConfig::Mxf4Mma1Sm128x128x256,
         MxConfig::Nvf4Mma1Sm128x128x256,
         MxConfig::Mxf8Mma2Sm256x256x128,
-        MxConfig::Mxf4Mma2Sm256x256x256,
-        MxConfig::Nvf4Mma2Sm256x256x256,
     ];
     /// Rows per group from which [`Self::default_for`] takes a 2-SM configuration: its MMA tile's height.
     pub const TWO_SM_MIN_ROWS_PER_GROUP: usize = 256;
@@ -124,8 +118,6 @@ impl MxConfig {
             MxConfig::Mxf4Mma1Sm128x128x256 => "mxf4-1sm-128x128x256",
             MxConfig::Nvf4Mma1Sm128x128x256 => "nvf4-1sm-128x128x256",
             MxConfig::Mxf8Mma2Sm256x256x128 => "mxf8-2sm-256x256x128",
-            MxConfig::Mxf4Mma2Sm256x256x256 => "mxf4-2sm-256x256x256",
-            MxConfig::Nvf4Mma2Sm256x256x256 => "nvf4-2sm-256x256x256",
         }
     }
     pub fn from_name(name: &str) -> Option<MxConfig> {
@@ -136,8 +128,8 @@ impl MxConfig {
         match self {
             MxConfig::Mxf8Mma1Sm128x128x128 | MxConfig::Mxf8Mma2Sm256x256x128 => (MxFormat::Mxfp8, MxFormat::Mxfp8),
             MxConfig::Mxf8f4Mma1Sm128x128x128 => (MxFormat::Mxfp8, MxFormat::Mxfp4),
-            MxConfig::Mxf4Mma1Sm128x128x256 | MxConfig::Mxf4Mma2Sm256x256x256 => (MxFormat::Mxfp4, MxFormat::Mxfp4),
-            MxConfig::Nvf4Mma1Sm128x128x256 | MxConfig::Nvf4Mma2Sm256x256x256 => (MxFormat::Nvfp4, MxFormat::Nvfp4),
+            MxConfig::Mxf4Mma1Sm128x128x256 => (MxFormat::Mxfp4, MxFormat::Mxfp4),
+            MxConfig::Nvf4Mma1Sm128x128x256 => (MxFormat::Nvfp4, MxFormat::Nvfp4),
         }
     }
     /// The weights it takes.
@@ -150,7 +142,6 @@ impl MxConfig {
             MxConfig::Mxf8Mma1Sm128x128x128 | MxConfig::Mxf8f4Mma1Sm128x128x128 => (128, 128, 128),
             MxConfig::Mxf4Mma1Sm128x128x256 | MxConfig::Nvf4Mma1Sm128x128x256 => (128, 128, 256),
             MxConfig::Mxf8Mma2Sm256x256x128 => (256, 256, 128),
-            MxConfig::Mxf4Mma2Sm256x256x256 | MxConfig::Nvf4Mma2Sm256x256x256 => (256, 256, 256),
         }
     }
     /// SMs per MMA: 1, or 2 (`tcgen05` `cta_group::2`).
@@ -184,7 +175,7 @@ impl MxConfig {
         };
         Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(why.into()) })
     }
-    /// The 2-SM configuration of `activations x weights`, if one is compiled (none for MXFP8 x MXFP4).
+    /// The 2-SM configuration of `activations x weights`, if one is compiled (MXFP8 x MXFP8 only).
     pub fn two_sm(activations: MxFormat, weights: MxFormat) -> Option<MxConfig> {
         MxConfig::ALL.into_iter().find(|c| c.formats() == (activations, weights) && c.sms_per_mma() == 2)
     }
@@ -224,8 +215,6 @@ impl From<MxConfig> for ffi::grouped_mx::Sm100MxConfig {
             MxConfig::Mxf4Mma1Sm128x128x256 => C::Mxf4Mma1Sm128x128x256,
             MxConfig::Nvf4Mma1Sm128x128x256 => C::Nvf4Mma1Sm128x128x256,
             MxConfig::Mxf8Mma2Sm256x256x128 => C::Mxf8Mma2Sm256x256x128,
-            MxConfig::Mxf4Mma2Sm256x256x256 => C::Mxf4Mma2Sm256x256x256,
-            MxConfig::Nvf4Mma2Sm256x256x256 => C::Nvf4Mma2Sm256x256x256,
         }
     }
 }
