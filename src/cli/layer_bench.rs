@@ -19,14 +19,16 @@ use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::random::fill_device;
 use moe_gemm::{
-    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, Fp8ExpertWeights, GateUp, LayerWeights,
-    MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions, MoeScratch, Mxfp4ExpertWeights, Result,
+    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, LayerWeights, MatrixView, MatrixViewMut,
+    MoeLayer, MoeLayerOptions, MoeScratch, Result,
 };
 
 use moe_gemm::ceilings::Ceilings;
 
 use super::bench::{BenchArgs, BenchDtype};
-use super::layer_fp8::{floor_terms, fp8_weights, mx_weights, quant_backends, quant_skip_reason, LayerDtype};
+use super::layer_fp8::{
+    floor_terms, fp8_weights, mx_weights, plan, quant_backends, quant_skip_reason, LayerDtype, QuantLayer,
+};
 use super::layer_inputs::{leak, parse_backend, parse_fused_tile, routing, shapes};
 
 mod configs;
@@ -100,52 +102,6 @@ impl Point {
             LayerDtype::Bf16 => Some(self.auto),
             LayerDtype::Fp8 | LayerDtype::Mxfp4 => self.auto_fp8,
         }
-    }
-}
-
-/// The quantised layer timed beside the bf16 one.
-enum QuantLayer {
-    Fp8(MoeLayer<bf16, Fp8ExpertWeights>),
-    Mx(MoeLayer<bf16, Mxfp4ExpertWeights>),
-}
-
-impl QuantLayer {
-    fn set_backend(&mut self, b: Backend) -> Result<()> {
-        match self {
-            QuantLayer::Fp8(l) => l.set_backend(b),
-            QuantLayer::Mx(l) => l.set_backend(b),
-        }
-    }
-    fn backend_for(&self, tokens: usize) -> Backend {
-        match self {
-            QuantLayer::Fp8(l) => l.backend_for(tokens),
-            QuantLayer::Mx(l) => l.backend_for(tokens),
-        }
-    }
-    fn passes(&self, tokens: usize) -> Result<usize> {
-        match self {
-            QuantLayer::Fp8(l) => l.passes(tokens),
-            QuantLayer::Mx(l) => l.passes(tokens),
-        }
-    }
-    fn scratch(&self, stream: &Arc<CudaStream>) -> Result<MoeScratch<bf16>> {
-        match self {
-            QuantLayer::Fp8(l) => MoeScratch::for_layers(stream, [l]),
-            QuantLayer::Mx(l) => MoeScratch::for_layers(stream, [l]),
-        }
-    }
-}
-
-/// A layer over `w`, with the expert map under expert parallelism.
-fn plan<W: LayerWeights<bf16>>(
-    stream: &Arc<CudaStream>,
-    w: Arc<W>,
-    opts: MoeLayerOptions,
-    map: Option<&[i32]>,
-) -> Result<MoeLayer<bf16, W>> {
-    match map {
-        Some(m) => MoeLayer::with_expert_map(stream, w, opts, m),
-        None => MoeLayer::new(stream, w, opts),
     }
 }
 

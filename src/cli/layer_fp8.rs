@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
+use half::bf16;
 use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK};
 use moe_gemm::random::SplitMix64;
 use moe_gemm::*;
@@ -98,11 +99,9 @@ pub fn validate_quant(args: &BenchArgs, dtype: LayerDtype) -> Result<()> {
 /// Why a model has no `dtype` layer, or `None` where it has one.
 pub(super) fn quant_skip_reason(dtype: LayerDtype, hidden: usize, inter: usize) -> Option<String> {
     match dtype {
-        LayerDtype::Mxfp4 if hidden % 32 != 0 || inter % 32 != 0 || (2 * inter) % 128 != 0 => {
-            Some(format!("H = {hidden}, I = {inter}: the MXFP4 layer requires H and I multiples of 32 and 2I of 128"))
-        }
+        LayerDtype::Mxfp4 => Mxfp4ExpertWeights::check_shape(hidden, inter).err().map(|e| e.to_string()),
         LayerDtype::Fp8 => fp8_skip_reason(hidden, inter),
-        _ => None,
+        LayerDtype::Bf16 => None,
     }
 }
 
@@ -139,6 +138,52 @@ pub(super) fn fp8_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i:
     let w13 = Fp8BlockWeights::new(q13, s13, experts, 2 * i, h)?;
     let w2 = Fp8BlockWeights::new(q2, s2, experts, h, i)?;
     Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
+}
+
+/// The quantised layer timed beside the bf16 one.
+pub(super) enum QuantLayer {
+    Fp8(MoeLayer<bf16, Fp8ExpertWeights>),
+    Mx(MoeLayer<bf16, Mxfp4ExpertWeights>),
+}
+
+impl QuantLayer {
+    pub(super) fn set_backend(&mut self, b: Backend) -> Result<()> {
+        match self {
+            QuantLayer::Fp8(l) => l.set_backend(b),
+            QuantLayer::Mx(l) => l.set_backend(b),
+        }
+    }
+    pub(super) fn backend_for(&self, tokens: usize) -> Backend {
+        match self {
+            QuantLayer::Fp8(l) => l.backend_for(tokens),
+            QuantLayer::Mx(l) => l.backend_for(tokens),
+        }
+    }
+    pub(super) fn passes(&self, tokens: usize) -> Result<usize> {
+        match self {
+            QuantLayer::Fp8(l) => l.passes(tokens),
+            QuantLayer::Mx(l) => l.passes(tokens),
+        }
+    }
+    pub(super) fn scratch(&self, stream: &Arc<CudaStream>) -> Result<MoeScratch<bf16>> {
+        match self {
+            QuantLayer::Fp8(l) => MoeScratch::for_layers(stream, [l]),
+            QuantLayer::Mx(l) => MoeScratch::for_layers(stream, [l]),
+        }
+    }
+}
+
+/// A layer over `w`, with the expert map under expert parallelism.
+pub(super) fn plan<W: LayerWeights<bf16>>(
+    stream: &Arc<CudaStream>,
+    w: Arc<W>,
+    opts: MoeLayerOptions,
+    map: Option<&[i32]>,
+) -> Result<MoeLayer<bf16, W>> {
+    match map {
+        Some(m) => MoeLayer::with_expert_map(stream, w, opts, m),
+        None => MoeLayer::new(stream, w, opts),
+    }
 }
 
 #[cfg(test)]
@@ -200,7 +245,7 @@ mod tests {
         let mx = [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto];
         assert_eq!(quant_backends(LayerDtype::Mxfp4, &all), mx);
         assert_eq!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2880), None);
-        assert!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2848).unwrap().contains("2I of 128"));
+        assert!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2848).unwrap().contains("2I = 5696"));
     }
 
     #[test]

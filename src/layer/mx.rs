@@ -166,6 +166,14 @@ impl Mxfp4ExpertWeights {
         })
     }
 
+    /// Whether experts of `[hidden, inter]` fit the MXFP4 layer (see the type's constraints).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint.
+    pub fn check_shape(hidden: usize, inter: usize) -> Result<()> {
+        check_mx_shape(hidden, inter)
+    }
+
     pub fn experts(&self) -> usize {
         self.experts
     }

@@ -312,6 +312,57 @@ mod tests {
         }
     }
 
+    /// What the checks read of a plan of either kind.
+    trait Planned: std::fmt::Debug {
+        fn on_sm100(&self) -> bool;
+        fn extents(&self) -> (usize, usize, usize);
+        fn workspace(&self) -> usize;
+    }
+
+    impl Planned for Fp8Gemm {
+        fn on_sm100(&self) -> bool {
+            matches!(self, Fp8Gemm::Sm100(_))
+        }
+        fn extents(&self) -> (usize, usize, usize) {
+            (self.shape().n(), self.shape().k(), self.shape().max_rows())
+        }
+        fn workspace(&self) -> usize {
+            self.workspace_bytes()
+        }
+    }
+
+    impl<T: Element> Planned for DenseGemm<T> {
+        fn on_sm100(&self) -> bool {
+            matches!(self, DenseGemm::Sm100(_))
+        }
+        fn extents(&self) -> (usize, usize, usize) {
+            (self.shape().n(), self.shape().k(), self.shape().max_rows())
+        }
+        fn workspace(&self) -> usize {
+            self.workspace_bytes()
+        }
+    }
+
+    /// `spec`'s plans: as many as the sizing counted, each of the device's arch with the spec's extents, and one
+    /// of the arch for every batch size. Returns the largest workspace they ask.
+    fn check_family<'a, P: Planned + 'a>(
+        dev: &DeviceInfo,
+        spec: &GemmSpec,
+        sm100: bool,
+        plans: &[P],
+        for_rows: impl Fn(usize) -> &'a P,
+    ) -> usize {
+        assert_eq!(plans.len(), spec.plan_count(dev.sm_count as usize), "{}: {spec:?}", dev.name);
+        for p in plans {
+            assert_eq!(p.on_sm100(), sm100, "{}: {p:?}", dev.name);
+            assert_eq!(p.extents(), (spec.n, spec.k, spec.max_rows), "{}: {p:?}", dev.name);
+        }
+        for rows in [1usize, 63, 65, spec.rows] {
+            assert_eq!(for_rows(rows).on_sm100(), sm100, "{}: {rows} rows", dev.name);
+        }
+        plans.iter().map(Planned::workspace).max().unwrap_or(0)
+    }
+
     /// The plans a layer makes from its sizing (no driver call): SM100 plans on a B200, SM90 plans on an H200,
     /// as many as the sizing counted, and the sizing's workspace exactly the largest plan's.
     #[test]
@@ -346,19 +397,7 @@ mod tests {
                 let mut workspace = 0;
                 for spec in &sizing.gemms {
                     let plans = Fp8Plans::new(&dev, spec).unwrap();
-                    assert_eq!(plans.plans.len(), spec.plan_count(dev.sm_count as usize), "{}: {spec:?}", dev.name);
-                    for p in &plans.plans {
-                        assert_eq!(matches!(p, Fp8Gemm::Sm100(_)), sm100, "{}: {p:?}", dev.name);
-                        assert_eq!(
-                            (p.shape().n(), p.shape().k(), p.shape().max_rows()),
-                            (spec.n, spec.k, spec.max_rows)
-                        );
-                        workspace = workspace.max(p.workspace_bytes());
-                    }
-                    // Every batch size finds a plan of the arch.
-                    for rows in [1usize, 63, 65, spec.rows] {
-                        assert_eq!(matches!(plans.for_rows(rows), Fp8Gemm::Sm100(_)), sm100);
-                    }
+                    workspace = workspace.max(check_family(&dev, spec, sm100, &plans.plans, |r| plans.for_rows(r)));
                 }
                 assert!(workspace > 0);
                 assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
@@ -404,18 +443,7 @@ mod tests {
                 let mut workspace = 0;
                 for spec in &sizing.gemms {
                     let plans = GemmPlans::<bf16>::new(&dev, spec).unwrap();
-                    assert_eq!(plans.plans.len(), spec.plan_count(dev.sm_count as usize), "{}: {spec:?}", dev.name);
-                    for p in &plans.plans {
-                        assert_eq!(matches!(p, DenseGemm::Sm100(_)), sm100, "{}: {p:?}", dev.name);
-                        assert_eq!(
-                            (p.shape().n(), p.shape().k(), p.shape().max_rows()),
-                            (spec.n, spec.k, spec.max_rows)
-                        );
-                        workspace = workspace.max(p.workspace_bytes());
-                    }
-                    for rows in [1usize, 63, 65, spec.rows] {
-                        assert_eq!(matches!(plans.for_rows(rows), DenseGemm::Sm100(_)), sm100);
-                    }
+                    workspace = workspace.max(check_family(&dev, spec, sm100, &plans.plans, |r| plans.for_rows(r)));
                 }
                 assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
             }
