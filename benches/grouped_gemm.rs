@@ -1,5 +1,5 @@
-//! Criterion bench of the grouped GEMM launch (regressions show in `cargo bench`). Needs an SM90 GPU; elsewhere
-//! it says so and measures nothing. Each iteration launches and synchronises, so the figure includes launch
+//! Criterion bench of the grouped GEMM launch (regressions show in `cargo bench --features bench`). Needs an SM90 GPU;
+//! elsewhere it says so and measures nothing. Each iteration launches and synchronises, so the figure includes launch
 //! overhead; `moe-gemm bench` gives event-timed, L2-flushed numbers next to PyTorch.
 
 use criterion::{criterion_group, criterion_main, Criterion};

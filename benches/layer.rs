@@ -1,6 +1,6 @@
-//! Criterion benches of the layout build (vLLM align contract) and the MoE layer's forward, so regressions show
-//! in `cargo bench`. Needs an SM90 GPU; elsewhere it says so and measures nothing. Each iteration queues and
-//! synchronises (launch overhead included); `moe-gemm bench --layer` gives graph-replay numbers next to peers.
+//! Criterion benches of the layout build (vLLM align contract) and the MoE layer's forward, so regressions show in
+//! `cargo bench --features bench`. Needs an SM90 GPU; elsewhere it says so and measures nothing. Each iteration queues
+//! and synchronises (launch overhead included); `moe-gemm bench --layer` gives graph-replay numbers next to peers.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::sync::Arc;

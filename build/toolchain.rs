@@ -51,21 +51,20 @@ const fn unit(path: &'static str, family: &'static str, targets: &'static [Targe
     KernelUnit { path, family, targets }
 }
 
-/// The CUDA translation units, one per (arch x dtype family) plus small helpers, with their targets: the
-/// gencode table. Explicit, so that nothing compiles by accident. The order is the build order: the heaviest
-/// units first, so that the small ones fill the other core while they compile.
+/// The CUDA translation units with their targets: the gencode table. Explicit, so that nothing compiles by
+/// accident. A CUTLASS family is one unit (its dtypes and schedules in `.inl` parts the unit includes), because
+/// nvcc's cost is mostly per unit: on the 2-core build machine (2026-12-02, user time) a unit that only includes
+/// the SM90 grouped GEMM's header takes 14 s (CUTLASS parsed by cudafe++, cicc and the host compiler), its first
+/// kernel 33 s more, each further kernel 4-7 s; bf16 alone took 79 s, f16 with three tiles 66 s, both in one unit
+/// 89 s. The order is the build order: the heaviest units first, so that the small ones fill the other core while
+/// they compile. The SM100 GEMMs are two units, not one, for memory: as one unit nvcc peaked at 9.3 GB (of the
+/// machine's 24, with another unit compiling beside it), the larger half peaks at 7.3 GB.
 pub const KERNEL_UNITS: &[KernelUnit] = &[
-    unit("cpp/grouped_gemm_sm100_bf16.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/grouped_gemm_sm100_mxfp8.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/grouped_gemm_sm100_fp4.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/grouped_gemm_sm100_fp8_blockwise.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/grouped_gemm_sm90_bf16.cu", "grouped_gemm_sm90", SM90A),
-    unit("cpp/grouped_gemm_sm90_f16.cu", "grouped_gemm_sm90", SM90A),
-    unit("cpp/grouped_gemm_sm90_fp8_blockwise.cu", "grouped_gemm_sm90_fp8", SM90A),
-    unit("cpp/grouped_gemm_sm90_fp8_rowwise.cu", "grouped_gemm_sm90_fp8", SM90A),
-    unit("cpp/fused_moe_sm90_bf16.cu", "fused_moe_sm90", SM90A),
-    unit("cpp/fused_moe_sm90_f16.cu", "fused_moe_sm90", SM90A),
-    unit("cpp/fused_moe_sm90_fp8.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/grouped_gemm_sm100_mx.cu", "grouped_gemm_sm100", SM100A),
+    unit("cpp/grouped_gemm_sm90_fp8.cu", "grouped_gemm_sm90_fp8", SM90A),
+    unit("cpp/grouped_gemm_sm100.cu", "grouped_gemm_sm100", SM100A),
+    unit("cpp/grouped_gemm_sm90.cu", "grouped_gemm_sm90", SM90A),
+    unit("cpp/fused_moe_sm90.cu", "fused_moe_sm90", SM90A),
     unit("cpp/grouped_mx_portable.cu", "grouped_gemm_mx_portable", PORTABLE),
     unit("cpp/routing.cu", "routing", PORTABLE),
     unit("cpp/layouts.cu", "layouts", PORTABLE),

@@ -557,8 +557,8 @@ LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& p) {
   return wrap(moe_gemm::quantize_fp4_grouped(a));
 }
 
-// Two units compile the SM100 MX configurations: grouped_gemm_sm100_mxfp8.cu (kind::mxf8f6f4) and
-// grouped_gemm_sm100_fp4.cu (kind::mxf4, kind::mxf4nvf4).
+// Two parts of grouped_gemm_sm100_mx.cu define the SM100 MX configurations: grouped_gemm_sm100_mxfp8.inl
+// (kind::mxf8f6f4) and grouped_gemm_sm100_fp4.inl (kind::mxf4, kind::mxf4nvf4).
 bool grouped_gemm_sm100_mx_built(Sm100MxConfig config) {
   return moe_gemm::sm100_mx_is_fp4(config) ? moe_gemm::grouped_gemm_sm100_fp4_built(config)
                                            : moe_gemm::grouped_gemm_sm100_mxf8_built(config);

@@ -1,7 +1,7 @@
 // SM100 (sm_100a) block-scaled persistent ptr-array grouped GEMMs (CUTLASS 4.2, OpClassBlockScaledTensorOp),
 // driven by device offsets: one template over A's and B's block-scaled element types (mx_float8_t,
 // mx_float4_t, nv_float4_t) and the kernel schedule, for the units that instantiate it
-// (grouped_gemm_sm100_mxfp8.cu: kind::mxf8f6f4; grouped_gemm_sm100_fp4.cu: kind::mxf4 and kind::mxf4nvf4). Our
+// (grouped_gemm_sm100_mxfp8.inl: kind::mxf8f6f4; grouped_gemm_sm100_fp4.inl: kind::mxf4 and kind::mxf4nvf4). Our
 // prepare kernel fills, per group, the problem shape, the operand pointers and strides, the scale pointers and
 // layouts: the activation scales at the base the quantiser computed on the device (sfa_bases), each group's
 // layout from its own rows (Sm1xxBlkScaledConfig::tile_atom_to_shape_SFA), which the SM100 collective reads per

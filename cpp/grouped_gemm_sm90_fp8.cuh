@@ -3,7 +3,7 @@
 // per 128 x 128 block, f32 accumulation promoted (scaled by sfa * sfb and added with FFMA) once per 128 of K,
 // bf16 D. See launch_fp8.h for the operands.
 //
-// Included only by grouped_gemm_sm90_fp8_blockwise.cu, which lists the configurations it instantiates. As for
+// Included only by grouped_gemm_sm90_fp8_blockwise.inl, which lists the configurations it instantiates. As for
 // the bf16 GEMM (grouped_gemm_sm90.cuh), a kernel of ours turns the device offsets into CUTLASS's per-group
 // shapes, pointers and strides inside the caller's workspace; here it also points each group at its scales.
 // That kernel, the arrays and the launch are fp8_blockwise_groups.cuh's, shared with the SM100 unit.

@@ -1,5 +1,5 @@
 // moe-gemm: the plain C++17 surface of the FP8 grouped GEMMs, between the cxx bridge (bridge.cc) and
-// grouped_gemm_sm90_fp8_blockwise.cu. No CUTLASS, CUDA or cxx headers. A header of its own, so that adding to it
+// grouped_gemm_sm90_fp8_blockwise.inl. No CUTLASS, CUDA or cxx headers. A header of its own, so that adding to it
 // does not change launch.h, which the bf16/f16 CUTLASS units hash and would recompile for.
 //
 // The enum is the source of truth; src/ffi/bridge.rs redeclares it and cxx static_asserts the discriminants.
@@ -14,11 +14,11 @@ namespace moe_gemm {
 // Configurations of the SM90 FP8 blockwise-scaled grouped GEMM, named by schedule and CTA tile (M x N x K).
 // Cluster 1x1x1. TileK is 128 for both: the blockwise mainloop promotes its partial sums once per scale block
 // of K (128), and CUTLASS requires the promotion interval to cover a whole K tile. Keep in sync with the list in
-// grouped_gemm_sm90_fp8_blockwise.cu.
+// grouped_gemm_sm90_fp8_blockwise.inl.
 enum class Fp8TileConfig : uint32_t {
   Cooperative128x128x128 = 0,  // prefill: two consumer warpgroups on one 128-row tile
   Pingpong64x128x128 = 1,      // decode: 64-row tiles, half the idle MMA rows of a 128-row tile for tiny groups
-  // SM100 (grouped_gemm_sm100_fp8_blockwise.cu): tcgen05, the same operands. One SM per 128x128x128 MMA tile
+  // SM100 (grouped_gemm_sm100_fp8_blockwise.inl): tcgen05, the same operands. One SM per 128x128x128 MMA tile
   // (cluster 1x1x1), or two SMs per 256x128x128 MMA tile (tcgen05 cta_group::2, a static 2x1x1 cluster, each SM
   // holding 128 of the 256 rows): for prefill.
   Sm100Blockwise1Sm128x128x128 = 2,

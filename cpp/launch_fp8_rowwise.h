@@ -1,5 +1,5 @@
 // moe-gemm: the plain C++17 surface of the SM90 FP8 rowwise-scaled grouped GEMM, between the cxx bridge
-// (bridge.cc) and grouped_gemm_sm90_fp8_rowwise.cu. No CUTLASS, CUDA or cxx headers; a header of its own so that
+// (bridge.cc) and grouped_gemm_sm90_fp8_rowwise.inl. No CUTLASS, CUDA or cxx headers; a header of its own so that
 // the other CUTLASS units, which hash the headers they include, do not recompile for it.
 //
 // The enum is the source of truth; src/ffi/bridge.rs redeclares it and cxx static_asserts the discriminants.

@@ -63,6 +63,25 @@ fn every_cuda_file_is_one_unit_and_every_unit_exists() {
     assert_eq!(listed, on_disk, "KERNEL_UNITS must list every cpp/*.cu exactly once");
 }
 
+/// Each `.inl` part (a family's dtypes and schedules) is compiled exactly once: exactly one unit includes it,
+/// directly or through another part.
+#[test]
+fn every_part_is_included_by_exactly_one_unit() {
+    let parts: Vec<String> = std::fs::read_dir(root().join("cpp"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "inl"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(parts.len() >= 6, "the CUTLASS families' parts: {parts:?}");
+    for part in &parts {
+        let include = format!("#include \"{part}\"");
+        let by: Vec<&str> =
+            KERNEL_UNITS.iter().filter(|u| code_of(&unit_text(u.path)).contains(&include)).map(|u| u.path).collect();
+        assert_eq!(by.len(), 1, "{part} is included by {by:?}");
+    }
+}
+
 #[test]
 fn the_gencode_table_gives_each_family_its_arches() {
     for u in KERNEL_UNITS {
@@ -136,8 +155,8 @@ fn portable_units_use_no_arch_specific_feature() {
         }
     }
     // And the check can fail: the SM90 and SM100 GEMMs do contain such features, in their code.
-    assert!(code_of(&unit_text("cpp/grouped_gemm_sm90_bf16.cu")).contains("#include \"cutlass/"));
-    assert!(code_of(&unit_text("cpp/grouped_gemm_sm100_bf16.cu")).contains("__CUDA_ARCH_FEAT_SM100_ALL"));
+    assert!(code_of(&unit_text("cpp/grouped_gemm_sm90.cu")).contains("#include \"cutlass/"));
+    assert!(code_of(&unit_text("cpp/grouped_gemm_sm100.cu")).contains("__CUDA_ARCH_FEAT_SM100_ALL"));
     assert!(unit_text("cpp/grouped_mx_portable.cu").contains("tcgen05"), "the header's comments are read past");
 }
 

@@ -11,12 +11,17 @@ const CLI_ONLY: [&str; 3] = ["clap", "plotters", "indicatif"];
 /// Names of the normal (not build, not dev) dependencies of this package on the host, `depth` levels deep
 /// (`None`: the whole tree), with or without the default features.
 fn normal_dependencies(default_features: bool, depth: Option<u32>) -> Vec<String> {
+    dependencies("normal", default_features, depth)
+}
+
+/// As [`normal_dependencies`], over the dependency kinds `edges` names (`cargo tree --edges`).
+fn dependencies(edges: &str, default_features: bool, depth: Option<u32>) -> Vec<String> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
         "tree",
         "--offline",
         "--edges",
-        "normal",
+        edges,
         "--prefix",
         "none",
         "--format",
@@ -65,5 +70,15 @@ fn default_features_bring_the_cli_dependencies() {
     let direct = normal_dependencies(true, Some(1));
     for c in CLI_ONLY {
         assert!(direct.iter().any(|n| n == c), "{c} is not a dependency with the default features: {direct:?}");
+    }
+}
+
+/// Criterion comes only with the `bench` feature: neither a library user nor `cargo test` compiles it (as a
+/// dev-dependency, every test binary would wait for it).
+#[test]
+fn criterion_only_with_the_bench_feature() {
+    for default_features in [false, true] {
+        let all = dependencies("normal,dev", default_features, None);
+        assert!(!all.iter().any(|n| n == "criterion"), "criterion in the tree (default features: {default_features})");
     }
 }

@@ -1,4 +1,4 @@
-//! The SM100 block-scaled grouped GEMMs (`cpp/grouped_gemm_sm100_mxfp8.cu` and `grouped_gemm_sm100_fp4.cu`,
+//! The SM100 block-scaled grouped GEMMs (`cpp/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`,
 //! contract in `cpp/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch; and the
 //! portable GEMM of the same operands (`cpp/grouped_mx_portable.cu`, `launch_mx_portable.h`), launched from the same
 //! checks.

@@ -1,7 +1,7 @@
-// SM100 MXFP8 activations x MXFP8 or MXFP4 weights: tcgen05 kind::mxf8f6f4, UE8M0 scales per 32 of K (the
-// template: grouped_gemm_sm100_mx.cuh). 1-SM 128x128x128 for both weight formats; 2-SM 256x256x128 (a 2x1
-// cluster, half the B tile per SM) for MXFP8 x MXFP8 only: one more configuration is one more CUTLASS kernel
-// in this unit's nvcc time. Never run on hardware: compiled and SASS-checked.
+// Included once, by grouped_gemm_sm100_mx.cu. SM100 MXFP8 activations x MXFP8 or MXFP4 weights: tcgen05 kind::mxf8f6f4,
+// UE8M0 scales per 32 of K (the template: grouped_gemm_sm100_mx.cuh). 1-SM 128x128x128 for both weight formats; 2-SM
+// 256x256x128 (a 2x1 cluster, half the B tile per SM) for MXFP8 x MXFP8 only: one more configuration is one more
+// CUTLASS kernel in this unit's nvcc time. Never run on hardware: compiled and SASS-checked.
 #include "grouped_gemm_sm100_mx.cuh"
 
 namespace moe_gemm {

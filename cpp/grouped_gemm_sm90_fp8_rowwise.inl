@@ -1,5 +1,6 @@
-// Explicit instantiations: SM90 FP8 rowwise-scaled grouped GEMM, e4m3 x e4m3 with f32 per-token x per-channel
-// scales in the epilogue, bf16 out. Three configurations: two FastAccum tiles and one promoted.
+// Explicit instantiations (included once, by grouped_gemm_sm90_fp8.cu): SM90 FP8 rowwise-scaled grouped GEMM, e4m3 x
+// e4m3 with f32 per-token x per-channel scales in the epilogue, bf16 out. Three configurations: two FastAccum tiles and
+// one promoted.
 #include "grouped_gemm_sm90_fp8_rowwise.cuh"
 
 namespace moe_gemm {
