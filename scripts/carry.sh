@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds every GPU executable here (no GPU needed) and copies it into carry/ (git-ignored) for the GPU host:
-# carry/gpu (the GPU tests), carry/moe-gemm, carry/moe_layer (example), carry/layer_bench, carry/grouped_gemm_bench.
+# carry/gpu (the GPU tests), carry/moe-gemm, carry/moe_layer (example); with CARRY_BENCHES=1 also the Criterion
+# benches (carry/layer_bench, carry/grouped_gemm_bench), built with the `bench` feature in target/bench so that
+# the feature does not rebuild the library of target/release back and forth.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins --examples
 cargo test --release --no-run
-cargo bench --no-run
 mkdir -p carry
 newest() { ls -t target/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
 cp target/release/moe-gemm carry/
 cp target/release/examples/moe_layer carry/
 cp "$(newest gpu)" carry/gpu
-cp "$(newest layer)" carry/layer_bench
-cp "$(newest grouped_gemm)" carry/grouped_gemm_bench
+if [ "${CARRY_BENCHES:-0}" = 1 ]; then
+  CARGO_TARGET_DIR=target/bench cargo bench --no-run --features bench
+  benched() { ls -t target/bench/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
+  cp "$(benched layer)" carry/layer_bench
+  cp "$(benched grouped_gemm)" carry/grouped_gemm_bench
+fi
 ls -la carry
