@@ -25,6 +25,7 @@
 #include "element.cuh"
 #include "gated.cuh"
 #include "moe_ops.h"
+#include "pdl.cuh"
 
 namespace moe_gemm {
 namespace fused_decode {
@@ -61,11 +62,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-// Programmatic dependent launch (SM90+): GEMM1 lets GEMM2's CTAs be scheduled into its last wave; GEMM2 starts
-// its weights towards L2 (they depend only on the layout, complete before GEMM1 ran) and waits for GEMM1's h
-// before its first copy of a position row. Without the launch attribute both are no-ops.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Programmatic dependent launch (pdl.cuh) along layout -> GEMM1 -> GEMM2 -> sum_slots: GEMM1, launched while the
+// layout kernel runs, waits for it before its first read of the layout, then lets GEMM2's CTAs be scheduled into
+// its last wave; GEMM2 starts its weights towards L2 (they depend only on the layout, complete before any GEMM1
+// CTA got past its wait) and waits for GEMM1's h before its first copy of a position row, then lets sum_slots in.
+using pdl::launch_dependents;
+using pdl::wait_for_prerequisites;
 __device__ __forceinline__ void prefetch_l2(const void* src, int bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
@@ -285,6 +287,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
   constexpr int MT = Tk::MT, NT = Tk::NT;
   constexpr int kStages = Ring<MT, NT>::kStages;
   extern __shared__ uint4 smem[];
+  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
   const int64_t total = batch_total(a);
   const int64_t mb = blockIdx.y, p0 = mb * BM;
   if (p0 >= total) return;
@@ -317,6 +320,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
         for (int h = 0; h < 2; ++h) prefetch_l2(task.wr[i][h] + c0 * kChunk, min(bytes, row_left));
     }
     wait_for_prerequisites();
+    launch_dependents();  // sum_slots (a CTA per token, no shared memory) waits for all of this grid anyway
   }
   if (n0 < N && c0 < c1) {
 #pragma unroll
@@ -398,8 +402,9 @@ Status launch(const FusedGemmArgs& a, int64_t m_blocks) {
   cudaLaunchAttribute pdl[1];
   pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  // GEMM1 always: the single-CTA layout kernel lets it in at its start (the chunked one, past 4096 rows, at its end).
   const int64_t waves2 = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * 2;
-  const bool early = a.mode == FusedMode::Scatter && int64_t(grid.x) * grid.y <= waves2;
+  const bool early = a.mode != FusedMode::Scatter || int64_t(grid.x) * grid.y <= waves2;
   if (early) {
     cfg.attrs = pdl;
     cfg.numAttrs = 1;

@@ -13,6 +13,7 @@
 
 #include "element.cuh"
 #include "moe_ops.h"
+#include "pdl.cuh"
 
 namespace moe_gemm {
 namespace layouts {
@@ -145,6 +146,8 @@ __device__ __forceinline__ void place(const LayoutArgs& a, int r, int le, int64_
 
 // Small batches (rows <= kLayoutSingleCtaRows): everything in one CTA and one launch.
 __global__ void __launch_bounds__(kThreads) build_layout_kernel(const LayoutArgs a) {
+  // The Fused decode GEMM1 may take the rest of the GPU now: it waits for this grid before it reads the layout.
+  pdl::launch_dependents();
   extern __shared__ int32_t sm[];
   const int E = a.local_experts;
   int32_t* count = sm;              // [E]
@@ -311,6 +314,7 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
 template <class T>
 __global__ void sum_slots_kernel(int top_k, int hidden, const T* __restrict__ pairs,
                                  const int32_t* __restrict__ positions, T* __restrict__ y) {
+  pdl::wait_for_prerequisites();  // launched while GEMM2 runs (sum_slots below): its pairs, before any read
   const int t = blockIdx.x;
   for (int h0 = threadIdx.x * 8; h0 < hidden; h0 += blockDim.x * 8) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -401,16 +405,25 @@ Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uin
                  uint64_t y, uint64_t stream) {
   if (tokens == 0) return {StatusCode::Ok, 0};
   const int threads = hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256;
-  auto s = reinterpret_cast<cudaStream_t>(stream);
   auto pos = reinterpret_cast<const int32_t*>(positions);
-  if (dtype == DType::BF16) {
-    layouts::sum_slots_kernel<__nv_bfloat16><<<tokens, threads, 0, s>>>(
-        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(pairs), pos, reinterpret_cast<__nv_bfloat16*>(y));
-  } else {
-    layouts::sum_slots_kernel<__half><<<tokens, threads, 0, s>>>(
-        top_k, hidden, reinterpret_cast<const __half*>(pairs), pos, reinterpret_cast<__half*>(y));
-  }
-  return layouts::last_error();
+  // Programmatic dependent launch: scheduled once GEMM2 lets it (the SwapAb GEMM2 on grids of at most two waves,
+  // fused_decode.cu), else when GEMM2 ends; the kernel waits for GEMM2 before it reads.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(tokens);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl;
+  cfg.numAttrs = 1;
+  const cudaError_t e =
+      dtype == DType::BF16
+          ? cudaLaunchKernelEx(&cfg, layouts::sum_slots_kernel<__nv_bfloat16>, top_k, hidden,
+                               reinterpret_cast<const __nv_bfloat16*>(pairs), pos, reinterpret_cast<__nv_bfloat16*>(y))
+          : cudaLaunchKernelEx(&cfg, layouts::sum_slots_kernel<__half>, top_k, hidden,
+                               reinterpret_cast<const __half*>(pairs), pos, reinterpret_cast<__half*>(y));
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
 }  // namespace moe_gemm
