@@ -106,6 +106,21 @@ impl DeviceInfo {
         })
     }
 
+    /// A device described, not queried: what plans read of one (name, compute capability, SM count), for
+    /// planning on a machine without it (`moe-gemm plan --compute-capability`, the CPU tests' B200). Ordinal 0;
+    /// the L2 and shared-memory sizes, which no plan reads, are 0.
+    pub fn described(name: impl Into<String>, (major, minor): (i32, i32), sm_count: i32) -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: name.into(),
+            compute_capability: (major, minor),
+            sm_count,
+            l2_bytes: 0,
+            max_smem_per_block_optin: 0,
+            arch: Arch::from_compute_capability(major, minor),
+        }
+    }
+
     /// `Ok` when `family` was built for this device's architecture (it has SASS for it); otherwise the error
     /// that names both: what the family was built for and what the device is.
     pub fn require(&self, op: &'static str, family: KernelFamily) -> Result<()> {

@@ -5,15 +5,7 @@
 use moe_gemm::*;
 
 fn h200() -> DeviceInfo {
-    DeviceInfo {
-        ordinal: 0,
-        name: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        sm_count: 132,
-        l2_bytes: 60 << 20,
-        max_smem_per_block_optin: 227 << 10,
-        arch: Arch::from_compute_capability(9, 0),
-    }
+    DeviceInfo::described("NVIDIA H200", (9, 0), 132)
 }
 
 fn invalid(r: Result<GroupedGemmFp8Shape>) -> String {

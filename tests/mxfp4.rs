@@ -239,15 +239,7 @@ fn gpt_oss_k_2880_is_padded_to_2944_for_sm100_exactly() {
     assert_eq!(dn.dequantize(), mx.down().dequantize());
     assert_eq!(sm100.dequantize::<bf16>().unwrap(), mx.dequantize::<bf16>().unwrap());
     assert_eq!((sm100.gate_up_bias(), sm100.down_bias()), (mx.gate_up_bias(), mx.down_bias()));
-    let b200 = DeviceInfo {
-        ordinal: 0,
-        name: "NVIDIA B200".into(),
-        compute_capability: (10, 0),
-        sm_count: 148,
-        l2_bytes: 60 << 20,
-        max_smem_per_block_optin: 227 << 10,
-        arch: Arch::from_compute_capability(10, 0),
-    };
+    let b200 = DeviceInfo::described("NVIDIA B200", (10, 0), 148);
     use moe_gemm::kernels::grouped_mx::{GroupedGemmMx, MxFormat};
     let plan = |k: usize| GroupedGemmMx::for_device(b200.clone(), MxFormat::Mxfp8, MxFormat::Mxfp4, 128, 5760, k, 64);
     assert!(plan(gu.k_padded()).unwrap().workspace_bytes() > 0);

@@ -6,24 +6,12 @@
 
 use moe_gemm::*;
 
-fn device(name: &str, major: i32, minor: i32, sm_count: i32) -> DeviceInfo {
-    DeviceInfo {
-        ordinal: 0,
-        name: name.into(),
-        compute_capability: (major, minor),
-        sm_count,
-        l2_bytes: 60 << 20,
-        max_smem_per_block_optin: 227 << 10,
-        arch: Arch::from_compute_capability(major, minor),
-    }
-}
-
 fn b200() -> DeviceInfo {
-    device("NVIDIA B200", 10, 0, 148)
+    DeviceInfo::described("NVIDIA B200", (10, 0), 148)
 }
 
 fn h200() -> DeviceInfo {
-    device("NVIDIA H200", 9, 0, 132)
+    DeviceInfo::described("NVIDIA H200", (9, 0), 132)
 }
 
 fn shape(e: usize, k: usize, h: usize, i: usize) -> LayerShape {
@@ -132,7 +120,7 @@ fn on_an_h200_the_fp8_layer_keeps_the_sm90_plan_and_its_sizing() {
 fn devices_without_the_kernels_are_refused_naming_the_backend() {
     let s = shape(64, 8, 1024, 512);
     // An A100 has no SASS of any family: refused at sizing, not at the first launch.
-    match fp8_on(&device("NVIDIA A100", 8, 0, 108), s, 64, Backend::Grouped, None) {
+    match fp8_on(&DeviceInfo::described("NVIDIA A100", (8, 0), 108), s, 64, Backend::Grouped, None) {
         Err(e @ Error::UnsupportedArch { major: 8, .. }) => assert!(e.to_string().contains("grouped backend"), "{e}"),
         other => panic!("A100: {other:?}"),
     }

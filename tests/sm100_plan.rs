@@ -6,24 +6,12 @@
 use half::{bf16, f16};
 use moe_gemm::*;
 
-fn device(name: &str, major: i32, minor: i32, sm_count: i32) -> DeviceInfo {
-    DeviceInfo {
-        ordinal: 0,
-        name: name.into(),
-        compute_capability: (major, minor),
-        sm_count,
-        l2_bytes: 60 << 20,
-        max_smem_per_block_optin: 227 << 10,
-        arch: Arch::from_compute_capability(major, minor),
-    }
-}
-
 fn b200() -> DeviceInfo {
-    device("NVIDIA B200", 10, 0, 148)
+    DeviceInfo::described("NVIDIA B200", (10, 0), 148)
 }
 
 fn h200() -> DeviceInfo {
-    device("NVIDIA H200", 9, 0, 132)
+    DeviceInfo::described("NVIDIA H200", (9, 0), 132)
 }
 
 #[test]
@@ -77,7 +65,9 @@ fn f16_is_not_built_for_sm100() {
 #[test]
 fn the_sm100_gemm_refuses_other_devices_naming_both() {
     let shape = GroupedGemmShape::new(8, 256, 256, 64).unwrap();
-    for dev in [h200(), device("NVIDIA A100", 8, 0, 108), device("NVIDIA B300", 10, 3, 148)] {
+    for dev in
+        [h200(), DeviceInfo::described("NVIDIA A100", (8, 0), 108), DeviceInfo::described("NVIDIA B300", (10, 3), 148)]
+    {
         let (name, (major, minor)) = (dev.name.clone(), dev.compute_capability);
         let err = GroupedGemmSm100::<bf16>::for_device(dev, shape, Default::default()).unwrap_err();
         let msg = err.to_string();
@@ -114,7 +104,7 @@ fn the_plain_families_run_on_either_arch() {
     ] {
         assert!(h200().require("op", f).is_ok(), "{f} on SM90");
         assert!(b200().require("op", f).is_ok(), "{f} on SM100");
-        let err = device("NVIDIA A100", 8, 0, 108).require("router", f).unwrap_err().to_string();
+        let err = DeviceInfo::described("NVIDIA A100", (8, 0), 108).require("router", f).unwrap_err().to_string();
         assert!(err.contains("sm_90a or sm_100a") && err.contains("8.0"), "{err}");
     }
     // The library says the same per family.
@@ -213,7 +203,9 @@ fn the_sm100_fp8_blockwise_plan_takes_the_sm90_operands_on_a_b200_only() {
         Err(Error::UnsupportedArch { required: "sm_90a", .. })
     ));
 
-    for dev in [h200(), device("NVIDIA A100", 8, 0, 108), device("NVIDIA B300", 10, 3, 148)] {
+    for dev in
+        [h200(), DeviceInfo::described("NVIDIA A100", (8, 0), 108), DeviceInfo::described("NVIDIA B300", (10, 3), 148)]
+    {
         let (name, (major, minor)) = (dev.name.clone(), dev.compute_capability);
         let err = GroupedGemmFp8Sm100::for_device(dev, shape).unwrap_err();
         let msg = err.to_string();

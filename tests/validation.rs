@@ -6,15 +6,7 @@ use moe_gemm::status::{bits as error_bits, describe as describe_error_word};
 use moe_gemm::*;
 
 fn h200() -> DeviceInfo {
-    DeviceInfo {
-        ordinal: 0,
-        name: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        sm_count: 132,
-        l2_bytes: 60 << 20,
-        max_smem_per_block_optin: 227 << 10,
-        arch: Arch::from_compute_capability(9, 0),
-    }
+    DeviceInfo::described("NVIDIA H200", (9, 0), 132)
 }
 
 fn invalid(r: Result<GroupedGemmShape>) -> String {

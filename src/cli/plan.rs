@@ -6,7 +6,7 @@ use clap::Args;
 use moe_gemm::layer::sizing::mib;
 use moe_gemm::parallel::{EpSizing, Placement};
 use moe_gemm::{
-    Arch, Backend, Backends, DType, DeviceInfo, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat,
+    Backend, Backends, DType, DeviceInfo, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat,
 };
 
 use super::bench::{Model, MODELS};
@@ -59,18 +59,9 @@ fn parse_capability(s: &str) -> std::result::Result<(i32, i32), String> {
 
 /// The device `--compute-capability` describes (nothing is queried: no GPU is needed).
 fn described_device(args: &PlanArgs, (major, minor): (i32, i32)) -> DeviceInfo {
-    DeviceInfo {
-        ordinal: 0,
-        name: args
-            .gpu_name
-            .clone()
-            .unwrap_or_else(|| format!("a described device of compute capability {major}.{minor}")),
-        compute_capability: (major, minor),
-        sm_count: args.sm_count as i32,
-        l2_bytes: 0,
-        max_smem_per_block_optin: 0,
-        arch: Arch::from_compute_capability(major, minor),
-    }
+    let name =
+        args.gpu_name.clone().unwrap_or_else(|| format!("a described device of compute capability {major}.{minor}"));
+    DeviceInfo::described(name, (major, minor), args.sm_count as i32)
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {

@@ -530,19 +530,10 @@ pub(crate) fn workspace_bytes(config: MxConfig, groups: usize, sm_count: usize) 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::device::Arch;
 
     /// A described device of compute capability `cc` (no GPU needed).
     pub(in crate::kernels) fn device(cc: (i32, i32), name: &str) -> DeviceInfo {
-        DeviceInfo {
-            ordinal: 0,
-            name: name.into(),
-            compute_capability: cc,
-            sm_count: 148,
-            l2_bytes: 126 << 20,
-            max_smem_per_block_optin: 227 << 10,
-            arch: Arch::from_compute_capability(cc.0, cc.1),
-        }
+        DeviceInfo::described(name, cc, 148)
     }
 
     #[test]

@@ -242,15 +242,7 @@ mod tests {
     }
 
     fn device(name: &str, major: i32, sm_count: i32) -> crate::device::DeviceInfo {
-        crate::device::DeviceInfo {
-            ordinal: 0,
-            name: name.into(),
-            compute_capability: (major, 0),
-            sm_count,
-            l2_bytes: 60 << 20,
-            max_smem_per_block_optin: 227 << 10,
-            arch: crate::device::Arch::from_compute_capability(major, 0),
-        }
+        crate::device::DeviceInfo::described(name, (major, 0), sm_count)
     }
 
     /// gpt-oss-120b's experts plan the arch's MX GEMM over padded extents (GEMM1 `[5760, 2944]`, GEMM2 `[2944,

@@ -301,15 +301,7 @@ mod tests {
     use crate::layer::{Backend, Backends, LayerShape, WeightFormat};
 
     fn device(name: &str, major: i32, sm_count: i32) -> DeviceInfo {
-        DeviceInfo {
-            ordinal: 0,
-            name: name.into(),
-            compute_capability: (major, 0),
-            sm_count,
-            l2_bytes: 60 << 20,
-            max_smem_per_block_optin: 227 << 10,
-            arch: Arch::from_compute_capability(major, 0),
-        }
+        DeviceInfo::described(name, (major, 0), sm_count)
     }
 
     /// What the checks read of a plan of either kind.

@@ -143,15 +143,7 @@ fn mx_gemm_launch_refuses_mismatched_operands_on_the_host() {
     use moe_gemm::quant::mx::Nvfp4;
     use moe_gemm::quant::{Mxfp4Rows, Nvfp4Rows, Nvfp4Weights};
     let (_ctx, stream) = gpu();
-    let b200 = DeviceInfo {
-        ordinal: 0,
-        name: "NVIDIA B200 (described)".into(),
-        compute_capability: (10, 0),
-        sm_count: 148,
-        l2_bytes: 126 << 20,
-        max_smem_per_block_optin: 227 << 10,
-        arch: Arch::from_compute_capability(10, 0),
-    };
+    let b200 = DeviceInfo::described("NVIDIA B200 (described)", (10, 0), 148);
     let (g, n, k, max_rows) = (2usize, 128usize, 256usize, 64usize);
     let plan = GroupedGemmMx::for_device(b200, MxFormat::Nvfp4, MxFormat::Nvfp4, g, n, k, max_rows).unwrap();
     let mut ws = plan.alloc_workspace(&stream).unwrap();
