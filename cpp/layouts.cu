@@ -280,8 +280,13 @@ __global__ void gather_kernel(int rows, int top_k, int vecs, const uint4* __rest
 using element::cast;
 using element::f32;
 
+// Slots of a token whose loads are issued together in the combines: the k rows of a token are independent, so
+// their position, weight and data loads are batched rather than chained slot after slot (at gpt-oss T = 1,
+// k = 4, the Fused sum took 5.8 us under ncu for 2880 columns, nearly all of it 8 dependent loads in a row).
+constexpr int kSlotBatch = 8;
+
 // One block per token; each thread owns 8 consecutive hidden elements per step. Sums the k contributions in
-// f32 and rounds once (the more accurate of transformers' two orders).
+// f32 and rounds once (the more accurate of transformers' two orders), in slot order.
 template <class T>
 __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, int64_t ld_d, int64_t d_rows,
                                const int32_t* __restrict__ positions, const float* __restrict__ weights,
@@ -290,17 +295,32 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
   const int t = blockIdx.x;
   for (int h0 = threadIdx.x * 8; h0 < hidden; h0 += blockDim.x * 8) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < top_k; ++j) {
-      const int64_t r = static_cast<int64_t>(t) * top_k + j;
-      const int p = positions[r];
-      if (p < 0 || p >= d_rows) continue;  // dropped rows contribute nothing (remote experts)
-      const float w = weights[r];
-      uint4 raw = *reinterpret_cast<const uint4*>(d + static_cast<int64_t>(p) * ld_d + h0);
-      const T* v = reinterpret_cast<const T*>(&raw);
-      const int e = bias ? row_experts[p] : -1;
-      const float* b = (e >= 0 && e < experts) ? bias + static_cast<int64_t>(e) * hidden + h0 : nullptr;
+    for (int j0 = 0; j0 < top_k; j0 += kSlotBatch) {
+      int p[kSlotBatch];
+      float w[kSlotBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += w * (f32(v[i]) + (b ? b[i] : 0.f));
+      for (int u = 0; u < kSlotBatch; ++u) {
+        const int64_t r = static_cast<int64_t>(t) * top_k + j0 + u;
+        const bool in = j0 + u < top_k;
+        p[u] = in ? positions[r] : -1;
+        w[u] = in ? weights[r] : 0.f;
+        if (p[u] >= d_rows) p[u] = -1;  // dropped rows contribute nothing (remote experts)
+      }
+      uint4 raw[kSlotBatch];
+      int e[kSlotBatch];
+#pragma unroll
+      for (int u = 0; u < kSlotBatch; ++u) {
+        if (p[u] >= 0) raw[u] = *reinterpret_cast<const uint4*>(d + static_cast<int64_t>(p[u]) * ld_d + h0);
+        e[u] = p[u] >= 0 && bias ? row_experts[p[u]] : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kSlotBatch; ++u) {
+        if (p[u] < 0) continue;
+        const T* v = reinterpret_cast<const T*>(&raw[u]);
+        const float* b = (e[u] >= 0 && e[u] < experts) ? bias + static_cast<int64_t>(e[u]) * hidden + h0 : nullptr;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] += w[u] * (f32(v[i]) + (b ? b[i] : 0.f));
+      }
     }
     uint4 out;
     T* o = reinterpret_cast<T*>(&out);
@@ -318,13 +338,22 @@ __global__ void sum_slots_kernel(int top_k, int hidden, const T* __restrict__ pa
   const int t = blockIdx.x;
   for (int h0 = threadIdx.x * 8; h0 < hidden; h0 += blockDim.x * 8) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < top_k; ++j) {
-      const int64_t r = static_cast<int64_t>(t) * top_k + j;
-      if (positions[r] < 0) continue;  // dropped rows (remote experts) were never written
-      uint4 raw = *reinterpret_cast<const uint4*>(pairs + r * hidden + h0);
-      const T* v = reinterpret_cast<const T*>(&raw);
+    for (int j0 = 0; j0 < top_k; j0 += kSlotBatch) {
+      bool live[kSlotBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += f32(v[i]);
+      for (int u = 0; u < kSlotBatch; ++u)  // dropped rows (remote experts) were never written
+        live[u] = j0 + u < top_k && positions[static_cast<int64_t>(t) * top_k + j0 + u] >= 0;
+      uint4 raw[kSlotBatch];
+#pragma unroll
+      for (int u = 0; u < kSlotBatch; ++u)
+        if (live[u]) raw[u] = *reinterpret_cast<const uint4*>(pairs + (static_cast<int64_t>(t) * top_k + j0 + u) * hidden + h0);
+#pragma unroll
+      for (int u = 0; u < kSlotBatch; ++u) {
+        if (!live[u]) continue;
+        const T* v = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] += f32(v[i]);
+      }
     }
     uint4 out;
     T* o = reinterpret_cast<T*>(&out);
