@@ -9,7 +9,7 @@ for line in open(sys.argv[1] if len(sys.argv) > 1 else "../../../../shared/PERF_
     if m:
         targets[(m.group(1), int(m.group(2)), m.group(3))] = (float(m.group(5)), float(m.group(6)))
 misses = 0
-for r in csv.DictReader(open("auto-suite.csv")):
+for r in csv.DictReader(open(sys.argv[2] if len(sys.argv) > 2 else "auto-suite.csv")):
     key = (r["model"], int(r["tokens"]), r["routing"])
     if key not in targets:
         continue
