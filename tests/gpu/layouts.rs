@@ -202,3 +202,35 @@ fn out_of_range_ids_are_dropped_and_reported() {
     let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 4 }, 3, 2, 8, 8).unwrap();
     check("bad ids", dims, 3, &ids, None);
 }
+
+/// Batches of at most 32 rows take the one-warp build (`build_layout_warp_kernel`), larger ones the 512-thread
+/// one: both against the reference for every spec, with experts repeated (drawn from 6) or spread, a bad id, an
+/// expert map, masked overflow and up to the 1024 experts a layout takes.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn tiny_batches_match_the_reference() {
+    let mut rng = Rng(77);
+    for (e, k) in [(8usize, 2usize), (128, 4), (128, 8), (1024, 8)] {
+        for t in [1usize, 2, 3, 32 / k, 32 / k + 1] {
+            for draw in [e.min(6), e] {
+                let mut ids: Vec<i32> = (0..t * k).map(|_| rng.below(draw) as i32).collect();
+                if t * k > 2 {
+                    ids[1] = e as i32; // out of range: dropped and reported
+                }
+                let name = format!("E = {e}, {} rows from {draw} experts", t * k);
+                // The odd experts local (as 0..E/2), the even ones remote.
+                let map: Vec<i32> = (0..e).map(|x| if x % 2 == 1 { (x / 2) as i32 } else { -1 }).collect();
+                for spec in [
+                    LayoutSpec::Grouped,
+                    LayoutSpec::Aligned { block_m: 16 },
+                    LayoutSpec::Aligned { block_m: 128 },
+                    LayoutSpec::Masked { max_m: 2 },
+                ] {
+                    check(&name, LayoutDims::new(spec, t, k, e, e).unwrap(), t, &ids, None);
+                    let dims = LayoutDims::new(spec, t, k, e, e / 2).unwrap();
+                    check(&format!("{name}, expert map"), dims, t, &ids, Some(&map));
+                }
+            }
+        }
+    }
+}
