@@ -55,7 +55,7 @@ const fn unit(path: &'static str, family: &'static str, targets: &'static [Targe
 /// accident. A CUTLASS family is one unit (its dtypes and schedules in `.inl` parts the unit includes), because
 /// nvcc's cost is mostly per unit: on the 2-core build machine (2026-12-02, user time) a unit that only includes
 /// the SM90 grouped GEMM's header takes 14 s (CUTLASS parsed by cudafe++, cicc and the host compiler), its first
-/// kernel 33 s more, each further kernel 4-7 s; bf16 alone took 79 s, f16 with three tiles 66 s, both in one unit
+/// kernel 33 s more, each further kernel 3.5-8 s; bf16 alone took 79 s, f16 with three tiles 66 s, both in one unit
 /// 89 s. The order is the build order: the heaviest units first, so that the small ones fill the other core while
 /// they compile. The SM100 GEMMs are two units, not one, for memory: as one unit nvcc peaked at 9.3 GB (of the
 /// machine's 24, with another unit compiling beside it), the larger half peaks at 7.3 GB.
