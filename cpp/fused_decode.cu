@@ -5,15 +5,16 @@
 // 2 real rows spends its shared-memory and tensor bandwidth on padding and leaves fewer tiles to stream the
 // weights. Here A and B swap roles (vLLM's
 // "swap AB"): the expert's weight rows sit on the M side of `mma.sync.m16n8k16` and the BM (16 or 32) positions of
-// one layout block on its N side. Each warp streams 32 weight rows with 16-byte `cp.async` into its own
+// one layout block on its N side. SwapAb16: each warp streams 32 weight rows with 16-byte `cp.async` into its own
 // ring of kStages stages in shared memory (L2 only for the weights, through L1 for the positions' rows, which
 // the block's warps share), so that kStages - 1 steps of every warp are in flight. A lane copies exactly the
-// pieces it later reads itself: no barrier, and a lane-major ring without bank conflicts. The dot products are
+// pieces it later reads itself: no barrier, and a lane-major ring without bank conflicts. SwapAb32: the four
+// warps share one copy of the block's positions per stage instead (shared_gemm_kernel). The dot products are
 // order-free in K, so each lane takes 16 elements of its rows and of its positions and both MMA fragments use
 // the same (permuted) k: no shuffles.
 //
 // Grid: x = groups of (4 / S) warp tasks of 32 weight rows, each task's K split over S warps where the batch has
-// too few tasks to fill the SMs; y = the layout's blocks of BM positions (blocks past the batch's *total return
+// too few tasks to fill the SMs (SwapAb16; SwapAb32 has S = 1); y = the layout's blocks of BM positions (blocks past the batch's *total return
 // at once, so a captured graph replays for any routing). Outputs and their roundings are those of the
 // warpgroup-MMA tiles.
 #include <cuda_bf16.h>
@@ -31,10 +32,10 @@ namespace moe_gemm {
 namespace fused_decode {
 
 constexpr int kWarps = 4;
-// K steps in each warp's ring (kStages - 1 in flight while one multiplies): 24 KB per warp, so that two CTAs fit
-// an SM's shared memory (4 for 16 positions, 3 for 32).
+// K steps in each warp's private ring (kStages - 1 in flight while one multiplies): 24 KB per warp, so that two
+// CTAs fit an SM's shared memory. (The 32-position tile shares its positions and holds 5: SharedRing below.)
 template <int BM>
-constexpr int kStages = BM == 16 ? 4 : 3;
+constexpr int kStages = 4;
 // m16 tiles of weight rows per warp: 2 (32 rows; 16 rows per warp left too few bytes in flight).
 template <int BM>
 constexpr int kMt = 2;
@@ -72,6 +73,29 @@ __device__ __forceinline__ void prefetch_l2(const void* src, int bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
+// mbarriers of the shared ring (SharedRing): `full` counts the threads' cp.async completions of a step, `empty`
+// the threads that have read a stage into registers.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives on `bar` once every cp.async this thread has issued so far has landed (counts as this thread's arrival).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT;\n}" ::"r"(
+          smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 template <class T>
 __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1);
@@ -107,10 +131,10 @@ struct Ring {
   static constexpr int kWarpBytes = kStages * kSlots * 32 * 16;
 };
 
-template <class T, int MT, int NT>
-__device__ __forceinline__ void issue_step(uint4* ring, int stage, const T* const (&wr)[MT][2],
-                                           const T* const (&xr)[NT], const T* any, int k0, int t, int lane, int K) {
-  uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
+// This lane's weight pieces of one K step into its slots of a stage (`st` already offset by the lane).
+template <class T, int MT>
+__device__ __forceinline__ void issue_weights(uint4* st, const T* const (&wr)[MT][2], const T* any, int k0, int t,
+                                              int K) {
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
     const int o = k0 + 32 * u + 8 * t;
@@ -119,40 +143,80 @@ __device__ __forceinline__ void issue_step(uint4* ring, int stage, const T* cons
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) cp_async_cg(st + ((i * 2 + h) * 2 + u) * 32, ok ? wr[i][h] + o : any, ok ? 16 : 0);
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const bool x_ok = ok && xr[j] != nullptr;
-      cp_async_ca(st + (4 * MT + j * 2 + u) * 32, x_ok ? xr[j] + o : any, x_ok ? 16 : 0);
-    }
   }
 }
 
-// The four m16n8k16 steps of one K step. Lane (g, t) holds, per row, words 0-3 (piece 0) and 4-7 (piece 1) of its
-// 16 elements; MMA step q takes words 2q and 2q + 1 as the fragment's k = {2t, 2t+1} and {2t+8, 2t+9}, for A
-// (weight rows g, g + 8) and B (position g) alike, so every product pairs equal physical k.
+// One position piece: 8 elements of row `xr` at K offset o, zeros for a padding row or past K.
+template <class T>
+__device__ __forceinline__ void issue_position(uint4* dst, const T* xr, const T* any, int o, int K) {
+  const bool ok = o < K && xr != nullptr;
+  cp_async_ca(dst, ok ? xr + o : any, ok ? 16 : 0);
+}
+
+template <class T, int MT, int NT>
+__device__ __forceinline__ void issue_step(uint4* ring, int stage, const T* const (&wr)[MT][2],
+                                           const T* const (&xr)[NT], const T* any, int k0, int t, int lane, int K) {
+  uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
+  issue_weights<T, MT>(st, wr, any, k0, t, K);
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) issue_position<T>(st + (4 * MT + j * 2 + u) * 32, xr[j], any, k0 + 32 * u + 8 * t, K);
+}
+
+// A lane's operands of one K step, read from a stage's weight slots `wst` and position slots `xst` (both offset
+// by the lane).
+template <int MT, int NT>
+struct Operands {
+  uint4 w[MT][2][2], x[NT][2];
+
+  __device__ __forceinline__ void load(const uint4* wst, const uint4* xst) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) w[i][h][u] = wst[((i * 2 + h) * 2 + u) * 32];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) x[j][u] = xst[(j * 2 + u) * 32];
+    }
+  }
+
+  // The four m16n8k16 steps. Lane (g, t) holds, per row, words 0-3 (piece 0) and 4-7 (piece 1) of its 16
+  // elements; MMA step q takes words 2q and 2q + 1 as the fragment's k = {2t, 2t+1} and {2t+8, 2t+9}, for A
+  // (weight rows g, g + 8) and B (position g) alike, so every product pairs equal physical k.
+  template <class T>
+  __device__ __forceinline__ void multiply(float (&acc)[MT][NT][4]) const {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int u = q / 2, w0 = (q % 2) * 2;
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          mma<T>(acc[i][j], word(w[i][0][u], w0), word(w[i][1][u], w0), word(w[i][0][u], w0 + 1),
+                 word(w[i][1][u], w0 + 1), word(x[j][u], w0), word(x[j][u], w0 + 1));
+    }
+  }
+};
+
 template <class T, int MT, int NT>
 __device__ __forceinline__ void mma_step(float (&acc)[MT][NT][4], const uint4* ring, int stage, int lane) {
   const uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
-  uint4 w[MT][2][2], x[NT][2];
-#pragma unroll
-  for (int u = 0; u < 2; ++u) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) w[i][h][u] = st[((i * 2 + h) * 2 + u) * 32];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) x[j][u] = st[(4 * MT + j * 2 + u) * 32];
-  }
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int u = q / 2, w0 = (q % 2) * 2;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        mma<T>(acc[i][j], word(w[i][0][u], w0), word(w[i][1][u], w0), word(w[i][0][u], w0 + 1),
-               word(w[i][1][u], w0 + 1), word(x[j][u], w0), word(x[j][u], w0 + 1));
-  }
+  Operands<MT, NT> op;
+  op.load(st, st + 4 * MT * 32);
+  op.template multiply<T>(acc);
+}
+
+// The A row of layout position p: the token's row of x (gather) or the position's row of h (scatter); null on
+// padding and past the batch (its pieces are zeros).
+template <class T>
+__device__ __forceinline__ const T* position_row(const FusedGemmArgs& a, int64_t total, int64_t p) {
+  if (p >= total) return nullptr;
+  const T* A = reinterpret_cast<const T*>(a.a);
+  if (a.mode == FusedMode::Scatter) return A + p * a.k;
+  const int r = reinterpret_cast<const int32_t*>(a.sorted_ids)[p];
+  return r >= 0 && r < a.rows ? A + static_cast<int64_t>(r / a.top_k) * a.k : nullptr;
 }
 
 // A warp's task: weight rows [n0, n0 + 32) of the expert of layout block `mb` (positions [mb·BM, mb·BM + BM)).
@@ -181,21 +245,8 @@ struct Task {
 #pragma unroll
         for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
     }
-    const T* A = reinterpret_cast<const T*>(a.a);
-    const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int64_t p = mb * BM + 8 * j + g;
-      xr[j] = nullptr;
-      if (p < total) {
-        if (a.mode != FusedMode::Scatter) {
-          const int r = sorted[p];
-          if (r >= 0 && r < a.rows) xr[j] = A + static_cast<int64_t>(r / a.top_k) * K;
-        } else {
-          xr[j] = A + p * K;
-        }
-      }
-    }
+    for (int j = 0; j < NT; ++j) xr[j] = position_row<T>(a, total, mb * BM + 8 * j + g);
   }
 };
 
@@ -367,6 +418,109 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
   if (n0 < N) store<T, MT, NT>(a, acc, total, e, p0, n0, g, t);
 }
 
+// The 32-position tile (SwapAb32): the CTA's four warps stream four different 32-row weight tasks of one layout
+// block, in step, and share one copy of the block's position rows per stage. With a private copy per warp (as
+// gemm_kernel does) the positions filled half of each ring and left room for 3 stages; shared, a stage is 4 x 4 KB
+// of weights and 4 KB of positions, and 5 stages fit two CTAs per SM. Each thread copies its weight pieces and
+// NT / 2 of the block's position pieces; per stage, `full` completes when all 128 threads' copies have landed and
+// `empty` when all have read the stage, before anyone refills it. No __syncthreads in the loop (session 6's
+// CTA-shared variant lost to its barrier stalls), and K is not split: the warps move through K together.
+template <int MT, int NT>
+struct SharedRing {
+  static constexpr int kStages = 5;
+  static constexpr int kWeightSlots = 4 * MT;                           // per warp, x 32 lanes
+  static constexpr int kStageSlots = kWarps * kWeightSlots + 2 * NT;    // x 32 lanes of 16 bytes
+  static constexpr int kBarriersAt = kStages * kStageSlots * 32 * 16;  // bytes: the 2 x kStages mbarriers after
+  static constexpr int kBytes = kBarriersAt + 2 * kStages * 8;
+  static_assert(NT % 2 == 0, "each of 128 threads copies NT / 2 of the 64 NT position pieces");
+};
+
+// Thread (warp w, lane (g, t)) copies position pieces of slot w + 4i: row 8(w / 2 + 2i) + g (`mine[i]`) at K
+// offset k0 + 32(w % 2) + 8t, the slot (j = w / 2 + 2i, u = w % 2) that mma reads as (j * 2 + u).
+template <class T, int MT, int NT>
+__device__ __forceinline__ void issue_shared_step(uint4* stage, const T* const (&wr)[MT][2],
+                                                  const T* const (&mine)[NT / 2], const T* any, int k0, int warp,
+                                                  int lane, int K) {
+  const int t = lane % 4;
+  issue_weights<T, MT>(stage + warp * SharedRing<MT, NT>::kWeightSlots * 32 + lane, wr, any, k0, t, K);
+  uint4* xst = stage + kWarps * SharedRing<MT, NT>::kWeightSlots * 32 + lane;
+#pragma unroll
+  for (int i = 0; i < NT / 2; ++i)
+    issue_position<T>(xst + (warp + 4 * i) * 32, mine[i], any, k0 + 32 * (warp % 2) + 8 * t, K);
+}
+
+template <class T, int BM>
+__global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const FusedGemmArgs a, bool early) {
+  using Tk = Task<T, BM>;
+  constexpr int MT = Tk::MT, NT = Tk::NT;
+  using R = SharedRing<MT, NT>;
+  constexpr int S = R::kStages;
+  extern __shared__ uint4 smem[];
+  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
+  const int64_t total = batch_total(a);
+  const int64_t mb = blockIdx.y, p0 = mb * BM;
+  if (p0 >= total) return;
+  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
+  if (e < 0 || e >= a.experts) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = (blockIdx.x * kWarps + warp) * kRowsPerWarp<BM>;
+  const int N = a.n, K = a.k;
+  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + R::kBarriersAt);
+  uint64_t* empty = full + S;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full + s, 32 * kWarps);
+      mbar_init(empty + s, 32 * kWarps);
+    }
+  // A warp past N still copies its share of the positions and arrives: Task::bind clamps its rows to N - 1,
+  // and its stores are skipped.
+  Tk task;
+  task.bind(a, total, e, mb, n0, g);
+  const T* mine[NT / 2];  // the position rows whose pieces this thread copies
+#pragma unroll
+  for (int i = 0; i < NT / 2; ++i) mine[i] = position_row<T>(a, total, p0 + 8 * (warp / 2 + 2 * i) + g);
+  const T* any = reinterpret_cast<const T*>(a.a);
+  const int chunks = (K + kChunk - 1) / kChunk;
+  __syncthreads();  // the barriers' init
+  if (a.mode != FusedMode::Scatter) {
+    launch_dependents();
+  } else if (early) {
+    // As gemm_kernel: the 8 row-owning lanes start their rows' first K steps towards L2 while GEMM1 drains.
+    if (n0 < N && t == 0) {
+      const int bytes = min(chunks, kPrefetchSteps) * kChunk * static_cast<int>(sizeof(T));
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) prefetch_l2(task.wr[i][h], min(bytes, K * static_cast<int>(sizeof(T))));
+    }
+    wait_for_prerequisites();
+    launch_dependents();
+  }
+  auto stage = [&](int s) { return smem + s * R::kStageSlots * 32; };
+  for (int c = 0; c < S - 1 && c < chunks; ++c) {
+    issue_shared_step<T, MT, NT>(stage(c), task.wr, mine, any, c * kChunk, warp, lane, K);
+    cp_async_arrive(full + c);
+  }
+  float acc[MT][NT][4] = {};
+  for (int c = 0; c < chunks; ++c) {
+    const int s = c % S;
+    mbar_wait(full + s, (c / S) & 1);  // every thread's copies of step c have landed
+    Operands<MT, NT> op;
+    op.load(stage(s) + warp * R::kWeightSlots * 32 + lane, stage(s) + kWarps * R::kWeightSlots * 32 + lane);
+    mbar_arrive(empty + s);
+    // Refill the stage of step c - 1 once every thread has read it.
+    const int next = c + S - 1;
+    if (next < chunks) {
+      const int ns = next % S;
+      if (c > 0) mbar_wait(empty + ns, ((c - 1) / S) & 1);
+      issue_shared_step<T, MT, NT>(stage(ns), task.wr, mine, any, next * kChunk, warp, lane, K);
+      cp_async_arrive(full + ns);
+    }
+    op.template multiply<T>(acc);
+  }
+  if (n0 < N) store<T, MT, NT>(a, acc, total, e, p0, n0, g, t);
+}
+
 // K splits per weight-row task. GEMM1 (gather, K = H): as many as keep 8 K steps per split, even where the tasks
 // already fill the SMs: finer tasks even out the last wave (H200, 2026-12-01: 2-4% faster at T = 2-8 on the Qwen3
 // models and at T = 2 on Mixtral and gpt-oss; 0-1.2% at T = 16-64). GEMM2 (scatter, K = I): only while the tasks
@@ -386,31 +540,40 @@ int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
   return s;
 }
 
-template <class T, int BM, int S>
-Status launch(const FusedGemmArgs& a, int64_t m_blocks) {
-  constexpr int rows_per_block = kRowsPerWarp<BM> * (kWarps / S);
+// The 32-position tile shares its block's positions across the CTA's warps (shared_gemm_kernel); the 16-position
+// tile keeps a private ring per warp and splits K.
+template <int BM>
+constexpr bool kShared = BM == 32;
+
+template <int BM>
+constexpr int shared_smem_bytes() {
+  return SharedRing<kMt<BM>, BM / 8>::kBytes;
+}
+
+template <class Kernel>
+Status launch(const FusedGemmArgs& a, Kernel kernel, int rows_per_block, int smem, int64_t m_blocks) {
   const dim3 grid((a.n + rows_per_block - 1) / rows_per_block, static_cast<unsigned>(m_blocks));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(32 * kWarps);
-  cfg.dynamicSmemBytes = smem_bytes<BM>();
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = reinterpret_cast<cudaStream_t>(a.stream);
   // GEMM2 may start while GEMM1 (which triggers at its start) drains, where its grid is at most two waves of
   // two CTAs per SM (H200, 2026-12-01, Fused layer: gpt-oss T = 1 -3.5%, Qwen3-30B T = 2 -2.4%, Qwen3-235B T = 1
   // -1.4%, Mixtral T = 1-4 -0.6 to -1.2%, no point slower than +0.2%; early launch and L2 prefetch on every
   // GEMM2 had cost 0.4-3% on its 3-4-wave grids, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
   // GEMM1 always: the single-CTA layout kernel lets it in at its start (the chunked one, past 4096 rows, at its end).
   const int64_t waves2 = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * 2;
   const bool early = a.mode != FusedMode::Scatter || int64_t(grid.x) * grid.y <= waves2;
-  if (early) {
-    cfg.attrs = pdl;
-    cfg.numAttrs = 1;
-  }
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, gemm_kernel<T, BM, S>, a, early);
+  cudaLaunchAttribute attrs[1];
+  if (early) pdl::allow_early_start(cfg, attrs);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a, early);
   return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
+}
+
+template <class T, int BM, int S>
+Status launch_private(const FusedGemmArgs& a, int64_t m_blocks) {
+  return launch(a, gemm_kernel<T, BM, S>, kRowsPerWarp<BM> * (kWarps / S), smem_bytes<BM>(), m_blocks);
 }
 
 template <class T, int BM>
@@ -421,24 +584,34 @@ Status run(const FusedGemmArgs& a) {
   const int64_t m_blocks = by_rows < by_cap ? by_rows : by_cap;
   if (m_blocks == 0 || a.n == 0) return {StatusCode::Ok, 0};
   if (m_blocks > 65535) return {StatusCode::CutlassCannotImplement, 0};
-  switch (splits_for<BM>(a, m_blocks)) {
-    case 1: return launch<T, BM, 1>(a, m_blocks);
-    case 2: return launch<T, BM, 2>(a, m_blocks);
-    default: return launch<T, BM, 4>(a, m_blocks);
+  if constexpr (kShared<BM>) {
+    return launch(a, shared_gemm_kernel<T, BM>, kRowsPerWarp<BM> * kWarps, shared_smem_bytes<BM>(), m_blocks);
+  } else {
+    switch (splits_for<BM>(a, m_blocks)) {
+      case 1: return launch_private<T, BM, 1>(a, m_blocks);
+      case 2: return launch_private<T, BM, 2>(a, m_blocks);
+      default: return launch_private<T, BM, 4>(a, m_blocks);
+    }
   }
 }
 
-template <class T, int BM, int S>
-cudaError_t opt_in() {
-  return cudaFuncSetAttribute(gemm_kernel<T, BM, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<BM>());
+template <class Kernel>
+Status opt_in(Kernel kernel, int smem) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
-// Every split variant of (T, BM) opted into its rings' shared memory (once per device, with it current).
+// Every kernel of (T, BM) opted into its ring's shared memory (once per device, with it current).
 template <class T, int BM>
 Status prepare() {
-  for (cudaError_t e : {opt_in<T, BM, 1>(), opt_in<T, BM, 2>(), opt_in<T, BM, 4>()})
-    if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  return {StatusCode::Ok, 0};
+  if constexpr (kShared<BM>) {
+    return opt_in(shared_gemm_kernel<T, BM>, shared_smem_bytes<BM>());
+  } else {
+    for (Status s : {opt_in(gemm_kernel<T, BM, 1>, smem_bytes<BM>()), opt_in(gemm_kernel<T, BM, 2>, smem_bytes<BM>()),
+                     opt_in(gemm_kernel<T, BM, 4>, smem_bytes<BM>())})
+      if (s.code != StatusCode::Ok) return s;
+    return {StatusCode::Ok, 0};
+  }
 }
 
 template <class T>

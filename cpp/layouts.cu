@@ -87,6 +87,26 @@ __device__ void fill_padding(const LayoutArgs& a, int64_t first, int64_t step) {
     for (int64_t p = first; p < a.capacity; p += step) reinterpret_cast<int32_t*>(a.m_indices)[p] = -1;
 }
 
+// The layout's total (one thread, once start[E] = total is set), then the per-expert outputs of count[0..E) and
+// start[0..E] (shared memory): offsets and the clamped counts (strided over `step` threads from `first`).
+__device__ void write_total(const LayoutArgs& a, int64_t total, uint32_t& err) {
+  if (total > a.capacity) err |= kErrCapacityOverflow;  // the host sizes capacity so this cannot happen
+  reinterpret_cast<int32_t*>(a.total)[0] = static_cast<int32_t>(total < a.capacity ? total : a.capacity);
+}
+__device__ void write_counts(const LayoutArgs& a, const int32_t* count, const int32_t* start, int first, int step,
+                             uint32_t& err) {
+  const int E = a.local_experts;
+  for (int e = first; e <= E; e += step) reinterpret_cast<int32_t*>(a.offsets)[e] = start[e];
+  for (int e = first; e < E; e += step) {
+    int c = count[e];
+    if (a.kind == LayoutKind::Masked && c > a.max_m) {
+      err |= kErrCapacityOverflow;
+      c = a.max_m;
+    }
+    reinterpret_cast<int32_t*>(a.counts)[e] = c;
+  }
+}
+
 // Offsets from counts (shared memory), and every per-expert output. `start` has E + 1 entries.
 __device__ void write_offsets(const LayoutArgs& a, const int32_t* count, int32_t* start, int32_t* tmp, uint32_t& err) {
   const int E = a.local_experts;
@@ -95,19 +115,10 @@ __device__ void write_offsets(const LayoutArgs& a, const int32_t* count, int32_t
   const int64_t total = block_exclusive_scan(start, E, tmp);
   if (threadIdx.x == 0) {
     start[E] = static_cast<int32_t>(total);
-    if (total > a.capacity) err |= kErrCapacityOverflow;  // the host sizes capacity so this cannot happen
-    reinterpret_cast<int32_t*>(a.total)[0] = static_cast<int32_t>(total < a.capacity ? total : a.capacity);
+    write_total(a, total, err);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e <= E; e += blockDim.x) reinterpret_cast<int32_t*>(a.offsets)[e] = start[e];
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    int c = count[e];
-    if (a.kind == LayoutKind::Masked && c > a.max_m) {
-      err |= kErrCapacityOverflow;
-      c = a.max_m;
-    }
-    reinterpret_cast<int32_t*>(a.counts)[e] = c;
-  }
+  write_counts(a, count, start, threadIdx.x, blockDim.x, err);
 }
 
 // expert_ids: the owner of every tile below the total, -1 above (grid-stride).
@@ -182,19 +193,10 @@ __global__ void __launch_bounds__(32) build_layout_warp_kernel(const LayoutArgs 
   const int64_t total = __shfl_sync(kFull, incl, 31);
   if (lane == 0) {
     start[E] = static_cast<int32_t>(total);
-    if (total > a.capacity) err |= kErrCapacityOverflow;  // the host sizes capacity so this cannot happen
-    reinterpret_cast<int32_t*>(a.total)[0] = static_cast<int32_t>(total < a.capacity ? total : a.capacity);
+    write_total(a, total, err);
   }
   __syncwarp();
-  for (int e = lane; e <= E; e += 32) reinterpret_cast<int32_t*>(a.offsets)[e] = start[e];
-  for (int e = lane; e < E; e += 32) {
-    int c = count[e];
-    if (a.kind == LayoutKind::Masked && c > a.max_m) {
-      err |= kErrCapacityOverflow;
-      c = a.max_m;
-    }
-    reinterpret_cast<int32_t*>(a.counts)[e] = c;
-  }
+  write_counts(a, count, start, lane, 32, err);
   write_expert_ids(a, start, lane, 32);
   if (lane < a.rows) place(a, lane, le, le >= 0 ? static_cast<int64_t>(start[le]) + rank : -1, le >= 0 ? start[le] : 0);
   if (err) atomicOr(reinterpret_cast<uint32_t*>(a.status), err);
@@ -501,11 +503,8 @@ Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uin
   cfg.gridDim = dim3(tokens);
   cfg.blockDim = dim3(threads);
   cfg.stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = pdl;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attrs[1];
+  pdl::allow_early_start(cfg, attrs);
   const cudaError_t e =
       dtype == DType::BF16
           ? cudaLaunchKernelEx(&cfg, layouts::sum_slots_kernel<__nv_bfloat16>, top_k, hidden,

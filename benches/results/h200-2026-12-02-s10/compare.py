@@ -4,7 +4,7 @@ import glob, math, re, sys
 def medians(path):
     out = {}
     for line in open(path):
-        m = re.match(r"(\S+/T=\d+)\s+(\S+)\s+\S+\s+([\d.]+)\s+[\d.]+-[\d.]+", line)
+        m = re.match(r"(\S+/T=\d+(?:/\w+)?)\s+(\S+)\s+\S+\s+([\d.]+)\s+[\d.]+-[\d.]+", line)
         if m:
             out[(m.group(1), m.group(2))] = float(m.group(3))
     return out
