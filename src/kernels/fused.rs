@@ -40,7 +40,8 @@ pub enum FusedTile {
     /// the positions on N ("swap AB", `cpp/fused_decode.cu`); each warp streams 32 weight rows through its own
     /// `cp.async` ring, K split over up to 4 warps when the batch has few blocks. bf16/f16 only.
     SwapAb16,
-    /// As [`Self::SwapAb16`] with 32 positions per block.
+    /// As [`Self::SwapAb16`] with 32 positions per block, the CTA's four warps sharing one copy of the block's
+    /// positions per K step (mbarrier-synchronised, 5 stages); K is not split.
     SwapAb32,
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
     M64N128K64,
@@ -87,17 +88,19 @@ impl FusedTile {
     }
 
     /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any
-    /// gets: [`Self::SwapAb16`] up to 8, then as [`Self::for_rows_fp8`]. Measured on the H200 (layer, uniform
-    /// routing, 2026-12-01, `benches/results/h200-2026-12-01-s6/`): at 1-8 rows per expert SwapAb16 is 3-6%
-    /// faster than the 64-row wgmma tile at every suite point (DeepSeek-V3 T = 64 4551 vs 4763 µs, Qwen3-30B
-    /// T = 128 332 vs 348, gpt-oss T = 256 1553 vs 1629); at 16 the 64-row tile wins on four models of five
-    /// (SwapAb32 by 1.7% on Mixtral T = 64 only, so it is not picked).
+    /// gets: [`Self::SwapAb16`] up to 8, [`Self::SwapAb32`] up to 16, then as [`Self::for_rows_fp8`]. Measured
+    /// on the H200 (layer, each tile forced, `benches/results/`): at 1-8 rows per expert SwapAb16 is 3-6% faster
+    /// than the 64-row wgmma tile at every suite point (session 6: DeepSeek-V3 T = 64 4551 vs 4763 µs, Qwen3-30B
+    /// T = 128 332 vs 348) and than SwapAb32 (session 10: Mixtral T = 32 671 vs 696); at 16 SwapAb32 with its
+    /// shared positions leads on Mixtral T = 64 (700 vs 722) and Qwen3-235B T = 256 (1198 vs 1215) and ties on
+    /// Qwen3-30B T = 256 (355 vs 352); at 32 a block boundary splits most experts and the 64-row tile wins
+    /// (Mixtral T = 128 728 vs 1090).
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
-        if rows / active <= 8 {
-            FusedTile::SwapAb16
-        } else {
-            FusedTile::for_rows_fp8(rows, experts)
+        match rows / active {
+            0..=8 => FusedTile::SwapAb16,
+            9..=16 => FusedTile::SwapAb32,
+            _ => FusedTile::for_rows_fp8(rows, experts),
         }
     }
 
