@@ -436,7 +436,9 @@ LaunchStatus decode_layer(const DecodeParams& p) {
 }
 
 // The decode tiles (cpp/fused_decode.cu); the others are the warpgroup-MMA tiles of fused_moe_sm90.cuh.
-static bool is_swap_ab(FusedTile tile) { return tile == FusedTile::SwapAb16 || tile == FusedTile::SwapAb32; }
+static bool is_swap_ab(FusedTile tile) {
+  return tile == FusedTile::SwapAb16 || tile == FusedTile::SwapAb32 || tile == FusedTile::SwapAbMerged;
+}
 
 LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   FusedGemmArgs a{};
@@ -455,13 +457,14 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.d = p.d;
   a.sorted_ids = p.sorted_ids;
   a.expert_ids = p.expert_ids;
+  a.offsets = p.offsets;
   a.total = p.total;
   a.weights = p.weights;
   a.bias = p.bias;
   a.act = p.act;
   a.gate_up = p.gate_up;
   a.stream = p.stream;
-  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(21), "assign every FusedGemmArgs field above");
+  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(22), "assign every FusedGemmArgs field above");
   if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a));
   if (p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {

@@ -32,6 +32,7 @@ namespace moe_gemm {
 namespace fused_decode {
 
 constexpr int kWarps = 4;
+constexpr int cmax(int x, int y) { return x > y ? x : y; }
 // K steps in each warp's private ring (kStages - 1 in flight while one multiplies): 24 KB per warp, so that two
 // CTAs fit an SM's shared memory. (The 32-position tile shares its positions and holds 5: SharedRing below.)
 template <int BM>
@@ -226,7 +227,8 @@ struct Task {
   const T* wr[MT][2];  // this lane's weight rows g, g + 8 of each m16 tile
   const T* xr[NT];     // this lane's position row of each n8 tile (null: padding or past the batch: zeros)
 
-  __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t total, int e, int64_t mb, int n0, int g) {
+  // Positions p0 + 8j + g of the task, valid below `limit` (the batch's total, or the end of a merged run).
+  __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t limit, int e, int64_t p0, int n0, int g) {
     const int N = a.n, K = a.k;
     const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
     if (a.mode == FusedMode::GatherGated) {
@@ -246,7 +248,7 @@ struct Task {
         for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
     }
 #pragma unroll
-    for (int j = 0; j < NT; ++j) xr[j] = position_row<T>(a, total, mb * BM + 8 * j + g);
+    for (int j = 0; j < NT; ++j) xr[j] = position_row<T>(a, limit, p0 + 8 * j + g);
   }
 };
 
@@ -349,7 +351,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
   const int split = warp % S;
   const int N = a.n, K = a.k;
   Tk task;
-  task.bind(a, total, e, mb, n0, g);
+  task.bind(a, total, e, p0, n0, g);
   const T* any = reinterpret_cast<const T*>(a.a);
 
   const int chunks = (K + kChunk - 1) / kChunk;
@@ -427,7 +429,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArg
 // CTA-shared variant lost to its barrier stalls), and K is not split: the warps move through K together.
 template <int MT, int NT>
 struct SharedRing {
-  static constexpr int kStages = 5;
+  static constexpr int kStages = NT <= 4 ? 5 : 4;  // two CTAs per SM
   static constexpr int kWeightSlots = 4 * MT;                           // per warp, x 32 lanes
   static constexpr int kStageSlots = kWarps * kWeightSlots + 2 * NT;    // x 32 lanes of 16 bytes
   static constexpr int kBarriersAt = kStages * kStageSlots * 32 * 16;  // bytes: the 2 x kStages mbarriers after
@@ -449,21 +451,17 @@ __device__ __forceinline__ void issue_shared_step(uint4* stage, const T* const (
     issue_position<T>(xst + (warp + 4 * i) * 32, mine[i], any, k0 + 32 * (warp % 2) + 8 * t, K);
 }
 
-template <class T, int BM>
-__global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const FusedGemmArgs a, bool early) {
-  using Tk = Task<T, BM>;
-  constexpr int MT = Tk::MT, NT = Tk::NT;
+// The CTA's four 32-row tasks (weight-row chunk `chunk`) over NT * 8 positions from p0 of expert e, valid below
+// `limit`, through the shared ring.
+template <class T, int NT>
+__device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early, int64_t limit, int e, int64_t p0,
+                                              int chunk, uint4* smem) {
+  using Tk = Task<T, NT * 8>;
+  constexpr int MT = Tk::MT;
   using R = SharedRing<MT, NT>;
   constexpr int S = R::kStages;
-  extern __shared__ uint4 smem[];
-  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
-  const int64_t total = batch_total(a);
-  const int64_t mb = blockIdx.y, p0 = mb * BM;
-  if (p0 >= total) return;
-  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
-  if (e < 0 || e >= a.experts) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int n0 = (blockIdx.x * kWarps + warp) * kRowsPerWarp<BM>;
+  const int n0 = (chunk * kWarps + warp) * kRowsPerWarp<16>;
   const int N = a.n, K = a.k;
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + R::kBarriersAt);
   uint64_t* empty = full + S;
@@ -475,10 +473,10 @@ __global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const Fused
   // A warp past N still copies its share of the positions and arrives: Task::bind clamps its rows to N - 1,
   // and its stores are skipped.
   Tk task;
-  task.bind(a, total, e, mb, n0, g);
+  task.bind(a, limit, e, p0, n0, g);
   const T* mine[NT / 2];  // the position rows whose pieces this thread copies
 #pragma unroll
-  for (int i = 0; i < NT / 2; ++i) mine[i] = position_row<T>(a, total, p0 + 8 * (warp / 2 + 2 * i) + g);
+  for (int i = 0; i < NT / 2; ++i) mine[i] = position_row<T>(a, limit, p0 + 8 * (warp / 2 + 2 * i) + g);
   const T* any = reinterpret_cast<const T*>(a.a);
   const int chunks = (K + kChunk - 1) / kChunk;
   __syncthreads();  // the barriers' init
@@ -518,7 +516,48 @@ __global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const Fused
     }
     op.template multiply<T>(acc);
   }
-  if (n0 < N) store<T, MT, NT>(a, acc, total, e, p0, n0, g, t);
+  if (n0 < N) store<T, MT, NT>(a, acc, limit, e, p0, n0, g, t);
+}
+
+// SwapAb32: one 32-position layout block per CTA.
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const FusedGemmArgs a, bool early) {
+  extern __shared__ uint4 smem[];
+  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
+  const int64_t total = batch_total(a);
+  const int64_t mb = blockIdx.y, p0 = mb * 32;
+  if (p0 >= total) return;
+  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
+  if (e < 0 || e >= a.experts) return;
+  stream_shared<T, 4>(a, early, total, e, p0, blockIdx.x, smem);
+}
+
+// SwapAbMerged: a layout of 16-position blocks, whose CTA for an expert's block d (counted from the expert's
+// first block, by the layout's offsets) takes blocks d .. d + 3 of that expert when d % 4 == 0 and returns at
+// once otherwise: an expert's weight rows are streamed once per 64 of its positions, as by the 64-row tile, but
+// an expert with at most 16 rows costs the MMAs of 16 positions. The run's positions end at its last block (the
+// next block belongs to another expert).
+constexpr int kMergedBlocks = 4;
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 2) merged_gemm_kernel(const FusedGemmArgs a, bool early) {
+  extern __shared__ uint4 smem[];
+  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
+  const int64_t total = batch_total(a);
+  const int64_t mb = blockIdx.y, p0 = mb * 16;
+  if (p0 >= total) return;
+  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
+  if (e < 0 || e >= a.experts) return;
+  const int32_t* offsets = reinterpret_cast<const int32_t*>(a.offsets);
+  int64_t d = mb - offsets[e] / 16, blocks = (static_cast<int64_t>(offsets[e + 1]) - offsets[e]) / 16;
+  if (d < 0 || d >= blocks) d = 0, blocks = 1;  // offsets that contradict expert_ids: this block alone
+  if (d % kMergedBlocks != 0) return;
+  const int64_t runs = min(static_cast<int64_t>(kMergedBlocks), blocks - d);
+  const int64_t limit = min(total, p0 + 16 * runs);
+  switch (runs) {
+    case 1: return stream_shared<T, 2>(a, early, limit, e, p0, blockIdx.x, smem);
+    case 2: return stream_shared<T, 4>(a, early, limit, e, p0, blockIdx.x, smem);
+    default: return stream_shared<T, 8>(a, early, limit, e, p0, blockIdx.x, smem);
+  }
 }
 
 // K splits per weight-row task. GEMM1 (gather, K = H): as many as keep 8 K steps per split, even where the tasks
@@ -540,15 +579,10 @@ int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
   return s;
 }
 
-// The 32-position tile shares its block's positions across the CTA's warps (shared_gemm_kernel); the 16-position
-// tile keeps a private ring per warp and splits K.
-template <int BM>
-constexpr bool kShared = BM == 32;
-
-template <int BM>
-constexpr int shared_smem_bytes() {
-  return SharedRing<kMt<BM>, BM / 8>::kBytes;
-}
+// Shared memory of the shared-ring kernels: SwapAb32's, and the merged kernel's largest run (its 16-, 32- and
+// 64-position paths lay their rings out in the same allocation).
+constexpr int kSwapAb32Smem = SharedRing<2, 4>::kBytes;
+constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), SharedRing<2, 8>::kBytes);
 
 template <class Kernel>
 Status launch(const FusedGemmArgs& a, Kernel kernel, int rows_per_block, int smem, int64_t m_blocks) {
@@ -571,27 +605,37 @@ Status launch(const FusedGemmArgs& a, Kernel kernel, int rows_per_block, int sme
   return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
 }
 
-template <class T, int BM, int S>
-Status launch_private(const FusedGemmArgs& a, int64_t m_blocks) {
-  return launch(a, gemm_kernel<T, BM, S>, kRowsPerWarp<BM> * (kWarps / S), smem_bytes<BM>(), m_blocks);
+// Blocks of BM positions the aligned layout can have: each expert with rows pads at most BM - 1, and at most
+// capacity / BM.
+inline int64_t layout_blocks(const FusedGemmArgs& a, int bm) {
+  const int64_t active = a.experts < a.rows ? a.experts : a.rows;
+  const int64_t by_rows = (a.rows + active * (bm - 1)) / bm, by_cap = a.capacity / bm;
+  return by_rows < by_cap ? by_rows : by_cap;
 }
 
-template <class T, int BM>
-Status run(const FusedGemmArgs& a) {
-  // Blocks the aligned layout can have: each expert with rows pads at most BM - 1, and at most capacity / BM.
-  const int64_t active = a.experts < a.rows ? a.experts : a.rows;
-  const int64_t by_rows = (a.rows + active * (BM - 1)) / BM, by_cap = a.capacity / BM;
-  const int64_t m_blocks = by_rows < by_cap ? by_rows : by_cap;
+template <class T, int S>
+Status launch_private(const FusedGemmArgs& a, int64_t m_blocks) {
+  return launch(a, gemm_kernel<T, 16, S>, kRowsPerWarp<16> * (kWarps / S), smem_bytes<16>(), m_blocks);
+}
+
+template <class T>
+Status run_tile(const FusedGemmArgs& a) {
+  const int bm = a.tile == FusedTile::SwapAb32 ? 32 : 16;
+  const int64_t m_blocks = layout_blocks(a, bm);
   if (m_blocks == 0 || a.n == 0) return {StatusCode::Ok, 0};
   if (m_blocks > 65535) return {StatusCode::CutlassCannotImplement, 0};
-  if constexpr (kShared<BM>) {
-    return launch(a, shared_gemm_kernel<T, BM>, kRowsPerWarp<BM> * kWarps, shared_smem_bytes<BM>(), m_blocks);
-  } else {
-    switch (splits_for<BM>(a, m_blocks)) {
-      case 1: return launch_private<T, BM, 1>(a, m_blocks);
-      case 2: return launch_private<T, BM, 2>(a, m_blocks);
-      default: return launch_private<T, BM, 4>(a, m_blocks);
-    }
+  switch (a.tile) {
+    case FusedTile::SwapAb16:
+      switch (splits_for<16>(a, m_blocks)) {
+        case 1: return launch_private<T, 1>(a, m_blocks);
+        case 2: return launch_private<T, 2>(a, m_blocks);
+        default: return launch_private<T, 4>(a, m_blocks);
+      }
+    case FusedTile::SwapAb32:
+      return launch(a, shared_gemm_kernel<T>, kRowsPerWarp<32> * kWarps, kSwapAb32Smem, m_blocks);
+    case FusedTile::SwapAbMerged:
+      return launch(a, merged_gemm_kernel<T>, kRowsPerWarp<16> * kWarps, kMergedSmem, m_blocks);
+    default: return {StatusCode::NotBuilt, 0};
   }
 }
 
@@ -601,24 +645,17 @@ Status opt_in(Kernel kernel, int smem) {
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
-// Every kernel of (T, BM) opted into its ring's shared memory (once per device, with it current).
-template <class T, int BM>
-Status prepare() {
-  if constexpr (kShared<BM>) {
-    return opt_in(shared_gemm_kernel<T, BM>, shared_smem_bytes<BM>());
-  } else {
-    for (Status s : {opt_in(gemm_kernel<T, BM, 1>, smem_bytes<BM>()), opt_in(gemm_kernel<T, BM, 2>, smem_bytes<BM>()),
-                     opt_in(gemm_kernel<T, BM, 4>, smem_bytes<BM>())})
-      if (s.code != StatusCode::Ok) return s;
-    return {StatusCode::Ok, 0};
-  }
-}
-
+// Every kernel of (T, tile) opted into its ring's shared memory (once per device, with it current).
 template <class T>
-Status run_tile(const FusedGemmArgs& a) {
-  switch (a.tile) {
-    case FusedTile::SwapAb16: return run<T, 16>(a);
-    case FusedTile::SwapAb32: return run<T, 32>(a);
+Status prepare(FusedTile tile) {
+  switch (tile) {
+    case FusedTile::SwapAb16:
+      for (Status s : {opt_in(gemm_kernel<T, 16, 1>, smem_bytes<16>()), opt_in(gemm_kernel<T, 16, 2>, smem_bytes<16>()),
+                       opt_in(gemm_kernel<T, 16, 4>, smem_bytes<16>())})
+        if (s.code != StatusCode::Ok) return s;
+      return {StatusCode::Ok, 0};
+    case FusedTile::SwapAb32: return opt_in(shared_gemm_kernel<T>, kSwapAb32Smem);
+    case FusedTile::SwapAbMerged: return opt_in(merged_gemm_kernel<T>, kMergedSmem);
     default: return {StatusCode::NotBuilt, 0};
   }
 }
@@ -630,13 +667,7 @@ Status fused_decode_gemm(const FusedGemmArgs& a) {
 }
 
 Status fused_decode_prepare(DType dtype, FusedTile tile) {
-  using namespace fused_decode;
-  const bool bf = dtype == DType::BF16;
-  switch (tile) {
-    case FusedTile::SwapAb16: return bf ? prepare<__nv_bfloat16, 16>() : prepare<__half, 16>();
-    case FusedTile::SwapAb32: return bf ? prepare<__nv_bfloat16, 32>() : prepare<__half, 32>();
-    default: return {StatusCode::NotBuilt, 0};
-  }
+  return dtype == DType::BF16 ? fused_decode::prepare<__nv_bfloat16>(tile) : fused_decode::prepare<__half>(tile);
 }
 
 }  // namespace moe_gemm

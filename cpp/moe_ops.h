@@ -162,9 +162,11 @@ Status decode_layer(const DecodeArgs& args);
 enum class FusedTile : uint32_t {
   M64N128K64 = 0,
   M128N256K64 = 1,
-  // Decode tiles (fused_decode.cu): mma.sync with the weight rows on M and 16 / 32 positions on N.
+  // Decode tiles (fused_decode.cu): mma.sync with the weight rows on M and 16 / 32 positions on N; Merged: blocks
+  // of 16, up to four of one expert per CTA (reads `offsets`).
   SwapAb16 = 2,
   SwapAb32 = 3,
+  SwapAbMerged = 4,
 };
 enum class FusedMode : uint32_t {
   Gather = 0,
@@ -190,6 +192,7 @@ struct FusedGemmArgs {
   uint64_t d;
   uint64_t sorted_ids;
   uint64_t expert_ids;
+  uint64_t offsets;   // the layout's per-expert first positions [experts + 1] (SwapAbMerged)
   uint64_t total;
   uint64_t weights;
   uint64_t bias;

@@ -106,6 +106,7 @@ pub(crate) mod ffi {
         M128N256K64 = 1,
         SwapAb16 = 2,
         SwapAb32 = 3,
+        SwapAbMerged = 4,
     }
 
     #[namespace = "moe_gemm"]
@@ -178,6 +179,7 @@ pub(crate) mod ffi {
         d: u64,
         sorted_ids: u64,
         expert_ids: u64,
+        offsets: u64,
         total: u64,
         weights: u64,
         bias: u64,

@@ -21,6 +21,7 @@ pub(crate) fn block_m(tile: FusedTile) -> Option<usize> {
     match tile {
         FusedTile::SwapAb16 => Some(16),
         FusedTile::SwapAb32 => Some(32),
+        FusedTile::SwapAbMerged => Some(16),
         FusedTile::M64N128K64 => Some(64),
         FusedTile::M128N256K64 => Some(128),
         _ => None,
@@ -53,6 +54,8 @@ pub(crate) struct FusedLaunch<'a> {
     pub sm_count: i32,
     pub sorted_ids: &'a CudaSlice<i32>,
     pub expert_ids: &'a CudaSlice<i32>,
+    /// The layout's per-expert first positions `[experts + 1]` (read by the merged SwapAb tile).
+    pub offsets: &'a CudaSlice<i32>,
     pub total: &'a CudaSlice<i32>,
 }
 
@@ -97,6 +100,7 @@ fn check_launch(p: &FusedLaunch<'_>, bm: usize, a_len: usize, b_len: usize, d_le
     }
     need_len("sorted_ids", p.sorted_ids.len(), p.capacity, "the layout's capacity")?;
     need_len("expert_ids", p.expert_ids.len(), p.capacity / bm, "capacity / BLOCK_M")?;
+    need_len("offsets", p.offsets.len(), p.experts + 1, "experts + 1")?;
     need_len("total", p.total.len(), 1, "one count")?;
     need_len("B", b_len, p.experts * p.n * p.k, "experts x n x k")?;
     let (a_rows, d_rows) = match p.scatter {
@@ -154,6 +158,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     }
     let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
     let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
+    let (o_ptr, _o) = p.offsets.device_ptr(stream);
     let (t_ptr, _t) = p.total.device_ptr(stream);
     let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
     let bias = p.scatter.as_ref().and_then(|s| s.bias).or(p.gated.as_ref().and_then(|g| g.bias));
@@ -181,6 +186,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         d: d_ptr,
         sorted_ids: s_ptr,
         expert_ids: e_ptr,
+        offsets: o_ptr,
         total: t_ptr,
         weights: w_ptr.unwrap_or(0),
         bias: bias_ptr.unwrap_or(0),
@@ -188,7 +194,8 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         gate_up,
         stream: stream.cu_stream() as u64,
     };
-    // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), weights and bias hold what
+    // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), offsets (experts + 1; the
+    // merged tile clamps what contradicts expert_ids to one block), weights and bias hold what
     // the mode needs (checked above), with 16-byte aligned bases and n, k multiples of the element type's 16-byte
     // alignment (checked). The kernel reads positions below min(*total, capacity) only, skips tiles whose expert
     // id is negative or not below `experts`, zero-fills A rows whose flat row is outside [0, rows) and writes D

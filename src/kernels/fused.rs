@@ -43,6 +43,10 @@ pub enum FusedTile {
     /// As [`Self::SwapAb16`] with 32 positions per block, the CTA's four warps sharing one copy of the block's
     /// positions per K step (mbarrier-synchronised, 5 stages); K is not split.
     SwapAb32,
+    /// Skew-robust decode: a layout of 16-position blocks whose CTA takes up to four adjacent blocks of one
+    /// expert (by the layout's offsets), so that an expert's weights are streamed once per 64 of its rows while
+    /// an expert with at most 16 rows costs the MMAs of 16 positions; SwapAb32's shared ring. K is not split.
+    SwapAbMerged,
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
     M64N128K64,
     /// 128 x 256 x 64, two consumer warpgroups: prefill.
@@ -50,14 +54,20 @@ pub enum FusedTile {
 }
 
 impl FusedTile {
-    pub const ALL: [FusedTile; 4] =
-        [FusedTile::SwapAb16, FusedTile::SwapAb32, FusedTile::M64N128K64, FusedTile::M128N256K64];
+    pub const ALL: [FusedTile; 5] = [
+        FusedTile::SwapAb16,
+        FusedTile::SwapAb32,
+        FusedTile::SwapAbMerged,
+        FusedTile::M64N128K64,
+        FusedTile::M128N256K64,
+    ];
 
     /// Rows of a tile: the `block_m` its aligned layout must have.
     pub const fn block_m(self) -> usize {
         match self {
             FusedTile::SwapAb16 => 16,
             FusedTile::SwapAb32 => 32,
+            FusedTile::SwapAbMerged => 16,
             FusedTile::M64N128K64 => 64,
             FusedTile::M128N256K64 => 128,
         }
@@ -68,6 +78,7 @@ impl FusedTile {
         match self {
             FusedTile::SwapAb16 => (16, 32, 64),
             FusedTile::SwapAb32 => (32, 32, 64),
+            FusedTile::SwapAbMerged => (64, 32, 64),
             FusedTile::M64N128K64 => (64, 128, 64),
             FusedTile::M128N256K64 => (128, 256, 64),
         }
@@ -77,6 +88,7 @@ impl FusedTile {
         match self {
             FusedTile::SwapAb16 => "fused-swapab-16",
             FusedTile::SwapAb32 => "fused-swapab-32",
+            FusedTile::SwapAbMerged => "fused-swapab-merged",
             FusedTile::M64N128K64 => "fused-64x128x64",
             FusedTile::M128N256K64 => "fused-128x256x64",
         }
@@ -128,14 +140,14 @@ impl FusedTile {
         match self {
             FusedTile::M64N128K64 => Some((64, 64, 128)),
             FusedTile::M128N256K64 => Some((128, 128, 128)),
-            FusedTile::SwapAb16 | FusedTile::SwapAb32 => None,
+            FusedTile::SwapAb16 | FusedTile::SwapAb32 | FusedTile::SwapAbMerged => None,
         }
     }
     fn fp8(self) -> Result<ffi::fused::FusedFp8Tile> {
         match self {
             FusedTile::M64N128K64 => Ok(ffi::fused::FusedFp8Tile::M64N64K128),
             FusedTile::M128N256K64 => Ok(ffi::fused::FusedFp8Tile::M128N128K128),
-            FusedTile::SwapAb16 | FusedTile::SwapAb32 => Err(Error::InvalidProblem(format!(
+            FusedTile::SwapAb16 | FusedTile::SwapAb32 | FusedTile::SwapAbMerged => Err(Error::InvalidProblem(format!(
                 "{}: the SwapAb decode tiles are bf16/f16 only; the FP8 fused GEMMs have the 64- and 128-row tiles",
                 self.name()
             ))),
@@ -148,6 +160,7 @@ impl From<FusedTile> for ffi::FusedTile {
         match t {
             FusedTile::SwapAb16 => ffi::FusedTile::SwapAb16,
             FusedTile::SwapAb32 => ffi::FusedTile::SwapAb32,
+            FusedTile::SwapAbMerged => ffi::FusedTile::SwapAbMerged,
             FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
             FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
         }
@@ -392,6 +405,7 @@ impl FusedGemm {
             sm_count: self.device.sm_count,
             sorted_ids: layout.sorted_ids(),
             expert_ids: layout.expert_ids(),
+            offsets: layout.offsets(),
             total: layout.total(),
         }
     }

@@ -235,7 +235,7 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
         (stream.clone_htod(&x).unwrap(), stream.clone_htod(&w).unwrap(), stream.clone_htod(&bias).unwrap());
     let fused = FusedGemm::new(&stream).unwrap();
     let silu = |v: f64| v / (1.0 + (-v).exp());
-    for tile in [FusedTile::SwapAb16, FusedTile::SwapAb32] {
+    for tile in [FusedTile::SwapAb16, FusedTile::SwapAb32, FusedTile::SwapAbMerged] {
         let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: tile.block_m() }, t, k, e, e).unwrap();
         let cap = dims.capacity();
         let mut layout = ExpertLayout::new(&stream, dims).unwrap();
