@@ -100,18 +100,21 @@ impl FusedTile {
     }
 
     /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any
-    /// gets: [`Self::SwapAb16`] up to 8, [`Self::SwapAb32`] up to 16, then as [`Self::for_rows_fp8`]. Measured
-    /// on the H200 (layer, each tile forced, `benches/results/`): at 1-8 rows per expert SwapAb16 is 3-6% faster
-    /// than the 64-row wgmma tile at every suite point (session 6: DeepSeek-V3 T = 64 4551 vs 4763 µs, Qwen3-30B
-    /// T = 128 332 vs 348) and than SwapAb32 (session 10: Mixtral T = 32 671 vs 696); at 16 SwapAb32 with its
-    /// shared positions leads on Mixtral T = 64 (700 vs 722) and Qwen3-235B T = 256 (1198 vs 1215) and ties on
-    /// Qwen3-30B T = 256 (355 vs 352); at 32 a block boundary splits most experts and the 64-row tile wins
-    /// (Mixtral T = 128 728 vs 1090).
+    /// gets (r): [`Self::SwapAb16`] where r is at most 1, or below 8 on layers of fewer than 64 experts (its K
+    /// split fills the SMs where the blocks are few); [`Self::SwapAbMerged`] up to 16 (skew-robust: a hot expert's
+    /// weights are streamed once per 64 of its rows); then as [`Self::for_rows_fp8`]. Measured on the H200 with
+    /// each tile forced under uniform and zipf routing (`benches/results/h200-2026-12-02-s10/tiles.txt`):
+    /// SwapAb16 is 1-7% ahead at T = 4-16 on most models, but 13-29% behind under zipf from r = 4-8 (Qwen3-235B
+    /// T = 128 zipf 1294 vs 1137 µs); the merged tile is within 1% of the best uniform tile from r = 2 on the
+    /// 128- and 256-expert models and leads most zipf points (gpt-oss T = 64 zipf 786 vs 814, Qwen3-235B T = 64
+    /// zipf 934 vs 987); on Mixtral it trails SwapAb16 by 1-6% up to r = 4 and leads from r = 8 (T = 32 zipf 695
+    /// vs 820); at r = 32 the 64-row tile wins (Mixtral T = 128 751 vs 796).
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
         match rows / active {
-            0..=8 => FusedTile::SwapAb16,
-            9..=16 => FusedTile::SwapAb32,
+            0..=1 => FusedTile::SwapAb16,
+            2..=7 if experts < 64 => FusedTile::SwapAb16,
+            2..=16 => FusedTile::SwapAbMerged,
             _ => FusedTile::for_rows_fp8(rows, experts),
         }
     }
