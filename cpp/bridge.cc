@@ -457,15 +457,17 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.d = p.d;
   a.sorted_ids = p.sorted_ids;
   a.expert_ids = p.expert_ids;
-  a.offsets = p.offsets;
   a.total = p.total;
   a.weights = p.weights;
   a.bias = p.bias;
   a.act = p.act;
   a.gate_up = p.gate_up;
   a.stream = p.stream;
-  static_assert(same_fields<FusedGemmParams, FusedGemmArgs>(22), "assign every FusedGemmArgs field above");
-  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a));
+  // Every field of FusedGemmArgs above; `offsets`, the params' one field more, goes to the SwapAb kernels beside it.
+  static_assert(field_count<FusedGemmParams>() == 22 && field_count<FusedGemmArgs>() == 21 &&
+                    sizeof(FusedGemmParams) == sizeof(FusedGemmArgs) + sizeof(uint64_t),
+                "assign every FusedGemmArgs field above");
+  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a, p.offsets));
   if (p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));

@@ -335,7 +335,7 @@ constexpr int smem_bytes() {
 // (Measured on the H200 against two persistent forms, 2026-12-01: a warp-strided task walk was no faster, and
 // contiguous task ranges per warp 3-14% slower, their warps reading a thousand regions of HBM at once.)
 template <class T, int BM, int S>
-__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArgs a, bool early) {
+__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
   using Tk = Task<T, BM>;
   constexpr int MT = Tk::MT, NT = Tk::NT;
   constexpr int kStages = Ring<MT, NT>::kStages;
@@ -521,7 +521,7 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
 
 // SwapAb32: one 32-position layout block per CTA.
 template <class T>
-__global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const FusedGemmArgs a, bool early) {
+__global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
   extern __shared__ uint4 smem[];
   if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
   const int64_t total = batch_total(a);
@@ -539,7 +539,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const Fused
 // next block belongs to another expert).
 constexpr int kMergedBlocks = 4;
 template <class T>
-__global__ void __launch_bounds__(32 * kWarps, 2) merged_gemm_kernel(const FusedGemmArgs a, bool early) {
+__global__ void __launch_bounds__(32 * kWarps, 2) merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
   extern __shared__ uint4 smem[];
   if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
   const int64_t total = batch_total(a);
@@ -547,7 +547,6 @@ __global__ void __launch_bounds__(32 * kWarps, 2) merged_gemm_kernel(const Fused
   if (p0 >= total) return;
   const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
   if (e < 0 || e >= a.experts) return;
-  const int32_t* offsets = reinterpret_cast<const int32_t*>(a.offsets);
   int64_t d = mb - offsets[e] / 16, blocks = (static_cast<int64_t>(offsets[e + 1]) - offsets[e]) / 16;
   if (d < 0 || d >= blocks) d = 0, blocks = 1;  // offsets that contradict expert_ids: this block alone
   if (d % kMergedBlocks != 0) return;
@@ -585,7 +584,8 @@ constexpr int kSwapAb32Smem = SharedRing<2, 4>::kBytes;
 constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), SharedRing<2, 8>::kBytes);
 
 template <class Kernel>
-Status launch(const FusedGemmArgs& a, Kernel kernel, int rows_per_block, int smem, int64_t m_blocks) {
+Status launch(const FusedGemmArgs& a, const int32_t* offsets, Kernel kernel, int rows_per_block, int smem,
+              int64_t m_blocks) {
   const dim3 grid((a.n + rows_per_block - 1) / rows_per_block, static_cast<unsigned>(m_blocks));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -601,7 +601,7 @@ Status launch(const FusedGemmArgs& a, Kernel kernel, int rows_per_block, int sme
   const bool early = a.mode != FusedMode::Scatter || int64_t(grid.x) * grid.y <= waves2;
   cudaLaunchAttribute attrs[1];
   if (early) pdl::allow_early_start(cfg, attrs);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a, early);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a, early, offsets);
   return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
 }
 
@@ -615,11 +615,11 @@ inline int64_t layout_blocks(const FusedGemmArgs& a, int bm) {
 
 template <class T, int S>
 Status launch_private(const FusedGemmArgs& a, int64_t m_blocks) {
-  return launch(a, gemm_kernel<T, 16, S>, kRowsPerWarp<16> * (kWarps / S), smem_bytes<16>(), m_blocks);
+  return launch(a, nullptr, gemm_kernel<T, 16, S>, kRowsPerWarp<16> * (kWarps / S), smem_bytes<16>(), m_blocks);
 }
 
 template <class T>
-Status run_tile(const FusedGemmArgs& a) {
+Status run_tile(const FusedGemmArgs& a, const int32_t* offsets) {
   const int bm = a.tile == FusedTile::SwapAb32 ? 32 : 16;
   const int64_t m_blocks = layout_blocks(a, bm);
   if (m_blocks == 0 || a.n == 0) return {StatusCode::Ok, 0};
@@ -632,9 +632,9 @@ Status run_tile(const FusedGemmArgs& a) {
         default: return launch_private<T, 4>(a, m_blocks);
       }
     case FusedTile::SwapAb32:
-      return launch(a, shared_gemm_kernel<T>, kRowsPerWarp<32> * kWarps, kSwapAb32Smem, m_blocks);
+      return launch(a, nullptr, shared_gemm_kernel<T>, kRowsPerWarp<32> * kWarps, kSwapAb32Smem, m_blocks);
     case FusedTile::SwapAbMerged:
-      return launch(a, merged_gemm_kernel<T>, kRowsPerWarp<16> * kWarps, kMergedSmem, m_blocks);
+      return launch(a, offsets, merged_gemm_kernel<T>, kRowsPerWarp<16> * kWarps, kMergedSmem, m_blocks);
     default: return {StatusCode::NotBuilt, 0};
   }
 }
@@ -662,8 +662,9 @@ Status prepare(FusedTile tile) {
 
 }  // namespace fused_decode
 
-Status fused_decode_gemm(const FusedGemmArgs& a) {
-  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a) : fused_decode::run_tile<__half>(a);
+Status fused_decode_gemm(const FusedGemmArgs& a, uint64_t offsets) {
+  const auto* o = reinterpret_cast<const int32_t*>(offsets);
+  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a, o) : fused_decode::run_tile<__half>(a, o);
 }
 
 Status fused_decode_prepare(DType dtype, FusedTile tile) {

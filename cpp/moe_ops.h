@@ -192,7 +192,6 @@ struct FusedGemmArgs {
   uint64_t d;
   uint64_t sorted_ids;
   uint64_t expert_ids;
-  uint64_t offsets;   // the layout's per-expert first positions [experts + 1] (SwapAbMerged)
   uint64_t total;
   uint64_t weights;
   uint64_t bias;
@@ -203,7 +202,10 @@ struct FusedGemmArgs {
 Status fused_moe_gemm_bf16(const FusedGemmArgs& args);
 Status fused_moe_gemm_f16(const FusedGemmArgs& args);
 // The SwapAb tiles, both dtypes (fused_decode.cu, portable); prepare opts their rings into shared memory.
-Status fused_decode_gemm(const FusedGemmArgs& args);
+// `offsets`: the layout's per-expert first positions [experts + 1] (int32), read by SwapAbMerged. It travels
+// beside FusedGemmArgs, not in it: a field more in the kernels' by-value argument changed the SwapAb16 kernel's
+// code (94 -> 98 registers) and cost it 0.8% (H200, 2026-12-02, benches/results/h200-2026-12-02-s10/s16-*.log).
+Status fused_decode_gemm(const FusedGemmArgs& args, uint64_t offsets);
 Status fused_decode_prepare(DType dtype, FusedTile tile);
 // Per device, once per plan and before any launch of the tile (with the device current): opts the kernel into
 // the dynamic shared memory its stages need. Launches do no such host work.
