@@ -1,5 +1,5 @@
-// The Fused backend's decode tiles (FusedTile::SwapAb16 / SwapAb32): the same gather and scatter GEMMs over the
-// same aligned layout as fused_moe_sm90.cuh, for the batches where every expert gets a handful of rows.
+// The Fused backend's decode tiles (FusedTile::SwapAb16 / SwapAb32 / SwapAbMerged): the same gather and scatter
+// GEMMs over the same aligned layout as fused_moe_sm90.cuh, for the batches where every expert gets a handful of rows.
 //
 // Why not the warpgroup MMA of fused_moe_sm90.cuh: it wants 64 rows on its M side, so a 64-row tile that holds
 // 2 real rows spends its shared-memory and tensor bandwidth on padding and leaves fewer tiles to stream the
@@ -14,8 +14,9 @@
 // the same (permuted) k: no shuffles.
 //
 // Grid: x = groups of (4 / S) warp tasks of 32 weight rows, each task's K split over S warps where the batch has
-// too few tasks to fill the SMs (SwapAb16; SwapAb32 has S = 1); y = the layout's blocks of BM positions (blocks past the batch's *total return
-// at once, so a captured graph replays for any routing). Outputs and their roundings are those of the
+// too few tasks to fill the SMs (SwapAb16; the shared-ring tiles have S = 1); y = the layout's blocks of BM
+// positions (blocks past the batch's *total return at once, so a captured graph replays for any routing; the
+// merged tile's CTA takes up to four blocks of one expert). Outputs and their roundings are those of the
 // warpgroup-MMA tiles.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -335,7 +336,8 @@ constexpr int smem_bytes() {
 // (Measured on the H200 against two persistent forms, 2026-12-01: a warp-strided task walk was no faster, and
 // contiguous task ranges per warp 3-14% slower, their warps reading a thousand regions of HBM at once.)
 template <class T, int BM, int S>
-__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
+__global__ void __launch_bounds__(32 * kWarps, 2)
+    gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/) {
   using Tk = Task<T, BM>;
   constexpr int MT = Tk::MT, NT = Tk::NT;
   constexpr int kStages = Ring<MT, NT>::kStages;
@@ -519,17 +521,27 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
   if (n0 < N) store<T, MT, NT>(a, acc, limit, e, p0, n0, g, t);
 }
 
-// SwapAb32: one 32-position layout block per CTA.
-template <class T>
-__global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
-  extern __shared__ uint4 smem[];
+// The CTA's layout block (blockIdx.y) of `bm` positions: the batch's total, the block's first position and its
+// expert; false (the CTA returns) past the batch or where the expert id is out of range. Where launched early,
+// waits for the layout kernel first.
+__device__ __forceinline__ bool layout_block(const FusedGemmArgs& a, bool early, int bm, int64_t& total, int64_t& p0,
+                                             int& e) {
   if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
-  const int64_t total = batch_total(a);
-  const int64_t mb = blockIdx.y, p0 = mb * 32;
-  if (p0 >= total) return;
-  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
-  if (e < 0 || e >= a.experts) return;
-  stream_shared<T, 4>(a, early, total, e, p0, blockIdx.x, smem);
+  total = batch_total(a);
+  p0 = static_cast<int64_t>(blockIdx.y) * bm;
+  if (p0 >= total) return false;
+  e = reinterpret_cast<const int32_t*>(a.expert_ids)[blockIdx.y];
+  return e >= 0 && e < a.experts;
+}
+
+// SwapAb32: one 32-position layout block per CTA (`offsets` unused: the SwapAb kernels share one signature).
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 2)
+    shared_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/) {
+  extern __shared__ uint4 smem[];
+  int64_t total, p0;
+  int e;
+  if (layout_block(a, early, 32, total, p0, e)) stream_shared<T, 4>(a, early, total, e, p0, blockIdx.x, smem);
 }
 
 // SwapAbMerged: a layout of 16-position blocks, whose CTA for an expert's block d (counted from the expert's
@@ -539,20 +551,19 @@ __global__ void __launch_bounds__(32 * kWarps, 2) shared_gemm_kernel(const Fused
 // next block belongs to another expert).
 constexpr int kMergedBlocks = 4;
 template <class T>
-__global__ void __launch_bounds__(32 * kWarps, 2) merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
+__global__ void __launch_bounds__(32 * kWarps, 2)
+    merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
   extern __shared__ uint4 smem[];
-  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
-  const int64_t total = batch_total(a);
-  const int64_t mb = blockIdx.y, p0 = mb * 16;
-  if (p0 >= total) return;
-  const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
-  if (e < 0 || e >= a.experts) return;
+  int64_t total, p0;
+  int e;
+  if (!layout_block(a, early, 16, total, p0, e)) return;
+  const int64_t mb = blockIdx.y;
   int64_t d = mb - offsets[e] / 16, blocks = (static_cast<int64_t>(offsets[e + 1]) - offsets[e]) / 16;
   if (d < 0 || d >= blocks) d = 0, blocks = 1;  // offsets that contradict expert_ids: this block alone
   if (d % kMergedBlocks != 0) return;
-  const int64_t runs = min(static_cast<int64_t>(kMergedBlocks), blocks - d);
-  const int64_t limit = min(total, p0 + 16 * runs);
-  switch (runs) {
+  const int64_t run_blocks = min(static_cast<int64_t>(kMergedBlocks), blocks - d);
+  const int64_t limit = min(total, p0 + 16 * run_blocks);
+  switch (run_blocks) {
     case 1: return stream_shared<T, 2>(a, early, limit, e, p0, blockIdx.x, smem);
     case 2: return stream_shared<T, 4>(a, early, limit, e, p0, blockIdx.x, smem);
     default: return stream_shared<T, 8>(a, early, limit, e, p0, blockIdx.x, smem);

@@ -96,10 +96,13 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
     assert_eq!((b["backend"].as_str(), b["auto_pick"].as_str()), (Some("Batched"), Some("Grouped")));
     assert_eq!(b["w13"]["config"], "batched-decode");
     assert!(b["w13"].get("tile").is_none());
-    let f = choice(Backend::Fused, 64, None); // 4 rows per expert
+    let f = choice(Backend::Fused, 16, None); // 1 row per expert
     assert_eq!(f["w13"]["config"], "fused-swapab-16");
     assert_eq!(f["w2"]["schedule"], "SwapAbStreaming");
     let f = choice(Backend::Fused, 256, None); // 16 rows per expert
+    assert_eq!(f["w13"]["config"], "fused-swapab-merged");
+    assert_eq!(f["w2"]["tile"], serde_json::json!([64, 32, 64]));
+    let f = choice(Backend::Fused, 512, None); // 32 rows per expert
     assert_eq!(f["w13"]["config"], "fused-64x128x64");
     assert_eq!(f["w2"]["tile"], serde_json::json!([64, 128, 64]));
     let f = choice(Backend::Fused, 64, Some(FusedTile::M128N256K64));
