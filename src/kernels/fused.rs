@@ -104,11 +104,12 @@ impl FusedTile {
     /// split fills the SMs where the blocks are few); [`Self::SwapAbMerged`] up to 16 (skew-robust: a hot expert's
     /// weights are streamed once per 64 of its rows); then as [`Self::for_rows_fp8`]. Measured on the H200 with
     /// each tile forced under uniform and zipf routing (`benches/results/h200-2026-12-02-s10/tiles.txt`):
-    /// SwapAb16 is 1-7% ahead at T = 4-16 on most models, but 13-29% behind under zipf from r = 4-8 (Qwen3-235B
-    /// T = 128 zipf 1294 vs 1137 µs); the merged tile is within 1% of the best uniform tile from r = 2 on the
-    /// 128- and 256-expert models and leads most zipf points (gpt-oss T = 64 zipf 786 vs 814, Qwen3-235B T = 64
-    /// zipf 934 vs 987); on Mixtral it trails SwapAb16 by 1-6% up to r = 4 and leads from r = 8 (T = 32 zipf 695
-    /// vs 820); at r = 32 the 64-row tile wins (Mixtral T = 128 751 vs 796).
+    /// SwapAb16 is 1-7% ahead at T = 4-16 on most models, but behind under zipf by 3-6% at r = 4 and 13-27% at
+    /// r = 8 (Qwen3-235B T = 128 zipf 1294 vs 1137 µs); from r = 2 the merged tile is within 1% of the best
+    /// uniform tile on Qwen3-235B, gpt-oss and DeepSeek-V3 (2-3% behind SwapAb16 on Qwen3-30B at T = 32-64) and
+    /// leads most zipf points (gpt-oss T = 64 zipf 786 vs 814, Qwen3-235B T = 64 zipf 934 vs 987); on Mixtral it
+    /// trails SwapAb16 by 1-6% up to r = 4, and at r = 8 by 1.4% uniform while leading under zipf (T = 32 zipf
+    /// 695 vs 820); at r = 32 the 64-row tile wins (Mixtral T = 128 751 vs 796).
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
         match rows / active {
