@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
+use moe_gemm::kernels::fused::FusedTile;
 use moe_gemm::layer::reference::{moe_forward, moe_forward_with_shared};
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
@@ -280,8 +281,23 @@ fn replay_in_a_graph(backend: Backend) {
     replay_in_a_graph_with(backend, false)
 }
 
+/// The Fused backend with the SwapAb tiles Auto does not pick at this batch forced (2 rows per expert: Auto's
+/// rule takes SwapAb16 on 32 experts), captured and replayed as above.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn forced_fused_decode_tiles_replay_in_a_graph() {
+    for tile in [FusedTile::SwapAb32, FusedTile::SwapAbMerged] {
+        replay_in_a_graph_tiled(Backend::Fused, false, Some(tile));
+    }
+}
+
 /// As [`replay_in_a_graph`], with a shared expert of I_s = I (weight 1) when `shared`.
 pub(crate) fn replay_in_a_graph_with(backend: Backend, shared: bool) {
+    replay_in_a_graph_tiled(backend, shared, None)
+}
+
+/// As [`replay_in_a_graph_with`], with the Fused tile forced when `tile` is given.
+fn replay_in_a_graph_tiled(backend: Backend, shared: bool, tile: Option<FusedTile>) {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let (e, k, h, i, t) = (32usize, 4usize, 128usize, 64usize, 16usize);
     let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 41);
@@ -292,7 +308,11 @@ pub(crate) fn replay_in_a_graph_with(backend: Backend, shared: bool) {
         None => ExpertWeights::upload(&stream, &p).unwrap(),
     };
     let weights = Arc::new(weights);
-    let layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(t, k).masked_max_m(t).backend(backend)).unwrap();
+    let mut options = MoeLayerOptions::new(t, k).masked_max_m(t).backend(backend);
+    if let Some(tile) = tile {
+        options = options.fused_tile(tile);
+    }
+    let layer = MoeLayer::new(&stream, weights, options).unwrap();
     let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
     let router =
         Router::new(&stream, RouterConfig::new(e, k, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
@@ -329,14 +349,14 @@ pub(crate) fn replay_in_a_graph_with(backend: Backend, shared: bool) {
         scratch.check(&stream).unwrap();
         assert!(
             from_graph.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()),
-            "{backend:?}: replay {replay} differs from eager"
+            "{backend:?} {tile:?}: replay {replay} differs from eager"
         );
         let want = match &s {
             Some(s) => moe_forward_with_shared(&p, s, &x_host, &ids_h, &w_h, k, None),
             None => moe_forward(&p, &x_host, &ids_h, &w_h, k),
         };
         if let Some(m) = mismatch(&from_graph, &want) {
-            panic!("{backend:?}: replay {replay}: {m}");
+            panic!("{backend:?} {tile:?}: replay {replay}: {m}");
         }
     }
 }
