@@ -196,6 +196,83 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
     assert_eq!(fp8.pass_tokens(), size(WeightFormat::Fp8Block, 64, None).pass_tokens());
 }
 
+/// Fused tiles in a tuned table: read from each bucket's `"fused_tile"`, taken by a 16-bit layer's Fused passes
+/// at the nearest bucket (the rule where that bucket names none), never over a tile the layer fixes, and not
+/// by FP8 layers; kept by `restricted_to`; a bad name or a tile for no bucket refused by name.
+#[test]
+fn tuned_fused_tiles_follow_the_nearest_bucket() {
+    use moe_gemm::kernels::fused::FusedTile::{self, *};
+    use moe_gemm::tuning::LayerChoice;
+    use moe_gemm::Backend::*;
+    use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
+    let name = ConfigName::parse("E=128,N=768,device_name=NVIDIA_H200,dtype=bf16.json").unwrap();
+    let entry = |backend, tokens, fused_tile| {
+        let e = LayerChoice {
+            backend,
+            auto: Grouped,
+            experts: 128,
+            hidden: 2048,
+            inter: 768,
+            top_k: 8,
+            tokens,
+            sm_count: 132,
+            fused_tile,
+            median_us: Some(1.0),
+        }
+        .entry();
+        format!("\"{tokens}\": {e}")
+    };
+    let text = format!(
+        "{{{}, {}, {}, {}}}",
+        entry(Batched, 1, None),
+        entry(Fused, 32, Some(SwapAb16)),
+        entry(Grouped, 64, Some(SwapAbMerged)),
+        entry(Fused, 256, Some(M64N128K64))
+    );
+    let t = TunedBackends::from_json(&name, &text).unwrap();
+    let tiles: Vec<_> = [1, 20, 32, 48, 49, 64, 160, 161, 4096].iter().map(|&n| t.fused_tile(n)).collect();
+    let want = [None, Some(SwapAb16), Some(SwapAb16), Some(SwapAb16), Some(SwapAbMerged), Some(SwapAbMerged)];
+    assert_eq!(tiles[..6], want);
+    assert_eq!(tiles[6..], [Some(SwapAbMerged), Some(M64N128K64), Some(M64N128K64)]);
+    // Restricted to Fused and Batched: bucket 64 (Grouped) goes, with its tile.
+    let r = t.restricted_to(Backends::of(Fused).union(Backends::of(Batched))).unwrap();
+    assert_eq!((r.fused_tile(64), r.fused_tile(200)), (Some(SwapAb16), Some(M64N128K64)));
+
+    let qwen = LayerShape {
+        experts: 128,
+        global_experts: 128,
+        top_k: 8,
+        shared_groups: 0,
+        hidden: 2048,
+        inter: 768,
+        gated: true,
+    };
+    let size = |format, fixed: Option<FusedTile>, tuned| {
+        LayerSizing::for_format_tuned(qwen, DType::BF16, format, 256, Auto, None, None, fixed, false, 132, tuned)
+            .unwrap()
+    };
+    let s = size(WeightFormat::Dense, None, Some(t));
+    // T = 64 is 4 rows per expert: the rule's merged tile; the table names SwapAb16 at bucket 32.
+    assert_eq!(FusedTile::for_rows(64 * 8, 128), SwapAbMerged);
+    assert_eq!(
+        (s.fused_tile(40), s.fused_tile(1), s.fused_tile(300)),
+        (SwapAb16, FusedTile::for_rows(8, 128), M64N128K64)
+    );
+    assert_eq!(size(WeightFormat::Dense, Some(M128N256K64), Some(t)).fused_tile(40), M128N256K64, "a fixed tile wins");
+    let fp8 = size(WeightFormat::Fp8Block, None, Some(t));
+    assert_eq!(fp8.fused_tile(40), FusedTile::for_rows_fp8(40 * 8, 128), "FP8 keeps its rule");
+
+    let bad = TunedBackends::from_json(&name, r#"{"1": {"backend": "Fused", "fused_tile": "fused-16x16"}}"#);
+    let bad = bad.unwrap_err().to_string();
+    assert!(
+        bad.contains("\"fused_tile\" \"fused-16x16\" is not a tile") && bad.contains("fused-swapab-merged"),
+        "{bad}"
+    );
+    let t1 = TunedBackends::new(128, 768, &[(1, Fused)]).unwrap();
+    let stray = t1.with_fused_tiles(&[(2, SwapAb16)]).unwrap_err().to_string();
+    assert!(stray.contains("token count 2, which is no bucket"), "{stray}");
+}
+
 /// The shipped H200 tables (`configs/h200/`, compiled in): each parses, covers the suite's token buckets 1 ...
 /// 16384, is found by its own shape on a GPU named as the driver names it, and by nothing else; every bucket's
 /// backend is the one its file says (a table compiled from the wrong file, or read with the wrong key, fails).

@@ -91,9 +91,11 @@ pub struct BenchArgs {
     /// Backends of --layer: eager, batched, grouped, contiguous, masked, fused, auto.
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,fused")]
     pub backends: Vec<String>,
-    /// The Fused backend's tile for every point (64x128x64 or 128x256x64) instead of its per-batch choice.
-    #[arg(long)]
-    pub fused_tile: Option<String>,
+    /// The Fused backend's tile for every point instead of its per-batch choice (swapab-16, swapab-32,
+    /// swapab-merged, 64x128x64, 128x256x64); several (comma-separated): Fused timed once per tile, and with
+    /// `--write-configs` each bucket names the tile measured best.
+    #[arg(long, value_delimiter = ',')]
+    pub fused_tile: Vec<String>,
     /// Models to run (comma-separated): mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b.
     #[arg(
         long,

@@ -29,7 +29,8 @@ use super::bench::{BenchArgs, BenchDtype};
 use super::layer_fp8::{
     floor_terms, fp8_weights, mx_weights, plan, quant_backends, quant_skip_reason, LayerDtype, QuantLayer,
 };
-use super::layer_inputs::{leak, parse_backend, parse_fused_tile, routing, shapes};
+use super::layer_inputs::{leak, parse_backend, parse_fused_tiles, routing, shapes};
+use moe_gemm::kernels::fused::FusedTile;
 
 mod configs;
 
@@ -49,6 +50,18 @@ struct Timed {
     /// (median, p10, p90) µs, or not timed.
     times: Option<(f64, f64, f64)>,
     dtype: LayerDtype,
+    /// The Fused tile of this row, where the run times Fused over several (`--fused-tile a,b`).
+    tile: Option<FusedTile>,
+}
+
+impl Timed {
+    /// The backend asked for, with the Fused tile where the run times several (`Fused/swapab-16`).
+    fn label(&self) -> String {
+        match self.tile {
+            Some(t) => format!("{:?}/{}", self.asked, t.name().trim_start_matches("fused-")),
+            None => format!("{:?}", self.asked),
+        }
+    }
 }
 
 struct Point {
@@ -132,13 +145,22 @@ fn time_forward<W: LayerWeights<bf16>>(
 fn bf16_auto_us(results: &[Timed], pi: usize, p: &Point) -> Option<f64> {
     results
         .iter()
-        .find(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.ran == p.auto && r.times.is_some())
+        .find(|r| {
+            r.point == pi && r.dtype == LayerDtype::Bf16 && r.ran == p.auto && r.tile.is_none() && r.times.is_some()
+        })
         .and_then(|r| r.times)
         .map(|t| t.0)
 }
 
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
-    let fused_tile = parse_fused_tile(args.fused_tile.as_deref())?;
+    // One tile: the Fused backend's tile at every point. Several: Fused timed once per tile (`moe-gemm tune`).
+    let fused_tiles = parse_fused_tiles(&args.fused_tile)?;
+    let fused_tile = match fused_tiles[..] {
+        [one] => Some(one),
+        _ => None,
+    };
+    let tile_variants: Vec<Option<FusedTile>> =
+        if fused_tiles.len() > 1 { fused_tiles.iter().copied().map(Some).collect() } else { vec![None] };
     let backends: Vec<Backend> = args.backends.iter().map(|b| parse_backend(b)).collect::<Result<_>>()?;
     // The quantised layer timed beside the bf16 one, and its backends: those of --backends it runs.
     let quant = match args.dtype {
@@ -163,8 +185,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         args.routing.iter().map(|r| leak(r.clone())).collect()
     };
     let bar = indicatif::ProgressBar::new(
-        shapes.iter().map(|s| s.tokens.len() * routings.len() * (backends.len() + backends8.len())).sum::<usize>()
-            as u64,
+        shapes
+            .iter()
+            .map(|s| {
+                let fused = backends.iter().filter(|&&b| b == Backend::Fused).count() * (tile_variants.len() - 1);
+                s.tokens.len() * routings.len() * (backends.len() + fused + backends8.len())
+            })
+            .sum::<usize>() as u64,
     );
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} [{elapsed}]")
@@ -273,7 +300,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 ep,
             });
             let pi = points.len() - 1;
-            let entry = |asked, ran, times, dtype| Timed { point: pi, asked, ran, times, dtype };
+            let entry = |asked, ran, times, dtype| Timed { point: pi, asked, ran, times, dtype, tile: None };
             // The bf16 backends asked, then (with --dtype fp8) bf16 Auto where no backend asked ran it (the
             // FP8 rows' reference), then the FP8 backends.
             for (n, &b) in backends.iter().chain([Backend::Auto].iter().filter(|_| layer8.is_some())).enumerate() {
@@ -281,7 +308,6 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 if extra && bf16_auto_us(&results, pi, &points[pi]).is_some() {
                     continue;
                 }
-                let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
                 // A backend this layer cannot run (Batched with an expert map) is reported, not timed.
                 if layer.set_backend(b).is_err() {
                     results.push(entry(b, b, None, LayerDtype::Bf16));
@@ -289,21 +315,28 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     continue;
                 }
                 let ran = layer.backend_for(t);
-                // Timed only where the batch runs in one pass (as a server would size its plan); a backend
-                // whose pass is smaller (Masked past max_m, Batched past 4096 rows) is reported, not timed.
-                if layer.passes(t)? > 1 {
-                    results.push(entry(b, ran, None, LayerDtype::Bf16));
+                let variants = if b == Backend::Fused { &tile_variants[..] } else { &[None][..] };
+                for &tile in variants {
+                    let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
+                    if tile.is_some() {
+                        layer.set_fused_tile(tile);
+                    }
+                    // Timed only where the batch runs in one pass (as a server would size its plan); a backend
+                    // whose pass is smaller (Masked past max_m, Batched past 4096 rows) is reported, not timed.
+                    let times = if layer.passes(t)? > 1 {
+                        None
+                    } else if ran == Backend::Eager {
+                        scratch.check(stream)?;
+                        None // synchronises: not capturable, not a serving path
+                    } else {
+                        Some(time_forward(stream, args, &mut flush, &layer, &mut scratch, &xv, &idv, &wv, &mut yv)?)
+                    };
+                    if tile.is_some() {
+                        layer.set_fused_tile(None);
+                    }
+                    results.push(Timed { tile, ..entry(b, ran, times, LayerDtype::Bf16) });
                     bar.inc(u64::from(!extra));
-                    continue;
                 }
-                let times = if ran == Backend::Eager {
-                    scratch.check(stream)?;
-                    None // synchronises: not capturable, not a serving path
-                } else {
-                    Some(time_forward(stream, args, &mut flush, &layer, &mut scratch, &xv, &idv, &wv, &mut yv)?)
-                };
-                results.push(entry(b, ran, times, LayerDtype::Bf16));
-                bar.inc(u64::from(!extra));
             }
             let (Some(l8), Some(s8)) = (layer8.as_mut(), scratch8.as_mut()) else { continue };
             for &b in &backends8 {
@@ -372,7 +405,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         println!("{head}");
     }
     for r in &results {
-        let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
+        let (ran, times) = (&r.ran, &r.times);
         let p = &points[r.point];
         let floor = p.floor_for(r.dtype, ceil);
         let (peer_us, ratio) = match (&peer, times) {
@@ -398,7 +431,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             Some((med, p10, p90)) => println!(
                 "{:<34} {:<11} {:<11} {:>10.1} {:>17} {:>9.1} {:>8.2} {:>10} {:>8}{tail}",
                 p.name(),
-                format!("{asked:?}"),
+                r.label(),
                 format!("{ran:?}{star}"),
                 med,
                 format!("{p10:.1}-{p90:.1}"),
@@ -410,7 +443,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             None if fp8 => println!(
                 "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9.1} {:>8} {:>10} {:>8}{tail}",
                 p.name(),
-                format!("{asked:?}"),
+                r.label(),
                 format!("{ran:?}"),
                 "not timed",
                 "-",
@@ -420,7 +453,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 "-"
             ),
             None => {
-                println!("{:<34} {:<11} {:<11} {:>10}", p.name(), format!("{asked:?}"), format!("{ran:?}"), "not timed")
+                println!("{:<34} {:<11} {:<11} {:>10}", p.name(), r.label(), format!("{ran:?}"), "not timed")
             }
         }
     }
@@ -453,7 +486,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let rows: Vec<serde_json::Value> = results
             .iter()
             .map(|r| {
-                let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
+                let (ran, times) = (&r.ran, &r.times);
                 let p = &points[r.point];
                 let peers: serde_json::Map<String, serde_json::Value> = extras
                     .get(&p.name())
@@ -466,7 +499,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 let reference = bf16_auto_us(&results, r.point, p);
                 serde_json::json!({
                     "model": p.model, "tokens": p.tokens, "routing": p.routing, "experts": p.experts, "top_k": p.top_k,
-                    "hidden": p.hidden, "inter": p.inter, "backend": format!("{asked:?}"), "ran": format!("{ran:?}"),
+                    "hidden": p.hidden, "inter": p.inter, "backend": r.label(), "ran": format!("{ran:?}"),
                     "auto": p.auto_for(r.dtype).map(|b| format!("{b:?}")), "median_us": times.map(|t| t.0),
                     "p10_us": times.map(|t| t.1), "p90_us": times.map(|t| t.2),
                     "floor_us": p.floor_for(r.dtype, ceil), "peers": peers, "dtype": r.dtype.name(),
@@ -486,7 +519,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if let Some(path) = &args.csv {
         let mut csv = format!("{CSV_COLUMNS}\n");
         for r in &results {
-            let (asked, ran, times) = (&r.asked, &r.ran, &r.times);
+            let (ran, times) = (&r.ran, &r.times);
             let p = &points[r.point];
             let floor = p.floor_for(r.dtype, ceil);
             let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().ok()).copied();
@@ -494,10 +527,11 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let reference = bf16_auto_us(&results, r.point, p);
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
             csv += &format!(
-                "{},{},{},{asked:?},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}\n",
+                "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}\n",
                 p.model,
                 p.tokens,
                 p.routing,
+                r.label(),
                 p.auto_for(r.dtype).map_or(String::new(), |b| format!("{b:?}")),
                 f(med),
                 f(p10),

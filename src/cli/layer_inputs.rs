@@ -148,15 +148,24 @@ pub(super) fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// `--fused-tile`: a tile name's size part (`64x128x64`), or none (the per-batch choice).
-pub(super) fn parse_fused_tile(name: Option<&str>) -> Result<Option<FusedTile>> {
-    name.map(|n| {
-        FusedTile::ALL
+/// `--fused-tile`: tile names, whole (`fused-swapab-16`) or by their last part (`swapab-16`, `64x128x64`); none:
+/// the per-batch choice.
+pub(super) fn parse_fused_tiles(names: &[String]) -> Result<Vec<FusedTile>> {
+    let mut tiles: Vec<FusedTile> = Vec::with_capacity(names.len());
+    for n in names {
+        let t = FusedTile::ALL
             .into_iter()
-            .find(|t| t.name().ends_with(n))
-            .ok_or_else(|| Error::InvalidProblem(format!("unknown fused tile {n:?}: expected 64x128x64 or 128x256x64")))
-    })
-    .transpose()
+            .find(|t| t.name().trim_start_matches("fused-") == n.trim_start_matches("fused-"));
+        let t = t.ok_or_else(|| {
+            let known: Vec<&str> = FusedTile::ALL.iter().map(|t| t.name().trim_start_matches("fused-")).collect();
+            Error::InvalidProblem(format!("unknown fused tile {n:?}: expected one of {}", known.join(", ")))
+        })?;
+        if tiles.contains(&t) {
+            return Err(Error::InvalidProblem(format!("--fused-tile: {n:?} given twice")));
+        }
+        tiles.push(t);
+    }
+    Ok(tiles)
 }
 
 #[cfg(test)]
@@ -167,6 +176,20 @@ mod tests {
         let mut c = vec![0; e];
         ids.iter().for_each(|&x| c[x as usize] += 1);
         c
+    }
+
+    #[test]
+    fn fused_tiles_parse_by_whole_or_short_name() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let t = parse_fused_tiles(&names(&["swapab-16", "fused-swapab-merged", "64x128x64"])).unwrap();
+        assert_eq!(t, [FusedTile::SwapAb16, FusedTile::SwapAbMerged, FusedTile::M64N128K64]);
+        assert!(parse_fused_tiles(&[]).unwrap().is_empty());
+        let e = parse_fused_tiles(&names(&["swapab-8"])).unwrap_err().to_string();
+        assert!(e.contains("unknown fused tile \"swapab-8\"") && e.contains("swapab-merged, 64x128x64"), "{e}");
+        let e = parse_fused_tiles(&names(&["16", "swapab-16"])).unwrap_err().to_string();
+        assert!(e.contains("unknown fused tile \"16\""), "a suffix alone names no tile: {e}");
+        let e = parse_fused_tiles(&names(&["swapab-16", "fused-swapab-16"])).unwrap_err().to_string();
+        assert!(e.contains("given twice"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `moe-gemm tune`: measures every backend of the layer on this GPU for one model, under uniform, balanced and
-//! zipf-skewed routing, and writes per token bucket the backend whose worst ratio to the fastest is the least
+//! `moe-gemm tune`: measures every backend of the layer on this GPU for one model, the Fused backend once per
+//! tile of `--fused-tiles`, under uniform, balanced and zipf-skewed routing, and writes per token bucket the
+//! backend (and Fused tile) whose worst ratio to the fastest is the least, with the best Fused tile beside it,
 //! as a tuned file (`E=..,N=..,device_name=..,dtype=bf16.json`), which `TunedBackends::read` and
 //! `MoeLayerOptions::tuned` give back to `Auto`. It is `bench --layer --write-configs` over the buckets asked
 //! for, with every backend that can serve a batch (Eager synchronises: not one) and no PyTorch peer, so the
@@ -31,6 +32,10 @@ pub struct TuneArgs {
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 20)]
     pub reps: usize,
+    /// The Fused tiles measured per bucket (comma-separated; SwapAb32 is left out by default: on the H200 it
+    /// led nowhere by more than 0.5%, benches/results/NOTES.md, session 10).
+    #[arg(long, value_delimiter = ',', default_value = "swapab-16,swapab-merged,64x128x64,128x256x64")]
+    pub fused_tiles: Vec<String>,
 }
 
 /// The bench arguments `tune` runs with, parsed by the bench's own parser so both share every default.
@@ -69,6 +74,8 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
         t.reps.to_string(),
         "--write-configs".into(),
         t.out.to_string_lossy().into_owned(),
+        "--fused-tile".into(),
+        t.fused_tiles.join(","),
     ];
     AsBench::try_parse_from(argv).map(|a| a.bench).map_err(|e| Error::InvalidProblem(format!("tune: {e}")))
 }
@@ -89,6 +96,7 @@ mod tests {
             out: "out/tuned".into(),
             reps: 7,
             routing: vec!["uniform".into(), "zipf".into()],
+            fused_tiles: vec!["swapab-16".into(), "64x128x64".into()],
         };
         let b = bench_args(&t).unwrap();
         assert!(b.layer && !b.suite);
@@ -96,5 +104,6 @@ mod tests {
         assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
         assert_eq!((b.peer.as_str(), b.write_configs), ("none", Some(PathBuf::from("out/tuned"))));
         assert_eq!(b.routing, ["uniform", "zipf"]);
+        assert_eq!(b.fused_tile, ["swapab-16", "64x128x64"]);
     }
 }

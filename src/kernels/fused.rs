@@ -62,6 +62,11 @@ impl FusedTile {
         FusedTile::M128N256K64,
     ];
 
+    /// The tile whose [`Self::name`] is `name`.
+    pub fn by_name(name: &str) -> Option<FusedTile> {
+        FusedTile::ALL.into_iter().find(|t| t.name() == name)
+    }
+
     /// Rows of a tile: the `block_m` its aligned layout must have.
     pub const fn block_m(self) -> usize {
         match self {

@@ -112,7 +112,8 @@ pub struct MoeLayerOptions {
     /// The backends the plan makes room for in the scratch (`None`: those `backend` runs, each for the batches
     /// it runs them at; `Some(set)`: each of `set` for `max_tokens` tokens).
     pub backends: Option<Backends>,
-    /// The Fused backend's tile for every batch (`None`: [`FusedTile::for_rows`] per pass).
+    /// The Fused backend's tile for every batch (`None`: per pass, the tuned table's tile of the batch's bucket
+    /// where it names one, else [`FusedTile::for_rows`]).
     pub fused_tile: Option<FusedTile>,
     /// `Auto`'s measured choice per token bucket ([`TunedBackends`]; `None`: the cost model alone).
     pub tuned: Option<TunedBackends>,
@@ -374,7 +375,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let plans: usize = self.gemms.iter().map(|g| g.plans.len()).sum();
         PlanBytes { device, host: plan_host_bytes(&self.sizing, plans) }
     }
-    /// Fixes the `Fused` backend's tile (`None`: chosen per pass by [`FusedTile::for_rows`]). A pass whose
+    /// Fixes the `Fused` backend's tile (`None`: chosen per pass, from the tuned table's bucket where it names
+    /// a tile, else by [`FusedTile::for_rows`]). A pass whose
     /// 128-row layout would not fit the scratch runs fewer tokens.
     pub fn set_fused_tile(&mut self, tile: Option<FusedTile>) {
         self.sizing.fused_tile = tile;
@@ -479,15 +481,21 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         self.steps(tokens).try_fold(0, |n, s| s.map(|_| n + 1))
     }
 
+    /// The tile a Fused pass of `tokens` tokens runs (its first pass, where the batch takes several): the fixed
+    /// tile, the tuned table's for the nearest bucket, or [`FusedTile::for_rows`], where its padded layout fits
+    /// the scratch rows (else the 64-row tile).
+    pub fn fused_tile_for(&self, tokens: usize) -> FusedTile {
+        self.fused_pass(tokens).0
+    }
+
     /// The Fused tile and tokens of a pass of at most `want` tokens: the chosen (or fixed) tile if its layout
     /// fits the scratch rows, else the 64-row tile.
     fn fused_pass(&self, want: usize) -> (FusedTile, usize) {
         let s = &self.sizing.shape;
         let want = want.min(self.sizing.max_tokens);
         let n = self.sizing.fitting_tokens(Backend::Fused, want);
-        let fp8 = self.sizing.format != WeightFormat::Dense;
-        let pick = if fp8 { FusedTile::for_rows_fp8 } else { FusedTile::for_rows };
-        let tile = self.sizing.fused_tile.unwrap_or_else(|| pick(n * s.slots(), s.groups()));
+        let z = &self.sizing;
+        let tile = sizing::fused_tile_for(z.fused_tile, z.tuned.as_ref(), z.format, n, s);
         if tile != FusedTile::M64N128K64 && aligned_rows(n * s.slots(), s.groups(), tile.block_m()) > self.sizing.rows {
             // The 128-row tile's padding does not fit: the largest pass that does, or the 64-row tile.
             let fits = |t: usize| aligned_rows(t * s.slots(), s.groups(), tile.block_m()) <= self.sizing.rows;

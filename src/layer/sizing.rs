@@ -372,7 +372,7 @@ impl LayerSizing {
                 Pass { backend: b, tokens }
             })
             .collect();
-        let fused_bm = |t: usize| fused_tile.unwrap_or_else(|| FusedTile::for_rows(slots(t), s.groups())).block_m();
+        let fused_bm = |t: usize| fused_tile_for(fused_tile, tuned.as_ref(), format, t, &s).block_m();
         // (d1/h rows, a rows, d2 rows, layout rows, layout tiles) of a pass.
         let rows_of = |p: &Pass| -> (usize, usize, usize, usize, usize) {
             let (t, g) = (p.tokens, s.groups());
@@ -506,6 +506,12 @@ impl LayerSizing {
     pub fn backends(&self) -> Backends {
         self.backends
     }
+    /// The tile a Fused pass of `tokens` tokens asks for: the fixed tile, else (16-bit weights) the tuned
+    /// table's of the nearest bucket where it names one, else [`FusedTile::for_rows`]. (A pass whose padded
+    /// layout would not fit the scratch rows runs fewer tokens or the 64-row tile.)
+    pub fn fused_tile(&self, tokens: usize) -> FusedTile {
+        fused_tile_for(self.fused_tile, self.tuned.as_ref(), self.format, tokens, &self.shape)
+    }
     /// Tokens per pass of each enabled backend, as sized.
     pub fn pass_tokens(&self) -> Vec<(Backend, usize)> {
         self.passes.iter().map(|p| (p.backend, p.tokens)).collect()
@@ -585,6 +591,27 @@ pub(crate) fn auto_pick(
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
     super::auto_backend(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens)
+}
+
+/// The Fused tile of a pass of `tokens` tokens: the layer's fixed tile; else, over 16-bit weights, the tuned
+/// table's for the nearest bucket (where it names one); else [`FusedTile::for_rows`] (FP8:
+/// [`FusedTile::for_rows_fp8`]).
+pub(crate) fn fused_tile_for(
+    fixed: Option<FusedTile>,
+    tuned: Option<&TunedBackends>,
+    format: WeightFormat,
+    tokens: usize,
+    shape: &LayerShape,
+) -> FusedTile {
+    let (rows, groups) = (tokens * shape.slots(), shape.groups());
+    let dense = format == WeightFormat::Dense;
+    fixed.or_else(|| tuned.filter(|_| dense).and_then(|t| t.fused_tile(tokens))).unwrap_or_else(|| {
+        if dense {
+            FusedTile::for_rows(rows, groups)
+        } else {
+            FusedTile::for_rows_fp8(rows, groups)
+        }
+    })
 }
 
 /// [`LayerSizing`]'s options, in one value for its constructors.

@@ -14,6 +14,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::kernels::fused::FusedTile;
 
 /// The parsed name of a tuned-config file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,7 +162,8 @@ impl ConfigFile {
 /// --write-configs`: the backend (the fastest measured; [`TunedBackends`] reads it back), Auto's cost-model
 /// pick beside it, and, per GEMM (`w13`, `w2`), the kernel configuration it launches. `Batched`
 /// runs the two decode kernels (no tile); the layout backends the grouped GEMM's heuristic tile; `Fused` its
-/// fused tile (`fused_tile`, or the per-batch choice).
+/// fused tile (`fused_tile`, or the per-batch choice). Where the run fixed or measured the Fused tile, the
+/// entry names it (`"fused_tile"`, whichever backend won) and a layer's Fused passes at that bucket take it.
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 #[derive(Clone, Debug)]
@@ -176,6 +178,7 @@ pub struct LayerChoice {
     pub top_k: usize,
     pub tokens: usize,
     pub sm_count: usize,
+    /// The Fused tile of the bucket (fixed by the run, or measured best); `None`: the per-batch rule.
     pub fused_tile: Option<crate::kernels::fused::FusedTile>,
     pub median_us: Option<f64>,
 }
@@ -201,13 +204,17 @@ impl LayerChoice {
                 serde_json::json!({"config": c.name(), "schedule": format!("{:?}", c.schedule()), "tile": [tm, tn, tk], "cluster": [cm, cn, 1]})
             }
         };
-        serde_json::json!({
+        let mut entry = serde_json::json!({
             "backend": format!("{:?}", self.backend),
             "auto_pick": format!("{:?}", self.auto),
             "w13": gemm(2 * self.inter),
             "w2": gemm(self.hidden),
             "median_us": self.median_us,
-        })
+        });
+        if let Some(t) = self.fused_tile {
+            entry["fused_tile"] = serde_json::json!(t.name());
+        }
+        entry
     }
 }
 
@@ -219,6 +226,11 @@ impl LayerChoice {
 /// format has no kernels for, any backend under expert parallelism but Grouped), the layer falls back to its
 /// cost model, as vLLM falls back to its default rule.
 ///
+/// A bucket may also name the `Fused` backend's tile measured best there (`"fused_tile"`, written by `moe-gemm
+/// tune`): a Fused pass of a 16-bit layer takes the tile of the bucket nearest its token count, unless the
+/// layer fixes one ([`MoeLayer::set_fused_tile`](crate::MoeLayer::set_fused_tile)); buckets without one, and
+/// tables written before tiles were tuned, leave the choice to [`FusedTile::for_rows`].
+///
 /// A fixed array (at most [`TunedBackends::MAX_BUCKETS`] buckets), so that the options holding it stay `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunedBackends {
@@ -226,6 +238,8 @@ pub struct TunedBackends {
     inter: usize,
     len: usize,
     buckets: [(usize, crate::layer::Backend); TunedBackends::MAX_BUCKETS],
+    /// The Fused tile of each bucket (same order), where one was measured.
+    tiles: [Option<FusedTile>; TunedBackends::MAX_BUCKETS],
 }
 
 impl TunedBackends {
@@ -255,7 +269,21 @@ impl TunedBackends {
         }
         let mut table = [(0, crate::layer::Backend::Grouped); Self::MAX_BUCKETS];
         table[..sorted.len()].copy_from_slice(&sorted);
-        Ok(TunedBackends { experts, inter, len: sorted.len(), buckets: table })
+        Ok(TunedBackends { experts, inter, len: sorted.len(), buckets: table, tiles: [None; Self::MAX_BUCKETS] })
+    }
+
+    /// The table with the Fused tile of some of its buckets: `(token count, tile)`, for 16-bit experts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for a token count that is not a bucket of the table.
+    pub fn with_fused_tiles(mut self, tiles: &[(usize, FusedTile)]) -> Result<TunedBackends> {
+        for &(t, tile) in tiles {
+            let i = self.buckets().iter().position(|b| b.0 == t).ok_or_else(|| {
+                Error::InvalidProblem(format!("tuned backends: Fused tile for token count {t}, which is no bucket"))
+            })?;
+            self.tiles[i] = Some(tile);
+        }
+        Ok(self)
     }
 
     /// Parses a file's text: a JSON object from token counts to entries holding a `"backend"` name (as
@@ -268,9 +296,20 @@ impl TunedBackends {
             serde_json::from_str(text).map_err(|e| Error::InvalidProblem(format!("{name}: not JSON: {e}")))?;
         let obj = v.as_object().ok_or_else(|| Error::InvalidProblem(format!("{name}: not a JSON object")))?;
         let mut buckets = Vec::with_capacity(obj.len());
+        let mut tiles = Vec::new();
         for (k, entry) in obj {
             let t: usize =
                 k.parse().map_err(|_| Error::InvalidProblem(format!("{name}: key {k:?} is not a token count")))?;
+            if let Some(tile) = entry.get("fused_tile") {
+                let tile = tile.as_str().and_then(FusedTile::by_name).ok_or_else(|| {
+                    let names: Vec<&str> = FusedTile::ALL.iter().map(|t| t.name()).collect();
+                    Error::InvalidProblem(format!(
+                        "{name}: bucket {k}: \"fused_tile\" {tile} is not a tile ({})",
+                        names.join(", ")
+                    ))
+                })?;
+                tiles.push((t, tile));
+            }
             let b = entry.get("backend").and_then(|b| b.as_str()).ok_or_else(|| {
                 Error::InvalidProblem(format!(
                     "{name}: bucket {k} has no \"backend\" (a vLLM kernel config, not one this crate wrote?)"
@@ -278,7 +317,10 @@ impl TunedBackends {
             })?;
             buckets.push((t, parse_backend(b).map_err(|e| Error::InvalidProblem(format!("{name}: bucket {k}: {e}")))?));
         }
-        TunedBackends::new(name.experts, name.n, &buckets)
+        TunedBackends::new(name.experts, name.n, &buckets)?.with_fused_tiles(&tiles).map_err(|e| match e {
+            Error::InvalidProblem(m) => Error::InvalidProblem(format!("{name}: {m}")),
+            e => e,
+        })
     }
 
     /// Reads a file named as vLLM names them (`E=..,N=..,device_name=...json`).
@@ -305,12 +347,30 @@ impl TunedBackends {
     /// backends the caller chose keeps the shipped table's measurements for those backends only.
     pub fn restricted_to(&self, set: crate::layer::Backends) -> Option<TunedBackends> {
         let kept: Vec<_> = self.buckets().iter().copied().filter(|b| set.contains(b.1)).collect();
-        (!kept.is_empty()).then(|| TunedBackends::new(self.experts, self.inter, &kept).expect("a subset of a table"))
+        let tiles: Vec<_> = (0..self.len)
+            .filter(|&i| set.contains(self.buckets[i].1))
+            .filter_map(|i| self.tiles[i].map(|t| (self.buckets[i].0, t)))
+            .collect();
+        (!kept.is_empty()).then(|| {
+            TunedBackends::new(self.experts, self.inter, &kept)
+                .and_then(|t| t.with_fused_tiles(&tiles))
+                .expect("a subset of a table")
+        })
     }
 
     /// The backend of the bucket nearest `tokens` (the smaller bucket on a tie).
     pub fn pick(&self, tokens: usize) -> crate::layer::Backend {
-        self.buckets().iter().min_by_key(|(t, _)| t.abs_diff(tokens)).map(|b| b.1).expect("at least one bucket")
+        self.buckets[self.nearest(tokens)].1
+    }
+
+    /// The Fused tile of the bucket nearest `tokens`, if that bucket names one.
+    pub fn fused_tile(&self, tokens: usize) -> Option<FusedTile> {
+        self.tiles[self.nearest(tokens)]
+    }
+
+    /// The index of the bucket nearest `tokens` (the smaller bucket on a tie).
+    fn nearest(&self, tokens: usize) -> usize {
+        (0..self.len).min_by_key(|&i| self.buckets[i].0.abs_diff(tokens)).expect("at least one bucket")
     }
 }
 

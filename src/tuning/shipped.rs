@@ -1,6 +1,8 @@
-//! The tuned tables this crate ships: `moe-gemm tune` run on an H200 over the suite models (uniform routing,
-//! median of 20 graph replays per backend and bucket), committed under `configs/h200/` and compiled in, so that
-//! `Auto` on those layers follows measurements rather than the cost model's fitted constants.
+//! The tuned tables this crate ships: `moe-gemm tune` run on an H200 over the suite models (uniform, balanced
+//! and zipf routing, median of 20 graph replays per backend, Fused tile and bucket; per bucket the backend with
+//! the least worst ratio to the fastest, and since 2026-12-02 the Fused tile so chosen for the decode buckets
+//! T = 1-256), committed under `configs/h200/` and compiled in, so that `Auto` on those layers follows
+//! measurements rather than the cost model's fitted constants.
 //!
 //! A table serves layers of its `E` and `N` on a GPU whose name matches its `device_name`, over 16-bit dense
 //! weights (bf16 and f16 move the same bytes through the same kernels). FP8 layers keep their own cost model.

@@ -181,6 +181,18 @@ fn fused_gemms_match_the_reference_for_every_tile() {
             ids: hot.iter().map(|&e| if e == 0 { 3 } else { e }).collect(),
             map: None,
         },
+        // A hot expert (100 rows: the merged tile's 64-position run, then 48) with long K in GEMM1 (1096: 18
+        // steps, the last of 8 elements) and partial weight-row chunks in both GEMMs (400 = 3 x 128 + 16).
+        Case {
+            name: "one hot expert, long K",
+            tokens: 100,
+            top_k: 2,
+            experts: 8,
+            n1: 400,
+            k1: 1096,
+            ids: random::topk_ids(100, 1, 7, 13).iter().flat_map(|&x| [4, if x >= 4 { x + 1 } else { x }]).collect(),
+            map: None,
+        },
         Case {
             name: "expert-parallel slice (odd experts of 16)",
             tokens: 90,

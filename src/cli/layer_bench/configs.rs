@@ -39,16 +39,26 @@ pub(super) fn write_configs(
                 (q.model, q.experts, q.inter, q.tokens, q.ep) == (p.model, p.experts, p.inter, p.tokens, p.ep)
             })
             .collect();
-        let timed = |b: Backend, j: usize| {
+        // A candidate: a backend, and for Fused each tile the run timed (`None`: its one tile or rule).
+        let timed = |(b, tile): (Backend, Option<FusedTile>), j: usize| {
             results
                 .iter()
-                .find(|r| r.point == j && r.dtype == LayerDtype::Bf16 && r.asked == b && r.ran == b)
+                .find(|r| r.point == j && r.dtype == LayerDtype::Bf16 && r.asked == b && r.ran == b && r.tile == tile)
                 .and_then(|r| r.times.map(|t| t.0))
         };
-        let candidates: Vec<(Backend, Vec<Option<f64>>)> =
-            Backend::CONCRETE.into_iter().map(|b| (b, same.iter().map(|&j| timed(b, j)).collect())).collect();
+        let mut keys: Vec<(Backend, Option<FusedTile>)> = Vec::new();
+        for r in results.iter().filter(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.asked == r.ran) {
+            if r.asked != Backend::Auto && !keys.contains(&(r.asked, r.tile)) {
+                keys.push((r.asked, r.tile));
+            }
+        }
+        let candidates: Vec<_> = keys.iter().map(|&c| (c, same.iter().map(|&j| timed(c, j)).collect())).collect();
         let best = robust_pick(&candidates);
-        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |b| (b, timed(b, pi)));
+        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |c| (c.0, timed(c, pi)));
+        // The Fused tile measured best here (by the same rule, among the Fused rows), whichever backend won.
+        let fused: Vec<_> =
+            candidates.iter().filter(|c| c.0 .0 == Backend::Fused && c.0 .1.is_some()).cloned().collect();
+        let tile = robust_pick(&fused).and_then(|c| c.1).or(fused_tile);
         let entry = LayerChoice {
             backend,
             auto: p.auto,
@@ -58,7 +68,7 @@ pub(super) fn write_configs(
             top_k: p.top_k,
             tokens: p.tokens,
             sm_count: info.sm_count as usize,
-            fused_tile,
+            fused_tile: tile,
             median_us: median,
         }
         .entry();
@@ -122,7 +132,7 @@ pub(super) fn with_shipped_table(
 
 /// The backend with the least worst-case ratio to the fastest backend, over the routings (columns) measured;
 /// a backend not timed under some routing is out. Ties go to the faster under the first routing.
-fn robust_pick(candidates: &[(Backend, Vec<Option<f64>>)]) -> Option<Backend> {
+fn robust_pick<K: Copy>(candidates: &[(K, Vec<Option<f64>>)]) -> Option<K> {
     let routings = candidates.first().map_or(0, |c| c.1.len());
     let fastest: Vec<f64> =
         (0..routings).map(|r| candidates.iter().filter_map(|c| c.1[r]).fold(f64::INFINITY, f64::min)).collect();
