@@ -53,12 +53,9 @@ pub(super) fn write_configs(
             }
         }
         let candidates: Vec<_> = keys.iter().map(|&c| (c, same.iter().map(|&j| timed(c, j)).collect())).collect();
-        let best = robust_pick(&candidates);
+        let (best, tile) = pick_bucket(&candidates);
         let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |c| (c.0, timed(c, pi)));
-        // The Fused tile measured best here (by the same rule, among the Fused rows), whichever backend won.
-        let fused: Vec<_> =
-            candidates.iter().filter(|c| c.0 .0 == Backend::Fused && c.0 .1.is_some()).cloned().collect();
-        let tile = robust_pick(&fused).and_then(|c| c.1).or(fused_tile);
+        let tile = tile.or(fused_tile);
         let entry = LayerChoice {
             backend,
             auto: p.auto,
@@ -130,6 +127,18 @@ pub(super) fn with_shipped_table(
     }
 }
 
+/// A bucket's pick over its candidates (backend, and Fused tile where the run timed several): the one with the
+/// least worst ratio ([`robust_pick`]); and the Fused tile the bucket names: the winner's where it is a tiled
+/// Fused row, else the best of the tiled Fused rows by the same rule (so that a Fused pass there, forced or
+/// picked, takes the tile measured best), `None` where the run timed no tiles.
+type Candidate = (Backend, Option<FusedTile>);
+fn pick_bucket(candidates: &[(Candidate, Vec<Option<f64>>)]) -> (Option<Candidate>, Option<FusedTile>) {
+    let best = robust_pick(candidates);
+    let fused: Vec<_> = candidates.iter().filter(|c| c.0 .0 == Backend::Fused && c.0 .1.is_some()).cloned().collect();
+    let tile = best.and_then(|b| b.1).or_else(|| robust_pick(&fused).and_then(|c| c.1));
+    (best, tile)
+}
+
 /// The backend with the least worst-case ratio to the fastest backend, over the routings (columns) measured;
 /// a backend not timed under some routing is out. Ties go to the faster under the first routing.
 fn robust_pick<K: Copy>(candidates: &[(K, Vec<Option<f64>>)]) -> Option<K> {
@@ -150,6 +159,30 @@ fn robust_pick<K: Copy>(candidates: &[(K, Vec<Option<f64>>)]) -> Option<K> {
 mod tests {
     use super::*;
     use Backend::{Batched, Fused, Grouped};
+
+    #[test]
+    fn buckets_name_the_winning_tile_or_the_best_fused_one() {
+        use moe_gemm::kernels::fused::FusedTile::{SwapAb16, SwapAbMerged};
+        // (uniform, zipf). Against the fastest of all, SwapAb16's worst ratio is the least (100 / 95); among the
+        // Fused rows alone the merged tile's would be (102 / 100 against 106 / 103): the bucket names the winner's.
+        let c = [
+            ((Grouped, None), vec![Some(95.0), Some(200.0)]),
+            ((Fused, Some(SwapAb16)), vec![Some(100.0), Some(106.0)]),
+            ((Fused, Some(SwapAbMerged)), vec![Some(102.0), Some(103.0)]),
+        ];
+        assert_eq!(pick_bucket(&c), (Some((Fused, Some(SwapAb16))), Some(SwapAb16)));
+        assert_eq!(robust_pick(&c[1..]), Some((Fused, Some(SwapAbMerged))));
+        // Grouped wins: the bucket still names the better Fused tile.
+        let c = [
+            ((Grouped, None), vec![Some(90.0), Some(100.0)]),
+            ((Fused, Some(SwapAb16)), vec![Some(100.0), Some(130.0)]),
+            ((Fused, Some(SwapAbMerged)), vec![Some(104.0), Some(110.0)]),
+        ];
+        assert_eq!(pick_bucket(&c), (Some((Grouped, None)), Some(SwapAbMerged)));
+        // No tiles timed: no tile named.
+        let c = [((Grouped, None), vec![Some(90.0)]), ((Fused, None), vec![Some(80.0)])];
+        assert_eq!(pick_bucket(&c), (Some((Fused, None)), None));
+    }
 
     #[test]
     fn robust_pick_minimises_the_worst_ratio_over_routings() {
