@@ -72,26 +72,32 @@ fn ours_write_in_the_same_format_and_diff_bucket_by_bucket() {
 
 /// A written bucket names the kernels its backend really runs: no grouped-GEMM tile for the batched decode
 /// kernels, the fused tile for Fused, the grouped GEMM's heuristic tile for the layout backends.
+/// The config-file entry of a Qwen3-30B-A3B-shaped layer (E 128, H 2048, I 768, k 8) at `tokens`.
+fn qwen3_30b_choice(
+    backend: moe_gemm::Backend,
+    tokens: usize,
+    fused_tile: Option<moe_gemm::kernels::fused::FusedTile>,
+) -> serde_json::Value {
+    moe_gemm::tuning::LayerChoice {
+        backend,
+        auto: moe_gemm::Backend::Grouped,
+        experts: 128,
+        hidden: 2048,
+        inter: 768,
+        top_k: 8,
+        tokens,
+        sm_count: 132,
+        fused_tile,
+        median_us: Some(1.0),
+    }
+    .entry()
+}
+
 #[test]
 fn layer_choices_name_the_kernels_each_backend_runs() {
     use moe_gemm::kernels::fused::FusedTile;
-    use moe_gemm::tuning::LayerChoice;
     use moe_gemm::Backend;
-    let choice = |backend, tokens, fused_tile| {
-        LayerChoice {
-            backend,
-            auto: Backend::Grouped,
-            experts: 128,
-            hidden: 2048,
-            inter: 768,
-            top_k: 8,
-            tokens,
-            sm_count: 132,
-            fused_tile,
-            median_us: Some(1.0),
-        }
-        .entry()
-    };
+    let choice = qwen3_30b_choice;
     let b = choice(Backend::Batched, 1, None);
     assert_eq!((b["backend"].as_str(), b["auto_pick"].as_str()), (Some("Batched"), Some("Grouped")));
     assert_eq!(b["w13"]["config"], "batched-decode");
@@ -202,26 +208,11 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
 #[test]
 fn tuned_fused_tiles_follow_the_nearest_bucket() {
     use moe_gemm::kernels::fused::FusedTile::{self, *};
-    use moe_gemm::tuning::LayerChoice;
     use moe_gemm::Backend::*;
     use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
     let name = ConfigName::parse("E=128,N=768,device_name=NVIDIA_H200,dtype=bf16.json").unwrap();
-    let entry = |backend, tokens, fused_tile| {
-        let e = LayerChoice {
-            backend,
-            auto: Grouped,
-            experts: 128,
-            hidden: 2048,
-            inter: 768,
-            top_k: 8,
-            tokens,
-            sm_count: 132,
-            fused_tile,
-            median_us: Some(1.0),
-        }
-        .entry();
-        format!("\"{tokens}\": {e}")
-    };
+    let entry =
+        |backend, tokens, fused_tile| format!("\"{tokens}\": {}", qwen3_30b_choice(backend, tokens, fused_tile));
     let text = format!(
         "{{{}, {}, {}, {}}}",
         entry(Batched, 1, None),

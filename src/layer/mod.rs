@@ -64,6 +64,7 @@ mod gemm_spec;
 mod mx;
 mod needs;
 mod passes;
+mod pick;
 mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
@@ -96,7 +97,8 @@ use crate::kernels::fused::{FusedGemm, FusedTile};
 use crate::tuning::TunedBackends;
 use crate::view::{MatrixView, MatrixViewMut};
 
-use sizing::{aligned_rows, auto_pick, format_backend_error};
+use pick::auto_pick;
+use sizing::{aligned_rows, format_backend_error};
 
 /// Options of a [`MoeLayer`] plan ([`MoeLayerOptions::new`], then the builder methods).
 #[non_exhaustive]
@@ -495,7 +497,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let want = want.min(self.sizing.max_tokens);
         let n = self.sizing.fitting_tokens(Backend::Fused, want);
         let z = &self.sizing;
-        let tile = sizing::fused_tile_for(z.fused_tile, z.tuned.as_ref(), z.format, n, s);
+        let tile = pick::fused_tile_for(z.fused_tile, z.tuned.as_ref(), z.format, n, s);
         if tile != FusedTile::M64N128K64 && aligned_rows(n * s.slots(), s.groups(), tile.block_m()) > self.sizing.rows {
             // The 128-row tile's padding does not fit: the largest pass that does, or the 64-row tile.
             let fits = |t: usize| aligned_rows(t * s.slots(), s.groups(), tile.block_m()) <= self.sizing.rows;

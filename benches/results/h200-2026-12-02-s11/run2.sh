@@ -9,7 +9,7 @@ for m in mixtral-8x7b qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 gpt-oss-120b; do
   timeout 150 ./carry/moe-gemm tune --model $m --tokens 1,2,4,8,16,32,64,128,256 --out $R/tuned --reps 20 > $R/tune-$m.log 2>&1
   echo "$m: $?"
 done
-python3 benches/results/h200-2026-12-02-s11/merge_tables.py $R/tuned configs/h200 $R/tables > $R/merge.log
+python3 benches/results/h200-2026-12-02-s10/merge_tables.py $R/tuned configs/h200 $R/tables > $R/merge.log
 S="bench --layer --suite --backends auto --peer none --reps 20"
 for i in 1 2; do
   timeout 100 ./carry/base-moe-gemm $S --csv $R/suite-base-$i.csv > $R/suite-base-$i.log 2>&1
