@@ -47,13 +47,17 @@ pub(crate) fn launch_activate<T: Element>(
     if let Some(b) = p.bias {
         need_len("b13 bias", b.len(), p.experts * width, "experts x (2I or I)")?;
     }
-    if p.rows > u32::MAX as usize || p.inter > i32::MAX as usize {
+    // The kernel moves 8 elements per 16-byte vector: whole vectors per row, rows on 16-byte boundaries.
+    need_row_len::<T>("I (activation)", p.inter)?;
+    if p.rows > u32::MAX as usize {
         return Err(Error::InvalidProblem(format!("activation over {} rows of {} exceeds the grid", p.rows, p.inter)));
     }
     let experts = to_i32("experts", p.experts)?;
     super::bind(stream)?;
     let (d_ptr, _d) = d1.device_ptr(stream);
     let (h_ptr, _h) = h.device_ptr_mut(stream);
+    need_aligned("d1", d_ptr)?;
+    need_aligned("h", h_ptr)?;
     let (re_ptr, _re) = p.row_experts.device_ptr(stream);
     let (t_ptr, _t) = p.total.map(|t| t.device_ptr(stream)).unzip();
     let (b_ptr, _b) = p.bias.map(|b| b.device_ptr(stream)).unzip();
@@ -73,9 +77,9 @@ pub(crate) fn launch_activate<T: Element>(
         status: s_ptr,
         stream: stream.cu_stream() as u64,
     };
-    // SAFETY: d1 holds rows*(2I or I), h rows*I, row_experts rows, bias experts*(2I or I) (checked above); the
-    // kernel skips rows whose expert is outside [0, experts) and rows at or past *total. The stream's context is
-    // bound to this thread; guards outlive the call.
+    // SAFETY: d1 holds rows*(2I or I), h rows*I, row_experts rows, bias experts*(2I or I), I a multiple of 8, d1
+    // and h 16-byte aligned (checked above); the kernel skips rows whose expert is outside [0, experts) and rows
+    // at or past *total. The stream's context is bound to this thread; guards outlive the call.
     check(unsafe { ffi::activate(&params) }, &Launched::typed("activate", T::DTYPE))
 }
 
