@@ -70,8 +70,6 @@ fn ours_write_in_the_same_format_and_diff_bucket_by_bucket() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A written bucket names the kernels its backend really runs: no grouped-GEMM tile for the batched decode
-/// kernels, the fused tile for Fused, the grouped GEMM's heuristic tile for the layout backends.
 /// The config-file entry of a Qwen3-30B-A3B-shaped layer (E 128, H 2048, I 768, k 8) at `tokens`.
 fn qwen3_30b_choice(
     backend: moe_gemm::Backend,
@@ -93,6 +91,8 @@ fn qwen3_30b_choice(
     .entry()
 }
 
+/// A written bucket names the kernels its backend really runs: no grouped-GEMM tile for the batched decode
+/// kernels, the fused tile for Fused, the grouped GEMM's heuristic tile for the layout backends.
 #[test]
 fn layer_choices_name_the_kernels_each_backend_runs() {
     use moe_gemm::kernels::fused::FusedTile;

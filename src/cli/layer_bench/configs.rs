@@ -127,11 +127,13 @@ pub(super) fn with_shipped_table(
     }
 }
 
-/// A bucket's pick over its candidates (backend, and Fused tile where the run timed several): the one with the
-/// least worst ratio ([`robust_pick`]); and the Fused tile the bucket names: the winner's where it is a tiled
-/// Fused row, else the best of the tiled Fused rows by the same rule (so that a Fused pass there, forced or
-/// picked, takes the tile measured best), `None` where the run timed no tiles.
+/// A bucket's candidate: a backend, and the Fused tile where the run timed several.
 type Candidate = (Backend, Option<FusedTile>);
+
+/// A bucket's pick over its candidates: the one with the least worst ratio ([`robust_pick`]); and the Fused
+/// tile the bucket names: the winner's where it is a tiled Fused row, else the best of the tiled Fused rows by
+/// the same rule (so that a Fused pass there, forced or picked, takes the tile measured best), `None` where the
+/// run timed no tiles.
 fn pick_bucket(candidates: &[(Candidate, Vec<Option<f64>>)]) -> (Option<Candidate>, Option<FusedTile>) {
     let best = robust_pick(candidates);
     let fused: Vec<_> = candidates.iter().filter(|c| c.0 .0 == Backend::Fused && c.0 .1.is_some()).cloned().collect();
