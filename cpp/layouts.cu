@@ -3,8 +3,9 @@
 //
 // build_layout runs as one warp (at most 32 rows), one CTA (at most kLayoutSingleCtaRows) or three passes over
 // chunks of rows: count rows per expert, scan, then a stable scatter (rank within a warp by __match_any_sync,
-// across warps by per-warp counts in shared memory), so every expert's rows keep token order. Nothing device-provided is trusted: bad ids, remote experts and rows past a
-// masked expert's capacity are dropped (position -1) and reported through the status word.
+// across warps by per-warp counts in shared memory), so every expert's rows keep token order. Nothing
+// device-provided is trusted: bad ids, remote experts and rows past a masked expert's capacity are dropped
+// (position -1) and reported through the status word.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,11 +22,13 @@ namespace layouts {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
+// Shared ints block_exclusive_scan needs: a prefix per warp (at most 32) and the total.
+constexpr int kScanTmp = 33;
 
 // In-place exclusive scan of v[0..n) in shared memory by the whole block; returns the total. A contiguous slice
 // of ceil(n / blockDim) elements per thread, the slices' sums scanned by warp shuffles, the warps' sums by the
 // first warp: three barriers (a Hillis-Steele scan over the threads took two per step, 18 for 512 threads).
-__device__ int64_t block_exclusive_scan(int32_t* v, int n, int32_t* tmp /* [33] */) {
+__device__ int64_t block_exclusive_scan(int32_t* v, int n, int32_t* tmp /* [kScanTmp] */) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int per = (n + blockDim.x - 1) / blockDim.x;
   const int lo = min(n, static_cast<int>(threadIdx.x) * per), hi = min(n, lo + per);
@@ -46,7 +49,7 @@ __device__ int64_t block_exclusive_scan(int32_t* v, int n, int32_t* tmp /* [33] 
       if (lane >= off) wincl += x;
     }
     if (lane < warps) tmp[lane] = wincl - w;  // exclusive prefix of the warp
-    if (lane == warps - 1) tmp[32] = wincl;   // the total
+    if (lane == warps - 1) tmp[kScanTmp - 1] = wincl;  // the total
   }
   __syncthreads();
   int32_t run = tmp[warp] + incl - sum;  // exclusive prefix of this thread's slice
@@ -55,7 +58,7 @@ __device__ int64_t block_exclusive_scan(int32_t* v, int n, int32_t* tmp /* [33] 
     v[i] = run;
     run += x;
   }
-  const int64_t total = tmp[32];
+  const int64_t total = tmp[kScanTmp - 1];
   __syncthreads();
   return total;
 }
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) build_layout_kernel(const LayoutArgs
   int32_t* count = sm;                 // [E]
   int32_t* start = count + E;          // [E + 1]
   int32_t* wcount = start + E + 1;     // [kWarps][E]: a warp's rows per expert, then the earlier warps' rows
-  int32_t* tmp = wcount + kWarps * E;  // [33]
+  int32_t* tmp = wcount + kWarps * E;  // [kScanTmp]
   int32_t* mine = wcount + warp * E;
   uint32_t err = 0;
 
@@ -474,14 +477,14 @@ Status build_layout(const LayoutArgs& a) {
     return last_error();
   }
   if (a.rows <= kLayoutSingleCtaRows) {
-    const size_t smem = sizeof(int32_t) * (2 * E + 1 + kWarps * E + 33);
+    const size_t smem = sizeof(int32_t) * (2 * E + 1 + kWarps * E + kScanTmp);
     const cudaError_t e = smem_attr(build_layout_kernel, smem);
     if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
     build_layout_kernel<<<1, kThreads, smem, stream>>>(a);
     return last_error();
   }
   const int chunks = (a.rows + kLayoutChunkRows - 1) / kLayoutChunkRows;
-  const size_t scan_smem = sizeof(int32_t) * (2 * E + 1 + kThreads);
+  const size_t scan_smem = sizeof(int32_t) * (2 * E + 1 + kScanTmp);
   const size_t scatter_smem = sizeof(int32_t) * (E + 1 + (kLayoutChunkRows / 32) * E);
   cudaError_t e = smem_attr(scatter_chunks_kernel, scatter_smem);
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
