@@ -3,9 +3,9 @@
 //! 1. Finds nvcc (>= 12.8) and CUTLASS (>= 4.0); where either is missing, provisions the pinned CUDA 13.0
 //!    toolkit and CUTLASS 4.2 from PyPI into `third_party/pypi` (set `MOE_GEMM_NO_PROVISION=1` to forbid that).
 //! 2. Compiles every `.cu` of `KERNEL_UNITS` (build/toolchain.rs: each unit with its own targets, e.g. sm_90a
-//!    only for the Hopper GEMMs, sm_100a only for the Blackwell ones, both plus compute_90 PTX for the plain
-//!    kernels) with one nvcc process each, two at a time, into objects cached under OUT_DIR by a hash of their
-//!    inputs: a bridge edit reruns this script but recompiles no CUDA.
+//!    only for the Hopper GEMMs, sm_100a only for the Blackwell ones, sm_90 and sm_100 lowered from compute_90
+//!    PTX, which is embedded too, for the plain kernels) with one nvcc process each, two at a time, into objects
+//!    cached under OUT_DIR by a hash of their inputs: a bridge edit reruns this script but recompiles no CUDA.
 //! 3. Compiles the cxx bridge with the host compiler and links cudart statically.
 
 #[path = "build/toolchain.rs"]
@@ -333,7 +333,7 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         .map(|u| {
             let src = root.join(u.path);
             let mut flags = base.clone();
-            flags.extend(u.targets.iter().map(|t| t.gencode()));
+            flags.extend(gencodes(u.targets));
             flags.extend(tail.iter().cloned());
             let text = local_sources(&src, &root.join("cpp"));
             let flag_id: Vec<&str> = flags.iter().filter(|f| !f.starts_with("-I")).map(String::as_str).collect();

@@ -7,7 +7,7 @@
 namespace moe_gemm {
 
 // The SM100 block-scaled grouped GEMMs' function over their operand buffers, exactly as grouped_gemm_sm100_mx_run
-// takes them (GroupedGemmMxArgs, launch_sm100_mx.h), on any GPU with bf16 tensor cores (the sm_90a and sm_100a
+// takes them (GroupedGemmMxArgs, launch_sm100_mx.h), on any GPU with bf16 tensor cores (the sm_90 and sm_100
 // SASS built here): the operands are dequantised exactly into bf16 and multiplied with f32 accumulation. `config`
 // picks the format pair only (a 2-SM configuration computes its pair; N need be whole 128s for every
 // configuration); the workspace fields and sm_count are not read. Requires what _run requires of the shape, the

@@ -32,11 +32,19 @@ impl Arch {
         }
     }
 
-    /// The SASS target of this architecture's kernels: `sm_90a`, `sm_100a`.
+    /// The SASS target of this architecture's arch-specific kernels: `sm_90a`, `sm_100a`.
     pub const fn target(self) -> &'static str {
         match self {
             Arch::Sm90 => "sm_90a",
             Arch::Sm100 => "sm_100a",
+        }
+    }
+
+    /// The SASS target of this architecture's plain kernels (no arch-specific instruction): `sm_90`, `sm_100`.
+    pub const fn plain_target(self) -> &'static str {
+        match self {
+            Arch::Sm90 => "sm_90",
+            Arch::Sm100 => "sm_100",
         }
     }
 }

@@ -74,7 +74,7 @@ pub mod build_info {
     pub const CUTLASS_VERSION: &str = env!("MOE_GEMM_CUTLASS_VERSION");
     pub const CUTLASS_DIR: &str = env!("MOE_GEMM_CUTLASS_DIR");
     /// The CUDA targets compiled into the library, per kernel family (the build's gencode table):
-    /// `family: target, target; family: ...`, e.g. `grouped_gemm_sm90: sm_90a; ...; routing: sm_90a, sm_100a,
+    /// `family: target, target; family: ...`, e.g. `grouped_gemm_sm90: sm_90a; ...; routing: sm_90, sm_100,
     /// compute_90 (PTX); ...`. [`crate::KernelFamily`] has the same per family, typed.
     pub const CUDA_ARCHS: &str = env!("MOE_GEMM_CUDA_ARCHS");
 

@@ -44,9 +44,17 @@ fn root() -> &'static std::path::Path {
 #[test]
 fn gencode_flags_are_spelled_as_nvcc_wants() {
     // The exact flag of the single-gencode build: the SM90 units keep their object-cache hash.
-    assert_eq!(Target::Sass("sm_90a").gencode(), "-gencode=arch=compute_90a,code=sm_90a");
-    assert_eq!(Target::Sass("sm_100a").gencode(), "-gencode=arch=compute_100a,code=sm_100a");
-    assert_eq!(Target::Ptx("compute_90").gencode(), "-gencode=arch=compute_90,code=compute_90");
+    assert_eq!(gencodes(SM90A), ["-gencode=arch=compute_90a,code=sm_90a"]);
+    assert_eq!(gencodes(SM100A), ["-gencode=arch=compute_100a,code=sm_100a"]);
+    // The plain units: one cicc pass, its PTX lowered to both SASS targets and embedded.
+    assert_eq!(gencodes(PORTABLE), ["-gencode=arch=compute_90,code=[sm_90,sm_100,compute_90]"]);
+    assert_eq!(gencodes(&[Target::Ptx("compute_90")]), ["-gencode=arch=compute_90,code=compute_90"]);
+    let mixed = [Target::Sass("sm_90a"), Target::Sass("sm_100"), Target::Ptx("compute_90")];
+    assert_eq!(
+        gencodes(&mixed),
+        ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_90,code=[sm_100,compute_90]"]
+    );
+    assert!(std::panic::catch_unwind(|| gencodes(&[Target::Sass("sm_90")])).is_err(), "plain SASS without PTX");
 }
 
 #[test]
@@ -173,10 +181,10 @@ fn heavy_units_start_first() {
 fn the_family_table_for_the_library_and_the_description_agree() {
     let rs = families_rs(KERNEL_UNITS);
     assert!(rs.contains(r#"("grouped_gemm_sm100", &["sm_100a"], &[], "sm_100a"),"#), "{rs}");
-    assert!(rs.contains(r#"("routing", &["sm_90a", "sm_100a"], &["compute_90"], "sm_90a or sm_100a"),"#), "{rs}");
+    assert!(rs.contains(r#"("routing", &["sm_90", "sm_100"], &["compute_90"], "sm_90 or sm_100"),"#), "{rs}");
     let text = describe_families(KERNEL_UNITS);
     assert!(text.contains("grouped_gemm_sm90: sm_90a;"), "{text}");
-    assert!(text.contains("layouts: sm_90a, sm_100a, compute_90 (PTX)"), "{text}");
+    assert!(text.contains("layouts: sm_90, sm_100, compute_90 (PTX)"), "{text}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! What the build put into each kernel unit's object, read back with a pinned `cuobjdump`: every unit holds SASS
 //! (and PTX) for exactly the targets of the gencode table (`build/toolchain.rs`), the SM90 GEMMs no sm_100 code,
-//! the plain kernels sm_100a SASS, and the SM100 GEMM the tcgen05 MMA (`UTCHMMA`, FP8_NOTES' opcode table) where
+//! the plain kernels sm_100 SASS, and the SM100 GEMM the tcgen05 MMA (`UTCHMMA`, FP8_NOTES' opcode table) where
 //! the SM90 GEMMs have wgmma (`HGMMA`). The only evidence of the SM100 kernels this side of a Blackwell GPU.
 //!
 //! The disassembler comes from `MOE_GEMM_CUOBJDUMP` (a `cuobjdump` whose folder also holds `nvdisasm`), else
@@ -142,7 +142,7 @@ fn every_unit_holds_exactly_its_targets() {
     // The three facts the gencode table is for, spelled out.
     for u in ["cpp/routing.cu", "cpp/layouts.cu", "cpp/activation.cu", "cpp/decode.cu", "cpp/quant.cu"] {
         let (sass, ptx) = embedded(tool, &object(u));
-        assert!(sass.contains(&"sm_100a".into()) && sass.contains(&"sm_90a".into()), "{u}: {sass:?}");
+        assert_eq!(sass, ["sm_100", "sm_90"], "{u}: plain SASS for both, lowered from the PTX");
         assert_eq!(ptx, ["sm_90"], "{u}");
     }
     for u in KERNEL_UNITS.iter().filter(|u| u.path.contains("_sm90")) {
@@ -275,7 +275,7 @@ fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
     assert!(blockwise.iter().all(|k| k.ops.iter().any(|o| o.starts_with("QGMMA"))), "FP8 blockwise: no QGMMA");
 }
 
-/// The FP8 decode kernels multiply on the tensor cores: their e4m3 `mma.sync` is lowered (sm_90a and sm_100a alike) to f16
+/// The FP8 decode kernels multiply on the tensor cores: their e4m3 `mma.sync` is lowered (sm_90 and sm_100 alike) to f16
 /// conversions (`F2FP`) and `HMMA` (what README and benches/results/NOTES.md say); no wgmma, no tcgen05.
 #[test]
 fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
@@ -289,13 +289,13 @@ fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     }));
     assert!(ops.iter().any(|o| o == "HMMA") && ops.iter().any(|o| o == "F2FP"), "decode_fp8: {ops:?}");
     assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o.starts_with("UTC")), "decode_fp8: {ops:?}");
-    // expand, and reduce in its 512- and 1024-thread forms, for sm_90a and sm_100a.
+    // expand, and reduce in its 512- and 1024-thread forms, for sm_90 and sm_100.
     assert_eq!(named(&ks, "expand_kernel").len(), 2);
     assert_eq!(named(&ks, "reduce_kernel").len(), 4);
 }
 
 /// The portable block-scaled grouped GEMM (`cpp/grouped_mx_portable.cu`) multiplies its dequantised bf16 tiles on
-/// the tensor cores with `mma.sync` (`HMMA`, sm_90a and sm_100a alike), no wgmma, no tcgen05: one kernel per format
+/// the tensor cores with `mma.sync` (`HMMA`, sm_90 and sm_100 alike), no wgmma, no tcgen05: one kernel per format
 /// pair per target.
 #[test]
 fn the_portable_mx_gemm_multiplies_on_the_tensor_cores() {

@@ -129,7 +129,7 @@ pub fn run() -> moe_gemm::Result<()> {
             Some(arch) => {
                 KernelFamily::ALL.iter().filter(|f| f.runs_on(arch)).map(|f| f.name()).collect::<Vec<_>>().join(", ")
             }
-            None => "none (moe-gemm's kernels are built for sm_90a and sm_100a)".into(),
+            None => "none (moe-gemm's kernels are built for SM90 and SM100: sm_90a, sm_100a, sm_90, sm_100)".into(),
         };
         println!(
             "  {i}: {}, compute capability {maj}.{min}, {} SMs, {} MiB L2, {:.1}/{:.1} GiB free, {} KiB smem/block; kernels here: {}",

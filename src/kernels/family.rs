@@ -84,7 +84,7 @@ impl KernelFamily {
         self.entry().is_some()
     }
 
-    /// The SASS targets compiled into the library for this family, e.g. `["sm_90a", "sm_100a"]`.
+    /// The SASS targets compiled into the library for this family, e.g. `["sm_90a"]`, `["sm_90", "sm_100"]`.
     pub fn sass_targets(self) -> &'static [&'static str] {
         self.entry().map_or(&[], |e| e.1)
     }
@@ -94,7 +94,7 @@ impl KernelFamily {
         self.entry().map_or(&[], |e| e.2)
     }
 
-    /// The SASS targets in words, as [`crate::Error::UnsupportedArch`] names them: `sm_90a or sm_100a`.
+    /// The SASS targets in words, as [`crate::Error::UnsupportedArch`] names them: `sm_90 or sm_100`.
     pub fn required(self) -> &'static str {
         self.entry().map_or("(not built)", |e| e.3)
     }
@@ -107,7 +107,7 @@ impl KernelFamily {
     /// Whether this family has SASS for `arch`. moe-gemm runs a kernel only where it has its SASS: the PTX is
     /// for GPUs moe-gemm does not know, and nothing is tested there.
     pub fn runs_on(self, arch: Arch) -> bool {
-        self.sass_targets().contains(&arch.target())
+        self.sass_targets().iter().any(|t| *t == arch.target() || *t == arch.plain_target())
     }
 }
 
@@ -150,7 +150,7 @@ mod tests {
             KernelFamily::Runtime,
         ] {
             assert_eq!(on(f), [Arch::Sm90, Arch::Sm100], "{f}");
-            assert_eq!(f.required(), "sm_90a or sm_100a");
+            assert_eq!(f.required(), "sm_90 or sm_100");
             assert_eq!(f.ptx_targets(), ["compute_90"], "{f}");
         }
     }
