@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 13, device call 8: the final code (layouts.cu's kScanTmp; the plain units' sm_90 / sm_100 SASS lowered
-# from one compute_90 PTX pass instead of sm_90a / sm_100a; the fused_decode.cu of 4ce9aaf): the GPU
-# suite, then the Auto suite twice.
+# Session 13, device call 9 (call 8 got no machine): the final code (layouts.cu's kScanTmp; the plain units'
+# sm_90 / sm_100 SASS lowered from one compute_90 PTX pass instead of sm_90a / sm_100a; the fused_decode.cu of
+# 4ce9aaf): the GPU suite, then the Auto suite twice.
 cd "$(dirname "$0")/../../.."
 mkdir -p carry; for f in carryz/*.gz; do gunzip -c $f > carry/$(basename $f .gz); chmod +x carry/$(basename $f .gz); done
 R=/tmp/r; mkdir -p $R

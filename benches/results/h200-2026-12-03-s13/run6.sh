@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 13, device call 9: the final code against base (4ce9aaf) on one machine, the whole Auto suite
+# Session 13, device call 10: the final code against base (4ce9aaf) on one machine, the whole Auto suite
 # alternating twice: run 5's suites ran on a machine 1-2% slower than session 12's, so the final code's two
 # changes (kScanTmp; the plain units' SASS lowered from compute_90 PTX: sm_90 / sm_100 instead of sm_90a /
 # sm_100a) are checked for speed here.
