@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Session 15, call 2: live tiles with an unpredicated path for runs without padding tiles (live-tiles-fast.patch:
-# live-tiles-all.patch plus that branch), against base and live-tiles-all, alternating three times; the GPU
+# live-tiles-all.patch plus that branch), against base, alternating three times; the GPU
 # suite of live-tiles-fast; its whole Auto suite twice. All tarred into run2.tgz (the device returns at most 8
 # files per call: run 1's per-file results came back only in part).
 #   base-moe-gemm      3f25145's code (= 43fd433's)
-#   liveall-moe-gemm   ../h200-2026-12-03-s14/live-tiles-all.patch
 #   livefast-moe-gemm  live-tiles-fast.patch
 #   gpu                the GPU tests of live-tiles-fast.patch
 cd "$(dirname "$0")/../../.."
@@ -12,7 +11,7 @@ mkdir -p carry; for f in carryz/*.gz; do gunzip -c $f > carry/$(basename $f .gz)
 R=/tmp/r; mkdir -p $R
 S="bench --layer --backends auto --peer none --reps 20 --layer-tokens 1,2,4,8,16,32,64,128,256 --routing uniform,balanced,zipf"
 for i in 1 2 3; do
-  for v in base liveall livefast; do
+  for v in base livefast; do
     timeout 60 ./carry/$v-moe-gemm $S --csv $R/dec-$v-$i.csv > $R/dec-$v-$i.log 2>&1
   done
 done
