@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 15, NOT RUN (the session's device time was spent: five calls got no machine). Binaries built here at
-# 552920f and gzipped into carryz/ (git-ignored, kept on this machine):
+# Session 15, NOT RUN (the session's device time was spent: seven calls got no machine). Binaries built here
+# from the library code of 43fd433 (unchanged since) and gzipped into carryz/ (git-ignored, kept on this machine):
 #   base-moe-gemm   HEAD's code
 #   proto-moe-gemm  live16-merged-blocks.patch: live tiles in SwapAb16's private rings only
 #                   (live-tiles-16.patch) and the merged tile's blocks per CTA as a knob per GEMM
