@@ -157,13 +157,15 @@ __device__ __forceinline__ void issue_position(uint4* dst, const T* xr, const T*
 
 template <class T, int MT, int NT>
 __device__ __forceinline__ void issue_step(uint4* ring, int stage, const T* const (&wr)[MT][2],
-                                           const T* const (&xr)[NT], const T* any, int k0, int t, int lane, int K) {
+                                           const T* const (&xr)[NT], const T* any, int k0, int t, int lane, int K,
+                                           uint32_t live) {
   uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
   issue_weights<T, MT>(st, wr, any, k0, t, K);
 #pragma unroll
   for (int u = 0; u < 2; ++u)
 #pragma unroll
-    for (int j = 0; j < NT; ++j) issue_position<T>(st + (4 * MT + j * 2 + u) * 32, xr[j], any, k0 + 32 * u + 8 * t, K);
+    for (int j = 0; j < NT; ++j)
+      if (live >> j & 1u) issue_position<T>(st + (4 * MT + j * 2 + u) * 32, xr[j], any, k0 + 32 * u + 8 * t, K);
 }
 
 // A lane's operands of one K step, read from a stage's weight slots `wst` and position slots `xst` (both offset
@@ -187,8 +189,9 @@ struct Operands {
   // The four m16n8k16 steps. Lane (g, t) holds, per row, words 0-3 (piece 0) and 4-7 (piece 1) of its 16
   // elements; MMA step q takes words 2q and 2q + 1 as the fragment's k = {2t, 2t+1} and {2t+8, 2t+9}, for A
   // (weight rows g, g + 8) and B (position g) alike, so every product pairs equal physical k.
+  // `live`: bit j set where n8 tile j holds a row (the others' products are never stored: skipped).
   template <class T>
-  __device__ __forceinline__ void multiply(float (&acc)[MT][NT][4]) const {
+  __device__ __forceinline__ void multiply(float (&acc)[MT][NT][4], uint32_t live = ~0u) const {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int u = q / 2, w0 = (q % 2) * 2;
@@ -196,18 +199,20 @@ struct Operands {
       for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
-          mma<T>(acc[i][j], word(w[i][0][u], w0), word(w[i][1][u], w0), word(w[i][0][u], w0 + 1),
-                 word(w[i][1][u], w0 + 1), word(x[j][u], w0), word(x[j][u], w0 + 1));
+          if (live >> j & 1u)
+            mma<T>(acc[i][j], word(w[i][0][u], w0), word(w[i][1][u], w0), word(w[i][0][u], w0 + 1),
+                   word(w[i][1][u], w0 + 1), word(x[j][u], w0), word(x[j][u], w0 + 1));
     }
   }
 };
 
 template <class T, int MT, int NT>
-__device__ __forceinline__ void mma_step(float (&acc)[MT][NT][4], const uint4* ring, int stage, int lane) {
+__device__ __forceinline__ void mma_step(float (&acc)[MT][NT][4], const uint4* ring, int stage, int lane,
+                                         uint32_t live) {
   const uint4* st = ring + stage * Ring<MT, NT>::kSlots * 32 + lane;
   Operands<MT, NT> op;
   op.load(st, st + 4 * MT * 32);
-  op.template multiply<T>(acc);
+  op.template multiply<T>(acc, live);
 }
 
 // The A row of layout position p: the token's row of x (gather) or the position's row of h (scatter); null on
@@ -326,6 +331,30 @@ __device__ __forceinline__ int64_t batch_total(const FusedGemmArgs& a) {
   return min(static_cast<int64_t>(*reinterpret_cast<const int32_t*>(a.total)), a.capacity);
 }
 
+// Bit j: n8 tile j of the NT * 8 positions from p0 (below `limit`) holds a row. A run's padding is its tail, so
+// a SwapAb16 block of at most 8 rows multiplies 1 tile, not 2. Skipping only tiles without any row keeps every
+// stored product (store() skips padding positions) whatever the order of rows in the layout. Only SwapAb16's
+// private rings use it: in the shared-ring kernels it cost Mixtral T = 64 zipf 1.2-1.8% (H200, session 15).
+template <int NT>
+__device__ __forceinline__ uint32_t live_tiles(const FusedGemmArgs& a, int64_t limit, int64_t p0, int lane) {
+  const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
+  uint32_t live = 0;
+#pragma unroll
+  for (int h = 0; h < (NT * 8 + 31) / 32; ++h) {
+    const int64_t p = p0 + 32 * h + lane;
+    bool has = false;
+    if (32 * h + lane < NT * 8 && p < limit) {
+      const int r = sorted[p];
+      has = r >= 0 && r < a.rows;
+    }
+    const uint32_t m = __ballot_sync(0xffffffffu, has);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (m >> (8 * j) & 0xffu) live |= 1u << (4 * h + j);
+  }
+  return live;
+}
+
 template <int BM>
 constexpr int smem_bytes() {
   return kWarps * Ring<kMt<BM>, BM / 8>::kWarpBytes;
@@ -359,6 +388,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   const int chunks = (K + kChunk - 1) / kChunk;
   const int per = (chunks + S - 1) / S;
   const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
+  const uint32_t live = live_tiles<NT>(a, total, p0, lane);
   float acc[MT][NT][4] = {};
   uint4* ring = smem + warp * (Ring<MT, NT>::kWarpBytes / 16);
   if (a.mode != FusedMode::Scatter) {
@@ -380,7 +410,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   if (n0 < N && c0 < c1) {
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-      if (c0 + st < c1) issue_step<T, MT, NT>(ring, st, task.wr, task.xr, any, (c0 + st) * kChunk, t, lane, K);
+      if (c0 + st < c1) issue_step<T, MT, NT>(ring, st, task.wr, task.xr, any, (c0 + st) * kChunk, t, lane, K, live);
       cp_async_commit();
     }
     int st = 0;
@@ -389,9 +419,10 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
       // Refill the stage read in the previous step (its values are already in registers and used).
       const int next = c + kStages - 1;
       if (next < c1)
-        issue_step<T, MT, NT>(ring, (st + kStages - 1) % kStages, task.wr, task.xr, any, next * kChunk, t, lane, K);
+        issue_step<T, MT, NT>(ring, (st + kStages - 1) % kStages, task.wr, task.xr, any, next * kChunk, t, lane, K,
+                              live);
       cp_async_commit();
-      mma_step<T, MT, NT>(acc, ring, st, lane);
+      mma_step<T, MT, NT>(acc, ring, st, lane, live);
       st = st + 1 == kStages ? 0 : st + 1;
     }
   }
