@@ -364,13 +364,14 @@ LaunchStatus build_layout(const LayoutParams& p) {
   a.offsets = p.offsets;
   a.sorted_ids = p.sorted_ids;
   a.expert_ids = p.expert_ids;
+  a.block_ready = p.block_ready;
   a.m_indices = p.m_indices;
   a.positions = p.positions;
   a.total = p.total;
   a.scratch = p.scratch;
   a.status = p.status;
   a.stream = p.stream;
-  static_assert(same_fields<LayoutParams, LayoutArgs>(19), "assign every LayoutArgs field above");
+  static_assert(same_fields<LayoutParams, LayoutArgs>(20), "assign every LayoutArgs field above");
   return wrap(moe_gemm::build_layout(a));
 }
 
@@ -463,11 +464,13 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.act = p.act;
   a.gate_up = p.gate_up;
   a.stream = p.stream;
-  // Every field of FusedGemmArgs above; `offsets`, the params' one field more, goes to the SwapAb kernels beside it.
-  static_assert(field_count<FusedGemmParams>() == 22 && field_count<FusedGemmArgs>() == 21 &&
-                    sizeof(FusedGemmParams) == sizeof(FusedGemmArgs) + sizeof(uint64_t),
+  // Every field of FusedGemmArgs above; `offsets` and `ready`, the params' two fields more, go to the SwapAb
+  // kernels beside it.
+  static_assert(field_count<FusedGemmParams>() == 23 && field_count<FusedGemmArgs>() == 21 &&
+                    sizeof(FusedGemmParams) == sizeof(FusedGemmArgs) + 2 * sizeof(uint64_t),
                 "assign every FusedGemmArgs field above");
-  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a, p.offsets));
+  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a, p.offsets, p.ready));
+  if (p.ready) return LaunchStatus{StatusCode::NotBuilt, 0};  // the hand-off is the SwapAb tiles' only
   if (p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));

@@ -355,6 +355,50 @@ __device__ __forceinline__ uint32_t live_tiles(const FusedGemmArgs& a, int64_t l
   return live;
 }
 
+// The GEMM1 -> GEMM2 hand-off per layout block (`ready`, zeroed by the layout build): each GEMM1 warp that stores
+// a task adds the h columns it wrote to its block's counter, and GEMM2's CTAs of the block start once it reaches
+// K (= I), where they would otherwise wait for all of GEMM1 to end. Session 14's trace of Mixtral T = 64 had up to
+// 256 GEMM2 CTAs waiting through GEMM1's last 45 us while it drained at 1.8-4.2 TB/s.
+// Measured on the H200 (benches/results/NOTES.md, session 16): Mixtral T = 64 zipf -2.3%, T = 32 zipf -1.3%,
+// T = 64 uniform -0.7% (the merged tile); on SwapAb16 (T = 1-16) +1-2.3%, and wherever GEMM2 is not launched
+// early the fence before each count only costs (Qwen3-30B T = 8-64 +7-10%). So: the merged tile, early GEMM2s.
+__device__ __forceinline__ void signal_ready(int32_t* ready, int n_out, int n0, int lane) {
+  __threadfence();  // this lane's h stores, before the count
+  __syncwarp();
+  if (lane == 0) atomicAdd(ready + blockIdx.y, max(0, min(16, n_out - n0 / 2)));
+}
+
+__device__ __forceinline__ int ld_relaxed(const int32_t* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Every thread of the CTA: returns once this block's h has K columns written, or, where the count never comes
+// (device data that GEMM1 read otherwise), after 20 ms and the end of GEMM1. Relaxed polls and one acquire
+// fence: an acquire load per poll would invalidate the SM's L1, where the CTA beside keeps its position rows.
+__device__ __forceinline__ void await_ready(const int32_t* ready, int K) {
+  if (threadIdx.x == 0) {
+    const int32_t* r = ready + blockIdx.y;
+    const uint64_t t0 = global_ns();
+    while (ld_relaxed(r) < K) {
+      if (global_ns() - t0 > 20000000ull) {
+        wait_for_prerequisites();
+        break;
+      }
+      __nanosleep(100);
+    }
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  }
+  __syncthreads();
+}
+
 template <int BM>
 constexpr int smem_bytes() {
   return kWarps * Ring<kMt<BM>, BM / 8>::kWarpBytes;
@@ -366,7 +410,7 @@ constexpr int smem_bytes() {
 // contiguous task ranges per warp 3-14% slower, their warps reading a thousand regions of HBM at once.)
 template <class T, int BM, int S>
 __global__ void __launch_bounds__(32 * kWarps, 2)
-    gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/) {
+    gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/, int32_t* /*ready*/) {
   using Tk = Task<T, BM>;
   constexpr int MT = Tk::MT, NT = Tk::NT;
   constexpr int kStages = Ring<MT, NT>::kStages;
@@ -487,8 +531,8 @@ __device__ __forceinline__ void issue_shared_step(uint4* stage, const T* const (
 // The CTA's four 32-row tasks (weight-row chunk `chunk`) over NT * 8 positions from p0 of expert e, valid below
 // `limit`, through the shared ring.
 template <class T, int NT>
-__device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early, int64_t limit, int e, int64_t p0,
-                                              int chunk, uint4* smem) {
+__device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early, int32_t* ready, int64_t limit,
+                                              int e, int64_t p0, int chunk, uint4* smem) {
   using Tk = Task<T, NT * 8>;
   constexpr int MT = Tk::MT;
   using R = SharedRing<MT, NT>;
@@ -524,7 +568,11 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
 #pragma unroll
         for (int h = 0; h < 2; ++h) prefetch_l2(task.wr[i][h], min(bytes, K * static_cast<int>(sizeof(T))));
     }
-    wait_for_prerequisites();
+    if (ready) {
+      await_ready(ready, K);
+    } else {
+      wait_for_prerequisites();
+    }
     launch_dependents();
   }
   auto stage = [&](int s) { return smem + s * R::kStageSlots * 32; };
@@ -549,7 +597,10 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
     }
     op.template multiply<T>(acc);
   }
+  // Started on the counts: GEMM1 has ended by now; wait for it as before, so that the chain of grids holds.
+  if (ready && early && a.mode == FusedMode::Scatter) wait_for_prerequisites();
   if (n0 < N) store<T, MT, NT>(a, acc, limit, e, p0, n0, g, t);
+  if (ready && a.mode == FusedMode::GatherGated && n0 < N) signal_ready(ready, a.n / 2, n0, lane);
 }
 
 // The CTA's layout block (blockIdx.y) of `bm` positions: the batch's total, the block's first position and its
@@ -568,11 +619,11 @@ __device__ __forceinline__ bool layout_block(const FusedGemmArgs& a, bool early,
 // SwapAb32: one 32-position layout block per CTA (`offsets` unused: the SwapAb kernels share one signature).
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
-    shared_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/) {
+    shared_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/, int32_t* /*ready*/) {
   extern __shared__ uint4 smem[];
   int64_t total, p0;
   int e;
-  if (layout_block(a, early, 32, total, p0, e)) stream_shared<T, 4>(a, early, total, e, p0, blockIdx.x, smem);
+  if (layout_block(a, early, 32, total, p0, e)) stream_shared<T, 4>(a, early, nullptr, total, e, p0, blockIdx.x, smem);
 }
 
 // SwapAbMerged: a layout of 16-position blocks, whose CTA for an expert's block d (counted from the expert's
@@ -583,7 +634,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 constexpr int kMergedBlocks = 4;
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
-    merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets) {
+    merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets, int32_t* ready) {
   extern __shared__ uint4 smem[];
   int64_t total, p0;
   int e;
@@ -595,9 +646,9 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   const int64_t run_blocks = min(static_cast<int64_t>(kMergedBlocks), blocks - d);
   const int64_t limit = min(total, p0 + 16 * run_blocks);
   switch (run_blocks) {
-    case 1: return stream_shared<T, 2>(a, early, limit, e, p0, blockIdx.x, smem);
-    case 2: return stream_shared<T, 4>(a, early, limit, e, p0, blockIdx.x, smem);
-    default: return stream_shared<T, 8>(a, early, limit, e, p0, blockIdx.x, smem);
+    case 1: return stream_shared<T, 2>(a, early, ready, limit, e, p0, blockIdx.x, smem);
+    case 2: return stream_shared<T, 4>(a, early, ready, limit, e, p0, blockIdx.x, smem);
+    default: return stream_shared<T, 8>(a, early, ready, limit, e, p0, blockIdx.x, smem);
   }
 }
 
@@ -625,9 +676,14 @@ int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
 constexpr int kSwapAb32Smem = SharedRing<2, 4>::kBytes;
 constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), SharedRing<2, 8>::kBytes);
 
+// Grids of at most two waves of two CTAs per SM: GEMM2 is launched early (below).
+inline bool within_two_waves(const FusedGemmArgs& a, int64_t ctas) {
+  return ctas <= int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * 2;
+}
+
 template <class Kernel>
 Status launch(const FusedGemmArgs& a, const int32_t* offsets, Kernel kernel, int rows_per_block, int smem,
-              int64_t m_blocks) {
+              int64_t m_blocks, int32_t* ready = nullptr) {
   const dim3 grid((a.n + rows_per_block - 1) / rows_per_block, static_cast<unsigned>(m_blocks));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -639,11 +695,10 @@ Status launch(const FusedGemmArgs& a, const int32_t* offsets, Kernel kernel, int
   // -1.4%, Mixtral T = 1-4 -0.6 to -1.2%, no point slower than +0.2%; early launch and L2 prefetch on every
   // GEMM2 had cost 0.4-3% on its 3-4-wave grids, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
   // GEMM1 always: the single-CTA layout kernel lets it in at its start (the chunked one, past 4096 rows, at its end).
-  const int64_t waves2 = int64_t(a.sm_count > 0 ? a.sm_count : 132) * 2 * 2;
-  const bool early = a.mode != FusedMode::Scatter || int64_t(grid.x) * grid.y <= waves2;
+  const bool early = a.mode != FusedMode::Scatter || within_two_waves(a, int64_t(grid.x) * grid.y);
   cudaLaunchAttribute attrs[1];
   if (early) pdl::allow_early_start(cfg, attrs);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a, early, offsets);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a, early, offsets, ready);
   return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
 }
 
@@ -661,7 +716,7 @@ Status launch_private(const FusedGemmArgs& a, int64_t m_blocks) {
 }
 
 template <class T>
-Status run_tile(const FusedGemmArgs& a, const int32_t* offsets) {
+Status run_tile(const FusedGemmArgs& a, const int32_t* offsets, int32_t* ready) {
   const int bm = a.tile == FusedTile::SwapAb32 ? 32 : 16;
   const int64_t m_blocks = layout_blocks(a, bm);
   if (m_blocks == 0 || a.n == 0) return {StatusCode::Ok, 0};
@@ -675,8 +730,14 @@ Status run_tile(const FusedGemmArgs& a, const int32_t* offsets) {
       }
     case FusedTile::SwapAb32:
       return launch(a, nullptr, shared_gemm_kernel<T>, kRowsPerWarp<32> * kWarps, kSwapAb32Smem, m_blocks);
-    case FusedTile::SwapAbMerged:
-      return launch(a, offsets, merged_gemm_kernel<T>, kRowsPerWarp<16> * kWarps, kMergedSmem, m_blocks);
+    case FusedTile::SwapAbMerged: {
+      // The hand-off where GEMM2 is launched early: GEMM1 counts, GEMM2 (H = GEMM1's K wide) waits on the counts.
+      constexpr int kRows = kRowsPerWarp<16> * kWarps;
+      const int h = a.mode == FusedMode::Scatter ? a.n : a.k;
+      const bool handoff =
+          a.mode != FusedMode::Gather && within_two_waves(a, int64_t((h + kRows - 1) / kRows) * m_blocks);
+      return launch(a, offsets, merged_gemm_kernel<T>, kRows, kMergedSmem, m_blocks, handoff ? ready : nullptr);
+    }
     default: return {StatusCode::NotBuilt, 0};
   }
 }
@@ -704,9 +765,11 @@ Status prepare(FusedTile tile) {
 
 }  // namespace fused_decode
 
-Status fused_decode_gemm(const FusedGemmArgs& a, uint64_t offsets) {
+Status fused_decode_gemm(const FusedGemmArgs& a, uint64_t offsets, uint64_t ready) {
   const auto* o = reinterpret_cast<const int32_t*>(offsets);
-  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a, o) : fused_decode::run_tile<__half>(a, o);
+  auto* r = reinterpret_cast<int32_t*>(ready);
+  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a, o, r)
+                                : fused_decode::run_tile<__half>(a, o, r);
 }
 
 Status fused_decode_prepare(DType dtype, FusedTile tile) {

@@ -143,6 +143,7 @@ __device__ void write_expert_ids(const LayoutArgs& a, const int32_t* start, int6
   for (int64_t b = first; b < a.capacity / a.block_m; b += step) {
     const int64_t row = b * a.block_m;
     reinterpret_cast<int32_t*>(a.expert_ids)[b] = row < total ? owner(start, a.local_experts, row) : -1;
+    if (a.block_ready) reinterpret_cast<int32_t*>(a.block_ready)[b] = 0;
   }
 }
 

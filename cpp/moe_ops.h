@@ -73,6 +73,7 @@ struct LayoutArgs {
   uint64_t offsets;       // int32 [local_experts + 1]
   uint64_t sorted_ids;    // int32 [capacity] or 0; padding holds the sentinel `rows`
   uint64_t expert_ids;    // int32 [capacity / block_m] or 0; -1 past the last tile
+  uint64_t block_ready;   // int32 [capacity / block_m] or 0: zeroed (the SwapAb GEMM1 -> GEMM2 hand-off counters)
   uint64_t m_indices;     // int32 [capacity] or 0; -1 on padding
   uint64_t positions;     // int32 [rows]; -1 for a dropped row (remote expert, bad id, overflow)
   uint64_t total;         // int32 [1]: padded rows in use (vLLM's num_tokens_post_padded)
@@ -205,7 +206,10 @@ Status fused_moe_gemm_f16(const FusedGemmArgs& args);
 // `offsets`: the layout's per-expert first positions [experts + 1] (int32), read by SwapAbMerged. It travels
 // beside FusedGemmArgs, not in it: a field more in the kernels' by-value argument changed the SwapAb16 kernel's
 // code (94 -> 98 registers) and cost it 0.8% (H200, 2026-12-02, benches/results/h200-2026-12-02-s10/s16-*.log).
-Status fused_decode_gemm(const FusedGemmArgs& args, uint64_t offsets);
+// `ready`: int32 [capacity / 16] zeroed by the layout build, or 0. Where given to a GatherGated GEMM1 and then to
+// the Scatter GEMM2 over the same layout (the layer's pass, nothing between), GEMM2's CTAs of a block start once
+// GEMM1 has written that block's h instead of when all of GEMM1 has ended (SwapAbMerged only; see fused_decode.cu).
+Status fused_decode_gemm(const FusedGemmArgs& args, uint64_t offsets, uint64_t ready);
 Status fused_decode_prepare(DType dtype, FusedTile tile);
 // Per device, once per plan and before any launch of the tile (with the device current): opts the kernel into
 // the dynamic shared memory its stages need. Launches do no such host work.

@@ -180,6 +180,8 @@ pub(crate) mod ffi {
         sorted_ids: u64,
         expert_ids: u64,
         offsets: u64,
+        /// The GEMM1 -> GEMM2 hand-off counters (`fused_decode_gemm`'s `ready`), or 0.
+        ready: u64,
         total: u64,
         weights: u64,
         bias: u64,
@@ -414,6 +416,7 @@ pub(crate) mod ffi {
         offsets: u64,
         sorted_ids: u64,
         expert_ids: u64,
+        block_ready: u64,
         m_indices: u64,
         positions: u64,
         total: u64,

@@ -34,6 +34,8 @@ pub(crate) struct LayoutOut<'a> {
     pub offsets: &'a mut CudaSlice<i32>,
     pub sorted_ids: &'a mut CudaSlice<i32>,
     pub expert_ids: &'a mut CudaSlice<i32>,
+    /// Zeroed per tile (the fused decode GEMMs' hand-off counters).
+    pub block_ready: &'a mut CudaSlice<i32>,
     pub m_indices: &'a mut CudaSlice<i32>,
     pub positions: &'a mut CudaSlice<i32>,
     pub total: &'a mut CudaSlice<i32>,
@@ -77,6 +79,7 @@ pub(crate) fn launch_build_layout(
     need_len("offsets", out.offsets.len(), dims.local_experts + 1, "local experts + 1")?;
     need_len("sorted_ids", out.sorted_ids.len(), cap, "capacity")?;
     need_len("expert_ids", out.expert_ids.len(), cap / dims.block_m, "capacity / block_m")?;
+    need_len("block_ready", out.block_ready.len(), cap / dims.block_m, "capacity / block_m")?;
     need_len("m_indices", out.m_indices.len(), cap, "capacity")?;
     need_len("positions", out.positions.len(), dims.max_tokens * dims.top_k, "max_tokens x top_k")?;
     need_len("scratch", out.scratch.len(), layout_scratch_ints(rows, dims.local_experts), "chunks x experts x 2")?;
@@ -91,6 +94,7 @@ pub(crate) fn launch_build_layout(
     let (o_ptr, _o) = out.offsets.device_ptr_mut(stream);
     let (si_ptr, _si) = out.sorted_ids.device_ptr_mut(stream);
     let (ei_ptr, _ei) = out.expert_ids.device_ptr_mut(stream);
+    let (br_ptr, _br) = out.block_ready.device_ptr_mut(stream);
     let (mi_ptr, _mi) = out.m_indices.device_ptr_mut(stream);
     let (p_ptr, _p) = out.positions.device_ptr_mut(stream);
     let (tot_ptr, _tot) = out.total.device_ptr_mut(stream);
@@ -110,6 +114,7 @@ pub(crate) fn launch_build_layout(
         offsets: o_ptr,
         sorted_ids: si_ptr,
         expert_ids: ei_ptr,
+        block_ready: br_ptr,
         m_indices: mi_ptr,
         positions: p_ptr,
         total: tot_ptr,
@@ -118,7 +123,7 @@ pub(crate) fn launch_build_layout(
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: every buffer holds what the dimensions imply (checked above: ids `rows`, map `experts`, counts and
-    // offsets per local expert, the position-indexed arrays `capacity`, expert_ids capacity / block_m, positions
+    // offsets per local expert, the position-indexed arrays `capacity`, expert_ids and block_ready capacity / block_m, positions
     // max_tokens*k, scratch what C++ asks for these rows). Ids and map entries are device data the kernel
     // range-checks before indexing; positions past `capacity` are dropped. Local experts <= 1024 (checked) bounds
     // the kernel's shared memory. The stream's context is bound to this thread; guards outlive the call.

@@ -284,6 +284,24 @@ impl FusedGemm {
         b13: Option<&CudaSlice<f32>>,
         h: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
+        self.gemm1_gated(stream, tile, layout, tokens, x, w13, (n, kdim), (act, gate_up), b13, h, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm1_gated<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        x: &impl DevicePtr<T>,
+        w13: &impl DevicePtr<T>,
+        (n, kdim): (usize, usize),
+        (act, gate_up): (Activation, GateUp),
+        b13: Option<&CudaSlice<f32>>,
+        h: &mut impl DevicePtrMut<T>,
+        ready: Option<&CudaSlice<i32>>,
+    ) -> Result<()> {
         self.check_device(stream)?;
         check_layout(layout, tile, tokens)?;
         check_nk(n, kdim)?;
@@ -295,7 +313,34 @@ impl FusedGemm {
         }
         let mut launch = self.launch_params(layout, tokens, n, kdim, None);
         launch.gated = Some(ffi::fused::FusedGated { act: act.into(), gate_up: gate_up.into(), bias: b13 });
+        launch.ready = ready;
         ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, x, w13, h)
+    }
+
+    /// [`Self::gemm1_gather_gated`] then [`Self::gemm2_scatter`] over one layout, with nothing between (the
+    /// layer's pass, the layout built just before): where GEMM2 is launched early (at most two waves), its CTAs
+    /// of a layout block start once GEMM1 has written that block's h, counted in the layout's `block_ready`,
+    /// instead of when all of GEMM1 has ended (the merged tile; `cpp/fused_decode.cu` says where it pays).
+    ///
+    /// # Errors
+    /// As the two GEMMs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_pair<T: Element, H: DevicePtr<T> + DevicePtrMut<T>>(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        (x, w13, b13): (&impl DevicePtr<T>, &impl DevicePtr<T>, Option<&CudaSlice<f32>>),
+        (hidden, inter): (usize, usize),
+        act: (Activation, GateUp),
+        h: &mut H,
+        (w2, weights, b2): (&impl DevicePtr<T>, &CudaView<'_, f32>, Option<&CudaSlice<f32>>),
+        pairs: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let ready = Some(layout.block_ready());
+        self.gemm1_gated(stream, tile, layout, tokens, x, w13, (2 * inter, hidden), act, b13, h, ready)?;
+        self.scatter(stream, tile, layout, tokens, &*h, w2, (hidden, inter), (weights, b2), pairs, ready)
     }
 
     /// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
@@ -320,11 +365,29 @@ impl FusedGemm {
         bias: Option<&CudaSlice<f32>>,
         pairs: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
+        self.scatter(stream, tile, layout, tokens, h, w, (n, kdim), (weights, bias), pairs, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scatter<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        tile: FusedTile,
+        layout: &ExpertLayout,
+        tokens: usize,
+        h: &impl DevicePtr<T>,
+        w: &impl DevicePtr<T>,
+        (n, kdim): (usize, usize),
+        (weights, bias): (&CudaView<'_, f32>, Option<&CudaSlice<f32>>),
+        pairs: &mut impl DevicePtrMut<T>,
+        ready: Option<&CudaSlice<i32>>,
+    ) -> Result<()> {
         self.check_device(stream)?;
         check_layout(layout, tile, tokens)?;
         check_nk(n, kdim)?;
         let scatter = Some(ffi::fused::FusedScatter { weights, bias });
-        let launch = self.launch_params(layout, tokens, n, kdim, scatter);
+        let mut launch = self.launch_params(layout, tokens, n, kdim, scatter);
+        launch.ready = ready;
         ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, h, w, pairs)
     }
 
@@ -416,6 +479,7 @@ impl FusedGemm {
             expert_ids: layout.expert_ids(),
             offsets: layout.offsets(),
             total: layout.total(),
+            ready: None,
         }
     }
 }

@@ -162,7 +162,7 @@ impl ScratchNeeds {
                         + self.groups
                         + 1
                         + 2 * self.layout_rows
-                        + self.layout_tiles
+                        + 2 * self.layout_tiles
                         + self.layout_positions
                         + 1
                         + self.layout_scratch_ints)

@@ -160,17 +160,18 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             Parts::Dense(w) => {
                 let r13 = w.w13_rows();
                 let x = &p.x.as_view();
+                let weights = p.weights.as_view();
+                let b2 = w.b2.as_ref();
                 if !tile.has_fp8() && c.activation.gated() {
                     // The SwapAb tiles apply the gated activation in GEMM1's epilogue: no d1, no activation kernel.
                     let act = (c.activation, c.gate_up);
-                    fused.gemm1_gather_gated(p.stream, tile, layout, tokens, x, &w.w13, (r13, h), act, c.b13, hbuf)?;
+                    let (gemm1, gemm2) = ((x, &w.w13, c.b13), (&w.w2, &weights, b2));
+                    fused.gated_pair(p.stream, tile, layout, tokens, gemm1, (h, i), act, hbuf, gemm2, d2)?;
                 } else {
                     fused.gemm1_gather(p.stream, tile, layout, tokens, x, &w.w13, r13, h, d1)?;
                     activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                    fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
                 }
-                let weights = p.weights.as_view();
-                let b2 = w.b2.as_ref();
-                fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
             }
             Parts::Mx(..) => return Err(format_backend_error(WeightFormat::Mxfp4, Backend::Fused)),
             Parts::Fp8(w, is_bf16) => {

@@ -132,6 +132,8 @@ pub struct ExpertLayout {
     offsets: CudaSlice<i32>,
     sorted_ids: CudaSlice<i32>,
     expert_ids: CudaSlice<i32>,
+    /// Per tile: the Fused decode GEMMs' GEMM1 -> GEMM2 hand-off counters, zeroed by every build.
+    block_ready: CudaSlice<i32>,
     m_indices: CudaSlice<i32>,
     positions: CudaSlice<i32>,
     total: CudaSlice<i32>,
@@ -197,6 +199,7 @@ impl ExpertLayout {
             offsets: stream.alloc_zeros(room.groups + 1)?,
             sorted_ids: stream.alloc_zeros(room.rows)?,
             expert_ids: stream.alloc_zeros(room.tiles.max(1))?,
+            block_ready: stream.alloc_zeros(room.tiles.max(1))?,
             m_indices: stream.alloc_zeros(room.rows)?,
             positions: stream.alloc_zeros(room.positions)?,
             total: stream.alloc_zeros(1)?,
@@ -212,7 +215,7 @@ impl ExpertLayout {
         let room = LayoutRoom {
             groups: self.counts.len(),
             rows: self.sorted_ids.len().min(self.m_indices.len()),
-            tiles: self.expert_ids.len(),
+            tiles: self.expert_ids.len().min(self.block_ready.len()),
             positions: self.positions.len(),
             scratch_ints: self.scratch.len(),
         };
@@ -228,6 +231,7 @@ impl ExpertLayout {
             &self.offsets,
             &self.sorted_ids,
             &self.expert_ids,
+            &self.block_ready,
             &self.m_indices,
             &self.positions,
             &self.total,
@@ -252,6 +256,7 @@ impl ExpertLayout {
             offsets: stream.alloc_zeros(dims.local_experts + 1)?,
             sorted_ids: stream.alloc_zeros(cap)?,
             expert_ids: stream.alloc_zeros(cap / dims.block_m())?,
+            block_ready: stream.alloc_zeros(cap / dims.block_m())?,
             m_indices: stream.alloc_zeros(cap)?,
             positions: stream.alloc_zeros(dims.max_tokens * dims.top_k)?,
             total: stream.alloc_zeros(1)?,
@@ -292,6 +297,7 @@ impl ExpertLayout {
             offsets: &mut self.offsets,
             sorted_ids: &mut self.sorted_ids,
             expert_ids: &mut self.expert_ids,
+            block_ready: &mut self.block_ready,
             m_indices: &mut self.m_indices,
             positions: &mut self.positions,
             total: &mut self.total,
@@ -377,6 +383,11 @@ impl ExpertLayout {
     /// int32 `[capacity / block_m]`: the local expert of each tile, −1 past the last one (vLLM's `expert_ids`).
     pub fn expert_ids(&self) -> &CudaSlice<i32> {
         &self.expert_ids
+    }
+    /// int32 `[capacity / block_m]`, zeroed by every build: the Fused backend's per-tile count of the h columns
+    /// GEMM1 has written, which its early GEMM2 waits on ([`crate::kernels::fused::FusedGemm::gated_pair`]).
+    pub fn block_ready(&self) -> &CudaSlice<i32> {
+        &self.block_ready
     }
     /// int32 `[capacity]`: the local expert of each position, −1 on padding (DeepGEMM's `m_indices`).
     pub fn m_indices(&self) -> &CudaSlice<i32> {

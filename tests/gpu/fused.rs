@@ -337,3 +337,76 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
         .unwrap_err();
     assert!(err.to_string().contains("SwapAb"), "{err}");
 }
+
+/// The gated pair's hand-off (the merged tile, GEMM2 launched early): h and the pairs equal those of the two
+/// GEMMs launched apart, bit for bit; each run's first block counted exactly I written h columns (I = 136: a
+/// last task of 8 columns) and every other block none; the next layout build zeroes the counts. A hot expert
+/// (a 3-block run), an empty one and spread rows.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn the_gated_pair_hands_off_per_block_and_a_build_zeroes_the_counts() {
+    let (_ctx, stream) = gpu();
+    let (t, k, e, inter, hidden) = (40usize, 2usize, 8usize, 136usize, 200usize);
+    let n = 2 * inter;
+    // Slot 0: expert 0 (40 rows, three blocks of 16); slot 1: experts 1-6 in turn; expert 7 empty.
+    let ids: Vec<i32> = (0..t).flat_map(|i| [0, 1 + (i % 6) as i32]).collect();
+    let ids_d = stream.clone_htod(&ids).unwrap();
+    let x = stream.clone_htod(&random_vec::<bf16>(t * hidden, 21, 1.0)).unwrap();
+    let w13 = stream.clone_htod(&random_vec::<bf16>(e * n * hidden, 22, 0.2)).unwrap();
+    let w2 = stream.clone_htod(&random_vec::<bf16>(e * hidden * inter, 23, 0.2)).unwrap();
+    let mut rng = Rng(24);
+    let weights: Vec<f32> = (0..t * k).map(|_| rng.unit().abs() + 0.1).collect();
+    let weights = stream.clone_htod(&weights).unwrap();
+    let tile = FusedTile::SwapAbMerged;
+    let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: tile.block_m() }, t, k, e, e).unwrap();
+    let cap = dims.capacity();
+    let mut layout = ExpertLayout::new(&stream, dims).unwrap();
+    let mut status = DeviceStatus::new(&stream).unwrap();
+    layout.build(&stream, t, &ids_d, None, &mut status).unwrap();
+    let fused = FusedGemm::new(&stream).unwrap();
+    let act = (Activation::SiluGated, GateUp::Concatenated);
+    let mut h_apart = stream.clone_htod(&vec![bf16::ZERO; cap * inter]).unwrap();
+    let mut pairs_apart = stream.clone_htod(&vec![bf16::ZERO; t * k * hidden]).unwrap();
+    fused.gemm1_gather_gated(&stream, tile, &layout, t, &x, &w13, (n, hidden), act, None, &mut h_apart).unwrap();
+    let wv = weights.as_view();
+    fused.gemm2_scatter(&stream, tile, &layout, t, &h_apart, &w2, hidden, inter, &wv, None, &mut pairs_apart).unwrap();
+    let mut h = stream.clone_htod(&vec![bf16::ZERO; cap * inter]).unwrap();
+    let mut pairs = stream.clone_htod(&vec![bf16::ZERO; t * k * hidden]).unwrap();
+    fused
+        .gated_pair(
+            &stream,
+            tile,
+            &layout,
+            t,
+            (&x, &w13, None),
+            (hidden, inter),
+            act,
+            &mut h,
+            (&w2, &wv, None),
+            &mut pairs,
+        )
+        .unwrap();
+    status.check(&stream).unwrap();
+    let bits = |s: &cudarc::driver::CudaSlice<bf16>| -> Vec<u16> {
+        stream.clone_dtoh(s).unwrap().iter().map(|v| v.to_bits()).collect()
+    };
+    assert!(bits(&h) == bits(&h_apart), "h of the pair differs from GEMM1's alone");
+    assert!(bits(&pairs) == bits(&pairs_apart), "the pair's GEMM2 output differs from GEMM2's alone");
+
+    let counts = stream.clone_dtoh(layout.block_ready()).unwrap();
+    let offsets = stream.clone_dtoh(layout.offsets()).unwrap();
+    let experts_of_block = stream.clone_dtoh(layout.expert_ids()).unwrap();
+    let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
+    let mut runs = 0;
+    for (b, &c) in counts.iter().enumerate() {
+        let first = b * 16 < total && {
+            let ex = experts_of_block[b] as usize;
+            (b - offsets[ex] as usize / 16) % 4 == 0
+        };
+        runs += first as usize;
+        assert_eq!(c, if first { inter as i32 } else { 0 }, "block {b}: h columns counted");
+    }
+    assert_eq!(runs, 7, "expert 0's run and one run per expert 1-6");
+    layout.build(&stream, t, &ids_d, None, &mut status).unwrap();
+    assert!(stream.clone_dtoh(layout.block_ready()).unwrap().iter().all(|&c| c == 0), "a build left counts");
+}
