@@ -9,6 +9,7 @@
 #include "element.cuh"
 #include "gated.cuh"
 #include "moe_ops.h"
+#include "pdl.cuh"
 
 namespace moe_gemm {
 namespace activation {
@@ -25,6 +26,8 @@ using gated::silu;
 // of Qwen3-30B T = 256, each of a row's I / 256 steps waiting for its loads in turn.)
 template <class T>
 __global__ void __launch_bounds__(256) activate_kernel(const ActivationArgs a) {
+  pdl::wait_for_prerequisites();  // launched as GEMM1 ends (activate): its d1 first
+  pdl::launch_dependents();       // GEMM2's prepare kernel (one CTA) may queue now
   const int32_t* total = reinterpret_cast<const int32_t*>(a.total);
   const int64_t rows = total ? (*total < a.rows ? *total : a.rows) : a.rows;
   const int I = a.inter, groups = I / 8;
@@ -78,12 +81,15 @@ Status activate(const ActivationArgs& a) {
     return {StatusCode::Cuda, static_cast<int32_t>(cudaErrorInvalidValue)};
   const int64_t threads = a.rows * (a.inter / 8);  // at most: the device total may be fewer rows
   const unsigned blocks = static_cast<unsigned>((threads + 255) / 256 < 2048 ? (threads + 255) / 256 : 2048);
-  if (a.dtype == DType::BF16) {
-    activation::activate_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(a);
-  } else {
-    activation::activate_kernel<__half><<<blocks, 256, 0, s>>>(a);
-  }
-  const cudaError_t e = cudaGetLastError();
+  // Programmatic dependent launch (pdl.cuh): scheduled once GEMM1's CTAs have exited, it waits before it reads.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(256);
+  cfg.stream = s;
+  cudaLaunchAttribute attrs[1];
+  pdl::allow_early_start(cfg, attrs);
+  const cudaError_t e = a.dtype == DType::BF16 ? cudaLaunchKernelEx(&cfg, activation::activate_kernel<__nv_bfloat16>, a)
+                                               : cudaLaunchKernelEx(&cfg, activation::activate_kernel<__half>, a);
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 

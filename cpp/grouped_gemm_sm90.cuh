@@ -19,6 +19,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "launch.h"
+#include "pdl.cuh"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "grouped_gemm_sm90 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
@@ -147,6 +148,7 @@ __global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offse
                                int max_m, int a_div, int experts, int groups, int n, int k, int64_t max_rows, const typename G::Arrays arr,
                                const void* a, const void* b, void* d, uint32_t* error_word) {
   using Element = typename G::Element;
+  pdl::wait_for_prerequisites();  // launched while the kernel before it runs (run below): its offsets first
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
   auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
@@ -205,13 +207,22 @@ Status run(const GroupedGemmArgs& p) {
   typename G::Arrays arr = G::carve(ws, p.groups);
   auto stream = reinterpret_cast<cudaStream_t>(p.stream);
 
+  // Programmatic dependent launch: where the kernel before it lets its dependents start early (the gather, the
+  // activation), this one-CTA kernel is resident when that ends. The GEMM after it is launched plainly: CUTLASS
+  // 4.2's SM90 ptr-array kernels do not wait on griddepcontrol, so they must not start before it.
   constexpr int kThreads = 128;
-  prepare_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
-      p.a_div, p.experts, p.groups, p.n, p.k, p.max_rows, arr,
-      reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d),
-      error_word);
-  cudaError_t e = cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((p.groups + kThreads - 1) / kThreads);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[1];
+  pdl::allow_early_start(cfg, attrs);
+  cudaError_t e = cudaLaunchKernelEx(
+      &cfg, prepare_groups<G>, p.mode, reinterpret_cast<const int32_t*>(p.offsets),
+      reinterpret_cast<const int32_t*>(p.counts), static_cast<int>(p.max_m), static_cast<int>(p.a_div),
+      static_cast<int>(p.experts), static_cast<int>(p.groups), static_cast<int>(p.n), static_cast<int>(p.k),
+      static_cast<int64_t>(p.max_rows), arr, reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b),
+      reinterpret_cast<void*>(p.d), error_word);
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
 
   auto args = G::arguments(arr, p.groups, p.device, p.sm_count);

@@ -358,6 +358,8 @@ __global__ void __launch_bounds__(kLayoutChunkRows) scatter_chunks_kernel(const 
 __global__ void gather_kernel(int rows, int top_k, int vecs, const uint4* __restrict__ x,
                               const int32_t* __restrict__ positions, uint4* __restrict__ out, int64_t out_rows,
                               uint32_t* status) {
+  pdl::wait_for_prerequisites();  // launched while the layout build runs (gather_rows): its positions first
+  pdl::launch_dependents();       // the GEMM's prepare kernel (one CTA) may queue now
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (r >= rows) return;
   const int p = positions[r];
@@ -386,6 +388,7 @@ __global__ void combine_kernel(int top_k, int hidden, const T* __restrict__ d, i
                                const int32_t* __restrict__ positions, const float* __restrict__ weights,
                                const int32_t* __restrict__ row_experts, const float* __restrict__ bias, int experts,
                                T* __restrict__ y) {
+  pdl::wait_for_prerequisites();  // launched as GEMM2 ends (combine_rows): its rows first
   const int t = blockIdx.x;
   for (int h0 = threadIdx.x * 8; h0 < hidden; h0 += blockDim.x * 8) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -499,33 +502,46 @@ Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint
                    int64_t out_rows, uint64_t status, uint64_t stream) {
   if (rows == 0) return {StatusCode::Ok, 0};
   constexpr int kRowsPerBlock = 8;
-  layouts::gather_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0,
-                           reinterpret_cast<cudaStream_t>(stream)>>>(
-      rows, top_k, hidden / 8, reinterpret_cast<const uint4*>(x), reinterpret_cast<const int32_t*>(positions),
-      reinterpret_cast<uint4*>(out), out_rows, reinterpret_cast<uint32_t*>(status));
-  return layouts::last_error();
+  // Programmatic dependent launch: the layout build lets its dependents start at once, so the gather's CTAs are
+  // resident and waiting when it ends (one launch latency less on the layout backends' chain).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  cfg.blockDim = dim3(32 * kRowsPerBlock);
+  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attrs[1];
+  pdl::allow_early_start(cfg, attrs);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, layouts::gather_kernel, static_cast<int>(rows), static_cast<int>(top_k),
+                                           static_cast<int>(hidden / 8), reinterpret_cast<const uint4*>(x),
+                                           reinterpret_cast<const int32_t*>(positions), reinterpret_cast<uint4*>(out),
+                                           out_rows, reinterpret_cast<uint32_t*>(status));
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
 Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t ld_d, int64_t d_rows,
                     uint64_t positions, uint64_t weights, uint64_t row_experts, uint64_t bias, int32_t experts,
                     uint64_t y, uint64_t stream) {
   if (tokens == 0) return {StatusCode::Ok, 0};
-  const int threads = hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256;
-  auto s = reinterpret_cast<cudaStream_t>(stream);
+  // Programmatic dependent launch: the GEMM before it (CUTLASS's) does not signal early, so this may be scheduled
+  // once the GEMM's CTAs have exited, before the stream has seen the grid complete; it waits before it reads.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(tokens);
+  cfg.blockDim = dim3(hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256);
+  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attrs[1];
+  pdl::allow_early_start(cfg, attrs);
   auto pos = reinterpret_cast<const int32_t*>(positions);
   auto w = reinterpret_cast<const float*>(weights);
   auto re = reinterpret_cast<const int32_t*>(row_experts);
   auto b = reinterpret_cast<const float*>(bias);
-  if (dtype == DType::BF16) {
-    layouts::combine_kernel<__nv_bfloat16><<<tokens, threads, 0, s>>>(
-        top_k, hidden, reinterpret_cast<const __nv_bfloat16*>(d), ld_d, d_rows, pos, w, re, b, experts,
-        reinterpret_cast<__nv_bfloat16*>(y));
-  } else {
-    layouts::combine_kernel<__half><<<tokens, threads, 0, s>>>(top_k, hidden, reinterpret_cast<const __half*>(d),
-                                                               ld_d, d_rows, pos, w, re, b, experts,
-                                                               reinterpret_cast<__half*>(y));
-  }
-  return layouts::last_error();
+  const int k = top_k, hd = hidden;
+  const cudaError_t e =
+      dtype == DType::BF16
+          ? cudaLaunchKernelEx(&cfg, layouts::combine_kernel<__nv_bfloat16>, k, hd,
+                               reinterpret_cast<const __nv_bfloat16*>(d), ld_d, d_rows, pos, w, re, b,
+                               static_cast<int>(experts), reinterpret_cast<__nv_bfloat16*>(y))
+          : cudaLaunchKernelEx(&cfg, layouts::combine_kernel<__half>, k, hd, reinterpret_cast<const __half*>(d), ld_d,
+                               d_rows, pos, w, re, b, static_cast<int>(experts), reinterpret_cast<__half*>(y));
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
 Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
