@@ -579,7 +579,7 @@ Status launch(const FusedGemmArgs& a, const int32_t* offsets, Kernel kernel, int
   // two CTAs per SM (H200, 2026-12-01, Fused layer: gpt-oss T = 1 -3.5%, Qwen3-30B T = 2 -2.4%, Qwen3-235B T = 1
   // -1.4%, Mixtral T = 1-4 -0.6 to -1.2%, no point slower than +0.2%; early launch and L2 prefetch on every
   // GEMM2 had cost 0.4-3% on its 3-4-wave grids, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
-  // GEMM1 always: the single-CTA layout kernel lets it in at its start (the chunked one, past 4096 rows, at its end).
+  // GEMM1 always: the single-CTA layout kernel lets it in at its start (the chunked one, past 1024 rows, at the start of its last pass).
   const bool early = a.mode != FusedMode::Scatter || within_two_waves(a, int64_t(grid.x) * grid.y);
   cudaLaunchAttribute attrs[1];
   if (early) pdl::allow_early_start(cfg, attrs);

@@ -127,14 +127,15 @@ fn layouts_match_the_reference_on_adversarial_routing() {
     }
 }
 
-/// Batches of 33-4096 rows take the single-CTA build (each warp ranks a contiguous segment of up to eight 32-row
-/// steps: 2040 rows give every warp four steps, the last one partial; 4096 rows, the limit, eight), larger ones
-/// the three-pass build: the same arrays, stable across warps and chunks.
+/// Batches of 33-1024 rows take the single-CTA build (each warp ranks a contiguous segment of up to two 32-row
+/// steps: 1016 rows give every warp two steps, the last one partial; 1024 rows, the limit, two full ones), larger
+/// ones the three-pass build over 256-row chunks (2040 rows: eight chunks, the last partial): the same arrays,
+/// stable across warps and chunks.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn large_batches_match_the_reference() {
     let (e, k) = (256usize, 8usize);
-    for t in [255usize, 512, 513, 4096, 5000] {
+    for t in [127usize, 128, 255, 512, 513, 4096, 5000] {
         let mut rng = Rng(t as u64);
         let mut ids: Vec<i32> = (0..t)
             .flat_map(|i| {
@@ -149,10 +150,10 @@ fn large_batches_match_the_reference() {
                 v
             })
             .collect();
-        if t == 255 {
-            // out-of-range ids in two warps' segments: dropped and reported
+        if t == 127 || t == 255 {
+            // out-of-range ids in two warps' segments (single CTA) or two chunks: dropped and reported
             ids[5] = e as i32;
-            ids[1900] = -1;
+            ids[if t == 127 { 900 } else { 1900 }] = -1;
         }
         for spec in [LayoutSpec::Grouped, LayoutSpec::Aligned { block_m: 128 }, LayoutSpec::Masked { max_m: t / 2 }] {
             let dims = LayoutDims::new(spec, t, k, e, e).unwrap();
