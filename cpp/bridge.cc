@@ -464,14 +464,12 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.act = p.act;
   a.gate_up = p.gate_up;
   a.stream = p.stream;
-  // Every field of FusedGemmArgs above; `offsets` and `ready`, the params' two fields more, go to the SwapAb
-  // kernels beside it.
+  // Every field of FusedGemmArgs above; `offsets` and `ready` (two fields more) go to the SwapAb kernels beside it.
   static_assert(field_count<FusedGemmParams>() == 23 && field_count<FusedGemmArgs>() == 21 &&
                     sizeof(FusedGemmParams) == sizeof(FusedGemmArgs) + 2 * sizeof(uint64_t),
                 "assign every FusedGemmArgs field above");
   if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a, p.offsets, p.ready));
-  if (p.ready) return LaunchStatus{StatusCode::NotBuilt, 0};  // the hand-off is the SwapAb tiles' only
-  if (p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
+  if (p.ready || p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));
     case DType::F16: return wrap(moe_gemm::fused_moe_gemm_f16(a));
