@@ -82,15 +82,8 @@ Status activate(const ActivationArgs& a) {
   const int64_t threads = a.rows * (a.inter / 8);  // at most: the device total may be fewer rows
   const unsigned blocks = static_cast<unsigned>((threads + 255) / 256 < 2048 ? (threads + 255) / 256 : 2048);
   // Programmatic dependent launch (pdl.cuh): scheduled once GEMM1's CTAs have exited, it waits before it reads.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[1];
-  pdl::allow_early_start(cfg, attrs);
-  const cudaError_t e = a.dtype == DType::BF16 ? cudaLaunchKernelEx(&cfg, activation::activate_kernel<__nv_bfloat16>, a)
-                                               : cudaLaunchKernelEx(&cfg, activation::activate_kernel<__half>, a);
-  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+  return a.dtype == DType::BF16 ? pdl::launch(true, dim3(blocks), dim3(256), 0, s, activation::activate_kernel<__nv_bfloat16>, a)
+                                : pdl::launch(true, dim3(blocks), dim3(256), 0, s, activation::activate_kernel<__half>, a);
 }
 
 }  // namespace moe_gemm

@@ -570,21 +570,14 @@ template <class Kernel>
 Status launch(const FusedGemmArgs& a, const int32_t* offsets, Kernel kernel, int rows_per_block, int smem,
               int64_t m_blocks, int32_t* ready = nullptr) {
   const dim3 grid((a.n + rows_per_block - 1) / rows_per_block, static_cast<unsigned>(m_blocks));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(32 * kWarps);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = reinterpret_cast<cudaStream_t>(a.stream);
   // GEMM2 may start while GEMM1 (which triggers at its start) drains, where its grid is at most two waves of
   // two CTAs per SM (H200, 2026-12-01, Fused layer: gpt-oss T = 1 -3.5%, Qwen3-30B T = 2 -2.4%, Qwen3-235B T = 1
   // -1.4%, Mixtral T = 1-4 -0.6 to -1.2%, no point slower than +0.2%; early launch and L2 prefetch on every
   // GEMM2 had cost 0.4-3% on its 3-4-wave grids, Qwen3-30B T = 8-128 and DeepSeek-V3 T = 2-256).
   // GEMM1 always: the single-CTA layout kernel lets it in at its start (the chunked one, past 1024 rows, at the start of its last pass).
   const bool early = a.mode != FusedMode::Scatter || within_two_waves(a, int64_t(grid.x) * grid.y);
-  cudaLaunchAttribute attrs[1];
-  if (early) pdl::allow_early_start(cfg, attrs);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a, early, offsets, ready);
-  return err == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(err)};
+  return pdl::launch(early, grid, dim3(32 * kWarps), smem, reinterpret_cast<cudaStream_t>(a.stream), kernel, a, early,
+                     offsets, ready);
 }
 
 // Blocks of BM positions the aligned layout can have: each expert with rows pads at most BM - 1, and at most

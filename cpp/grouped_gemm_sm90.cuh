@@ -209,21 +209,18 @@ Status run(const GroupedGemmArgs& p) {
 
   // Programmatic dependent launch: where the kernel before it lets its dependents start early (the gather, the
   // activation), this one-CTA kernel is resident when that ends. The GEMM after it is launched plainly: CUTLASS
-  // 4.2's SM90 ptr-array kernels do not wait on griddepcontrol, so they must not start before it.
+  // 4.2's SM90 ptr-array kernels do not wait on griddepcontrol, so they must not start before it (entered through
+  // a waiting kernel and let in early, it measured 8% slower at Mixtral T = 512 uniform and nowhere faster:
+  // benches/results/NOTES.md, session 18).
   constexpr int kThreads = 128;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((p.groups + kThreads - 1) / kThreads);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[1];
-  pdl::allow_early_start(cfg, attrs);
-  cudaError_t e = cudaLaunchKernelEx(
-      &cfg, prepare_groups<G>, p.mode, reinterpret_cast<const int32_t*>(p.offsets),
-      reinterpret_cast<const int32_t*>(p.counts), static_cast<int>(p.max_m), static_cast<int>(p.a_div),
-      static_cast<int>(p.experts), static_cast<int>(p.groups), static_cast<int>(p.n), static_cast<int>(p.k),
-      static_cast<int64_t>(p.max_rows), arr, reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b),
-      reinterpret_cast<void*>(p.d), error_word);
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  const Status prepared = pdl::launch(
+      true, dim3((p.groups + kThreads - 1) / kThreads), dim3(kThreads), 0, stream, prepare_groups<G>, p.mode,
+      reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts),
+      static_cast<int>(p.max_m), static_cast<int>(p.a_div), static_cast<int>(p.experts), static_cast<int>(p.groups),
+      static_cast<int>(p.n), static_cast<int>(p.k), static_cast<int64_t>(p.max_rows), arr,
+      reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d),
+      error_word);
+  if (prepared.code != StatusCode::Ok) return prepared;
 
   auto args = G::arguments(arr, p.groups, p.device, p.sm_count);
   typename G::Gemm gemm;
@@ -234,7 +231,7 @@ Status run(const GroupedGemmArgs& p) {
   if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
   s = gemm.run(stream);
   if (s != cutlass::Status::kSuccess) {
-    e = cudaGetLastError();
+    const cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? Status{StatusCode::Cuda, static_cast<int32_t>(e)}
                             : Status{StatusCode::CutlassRun, static_cast<int32_t>(s)};
   }

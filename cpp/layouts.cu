@@ -514,20 +514,9 @@ Status build_layout(const LayoutArgs& a) {
   count_chunks_kernel<<<chunks, kLayoutChunkRows, sizeof(int32_t) * E, stream>>>(a);
   e = cudaGetLastError();
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  cudaLaunchConfig_t cfg = {};
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[1];
-  pdl::allow_early_start(cfg, attrs);
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = scan_smem;
-  e = cudaLaunchKernelEx(&cfg, scan_chunks_kernel, a, chunks);
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  cfg.gridDim = dim3(chunks);
-  cfg.blockDim = dim3(kLayoutChunkRows);
-  cfg.dynamicSmemBytes = scatter_smem;
-  e = cudaLaunchKernelEx(&cfg, scatter_chunks_kernel, a, chunks);
-  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+  const Status s = pdl::launch(true, dim3(1), dim3(kThreads), scan_smem, stream, scan_chunks_kernel, a, chunks);
+  if (s.code != StatusCode::Ok) return s;
+  return pdl::launch(true, dim3(chunks), dim3(kLayoutChunkRows), scatter_smem, stream, scatter_chunks_kernel, a, chunks);
 }
 
 Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint64_t positions, uint64_t out,
@@ -536,17 +525,11 @@ Status gather_rows(int32_t rows, int32_t top_k, int32_t hidden, uint64_t x, uint
   constexpr int kRowsPerBlock = 8;
   // Programmatic dependent launch: the layout build lets its dependents start at once, so the gather's CTAs are
   // resident and waiting when it ends (one launch latency less on the layout backends' chain).
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  cfg.blockDim = dim3(32 * kRowsPerBlock);
-  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attrs[1];
-  pdl::allow_early_start(cfg, attrs);
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, layouts::gather_kernel, static_cast<int>(rows), static_cast<int>(top_k),
-                                           static_cast<int>(hidden / 8), reinterpret_cast<const uint4*>(x),
-                                           reinterpret_cast<const int32_t*>(positions), reinterpret_cast<uint4*>(out),
-                                           out_rows, reinterpret_cast<uint32_t*>(status));
-  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+  return pdl::launch(true, dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock), dim3(32 * kRowsPerBlock), 0,
+                     reinterpret_cast<cudaStream_t>(stream), layouts::gather_kernel, static_cast<int>(rows),
+                     static_cast<int>(top_k), static_cast<int>(hidden / 8), reinterpret_cast<const uint4*>(x),
+                     reinterpret_cast<const int32_t*>(positions), reinterpret_cast<uint4*>(out), out_rows,
+                     reinterpret_cast<uint32_t*>(status));
 }
 
 Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t d, int64_t ld_d, int64_t d_rows,
@@ -555,25 +538,20 @@ Status combine_rows(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, 
   if (tokens == 0) return {StatusCode::Ok, 0};
   // Programmatic dependent launch: the GEMM before it (CUTLASS's) does not signal early, so this may be scheduled
   // once the GEMM's CTAs have exited, before the stream has seen the grid complete; it waits before it reads.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(tokens);
-  cfg.blockDim = dim3(hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256);
-  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attrs[1];
-  pdl::allow_early_start(cfg, attrs);
+  const dim3 grid(tokens), block(hidden / 8 < 256 ? ((hidden / 8 + 31) / 32) * 32 : 256);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
   auto pos = reinterpret_cast<const int32_t*>(positions);
   auto w = reinterpret_cast<const float*>(weights);
   auto re = reinterpret_cast<const int32_t*>(row_experts);
   auto b = reinterpret_cast<const float*>(bias);
-  const int k = top_k, hd = hidden;
-  const cudaError_t e =
-      dtype == DType::BF16
-          ? cudaLaunchKernelEx(&cfg, layouts::combine_kernel<__nv_bfloat16>, k, hd,
-                               reinterpret_cast<const __nv_bfloat16*>(d), ld_d, d_rows, pos, w, re, b,
-                               static_cast<int>(experts), reinterpret_cast<__nv_bfloat16*>(y))
-          : cudaLaunchKernelEx(&cfg, layouts::combine_kernel<__half>, k, hd, reinterpret_cast<const __half*>(d), ld_d,
-                               d_rows, pos, w, re, b, static_cast<int>(experts), reinterpret_cast<__half*>(y));
-  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+  const int k = top_k, hd = hidden, e = experts;
+  return dtype == DType::BF16
+             ? pdl::launch(true, grid, block, 0, s, layouts::combine_kernel<__nv_bfloat16>, k, hd,
+                           reinterpret_cast<const __nv_bfloat16*>(d), ld_d, d_rows, pos, w, re, b, e,
+                           reinterpret_cast<__nv_bfloat16*>(y))
+             : pdl::launch(true, grid, block, 0, s, layouts::combine_kernel<__half>, k, hd,
+                           reinterpret_cast<const __half*>(d), ld_d, d_rows, pos, w, re, b, e,
+                           reinterpret_cast<__half*>(y));
 }
 
 Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uint64_t pairs, uint64_t positions,
@@ -583,19 +561,13 @@ Status sum_slots(DType dtype, int32_t tokens, int32_t top_k, int32_t hidden, uin
   auto pos = reinterpret_cast<const int32_t*>(positions);
   // Programmatic dependent launch: scheduled once GEMM2 lets it (the SwapAb GEMM2 on grids of at most two waves,
   // fused_decode.cu), else when GEMM2 ends; the kernel waits for GEMM2 before it reads.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(tokens);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attrs[1];
-  pdl::allow_early_start(cfg, attrs);
-  const cudaError_t e =
-      dtype == DType::BF16
-          ? cudaLaunchKernelEx(&cfg, layouts::sum_slots_kernel<__nv_bfloat16>, top_k, hidden,
-                               reinterpret_cast<const __nv_bfloat16*>(pairs), pos, reinterpret_cast<__nv_bfloat16*>(y))
-          : cudaLaunchKernelEx(&cfg, layouts::sum_slots_kernel<__half>, top_k, hidden,
-                               reinterpret_cast<const __half*>(pairs), pos, reinterpret_cast<__half*>(y));
-  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  return dtype == DType::BF16
+             ? pdl::launch(true, dim3(tokens), dim3(threads), 0, s, layouts::sum_slots_kernel<__nv_bfloat16>, top_k,
+                           hidden, reinterpret_cast<const __nv_bfloat16*>(pairs), pos,
+                           reinterpret_cast<__nv_bfloat16*>(y))
+             : pdl::launch(true, dim3(tokens), dim3(threads), 0, s, layouts::sum_slots_kernel<__half>, top_k, hidden,
+                           reinterpret_cast<const __half*>(pairs), pos, reinterpret_cast<__half*>(y));
 }
 
 }  // namespace moe_gemm

@@ -35,7 +35,7 @@ pub use cudarc;
 pub use device::{Arch, DeviceInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use kernels::fused::FusedTile;
+pub use kernels::fused::{FusedBatch, FusedTile};
 pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 pub use kernels::grouped_fp8::{
     Fp8KernelFacts, Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape,

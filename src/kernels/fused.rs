@@ -176,8 +176,8 @@ impl From<FusedTile> for ffi::FusedTile {
     }
 }
 
-fn check_layout(layout: &ExpertLayout, tile: FusedTile, tokens: usize) -> Result<()> {
-    let dims = layout.dims();
+fn check_layout(b: &FusedBatch<'_>) -> Result<()> {
+    let (tile, tokens, dims) = (b.tile, b.tokens, b.layout.dims());
     if dims.spec() != (LayoutSpec::Aligned { block_m: tile.block_m() }) {
         return Err(Error::InvalidProblem(format!(
             "{}: needs an aligned layout with block_m = {} (one expert per tile), got {:?}",
@@ -202,6 +202,24 @@ fn check_nk(n: usize, k: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// One batch as every fused GEMM of a layer pass sees it: the stream, the tile, the aligned layout built for it
+/// (`block_m` = the tile's `BLOCK_M`) and its token count.
+#[derive(Clone, Copy, Debug)]
+pub struct FusedBatch<'a> {
+    stream: &'a Arc<CudaStream>,
+    tile: FusedTile,
+    layout: &'a ExpertLayout,
+    tokens: usize,
+    /// GEMM2 starts per layout block as GEMM1 writes it ([`FusedGemm::gated_pair`] only).
+    handoff: bool,
+}
+
+impl<'a> FusedBatch<'a> {
+    pub fn new(stream: &'a Arc<CudaStream>, tile: FusedTile, layout: &'a ExpertLayout, tokens: usize) -> Self {
+        FusedBatch { stream, tile, layout, tokens, handoff: false }
+    }
 }
 
 /// The fused GEMMs planned for one device: its SM count (the persistent grid) read once, and every compiled
@@ -234,32 +252,24 @@ impl FusedGemm {
         &self.device
     }
 
-    /// GEMM1 with the gather fused into its loads: `d1[p, :n] = x[sorted_ids[p] / k] · w[e]ᵀ` for the `tokens`
-    /// of the batch `layout` was last built for; `w` is `[local experts, n, kdim]`, `x` `[tokens, kdim]`, `d1`
-    /// `[capacity, n]` in position order.
+    /// GEMM1 with the gather fused into its loads: `d1[p, :n] = x[sorted_ids[p] / k] · w[e]ᵀ` for the batch
+    /// `b`; `w` is `[local experts, n, kdim]`, `x` `[tokens, kdim]`, `d1` `[capacity, n]` in position order.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] if `stream` is on another device than the plan, the layout is not aligned to
+    /// [`Error::InvalidProblem`] if the stream is on another device than the plan, the layout is not aligned to
     /// the tile, `n`/`kdim` are not multiples of 8; [`Error::Buffer`] for short or misaligned buffers; launch
     /// errors.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm1_gather<T: Element>(
         &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
+        b: FusedBatch<'_>,
         x: &impl DevicePtr<T>,
         w: &impl DevicePtr<T>,
-        n: usize,
-        kdim: usize,
+        (n, kdim): (usize, usize),
         d1: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        self.check_device(stream)?;
-        check_layout(layout, tile, tokens)?;
-        check_nk(n, kdim)?;
-        let launch = self.launch_params(layout, tokens, n, kdim, None);
-        ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, x, w, d1)
+        self.check(&b, n, kdim)?;
+        let launch = self.launch_params(&b, n, kdim, None);
+        ffi::fused::launch_fused_gemm(b.stream, b.tile.into(), &launch, x, w, d1)
     }
 
     /// [`Self::gemm1_gather`] over `w13` (`n = 2I` rows per expert, `gate_up` their order) with the gated
@@ -270,51 +280,24 @@ impl FusedGemm {
     ///
     /// # Errors
     /// As [`Self::gemm1_gather`]; a warpgroup-MMA tile or the plain SiLU; `h` shorter than `capacity × I`.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm1_gather_gated<T: Element>(
         &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        w13: &impl DevicePtr<T>,
+        b: FusedBatch<'_>,
+        (x, w13, b13): (&impl DevicePtr<T>, &impl DevicePtr<T>, Option<&CudaSlice<f32>>),
         (n, kdim): (usize, usize),
         (act, gate_up): (Activation, GateUp),
-        b13: Option<&CudaSlice<f32>>,
         h: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        self.gemm1_gated(stream, tile, layout, tokens, x, w13, (n, kdim), (act, gate_up), b13, h, None)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn gemm1_gated<T: Element>(
-        &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
-        x: &impl DevicePtr<T>,
-        w13: &impl DevicePtr<T>,
-        (n, kdim): (usize, usize),
-        (act, gate_up): (Activation, GateUp),
-        b13: Option<&CudaSlice<f32>>,
-        h: &mut impl DevicePtrMut<T>,
-        ready: Option<&CudaSlice<i32>>,
-    ) -> Result<()> {
-        self.check_device(stream)?;
-        check_layout(layout, tile, tokens)?;
-        check_nk(n, kdim)?;
-        if tile.has_fp8() || !act.gated() {
+        self.check(&b, n, kdim)?;
+        if b.tile.has_fp8() || !act.gated() {
             return Err(Error::InvalidProblem(format!(
                 "{}: the gated epilogue runs on the SwapAb tiles with a gated activation (got {act:?})",
-                tile.name()
+                b.tile.name()
             )));
         }
-        let mut launch = self.launch_params(layout, tokens, n, kdim, None);
+        let mut launch = self.launch_params(&b, n, kdim, None);
         launch.gated = Some(ffi::fused::FusedGated { act: act.into(), gate_up: gate_up.into(), bias: b13 });
-        launch.ready = ready;
-        ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, x, w13, h)
+        ffi::fused::launch_fused_gemm(b.stream, b.tile.into(), &launch, x, w13, h)
     }
 
     /// [`Self::gemm1_gather_gated`] then [`Self::gemm2_scatter`] over one layout, with nothing between (the
@@ -327,20 +310,17 @@ impl FusedGemm {
     #[allow(clippy::too_many_arguments)]
     pub fn gated_pair<T: Element, H: DevicePtr<T> + DevicePtrMut<T>>(
         &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
-        (x, w13, b13): (&impl DevicePtr<T>, &impl DevicePtr<T>, Option<&CudaSlice<f32>>),
+        b: FusedBatch<'_>,
+        gemm1: (&impl DevicePtr<T>, &impl DevicePtr<T>, Option<&CudaSlice<f32>>),
         (hidden, inter): (usize, usize),
         act: (Activation, GateUp),
         h: &mut H,
         (w2, weights, b2): (&impl DevicePtr<T>, &CudaView<'_, f32>, Option<&CudaSlice<f32>>),
         pairs: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
-        let ready = Some(layout.block_ready());
-        self.gemm1_gated(stream, tile, layout, tokens, x, w13, (2 * inter, hidden), act, b13, h, ready)?;
-        self.scatter(stream, tile, layout, tokens, &*h, w2, (hidden, inter), (weights, b2), pairs, ready)
+        let b = FusedBatch { handoff: true, ..b };
+        self.gemm1_gather_gated(b, gemm1, (2 * inter, hidden), act, h)?;
+        self.gemm2_scatter(b, &*h, w2, (hidden, inter), (weights, b2), pairs)
     }
 
     /// GEMM2 with the router weight, the bias and the scatter fused into its epilogue:
@@ -350,45 +330,19 @@ impl FusedGemm {
     ///
     /// # Errors
     /// As [`Self::gemm1_gather`], and for `weights`/`bias` shorter than `tokens·k` / `experts·n`.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm2_scatter<T: Element>(
         &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
-        h: &impl DevicePtr<T>,
-        w: &impl DevicePtr<T>,
-        n: usize,
-        kdim: usize,
-        weights: &CudaView<'_, f32>,
-        bias: Option<&CudaSlice<f32>>,
-        pairs: &mut impl DevicePtrMut<T>,
-    ) -> Result<()> {
-        self.scatter(stream, tile, layout, tokens, h, w, (n, kdim), (weights, bias), pairs, None)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn scatter<T: Element>(
-        &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
+        b: FusedBatch<'_>,
         h: &impl DevicePtr<T>,
         w: &impl DevicePtr<T>,
         (n, kdim): (usize, usize),
         (weights, bias): (&CudaView<'_, f32>, Option<&CudaSlice<f32>>),
         pairs: &mut impl DevicePtrMut<T>,
-        ready: Option<&CudaSlice<i32>>,
     ) -> Result<()> {
-        self.check_device(stream)?;
-        check_layout(layout, tile, tokens)?;
-        check_nk(n, kdim)?;
+        self.check(&b, n, kdim)?;
         let scatter = Some(ffi::fused::FusedScatter { weights, bias });
-        let mut launch = self.launch_params(layout, tokens, n, kdim, scatter);
-        launch.ready = ready;
-        ffi::fused::launch_fused_gemm(stream, tile.into(), &launch, h, w, pairs)
+        let launch = self.launch_params(&b, n, kdim, scatter);
+        ffi::fused::launch_fused_gemm(b.stream, b.tile.into(), &launch, h, w, pairs)
     }
 
     /// [`Self::gemm1_gather`] over block-FP8 operands: `x` quantised per token in 1 x 128 groups
@@ -397,24 +351,20 @@ impl FusedGemm {
     ///
     /// # Errors
     /// As [`Self::gemm1_gather`]; `x` or `w` of another K, `w` of another N.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm1_gather_fp8(
         &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
+        b: FusedBatch<'_>,
         x: &Fp8Rows,
         w: &Fp8BlockWeights,
         d1: &mut impl DevicePtrMut<bf16>,
     ) -> Result<()> {
-        self.check_device(stream)?;
-        check_layout(layout, tile, tokens)?;
-        check_fp8_operands(x, w, tokens, "x")?;
-        let launch = self.launch_params(layout, tokens, w.n(), w.k(), None);
+        self.check_device(b.stream)?;
+        check_layout(&b)?;
+        check_fp8_operands(x, w, b.tokens, "x")?;
+        let launch = self.launch_params(&b, w.n(), w.k(), None);
         let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
         let ops = ffi::fused::FusedFp8Operands { a: &xq, sfa: &xs, b: &wq, sfb: &ws };
-        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8()?, &launch, ops, d1)
+        ffi::fused::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, d1)
     }
 
     /// [`Self::gemm2_scatter`] over block-FP8 operands: `h` requantised per 1 x 128 in position order
@@ -422,27 +372,28 @@ impl FusedGemm {
     ///
     /// # Errors
     /// As [`Self::gemm2_scatter`]; `h` or `w` of another K, `h` of fewer rows than the layout's capacity.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm2_scatter_fp8(
         &self,
-        stream: &Arc<CudaStream>,
-        tile: FusedTile,
-        layout: &ExpertLayout,
-        tokens: usize,
+        b: FusedBatch<'_>,
         h: &Fp8Rows,
         w: &Fp8BlockWeights,
-        weights: &CudaView<'_, f32>,
-        bias: Option<&CudaSlice<f32>>,
+        (weights, bias): (&CudaView<'_, f32>, Option<&CudaSlice<f32>>),
         pairs: &mut impl DevicePtrMut<bf16>,
     ) -> Result<()> {
-        self.check_device(stream)?;
-        check_layout(layout, tile, tokens)?;
-        check_fp8_operands(h, w, layout.dims().capacity(), "h")?;
+        self.check_device(b.stream)?;
+        check_layout(&b)?;
+        check_fp8_operands(h, w, b.layout.dims().capacity(), "h")?;
         let scatter = Some(ffi::fused::FusedScatter { weights, bias });
-        let launch = self.launch_params(layout, tokens, w.n(), w.k(), scatter);
+        let launch = self.launch_params(&b, w.n(), w.k(), scatter);
         let (hq, hs, wq, ws) = (h.q(), h.scales().as_view(), w.q(), w.scales());
         let ops = ffi::fused::FusedFp8Operands { a: &hq, sfa: &hs, b: &wq, sfb: &ws };
-        ffi::fused::launch_fused_gemm_fp8(stream, tile.fp8()?, &launch, ops, pairs)
+        ffi::fused::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, pairs)
+    }
+
+    fn check(&self, b: &FusedBatch<'_>, n: usize, kdim: usize) -> Result<()> {
+        self.check_device(b.stream)?;
+        check_layout(b)?;
+        check_nk(n, kdim)
     }
 
     fn check_device(&self, stream: &CudaStream) -> Result<()> {
@@ -458,13 +409,12 @@ impl FusedGemm {
 
     fn launch_params<'a>(
         &self,
-        layout: &'a ExpertLayout,
-        tokens: usize,
+        b: &FusedBatch<'a>,
         n: usize,
         kdim: usize,
         scatter: Option<ffi::fused::FusedScatter<'a>>,
     ) -> ffi::fused::FusedLaunch<'a> {
-        let dims = layout.dims();
+        let (layout, dims) = (b.layout, b.layout.dims());
         ffi::fused::FusedLaunch {
             scatter,
             gated: None,
@@ -472,14 +422,14 @@ impl FusedGemm {
             experts: dims.local_experts(),
             n,
             k: kdim,
-            rows: tokens * dims.top_k(),
+            rows: b.tokens * dims.top_k(),
             capacity: dims.capacity(),
             sm_count: self.device.sm_count,
             sorted_ids: layout.sorted_ids(),
             expert_ids: layout.expert_ids(),
             offsets: layout.offsets(),
             total: layout.total(),
-            ready: None,
+            ready: b.handoff.then(|| layout.block_ready()),
         }
     }
 }

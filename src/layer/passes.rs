@@ -6,8 +6,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::kernels::elementwise;
+use crate::kernels::fused::{self, FusedBatch};
 use crate::kernels::grouped::Workspace;
-use crate::kernels::{elementwise, fused};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::quant::{
     quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Mxfp8Rows, RowsInUse,
@@ -156,6 +157,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let Buffers { layout, a8, h8, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
+        let b = FusedBatch::new(p.stream, tile, layout, tokens);
         match self.weights.parts() {
             Parts::Dense(w) => {
                 let r13 = w.w13_rows();
@@ -166,11 +168,11 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                     // The SwapAb tiles apply the gated activation in GEMM1's epilogue: no d1, no activation kernel.
                     let act = (c.activation, c.gate_up);
                     let (gemm1, gemm2) = ((x, &w.w13, c.b13), (&w.w2, &weights, b2));
-                    fused.gated_pair(p.stream, tile, layout, tokens, gemm1, (h, i), act, hbuf, gemm2, d2)?;
+                    fused.gated_pair(b, gemm1, (h, i), act, hbuf, gemm2, d2)?;
                 } else {
-                    fused.gemm1_gather(p.stream, tile, layout, tokens, x, &w.w13, r13, h, d1)?;
+                    fused.gemm1_gather(b, x, &w.w13, (r13, h), d1)?;
                     activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
-                    fused.gemm2_scatter(p.stream, tile, layout, tokens, hbuf, &w.w2, h, i, &weights, b2, d2)?;
+                    fused.gemm2_scatter(b, hbuf, &w.w2, (h, i), (&weights, b2), d2)?;
                 }
             }
             Parts::Mx(..) => return Err(format_backend_error(WeightFormat::Mxfp4, Backend::Fused)),
@@ -179,7 +181,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
                 a8.reshape(tokens, h)?;
                 quantize_rows(p.stream, p.x, a8, &w.quant, status)?;
-                fused.gemm1_gather_fp8(p.stream, tile, layout, tokens, a8, &w.w13, is_bf16.cast(d1))?;
+                fused.gemm1_gather_fp8(b, a8, &w.w13, is_bf16.cast(d1))?;
                 activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
                 let cap = dims.capacity();
                 let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
@@ -187,7 +189,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 requantize_rows(p.stream, &h_view, &RowsInUse::of_layout(layout), h8, &w.quant, status)?;
                 let weights = p.weights.as_view();
                 let pairs = is_bf16.cast(d2);
-                fused.gemm2_scatter_fp8(p.stream, tile, layout, tokens, h8, &w.w2, &weights, w.b2.as_ref(), pairs)?;
+                fused.gemm2_scatter_fp8(b, h8, &w.w2, (&weights, w.b2.as_ref()), pairs)?;
             }
         }
         fused::sum_slots(p.stream, layout, tokens, h, d2, &mut y.as_view_mut())

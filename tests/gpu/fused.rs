@@ -3,7 +3,7 @@
 //! parallelism, and a layout of the wrong block size refused.
 
 use half::{bf16, f16};
-use moe_gemm::kernels::fused::{FusedGemm, FusedTile};
+use moe_gemm::kernels::fused::{FusedBatch, FusedGemm, FusedTile};
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
 
@@ -57,8 +57,9 @@ fn run_case<T: Element>(c: &Case, tile: FusedTile) {
     let mut d1 = stream.clone_htod(&vec![T::nan(); cap * n1]).unwrap();
     let mut pairs = stream.clone_htod(&vec![T::nan(); rows * n2]).unwrap();
     let fused = FusedGemm::new(&stream).unwrap();
-    fused.gemm1_gather(&stream, tile, &layout, t, &xd, &w1d, n1, k1, &mut d1).unwrap();
-    fused.gemm2_scatter(&stream, tile, &layout, t, &hd, &w2d, n2, k2, &wd.as_view(), Some(&bd), &mut pairs).unwrap();
+    let b = FusedBatch::new(&stream, tile, &layout, t);
+    fused.gemm1_gather(b, &xd, &w1d, (n1, k1), &mut d1).unwrap();
+    fused.gemm2_scatter(b, &hd, &w2d, (n2, k2), (&wd.as_view(), Some(&bd)), &mut pairs).unwrap();
     status.check(&stream).unwrap();
     let d1 = stream.clone_dtoh(&d1).unwrap();
     let pairs = stream.clone_dtoh(&pairs).unwrap();
@@ -222,9 +223,11 @@ fn fused_gemm_refuses_a_layout_of_another_block_size() {
     let w = stream.alloc_zeros::<bf16>(8 * 128 * 64).unwrap();
     let mut d = stream.alloc_zeros::<bf16>(dims.capacity() * 128).unwrap();
     let fused = FusedGemm::new(&stream).unwrap();
-    let err = fused.gemm1_gather(&stream, FusedTile::M64N128K64, &layout, 4, &x, &w, 128, 64, &mut d).unwrap_err();
+    let b = FusedBatch::new(&stream, FusedTile::M64N128K64, &layout, 4);
+    let err = fused.gemm1_gather(b, &x, &w, (128, 64), &mut d).unwrap_err();
     assert!(err.to_string().contains("block_m = 64"), "{err}");
-    let err = fused.gemm1_gather(&stream, FusedTile::M128N256K64, &layout, 4, &x, &w, 128, 60, &mut d).unwrap_err();
+    let b = FusedBatch::new(&stream, FusedTile::M128N256K64, &layout, 4);
+    let err = fused.gemm1_gather(b, &x, &w, (128, 60), &mut d).unwrap_err();
     assert!(err.to_string().contains("multiples of 8"), "{err}");
 }
 
@@ -254,7 +257,8 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
         let mut status = DeviceStatus::new(&stream).unwrap();
         layout.build(&stream, t, &ids_d, None, &mut status).unwrap();
         let mut d1 = stream.clone_htod(&vec![bf16::NAN; cap * n]).unwrap();
-        fused.gemm1_gather(&stream, tile, &layout, t, &xd, &wd, n, kdim, &mut d1).unwrap();
+        let b = FusedBatch::new(&stream, tile, &layout, t);
+        fused.gemm1_gather(b, &xd, &wd, (n, kdim), &mut d1).unwrap();
         let d1 = stream.clone_dtoh(&d1).unwrap();
         let sorted = stream.clone_dtoh(layout.sorted_ids()).unwrap();
         let experts_of_block = stream.clone_dtoh(layout.expert_ids()).unwrap();
@@ -263,20 +267,7 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
             for gate_up in [GateUp::Concatenated, GateUp::Interleaved] {
                 let what = format!("{} {act:?} {gate_up:?}", tile.name());
                 let mut h = stream.clone_htod(&vec![bf16::NAN; cap * inter]).unwrap();
-                fused
-                    .gemm1_gather_gated(
-                        &stream,
-                        tile,
-                        &layout,
-                        t,
-                        &xd,
-                        &wd,
-                        (n, kdim),
-                        (act, gate_up),
-                        Some(&bd),
-                        &mut h,
-                    )
-                    .unwrap();
+                fused.gemm1_gather_gated(b, (&xd, &wd, Some(&bd)), (n, kdim), (act, gate_up), &mut h).unwrap();
                 status.check(&stream).unwrap();
                 let h = stream.clone_dtoh(&h).unwrap();
                 for p in 0..cap {
@@ -312,29 +303,16 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
             }
         }
         let mut h = stream.alloc_zeros::<bf16>(cap * inter).unwrap();
-        let err = fused
-            .gemm1_gather_gated(
-                &stream,
-                tile,
-                &layout,
-                t,
-                &xd,
-                &wd,
-                (n, kdim),
-                (Activation::Silu, GateUp::Concatenated),
-                None,
-                &mut h,
-            )
-            .unwrap_err();
+        let act = (Activation::Silu, GateUp::Concatenated);
+        let err = fused.gemm1_gather_gated(b, (&xd, &wd, None), (n, kdim), act, &mut h).unwrap_err();
         assert!(err.to_string().contains("gated activation"), "{err}");
     }
     let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 64 }, t, k, e, e).unwrap();
     let layout = ExpertLayout::new(&stream, dims).unwrap();
     let mut h = stream.alloc_zeros::<bf16>(dims.capacity() * inter).unwrap();
     let act = (Activation::SiluGated, GateUp::Concatenated);
-    let err = fused
-        .gemm1_gather_gated(&stream, FusedTile::M64N128K64, &layout, t, &xd, &wd, (n, kdim), act, None, &mut h)
-        .unwrap_err();
+    let b = FusedBatch::new(&stream, FusedTile::M64N128K64, &layout, t);
+    let err = fused.gemm1_gather_gated(b, (&xd, &wd, None), (n, kdim), act, &mut h).unwrap_err();
     assert!(err.to_string().contains("SwapAb"), "{err}");
 }
 
@@ -367,25 +345,13 @@ fn the_gated_pair_hands_off_per_block_and_a_build_zeroes_the_counts() {
     let act = (Activation::SiluGated, GateUp::Concatenated);
     let mut h_apart = stream.clone_htod(&vec![bf16::ZERO; cap * inter]).unwrap();
     let mut pairs_apart = stream.clone_htod(&vec![bf16::ZERO; t * k * hidden]).unwrap();
-    fused.gemm1_gather_gated(&stream, tile, &layout, t, &x, &w13, (n, hidden), act, None, &mut h_apart).unwrap();
+    let b = FusedBatch::new(&stream, tile, &layout, t);
+    fused.gemm1_gather_gated(b, (&x, &w13, None), (n, hidden), act, &mut h_apart).unwrap();
     let wv = weights.as_view();
-    fused.gemm2_scatter(&stream, tile, &layout, t, &h_apart, &w2, hidden, inter, &wv, None, &mut pairs_apart).unwrap();
+    fused.gemm2_scatter(b, &h_apart, &w2, (hidden, inter), (&wv, None), &mut pairs_apart).unwrap();
     let mut h = stream.clone_htod(&vec![bf16::ZERO; cap * inter]).unwrap();
     let mut pairs = stream.clone_htod(&vec![bf16::ZERO; t * k * hidden]).unwrap();
-    fused
-        .gated_pair(
-            &stream,
-            tile,
-            &layout,
-            t,
-            (&x, &w13, None),
-            (hidden, inter),
-            act,
-            &mut h,
-            (&w2, &wv, None),
-            &mut pairs,
-        )
-        .unwrap();
+    fused.gated_pair(b, (&x, &w13, None), (hidden, inter), act, &mut h, (&w2, &wv, None), &mut pairs).unwrap();
     status.check(&stream).unwrap();
     let bits = |s: &cudarc::driver::CudaSlice<bf16>| -> Vec<u16> {
         stream.clone_dtoh(s).unwrap().iter().map(|v| v.to_bits()).collect()
