@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 18, run 4: re-tune bucket 256 of Qwen3-235B, Qwen3-30B and Mixtral (run 3: the merged tile with the
 # hand-off now leads Grouped at Qwen3-235B T = 256 under all three routings), merge the entries into a copy of
-# configs/h200, and time Auto at T = 256 with the shipped tables and with the merged ones, three rounds; then the
-# Auto suite twice over the merged tables. carryz/: refac-moe-gemm (main f1a5d54).
+# configs/h200, and time Auto at T = 256 with the shipped tables and with the merged ones, three rounds.
+# carryz/: refac-moe-gemm (main f1a5d54).
 cd "$(dirname "$0")/../../.."
 mkdir -p carry; for f in carryz/*.gz; do gunzip -c $f > carry/$(basename $f .gz); chmod +x carry/$(basename $f .gz); done
 R=/tmp/r; mkdir -p $R/tuned
@@ -17,7 +17,4 @@ for i in 1 2 3; do
   timeout 60 $B $A --csv $R/a256-base-$i.csv > $R/a256-base-$i.log 2>&1
   timeout 60 $B $A --tuned $R/merged --csv $R/a256-tuned-$i.csv > $R/a256-tuned-$i.log 2>&1; echo "a256 $i rc=$?"
 done
-tar czf $OUT/run4.tgz -C $R .
-S="bench --layer --suite --backends auto --peer none --reps 20 --tuned $R/merged"
-for i in 1 2; do timeout 100 $B $S --csv $R/suite-tuned-$i.csv > $R/suite-tuned-$i.log 2>&1; echo "suite $i rc=$?"; done
 tar czf $OUT/run4.tgz -C $R .
