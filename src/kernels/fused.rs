@@ -217,6 +217,8 @@ pub struct FusedBatch<'a> {
 }
 
 impl<'a> FusedBatch<'a> {
+    /// The batch of `tokens` tokens whose aligned `layout` was last built on `stream`, run on `tile`: checked
+    /// against one another by each GEMM it is given to.
     pub fn new(stream: &'a Arc<CudaStream>, tile: FusedTile, layout: &'a ExpertLayout, tokens: usize) -> Self {
         FusedBatch { stream, tile, layout, tokens, handoff: false }
     }
@@ -358,8 +360,7 @@ impl FusedGemm {
         w: &Fp8BlockWeights,
         d1: &mut impl DevicePtrMut<bf16>,
     ) -> Result<()> {
-        self.check_device(b.stream)?;
-        check_layout(&b)?;
+        self.check_batch(&b)?;
         check_fp8_operands(x, w, b.tokens, "x")?;
         let launch = self.launch_params(&b, w.n(), w.k(), None);
         let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
@@ -380,8 +381,7 @@ impl FusedGemm {
         (weights, bias): (&CudaView<'_, f32>, Option<&CudaSlice<f32>>),
         pairs: &mut impl DevicePtrMut<bf16>,
     ) -> Result<()> {
-        self.check_device(b.stream)?;
-        check_layout(&b)?;
+        self.check_batch(&b)?;
         check_fp8_operands(h, w, b.layout.dims().capacity(), "h")?;
         let scatter = Some(ffi::fused::FusedScatter { weights, bias });
         let launch = self.launch_params(&b, w.n(), w.k(), scatter);
@@ -391,9 +391,13 @@ impl FusedGemm {
     }
 
     fn check(&self, b: &FusedBatch<'_>, n: usize, kdim: usize) -> Result<()> {
-        self.check_device(b.stream)?;
-        check_layout(b)?;
+        self.check_batch(b)?;
         check_nk(n, kdim)
+    }
+
+    fn check_batch(&self, b: &FusedBatch<'_>) -> Result<()> {
+        self.check_device(b.stream)?;
+        check_layout(b)
     }
 
     fn check_device(&self, stream: &CudaStream) -> Result<()> {
