@@ -16,10 +16,10 @@ namespace fused_decode {
 // T = 32 zipf -1.3%, T = 64 uniform -0.7% (the merged tile); on SwapAb16 (T = 1-16) +1-2.3%, and wherever GEMM2
 // is not launched early the fence before each count only costs (Qwen3-30B T = 8-64 +7-10%). So: the merged tile,
 // early GEMM2s.
-__device__ __forceinline__ void signal_ready(int32_t* ready, int n_out, int n0, int lane) {
+__device__ __forceinline__ void signal_ready(int32_t* count, int n_out, int n0, int lane) {
   __threadfence();  // this lane's h stores, before the count
   __syncwarp();
-  if (lane == 0) atomicAdd(ready + blockIdx.y, max(0, min(16, n_out - n0 / 2)));
+  if (lane == 0) atomicAdd(count, max(0, min(16, n_out - n0 / 2)));
 }
 
 __device__ __forceinline__ int ld_relaxed(const int32_t* p) {
@@ -37,9 +37,9 @@ __device__ __forceinline__ uint64_t global_ns() {
 // Every thread of the CTA: returns once this block's h has K columns written, or, where the count never comes
 // (device data that GEMM1 read otherwise), after 20 ms and the end of GEMM1. Relaxed polls and one acquire
 // fence: an acquire load per poll would invalidate the SM's L1, where the CTA beside keeps its position rows.
-__device__ __forceinline__ void await_ready(const int32_t* ready, int K) {
+__device__ __forceinline__ void await_ready(const int32_t* count, int K) {
   if (threadIdx.x == 0) {
-    const int32_t* r = ready + blockIdx.y;
+    const int32_t* r = count;
     const uint64_t t0 = global_ns();
     while (ld_relaxed(r) < K) {
       if (global_ns() - t0 > 20000000ull) {
