@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds run7.sh's executables into carryz/ (git-ignored), each from its own worktree through one shared target
+# dir: main (HEAD), wg2 (branch merged-wgmma), trace (HEAD + merged-trace.patch). Cargo decides reruns of build.rs
+# by mtime, so each tree's sources are touched before its build; MOE_GEMM_CUDA_CACHE makes unchanged units free.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+ROOT=$(pwd); T=$ROOT/target; mkdir -p carryz
+export MOE_GEMM_CUDA_CACHE=${MOE_GEMM_CUDA_CACHE:-/work/cudacache}
+build() {  # name rev [patch]
+  local w=/tmp/build7-$1
+  rm -rf "$w"; git worktree prune; git worktree add -q --detach "$w" "$2"
+  mkdir -p "$w/third_party"; ln -sfn "$ROOT/third_party/pypi" "$w/third_party/pypi"
+  [ -n "${3:-}" ] && (cd "$w" && git apply "$ROOT/$3")
+  touch "$w"/cpp/* "$w"/build.rs
+  (cd "$w" && CARGO_TARGET_DIR=$T cargo build --release --bins && CARGO_TARGET_DIR=$T cargo test --release --no-run)
+  gzip -c "$T/release/moe-gemm" > "carryz/$1-moe-gemm.gz"
+  gzip -c "$(ls -t "$T"/release/deps/gpu-* | grep -v '\.d$' | head -1)" > "carryz/gpu-$1.gz"
+  git worktree remove --force "$w"
+}
+build main HEAD
+build wg2 merged-wgmma
+build trace HEAD benches/results/h200-2026-12-03-s19/merged-trace.patch
+rm -f carryz/gpu-trace.gz
+touch cpp/* build.rs  # the next build of this tree rebuilds its own units
+ls -la carryz
