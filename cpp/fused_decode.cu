@@ -520,11 +520,11 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 // once otherwise: an expert's weight rows are streamed once per 64 of its positions, as by the 64-row tile, but
 // an expert with at most 16 rows costs the MMAs of 16 positions. The run's positions end at its last block (the
 // next block belongs to another expert). Its CTAs take the blocks interleaved (layout_block): a skewed batch's hot
-// experts (64-position runs, about 3x the MMAs of a 16-position run per weight byte and fed from L2 after their
+// experts (64-position runs, 4x the MMAs of a 16-position run per weight byte and fed from L2 after their
 // first run) then share the SMs with cold experts streaming from HBM, wherever the hot ones sit in expert order.
 // H200, session 19: Mixtral T = 64 zipf -4.2%, Qwen3-30B T = 256 zipf -5%, DeepSeek-V3 T = 128 -1 to -3%, the
-// other merged-tile points of the Auto suite within +0.4%; Mixtral T = 256 +4% (a 4-block run and its expert's
-// ragged last block 900 CTAs apart; no bucket runs it on this tile).
+// other merged-tile points of the Auto suite within +0.4%; Mixtral T = 256 +4% (an expert's 4-block run and its
+// ragged fifth block now 8 grid rows of 224 CTAs apart instead of 4; no bucket runs it on this tile).
 constexpr int kMergedBlocks = 4;
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
