@@ -231,26 +231,24 @@ struct Task {
   const T* wr[MT][2];  // this lane's weight rows g, g + 8 of each m16 tile
   const T* xr[NT];     // this lane's position row of each n8 tile (null: padding or past the batch: zeros)
 
+  // Weight row of row r (0-15) of the task's m16 tile i: gated, the gate (tile 0) or up (tile 1) row of output
+  // n0 / 2 + r; otherwise row n0 + 16i + r. Clamped into the matrix (rows past it are never stored).
+  static __device__ __forceinline__ int row_of(const FusedGemmArgs& a, int n0, int i, int r) {
+    if (a.mode == FusedMode::GatherGated) {
+      const int I = a.n / 2, o = min(n0 / 2 + r, I - 1);
+      return i == 0 ? gated::gate_row(a.gate_up, I, o) : gated::up_row(a.gate_up, I, o);
+    }
+    return min(n0 + 16 * i + r, a.n - 1);
+  }
+
   // Positions p0 + 8j + g of the task, valid below `limit` (the batch's total, or the end of a merged run).
   __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t limit, int e, int64_t p0, int n0, int g) {
-    const int N = a.n, K = a.k;
-    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
-    if (a.mode == FusedMode::GatherGated) {
-      // The task's 32 rows are the gate (m16 tile 0) and up (tile 1) rows of outputs [n0 / 2, n0 / 2 + 16).
-      static_assert(MT == 2, "a gated task pairs two m16 tiles");
-      const int I = N / 2;
+    static_assert(MT == 2, "a gated task pairs two m16 tiles");
+    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * a.n * a.k;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int o = min(n0 / 2 + 8 * h + g, I - 1);
-        wr[0][h] = B + static_cast<int64_t>(gated::gate_row(a.gate_up, I, o)) * K;
-        wr[1][h] = B + static_cast<int64_t>(gated::up_row(a.gate_up, I, o)) * K;
-      }
-    } else {
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
-    }
+      for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(row_of(a, n0, i, 8 * h + g)) * a.k;
 #pragma unroll
     for (int j = 0; j < NT; ++j) xr[j] = position_row<T>(a, limit, p0 + 8 * j + g);
   }
@@ -413,9 +411,15 @@ __device__ __forceinline__ void issue_shared_step(uint4* stage, const T* const (
     issue_position<T>(xst + (warp + 4 * i) * 32, mine[i], any, k0 + 32 * (warp % 2) + 8 * t, K);
 }
 
+}  // namespace fused_decode
+}  // namespace moe_gemm
+#include "fused_decode_wgmma.cuh"
+namespace moe_gemm {
+namespace fused_decode {
+
 // The CTA's four 32-row tasks (weight-row chunk `chunk`) over NT * 8 positions from p0 of expert e, valid below
-// `limit`, through the shared ring.
-template <class T, int NT>
+// `limit`, through the shared ring (Wg: through the warpgroup MMA's stages, fused_decode_wgmma.cuh).
+template <class T, int NT, bool Wg = false>
 __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early, int32_t* ready, int64_t limit,
                                               int e, int64_t mb, int64_t p0, int chunk, uint4* smem) {
   using Tk = Task<T, NT * 8>;
@@ -427,7 +431,7 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
   const int N = a.n, K = a.k;
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + R::kBarriersAt);
   uint64_t* empty = full + S;
-  if (threadIdx.x == 0)
+  if (!Wg && threadIdx.x == 0)
     for (int s = 0; s < S; ++s) {
       mbar_init(full + s, 32 * kWarps);
       mbar_init(empty + s, 32 * kWarps);
@@ -460,12 +464,28 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
     }
     launch_dependents();
   }
+  float acc[MT][NT][4] = {};
+  if constexpr (Wg) {
+    static_assert(NT == 8, "the warpgroup MMA path is the 64-position run's");
+    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
+    const int r0 = threadIdx.x / 8;
+    const T* wrow[8];
+    const T* xrow[4];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int m = (r0 + 16 * u) % 64;  // row m of A_{(r0 + 16u) / 64}: row 16i + m % 16 of warp m / 16's task
+      wrow[u] = B + static_cast<int64_t>(Tk::row_of(a, (chunk * kWarps + m / 16) * kRowsPerWarp<16>,
+                                                    (r0 + 16 * u) / 64, m % 16)) * K;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) xrow[u] = position_row<T>(a, limit, p0 + r0 + 16 * u);
+    wg_mainloop<T>(acc, smem, wrow, xrow, any, K);
+  } else {
   auto stage = [&](int s) { return smem + s * R::kStageSlots * 32; };
   for (int c = 0; c < S - 1 && c < chunks; ++c) {
     issue_shared_step<T, MT, NT>(stage(c), task.wr, mine, any, c * kChunk, warp, lane, K);
     cp_async_arrive(full + c);
   }
-  float acc[MT][NT][4] = {};
   for (int c = 0; c < chunks; ++c) {
     const int s = c % S;
     mbar_wait(full + s, (c / S) & 1);  // every thread's copies of step c have landed
@@ -481,6 +501,7 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
       cp_async_arrive(full + ns);
     }
     op.template multiply<T>(acc);
+  }
   }
   // Started on the counts: GEMM1 has ended by now; wait for it as before, so that the chain of grids holds.
   if (ready && early && a.mode == FusedMode::Scatter) wait_for_prerequisites();
@@ -541,7 +562,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   switch (run_blocks) {
     case 1: return stream_shared<T, 2>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
     case 2: return stream_shared<T, 4>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
-    default: return stream_shared<T, 8>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
+    default: return stream_shared<T, 8, true>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
   }
 }
 
@@ -567,7 +588,7 @@ int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
 // Shared memory of the shared-ring kernels: SwapAb32's, and the merged kernel's largest run (its 16-, 32- and
 // 64-position paths lay their rings out in the same allocation).
 constexpr int kSwapAb32Smem = SharedRing<2, 4>::kBytes;
-constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), SharedRing<2, 8>::kBytes);
+constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), kWgBytes);
 
 // Grids of at most two waves of two CTAs per SM: GEMM2 is launched early (below).
 inline bool within_two_waves(const FusedGemmArgs& a, int64_t ctas) {
