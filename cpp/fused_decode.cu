@@ -242,13 +242,26 @@ struct Task {
   }
 
   // Positions p0 + 8j + g of the task, valid below `limit` (the batch's total, or the end of a merged run).
+  // (main's form, kept as is: row_of above is the wgmma path's, measured apart from this one.)
   __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t limit, int e, int64_t p0, int n0, int g) {
-    static_assert(MT == 2, "a gated task pairs two m16 tiles");
-    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * a.n * a.k;
+    const int N = a.n, K = a.k;
+    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
+    if (a.mode == FusedMode::GatherGated) {
+      // The task's 32 rows are the gate (m16 tile 0) and up (tile 1) rows of outputs [n0 / 2, n0 / 2 + 16).
+      static_assert(MT == 2, "a gated task pairs two m16 tiles");
+      const int I = N / 2;
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const int o = min(n0 / 2 + 8 * h + g, I - 1);
+        wr[0][h] = B + static_cast<int64_t>(gated::gate_row(a.gate_up, I, o)) * K;
+        wr[1][h] = B + static_cast<int64_t>(gated::up_row(a.gate_up, I, o)) * K;
+      }
+    } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(row_of(a, n0, i, 8 * h + g)) * a.k;
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wr[i][h] = B + static_cast<int64_t>(min(n0 + 16 * i + 8 * h + g, N - 1)) * K;
+    }
 #pragma unroll
     for (int j = 0; j < NT; ++j) xr[j] = position_row<T>(a, limit, p0 + 8 * j + g);
   }
