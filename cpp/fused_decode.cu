@@ -479,11 +479,11 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
   }
   float acc[MT][NT][4] = {};
   if constexpr (Wg) {
-    static_assert(NT == 8, "the warpgroup MMA path is the 64-position run's");
+    static_assert(NT == 8 || NT == 16, "the warpgroup MMA path is the 64- and 128-position runs'");
     const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
     const int r0 = threadIdx.x / 8;
     const T* wrow[8];
-    const T* xrow[4];
+    const T* xrow[NT / 2];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int m = (r0 + 16 * u) % 64;  // row m of A_{(r0 + 16u) / 64}: row 16i + m % 16 of warp m / 16's task
@@ -491,8 +491,8 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
                                                     (r0 + 16 * u) / 64, m % 16)) * K;
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) xrow[u] = position_row<T>(a, limit, p0 + r0 + 16 * u);
-    wg_mainloop<T>(acc, smem, wrow, xrow, any, K);
+    for (int u = 0; u < NT / 2; ++u) xrow[u] = position_row<T>(a, limit, p0 + r0 + 16 * u);
+    wg_mainloop<T, NT * 8>(acc, smem, wrow, xrow, any, K);
   } else {
   auto stage = [&](int s) { return smem + s * R::kStageSlots * 32; };
   for (int c = 0; c < S - 1 && c < chunks; ++c) {
@@ -559,7 +559,9 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 // H200, session 19: Mixtral T = 64 zipf -4.2%, Qwen3-30B T = 256 zipf -5%, DeepSeek-V3 T = 128 -1 to -3%, the
 // other merged-tile points of the Auto suite within +0.4%; Mixtral T = 256 +4% (a 4-block run and its expert's
 // ragged last block 900 CTAs apart; no bucket runs it on this tile).
-constexpr int kMergedBlocks = 4;
+// (Branch merged-wgmma-128: runs of up to 8 blocks; 5-8 go to the 128-position wgmma path, so a hot expert's
+// weights stream once per 128 of its positions and an expert of 65-128 rows takes one CTA per weight chunk.)
+constexpr int kMergedBlocks = 8;
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
     merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets, int32_t* ready) {
@@ -575,7 +577,9 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   switch (run_blocks) {
     case 1: return stream_shared<T, 2>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
     case 2: return stream_shared<T, 4>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
-    default: return stream_shared<T, 8, true>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
+    case 3:
+    case 4: return stream_shared<T, 8, true>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
+    default: return stream_shared<T, 16, true>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
   }
 }
 
@@ -601,7 +605,8 @@ int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
 // Shared memory of the shared-ring kernels: SwapAb32's, and the merged kernel's largest run (its 16-, 32- and
 // 64-position paths lay their rings out in the same allocation).
 constexpr int kSwapAb32Smem = SharedRing<2, 4>::kBytes;
-constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), kWgBytes);
+constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes),
+                                  cmax(WgRing<64>::kBytes, WgRing<128>::kBytes));
 
 // Grids of at most two waves of two CTAs per SM: GEMM2 is launched early (below).
 inline bool within_two_waves(const FusedGemmArgs& a, int64_t ctas) {

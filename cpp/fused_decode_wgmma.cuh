@@ -16,11 +16,16 @@
 namespace moe_gemm {
 namespace fused_decode {
 
-constexpr int kWgStages = 4;
-constexpr int kWgTileBytes = 64 * 128;             // one 64-row x 64-K operand tile
-constexpr int kWgStageBytes = 3 * kWgTileBytes;    // A0, A1, B
-constexpr int kWgBarriersAt = kWgStages * kWgStageBytes;
-constexpr int kWgBytes = kWgBarriersAt + 2 * kWgStages * 8;
+// The stages of a run of NP positions (64 or 128): A0, A1 (8 KB each) and B (NP x 128 bytes); 4 stages of 24 KB
+// or 3 of 32 KB, within the shared ring's 96 KB.
+template <int NP>
+struct WgRing {
+  static constexpr int kStages = NP == 64 ? 4 : 3;
+  static constexpr int kTileBytes = 64 * 128;  // one 64-row x 64-K weight tile
+  static constexpr int kStageBytes = 2 * kTileBytes + NP * 128;
+  static constexpr int kBarriersAt = kStages * kStageBytes;
+  static constexpr int kBytes = kBarriersAt + 2 * kStages * 8;
+};
 
 // The wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle: start address, stride between
 // 8-row groups 1024 bytes (leading offset unused by this layout), swizzle mode 1 (128 B).
@@ -36,54 +41,75 @@ __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 // Keeps the compiler from moving accumulator accesses across the asynchronous MMAs.
-__device__ __forceinline__ void wg_fence_operands(float (&d)[8][4]) {
+template <int NJ>
+__device__ __forceinline__ void wg_fence_operands(float (&d)[NJ][4]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < NJ; ++j)
 #pragma unroll
     for (int v = 0; v < 4; ++v) asm volatile("" : "+f"(d[j][v])::"memory");
 }
 
 #define MOE_WG_D(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-#define MOE_WG_ASM(TY)                                                                                             \
+#define MOE_WG_D8(j0)                                                                                              \
+  MOE_WG_D(j0), MOE_WG_D(j0 + 1), MOE_WG_D(j0 + 2), MOE_WG_D(j0 + 3), MOE_WG_D(j0 + 4), MOE_WG_D(j0 + 5),        \
+      MOE_WG_D(j0 + 6), MOE_WG_D(j0 + 7)
+// D (64 x N, f32) += A (64 x 16) . B (N x 16)^T, both K-major in shared memory (N = 8 * NJ: 64 or 128).
+template <class T, int NJ>
+__device__ __forceinline__ void wgmma_64xn(float (&d)[NJ][4], uint64_t da, uint64_t db);
+#define MOE_WG_64(TY)                                                                                              \
   asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                         \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, 0, 0;"                \
-               : MOE_WG_D(0), MOE_WG_D(1), MOE_WG_D(2), MOE_WG_D(3), MOE_WG_D(4), MOE_WG_D(5), MOE_WG_D(6),      \
-                 MOE_WG_D(7)                                                                                      \
+               : MOE_WG_D8(0)                                                                                     \
                : "l"(da), "l"(db))
-// D (64 x 64, f32) += A (64 x 16) . B (64 x 16)^T, both K-major in shared memory.
-template <class T>
-__device__ __forceinline__ void wgmma_64x64(float (&d)[8][4], uint64_t da, uint64_t db);
+#define MOE_WG_128(TY)                                                                                             \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " "                                        \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "   \
+               "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "   \
+               "%59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;"                                             \
+               : MOE_WG_D8(0), MOE_WG_D8(8)                                                                       \
+               : "l"(da), "l"(db))
 template <>
-__device__ __forceinline__ void wgmma_64x64<__nv_bfloat16>(float (&d)[8][4], uint64_t da, uint64_t db) {
-  MOE_WG_ASM("bf16");
+__device__ __forceinline__ void wgmma_64xn<__nv_bfloat16, 8>(float (&d)[8][4], uint64_t da, uint64_t db) {
+  MOE_WG_64("bf16");
 }
 template <>
-__device__ __forceinline__ void wgmma_64x64<__half>(float (&d)[8][4], uint64_t da, uint64_t db) {
-  MOE_WG_ASM("f16");
+__device__ __forceinline__ void wgmma_64xn<__half, 8>(float (&d)[8][4], uint64_t da, uint64_t db) {
+  MOE_WG_64("f16");
 }
-#undef MOE_WG_ASM
+template <>
+__device__ __forceinline__ void wgmma_64xn<__nv_bfloat16, 16>(float (&d)[16][4], uint64_t da, uint64_t db) {
+  MOE_WG_128("bf16");
+}
+template <>
+__device__ __forceinline__ void wgmma_64xn<__half, 16>(float (&d)[16][4], uint64_t da, uint64_t db) {
+  MOE_WG_128("f16");
+}
+#undef MOE_WG_64
+#undef MOE_WG_128
+#undef MOE_WG_D8
 #undef MOE_WG_D
 
 // One K step's copies of this thread into stage `st`: 16-byte chunk tid % 8 of its 8 weight rows (rows
-// tid / 8 + 16u of the 128: A_{row / 64}, row % 64) and of its 4 position rows (tid / 8 + 16u), zeros past K or for
-// a padding position. Eight lanes read one row's 128 bytes: whole sectors per request.
-template <class T>
-__device__ __forceinline__ void wg_issue(char* st, const T* const (&wrow)[8], const T* const (&xrow)[4], const T* any,
-                                         int k0, int K) {
+// tid / 8 + 16u of the 128: A_{row / 64}, row % 64) and of its NP / 16 position rows (tid / 8 + 16u), zeros past K
+// or for a padding position. Eight lanes read one row's 128 bytes: whole sectors per request.
+template <class T, int NP>
+__device__ __forceinline__ void wg_issue(char* st, const T* const (&wrow)[8], const T* const (&xrow)[NP / 16],
+                                         const T* any, int k0, int K) {
+  constexpr int kTile = WgRing<NP>::kTileBytes;
   const int c = threadIdx.x % 8, r0 = threadIdx.x / 8, o = k0 + 8 * c;
   const bool k_ok = o < K;  // K % 8 == 0
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
     const int r = r0 + 16 * u, m = r % 64;
-    cp_async_cg(st + (r / 64) * kWgTileBytes + m * 128 + ((c ^ (m & 7)) * 16), k_ok ? wrow[u] + o : any,
-                k_ok ? 16 : 0);
+    cp_async_cg(st + (r / 64) * kTile + m * 128 + ((c ^ (m & 7)) * 16), k_ok ? wrow[u] + o : any, k_ok ? 16 : 0);
   }
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
+  for (int u = 0; u < NP / 16; ++u) {
     const int q = r0 + 16 * u;
     const bool ok = k_ok && xrow[u] != nullptr;
-    cp_async_ca(st + 2 * kWgTileBytes + q * 128 + ((c ^ (q & 7)) * 16), ok ? xrow[u] + o : any, ok ? 16 : 0);
+    cp_async_ca(st + 2 * kTile + q * 128 + ((c ^ (q & 7)) * 16), ok ? xrow[u] + o : any, ok ? 16 : 0);
   }
 }
 
@@ -92,14 +118,15 @@ __device__ __forceinline__ void wg_issue(char* st, const T* const (&wrow)[8], co
 // no proxy fence: the mbarrier's completion orders the copies before the MMAs. Same full / empty protocol as the
 // shared ring: `full` completes when all 128 threads' copies of a step have landed, `empty` when all 128 have
 // seen that step's MMAs complete.
-template <class T>
-__device__ __forceinline__ void wg_mainloop(float (&acc)[2][8][4], uint4* smem, const T* const (&wrow)[8],
-                                            const T* const (&xrow)[4], const T* any, int K) {
-  constexpr int S = kWgStages;
+template <class T, int NP>
+__device__ __forceinline__ void wg_mainloop(float (&acc)[2][NP / 8][4], uint4* smem, const T* const (&wrow)[8],
+                                            const T* const (&xrow)[NP / 16], const T* any, int K) {
+  using R = WgRing<NP>;
+  constexpr int S = R::kStages;
   char* base = reinterpret_cast<char*>(smem);
   const uint32_t base_addr = smem_addr(base);
   if (base_addr % 1024 != 0) __trap();  // the swizzle's atoms: the dynamic base follows the 1 KB system area
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + kWgBarriersAt);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + R::kBarriersAt);
   uint64_t* empty = full + S;
   if (threadIdx.x == 0)
     for (int s = 0; s < S; ++s) {
@@ -109,21 +136,21 @@ __device__ __forceinline__ void wg_mainloop(float (&acc)[2][8][4], uint4* smem, 
   __syncthreads();
   const int chunks = (K + kChunk - 1) / kChunk;
   for (int c = 0; c < S - 1 && c < chunks; ++c) {
-    wg_issue<T>(base + c * kWgStageBytes, wrow, xrow, any, c * kChunk, K);
+    wg_issue<T, NP>(base + c * R::kStageBytes, wrow, xrow, any, c * kChunk, K);
     cp_async_arrive(full + c);
   }
   for (int c = 0; c < chunks; ++c) {
     const int s = c % S;
     mbar_wait(full + s, (c / S) & 1);
-    const uint32_t st = base_addr + s * kWgStageBytes;
+    const uint32_t st = base_addr + s * R::kStageBytes;
     wg_fence_operands(acc[0]);
     wg_fence_operands(acc[1]);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint64_t db = sw128_desc(st + 2 * kWgTileBytes) + 2 * kk;  // + 32 bytes: the next 16 K
-      wgmma_64x64<T>(acc[0], sw128_desc(st) + 2 * kk, db);
-      wgmma_64x64<T>(acc[1], sw128_desc(st + kWgTileBytes) + 2 * kk, db);
+      const uint64_t db = sw128_desc(st + 2 * R::kTileBytes) + 2 * kk;  // + 32 bytes: the next 16 K
+      wgmma_64xn<T, NP / 8>(acc[0], sw128_desc(st) + 2 * kk, db);
+      wgmma_64xn<T, NP / 8>(acc[1], sw128_desc(st + R::kTileBytes) + 2 * kk, db);
     }
     wg_commit();
     wg_wait<1>();  // step c - 1's MMAs have read their stage
@@ -134,7 +161,7 @@ __device__ __forceinline__ void wg_mainloop(float (&acc)[2][8][4], uint4* smem, 
     if (next < chunks) {
       const int ns = next % S;  // = (c - 1) % S
       if (c > 0) mbar_wait(empty + ns, ((c - 1) / S) & 1);
-      wg_issue<T>(base + ns * kWgStageBytes, wrow, xrow, any, next * kChunk, K);
+      wg_issue<T, NP>(base + ns * R::kStageBytes, wrow, xrow, any, next * kChunk, K);
       cp_async_arrive(full + ns);
     }
   }
