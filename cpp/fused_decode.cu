@@ -231,6 +231,16 @@ struct Task {
   const T* wr[MT][2];  // this lane's weight rows g, g + 8 of each m16 tile
   const T* xr[NT];     // this lane's position row of each n8 tile (null: padding or past the batch: zeros)
 
+  // Weight row of row r (0-15) of the task's m16 tile i: gated, the gate (tile 0) or up (tile 1) row of output
+  // n0 / 2 + r; otherwise row n0 + 16i + r. Clamped into the matrix (rows past it are never stored).
+  static __device__ __forceinline__ int row_of(const FusedGemmArgs& a, int n0, int i, int r) {
+    if (a.mode == FusedMode::GatherGated) {
+      const int I = a.n / 2, o = min(n0 / 2 + r, I - 1);
+      return i == 0 ? gated::gate_row(a.gate_up, I, o) : gated::up_row(a.gate_up, I, o);
+    }
+    return min(n0 + 16 * i + r, a.n - 1);
+  }
+
   // Positions p0 + 8j + g of the task, valid below `limit` (the batch's total, or the end of a merged run).
   __device__ __forceinline__ void bind(const FusedGemmArgs& a, int64_t limit, int e, int64_t p0, int n0, int g) {
     const int N = a.n, K = a.k;
@@ -413,9 +423,15 @@ __device__ __forceinline__ void issue_shared_step(uint4* stage, const T* const (
     issue_position<T>(xst + (warp + 4 * i) * 32, mine[i], any, k0 + 32 * (warp % 2) + 8 * t, K);
 }
 
+}  // namespace fused_decode
+}  // namespace moe_gemm
+#include "fused_decode_wgmma.cuh"
+namespace moe_gemm {
+namespace fused_decode {
+
 // The CTA's four 32-row tasks (weight-row chunk `chunk`) over NT * 8 positions from p0 of expert e, valid below
-// `limit`, through the shared ring.
-template <class T, int NT>
+// `limit`, through the shared ring (Wg: through the warpgroup MMA's stages, fused_decode_wgmma.cuh).
+template <class T, int NT, bool Wg = false>
 __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early, int32_t* ready, int64_t limit,
                                               int e, int64_t mb, int64_t p0, int chunk, uint4* smem) {
   using Tk = Task<T, NT * 8>;
@@ -427,7 +443,7 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
   const int N = a.n, K = a.k;
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + R::kBarriersAt);
   uint64_t* empty = full + S;
-  if (threadIdx.x == 0)
+  if (!Wg && threadIdx.x == 0)
     for (int s = 0; s < S; ++s) {
       mbar_init(full + s, 32 * kWarps);
       mbar_init(empty + s, 32 * kWarps);
@@ -460,27 +476,44 @@ __device__ __forceinline__ void stream_shared(const FusedGemmArgs& a, bool early
     }
     launch_dependents();
   }
-  auto stage = [&](int s) { return smem + s * R::kStageSlots * 32; };
-  for (int c = 0; c < S - 1 && c < chunks; ++c) {
-    issue_shared_step<T, MT, NT>(stage(c), task.wr, mine, any, c * kChunk, warp, lane, K);
-    cp_async_arrive(full + c);
-  }
   float acc[MT][NT][4] = {};
-  for (int c = 0; c < chunks; ++c) {
-    const int s = c % S;
-    mbar_wait(full + s, (c / S) & 1);  // every thread's copies of step c have landed
-    Operands<MT, NT> op;
-    op.load(stage(s) + warp * R::kWeightSlots * 32 + lane, stage(s) + kWarps * R::kWeightSlots * 32 + lane);
-    mbar_arrive(empty + s);
-    // Refill the stage of step c - 1 once every thread has read it.
-    const int next = c + S - 1;
-    if (next < chunks) {
-      const int ns = next % S;
-      if (c > 0) mbar_wait(empty + ns, ((c - 1) / S) & 1);
-      issue_shared_step<T, MT, NT>(stage(ns), task.wr, mine, any, next * kChunk, warp, lane, K);
-      cp_async_arrive(full + ns);
+  if constexpr (Wg) {
+    static_assert(NT == 8 || NT == 16, "the warpgroup MMA path is the 64- and 128-position runs'");
+    const T* B = reinterpret_cast<const T*>(a.b) + static_cast<int64_t>(e) * N * K;
+    const int r0 = threadIdx.x / 8;
+    const T* wrow[8];
+    const T* xrow[NT / 2];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int m = (r0 + 16 * u) % 64;  // row m of A_{(r0 + 16u) / 64}: row 16i + m % 16 of warp m / 16's task
+      wrow[u] = B + static_cast<int64_t>(Tk::row_of(a, (chunk * kWarps + m / 16) * kRowsPerWarp<16>,
+                                                    (r0 + 16 * u) / 64, m % 16)) * K;
     }
-    op.template multiply<T>(acc);
+#pragma unroll
+    for (int u = 0; u < NT / 2; ++u) xrow[u] = position_row<T>(a, limit, p0 + r0 + 16 * u);
+    wg_mainloop<T, NT * 8>(acc, smem, wrow, xrow, any, K);
+  } else {
+    auto stage = [&](int s) { return smem + s * R::kStageSlots * 32; };
+    for (int c = 0; c < S - 1 && c < chunks; ++c) {
+      issue_shared_step<T, MT, NT>(stage(c), task.wr, mine, any, c * kChunk, warp, lane, K);
+      cp_async_arrive(full + c);
+    }
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c % S;
+      mbar_wait(full + s, (c / S) & 1);  // every thread's copies of step c have landed
+      Operands<MT, NT> op;
+      op.load(stage(s) + warp * R::kWeightSlots * 32 + lane, stage(s) + kWarps * R::kWeightSlots * 32 + lane);
+      mbar_arrive(empty + s);
+      // Refill the stage of step c - 1 once every thread has read it.
+      const int next = c + S - 1;
+      if (next < chunks) {
+        const int ns = next % S;
+        if (c > 0) mbar_wait(empty + ns, ((c - 1) / S) & 1);
+        issue_shared_step<T, MT, NT>(stage(ns), task.wr, mine, any, next * kChunk, warp, lane, K);
+        cp_async_arrive(full + ns);
+      }
+      op.template multiply<T>(acc);
+    }
   }
   // Started on the counts: GEMM1 has ended by now; wait for it as before, so that the chain of grids holds.
   if (ready && early && a.mode == FusedMode::Scatter) wait_for_prerequisites();
@@ -516,16 +549,15 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 }
 
 // SwapAbMerged: a layout of 16-position blocks, whose CTA for an expert's block d (counted from the expert's
-// first block, by the layout's offsets) takes blocks d .. d + 3 of that expert when d % 4 == 0 and returns at
-// once otherwise: an expert's weight rows are streamed once per 64 of its positions, as by the 64-row tile, but
-// an expert with at most 16 rows costs the MMAs of 16 positions. The run's positions end at its last block (the
-// next block belongs to another expert). Its CTAs take the blocks interleaved (layout_block): a skewed batch's hot
-// experts (64-position runs, 4x the MMAs of a 16-position run per weight byte and fed from L2 after their
-// first run) then share the SMs with cold experts streaming from HBM, wherever the hot ones sit in expert order.
-// H200, session 19: Mixtral T = 64 zipf -4.2%, Qwen3-30B T = 256 zipf -5%, DeepSeek-V3 T = 128 -1 to -3%, the
-// other merged-tile points of the Auto suite within +0.4%; Mixtral T = 256 +4% (an expert's 4-block run and its
-// ragged fifth block now 8 grid rows of 224 CTAs apart instead of 4; no bucket runs it on this tile).
-constexpr int kMergedBlocks = 4;
+// first block, by the layout's offsets) takes blocks d .. d + 7 of that expert when d % 8 == 0 and returns at
+// once otherwise: an expert's weight rows are streamed once per 128 of its positions, but an expert with at most
+// 16 rows costs the MMAs of 16 positions. Runs of 3-4 blocks take the 64-position path, 5-8 the 128-position one
+// (both wgmma, fused_decode_wgmma.cuh). The run's positions end at its last block (the next belongs to another
+// expert). The CTAs take the blocks interleaved (layout_block): a skewed batch's hot experts (long runs, fed from
+// L2 after their first) then share the SMs with cold experts streaming from HBM, wherever they sit in expert order.
+// H200, session 20, forced, against runs of 4 on mma.sync: geomean 0.975 over 36 points; Mixtral T = 256 uniform
+// -28%, Qwen3-235B T = 256 zipf -4.1%, Mixtral T = 128 balanced +1.0%.
+constexpr int kMergedBlocks = 8;
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
     merged_gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* offsets, int32_t* ready) {
@@ -541,7 +573,9 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   switch (run_blocks) {
     case 1: return stream_shared<T, 2>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
     case 2: return stream_shared<T, 4>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
-    default: return stream_shared<T, 8>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
+    case 3:
+    case 4: return stream_shared<T, 8, true>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
+    default: return stream_shared<T, 16, true>(a, early, ready, limit, e, mb, p0, blockIdx.x, smem);
   }
 }
 
@@ -565,9 +599,10 @@ int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
 }
 
 // Shared memory of the shared-ring kernels: SwapAb32's, and the merged kernel's largest run (its 16-, 32- and
-// 64-position paths lay their rings out in the same allocation).
+// 64-/128-position (wgmma) paths lay their rings out in the same allocation).
 constexpr int kSwapAb32Smem = SharedRing<2, 4>::kBytes;
-constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes), SharedRing<2, 8>::kBytes);
+constexpr int kMergedSmem = cmax(cmax(SharedRing<2, 2>::kBytes, SharedRing<2, 4>::kBytes),
+                                  cmax(WgRing<64>::kBytes, WgRing<128>::kBytes));
 
 // Grids of at most two waves of two CTAs per SM: GEMM2 is launched early (below).
 inline bool within_two_waves(const FusedGemmArgs& a, int64_t ctas) {

@@ -43,9 +43,10 @@ pub enum FusedTile {
     /// As [`Self::SwapAb16`] with 32 positions per block, the CTA's four warps sharing one copy of the block's
     /// positions per K step (mbarrier-synchronised, 5 stages); K is not split.
     SwapAb32,
-    /// Skew-robust decode: a layout of 16-position blocks whose CTA takes up to four adjacent blocks of one
-    /// expert (by the layout's offsets), so that an expert's weights are streamed once per 64 of its rows while
-    /// an expert with at most 16 rows costs the MMAs of 16 positions; SwapAb32's shared ring. K is not split.
+    /// Skew-robust decode: a layout of 16-position blocks whose CTA takes up to eight adjacent blocks of one
+    /// expert (by the layout's offsets), so that an expert's weights are streamed once per 128 of its rows while
+    /// an expert with at most 16 rows costs the MMAs of 16 positions; SwapAb32's shared ring, and `wgmma` for
+    /// runs of 3-8 blocks (64 or 128 positions). K is not split.
     SwapAbMerged,
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
     M64N128K64,
@@ -104,17 +105,17 @@ impl FusedTile {
         self.fp8_tile().is_some()
     }
 
-    /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any
-    /// gets (r): [`Self::SwapAb16`] where r is at most 1, or below 8 on layers of fewer than 64 experts (its K
-    /// split fills the SMs where the blocks are few); [`Self::SwapAbMerged`] up to 16 (skew-robust: a hot expert's
-    /// weights are streamed once per 64 of its rows); then as [`Self::for_rows_fp8`]. Measured on the H200 with
-    /// each tile forced under uniform and zipf routing (`benches/results/h200-2026-12-02-s10/tiles.txt`):
-    /// SwapAb16 is 1-7% ahead at T = 4-16 on most models, but behind under zipf by 3-6% at r = 4 and 13-27% at
-    /// r = 8 (Qwen3-235B T = 128 zipf 1294 vs 1137 µs); from r = 2 the merged tile is within 1% of the best
-    /// uniform tile on Qwen3-235B, gpt-oss and DeepSeek-V3 (2-3% behind SwapAb16 on Qwen3-30B at T = 32-64) and
-    /// leads most zipf points (gpt-oss T = 64 zipf 786 vs 814, Qwen3-235B T = 64 zipf 934 vs 987); on Mixtral it
-    /// trails SwapAb16 by 1-6% up to r = 4, and at r = 8 by 1.4% uniform while leading under zipf (T = 32 zipf
-    /// 695 vs 820); at r = 32 the 64-row tile wins (Mixtral T = 128 751 vs 796).
+    /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any gets
+    /// (r): [`Self::SwapAb16`] where r is at most 1, or below 8 on layers of fewer than 64 experts (its K split fills
+    /// the SMs where the blocks are few); [`Self::SwapAbMerged`] up to 16 (skew-robust: a hot expert's weights are
+    /// streamed once per 128 of its rows since session 20); then as [`Self::for_rows_fp8`]. Measured on the H200 with
+    /// each tile forced under uniform and zipf routing (`benches/results/h200-2026-12-02-s10/tiles.txt`): SwapAb16 is
+    /// 1-7% ahead at T = 4-16 on most models, but behind under zipf by 3-6% at r = 4 and 13-27% at r = 8 (Qwen3-235B
+    /// T = 128 zipf 1294 vs 1137 µs); from r = 2 the merged tile is within 1% of the best uniform tile on Qwen3-235B,
+    /// gpt-oss and DeepSeek-V3 (2-3% behind SwapAb16 on Qwen3-30B at T = 32-64) and leads most zipf points (gpt-oss
+    /// T = 64 zipf 786 vs 814, Qwen3-235B T = 64 zipf 934 vs 987); on Mixtral it trails SwapAb16 by 1-6% up to r = 4,
+    /// and at r = 8 by 1.4% uniform while leading under zipf (T = 32 zipf 695 vs 820); at r = 32 the 64-row tile wins
+    /// (Mixtral T = 128 751 vs 796).
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
         match rows / active {
