@@ -319,14 +319,14 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
 /// The gated pair's hand-off (the merged tile, GEMM2 launched early): h and the pairs equal those of the two
 /// GEMMs launched apart, bit for bit; each run's first block counted exactly I written h columns (I = 136: a
 /// last task of 8 columns) and every other block none; the next layout build zeroes the counts. A hot expert
-/// (a 3-block run), an empty one and spread rows.
+/// (10 blocks: an 8-block run on the 128-position path and a 2-block one), an empty one and spread rows.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn the_gated_pair_hands_off_per_block_and_a_build_zeroes_the_counts() {
     let (_ctx, stream) = gpu();
-    let (t, k, e, inter, hidden) = (40usize, 2usize, 8usize, 136usize, 200usize);
+    let (t, k, e, inter, hidden) = (150usize, 2usize, 8usize, 136usize, 200usize);
     let n = 2 * inter;
-    // Slot 0: expert 0 (40 rows, three blocks of 16); slot 1: experts 1-6 in turn; expert 7 empty.
+    // Slot 0: expert 0 (150 rows, ten blocks of 16); slot 1: experts 1-6 in turn (25 rows each); expert 7 empty.
     let ids: Vec<i32> = (0..t).flat_map(|i| [0, 1 + (i % 6) as i32]).collect();
     let ids_d = stream.clone_htod(&ids).unwrap();
     let x = stream.clone_htod(&random_vec::<bf16>(t * hidden, 21, 1.0)).unwrap();
@@ -367,12 +367,12 @@ fn the_gated_pair_hands_off_per_block_and_a_build_zeroes_the_counts() {
     for (b, &c) in counts.iter().enumerate() {
         let first = b * 16 < total && {
             let ex = experts_of_block[b] as usize;
-            (b - offsets[ex] as usize / 16) % 4 == 0
+            (b - offsets[ex] as usize / 16) % 8 == 0
         };
         runs += first as usize;
         assert_eq!(c, if first { inter as i32 } else { 0 }, "block {b}: h columns counted");
     }
-    assert_eq!(runs, 7, "expert 0's run and one run per expert 1-6");
+    assert_eq!(runs, 8, "expert 0's two runs and one run per expert 1-6");
     layout.build(&stream, t, &ids_d, None, &mut status).unwrap();
     assert!(stream.clone_dtoh(layout.block_ready()).unwrap().iter().all(|&c| c == 0), "a build left counts");
 }
