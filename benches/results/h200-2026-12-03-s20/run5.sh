@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Session 20, run 5: main's final binaries (the hand-off test's 10-block expert; kernels and tables as run 3's,
+# SASS identical). 1. GPU tests; 2. Auto suite twice.
+cd "$(dirname "$0")/../../.."
+mkdir -p carry; for f in carryz/*.gz; do gunzip -c $f > carry/$(basename $f .gz); chmod +x carry/$(basename $f .gz); done
+R=/tmp/r; mkdir -p $R
+timeout 200 ./carry/gpu-final --include-ignored --test-threads=1 > $R/gpu-final.log 2>&1
+tail -3 $R/gpu-final.log; grep -E "^test .*FAILED|panicked" $R/gpu-final.log | head
+tar czf $OUT/run5.tgz -C $R .
+S="bench --layer --suite --backends auto --peer none --reps 20"
+for i in 1 2; do
+  timeout 60 ./carry/final-moe-gemm $S --csv $R/suite-$i.csv > $R/suite-$i.log 2>&1; echo "suite $i rc=$?"
+  tar czf $OUT/run5.tgz -C $R .
+done
