@@ -39,9 +39,8 @@ __device__ __forceinline__ uint64_t global_ns() {
 // fence: an acquire load per poll would invalidate the SM's L1, where the CTA beside keeps its position rows.
 __device__ __forceinline__ void await_ready(const int32_t* count, int K) {
   if (threadIdx.x == 0) {
-    const int32_t* r = count;
     const uint64_t t0 = global_ns();
-    while (ld_relaxed(r) < K) {
+    while (ld_relaxed(count) < K) {
       if (global_ns() - t0 > 20000000ull) {
         pdl::wait_for_prerequisites();
         break;
