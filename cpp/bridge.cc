@@ -464,11 +464,11 @@ LaunchStatus fused_moe_gemm(const FusedGemmParams& p) {
   a.act = p.act;
   a.gate_up = p.gate_up;
   a.stream = p.stream;
-  // Every field of FusedGemmArgs above; `offsets` and `ready` (two fields more) go to the SwapAb kernels beside it.
-  static_assert(field_count<FusedGemmParams>() == 23 && field_count<FusedGemmArgs>() == 21 &&
-                    sizeof(FusedGemmParams) == sizeof(FusedGemmArgs) + 2 * sizeof(uint64_t),
+  // Every field of FusedGemmArgs above; `offsets`, `ready` and `topk_ids` go to the SwapAb kernels beside it.
+  static_assert(field_count<FusedGemmParams>() == 24 && field_count<FusedGemmArgs>() == 21 &&
+                    sizeof(FusedGemmParams) == sizeof(FusedGemmArgs) + 3 * sizeof(uint64_t),
                 "assign every FusedGemmArgs field above");
-  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a, p.offsets, p.ready));
+  if (is_swap_ab(p.tile)) return wrap(moe_gemm::fused_decode_gemm(a, p.offsets, p.ready, p.topk_ids));
   if (p.ready || p.mode == FusedMode::GatherGated) return LaunchStatus{StatusCode::NotBuilt, 0};  // SwapAb tiles only
   switch (p.dtype) {
     case DType::BF16: return wrap(moe_gemm::fused_moe_gemm_bf16(a));

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "fused_decode_async.cuh"
 #include "fused_decode_handoff.cuh"
 #include "fused_decode_store.cuh"
 #include "gated.cuh"
@@ -45,56 +46,16 @@ constexpr int kMt = 2;
 template <int BM>
 constexpr int kRowsPerWarp = 16 * kMt<BM>;
 constexpr int kChunk = 64;    // K per step: one 128-byte line of each row
-constexpr int kPrefetchSteps = 4;  // GEMM2's K steps per row sent to L2 before GEMM1 has finished
-
-// 16 bytes global -> shared, zero-filled where `bytes` is 0: .cg (L2 only) for streamed weights, .ca for rows
-// that the block's warps share.
-__device__ __forceinline__ void cp_async_cg(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_ca(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
+// K steps per row sent to L2 ahead: by GEMM2 before GEMM1 has finished, by a tiny GEMM1 before the layout is built.
+constexpr int kPrefetchSteps = 4;
 
 // Programmatic dependent launch (pdl.cuh) along layout -> GEMM1 -> GEMM2 -> sum_slots: GEMM1, launched while the
 // layout kernel runs, waits for it before its first read of the layout, then lets GEMM2's CTAs be scheduled into
 // its last wave; GEMM2 starts its weights towards L2 (they depend only on the layout, complete before any GEMM1
 // CTA got past its wait) and waits for GEMM1's h before its first copy of a position row, then lets sum_slots in.
+// A GEMM1 of at most 32 rows guesses its weights from topk_ids meanwhile (fused_decode_guess.cuh).
 using pdl::launch_dependents;
 using pdl::wait_for_prerequisites;
-__device__ __forceinline__ void prefetch_l2(const void* src, int bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
-// mbarriers of the shared ring (SharedRing): `full` counts the threads' cp.async completions of a step, `empty`
-// the threads that have read a stage into registers.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-// Arrives on `bar` once every cp.async this thread has issued so far has landed (counts as this thread's arrival).
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT;\n}" ::"r"(
-          smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
 
 template <class T>
 __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -299,34 +260,45 @@ constexpr int smem_bytes() {
   return kWarps * Ring<kMt<BM>, BM / 8>::kWarpBytes;
 }
 
+}  // namespace fused_decode
+}  // namespace moe_gemm
+#include "fused_decode_wgmma.cuh"
+#include "fused_decode_guess.cuh"
+namespace moe_gemm {
+namespace fused_decode {
+
 // One CTA per (4 / S weight-row tasks, layout block), each task's K split over S warps and summed through the
 // drained rings. The grid runs N fastest: at any time the SMs stream neighbouring rows of one expert's weights.
 // (Measured on the H200 against two persistent forms, 2026-12-01: a warp-strided task walk was no faster, and
 // contiguous task ranges per warp 3-14% slower, their warps reading a thousand regions of HBM at once.)
 template <class T, int BM, int S>
 __global__ void __launch_bounds__(32 * kWarps, 2)
-    gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* /*offsets*/, int32_t* /*ready*/) {
+    gemm_kernel(const FusedGemmArgs a, bool early, const int32_t* topk, int32_t* /*ready*/) {
   using Tk = Task<T, BM>;
   constexpr int MT = Tk::MT, NT = Tk::NT;
   constexpr int kStages = Ring<MT, NT>::kStages;
   extern __shared__ uint4 smem[];
-  if (early && a.mode != FusedMode::Scatter) wait_for_prerequisites();  // the layout, before any read of it
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = (blockIdx.x * (kWarps / S) + warp / S) * kRowsPerWarp<BM>;
+  const int split = warp % S;
+  const int N = a.n, K = a.k;
+  const int chunks = (K + kChunk - 1) / kChunk;
+  const int per = (chunks + S - 1) / S;
+  const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
+  if (early && a.mode != FusedMode::Scatter) {
+    // `topk` (a batch of at most 32 rows, launch_private): the first wave's weights towards L2 meanwhile.
+    if (topk && blockIdx.x + int64_t(gridDim.x) * blockIdx.y < 2 * a.sm_count)
+      prefetch_guessed<T, BM>(a, topk, n0, c0, c1, lane);
+    wait_for_prerequisites();  // the layout, before any read of it
+  }
   const int64_t total = batch_total(a);
   const int64_t mb = blockIdx.y, p0 = mb * BM;
   if (p0 >= total) return;
   const int e = reinterpret_cast<const int32_t*>(a.expert_ids)[mb];
   if (e < 0 || e >= a.experts) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int n0 = (blockIdx.x * (kWarps / S) + warp / S) * kRowsPerWarp<BM>;
-  const int split = warp % S;
-  const int N = a.n, K = a.k;
   Tk task;
   task.bind(a, total, e, p0, n0, g);
   const T* any = reinterpret_cast<const T*>(a.a);
-
-  const int chunks = (K + kChunk - 1) / kChunk;
-  const int per = (chunks + S - 1) / S;
-  const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
   const uint32_t live = live_tiles<NT>(a, total, p0, lane);
   float acc[MT][NT][4] = {};
   uint4* ring = smem + warp * (Ring<MT, NT>::kWarpBytes / 16);
@@ -422,12 +394,6 @@ __device__ __forceinline__ void issue_shared_step(uint4* stage, const T* const (
   for (int i = 0; i < NT / 2; ++i)
     issue_position<T>(xst + (warp + 4 * i) * 32, mine[i], any, k0 + 32 * (warp % 2) + 8 * t, K);
 }
-
-}  // namespace fused_decode
-}  // namespace moe_gemm
-#include "fused_decode_wgmma.cuh"
-namespace moe_gemm {
-namespace fused_decode {
 
 // The CTA's four 32-row tasks (weight-row chunk `chunk`) over NT * 8 positions from p0 of expert e, valid below
 // `limit`, through the shared ring (Wg: through the warpgroup MMA's stages, fused_decode_wgmma.cuh).
@@ -631,13 +597,15 @@ inline int64_t layout_blocks(const FusedGemmArgs& a, int bm) {
   return by_rows < by_cap ? by_rows : by_cap;
 }
 
+// `topk` goes to a GEMM1 of at most 32 rows (fused_decode_guess.cuh).
 template <class T, int S>
-Status launch_private(const FusedGemmArgs& a, int64_t m_blocks) {
-  return launch(a, nullptr, gemm_kernel<T, 16, S>, kRowsPerWarp<16> * (kWarps / S), smem_bytes<16>(), m_blocks);
+Status launch_private(const FusedGemmArgs& a, int64_t m_blocks, const int32_t* topk) {
+  const int32_t* guess = a.mode != FusedMode::Scatter && a.rows <= 32 ? topk : nullptr;
+  return launch(a, guess, gemm_kernel<T, 16, S>, kRowsPerWarp<16> * (kWarps / S), smem_bytes<16>(), m_blocks);
 }
 
 template <class T>
-Status run_tile(const FusedGemmArgs& a, const int32_t* offsets, int32_t* ready) {
+Status run_tile(const FusedGemmArgs& a, const int32_t* offsets, int32_t* ready, const int32_t* topk) {
   const int bm = a.tile == FusedTile::SwapAb32 ? 32 : 16;
   const int64_t m_blocks = layout_blocks(a, bm);
   if (m_blocks == 0 || a.n == 0) return {StatusCode::Ok, 0};
@@ -645,9 +613,9 @@ Status run_tile(const FusedGemmArgs& a, const int32_t* offsets, int32_t* ready) 
   switch (a.tile) {
     case FusedTile::SwapAb16:
       switch (splits_for<16>(a, m_blocks)) {
-        case 1: return launch_private<T, 1>(a, m_blocks);
-        case 2: return launch_private<T, 2>(a, m_blocks);
-        default: return launch_private<T, 4>(a, m_blocks);
+        case 1: return launch_private<T, 1>(a, m_blocks, topk);
+        case 2: return launch_private<T, 2>(a, m_blocks, topk);
+        default: return launch_private<T, 4>(a, m_blocks, topk);
       }
     case FusedTile::SwapAb32:
       return launch(a, nullptr, shared_gemm_kernel<T>, kRowsPerWarp<32> * kWarps, kSwapAb32Smem, m_blocks);
@@ -686,11 +654,12 @@ Status prepare(FusedTile tile) {
 
 }  // namespace fused_decode
 
-Status fused_decode_gemm(const FusedGemmArgs& a, uint64_t offsets, uint64_t ready) {
+Status fused_decode_gemm(const FusedGemmArgs& a, uint64_t offsets, uint64_t ready, uint64_t topk) {
   const auto* o = reinterpret_cast<const int32_t*>(offsets);
   auto* r = reinterpret_cast<int32_t*>(ready);
-  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a, o, r)
-                                : fused_decode::run_tile<__half>(a, o, r);
+  const auto* t = reinterpret_cast<const int32_t*>(topk);
+  return a.dtype == DType::BF16 ? fused_decode::run_tile<__nv_bfloat16>(a, o, r, t)
+                                : fused_decode::run_tile<__half>(a, o, r, t);
 }
 
 Status fused_decode_prepare(DType dtype, FusedTile tile) {

@@ -212,7 +212,9 @@ Status fused_moe_gemm_f16(const FusedGemmArgs& args);
 // `ready`: int32 [capacity / 16] zeroed by the layout build, or 0. Where given to a GatherGated GEMM1 and then to
 // the Scatter GEMM2 over the same layout (the layer's pass, nothing between), GEMM2's CTAs of a block start once
 // GEMM1 has written that block's h instead of when all of GEMM1 has ended (SwapAbMerged only; see fused_decode.cu).
-Status fused_decode_gemm(const FusedGemmArgs& args, uint64_t offsets, uint64_t ready);
+// `topk`: the int32 [rows] topk_ids the layout was built from (no expert map), or 0: a SwapAb16 GEMM1 of at most
+// 32 rows starts the weights of the experts they name towards L2 while the layout build runs.
+Status fused_decode_gemm(const FusedGemmArgs& args, uint64_t offsets, uint64_t ready, uint64_t topk);
 Status fused_decode_prepare(DType dtype, FusedTile tile);
 // Per device, once per plan and before any launch of the tile (with the device current): opts the kernel into
 // the dynamic shared memory its stages need. Launches do no such host work.

@@ -182,6 +182,8 @@ pub(crate) mod ffi {
         offsets: u64,
         /// The GEMM1 -> GEMM2 hand-off counters (`fused_decode_gemm`'s `ready`), or 0.
         ready: u64,
+        /// The batch's topk_ids (`fused_decode_gemm`'s `topk`), or 0.
+        topk_ids: u64,
         total: u64,
         weights: u64,
         bias: u64,

@@ -60,6 +60,8 @@ pub(crate) struct FusedLaunch<'a> {
     /// The layout's hand-off counters (`fused_decode_gemm`'s `ready`): given to a gated GEMM1 and to the scatter
     /// GEMM2 that follows it on the same layout, with nothing between, built just before (the layer's pass).
     pub ready: Option<&'a CudaSlice<i32>>,
+    /// The batch's topk_ids (`fused_decode_gemm`'s `topk`): a prefetch hint of the SwapAb16 GEMM1.
+    pub topk_ids: Option<&'a CudaView<'a, i32>>,
 }
 
 /// The gated epilogue's activation, gate/up row order and `b13` bias `[experts, n]`.
@@ -107,6 +109,9 @@ fn check_launch(p: &FusedLaunch<'_>, bm: usize, a_len: usize, b_len: usize, d_le
     need_len("total", p.total.len(), 1, "one count")?;
     if let Some(r) = p.ready {
         need_len("block_ready", r.len(), p.capacity / bm, "capacity / BLOCK_M")?;
+    }
+    if let Some(t) = p.topk_ids {
+        need_len("topk_ids", t.len(), p.rows, "tokens x top_k")?;
     }
     need_len("B", b_len, p.experts * p.n * p.k, "experts x n x k")?;
     let (a_rows, d_rows) = match p.scatter {
@@ -167,6 +172,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     let (o_ptr, _o) = p.offsets.device_ptr(stream);
     let (t_ptr, _t) = p.total.device_ptr(stream);
     let (r_ptr, _r) = p.ready.map(|r| r.device_ptr(stream)).unzip();
+    let (k_ptr, _k) = p.topk_ids.map(|t| t.device_ptr(stream)).unzip();
     let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
     let bias = p.scatter.as_ref().and_then(|s| s.bias).or(p.gated.as_ref().and_then(|g| g.bias));
     let (bias_ptr, _bias) = bias.map(|b| b.device_ptr(stream)).unzip();
@@ -195,6 +201,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         expert_ids: e_ptr,
         offsets: o_ptr,
         ready: r_ptr.unwrap_or(0),
+        topk_ids: k_ptr.unwrap_or(0),
         total: t_ptr,
         weights: w_ptr.unwrap_or(0),
         bias: bias_ptr.unwrap_or(0),
@@ -204,7 +211,8 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     };
     // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), offsets (experts + 1; the
     // merged tile clamps what contradicts expert_ids to one block), block_ready (capacity / BLOCK_M, checked;
-    // GEMM2 falls back to waiting for all of GEMM1 after 20 ms without its counts), weights and bias hold what
+    // GEMM2 falls back to waiting for all of GEMM1 after 20 ms without its counts), topk_ids (rows, checked; its
+    // ids are clamped to `experts` and feed L2 prefetches only), weights and bias hold what
     // the mode needs (checked above), with 16-byte aligned bases and n, k multiples of the element type's 16-byte
     // alignment (checked). The kernel reads positions below min(*total, capacity) only, skips tiles whose expert
     // id is negative or not below `experts`, zero-fills A rows whose flat row is outside [0, rows) and writes D

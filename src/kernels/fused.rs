@@ -215,13 +215,24 @@ pub struct FusedBatch<'a> {
     tokens: usize,
     /// GEMM2 starts per layout block as GEMM1 writes it ([`FusedGemm::gated_pair`] only).
     handoff: bool,
+    /// The topk_ids the layout was built from ([`Self::routed_by`]).
+    topk: Option<&'a CudaView<'a, i32>>,
 }
 
 impl<'a> FusedBatch<'a> {
     /// The batch of `tokens` tokens whose aligned `layout` was last built on `stream`, run on `tile`: checked
     /// against one another by each GEMM it is given to.
     pub fn new(stream: &'a Arc<CudaStream>, tile: FusedTile, layout: &'a ExpertLayout, tokens: usize) -> Self {
-        FusedBatch { stream, tile, layout, tokens, handoff: false }
+        FusedBatch { stream, tile, layout, tokens, handoff: false, topk: None }
+    }
+
+    /// The topk_ids `[tokens, top_k]` the layout was built from, without an expert map: a hint that lets a
+    /// SwapAb16 GEMM1 of at most 32 rows start its experts' weights towards L2 while the layout build still runs
+    /// (`cpp/fused_decode_guess.cuh`). No result depends on it: the GEMMs read the built layout, and ids that
+    /// are out of range or stale cost bandwidth only.
+    #[must_use]
+    pub fn routed_by(self, topk_ids: &'a CudaView<'a, i32>) -> Self {
+        FusedBatch { topk: Some(topk_ids), ..self }
     }
 }
 
@@ -435,6 +446,7 @@ impl FusedGemm {
             offsets: layout.offsets(),
             total: layout.total(),
             ready: b.handoff.then(|| layout.block_ready()),
+            topk_ids: b.topk,
         }
     }
 }

@@ -157,7 +157,10 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let Buffers { layout, a8, h8, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
+        let ids = p.ids.as_view();
         let b = FusedBatch::new(p.stream, tile, layout, tokens);
+        // The ids name global experts; under an expert map the layout's are local: no hint then.
+        let b = if self.expert_map.is_none() { b.routed_by(&ids) } else { b };
         match self.weights.parts() {
             Parts::Dense(w) => {
                 let r13 = w.w13_rows();

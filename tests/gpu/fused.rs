@@ -57,7 +57,14 @@ fn run_case<T: Element>(c: &Case, tile: FusedTile) {
     let mut d1 = stream.clone_htod(&vec![T::nan(); cap * n1]).unwrap();
     let mut pairs = stream.clone_htod(&vec![T::nan(); rows * n2]).unwrap();
     let fused = FusedGemm::new(&stream).unwrap();
+    // A wrong routing hint (every id moved to the next expert, the first out of range) moves no result: the
+    // GEMMs read the built layout, the hint only the SwapAb16 GEMM1's L2 prefetch (batches of at most 32 rows).
+    let hint: Vec<i32> =
+        c.ids.iter().enumerate().map(|(i, &g)| if i == 0 { -7 } else { (g + 1) % c.experts as i32 }).collect();
+    let hint_d = stream.clone_htod(&hint).unwrap();
+    let hint_v = hint_d.as_view();
     let b = FusedBatch::new(&stream, tile, &layout, t);
+    let b = if c.map.is_none() { b.routed_by(&hint_v) } else { b };
     fused.gemm1_gather(b, &xd, &w1d, (n1, k1), &mut d1).unwrap();
     fused.gemm2_scatter(b, &hd, &w2d, (n2, k2), (&wd.as_view(), Some(&bd)), &mut pairs).unwrap();
     status.check(&stream).unwrap();
@@ -229,6 +236,15 @@ fn fused_gemm_refuses_a_layout_of_another_block_size() {
     let b = FusedBatch::new(&stream, FusedTile::M128N256K64, &layout, 4);
     let err = fused.gemm1_gather(b, &x, &w, (128, 60), &mut d).unwrap_err();
     assert!(err.to_string().contains("multiples of 8"), "{err}");
+    // A routing hint shorter than the batch's tokens x top_k rows.
+    let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: 16 }, 4, 2, 8, 8).unwrap();
+    let layout = ExpertLayout::new(&stream, dims).unwrap();
+    let mut d = stream.alloc_zeros::<bf16>(dims.capacity() * 128).unwrap();
+    let short = stream.alloc_zeros::<i32>(7).unwrap();
+    let short = short.as_view();
+    let b = FusedBatch::new(&stream, FusedTile::SwapAb16, &layout, 4).routed_by(&short);
+    let err = fused.gemm1_gather(b, &x, &w, (128, 64), &mut d).unwrap_err();
+    assert!(err.to_string().contains("topk_ids"), "{err}");
 }
 
 /// The SwapAb tiles' gated epilogue: `h` against the activation, computed on the host from the same tile's plain
