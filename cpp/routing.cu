@@ -122,8 +122,11 @@ __global__ void route_kernel(const RouterArgs a) {
       warp_best(v, i);
       kept |= 1u << i;
     }
-    for (int e = lane; e < E; e += 32)
-      if (!((kept >> (e / size)) & 1u)) key[e] = -INFINITY;
+    // Each lane masks the keys it read above (same index stride), so no lane writes a key another lane read
+    // without a barrier between; the __syncwarp publishes the masks to the top-k loop's other stride.
+    for (int g = 0; g < a.n_group; ++g)
+      if (!((kept >> g) & 1u))
+        for (int j = lane; j < size; j += 32) key[g * size + j] = -INFINITY;
     __syncwarp();
   }
 
@@ -140,8 +143,9 @@ __global__ void route_kernel(const RouterArgs a) {
     }
     warp_best(v, i);
     if (lane == r) my_id = i;
-    if (lane == 0) key[i] = NAN;
-    __syncwarp();
+    // The lane that owns key[i] (it read it this round, and alone reads it next round) marks it taken: lanes
+    // exchange the choice through shuffles only, never through shared memory.
+    if (lane == i % 32) key[i] = NAN;
   }
 
   const bool mine = lane < a.top_k;

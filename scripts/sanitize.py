@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Runs the GPU test binary under compute-sanitizer's four tools and fails on anything they report.
+
+Each (tool, test) pair is its own process (`<binary> --include-ignored --exact <test>`), so one test that a tool
+cannot host or that dies under it is named as such and the others still run; pairs run in parallel (`-j`),
+since the tools' cost is mostly host-side instrumentation. The tools:
+
+  memcheck   out-of-bounds and misaligned device accesses, invalid frees, CUDA API errors
+  racecheck  shared-memory hazards, with `--racecheck-report all` (warp-level hazards included)
+  initcheck  device reads of global memory nothing wrote
+  synccheck  barriers some threads of a block or warp never reach, invalid sync masks
+
+A pair is clean when the test passes under the tool, the tool printed its summary line (no abort, no timeout)
+and every record it reported matches an entry of the allow-list for that tool (`scripts/sanitize-allow.txt`:
+`tool | regex | why`, each entry a documented, understood false positive). The last lines printed are one
+summary line per tool; the exit status is 0 only if every pair is clean.
+
+Usage (on the GPU host; stdlib only):
+  scripts/sanitize.py [--binary carry/gpu] [--tools memcheck,racecheck,initcheck,synccheck] [-j 12]
+                      [--timeout 420] [--logs DIR] [--filter SUBSTRING]...
+"""
+
+import argparse
+import concurrent.futures as cf
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TOOLS = {
+    "memcheck": ["--tool", "memcheck"],
+    "racecheck": ["--tool", "racecheck", "--racecheck-report", "all"],
+    "initcheck": ["--tool", "initcheck"],
+    "synccheck": ["--tool", "synccheck"],
+}
+# A record: a line the tool starts flush after its prefix (the indented lines below it belong to it).
+PREFIX = "========= "
+SUMMARY = re.compile(r"^========= (ERROR SUMMARY: (\d+) errors?|RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\))")
+TEST_OK = re.compile(r"^test result: ok\. 1 passed")
+
+
+def read_allow(path):
+    allow = []
+    if not path.exists():
+        return allow
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split("|", 2)]
+        if len(parts) != 3 or parts[0] not in TOOLS or not parts[2]:
+            sys.exit(f"{path}:{n}: an entry is `tool | regex | why` with a tool of {sorted(TOOLS)} and a reason")
+        allow.append((parts[0], re.compile(parts[1]), parts[2]))
+    return allow
+
+
+def records(log):
+    """The tool's reports in `log`, each with its indented detail lines joined."""
+    out, cur = [], None
+    for line in log.splitlines():
+        if not line.startswith(PREFIX):
+            continue
+        body = line[len(PREFIX):]
+        if body.startswith(" "):
+            if cur is not None:
+                cur.append(body.strip())
+            continue
+        if SUMMARY.match(line) or body.startswith("COMPUTE-SANITIZER"):
+            cur = None
+            continue
+        cur = [body.strip()]
+        out.append(cur)
+    return [" | ".join(r) for r in out]
+
+
+def run_one(binary, tool, test, timeout, logs):
+    cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "device", binary,
+           "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
+    env = dict(os.environ, RUST_BACKTRACE="1")
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, env=env)
+        text, rc = p.stdout.decode(errors="replace"), p.returncode
+    except subprocess.TimeoutExpired as e:
+        text, rc = (e.stdout or b"").decode(errors="replace") + f"\n[sanitize.py] timed out after {timeout} s\n", None
+    secs = time.time() - t0
+    (logs / tool).mkdir(parents=True, exist_ok=True)
+    (logs / tool / f"{test}.log").write_text(f"$ {' '.join(cmd)}\n[sanitize.py] rc {rc}, {secs:.1f} s\n{text}")
+    return tool, test, rc, secs, text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = Path(__file__).resolve().parent
+    ap.add_argument("--binary", default="carry/gpu")
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("-j", type=int, default=12)
+    ap.add_argument("--timeout", type=float, default=420)
+    ap.add_argument("--logs", default="sanitize-logs")
+    ap.add_argument("--allow", default=str(here / "sanitize-allow.txt"))
+    ap.add_argument("--filter", action="append", default=[], help="run only tests containing one of these")
+    a = ap.parse_args()
+    tools = a.tools.split(",")
+    for t in tools:
+        if t not in TOOLS:
+            sys.exit(f"unknown tool {t}: one of {sorted(TOOLS)}")
+    allow = read_allow(Path(a.allow))
+    listing = subprocess.run([a.binary, "--include-ignored", "--list"], stdout=subprocess.PIPE, check=True)
+    tests = [l[: -len(": test")] for l in listing.stdout.decode().splitlines() if l.endswith(": test")]
+    if a.filter:
+        tests = [t for t in tests if any(f in t for f in a.filter)]
+    if not tests:
+        sys.exit("no tests selected")
+    logs = Path(a.logs)
+    jobs = [(tool, test) for test in tests for tool in tools]
+    results = {t: [] for t in tools}
+    with cf.ThreadPoolExecutor(max_workers=a.j) as ex:
+        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, logs) for tool, test in jobs]
+        for f in cf.as_completed(futs):
+            tool, test, rc, secs, text = f.result()
+            recs = records(text)
+            bad = [r for r in recs if not any(t == tool and rx.search(r) for t, rx, _ in allow)]
+            summary = [m for m in map(SUMMARY.match, text.splitlines()) if m]
+            passed = any(TEST_OK.match(l) for l in text.splitlines())
+            problem = None
+            if rc is None:
+                problem = "timed out"
+            elif not summary:
+                problem = f"no {tool} summary (the process died: rc {rc})"
+            elif not passed:
+                problem = f"the test failed (rc {rc})"
+            elif bad:
+                problem = f"{len(bad)} report(s): {bad[0][:300]}"
+            results[tool].append((test, problem, len(recs) - len(bad), secs))
+            state = "ok" if problem is None else f"FAIL: {problem}"
+            print(f"[{tool}] {test} ({secs:.0f} s): {state}", flush=True)
+    clean = True
+    print()
+    for tool in tools:
+        rs = results[tool]
+        failed = [r for r in rs if r[1] is not None]
+        allowed = sum(r[2] for r in rs)
+        clean &= not failed
+        for test, problem, _, _ in sorted(failed):
+            print(f"{tool}: {test}: {problem}")
+        print(f"{tool:<9} {len(rs) - len(failed)}/{len(rs)} tests clean, {len(failed)} not; "
+              f"{allowed} allow-listed reports; longest {max(r[3] for r in rs):.0f} s")
+    sys.exit(0 if clean else 1)
+
+
+if __name__ == "__main__":
+    main()
