@@ -34,6 +34,7 @@ fn main() {
         "PYTHON",
         "NVCC_CCBIN",
         "MOE_GEMM_CUDA_CACHE",
+        "MOE_GEMM_PLANT",
     ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
@@ -328,6 +329,7 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
 
     // (source, object, flags): the flags in the order the single-gencode build had them (base, gencode, tail), so
     // that a unit whose targets did not change keeps its hash and its cached object.
+    let plants = planted_defines();
     let units: Vec<(PathBuf, PathBuf, Vec<String>)> = KERNEL_UNITS
         .iter()
         .map(|u| {
@@ -335,6 +337,7 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
             let mut flags = base.clone();
             flags.extend(gencodes(u.targets));
             flags.extend(tail.iter().cloned());
+            flags.extend(plants.iter().filter(|(unit, _)| *unit == u.path).map(|(_, d)| d.to_string()));
             let text = local_sources(&src, &root.join("cpp"));
             let flag_id: Vec<&str> = flags.iter().filter(|f| !f.starts_with("-I")).map(String::as_str).collect();
             let flag_id = flag_id.join(" ");
@@ -373,4 +376,28 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
         }
     }
     units.into_iter().map(|(_, o, _)| o).collect()
+}
+
+/// `MOE_GEMM_PLANT` (a comma-separated list, for `scripts/sanitize.py --planted` only): builds with known bugs
+/// planted on purpose, so that each compute-sanitizer tool is shown to catch its kind. Each CUDA plant is a
+/// define of the one unit it touches (the other units keep their cached objects); `uninit-status` is a Rust cfg.
+fn planted_defines() -> Vec<(&'static str, &'static str)> {
+    const CUDA: &[(&str, &str, &str)] = &[
+        ("warp-race", "cpp/routing.cu", "-DMOE_GEMM_PLANT_WARP_RACE"),
+        ("row-store", "cpp/routing.cu", "-DMOE_GEMM_PLANT_ROW_STORE"),
+    ];
+    println!("cargo:rustc-check-cfg=cfg(moe_gemm_plant_uninit_status)");
+    let Ok(list) = env::var("MOE_GEMM_PLANT") else { return Vec::new() };
+    let mut defines = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        println!("cargo:warning=MOE_GEMM_PLANT: this build carries the planted bug `{name}`; never use it");
+        if name == "uninit-status" {
+            println!("cargo:rustc-cfg=moe_gemm_plant_uninit_status");
+        } else if let Some(&(_, unit, define)) = CUDA.iter().find(|(n, _, _)| *n == name) {
+            defines.push((unit, define));
+        } else {
+            fail(&format!("MOE_GEMM_PLANT: unknown plant `{name}`"), "known: warp-race, row-store, uninit-status");
+        }
+    }
+    defines
 }

@@ -145,7 +145,11 @@ __global__ void route_kernel(const RouterArgs a) {
     if (lane == r) my_id = i;
     // The lane that owns key[i] (it read it this round, and alone reads it next round) marks it taken: lanes
     // exchange the choice through shuffles only, never through shared memory.
+#ifdef MOE_GEMM_PLANT_WARP_RACE  // scripts/sanitize.py --planted: the cross-lane write racecheck must report
+    if (lane == 0) key[i] = NAN;
+#else
     if (lane == i % 32) key[i] = NAN;
+#endif
   }
 
   const bool mine = lane < a.top_k;
@@ -169,7 +173,11 @@ __global__ void route_kernel(const RouterArgs a) {
     if (a.kind == RouterKind::GroupedSigmoid) w *= a.scaling;
   }
   if (mine) {
+#ifdef MOE_GEMM_PLANT_ROW_STORE  // scripts/sanitize.py --planted: the last token's row stored one row down
+    const int64_t o = static_cast<int64_t>(t + (t == a.tokens - 1)) * a.top_k + lane;
+#else
     const int64_t o = static_cast<int64_t>(t) * a.top_k + lane;
+#endif
     reinterpret_cast<int32_t*>(a.ids)[o] = my_id;
     reinterpret_cast<float*>(a.weights)[o] = w;
   }

@@ -18,4 +18,13 @@ if [ "${CARRY_BENCHES:-0}" = 1 ]; then
   cp "$(benched layer)" carry/layer_bench
   cp "$(benched grouped_gemm)" carry/grouped_gemm_bench
 fi
+if [ "${CARRY_PLANTED:-0}" = 1 ]; then
+  # The sanitizer check's planted bugs (build.rs, MOE_GEMM_PLANT): one test binary each, then the clean build
+  # again, so that target/release holds no planted code.
+  for plant in warp-race row-store uninit-status; do
+    MOE_GEMM_PLANT=$plant cargo test --release --no-run --test gpu
+    cp "$(newest gpu)" carry/gpu-plant-$plant
+  done
+  cargo test --release --no-run --test gpu
+fi
 ls -la carry

@@ -17,7 +17,10 @@ summary line per tool; the exit status is 0 only if every pair is clean.
 
 Usage (on the GPU host; stdlib only):
   scripts/sanitize.py [--binary carry/gpu] [--tools memcheck,racecheck,initcheck,synccheck] [-j 12]
-                      [--timeout 420] [--logs DIR] [--filter SUBSTRING]...
+                      [--timeout 420] [--logs DIR] [--filter SUBSTRING]... [--expect-caught]
+
+`CARRY_PLANTED=1 scripts/carry.sh` also builds carry/gpu-plant-<bug> with each bug of build.rs's MOE_GEMM_PLANT;
+`--expect-caught` turns the check around for them: every selected pair must report the bug.
 """
 
 import argparse
@@ -60,9 +63,13 @@ def records(log):
     """The tool's reports in `log`, each with its indented detail lines joined."""
     out, cur = [], None
     for line in log.splitlines():
-        if not line.startswith(PREFIX):
+        at = line.find(PREFIX.rstrip())
+        if at < 0:
             continue
-        body = line[len(PREFIX):]
+        line = line[at:]  # the tool's lines can follow the test's output on one line
+        body = line[len(PREFIX):] if line.startswith(PREFIX) else ""
+        if not body.strip():
+            continue
         if body.startswith(" "):
             if cur is not None:
                 cur.append(body.strip())
@@ -76,7 +83,7 @@ def records(log):
 
 
 def run_one(binary, tool, test, timeout, logs):
-    cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "device", binary,
+    cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "yes", binary,
            "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
     env = dict(os.environ, RUST_BACKTRACE="1")
     t0 = time.time()
@@ -101,6 +108,8 @@ def main():
     ap.add_argument("--logs", default="sanitize-logs")
     ap.add_argument("--allow", default=str(here / "sanitize-allow.txt"))
     ap.add_argument("--filter", action="append", default=[], help="run only tests containing one of these")
+    ap.add_argument("--expect-caught", action="store_true",
+                    help="for a build with a planted bug (MOE_GEMM_PLANT): succeed only if every pair reports it")
     a = ap.parse_args()
     tools = a.tools.split(",")
     for t in tools:
@@ -142,6 +151,13 @@ def main():
         rs = results[tool]
         failed = [r for r in rs if r[1] is not None]
         allowed = sum(r[2] for r in rs)
+        if a.expect_caught:
+            missed = [r for r in rs if r[1] is None or "report" not in r[1]]
+            clean &= not missed
+            for test, problem, _, _ in sorted(missed):
+                print(f"{tool}: {test}: the planted bug was NOT caught ({problem or 'clean'})")
+            print(f"{tool:<9} planted bug caught in {len(rs) - len(missed)}/{len(rs)} tests")
+            continue
         clean &= not failed
         for test, problem, _, _ in sorted(failed):
             print(f"{tool}: {test}: {problem}")

@@ -68,7 +68,13 @@ pub struct DeviceStatus {
 impl DeviceStatus {
     /// A cleared word on `stream`'s device.
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
-        Ok(DeviceStatus { word: stream.alloc_zeros::<u32>(1)? })
+        #[cfg(not(moe_gemm_plant_uninit_status))]
+        let word = stream.alloc_zeros::<u32>(1)?;
+        // `MOE_GEMM_PLANT=uninit-status` (scripts/sanitize.py --planted): the word left unwritten, so that the
+        // first kernel's atomicOr reads memory nothing wrote, which initcheck must report.
+        #[cfg(moe_gemm_plant_uninit_status)]
+        let word = crate::ffi::runtime::alloc_unwritten::<u32>(stream, 1)?;
+        Ok(DeviceStatus { word })
     }
 
     /// Reads and clears the word (synchronises `stream`).

@@ -17,6 +17,16 @@ pub(crate) fn default_sigpipe() {
     }
 }
 
+/// `n` elements nothing writes: the planted bug `MOE_GEMM_PLANT=uninit-status` (build.rs) and nothing else.
+#[cfg(moe_gemm_plant_uninit_status)]
+pub(crate) fn alloc_unwritten<T: cudarc::driver::DeviceRepr>(
+    stream: &std::sync::Arc<CudaStream>,
+    n: usize,
+) -> Result<CudaSlice<T>> {
+    // SAFETY: the memory is left unwritten on purpose; only device kernels read it (initcheck's planted case).
+    Ok(unsafe { stream.alloc::<T>(n)? })
+}
+
 /// Maps a checkpoint file read-only.
 pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: the map is read-only and private to the Checkpoint that owns it; as with every memory-mapped
