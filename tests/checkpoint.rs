@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use half::bf16;
@@ -13,12 +14,28 @@ use moe_gemm::checkpoint::{
 };
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::*;
+use safetensors::tensor::{Dtype, TensorView};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("moe-gemm-test-{}-{name}.safetensors", std::process::id()))
 }
 
 type Tensors = Vec<NamedTensor<bf16>>;
+
+/// Tensors of any dtype written with safetensors directly: name, dtype, shape, little-endian bytes.
+fn write_raw(path: &Path, tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) {
+    let views: HashMap<String, TensorView<'_>> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bits16<T: Element>(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|&x| T::from_f32(x).to_bits().to_le_bytes()).collect()
+}
 
 fn experts(prefix: &str, naming: ExpertNaming, e: usize, i: usize, h: usize) -> Tensors {
     let mut out = Vec::new();
@@ -100,6 +117,50 @@ fn missing_expert_and_bad_shapes_name_the_tensor() {
     let err = Checkpoint::open(&path).unwrap().tensor::<bf16>("x").unwrap_err();
     assert!(err.to_string().contains("`x`") && err.to_string().contains("F16"), "{err}");
     let _ = std::fs::remove_file(path);
+}
+
+/// DeepSeek-V3's `e_score_correction_bias` reads as f32 whether the file holds it as F32 (the released
+/// checkpoints) or as BF16 / F16 (some exports): the same values, exactly. Other dtypes are refused naming the
+/// file, the tensor and the dtype.
+#[test]
+fn correction_bias_reads_as_f32_from_f32_bf16_and_f16() {
+    let e = 64usize;
+    let name = "model.layers.3.mlp.gate.e_score_correction_bias".to_string();
+    // Multiples of 1/256 below 0.4 in magnitude: exact in bf16 and f16, so every file holds the same numbers.
+    let bias: Vec<f32> = (0..e).map(|x| ((x * 37 % 199) as f32 - 99.0) / 256.0).collect();
+    let counts = "model.layers.3.mlp.gate.tokens_per_expert".to_string();
+    for (dtype, bytes) in
+        [(Dtype::F32, f32_bytes(&bias)), (Dtype::BF16, bits16::<bf16>(&bias)), (Dtype::F16, bits16::<half::f16>(&bias))]
+    {
+        let path = tmp(&format!("bias-{dtype:?}"));
+        write_raw(
+            &path,
+            &[
+                (name.clone(), dtype, vec![e], bytes),
+                (counts.clone(), Dtype::I32, vec![e], (0..e as i32).flat_map(|c| c.to_le_bytes()).collect()),
+            ],
+        );
+        let ckpt = Checkpoint::open(&path).unwrap();
+        assert_eq!(ckpt.path(), path.as_path());
+        let (shape, got) = ckpt.tensor_f32(&name).unwrap();
+        assert_eq!(shape, [e]);
+        assert_eq!(
+            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            bias.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "{dtype:?}"
+        );
+        let file = path.display().to_string();
+        let err = ckpt.tensor_f32(&counts).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Checkpoint { .. }), "{err:?}");
+        assert!(
+            msg.contains(&counts) && msg.contains(&file) && msg.contains("I32") && msg.contains("F32, BF16 or F16"),
+            "{msg}"
+        );
+        let msg = ckpt.tensor_f32("model.layers.3.mlp.gate.weight").unwrap_err().to_string();
+        assert!(msg.contains("gate.weight") && msg.contains(&file) && msg.contains("missing"), "{msg}");
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 #[test]

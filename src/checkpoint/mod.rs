@@ -20,8 +20,9 @@
 //! [`Checkpoint::pack_gpt_oss_dequantized`] gives this bf16 form from them.)
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, TensorView};
@@ -111,9 +112,21 @@ fn from_bytes<T: Element>(b: &[u8]) -> Vec<T> {
     b.chunks_exact(2).map(|c| T::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
 }
 
+/// The floats of an F32, BF16 or F16 tensor as f32 (exact), `None` for another dtype.
+fn widen(dtype: Dtype, b: &[u8]) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::BF16 => from_bytes::<half::bf16>(b).into_iter().map(f32::from).collect(),
+        Dtype::F16 => from_bytes::<half::f16>(b).into_iter().map(f32::from).collect(),
+        _ => return None,
+    })
+}
+
 /// A memory-mapped `.safetensors` file.
 #[derive(Debug)]
 pub struct Checkpoint {
+    /// For error messages: a model's tensors are spread over many files.
+    path: PathBuf,
     map: Mmap,
     header: usize,
     meta: Metadata,
@@ -127,7 +140,24 @@ impl Checkpoint {
         let map = crate::ffi::runtime::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
         let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
             .map_err(|e| bad(&path.display().to_string(), format!("not a safetensors file: {e}")))?;
-        Ok(Checkpoint { map, header, meta })
+        Ok(Checkpoint { path: path.to_path_buf(), map, header, meta })
+    }
+
+    /// The file's path, as given to [`Checkpoint::open`].
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An error of tensor `name` that names this file too.
+    fn error(&self, name: &str, problem: impl Display) -> Error {
+        bad(name, format!("in {}: {problem}", self.path.display()))
+    }
+
+    /// Tensor `name`'s dtype, shape and bytes.
+    fn raw(&self, name: &str) -> Result<(Dtype, &[usize], &[u8])> {
+        let info = self.meta.info(name).ok_or_else(|| self.error(name, "missing from the checkpoint"))?;
+        let base = 8 + self.header;
+        Ok((info.dtype, &info.shape, &self.map[base + info.data_offsets.0..base + info.data_offsets.1]))
     }
 
     /// Names of every tensor in the file.
@@ -137,32 +167,29 @@ impl Checkpoint {
         v
     }
 
-    /// The shape and elements of tensor `name`, which must hold `T`'s dtype.
+    /// The shape and elements of tensor `name`, which must hold `T`'s dtype (bit for bit).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the tensor: missing, or another dtype.
+    /// [`Error::Checkpoint`] naming the tensor and the file: missing, or another dtype.
     pub fn tensor<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        if info.dtype != st_dtype(T::DTYPE) {
-            return Err(bad(name, format!("dtype {:?}, expected {}", info.dtype, T::DTYPE)));
+        let (dtype, shape, bytes) = self.raw(name)?;
+        if dtype != st_dtype(T::DTYPE) {
+            return Err(self.error(name, format!("dtype {dtype:?}, expected {}", T::DTYPE)));
         }
-        let base = 8 + self.header;
-        let (s, e) = info.data_offsets;
-        Ok((info.shape.clone(), from_bytes(&self.map[base + s..base + e])))
+        Ok((shape.to_vec(), from_bytes(bytes)))
     }
 
-    /// A tensor converted to f32 (biases), from a 16-bit or f32 tensor.
-    fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        let base = 8 + self.header;
-        let bytes = &self.map[base + info.data_offsets.0..base + info.data_offsets.1];
-        let v = match info.dtype {
-            Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::BF16 => from_bytes::<half::bf16>(bytes).into_iter().map(f32::from).collect(),
-            Dtype::F16 => from_bytes::<half::f16>(bytes).into_iter().map(f32::from).collect(),
-            d => return Err(bad(name, format!("dtype {d:?}, expected f32, bf16 or f16"))),
-        };
-        Ok((info.shape.clone(), v))
+    /// The shape and elements of tensor `name` as f32, from an F32, BF16 or F16 tensor: exactly (bf16 and f16
+    /// widen to f32 without rounding). For small f32 tensors such as biases and DeepSeek's
+    /// `mlp.gate.e_score_correction_bias` (F32, or BF16 in some exports).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor and the file: missing, or of another dtype (named).
+    pub fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let (dtype, shape, bytes) = self.raw(name)?;
+        let v = widen(dtype, bytes)
+            .ok_or_else(|| self.error(name, format!("dtype {dtype:?}: read as f32 from F32, BF16 or F16 only")))?;
+        Ok((shape.to_vec(), v))
     }
 
     /// Packs per-expert gate/up/down tensors of experts `0..experts` under `prefix` (SwiGLU, `[gate | up]`).
