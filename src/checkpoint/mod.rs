@@ -14,6 +14,9 @@
 //! | `SharedExperts` | `shared_experts.{gate,up}_proj.weight` `[I_s, H]`, `shared_experts.down_proj.weight` `[H, I_s]` | DeepSeek-V3, Kimi-K2 (`I_s = moe_intermediate_size · n_shared_experts`) |
 //! | `GatedSharedExpert` | `shared_expert.{gate,up,down}_proj.weight`, `shared_expert_gate.weight` `[1, H]` | Qwen2-MoE (`I_s = shared_expert_intermediate_size`) |
 //!
+//! The packers read weights stored as F32, BF16 or F16 into the element type asked for, rounding to nearest even
+//! where it is narrower ([`Checkpoint::tensor_as`]); integer and FP8 tensors have their own readers.
+//!
 //! gpt-oss stores its experts packed already (`{prefix}.experts.gate_up_proj [E, H, 2I]` interleaved,
 //! `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`): [`Checkpoint::pack_gpt_oss`].
 //! (The released gpt-oss checkpoints hold MXFP4 blocks: [`Checkpoint::pack_gpt_oss_mxfp4`] reads them, and
@@ -167,7 +170,8 @@ impl Checkpoint {
         v
     }
 
-    /// The shape and elements of tensor `name`, which must hold `T`'s dtype (bit for bit).
+    /// The shape and elements of tensor `name`, which must hold `T`'s dtype (bit for bit; converting:
+    /// [`Checkpoint::tensor_as`]).
     ///
     /// # Errors
     /// [`Error::Checkpoint`] naming the tensor and the file: missing, or another dtype.
@@ -192,26 +196,65 @@ impl Checkpoint {
         Ok((shape.to_vec(), v))
     }
 
-    /// Packs per-expert gate/up/down tensors of experts `0..experts` under `prefix` (SwiGLU, `[gate | up]`).
+    /// The shape and elements of tensor `name` converted to `T`, from an F32, BF16 or F16 tensor: bit for bit
+    /// when it holds `T`'s dtype, otherwise through f32 (exact) rounded to nearest, ties to even (`T::from_f32`).
+    /// A narrowing conversion (F32 to bf16 or f16, F16 to bf16, BF16 to f16) therefore rounds: choosing `T` is
+    /// the caller's declaration that it wants the weights in `T`. Nothing else changes silently: a finite value
+    /// that `T` cannot hold (beyond f16's range) is an error, and so are integer and FP8 tensors (read those with
+    /// their own readers, [`Checkpoint::fp8_block_weight`], [`Checkpoint::mxfp4_weight`]).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the first missing tensor or the first whose shape disagrees with expert 0.
+    /// [`Error::Checkpoint`] naming the tensor and the file: missing; a dtype other than F32, BF16 or F16 (named,
+    /// with what is accepted); a finite element that overflows `T` (its index named).
+    pub fn tensor_as<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
+        let (dtype, shape, bytes) = self.raw(name)?;
+        if dtype == st_dtype(T::DTYPE) {
+            return Ok((shape.to_vec(), from_bytes(bytes)));
+        }
+        let wide = widen(dtype, bytes).ok_or_else(|| {
+            // FP8 weights come with block scales: a plain conversion would lose them.
+            let fp8 = match dtype {
+                Dtype::F8_E4M3 | Dtype::F8_E5M2 => " (block-FP8 weights: Checkpoint::fp8_block_weight)",
+                _ => "",
+            };
+            let accepted = format!("{} weights are read from F32, BF16 or F16 tensors only{fp8}", T::DTYPE);
+            self.error(name, format!("dtype {dtype:?}: {accepted}"))
+        })?;
+        let v: Vec<T> = wide.iter().map(|&x| T::from_f32(x)).collect();
+        if let Some(at) = wide.iter().zip(&v).position(|(w, n)| w.is_finite() && !n.to_f32().is_finite()) {
+            return Err(self.error(
+                name,
+                format!("element {at} = {:e} ({dtype:?}) is beyond the range of {}", wide[at], T::DTYPE),
+            ));
+        }
+        Ok((shape.to_vec(), v))
+    }
+
+    /// Packs per-expert gate/up/down tensors of experts `0..experts` under `prefix` (SwiGLU, `[gate | up]`).
+    /// Tensors stored as F32, BF16 or F16 are converted to `T` as [`Checkpoint::tensor_as`] does (rounded to
+    /// nearest even where `T` is narrower).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the first tensor that is missing, of a dtype `tensor_as` refuses, or whose
+    /// shape disagrees with expert 0.
     pub fn pack_experts<T: Element>(
         &self,
         prefix: &str,
         experts: usize,
         naming: ExpertNaming,
     ) -> Result<PackedExperts<T>> {
-        pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
+        pack_experts(|name| self.tensor_as::<T>(name), prefix, experts, naming)
     }
 
     /// Reads the shared expert of the MoE block under `prefix` (`model.layers.L.mlp`), named as `naming` does.
+    /// Tensors stored as F32, BF16 or F16 are converted to `T` as [`Checkpoint::tensor_as`] does (rounded to
+    /// nearest even where `T` is narrower).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the first tensor that is missing, of another dtype, or of a shape that
-    /// disagrees with the gate's `[I_s, H]`.
+    /// [`Error::Checkpoint`] naming the first tensor that is missing, of a dtype `tensor_as` refuses, or of a
+    /// shape that disagrees with the gate's `[I_s, H]`.
     pub fn pack_shared_expert<T: Element>(&self, prefix: &str, naming: SharedNaming) -> Result<SharedExpert<T>> {
-        pack_shared_expert(|name| self.tensor::<T>(name), prefix, naming)
+        pack_shared_expert(|name| self.tensor_as::<T>(name), prefix, naming)
     }
 
     /// An FP8 weight of a DeepSeek-style checkpoint: `name` (F8_E4M3, `[out, in]`) and `{name}_scale_inv`
@@ -292,11 +335,17 @@ impl Checkpoint {
         Ok(out)
     }
 
-    /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form).
+    /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form). The weights stored as F32, BF16
+    /// or F16 are converted to `T` as [`Checkpoint::tensor_as`] does (rounded to nearest even where `T` is
+    /// narrower); the biases are read as f32 exactly ([`Checkpoint::tensor_f32`]).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor: missing, of a dtype `tensor_as` refuses, or of a shape that does
+    /// not fit `gate_up_proj`'s `[E, H, 2I]`.
     pub fn pack_gpt_oss<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
         let n = |s: &str| format!("{prefix}.experts.{s}");
-        let (s13, w13) = self.tensor::<T>(&n("gate_up_proj"))?;
-        let (s2, w2) = self.tensor::<T>(&n("down_proj"))?;
+        let (s13, w13) = self.tensor_as::<T>(&n("gate_up_proj"))?;
+        let (s2, w2) = self.tensor_as::<T>(&n("down_proj"))?;
         let [e, h, i2] = s13[..] else {
             return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}, expected [E, H, 2I]")));
         };
