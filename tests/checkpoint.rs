@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use half::bf16;
@@ -13,12 +14,28 @@ use moe_gemm::checkpoint::{
 };
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::*;
+use safetensors::tensor::{Dtype, TensorView};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("moe-gemm-test-{}-{name}.safetensors", std::process::id()))
 }
 
 type Tensors = Vec<NamedTensor<bf16>>;
+
+/// Tensors of any dtype written with safetensors directly: name, dtype, shape, little-endian bytes.
+fn write_raw(path: &Path, tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) {
+    let views: HashMap<String, TensorView<'_>> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bits16<T: Element>(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|&x| T::from_f32(x).to_bits().to_le_bytes()).collect()
+}
 
 fn experts(prefix: &str, naming: ExpertNaming, e: usize, i: usize, h: usize) -> Tensors {
     let mut out = Vec::new();
@@ -102,6 +119,50 @@ fn missing_expert_and_bad_shapes_name_the_tensor() {
     let _ = std::fs::remove_file(path);
 }
 
+/// DeepSeek-V3's `e_score_correction_bias` reads as f32 whether the file holds it as F32 (the released
+/// checkpoints) or as BF16 / F16 (some exports): the same values, exactly. Other dtypes are refused naming the
+/// file, the tensor and the dtype.
+#[test]
+fn correction_bias_reads_as_f32_from_f32_bf16_and_f16() {
+    let e = 64usize;
+    let name = "model.layers.3.mlp.gate.e_score_correction_bias".to_string();
+    // Multiples of 1/256 below 0.4 in magnitude: exact in bf16 and f16, so every file holds the same numbers.
+    let bias: Vec<f32> = (0..e).map(|x| ((x * 37 % 199) as f32 - 99.0) / 256.0).collect();
+    let counts = "model.layers.3.mlp.gate.tokens_per_expert".to_string();
+    for (dtype, bytes) in
+        [(Dtype::F32, f32_bytes(&bias)), (Dtype::BF16, bits16::<bf16>(&bias)), (Dtype::F16, bits16::<half::f16>(&bias))]
+    {
+        let path = tmp(&format!("bias-{dtype:?}"));
+        write_raw(
+            &path,
+            &[
+                (name.clone(), dtype, vec![e], bytes),
+                (counts.clone(), Dtype::I32, vec![e], (0..e as i32).flat_map(|c| c.to_le_bytes()).collect()),
+            ],
+        );
+        let ckpt = Checkpoint::open(&path).unwrap();
+        assert_eq!(ckpt.path(), path.as_path());
+        let (shape, got) = ckpt.tensor_f32(&name).unwrap();
+        assert_eq!(shape, [e]);
+        assert_eq!(
+            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            bias.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "{dtype:?}"
+        );
+        let file = path.display().to_string();
+        let err = ckpt.tensor_f32(&counts).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Checkpoint { .. }), "{err:?}");
+        assert!(
+            msg.contains(&counts) && msg.contains(&file) && msg.contains("I32") && msg.contains("F32, BF16 or F16"),
+            "{msg}"
+        );
+        let msg = ckpt.tensor_f32("model.layers.3.mlp.gate.weight").unwrap_err().to_string();
+        assert!(msg.contains("gate.weight") && msg.contains(&file) && msg.contains("missing"), "{msg}");
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 #[test]
 fn gpt_oss_packed_tensors_load_with_their_format() {
     let (e, h, i) = (2usize, 8usize, 16usize);
@@ -119,6 +180,124 @@ fn gpt_oss_packed_tensors_load_with_their_format() {
     assert_eq!((p.experts, p.hidden, p.inter), (e, h, i));
     assert_eq!(p.b13.as_ref().unwrap()[5], t[1].2[5].to_f32());
     let _ = std::fs::remove_file(path);
+}
+
+/// f32 values whose low mantissa bits are set, so rounding them to bf16 differs from truncating them.
+fn f32_weights(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    (0..n).map(|_| rng.unit() * (1.0 + 2f32.powi(-12))).collect()
+}
+
+/// Host conversion to bf16, and a check that it is not truncation for these values.
+fn rounded(v: &[f32]) -> Vec<u16> {
+    let r: Vec<u16> = v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
+    assert!(v.iter().zip(&r).any(|(x, b)| (x.to_bits() >> 16) as u16 != *b), "some values round up");
+    r
+}
+
+/// Weights stored as F32 (or F16) load into bf16 experts, shared experts and gpt-oss experts equal to the host
+/// conversion (round to nearest even); biases stay f32 exactly.
+#[test]
+fn f32_and_f16_stored_weights_load_into_bf16_rounded_to_nearest_even() {
+    let (e, i, h, is) = (2usize, 16usize, 8usize, 32usize);
+    let prefix = "model.layers.5.mlp";
+    let mut store: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut want: HashMap<String, Vec<f32>> = HashMap::new();
+    let mut put = |name: String, dtype: Dtype, shape: Vec<usize>, seed: u64| {
+        let v = f32_weights(shape.iter().product(), seed);
+        let bytes = match dtype {
+            Dtype::F32 => f32_bytes(&v),
+            _ => bits16::<half::f16>(&v),
+        };
+        // What the file holds, as f32: the F16 tensor's values are its own rounding.
+        let held = match dtype {
+            Dtype::F32 => v,
+            _ => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        };
+        store.push((name.clone(), dtype, shape, bytes));
+        want.insert(name, held);
+    };
+    for x in 0..e {
+        let [g, u, d] = ExpertNaming::GateUpDown.names(prefix, x);
+        // Expert 1's up projection in F16: dtypes may mix within a layer.
+        let up = if x == 1 { Dtype::F16 } else { Dtype::F32 };
+        put(g, Dtype::F32, vec![i, h], 10 * x as u64 + 1);
+        put(u, up, vec![i, h], 10 * x as u64 + 2);
+        put(d, Dtype::F32, vec![h, i], 10 * x as u64 + 3);
+    }
+    for (n, shape) in SharedNaming::SharedExperts.names(prefix).into_iter().zip([[is, h], [is, h], [h, is]]) {
+        put(n, Dtype::F32, shape.to_vec(), 40 + shape[0] as u64);
+    }
+    let g = |s: &str| format!("{prefix}.experts.{s}");
+    put(g("gate_up_proj"), Dtype::F32, vec![e, h, 2 * i], 51);
+    put(g("gate_up_proj_bias"), Dtype::F32, vec![e, 2 * i], 52);
+    put(g("down_proj"), Dtype::F32, vec![e, i, h], 53);
+    put(g("down_proj_bias"), Dtype::F32, vec![e, h], 54);
+    let path = tmp("f32-stored");
+    write_raw(&path, &store);
+    let ckpt = Checkpoint::open(&path).unwrap();
+    let w = |n: &str| rounded(&want[n]);
+
+    let s = ckpt.pack_shared_expert::<bf16>(prefix, SharedNaming::SharedExperts).unwrap();
+    let [sg, su, sd] = SharedNaming::SharedExperts.names(prefix);
+    assert_eq!((s.hidden, s.inter), (h, is));
+    assert_eq!((bits(&s.gate_proj), bits(&s.up_proj), bits(&s.down_proj)), (w(&sg), w(&su), w(&sd)));
+
+    let p = ckpt.pack_gpt_oss::<bf16>(prefix).unwrap();
+    assert_eq!((p.experts, p.hidden, p.inter, p.format), (e, h, i, ExpertFormat::GPT_OSS));
+    assert_eq!((bits(&p.w13), bits(&p.w2)), (w(&g("gate_up_proj")), w(&g("down_proj"))));
+    assert_eq!(p.b13.as_deref(), Some(&want[&g("gate_up_proj_bias")][..]));
+    assert_eq!(p.b2.as_deref(), Some(&want[&g("down_proj_bias")][..]));
+
+    let r = ckpt.pack_experts::<bf16>(prefix, e, ExpertNaming::GateUpDown).unwrap();
+    for x in 0..e {
+        let [gn, un, dn] = ExpertNaming::GateUpDown.names(prefix, x);
+        let held = |n: &str| want[n].iter().map(|&v| bf16::from_f32(v).to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&r.w13[x * 2 * i * h..(x * 2 + 1) * i * h]), held(&gn), "expert {x} gate");
+        assert_eq!(bits(&r.w13[(x * 2 + 1) * i * h..(x + 1) * 2 * i * h]), held(&un), "expert {x} up");
+        assert_eq!(bits(&r.w2[x * h * i..(x + 1) * h * i]), held(&dn), "expert {x} down");
+    }
+    // The same file read into f16: F16 tensors bit for bit, F32 ones rounded to nearest even.
+    let s16 = ckpt.pack_shared_expert::<half::f16>(prefix, SharedNaming::SharedExperts).unwrap();
+    let f16_bits = |v: &[f32]| v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>();
+    assert_eq!(s16.down_proj.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), f16_bits(&want[&sd]));
+    let _ = std::fs::remove_file(path);
+}
+
+/// Integer and FP8 tensors are not converted into bf16 / f16 weights, and a finite value beyond f16's range is
+/// not turned into infinity: each error names the file, the tensor, the stored dtype and what is accepted.
+#[test]
+fn integer_fp8_and_overflowing_weights_are_refused_by_name() {
+    let (i, h) = (16usize, 8usize);
+    let prefix = "model.layers.2.mlp";
+    let [g, u, d] = SharedNaming::SharedExperts.names(prefix);
+    let good = |name: &String, shape: Vec<usize>, seed| {
+        (name.clone(), Dtype::F32, shape.clone(), f32_bytes(&f32_weights(shape.iter().product(), seed)))
+    };
+    let cases: [(Dtype, Vec<u8>, &str); 3] = [
+        (Dtype::I32, (0..(h * i) as i32).flat_map(|x| x.to_le_bytes()).collect(), "I32"),
+        (Dtype::F8_E4M3, vec![0x38; h * i], "F8_E4M3"),
+        (Dtype::F32, f32_bytes(&[vec![1.0f32; h * i - 1], vec![1e6]].concat()), "beyond the range of f16"),
+    ];
+    for (dtype, bytes, want) in cases {
+        let path = tmp(&format!("refused-{dtype:?}"));
+        write_raw(&path, &[good(&g, vec![i, h], 1), good(&u, vec![i, h], 2), (d.clone(), dtype, vec![h, i], bytes)]);
+        let ckpt = Checkpoint::open(&path).unwrap();
+        let err = ckpt.pack_shared_expert::<half::f16>(prefix, SharedNaming::SharedExperts).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Checkpoint { ref tensor, .. } if *tensor == d), "{err:?}");
+        assert!(msg.contains(&path.display().to_string()) && msg.contains(want), "{msg}");
+        if dtype != Dtype::F32 {
+            assert!(msg.contains("F32, BF16 or F16"), "{msg}");
+            let err = ckpt.pack_shared_expert::<bf16>(prefix, SharedNaming::SharedExperts).unwrap_err().to_string();
+            assert!(err.contains(&d) && err.contains(want) && err.contains("bf16"), "{err}");
+        } else {
+            assert!(msg.contains(&format!("element {}", h * i - 1)), "{msg}");
+            // bf16 holds 1e6: it rounds.
+            ckpt.pack_shared_expert::<bf16>(prefix, SharedNaming::SharedExperts).unwrap();
+        }
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// The packed layer computes exactly what the per-expert tensors define: y = Σ w · W2 (silu(W1 x) ⊙ W3 x).

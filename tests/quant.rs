@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use moe_gemm::checkpoint::{Checkpoint, ExpertNaming};
+use moe_gemm::checkpoint::{Checkpoint, ExpertNaming, Fp8Config};
 use moe_gemm::quant::*;
 use safetensors::tensor::{Dtype, TensorView};
 
@@ -199,11 +199,14 @@ fn deepseek_fp8_checkpoint_packs_and_dequantizes() {
         store.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
     safetensors::serialize_to_file(views, None, &path).unwrap();
     let ckpt = Checkpoint::open(&path).unwrap();
-    let experts = ckpt.pack_experts_fp8(prefix, e, ExpertNaming::GateUpDown).unwrap();
-    for (x, (w13, w2)) in experts.iter().enumerate() {
+    let config = Fp8Config::DEEPSEEK_V3;
+    let experts = ckpt.pack_fp8_experts(prefix, e, ExpertNaming::GateUpDown, &config).unwrap();
+    assert_eq!((experts.experts(), experts.inter(), experts.hidden()), (e, i, h));
+    for x in 0..e {
         let [g, u, d] = ExpertNaming::GateUpDown.names(prefix, x);
-        assert_eq!(*w13, originals[&g].stack_rows(&originals[&u]).unwrap());
-        assert_eq!(*w2, originals[&d]);
+        let (w13, w2) = experts.expert(x).unwrap();
+        assert_eq!(w13, originals[&g].stack_rows(&originals[&u]).unwrap());
+        assert_eq!(w2, originals[&d]);
     }
     // A missing scale names the tensor.
     let without: HashMap<String, TensorView<'_>> = store
@@ -212,7 +215,8 @@ fn deepseek_fp8_checkpoint_packs_and_dequantizes() {
         .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
         .collect();
     safetensors::serialize_to_file(without, None, &path).unwrap();
-    let err = Checkpoint::open(&path).unwrap().pack_experts_fp8(prefix, e, ExpertNaming::GateUpDown).unwrap_err();
+    let err =
+        Checkpoint::open(&path).unwrap().pack_fp8_experts(prefix, e, ExpertNaming::GateUpDown, &config).unwrap_err();
     assert!(
         err.to_string().contains("experts.1.down_proj.weight_scale_inv") && err.to_string().contains("missing"),
         "{err}"

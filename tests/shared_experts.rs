@@ -1,6 +1,7 @@
 //! Shared experts on the CPU: the host type's checks, the split into routed-width groups (the packed groups run
 //! through the routed reference compute exactly what the full-width shared reference does), the sizing and
-//! footprint of the extended routing, and `moe-gemm plan` counting DeepSeek-V3's shared expert.
+//! footprint of the extended routing, and `moe-gemm plan` counting DeepSeek-V3's shared expert; the FP8
+//! reference with a block-FP8 shared expert against the routed-only reference and the shared term written out.
 
 mod common;
 
@@ -8,7 +9,12 @@ use std::process::Command;
 
 use common::*;
 use half::bf16;
-use moe_gemm::layer::reference::{moe_forward, moe_forward_with_shared, shared_gate_weights};
+use moe_gemm::checkpoint::{Fp8Config, PackedFp8Experts, SharedFp8Expert};
+use moe_gemm::layer::reference::{
+    moe_forward, moe_forward_fp8, moe_forward_fp8_with_shared, moe_forward_with_shared, shared_gate_weights,
+    Fp8HostLayer,
+};
+use moe_gemm::quant::{per_token_group_quant, BlockFp8, BlockShape, GroupQuant, ScaleFormat, Scales, Ue8m0};
 use moe_gemm::*;
 
 fn routed(e: usize, h: usize, i: usize, format: ExpertFormat, biases: bool, seed: u64) -> PackedExperts<bf16> {
@@ -250,4 +256,223 @@ fn plan_counts_deepseek_v3_shared_expert() {
     assert!(text.contains("shared-expert routing"), "{text}");
     let qwen = &text[text.find("qwen3-30b-a3b").unwrap()..];
     assert!(!qwen.contains("shared expert I_s") && !qwen.contains("shared-expert routing"), "{qwen}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The FP8 reference with a block-FP8 shared expert
+
+/// Routed block-FP8 experts, a block-FP8 shared expert of `m` routed-width groups, and a batch.
+struct Fp8Case {
+    routed: PackedFp8Experts,
+    shared: SharedFp8Expert,
+    x: Vec<bf16>,
+    ids: Vec<i32>,
+    w: Vec<f32>,
+    s_t: Vec<f32>,
+    k: usize,
+}
+
+fn fp8_block(rows: usize, cols: usize, format: ScaleFormat, seed: u64) -> BlockFp8 {
+    // Each 128 x 128 block at its own magnitude, so a block read under another's scale is seen.
+    let mut rng = Rng(seed);
+    let w: Vec<f32> =
+        (0..rows * cols).map(|n| rng.unit() * 0.15 * (1 + (n / cols / 128 * 3 + n % cols / 128) % 4) as f32).collect();
+    BlockFp8::quantize(&w, rows, cols, BlockShape::DEEPSEEK, format).unwrap()
+}
+
+/// (E, H, I, I_s / I, T, k).
+type Fp8Shape = (usize, usize, usize, usize, usize, usize);
+
+fn fp8_case(config: &Fp8Config, (e, h, i, m, t, k): Fp8Shape, seed: u64) -> Fp8Case {
+    let routed = PackedFp8Experts::quantize(&routed(e, h, i, ExpertFormat::SWIGLU, false, seed), config).unwrap();
+    let f = config.scale_format();
+    let shared = SharedFp8Expert::new(
+        fp8_block(m * i, h, f, seed + 1),
+        fp8_block(m * i, h, f, seed + 2),
+        fp8_block(h, m * i, f, seed + 3),
+    )
+    .unwrap();
+    let mut rng = Rng(seed + 4);
+    Fp8Case {
+        routed,
+        shared,
+        x: random_vec(t * h, seed + 5, 1.0),
+        ids: moe_gemm::random::topk_ids(t, k, e, seed + 6),
+        w: weights_for(t, k, seed + 7),
+        s_t: (0..t).map(|_| 0.25 + rng.unit().abs()).collect(),
+        k,
+    }
+}
+
+/// A block-FP8 matrix with its scale of block `(br, bc)` doubled.
+fn with_block_scaled(b: &BlockFp8, br: usize, bc: usize) -> BlockFp8 {
+    let (q, s) = b.clone().into_parts();
+    let gc = b.cols().div_ceil(128);
+    let mut v: Vec<f32> = (0..s.len()).map(|n| s.get(n).unwrap()).collect();
+    v[br * gc + bc] *= 2.0;
+    let s = match s.format() {
+        ScaleFormat::Ue8m0 => Scales::Ue8m0(v.iter().map(|&x| Ue8m0::from_f32_ceil(x).unwrap()).collect()),
+        _ => Scales::F32(v),
+    };
+    BlockFp8::from_parts(b.rows(), b.cols(), b.block(), q, s).unwrap()
+}
+
+/// The shapes: DeepSeek-V3-like (I_s = I, weight 1) and Qwen2-MoE-like (I_s = 2I, per-token weight), each with
+/// f32 and UE8M0 scales.
+fn fp8_cases() -> Vec<(String, Fp8Case)> {
+    let mut out = Vec::new();
+    for config in [Fp8Config::DEEPSEEK_V3, Fp8Config::DEEPSEEK_V3_1] {
+        for (e, h, i, m, t, k) in [(4usize, 256usize, 128usize, 1usize, 5usize, 2usize), (6, 384, 128, 2, 7, 3)] {
+            let name = format!("{:?} E {e} H {h} I {i} I_s {} T {t} k {k}", config.scale_format(), m * i);
+            out.push((name, fp8_case(&config, (e, h, i, m, t, k), 30 + m as u64)));
+        }
+    }
+    out
+}
+
+/// (a) A shared expert whose weights are all zero adds nothing: the output is the routed-only reference's, bit
+/// for bit, with weight 1 and with per-token weights.
+#[test]
+fn fp8_reference_with_a_zero_shared_expert_is_the_routed_reference() {
+    for (name, c) in fp8_cases() {
+        let (h, is) = (c.shared.hidden(), c.shared.inter());
+        let f = c.routed.scale_format();
+        let zero = |r: usize, cols: usize| BlockFp8::quantize(&vec![0.0; r * cols], r, cols, BlockShape::DEEPSEEK, f);
+        let z = SharedFp8Expert::new(zero(is, h).unwrap(), zero(is, h).unwrap(), zero(h, is).unwrap()).unwrap();
+        let layer = Fp8HostLayer::new(&c.routed, Activation::SiluGated);
+        let routed_only = moe_forward_fp8(&layer, &c.x, &c.ids, &c.w, c.k);
+        for s in [None, Some(&c.s_t[..])] {
+            let got = moe_forward_fp8_with_shared(&layer, &z, &c.x, &c.ids, &c.w, c.k, s);
+            assert_eq!(bits(&got), bits(&routed_only), "{name}, s_t {:?}", s.is_some());
+        }
+        // The non-zero shared expert is visible.
+        let got = moe_forward_fp8_with_shared(&layer, &c.shared, &c.x, &c.ids, &c.w, c.k, None);
+        assert_ne!(bits(&got), bits(&routed_only), "{name}");
+    }
+}
+
+/// The shared term `s_t · shared(x)` written out from the model's definition: the token's row quantised per 128
+/// columns as the layer quantises it, each matrix dequantised exactly (e4m3 times its block scale, in f64),
+/// GEMM1 in f64 rounded to bf16 through f32, SwiGLU in f32 rounded, `h` quantised by the same rules, GEMM2 in
+/// f64 per `I`-wide slice, each rounded to bf16 and added with weight `s_t` in f32.
+fn shared_term(s: &SharedFp8Expert, quant: &GroupQuant, inter: usize, x: &[f32], st: f32) -> Vec<f32> {
+    let (h, is) = (s.hidden(), s.inter());
+    let round = |v: f64| bf16::from_f32(v as f32).to_f32();
+    let exact = |b: &BlockFp8| -> Vec<f64> {
+        (0..b.rows() * b.cols())
+            .map(|n| b.q()[n].to_f32() as f64 * b.scale_of(n / b.cols(), n % b.cols()).unwrap() as f64)
+            .collect()
+    };
+    let act_of = |v: &[f32], len: usize| -> Vec<f64> {
+        let (q, sc) = per_token_group_quant(v, 1, len, quant).unwrap();
+        q.iter().enumerate().map(|(c, q)| q.to_f32() as f64 * sc[c / 128] as f64).collect()
+    };
+    let xa = act_of(x, h);
+    let (g, u, d) = (exact(s.gate()), exact(s.up()), exact(s.down()));
+    let dot = |w: &[f64], a: &[f64]| -> f64 { w.iter().zip(a).map(|(w, a)| w * a).sum() };
+    let act: Vec<f32> = (0..is)
+        .map(|n| {
+            let (gv, uv) = (round(dot(&g[n * h..(n + 1) * h], &xa)), round(dot(&u[n * h..(n + 1) * h], &xa)));
+            bf16::from_f32(gv / (1.0 + (-gv).exp()) * uv).to_f32()
+        })
+        .collect();
+    let ha = act_of(&act, is);
+    let mut term = vec![0f32; h];
+    for (o, t) in term.iter_mut().enumerate() {
+        for lo in (0..is).step_by(inter) {
+            *t += st * round(dot(&d[o * is + lo..o * is + lo + inter], &ha[lo..lo + inter]));
+        }
+    }
+    term
+}
+
+/// (b) The reference with the shared expert is the routed-only reference plus [`shared_term`], computed here
+/// independently. With zero routing weights the routed part is exactly zero, and the two agree bit for bit
+/// (they differ only by f64 rounding in the GEMMs' order of summation). With routing weights, the routed-only
+/// output is rounded to bf16 before the term is added, so the output must lie between the bf16 roundings of
+/// `routed ± half a bf16 step + term`: nothing looser.
+#[test]
+fn fp8_reference_adds_the_shared_term_written_out_independently() {
+    for (name, c) in fp8_cases() {
+        let layer = Fp8HostLayer::new(&c.routed, Activation::SiluGated);
+        let (h, i) = (c.routed.hidden(), c.routed.inter());
+        let tokens = c.x.len() / h;
+        let zero_w = vec![0f32; c.w.len()];
+        for s in [None, Some(&c.s_t[..])] {
+            let terms: Vec<Vec<f32>> = (0..tokens)
+                .map(|t| {
+                    let x: Vec<f32> = c.x[t * h..(t + 1) * h].iter().map(|v| v.to_f32()).collect();
+                    shared_term(&c.shared, &layer.quant, i, &x, s.map_or(1.0, |s| s[t]))
+                })
+                .collect();
+            let only = moe_forward_fp8_with_shared(&layer, &c.shared, &c.x, &c.ids, &zero_w, c.k, s);
+            let want: Vec<bf16> = terms.iter().flatten().map(|&v| bf16::from_f32(v)).collect();
+            assert_eq!(bits(&only), bits(&want), "{name}, s_t {}: the shared term alone", s.is_some());
+
+            let routed_only = moe_forward_fp8(&layer, &c.x, &c.ids, &c.w, c.k);
+            let got = moe_forward_fp8_with_shared(&layer, &c.shared, &c.x, &c.ids, &c.w, c.k, s);
+            for (n, ((g, r), t)) in got.iter().zip(&routed_only).zip(terms.iter().flatten()).enumerate() {
+                let (r, t) = (r.to_f32(), *t);
+                // Half a bf16 step of the routed sum, and f32 slack for the order of the additions.
+                let half = if r == 0.0 { 0.0 } else { 2f32.powi(r.abs().log2().floor() as i32 - 8) };
+                let slack = (r.abs() + t.abs()) * 2f32.powi(-22);
+                let (lo, hi) = (bf16::from_f32(r - half + t - slack), bf16::from_f32(r + half + t + slack));
+                assert!(lo <= *g && *g <= hi, "{name}, s_t {}: element {n}: {g} outside [{lo}, {hi}]", s.is_some());
+            }
+        }
+    }
+}
+
+/// (c) A shared-expert weight changed in one 128 x 128 block (its scale doubled) changes the output: in gate or
+/// up, of every output row; in down, of exactly the 128 output columns that block feeds.
+#[test]
+fn fp8_reference_sees_one_changed_shared_block() {
+    for (name, c) in fp8_cases() {
+        let layer = Fp8HostLayer::new(&c.routed, Activation::SiluGated);
+        let h = c.routed.hidden();
+        let want = moe_forward_fp8_with_shared(&layer, &c.shared, &c.x, &c.ids, &c.w, c.k, Some(&c.s_t));
+        let (gr, gc) = (c.shared.inter() / 128 - 1, h / 128 - 1);
+        let (g, u, d) = (c.shared.gate(), c.shared.up(), c.shared.down());
+        let changed = [
+            ("gate", SharedFp8Expert::new(with_block_scaled(g, gr, 0), u.clone(), d.clone()).unwrap()),
+            ("up", SharedFp8Expert::new(g.clone(), with_block_scaled(u, 0, gc), d.clone()).unwrap()),
+            ("down", SharedFp8Expert::new(g.clone(), u.clone(), with_block_scaled(d, 1, gr)).unwrap()),
+        ];
+        for (which, s) in changed {
+            let got = moe_forward_fp8_with_shared(&layer, &s, &c.x, &c.ids, &c.w, c.k, Some(&c.s_t));
+            let moved: Vec<usize> = (0..got.len()).filter(|&n| got[n].to_bits() != want[n].to_bits()).collect();
+            assert!(!moved.is_empty(), "{name}: {which}: a doubled block changed nothing");
+            if which == "down" {
+                assert!(
+                    moved.iter().all(|n| (128..256).contains(&(n % h))),
+                    "{name}: down block [1, {gr}] moved {moved:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The reference from the full-width shared matrices equals the routed reference over the shared groups
+/// appended as experts (`with_shared_groups`, what the device uploads) with the routing extended, bit for bit:
+/// the split loses nothing when `I` is a multiple of the 128-blocks.
+#[test]
+fn fp8_reference_equals_the_groups_appended_as_experts() {
+    for (name, c) in fp8_cases() {
+        let (all, m) = c.routed.with_shared_groups(&c.shared).unwrap();
+        let e = c.routed.experts();
+        for s in [None, Some(&c.s_t[..])] {
+            let want = moe_forward_fp8_with_shared(
+                &Fp8HostLayer::new(&c.routed, Activation::SiluGated),
+                &c.shared,
+                &c.x,
+                &c.ids,
+                &c.w,
+                c.k,
+                s,
+            );
+            let (ids, w) = extended(&c.ids, &c.w, c.k, e, m, s);
+            let got = moe_forward_fp8(&Fp8HostLayer::new(&all, Activation::SiluGated), &c.x, &ids, &w, c.k + m);
+            assert_eq!(bits(&got), bits(&want), "{name}, s_t {}", s.is_some());
+        }
+    }
 }

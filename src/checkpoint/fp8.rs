@@ -21,7 +21,7 @@ use std::path::Path;
 use safetensors::tensor::Dtype;
 use serde_json::Value;
 
-use super::{bad, from_bytes, Checkpoint, ExpertNaming};
+use super::{bad, widen, Checkpoint, ExpertNaming};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts};
@@ -199,13 +199,6 @@ fn checked_scales(tensor: &str, values: Vec<f32>, gc: usize, format: ScaleFormat
 }
 
 impl Checkpoint {
-    /// Tensor `name`'s dtype, shape and bytes.
-    fn raw(&self, name: &str) -> Result<(Dtype, &[usize], &[u8])> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        let base = 8 + self.header;
-        Ok((info.dtype, &info.shape, &self.map[base + info.data_offsets.0..base + info.data_offsets.1]))
-    }
-
     /// A block-FP8 weight: `name` (F8_E4M3, `[N, K]`) with `{name}_scale_inv` (F32, BF16 or F16,
     /// `[ceil(N / bn), ceil(K / bk)]` for `config`'s block), its scales in `config`'s format.
     ///
@@ -217,7 +210,7 @@ impl Checkpoint {
     pub fn fp8_block_weight(&self, name: &str, config: &Fp8Config) -> Result<BlockFp8> {
         let (dtype, shape, bytes) = self.raw(name)?;
         if dtype != Dtype::F8_E4M3 {
-            return Err(bad(name, format!("dtype {dtype:?}, expected F8_E4M3")));
+            return Err(self.error(name, format!("dtype {dtype:?}, expected F8_E4M3")));
         }
         let [rows, cols] = shape[..] else {
             return Err(bad(name, format!("shape {shape:?}, expected [out, in]")));
@@ -237,12 +230,8 @@ impl Checkpoint {
                 ),
             ));
         }
-        let values: Vec<f32> = match sdtype {
-            Dtype::F32 => sbytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::BF16 => from_bytes::<half::bf16>(sbytes).into_iter().map(f32::from).collect(),
-            Dtype::F16 => from_bytes::<half::f16>(sbytes).into_iter().map(f32::from).collect(),
-            d => return Err(bad(&sname, format!("dtype {d:?}, expected F32, BF16 or F16"))),
-        };
+        let values = widen(sdtype, sbytes)
+            .ok_or_else(|| self.error(&sname, format!("dtype {sdtype:?}, expected F32, BF16 or F16")))?;
         if Some(values.len()) != gr.checked_mul(gc) || Some(q.len()) != rows.checked_mul(cols) {
             return Err(bad(
                 name,

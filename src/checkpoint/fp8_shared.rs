@@ -50,6 +50,18 @@ impl SharedFp8Expert {
     pub fn hidden(&self) -> usize {
         self.gate.cols()
     }
+    /// `gate_proj` `[I_s, H]`.
+    pub fn gate(&self) -> &BlockFp8 {
+        &self.gate
+    }
+    /// `up_proj` `[I_s, H]`.
+    pub fn up(&self) -> &BlockFp8 {
+        &self.up
+    }
+    /// `down_proj` `[H, I_s]`.
+    pub fn down(&self) -> &BlockFp8 {
+        &self.down
+    }
     /// `I_s`.
     pub fn inter(&self) -> usize {
         self.gate.rows()

@@ -14,14 +14,18 @@
 //! | `SharedExperts` | `shared_experts.{gate,up}_proj.weight` `[I_s, H]`, `shared_experts.down_proj.weight` `[H, I_s]` | DeepSeek-V3, Kimi-K2 (`I_s = moe_intermediate_size · n_shared_experts`) |
 //! | `GatedSharedExpert` | `shared_expert.{gate,up,down}_proj.weight`, `shared_expert_gate.weight` `[1, H]` | Qwen2-MoE (`I_s = shared_expert_intermediate_size`) |
 //!
+//! The packers read weights stored as F32, BF16 or F16 into the element type asked for, rounding to nearest even
+//! where it is narrower ([`Checkpoint::tensor_as`]); integer and FP8 tensors have their own readers.
+//!
 //! gpt-oss stores its experts packed already (`{prefix}.experts.gate_up_proj [E, H, 2I]` interleaved,
 //! `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`): [`Checkpoint::pack_gpt_oss`].
 //! (The released gpt-oss checkpoints hold MXFP4 blocks: [`Checkpoint::pack_gpt_oss_mxfp4`] reads them, and
 //! [`Checkpoint::pack_gpt_oss_dequantized`] gives this bf16 form from them.)
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, TensorView};
@@ -29,7 +33,6 @@ use safetensors::tensor::{Dtype, Metadata, TensorView};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
-use crate::quant::{BlockFp8, BlockShape, ScaleFormat, Scales, F8E4M3};
 
 mod fp8;
 mod fp8_shared;
@@ -111,9 +114,21 @@ fn from_bytes<T: Element>(b: &[u8]) -> Vec<T> {
     b.chunks_exact(2).map(|c| T::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
 }
 
+/// The floats of an F32, BF16 or F16 tensor as f32 (exact), `None` for another dtype.
+fn widen(dtype: Dtype, b: &[u8]) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::BF16 => from_bytes::<half::bf16>(b).into_iter().map(f32::from).collect(),
+        Dtype::F16 => from_bytes::<half::f16>(b).into_iter().map(f32::from).collect(),
+        _ => return None,
+    })
+}
+
 /// A memory-mapped `.safetensors` file.
 #[derive(Debug)]
 pub struct Checkpoint {
+    /// For error messages: a model's tensors are spread over many files.
+    path: PathBuf,
     map: Mmap,
     header: usize,
     meta: Metadata,
@@ -127,7 +142,24 @@ impl Checkpoint {
         let map = crate::ffi::runtime::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
         let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
             .map_err(|e| bad(&path.display().to_string(), format!("not a safetensors file: {e}")))?;
-        Ok(Checkpoint { map, header, meta })
+        Ok(Checkpoint { path: path.to_path_buf(), map, header, meta })
+    }
+
+    /// The file's path, as given to [`Checkpoint::open`].
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An error of tensor `name` that names this file too.
+    fn error(&self, name: &str, problem: impl Display) -> Error {
+        bad(name, format!("in {}: {problem}", self.path.display()))
+    }
+
+    /// Tensor `name`'s dtype, shape and bytes.
+    fn raw(&self, name: &str) -> Result<(Dtype, &[usize], &[u8])> {
+        let info = self.meta.info(name).ok_or_else(|| self.error(name, "missing from the checkpoint"))?;
+        let base = 8 + self.header;
+        Ok((info.dtype, &info.shape, &self.map[base + info.data_offsets.0..base + info.data_offsets.1]))
     }
 
     /// Names of every tensor in the file.
@@ -137,139 +169,104 @@ impl Checkpoint {
         v
     }
 
-    /// The shape and elements of tensor `name`, which must hold `T`'s dtype.
+    /// The shape and elements of tensor `name`, which must hold `T`'s dtype (bit for bit; converting:
+    /// [`Checkpoint::tensor_as`]).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the tensor: missing, or another dtype.
+    /// [`Error::Checkpoint`] naming the tensor and the file: missing, or another dtype.
     pub fn tensor<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        if info.dtype != st_dtype(T::DTYPE) {
-            return Err(bad(name, format!("dtype {:?}, expected {}", info.dtype, T::DTYPE)));
+        let (dtype, shape, bytes) = self.raw(name)?;
+        if dtype != st_dtype(T::DTYPE) {
+            return Err(self.error(name, format!("dtype {dtype:?}, expected {}", T::DTYPE)));
         }
-        let base = 8 + self.header;
-        let (s, e) = info.data_offsets;
-        Ok((info.shape.clone(), from_bytes(&self.map[base + s..base + e])))
+        Ok((shape.to_vec(), from_bytes(bytes)))
     }
 
-    /// A tensor converted to f32 (biases), from a 16-bit or f32 tensor.
-    fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        let base = 8 + self.header;
-        let bytes = &self.map[base + info.data_offsets.0..base + info.data_offsets.1];
-        let v = match info.dtype {
-            Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::BF16 => from_bytes::<half::bf16>(bytes).into_iter().map(f32::from).collect(),
-            Dtype::F16 => from_bytes::<half::f16>(bytes).into_iter().map(f32::from).collect(),
-            d => return Err(bad(name, format!("dtype {d:?}, expected f32, bf16 or f16"))),
-        };
-        Ok((info.shape.clone(), v))
+    /// The shape and elements of tensor `name` as f32, from an F32, BF16 or F16 tensor: exactly (bf16 and f16
+    /// widen to f32 without rounding). For small f32 tensors such as biases and DeepSeek's
+    /// `mlp.gate.e_score_correction_bias` (F32, or BF16 in some exports).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor and the file: missing, or of another dtype (named).
+    pub fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let (dtype, shape, bytes) = self.raw(name)?;
+        let v = widen(dtype, bytes)
+            .ok_or_else(|| self.error(name, format!("dtype {dtype:?}: read as f32 from F32, BF16 or F16 only")))?;
+        Ok((shape.to_vec(), v))
+    }
+
+    /// The shape and elements of tensor `name` converted to `T`, from an F32, BF16 or F16 tensor: bit for bit
+    /// when it holds `T`'s dtype, otherwise through f32 (exact) rounded to nearest, ties to even (`T::from_f32`).
+    /// A narrowing conversion (F32 to bf16 or f16, F16 to bf16, BF16 to f16) therefore rounds: choosing `T` is
+    /// the caller's declaration that it wants the weights in `T`. Nothing else changes silently: a finite value
+    /// that `T` cannot hold (beyond f16's range) is an error, and so are integer and FP8 tensors (read those with
+    /// their own readers, [`Checkpoint::fp8_block_weight`], [`Checkpoint::mxfp4_weight`]).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor and the file: missing; a dtype other than F32, BF16 or F16 (named,
+    /// with what is accepted); a finite element that overflows `T` (its index named).
+    pub fn tensor_as<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
+        let (dtype, shape, bytes) = self.raw(name)?;
+        if dtype == st_dtype(T::DTYPE) {
+            return Ok((shape.to_vec(), from_bytes(bytes)));
+        }
+        let wide = widen(dtype, bytes).ok_or_else(|| {
+            // FP8 weights come with block scales: a plain conversion would lose them.
+            let fp8 = match dtype {
+                Dtype::F8_E4M3 | Dtype::F8_E5M2 => " (block-FP8 weights: Checkpoint::fp8_block_weight)",
+                _ => "",
+            };
+            let accepted = format!("{} weights are read from F32, BF16 or F16 tensors only{fp8}", T::DTYPE);
+            self.error(name, format!("dtype {dtype:?}: {accepted}"))
+        })?;
+        let v: Vec<T> = wide.iter().map(|&x| T::from_f32(x)).collect();
+        if let Some(at) = wide.iter().zip(&v).position(|(w, n)| w.is_finite() && !n.to_f32().is_finite()) {
+            return Err(self.error(
+                name,
+                format!("element {at} = {:e} ({dtype:?}) is beyond the range of {}", wide[at], T::DTYPE),
+            ));
+        }
+        Ok((shape.to_vec(), v))
     }
 
     /// Packs per-expert gate/up/down tensors of experts `0..experts` under `prefix` (SwiGLU, `[gate | up]`).
+    /// Tensors stored as F32, BF16 or F16 are converted to `T` as [`Checkpoint::tensor_as`] does (rounded to
+    /// nearest even where `T` is narrower).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the first missing tensor or the first whose shape disagrees with expert 0.
+    /// [`Error::Checkpoint`] naming the first tensor that is missing, of a dtype `tensor_as` refuses, or whose
+    /// shape disagrees with expert 0.
     pub fn pack_experts<T: Element>(
         &self,
         prefix: &str,
         experts: usize,
         naming: ExpertNaming,
     ) -> Result<PackedExperts<T>> {
-        pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
+        pack_experts(|name| self.tensor_as::<T>(name), prefix, experts, naming)
     }
 
     /// Reads the shared expert of the MoE block under `prefix` (`model.layers.L.mlp`), named as `naming` does.
+    /// Tensors stored as F32, BF16 or F16 are converted to `T` as [`Checkpoint::tensor_as`] does (rounded to
+    /// nearest even where `T` is narrower).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the first tensor that is missing, of another dtype, or of a shape that
-    /// disagrees with the gate's `[I_s, H]`.
+    /// [`Error::Checkpoint`] naming the first tensor that is missing, of a dtype `tensor_as` refuses, or of a
+    /// shape that disagrees with the gate's `[I_s, H]`.
     pub fn pack_shared_expert<T: Element>(&self, prefix: &str, naming: SharedNaming) -> Result<SharedExpert<T>> {
-        pack_shared_expert(|name| self.tensor::<T>(name), prefix, naming)
+        pack_shared_expert(|name| self.tensor_as::<T>(name), prefix, naming)
     }
 
-    /// An FP8 weight of a DeepSeek-style checkpoint: `name` (F8_E4M3, `[out, in]`) and `{name}_scale_inv`
-    /// (f32, one dequantisation multiplier per 128 × 128 block, grid `[ceil(out/128), ceil(in/128)]`).
+    /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form). The weights stored as F32, BF16
+    /// or F16 are converted to `T` as [`Checkpoint::tensor_as`] does (rounded to nearest even where `T` is
+    /// narrower); the biases are read as f32 exactly ([`Checkpoint::tensor_f32`]).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the tensor: missing, wrong dtype, or a scale grid that does not fit.
-    pub fn fp8_weight(&self, name: &str) -> Result<BlockFp8> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        if info.dtype != Dtype::F8_E4M3 {
-            return Err(bad(name, format!("dtype {:?}, expected F8_E4M3", info.dtype)));
-        }
-        let [rows, cols] = info.shape[..] else {
-            return Err(bad(name, format!("shape {:?}, expected [out, in]", info.shape)));
-        };
-        let base = 8 + self.header;
-        let q = self.map[base + info.data_offsets.0..base + info.data_offsets.1]
-            .iter()
-            .map(|&b| F8E4M3::from_bits(b))
-            .collect();
-        let sname = format!("{name}_scale_inv");
-        let sinfo = self.meta.info(&sname).ok_or_else(|| bad(&sname, "missing from the checkpoint".into()))?;
-        if sinfo.dtype != Dtype::F32 {
-            return Err(bad(&sname, format!("dtype {:?}, expected F32 (DeepSeek's weight_scale_inv)", sinfo.dtype)));
-        }
-        let block = BlockShape::DEEPSEEK;
-        let grid = block.grid(rows, cols).map_err(|e| bad(name, e.to_string()))?;
-        if sinfo.shape != [grid.0, grid.1] {
-            return Err(bad(
-                &sname,
-                format!(
-                    "shape {:?}, expected [{}, {}] for {name} {:?} in 128x128 blocks",
-                    sinfo.shape, grid.0, grid.1, info.shape
-                ),
-            ));
-        }
-        let bytes = &self.map[base + sinfo.data_offsets.0..base + sinfo.data_offsets.1];
-        let scales =
-            Scales::from_bytes(ScaleFormat::F32, grid.0 * grid.1, bytes).map_err(|e| bad(&sname, e.to_string()))?;
-        BlockFp8::from_parts(rows, cols, block, q, scales).map_err(|e| bad(name, e.to_string()))
-    }
-
-    /// Per expert: w13 (`gate` stacked on `up`, `[2I, H]`) and w2 (`[H, I]`) of an FP8 checkpoint with 128 × 128
-    /// block scales (DeepSeek-V3's `…experts.{e}.{gate,up,down}_proj.weight` + `weight_scale_inv`).
-    ///
-    /// # Errors
-    /// [`Error::Checkpoint`] naming the first tensor that is missing, of another shape than expert 0's, or
-    /// whose gate rows are not a multiple of 128 (a scale block would straddle gate and up).
-    pub fn pack_experts_fp8(
-        &self,
-        prefix: &str,
-        experts: usize,
-        naming: ExpertNaming,
-    ) -> Result<Vec<(BlockFp8, BlockFp8)>> {
-        let mut out: Vec<(BlockFp8, BlockFp8)> = Vec::with_capacity(experts);
-        for e in 0..experts {
-            let [gn, un, dn] = naming.names(prefix, e);
-            let (g, u, d) = (self.fp8_weight(&gn)?, self.fp8_weight(&un)?, self.fp8_weight(&dn)?);
-            let shape = |w: &BlockFp8| (w.rows(), w.cols());
-            let ((gr, gc), (ur, uc), (dr, dc)) = (shape(&g), shape(&u), shape(&d));
-            if (ur, uc) != (gr, gc) {
-                return Err(bad(&un, format!("shape [{ur}, {uc}], expected [{gr}, {gc}] like the gate")));
-            }
-            if (dr, dc) != (gc, gr) {
-                return Err(bad(&dn, format!("shape [{dr}, {dc}], expected [{gc}, {gr}]")));
-            }
-            if let Some((w13, _)) = out.first() {
-                if (w13.rows(), w13.cols()) != (2 * gr, gc) {
-                    return Err(bad(
-                        &gn,
-                        format!("shape [{gr}, {gc}], expert 0 has [{}, {}]", w13.rows() / 2, w13.cols()),
-                    ));
-                }
-            }
-            let w13 = g.stack_rows(&u).map_err(|err| bad(&gn, err.to_string()))?;
-            out.push((w13, d));
-        }
-        Ok(out)
-    }
-
-    /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form).
+    /// [`Error::Checkpoint`] naming the tensor: missing, of a dtype `tensor_as` refuses, or of a shape that does
+    /// not fit `gate_up_proj`'s `[E, H, 2I]`.
     pub fn pack_gpt_oss<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
         let n = |s: &str| format!("{prefix}.experts.{s}");
-        let (s13, w13) = self.tensor::<T>(&n("gate_up_proj"))?;
-        let (s2, w2) = self.tensor::<T>(&n("down_proj"))?;
+        let (s13, w13) = self.tensor_as::<T>(&n("gate_up_proj"))?;
+        let (s2, w2) = self.tensor_as::<T>(&n("down_proj"))?;
         let [e, h, i2] = s13[..] else {
             return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}, expected [E, H, 2I]")));
         };

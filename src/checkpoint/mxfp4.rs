@@ -118,12 +118,11 @@ fn transpose<T: Element>(src: &[f32], experts: usize, rows: usize, cols: usize) 
 impl Checkpoint {
     /// A U8 tensor's shape and bytes.
     fn u8_tensor(&self, name: &str) -> Result<(Vec<usize>, &[u8])> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        if info.dtype != Dtype::U8 {
-            return Err(bad(name, format!("dtype {:?}, expected U8", info.dtype)));
+        let (dtype, shape, bytes) = self.raw(name)?;
+        if dtype != Dtype::U8 {
+            return Err(self.error(name, format!("dtype {dtype:?}, expected U8")));
         }
-        let base = 8 + self.header;
-        Ok((info.shape.clone(), &self.map[base + info.data_offsets.0..base + info.data_offsets.1]))
+        Ok((shape.to_vec(), bytes))
     }
 
     /// One gpt-oss MXFP4 weight `{name}_blocks` (U8 `[E, N, K / 32, 16]`) with `{name}_scales` (U8

@@ -9,6 +9,9 @@
 //! slice weighted by `s_t` and added in f32 with the routed contributions. For `I_s = I` (DeepSeek-V3) that is
 //! the model's own rounding; for `I_s = m·I` it differs from a single rounding over `I_s` by at most `m` half
 //! steps of the partial sums.
+//!
+//! The FP8 layer's reference ([`moe_forward_fp8`]) takes a block-FP8 shared expert the same way
+//! ([`moe_forward_fp8_with_shared`]): full-width matrices, GEMM2 rounded per `I`-wide slice.
 
 use std::thread;
 
@@ -18,7 +21,7 @@ mod mx;
 pub use mx::{moe_forward_mx, MxHostLayer};
 
 use super::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
-use crate::checkpoint::PackedFp8Experts;
+use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::dtype::Element;
 use crate::quant::{per_token_group_quant, GroupQuant, ScaleFormat, SCALE_BLOCK};
 use crate::reference::Tolerance;
@@ -222,7 +225,43 @@ impl<'a> Fp8HostLayer<'a> {
 /// If the inputs' lengths do not fit the experts (`x [T, H]`, `ids`, `weights` `[T, k]`), an id is out of range,
 /// or the experts are not in 128 x 128 blocks.
 pub fn moe_forward_fp8(l: &Fp8HostLayer<'_>, x: &[bf16], ids: &[i32], weights: &[f32], k: usize) -> Vec<bf16> {
-    fp8_forward(l, x, ids, weights, k, None)
+    fp8_forward(l, None, x, ids, weights, k, None)
+}
+
+/// [`moe_forward_fp8`] with a block-FP8 shared expert: `y = Σ_j w[t,j] · expert_j(x) + s_t · shared(x)` with
+/// `s_t = shared_weights[t]` (Qwen2-MoE's gate) or 1 (DeepSeek-V3, Kimi-K2), what
+/// [`Fp8ExpertWeights::upload_with_shared`](super::Fp8ExpertWeights::upload_with_shared) computes.
+///
+/// The shared MLP is computed from its own full-width matrices (`[I_s, H]`, `[H, I_s]`), not from the `I`-wide
+/// groups the device splits it into, so a comparison checks the split; step for step as a routed expert: GEMM1
+/// over the token's quantised `x` (the same quantisation), rounded to bf16; the layer's activation (no bias),
+/// rounded; `h` (`I_s` wide) quantised per 128 columns by the same rules (with `I` a multiple of 128 these are
+/// the groups' own 128-column groups); GEMM2 rounded to bf16 once per `I`-wide slice of its reduction (each of
+/// the device's groups rounds its partial sum), each slice weighted by `s_t` and added in f32 after the routed
+/// contributions.
+///
+/// # Panics
+/// As [`moe_forward_fp8`]; if the shared expert's hidden size differs from the routed experts', the routed `I`
+/// does not split `I_s` into whole groups ([`SharedFp8Expert::groups`]), or `shared_weights` is shorter than
+/// the tokens.
+pub fn moe_forward_fp8_with_shared(
+    l: &Fp8HostLayer<'_>,
+    shared: &SharedFp8Expert,
+    x: &[bf16],
+    ids: &[i32],
+    weights: &[f32],
+    k: usize,
+    shared_weights: Option<&[f32]>,
+) -> Vec<bf16> {
+    let h = l.experts.hidden();
+    assert_eq!(shared.hidden(), h, "the shared expert's hidden size differs from the routed experts'");
+    if let Err(e) = shared.groups(l.experts.inter()) {
+        panic!("{e}");
+    }
+    if let Some(s) = shared_weights {
+        assert!(s.len() >= x.len() / h, "shared_weights holds {} of {} tokens", s.len(), x.len() / h);
+    }
+    fp8_forward(l, Some((shared, shared_weights)), x, ids, weights, k, None)
 }
 
 /// How the device's FP8 layer is compared with [`moe_forward_fp8`] ([`Fp8LayerBound::for_output`],
@@ -370,12 +409,24 @@ impl HostFp8 {
     /// `noise = Some((seed, rel))` each block's partial sum is perturbed by a factor in `1 ± rel` and the
     /// promotion runs in f32 (a model of the device's accumulation); otherwise the sum is in f64.
     fn gemm(&self, aq: &[f32], sa: &[f32], noise: Option<(u64, f64)>) -> Vec<f32> {
+        self.gemm_blocks(aq, sa, 0..self.k.div_ceil(SCALE_BLOCK), noise)
+    }
+
+    /// [`Self::gemm`] over the K blocks `blocks` only (`aq`, `sa` still the whole row): one part of a reduction
+    /// that the device splits into groups.
+    fn gemm_blocks(
+        &self,
+        aq: &[f32],
+        sa: &[f32],
+        blocks: std::ops::Range<usize>,
+        noise: Option<(u64, f64)>,
+    ) -> Vec<f32> {
         let kb = self.k.div_ceil(SCALE_BLOCK);
         (0..self.n)
             .map(|o| {
                 let w = &self.q[o * self.k..(o + 1) * self.k];
                 let (mut exact, mut dev) = (0f64, 0f32);
-                for (b, &sab) in sa.iter().enumerate().take(kb) {
+                for (b, &sab) in sa.iter().enumerate().take(blocks.end.min(kb)).skip(blocks.start) {
                     let (lo, hi) = (b * SCALE_BLOCK, ((b + 1) * SCALE_BLOCK).min(self.k));
                     let partial: f64 = (lo..hi).map(|c| aq[c] as f64 * w[c] as f64).sum();
                     let sw = self.s[(o / SCALE_BLOCK) * kb + b];
@@ -407,8 +458,18 @@ fn unit(seed: u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
 }
 
+/// A shared expert's three matrices on the host.
+struct HostShared {
+    gate: HostFp8,
+    up: HostFp8,
+    down: HostFp8,
+}
+
+type Fp8SharedPart<'a> = Option<(&'a SharedFp8Expert, Option<&'a [f32]>)>;
+
 fn fp8_forward(
     l: &Fp8HostLayer<'_>,
+    shared: Fp8SharedPart<'_>,
     x: &[bf16],
     ids: &[i32],
     weights: &[f32],
@@ -433,6 +494,12 @@ fn fp8_forward(
             })
         })
         .collect();
+    let host_shared = shared.map(|(s, _)| HostShared {
+        gate: HostFp8::of(s.gate()),
+        up: HostFp8::of(s.up()),
+        down: HostFp8::of(s.down()),
+    });
+    let (host_shared, shared_weights) = (host_shared.as_ref(), shared.and_then(|(_, w)| w));
     let quant = l.quant;
     let round = |v: f32| bf16::from_f32(v).to_f32();
     let mut y = vec![bf16::ZERO; tokens * h];
@@ -464,6 +531,28 @@ fn fp8_forward(
                         for (o, a) in acc.iter_mut().enumerate() {
                             let b2 = l.b2.map_or(0.0, |b| b[ex * h + o]);
                             *a += weights[t * k + j] * (round(d2[o]) + b2);
+                        }
+                    }
+                    if let Some(sh) = host_shared {
+                        // The accumulation model's seeds, apart from the routed slots' (1 and 2).
+                        let seed = |g: u64| noise.map(|(s, r)| (s ^ (t as u64).wrapping_mul(0x2000_0003) ^ g << 40, r));
+                        let g: Vec<f32> = sh.gate.gemm(&xq, &xs, seed(3)).into_iter().map(round).collect();
+                        let u = sh.up.gemm(&xq, &xs, seed(4)).into_iter().map(round);
+                        let is = g.len();
+                        let d1: Vec<f32> = g.iter().copied().chain(u).collect();
+                        let act: Vec<f32> = (0..is)
+                            .map(|n| round(activate(l.activation, GateUp::Concatenated, is, &d1, &|_| 0.0, n)))
+                            .collect();
+                        let (hq, hs) = per_token_group_quant(&act, 1, is, &quant).expect("h row quantises");
+                        let hq: Vec<f32> = hq.iter().map(|v| v.to_f32()).collect();
+                        let st = shared_weights.map_or(1.0, |w| w[t]);
+                        // One partial GEMM2 per device group, each rounded on its own.
+                        let per = i / SCALE_BLOCK;
+                        for (gi, b0) in (0..is / SCALE_BLOCK).step_by(per).enumerate() {
+                            let d2 = sh.down.gemm_blocks(&hq, &hs, b0..b0 + per, seed(5 + gi as u64));
+                            for (a, d) in acc.iter_mut().zip(d2) {
+                                *a += st * round(d);
+                            }
                         }
                     }
                     for (o, v) in yrow.iter_mut().enumerate() {
@@ -584,7 +673,7 @@ mod tests {
                 let allowed = Fp8LayerBound::outlier_rows(t);
                 for (rel, margin) in [(2f64.powi(-13), 1.5), (2f64.powi(-11), 1.0)] {
                     for seed in 0..4 {
-                        let got = fp8_forward(&layer, &c.x, &c.ids, &c.w, c.k, Some((seed, rel)));
+                        let got = fp8_forward(&layer, None, &c.x, &c.ids, &c.w, c.k, Some((seed, rel)));
                         let (rows_out, rows, worst) = stats(&got, &want, h);
                         eprintln!(
                             "{name}: accumulation error {rel:e}, seed {seed}: {rows_out} of {rows} rows outside bulk \

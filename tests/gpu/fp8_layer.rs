@@ -1,9 +1,10 @@
 //! The MoE layer over block-FP8 expert weights (`MoeLayer<bf16, Fp8ExpertWeights>`) on the Batched, Grouped,
 //! Contiguous and Masked backends, against
 //!
-//! * the CPU FP8 reference (`moe_forward_fp8`: the same quantised operands bit for bit, GEMMs in f64) under
-//!   `Fp8LayerBound` (every element within `3 · 2^-6 · max`, every token row within `2^-7 · max + 2^-7 · |ref|`
-//!   but `2 + T / 8` of them; derived in `layer::reference`), and
+//! * the CPU FP8 reference (`moe_forward_fp8`; `moe_forward_fp8_with_shared` with a shared expert: the same
+//!   quantised operands bit for bit, GEMMs in f64) under `Fp8LayerBound` (every element within `3 · 2^-6 · max`,
+//!   every token row within `2^-7 · max + 2^-7 · |ref|` but `2 + T / 8` of them; derived in `layer::reference`),
+//!   and
 //! * the bf16 layer on the dequantised weights under `fp8_vs_dense_tolerance` (`2^-3 · max`; the original bf16
 //!   weights of a quantised checkpoint: `3 · 2^-4 · max`),
 //!
@@ -518,15 +519,15 @@ fn fp8_layer_refusals_auto_and_the_scratch_footprint() {
 }
 
 /// A block-FP8 shared expert (DeepSeek-V3: `shared_experts` in e4m3 with 128 x 128 scales), `I_s = 2I`: every
-/// backend against the FP8 reference over the routed experts and the shared groups with the routing extended
-/// (the function the layer computes), and against the bf16 layer's reference with the full-width shared MLP
-/// on the dequantised weights (which does not split it: a group reading the wrong rows, columns or scale blocks
-/// is seen). With weight 1 and with per-token weights; without the shared expert the outputs differ.
+/// backend against the FP8 reference with the shared expert (`moe_forward_fp8_with_shared`, computed from the
+/// full-width shared matrices, so a group reading the wrong rows, columns or scale blocks is seen) under
+/// `Fp8LayerBound`, and against the bf16 layer's reference with the full-width shared MLP on the dequantised
+/// weights. With weight 1 and with per-token weights; without the shared expert the outputs differ.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn fp8_shared_expert_on_every_backend() {
     use moe_gemm::checkpoint::SharedFp8Expert;
-    use moe_gemm::layer::reference::moe_forward_with_shared;
+    use moe_gemm::layer::reference::{moe_forward_fp8_with_shared, moe_forward_with_shared};
     use moe_gemm::quant::ScaleFormat;
     let (e, k, h, i, is, t) = (8usize, 2usize, 512usize, 256usize, 512usize, 24usize);
     let (_, p) = experts(e, h, i, &Fp8Config::DEEPSEEK_V3, 101);
@@ -536,7 +537,7 @@ fn fp8_shared_expert_on_every_backend() {
         BlockFp8::quantize(&w, rows, cols, BlockShape::DEEPSEEK, ScaleFormat::F32).unwrap()
     };
     let shared = SharedFp8Expert::new(quant(is, h, 102), quant(is, h, 104), quant(h, is, 106)).unwrap();
-    let (all, m) = p.with_shared_groups(&shared).unwrap();
+    let m = shared.groups(i).unwrap();
     assert_eq!(m, 2);
     let (_ctx, stream) = gpu();
     let w = Fp8ExpertWeights::upload_with_shared(&stream, &p, &shared, ExpertFormat::SWIGLU).unwrap();
@@ -549,28 +550,15 @@ fn fp8_shared_expert_on_every_backend() {
         let mut r = Rng(110);
         (0..t).map(|_| 0.25 + r.unit().abs()).collect()
     };
-    // The extended routing the layer builds: [ids_t | E .. E + m], [w_t | s_t ...].
-    let extend = |s: Option<&[f32]>| -> (Vec<i32>, Vec<f32>) {
-        let (mut ie, mut we) = (Vec::new(), Vec::new());
-        for tok in 0..t {
-            ie.extend_from_slice(&ids[tok * k..(tok + 1) * k]);
-            we.extend_from_slice(&wts[tok * k..(tok + 1) * k]);
-            for j in 0..m {
-                ie.push((e + j) as i32);
-                we.push(s.map_or(1.0, |s| s[tok]));
-            }
-        }
-        (ie, we)
-    };
     let dense_shared = {
         let deq = |b: &BlockFp8| b.dequantize().into_iter().map(bf16::from_f32).collect::<Vec<_>>();
         let (g, u, d) = (quant(is, h, 102), quant(is, h, 104), quant(h, is, 106));
         moe_gemm::SharedExpert::new(h, is, deq(&g), deq(&u), deq(&d), None).unwrap()
     };
-    let routed_only = moe_forward_fp8(&Fp8HostLayer::new(&p, Activation::SiluGated), &x, &ids, &wts, k);
+    let layer = Fp8HostLayer::new(&p, Activation::SiluGated);
+    let routed_only = moe_forward_fp8(&layer, &x, &ids, &wts, k);
     for s in [None, Some(&s_t[..])] {
-        let (ie, we) = extend(s);
-        let want = moe_forward_fp8(&Fp8HostLayer::new(&all, Activation::SiluGated), &x, &ie, &we, k + m);
+        let want = moe_forward_fp8_with_shared(&layer, &shared, &x, &ids, &wts, k, s);
         let full = moe_forward_with_shared(&dequantised(&p), &dense_shared, &x, &ids, &wts, k, s);
         assert!(fp8_layer_mismatch(&routed_only, &want, h).is_some(), "the shared expert is visible");
         for backend in FP8_BACKENDS {
