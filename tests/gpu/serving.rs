@@ -218,7 +218,8 @@ fn forward_refuses_bad_input_before_queueing_anything() {
 /// A layer planned for Auto (room for Batched, Fused and Grouped, each for the batches Auto sends it) switched
 /// to each of them by hand runs every batch up to its plan: at T = 1..8 Auto sends Grouped one token, so its
 /// `a` holds a few rows while Fused's padded layout holds hundreds. The GEMM plans used to be sized by the
-/// largest pass and refused Grouped's `a` ("buffer `a` ... rows of A x K").
+/// largest pass and refused Grouped's `a` ("buffer `a` ... rows of A x K"). `set_backend` refuses a backend
+/// with less than full passes; `set_backend_with_passes` accepts it, and the batch runs in `passes(T)` passes.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
@@ -234,7 +235,13 @@ fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
     let (x, ids, w) =
         (stream.clone_htod(&x_host).unwrap(), stream.clone_htod(&idh).unwrap(), stream.clone_htod(&wh).unwrap());
     for backend in [Backend::Grouped, Backend::Fused, Backend::Batched] {
-        layer.set_backend(backend).unwrap();
+        let room = layer.sizing().tokens_per_pass(backend);
+        if room < t {
+            let err = layer.set_backend(backend).unwrap_err().to_string();
+            assert!(err.contains(&format!("room for {room} token")), "{backend}: {err}");
+        }
+        layer.set_backend_with_passes(backend).unwrap();
+        assert_eq!(layer.passes(t).unwrap(), t.div_ceil(room), "{backend}");
         let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
         let (xv, iv, wv) = views(&x, h, &ids, &w, k);
         layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
@@ -331,7 +338,8 @@ fn shipped_table_drives_auto_on_h200() {
             stream.clone_dtoh(&y).unwrap()
         };
         let auto = run(&layer);
-        layer.set_backend(backend).unwrap();
+        // The table's backend has the room Auto gives it (batches up to its buckets), not a full pass.
+        layer.set_backend_with_passes(backend).unwrap();
         let by_hand = run(&layer);
         layer.set_backend(Backend::Auto).unwrap();
         assert!(auto.iter().all(|v| v.is_finite()), "T = {t}: non-finite output");
