@@ -454,7 +454,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// every intermediate. Any `T`: batches larger than a pass run as several passes.
     ///
     /// Validates, before it queues anything: the stream's and the scratch's device against the plan's (naming
-    /// both), the views' shapes (`x`, `y` `[T, H]`, ids and weights `[T, k]`, packed rows, 16-byte aligned
+    /// both), the scratch's stream against `stream` ([`MoeScratch::hand_over`]), the views' shapes (`x`, `y` `[T, H]`, ids and weights `[T, k]`, packed rows, 16-byte aligned
     /// bases), the scratch's capacity against [`Self::needs`], and that the backend of every pass has room.
     /// Device data (ids) is range-checked on the device and reported through the scratch's status word
     /// ([`MoeScratch::check`]).
@@ -543,6 +543,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let d = self.device.ordinal;
         same_device("the stream", stream.context().ordinal(), d)?;
         same_device("the scratch", scratch.device(), d)?;
+        scratch.check_stream(stream)?;
         scratch.needs().check_covers(self.needs())?;
         let (t, h, k) = (x.rows(), self.sizing.shape.hidden, self.sizing.shape.top_k);
         let shape_err = |name: &'static str, rows: usize, cols: usize, want_cols: usize| Error::Buffer {
