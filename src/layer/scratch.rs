@@ -24,7 +24,10 @@ use super::{LayerWeights, MoeLayer};
 /// Not `Sync` by use: a forward borrows it mutably, so two streams need two scratches. A scratch belongs to
 /// the stream it was made on ([`Self::cu_stream`]): a forward or [`Self::check`] on another stream is refused
 /// before anything is queued, since its work would race the first stream's where nothing orders them
-/// (cudarc's event tracking, off for graph capture, is what would). [`Self::hand_over`] moves it.
+/// (cudarc's event tracking, off for graph capture, is what would). [`Self::hand_over`] moves it. The check
+/// compares `CUstream` handles: the legacy default stream (0) and the per-thread default stream (one handle,
+/// `CU_STREAM_PER_THREAD`, for every thread's) look the same from every thread, so a scratch used from two
+/// threads on their per-thread streams is not caught.
 #[derive(Debug)]
 pub struct MoeScratch<T: Element> {
     needs: ScratchNeeds,
