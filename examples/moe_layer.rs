@@ -67,7 +67,10 @@ fn run() -> Result<bool> {
     let mut y = stream.alloc_zeros::<bf16>(tokens * h)?;
 
     // The step: nothing below allocates or synchronises until the check; router and layer share one status word.
-    router.launch(&stream, tokens, &logits_d, Some(&bias_d.as_view()), &mut ids, &mut w, scratch.status_mut())?;
+    let logits_v = MatrixView::of("logits", &logits_d, e)?;
+    let (mut ids_v, mut w_v) =
+        (MatrixViewMut::of("topk_ids", &mut ids, k)?, MatrixViewMut::of("topk_weights", &mut w, k)?);
+    router.launch(&stream, &logits_v, Some(&bias_d.as_view()), &mut ids_v, &mut w_v, scratch.status_mut())?;
     let (xv, idv, wv) =
         (MatrixView::of("x", &x, h)?, MatrixView::of("topk_ids", &ids, k)?, MatrixView::of("topk_weights", &w, k)?);
     layer.forward(&stream, &mut scratch, &xv, &idv, &wv, &mut MatrixViewMut::of("y", &mut y, h)?)?;

@@ -54,7 +54,7 @@ pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
 pub use tuning::TunedBackends;
-pub use view::{MatrixView, MatrixViewMut};
+pub use view::{MatrixView, MatrixViewMut, ViewShape};
 
 /// For the `moe-gemm` binary (`cli` feature).
 #[cfg(feature = "cli")]

@@ -23,6 +23,36 @@ fn check_extent(name: &'static str, len: usize, rows: usize, cols: usize, stride
     Ok(())
 }
 
+/// The extent of a 2-D view (rows, columns, row stride in elements), without its memory: what shape checks
+/// read, so they can be tested without a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ViewShape {
+    pub rows: usize,
+    pub cols: usize,
+    pub stride: usize,
+}
+
+impl ViewShape {
+    /// `[rows, cols]` with packed rows.
+    pub const fn packed(rows: usize, cols: usize) -> ViewShape {
+        ViewShape { rows, cols, stride: cols }
+    }
+    /// Whether consecutive rows are adjacent (what kernels that read `rows · cols` elements need).
+    pub const fn is_packed(&self) -> bool {
+        self.stride == self.cols || self.rows <= 1
+    }
+}
+
+impl std::fmt::Display for ViewShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}, {}]", self.rows, self.cols)?;
+        if !self.is_packed() {
+            write!(f, " (row stride {})", self.stride)?;
+        }
+        Ok(())
+    }
+}
+
 /// A read-only `[rows, cols]` row-major view with a row stride (in elements).
 #[derive(Debug)]
 pub struct MatrixView<'a, T> {
@@ -77,6 +107,9 @@ impl<'a, T> MatrixView<'a, T> {
     }
     pub fn name(&self) -> &'static str {
         self.name
+    }
+    pub fn shape(&self) -> ViewShape {
+        ViewShape { rows: self.rows, cols: self.cols, stride: self.stride }
     }
     /// The underlying elements from the first row's start.
     pub fn as_view(&self) -> CudaView<'_, T> {
@@ -152,6 +185,9 @@ impl<'a, T> MatrixViewMut<'a, T> {
     }
     pub fn name(&self) -> &'static str {
         self.name
+    }
+    pub fn shape(&self) -> ViewShape {
+        ViewShape { rows: self.rows, cols: self.cols, stride: self.stride }
     }
     /// The underlying elements from the first row's start.
     pub fn as_view_mut(&mut self) -> CudaViewMut<'_, T> {

@@ -68,6 +68,74 @@ fn quantization_configs_of_deepseek_and_qwen_parse() {
     assert!(matches!(&err, Error::Checkpoint { tensor, .. } if tensor.ends_with(".json")), "{err}");
 }
 
+/// The activation epsilon is part of the checkpoint's format: `from_config_json` picks the family's from
+/// `model_type` / `architectures` (DeepSeek-V3 and V3.1, Kimi-K2: 1e-4; Qwen3-MoE FP8: vLLM's 1e-10), and a
+/// builder overrides it (validated).
+#[test]
+fn each_fp8_family_declares_its_activation_eps() {
+    let qc =
+        r#"{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}"#;
+    let v31 = r#"{"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}"#;
+    let of = |model_type: &str, arch: &str, qc: &str| {
+        let text =
+            format!(r#"{{"model_type": "{model_type}", "architectures": ["{arch}"], "quantization_config": {qc}}}"#);
+        Fp8Config::from_config_json(&text).unwrap().unwrap()
+    };
+    let v3 = of("deepseek_v3", "DeepseekV3ForCausalLM", qc);
+    assert_eq!((v3, v3.activation_eps()), (Fp8Config::DEEPSEEK_V3, DEEPSEEK_EPS));
+    assert_eq!(of("deepseek_v3", "DeepseekV3ForCausalLM", v31), Fp8Config::DEEPSEEK_V3_1);
+    assert_eq!(of("kimi_k2", "DeepseekV3ForCausalLM", qc).activation_eps(), DEEPSEEK_EPS);
+    let qwen = of("qwen3_moe", "Qwen3MoeForCausalLM", qc);
+    assert_eq!((qwen, qwen.activation_eps()), (Fp8Config::QWEN3, VLLM_EPS));
+    assert_eq!(qwen.activation_quant(), GroupQuant::new(1e-10, ScaleRounding::Exact).unwrap());
+    assert_eq!(v3.activation_quant().eps(), 1e-4);
+    // Only the eps differs between the two families' formats.
+    assert_eq!((qwen.block(), qwen.scale_format()), (v3.block(), v3.scale_format()));
+    let custom = Fp8Config::DEEPSEEK_V3.with_activation_eps(1e-6).unwrap();
+    assert_eq!((custom.activation_eps(), custom.scale_format()), (1e-6, ScaleFormat::F32));
+    for bad in [0.0, f32::NAN, 1e-40] {
+        assert!(invalid(Fp8Config::QWEN3.with_activation_eps(bad)).contains("eps"), "{bad}");
+    }
+}
+
+/// A token whose 128-column group peaks below 1e-4 (amax 3e-5): under Qwen3-FP8's format the CPU reference
+/// quantises it as vLLM does (scale = amax / 448, the peak at ±448), while DeepSeek's keeps the 1e-4 floor
+/// (scale = 1e-4 / 448, the peak at 134.4, e4m3 128). Experts packed or quantised under a config
+/// carry its eps into the layer's quantisation (`PackedFp8Experts::activation_quant`, what the upload and the
+/// host layer use).
+#[test]
+fn a_tiny_group_quantises_as_its_family_serves_it() {
+    let (rows, k) = (1usize, 256usize);
+    let mut x = vec![0f32; rows * k];
+    for (c, v) in x.iter_mut().enumerate() {
+        *v = if c < 128 { 3e-5 * ((c % 7) as f32 - 3.0) / 3.0 } else { 0.5 * ((c % 5) as f32 - 2.0) };
+    }
+    let amax = x[..128].iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(amax < 1e-4 && amax > 0.0);
+    let (q, s) = per_token_group_quant(&x, rows, k, &Fp8Config::QWEN3.activation_quant()).unwrap();
+    assert_eq!(s[0], amax / 448.0, "Qwen3: scale = amax / 448");
+    assert_eq!(q[..128].iter().map(|v| v.to_f32().abs()).fold(0f32, f32::max), 448.0);
+    let (qd, sd) = per_token_group_quant(&x, rows, k, &Fp8Config::DEEPSEEK_V3.activation_quant()).unwrap();
+    assert_eq!(sd[0], 1e-4 / 448.0, "DeepSeek: amax floored at 1e-4");
+    assert_eq!(qd[..128].iter().map(|v| v.to_f32().abs()).fold(0f32, f32::max), 128.0);
+    // The second group peaks at 1.0, above both floors: the same scale and values under either family.
+    assert_eq!((s[1], &q[128..]), (sd[1], &qd[128..]));
+    // The eps travels with the experts from the config to the layer's quantisation.
+    let (e, h, i) = (2usize, 128usize, 128usize);
+    let w13: Vec<bf16> = weight(e * 2 * i, h, 5).into_iter().map(bf16::from_f32).collect();
+    let w2: Vec<bf16> = weight(e * h, i, 6).into_iter().map(bf16::from_f32).collect();
+    let packed = PackedExperts::new(e, h, i, ExpertFormat::SWIGLU, w13, w2, None, None).unwrap();
+    for (config, eps) in [(Fp8Config::QWEN3, VLLM_EPS), (Fp8Config::DEEPSEEK_V3, DEEPSEEK_EPS)] {
+        let p = PackedFp8Experts::quantize(&packed, &config).unwrap();
+        assert_eq!(p.activation_quant(), config.activation_quant());
+        assert_eq!(p.activation_quant().eps(), eps);
+        let host = moe_gemm::layer::reference::Fp8HostLayer::new(&p, moe_gemm::Activation::SiluGated);
+        assert_eq!(host.quant.eps(), eps);
+    }
+    let v31 = PackedFp8Experts::quantize(&packed, &Fp8Config::DEEPSEEK_V3_1).unwrap();
+    assert_eq!(v31.activation_quant(), GroupQuant::DEEPSEEK_UE8M0);
+}
+
 #[test]
 fn quantization_configs_we_cannot_honour_name_the_key() {
     let cases = [

@@ -222,3 +222,44 @@ fn layout_reference_drops_remote_and_invalid_rows() {
     assert!(r.bad_id);
     assert_eq!(r.counts, vec![2, 1]);
 }
+
+fn buffer_error<T: std::fmt::Debug>(r: Result<T>) -> (&'static str, String) {
+    match r {
+        Err(Error::Buffer { name, detail }) => (name, detail),
+        other => panic!("expected a Buffer error, got {other:?}"),
+    }
+}
+
+/// `Router::launch` takes its tokens from the views: logits `[T, E]`, ids and weights `[T, k]`, bias `[E]`. Every
+/// mismatch is refused before a launch, naming the view and both shapes.
+#[test]
+fn router_view_shapes_are_checked_naming_both() {
+    use ViewShape as V;
+    let ds = RouterConfig::deepseek_v3();
+    let (l, ik) = (V::packed(64, 256), V::packed(64, 8));
+    assert_eq!(ds.check_shapes(l, Some(256), ik, ik).unwrap(), 64);
+    assert_eq!(ds.check_shapes(V::packed(0, 256), Some(256), V::packed(0, 8), V::packed(0, 8)).unwrap(), 0);
+    // Ids for 65 tokens against logits for 64.
+    let (name, d) = buffer_error(ds.check_shapes(l, Some(256), V::packed(65, 8), ik));
+    assert_eq!(name, "topk_ids");
+    assert!(d.contains("[65, 8]") && d.contains("[64, 256]") && d.contains("[64, 8]"), "{d}");
+    let (name, d) = buffer_error(ds.check_shapes(l, Some(256), ik, V::packed(63, 8)));
+    assert!(name == "topk_weights" && d.contains("[63, 8]") && d.contains("[64, 256]"), "{d}");
+    // E columns that are not the config's experts; k that is not top_k.
+    let (name, d) = buffer_error(ds.check_shapes(V::packed(64, 128), Some(256), ik, ik));
+    assert!(name == "logits" && d.contains("[64, 128]") && d.contains("[T, 256]"), "{d}");
+    let (name, d) = buffer_error(ds.check_shapes(l, Some(256), V::packed(64, 6), ik));
+    assert!(name == "topk_ids" && d.contains("[64, 6]") && d.contains("[64, 8]") && d.contains("top_k"), "{d}");
+    // A bias of the wrong length, a missing one, one the softmax router does not take.
+    let (name, d) = buffer_error(ds.check_shapes(l, Some(255), ik, ik));
+    assert!(name == "bias" && d.contains("255") && d.contains("[256]") && d.contains("[64, 256]"), "{d}");
+    assert_eq!(buffer_error(ds.check_shapes(l, None, ik, ik)).0, "bias");
+    let mx = RouterConfig::mixtral();
+    let (l8, k2) = (V::packed(5, 8), V::packed(5, 2));
+    assert_eq!(mx.check_shapes(l8, None, k2, k2).unwrap(), 5);
+    assert!(buffer_error(mx.check_shapes(l8, Some(8), k2, k2)).1.contains("no correction bias"));
+    // A view with a row stride: the kernel reads packed rows.
+    let strided = V { rows: 5, cols: 8, stride: 16 };
+    let (name, d) = buffer_error(mx.check_shapes(strided, None, k2, k2));
+    assert!(name == "logits" && d.contains("row stride 16") && d.contains("packed"), "{d}");
+}

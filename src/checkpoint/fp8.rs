@@ -15,6 +15,20 @@
 //! Converting a bf16 checkpoint: [`PackedFp8Experts::quantize`] quantises packed experts on the host (per 128 ×
 //! 128 block, [`BlockFp8::quantize`]), once, offline; the device quantises activations only
 //! ([`crate::quant::device`]).
+//!
+//! The activations' epsilon is part of the checkpoint's format ([`Fp8Config::activation_eps`]): the floor on each
+//! 128-column group's amax, `scale = max(amax, eps) / 448`, as the family's own inference code quantises:
+//!
+//! | family (`config.json`) | eps | source |
+//! |---|---|---|
+//! | DeepSeek-V3 / V3.1, Kimi-K2 (`model_type` `deepseek_v3`, `deepseek_v2`, `kimi_k2`; `Deepseek*` architectures) | 1e-4 ([`DEEPSEEK_EPS`]) | DeepSeek's `per_token_cast_to_fp8` / `act_quant`: `amax.clamp(1e-4)` (DeepSeek-V3 `inference/kernel.py`, DeepGEMM `utils/math.py`) |
+//! | every other (Qwen3-MoE FP8, …) | 1e-10 ([`VLLM_EPS`]) | vLLM's fused MoE quantises them with `per_token_group_quant_fp8(A, block_k)`, default `eps=1e-10`, also a floor on amax (`fp8_utils.py`) |
+//!
+//! transformers' fine-grained FP8 `act_quant` (`integrations/finegrained_fp8.py`, the versions read:
+//! `s = max|x| / 448`) has no floor at all: an all-zero group gets scale 0 and NaNs, which its `FP8Linear` turns
+//! into zeros. vLLM's 1e-10 gives the same zeros there and the same scale for every group with amax ≥ 1e-10,
+//! so it is the default for non-DeepSeek families. Every family read floors amax, not the scale; a floor `s0` on
+//! the scale would equal the amax floor `448 · s0` up to one rounding of the division, and is not offered.
 
 use std::path::Path;
 
@@ -25,7 +39,9 @@ use super::{bad, widen, Checkpoint, ExpertNaming};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts};
-use crate::quant::{BlockFp8, BlockShape, GroupQuant, ScaleFormat, Scales, Ue8m0, F8E4M3};
+use crate::quant::{
+    BlockFp8, BlockShape, GroupQuant, ScaleFormat, ScaleRounding, Scales, Ue8m0, DEEPSEEK_EPS, F8E4M3, VLLM_EPS,
+};
 
 /// How activations are scaled at run time. Only dynamic (per-token, computed on the fly) scaling is read;
 /// static input scales would come as a new variant: match with a wildcard arm.
@@ -36,12 +52,15 @@ pub enum ActivationScheme {
     Dynamic,
 }
 
-/// The typed `quantization_config` of a block-FP8 checkpoint.
+/// The typed `quantization_config` of a block-FP8 checkpoint, with the activation epsilon of its family (see
+/// the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fp8Config {
     block: BlockShape,
     activation: ActivationScheme,
     scale_format: ScaleFormat,
+    /// The activations' amax floor, as f32 bits (so the config stays `Eq`); validated by [`GroupQuant::new`].
+    act_eps_bits: u32,
 }
 
 fn config_error(key: &str, problem: String) -> Error {
@@ -58,24 +77,41 @@ fn str_key<'a>(q: &'a Value, key: &str) -> Result<Option<&'a str>> {
 }
 
 impl Fp8Config {
-    /// DeepSeek-V3: 128 × 128 blocks, f32 scales, dynamic activations.
+    /// DeepSeek-V3: 128 × 128 blocks, f32 scales, dynamic activations, amax floored at 1e-4 (DeepSeek's
+    /// `per_token_cast_to_fp8`: `amax.clamp(1e-4)`).
     pub const DEEPSEEK_V3: Fp8Config = Fp8Config {
         block: BlockShape::DEEPSEEK,
         activation: ActivationScheme::Dynamic,
         scale_format: ScaleFormat::F32,
+        act_eps_bits: DEEPSEEK_EPS.to_bits(),
     };
     /// DeepSeek-V3.1: as V3 with `scale_fmt: ue8m0`.
     pub const DEEPSEEK_V3_1: Fp8Config = Fp8Config { scale_format: ScaleFormat::Ue8m0, ..Fp8Config::DEEPSEEK_V3 };
+    /// Qwen3-FP8 (and every non-DeepSeek block-FP8 checkpoint): as V3, amax floored at 1e-10 (vLLM's
+    /// `per_token_group_quant_fp8` default, which its fused MoE serves them with).
+    pub const QWEN3: Fp8Config = Fp8Config { act_eps_bits: VLLM_EPS.to_bits(), ..Fp8Config::DEEPSEEK_V3 };
 
+    /// A config of DeepSeek's recipe (activation eps 1e-4; [`Self::with_activation_eps`] sets another).
+    ///
     /// # Errors
     /// [`Error::InvalidProblem`] for a zero block dimension.
     pub fn new(block: BlockShape, activation: ActivationScheme, scale_format: ScaleFormat) -> Result<Fp8Config> {
         block.grid(0, 0)?;
-        Ok(Fp8Config { block, activation, scale_format })
+        Ok(Fp8Config { block, activation, scale_format, act_eps_bits: DEEPSEEK_EPS.to_bits() })
+    }
+
+    /// The same config with activations' amax floored at `eps` (`scale = max(amax, eps) / 448`).
+    ///
+    /// # Errors
+    /// As [`GroupQuant::new`]: `eps` finite with `eps / 448` a normal f32.
+    pub fn with_activation_eps(self, eps: f32) -> Result<Fp8Config> {
+        GroupQuant::new(eps, ScaleRounding::Exact)?;
+        Ok(Fp8Config { act_eps_bits: eps.to_bits(), ..self })
     }
 
     /// The `quantization_config` of a `config.json`'s text: `None` when it has none (an unquantised model).
-    /// Unknown keys (`modules_to_not_convert`, …) are ignored.
+    /// Unknown keys (`modules_to_not_convert`, …) are ignored. The activation eps is the family's, from
+    /// `model_type` or `architectures` (see the module docs): 1e-4 for DeepSeek's, vLLM's 1e-10 for the rest.
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] naming the key: not JSON; a `quant_method` other than `fp8`; an `fmt` other than
@@ -136,7 +172,8 @@ impl Fp8Config {
             Some("ue8m0") => ScaleFormat::Ue8m0,
             Some(s) => return Err(config_error("scale_fmt", format!("\"{s}\": only \"ue8m0\" is known"))),
         };
-        Fp8Config::new(block, activation, scale_format).map(Some)
+        let eps = if deepseek_family(&v) { DEEPSEEK_EPS } else { VLLM_EPS };
+        Fp8Config::new(block, activation, scale_format)?.with_activation_eps(eps).map(Some)
     }
 
     /// [`Fp8Config::from_config_json`] of the file at `path`.
@@ -160,14 +197,35 @@ impl Fp8Config {
         self.scale_format
     }
 
-    /// How to quantise the activations of this checkpoint on the device: DeepSeek's eps (1e-4), scales rounded
-    /// up to powers of two under `scale_fmt: ue8m0`.
-    pub fn activation_quant(&self) -> GroupQuant {
-        match self.scale_format {
-            ScaleFormat::Ue8m0 => GroupQuant::DEEPSEEK_UE8M0,
-            _ => GroupQuant::DEEPSEEK,
-        }
+    /// The floor on each activation group's amax (`scale = max(amax, eps) / 448`): the family's, see the
+    /// module docs.
+    pub fn activation_eps(&self) -> f32 {
+        f32::from_bits(self.act_eps_bits)
     }
+
+    /// How to quantise the activations of this checkpoint on the device and in the CPU reference: amax floored
+    /// at [`Self::activation_eps`], scales rounded up to powers of two under `scale_fmt: ue8m0`.
+    pub fn activation_quant(&self) -> GroupQuant {
+        activation_quant(self.activation_eps(), self.scale_format)
+    }
+}
+
+/// Activations quantised with amax floored at `eps`, scales rounded as `format` stores the weights'.
+fn activation_quant(eps: f32, format: ScaleFormat) -> GroupQuant {
+    let rounding = match format {
+        ScaleFormat::Ue8m0 => ScaleRounding::Ue8m0Ceil,
+        _ => ScaleRounding::Exact,
+    };
+    GroupQuant::new(eps, rounding).expect("eps validated when the config was made")
+}
+
+/// Whether `config.json` is of DeepSeek's family (DeepSeek-V2/V3/V3.1, Kimi-K2: DeepSeek's activation eps).
+fn deepseek_family(config: &Value) -> bool {
+    let model_type = config.get("model_type").and_then(Value::as_str).unwrap_or("");
+    let architectures = config.get("architectures").and_then(Value::as_array);
+    model_type.starts_with("deepseek")
+        || model_type.starts_with("kimi_k2")
+        || architectures.is_some_and(|a| a.iter().filter_map(Value::as_str).any(|n| n.starts_with("Deepseek")))
 }
 
 /// Scales of `values` (row-major over a `[_, gc]` grid) in `format`: UE8M0 only for exact powers of two; f32
@@ -280,7 +338,9 @@ impl Checkpoint {
             }
             per_expert.push((stack_gate_up(&g, &u, &gn, &un)?, d));
         }
-        PackedFp8Experts::from_experts(per_expert).map_err(|e| bad(prefix, e.to_string()))
+        PackedFp8Experts::from_experts(per_expert)
+            .and_then(|p| p.with_activation_eps(config.activation_eps()))
+            .map_err(|e| bad(prefix, e.to_string()))
     }
 }
 
@@ -314,6 +374,8 @@ pub struct PackedFp8Experts {
     w13_scales: Scales,
     w2: Vec<F8E4M3>,
     w2_scales: Scales,
+    /// The activations' amax floor of the checkpoint's family ([`Fp8Config::activation_eps`]).
+    act_eps: f32,
 }
 
 fn concat_scales(parts: &[&Scales]) -> Result<Scales> {
@@ -333,7 +395,8 @@ fn concat_scales(parts: &[&Scales]) -> Result<Scales> {
 }
 
 impl PackedFp8Experts {
-    /// Packs per-expert `(w13 [2I, H], w2 [H, I])` pairs.
+    /// Packs per-expert `(w13 [2I, H], w2 [H, I])` pairs, activations to be quantised with DeepSeek's eps
+    /// ([`Self::with_activation_eps`] sets another).
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] for no experts, or experts whose shapes, blocks or scale formats differ.
@@ -374,7 +437,23 @@ impl PackedFp8Experts {
             q13.extend_from_slice(a.q());
             q2.extend_from_slice(b.q());
         }
-        Ok(PackedFp8Experts { experts, hidden: h, inter: two_i / 2, block, w13: q13, w13_scales, w2: q2, w2_scales })
+        let (inter, act_eps) = (two_i / 2, DEEPSEEK_EPS);
+        Ok(PackedFp8Experts { experts, hidden: h, inter, block, w13: q13, w13_scales, w2: q2, w2_scales, act_eps })
+    }
+
+    /// The same experts with activations' amax floored at `eps` (what a layer over them quantises with).
+    ///
+    /// # Errors
+    /// As [`GroupQuant::new`].
+    pub fn with_activation_eps(self, eps: f32) -> Result<PackedFp8Experts> {
+        GroupQuant::new(eps, ScaleRounding::Exact)?;
+        Ok(PackedFp8Experts { act_eps: eps, ..self })
+    }
+
+    /// How a layer over these experts quantises its activations: the checkpoint family's eps
+    /// ([`Fp8Config::activation_eps`]), scales rounded up to powers of two for UE8M0 weight scales.
+    pub fn activation_quant(&self) -> GroupQuant {
+        activation_quant(self.act_eps, self.scale_format())
     }
 
     /// Quantises packed bf16 / f16 SwiGLU experts (`[gate | up]`, `[out, in]`, no biases) per `config`'s blocks on
@@ -416,7 +495,7 @@ impl PackedFp8Experts {
                 })?;
             per_expert.push((w13, d));
         }
-        PackedFp8Experts::from_experts(per_expert)
+        PackedFp8Experts::from_experts(per_expert)?.with_activation_eps(config.activation_eps())
     }
 
     pub fn experts(&self) -> usize {

@@ -128,7 +128,8 @@ impl PackedFp8Experts {
         for j in 0..m {
             per.push(shared.group(self.inter(), j)?);
         }
-        Ok((PackedFp8Experts::from_experts(per)?, m))
+        let all = PackedFp8Experts::from_experts(per)?.with_activation_eps(self.activation_quant().eps())?;
+        Ok((all, m))
     }
 }
 

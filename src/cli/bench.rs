@@ -577,7 +577,9 @@ fn write_json(
 /// Route (DeepSeek-V3 grouped sigmoid, E 256, k 8) + layout build (grouped), event-timed, next to the
 /// DeepSeek-V3 expert GEMMs (w13 + w2, uniform routing) measured above at the same T.
 fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows: &[Row]) -> Result<()> {
-    use moe_gemm::{DeviceStatus, ExpertLayout, LayoutDims, LayoutSpec, Router, RouterConfig};
+    use moe_gemm::{
+        DeviceStatus, ExpertLayout, LayoutDims, LayoutSpec, MatrixView, MatrixViewMut, Router, RouterConfig,
+    };
     let config = RouterConfig::deepseek_v3();
     let (e, k) = (config.experts(), config.top_k());
     let router = Router::new(stream, config)?;
@@ -600,13 +602,16 @@ fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows
         let mut w = stream.alloc_zeros::<f32>(tokens * k)?;
         let mut st = DeviceStatus::new(stream)?;
         let mut layout = ExpertLayout::new(stream, LayoutDims::new(LayoutSpec::Grouped, tokens, k, e, e)?)?;
-        let route = measure(stream, args.reps, args.warmup, &mut none, || {
-            router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)
-        })?;
+        // The views are made per call (host only), so the layout build can read the ids between routes.
+        let route_into = |ids: &mut cudarc::driver::CudaSlice<i32>, w: &mut _, st: &mut DeviceStatus| {
+            let (mut iv, mut wv) = (MatrixViewMut::of("topk_ids", ids, k)?, MatrixViewMut::of("topk_weights", w, k)?);
+            router.launch(stream, &MatrixView::of("logits", &l, e)?, Some(&b.as_view()), &mut iv, &mut wv, st)
+        };
+        let route = measure(stream, args.reps, args.warmup, &mut none, || route_into(&mut ids, &mut w, &mut st))?;
         let lay =
             measure(stream, args.reps, args.warmup, &mut none, || layout.build(stream, tokens, &ids, None, &mut st))?;
         let both = measure(stream, args.reps, args.warmup, &mut none, || {
-            router.launch(stream, tokens, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st)?;
+            route_into(&mut ids, &mut w, &mut st)?;
             layout.build(stream, tokens, &ids, None, &mut st)
         })?;
         st.check(stream)?;

@@ -192,7 +192,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         let plan = sizing.plan_bytes(false);
         // FP8: one byte per e4m3 element and an f32 per 128 x 128 block.
         let weights = shape.groups() * shape.weight_bytes(format, dtype);
-        let passes: Vec<String> = sizing.pass_tokens().iter().map(|(b, t)| format!("{b} {t}")).collect();
+        // The room of each backend, as a forced one (and the error refusing it) counts it.
+        let passes: Vec<String> =
+            sizing.backends().iter().map(|b| format!("{b} {}", sizing.tokens_per_pass(b))).collect();
         let shared = if shared_groups > 0 {
             format!(
                 ", shared expert I_s {} ({shared_groups} group{})",
@@ -284,7 +286,7 @@ fn print_ep(
         "  receive buffers (rows in, ids, rows out): {}; local layer: {} top-1 tokens, tokens per pass: {}",
         mib(recv),
         ep.recv_rows[rank],
-        sizing.pass_tokens().iter().map(|(b, n)| format!("{b} {n}")).collect::<Vec<_>>().join(", ")
+        sizing.backends().iter().map(|b| format!("{b} {}", sizing.tokens_per_pass(b))).collect::<Vec<_>>().join(", ")
     );
     println!("  local layer scratch, for the worst case (one for all {layers} layers):\n{fp}");
     println!(

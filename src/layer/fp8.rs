@@ -16,7 +16,8 @@
 //! 6. GEMM2: `d2 = h_q · w2ᵀ` in bf16;
 //! 7. the combine (the dense path's kernel: `b2`, router weights, the sum over k in f32, rounded once).
 //!
-//! The activation quantisation ([`GroupQuant`]) is the checkpoint's: DeepSeek's eps 1e-4, scales rounded up to
+//! The activation quantisation ([`GroupQuant`]) is the checkpoint's: its family's eps (DeepSeek's 1e-4, vLLM's
+//! 1e-10 for Qwen3-FP8 and the rest: [`crate::checkpoint::Fp8Config::activation_eps`]), scales rounded up to
 //! powers of two for `scale_fmt: ue8m0` checkpoints ([`Fp8ExpertWeights::with_activation_quant`] overrides it).
 //! [`reference::moe_forward_fp8`](super::reference::moe_forward_fp8) is the same computation on the host.
 
@@ -30,7 +31,7 @@ use super::weights::{LayerWeights, WeightFormat};
 use super::{Activation, ExpertFormat, GateUp, Storage};
 use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::error::{Error, Result};
-use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleFormat, Scales, SCALE_BLOCK};
+use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, Scales, SCALE_BLOCK};
 
 /// Block-FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows `0..I`, up rows `I..2I`; `[E, I,
 /// H]` for a non-gated activation) and `w2` `[E, H, I]`, each with its f32 scales per 128 × 128 block (DeepSeek's
@@ -98,8 +99,8 @@ impl Fp8ExpertWeights {
     /// Uploads packed block-FP8 experts (from a checkpoint, [`crate::checkpoint::Checkpoint::pack_fp8_experts`],
     /// or quantised from bf16, [`PackedFp8Experts::quantize`]). `format` names the activation; its gate/up
     /// order must be `Concatenated` and its storage `OutIn` (how `PackedFp8Experts` holds them). UE8M0 scales
-    /// are widened to f32 (exactly); the activations are quantised as the checkpoint's `scale_fmt` says
-    /// ([`GroupQuant::DEEPSEEK_UE8M0`] for UE8M0 scales, [`GroupQuant::DEEPSEEK`] otherwise).
+    /// are widened to f32 (exactly); the activations are quantised as the checkpoint's format says
+    /// ([`PackedFp8Experts::activation_quant`]: its family's eps, scales rounded up to powers of two for UE8M0).
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] naming the constraint: blocks other than 128 x 128, a non-gated activation
@@ -130,11 +131,8 @@ impl Fp8ExpertWeights {
         )?;
         let w2 =
             Fp8BlockWeights::new(stream.clone_htod(p.w2())?, stream.clone_htod(&f32_scales(p.w2_scales()))?, e, h, i)?;
-        let mut w = Self::from_device(format.activation, format.gate_up, w13, w2, None, None)?;
-        if p.scale_format() == ScaleFormat::Ue8m0 {
-            w.quant = GroupQuant::DEEPSEEK_UE8M0;
-        }
-        Ok(w)
+        let w = Self::from_device(format.activation, format.gate_up, w13, w2, None, None)?;
+        Ok(w.with_activation_quant(p.activation_quant()))
     }
 
     /// Uploads routed block-FP8 experts with a block-FP8 shared expert (DeepSeek-V3, Kimi-K2: `shared_experts`

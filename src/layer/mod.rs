@@ -74,6 +74,7 @@ mod scratch;
 mod shape;
 mod shared;
 pub mod sizing;
+mod steps;
 mod weights;
 
 pub use arch::LayerGemm;
@@ -97,8 +98,8 @@ use crate::kernels::fused::{FusedGemm, FusedTile};
 use crate::tuning::TunedBackends;
 use crate::view::{MatrixView, MatrixViewMut};
 
-use pick::auto_pick;
-use sizing::{aligned_rows, format_backend_error};
+use sizing::format_backend_error;
+use steps::Step;
 
 /// Options of a [`MoeLayer`] plan ([`MoeLayerOptions::new`], then the builder methods).
 #[non_exhaustive]
@@ -143,6 +144,10 @@ impl MoeLayerOptions {
         self.backend = backend;
         self
     }
+    /// Room in the scratch for each backend of `backends`, for full passes of `max_tokens` tokens (Masked:
+    /// `masked_max_m`; Batched: 4096 (token, slot) rows), whatever `Auto` would send it. Name a backend here to
+    /// force it later ([`MoeLayer::set_backend`]) without small passes. `Auto` then picks among `backends` only
+    /// (a tuned table's buckets of other backends are dropped).
     pub fn backends(mut self, backends: Backends) -> Self {
         self.backends = Some(backends);
         self
@@ -172,20 +177,7 @@ impl MoeLayerOptions {
 /// `Auto`'s choice for `tokens` tokens of a layer of `experts` experts of `[hidden, inter]` with top-`top_k`
 /// routing (see [`MoeLayer::backend_for`]): a pure function, so the policy can be checked without a GPU.
 pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
-    let (e, k) = (experts as f64, top_k as f64);
-    let rows = tokens as f64 * k;
-    let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
-    let expert_bytes = 3.0 * (hidden * inter) as f64 * 2.0;
-    let batched_us = rows * expert_bytes / 4.05e12 * 1e6 + 12.0;
-    let layout_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
-    let layout_us = active * expert_bytes / layout_bw * 1e6 + 50.0;
-    if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
-        Backend::Batched
-    } else if rows / active.max(1.0) <= 48.0 && (rows <= 64.0 || inter <= 1024 || experts <= 16) {
-        Backend::Fused
-    } else {
-        Backend::Grouped
-    }
+    pick::dense_cost_pick(Backends::AUTO, experts, top_k, hidden, inter, tokens)
 }
 
 /// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
@@ -195,18 +187,7 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 /// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
 /// activation and combine. A pure function, so the policy can be checked without a GPU.
 pub fn auto_backend_fp8(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
-    let (e, k) = (experts as f64, top_k as f64);
-    let rows = tokens as f64 * k;
-    let active = e * (1.0 - (1.0 - k / e).powf(tokens as f64));
-    let expert_bytes = 3.0 * (hidden * inter) as f64;
-    let batched_us = rows * expert_bytes / 2.98e12 * 1e6 + 16.0;
-    let layout_bw = if active < 16.0 { 3.3e12 } else { 4.16e12 };
-    let layout_us = active * expert_bytes / layout_bw * 1e6 + 44.0;
-    if tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
-        Backend::Batched
-    } else {
-        Backend::Grouped
-    }
+    pick::fp8_cost_pick(Backends::FP8_AUTO, experts, top_k, hidden, inter, tokens)
 }
 
 /// The plan of one MoE expert layer on one device: shapes, format, expert map, tile choices and GEMM plans
@@ -226,14 +207,6 @@ pub struct MoeLayer<T: Element, W: LayerWeights<T> = ExpertWeights<T>> {
     /// Global expert -> local index or -1 (expert parallelism); `None`: all experts are local.
     expert_map: Option<CudaSlice<i32>>,
     gemms: Vec<GemmPair<T>>,
-}
-
-/// The tokens of one pass and the backend that runs them.
-#[derive(Clone, Copy, Debug)]
-struct Step {
-    backend: Backend,
-    lo: usize,
-    hi: usize,
 }
 
 impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
@@ -383,13 +356,38 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     pub fn set_fused_tile(&mut self, tile: Option<FusedTile>) {
         self.sizing.fused_tile = tile;
     }
-    /// Switches the backend of a live layer (no reload, no allocation).
+    /// Switches the backend of a live layer (no reload, no allocation). `Auto` picks among the backends the
+    /// plan made room for ([`Self::backends`]). A concrete backend must have room for full passes
+    /// ([`LayerSizing::check_full_passes`]): a plan sized for `Auto` gives each backend only the batches Auto sends
+    /// it, so a forced backend would run a large batch as many small passes; plan it with
+    /// [`MoeLayerOptions::backends`] (each of the set gets room for `max_tokens`), or accept the passes with
+    /// [`Self::set_backend_with_passes`].
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] if the plan made no scratch room for `backend` (see
-    /// [`MoeLayerOptions::backends`]), or, over FP8 weights, for Eager (no FP8 form: the message says so);
-    /// [`Error::UnsupportedArch`] for a backend without SASS for the layer's device (SM100: Fused).
+    /// [`MoeLayerOptions::backends`]) or less than full passes (naming its tokens per pass and `max_tokens`), or,
+    /// over FP8 weights, for Eager (no FP8 form: the message says so); [`Error::UnsupportedArch`] for a backend
+    /// without SASS for the layer's device (SM100: Fused).
     pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
+        self.check_backend(backend)?;
+        self.sizing.check_full_passes(backend)?;
+        self.backend = backend;
+        Ok(())
+    }
+
+    /// [`Self::set_backend`] that accepts a backend whose room in this plan is less than full passes: a batch
+    /// then runs in [`Self::passes`] passes of [`LayerSizing::tokens_per_pass`] tokens.
+    ///
+    /// # Errors
+    /// As [`Self::set_backend`], less the full-pass check.
+    pub fn set_backend_with_passes(&mut self, backend: Backend) -> Result<()> {
+        self.check_backend(backend)?;
+        self.backend = backend;
+        Ok(())
+    }
+
+    /// Whether `backend` runs over the weights' format on the device and has room in the plan.
+    fn check_backend(&self, backend: Backend) -> Result<()> {
         if backend != Backend::Auto && !self.sizing.format.backends().contains(backend) {
             return Err(format_backend_error(self.sizing.format, backend));
         }
@@ -400,7 +398,6 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 self.sizing.backends
             )));
         }
-        self.backend = backend;
         Ok(())
     }
 
@@ -422,57 +419,16 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// cost is the lower), and beyond that on narrow experts (I ≤ 1024) or few experts (E ≤ 16). On wide
     /// experts with many rows Grouped's TMA-fed GEMMs are ahead, and at prefill 1.2–1.5x: `Grouped` takes those.
     /// With an expert map, Auto runs Grouped. Over FP8 weights it picks Batched or Grouped by
-    /// [`auto_backend_fp8`].
+    /// [`auto_backend_fp8`]. Auto only ever picks a backend the plan made room for ([`Self::backends`]): where the
+    /// one it prefers has none, it takes the nearest planned one (Fused for Grouped and back, then Contiguous,
+    /// Masked; Batched only where it is cheaper or nothing else is planned) — see [`LayerSizing::backend_for`].
     pub fn backend_for(&self, tokens: usize) -> Backend {
-        match self.backend {
-            Backend::Auto => auto_pick(
-                &self.sizing.shape,
-                self.sizing.gemm,
-                tokens,
-                self.expert_map.is_some(),
-                self.sizing.tuned.as_ref(),
-            ),
-            b => b,
-        }
+        self.sizing.backend_for(self.backend, tokens)
     }
 
     /// The passes of a forward of `tokens` tokens, in order (host only, allocation-free).
     fn steps(&self, tokens: usize) -> impl Iterator<Item = Result<Step>> + '_ {
-        let max = self.sizing.max_tokens;
-        let mut lo = 0usize;
-        let mut chunk_end = 0usize;
-        let mut chunk_backend = Backend::Auto;
-        std::iter::from_fn(move || {
-            if lo >= tokens {
-                return None;
-            }
-            if lo >= chunk_end {
-                chunk_end = (lo + max).min(tokens);
-                chunk_backend = self.backend_for(chunk_end - lo);
-            }
-            let b = chunk_backend;
-            if !self.sizing.backends.contains(b) {
-                lo = tokens;
-                return Some(Err(Error::InvalidProblem(format!(
-                    "backend {b} has no scratch room in this plan (its backends: {{{}}})",
-                    self.sizing.backends
-                ))));
-            }
-            let n = match b {
-                Backend::Fused => self.fused_pass(chunk_end - lo).1,
-                _ => self.sizing.fitting_tokens(b, chunk_end - lo),
-            };
-            if n == 0 {
-                lo = tokens;
-                return Some(Err(Error::InvalidProblem(format!(
-                    "scratch capacity: backend {b} cannot run one token in {} layout rows",
-                    self.sizing.rows
-                ))));
-            }
-            let step = Step { backend: b, lo, hi: lo + n };
-            lo += n;
-            Some(Ok(step))
-        })
+        self.sizing.steps(self.backend, tokens)
     }
 
     /// How many passes a forward of `tokens` tokens runs (1 when the batch fits the plan in one go).
@@ -480,7 +436,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// # Errors
     /// As [`Self::forward`] for a backend without room.
     pub fn passes(&self, tokens: usize) -> Result<usize> {
-        self.steps(tokens).try_fold(0, |n, s| s.map(|_| n + 1))
+        self.sizing.passes(self.backend, tokens)
     }
 
     /// The tile a Fused pass of `tokens` tokens runs (its first pass, where the batch takes several): the fixed
@@ -490,31 +446,15 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         self.fused_pass(tokens).0
     }
 
-    /// The Fused tile and tokens of a pass of at most `want` tokens: the chosen (or fixed) tile if its layout
-    /// fits the scratch rows, else the 64-row tile.
     fn fused_pass(&self, want: usize) -> (FusedTile, usize) {
-        let s = &self.sizing.shape;
-        let want = want.min(self.sizing.max_tokens);
-        let n = self.sizing.fitting_tokens(Backend::Fused, want);
-        let z = &self.sizing;
-        let tile = pick::fused_tile_for(z.fused_tile, z.tuned.as_ref(), z.format, n, s);
-        if tile != FusedTile::M64N128K64 && aligned_rows(n * s.slots(), s.groups(), tile.block_m()) > self.sizing.rows {
-            // The 128-row tile's padding does not fit: the largest pass that does, or the 64-row tile.
-            let fits = |t: usize| aligned_rows(t * s.slots(), s.groups(), tile.block_m()) <= self.sizing.rows;
-            let m = (1..=n).rev().find(|&t| fits(t)).unwrap_or(0);
-            if m * 2 >= n && m > 0 {
-                return (tile, m);
-            }
-            return (FusedTile::M64N128K64, n);
-        }
-        (tile, n)
+        self.sizing.fused_pass(want)
     }
 
     /// `y [T, H] = MoE(x [T, H])` for the routing `topk_ids`, `topk_weights` (`[T, k]`), using `scratch` for
     /// every intermediate. Any `T`: batches larger than a pass run as several passes.
     ///
     /// Validates, before it queues anything: the stream's and the scratch's device against the plan's (naming
-    /// both), the views' shapes (`x`, `y` `[T, H]`, ids and weights `[T, k]`, packed rows, 16-byte aligned
+    /// both), the scratch's stream against `stream` ([`MoeScratch::hand_over`]), the views' shapes (`x`, `y` `[T, H]`, ids and weights `[T, k]`, packed rows, 16-byte aligned
     /// bases), the scratch's capacity against [`Self::needs`], and that the backend of every pass has room.
     /// Device data (ids) is range-checked on the device and reported through the scratch's status word
     /// ([`MoeScratch::check`]).
@@ -603,6 +543,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let d = self.device.ordinal;
         same_device("the stream", stream.context().ordinal(), d)?;
         same_device("the scratch", scratch.device(), d)?;
+        scratch.check_stream(stream)?;
         scratch.needs().check_covers(self.needs())?;
         let (t, h, k) = (x.rows(), self.sizing.shape.hidden, self.sizing.shape.top_k);
         let shape_err = |name: &'static str, rows: usize, cols: usize, want_cols: usize| Error::Buffer {

@@ -5,7 +5,7 @@ use crate::kernels::fused::FusedTile;
 use crate::tuning::TunedBackends;
 
 use super::arch::LayerGemm;
-use super::backends::Backend;
+use super::backends::{Backend, Backends};
 use super::shape::LayerShape;
 use super::sizing::BATCHED_MAX_ROWS;
 use super::weights::WeightFormat;
@@ -18,30 +18,107 @@ pub(crate) fn tuned_runs(shape: &LayerShape, gemm: LayerGemm, b: Backend, tokens
         && (b != Backend::Batched || tokens * shape.slots() <= BATCHED_MAX_ROWS.max(shape.slots()))
 }
 
-/// Auto's choice for `tokens` tokens of `shape` whose layout backends run `gemm`: the tuned bucket's backend
-/// where it can run the batch, else [`super::auto_backend`] and, for FP8 weights, [`super::auto_backend_fp8`];
-/// Grouped under expert parallelism, and where no cost model was fitted on the GEMM's arch (SM100).
+/// Auto's choice for `tokens` tokens of `shape` whose layout backends run `gemm`, among `set` only (the backends
+/// the plan made room for: a backend outside it would fail every forward): the tuned bucket's backend where it is
+/// in `set` and can run the batch, else [`super::auto_backend`] and, for FP8 weights, [`super::auto_backend_fp8`]
+/// restricted to `set`; Grouped under expert parallelism, and where no cost model was fitted on the GEMM's arch
+/// (SM100). Where the backend Auto prefers is not in `set`, it takes the nearest one that is ([`first_in`]).
 pub(crate) fn auto_pick(
     shape: &LayerShape,
     gemm: LayerGemm,
     tokens: usize,
     expert_parallel: bool,
     tuned: Option<&TunedBackends>,
+    set: Backends,
 ) -> Backend {
     if expert_parallel {
-        return Backend::Grouped;
+        return first_in(set, &GROUPED_FIRST);
     }
-    if let Some(b) = tuned.map(|t| t.pick(tokens)).filter(|&b| tuned_runs(shape, gemm, b, tokens)) {
+    if let Some(b) = tuned.map(|t| t.pick(tokens)).filter(|&b| set.contains(b) && tuned_runs(shape, gemm, b, tokens)) {
         return b;
     }
     if !gemm.auto_cost_model_fits() {
-        return Backend::Grouped;
-    }
-    if gemm.is_fp8() {
-        return super::auto_backend_fp8(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens);
+        return first_in(set, &GROUPED_FIRST);
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
-    super::auto_backend(shape.groups(), shape.slots(), shape.hidden, shape.inter, tokens)
+    let (e, k, h, i) = (shape.groups(), shape.slots(), shape.hidden, shape.inter);
+    if gemm.is_fp8() {
+        fp8_cost_pick(set, e, k, h, i, tokens)
+    } else {
+        dense_cost_pick(set, e, k, h, i, tokens)
+    }
+}
+
+/// The layout backends in the order Auto substitutes them when the one it prefers has no room: the other
+/// persistent-tile backend first, then the padded layouts.
+const FUSED_FIRST: [Backend; 4] = [Backend::Fused, Backend::Grouped, Backend::Contiguous, Backend::Masked];
+const GROUPED_FIRST: [Backend; 4] = [Backend::Grouped, Backend::Fused, Backend::Contiguous, Backend::Masked];
+
+/// The first of `order` that `set` holds; else any backend of `set` but Eager (it synchronises); else Eager.
+pub(crate) fn first_in(set: Backends, order: &[Backend]) -> Backend {
+    order
+        .iter()
+        .copied()
+        .find(|&b| set.contains(b))
+        .or_else(|| set.iter().find(|&b| b != Backend::Eager))
+        .or_else(|| set.iter().next())
+        .unwrap_or(Backend::Grouped)
+}
+
+/// Experts a batch of `tokens` tokens activates under uniform top-`top_k` routing over `experts`.
+fn active_experts(experts: usize, top_k: usize, tokens: usize) -> f64 {
+    let (e, k) = (experts as f64, top_k as f64);
+    e * (1.0 - (1.0 - k / e).powf(tokens as f64))
+}
+
+/// Layout backends' streaming rate: lower with few active experts (fewer SMs busy per expert).
+fn layout_bandwidth(active: f64) -> f64 {
+    if active < 16.0 {
+        3.3e12
+    } else {
+        4.16e12
+    }
+}
+
+/// [`super::auto_backend`] among `set` (its docs give the costs).
+pub(crate) fn dense_cost_pick(
+    set: Backends,
+    experts: usize,
+    top_k: usize,
+    hidden: usize,
+    inter: usize,
+    tokens: usize,
+) -> Backend {
+    let rows = (tokens * top_k) as f64;
+    let active = active_experts(experts, top_k, tokens);
+    let expert_bytes = 3.0 * (hidden * inter) as f64 * 2.0;
+    let batched_us = rows * expert_bytes / 4.05e12 * 1e6 + 12.0;
+    let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + 50.0;
+    if set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
+        return Backend::Batched;
+    }
+    let fused = rows / active.max(1.0) <= 48.0 && (rows <= 64.0 || inter <= 1024 || experts <= 16);
+    first_in(set, if fused { &FUSED_FIRST } else { &GROUPED_FIRST })
+}
+
+/// [`super::auto_backend_fp8`] among `set` (its docs give the costs).
+pub(crate) fn fp8_cost_pick(
+    set: Backends,
+    experts: usize,
+    top_k: usize,
+    hidden: usize,
+    inter: usize,
+    tokens: usize,
+) -> Backend {
+    let rows = (tokens * top_k) as f64;
+    let active = active_experts(experts, top_k, tokens);
+    let expert_bytes = 3.0 * (hidden * inter) as f64;
+    let batched_us = rows * expert_bytes / 2.98e12 * 1e6 + 16.0;
+    let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + 44.0;
+    if set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
+        return Backend::Batched;
+    }
+    first_in(set, &GROUPED_FIRST)
 }
 
 /// The Fused tile of a pass of `tokens` tokens: the layer's fixed tile; else, over 16-bit weights, the tuned

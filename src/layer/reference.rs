@@ -23,7 +23,7 @@ pub use mx::{moe_forward_mx, MxHostLayer};
 use super::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
 use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::dtype::Element;
-use crate::quant::{per_token_group_quant, GroupQuant, ScaleFormat, SCALE_BLOCK};
+use crate::quant::{per_token_group_quant, GroupQuant, SCALE_BLOCK};
 use crate::reference::Tolerance;
 
 fn silu(x: f32) -> f32 {
@@ -202,14 +202,11 @@ pub struct Fp8HostLayer<'a> {
 }
 
 impl<'a> Fp8HostLayer<'a> {
-    /// `experts` without biases, activations quantised as the upload does (UE8M0-rounded scales for UE8M0
-    /// checkpoints, else DeepSeek's f32 scales).
+    /// `experts` without biases, activations quantised as the upload does
+    /// ([`PackedFp8Experts::activation_quant`]: the checkpoint family's eps, UE8M0-rounded scales for UE8M0
+    /// checkpoints).
     pub fn new(experts: &'a PackedFp8Experts, activation: Activation) -> Self {
-        let quant = match experts.scale_format() {
-            ScaleFormat::Ue8m0 => GroupQuant::DEEPSEEK_UE8M0,
-            _ => GroupQuant::DEEPSEEK,
-        };
-        Fp8HostLayer { experts, activation, quant, b13: None, b2: None }
+        Fp8HostLayer { experts, activation, quant: experts.activation_quant(), b13: None, b2: None }
     }
 }
 

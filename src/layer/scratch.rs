@@ -21,11 +21,19 @@ use super::{LayerWeights, MoeLayer};
 /// Sized by [`ScratchNeeds`] (see [`MoeScratch::for_layers`]); every byte it holds is in
 /// [`ScratchNeeds::footprint`], and [`MoeScratch::bytes`] reports what was allocated.
 ///
-/// Not `Sync` by use: a forward borrows it mutably, so two streams need two scratches.
+/// Not `Sync` by use: a forward borrows it mutably, so two streams need two scratches. A scratch belongs to
+/// the stream it was made on ([`Self::cu_stream`]): a forward or [`Self::check`] on another stream is refused
+/// before anything is queued, since its work would race the first stream's where nothing orders them
+/// (cudarc's event tracking, off for graph capture, is what would). [`Self::hand_over`] moves it. The check
+/// compares `CUstream` handles: the legacy default stream (0) and the per-thread default stream (one handle,
+/// `CU_STREAM_PER_THREAD`, for every thread's) look the same from every thread, so a scratch used from two
+/// threads on their per-thread streams is not caught.
 #[derive(Debug)]
 pub struct MoeScratch<T: Element> {
     needs: ScratchNeeds,
     device: usize,
+    /// The stream the scratch is used on (`CUstream` as u64): the one it was made on, or handed over to.
+    stream: u64,
     pub(crate) layout: Option<ExpertLayout>,
     pub(crate) a: Option<CudaSlice<T>>,
     pub(crate) a8: Option<Fp8Rows>,
@@ -91,6 +99,7 @@ impl<T: Element> MoeScratch<T> {
         Ok(MoeScratch {
             needs: *needs,
             device: stream.context().ordinal(),
+            stream: stream.cu_stream() as u64,
             layout,
             a: alloc(stream, n.a_rows * n.hidden)?,
             a8: alloc_fp8(stream, n.a_fp8_rows, n.hidden)?,
@@ -138,6 +147,38 @@ impl<T: Element> MoeScratch<T> {
         self.device
     }
 
+    /// The stream the scratch is used on, as the `CUstream` handle (`stream.cu_stream() as u64`): the one it was
+    /// made on, or the last one it was handed over to.
+    pub fn cu_stream(&self) -> u64 {
+        self.stream
+    }
+
+    /// Hands the scratch over to `stream`: forwards and [`Self::check`] are then accepted on `stream` only.
+    ///
+    /// This does **not** synchronise or order anything: the caller must make `stream` wait for the work the old
+    /// stream queued on the scratch (e.g. an event recorded on the old stream and waited on by the new one,
+    /// `CudaStream::join`), or the two streams' kernels race on the same buffers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `stream` is on another device than the
+    /// scratch (naming both).
+    pub fn hand_over(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        let d = stream.context().ordinal();
+        if d != self.device {
+            return Err(crate::Error::InvalidProblem(format!(
+                "hand_over: the stream is on device {d}, the scratch lives on device {}",
+                self.device
+            )));
+        }
+        self.stream = stream.cu_stream() as u64;
+        Ok(())
+    }
+
+    /// Whether the scratch may be used on `stream` (the one it was made on or handed over to).
+    pub(crate) fn check_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        same_stream(self.stream, stream.cu_stream() as u64)
+    }
+
     /// Device bytes allocated (equal to `needs().footprint().total()`).
     pub fn bytes(&self) -> usize {
         fn b<U>(s: &Option<CudaSlice<U>>) -> usize {
@@ -172,7 +213,34 @@ impl<T: Element> MoeScratch<T> {
     ///
     /// # Errors
     /// [`Error::DeviceCheck`](crate::Error::DeviceCheck) naming each failed check.
+    /// [`Error::InvalidProblem`](crate::Error::InvalidProblem) naming both streams if `stream` is not the
+    /// scratch's ([`Self::hand_over`]).
     pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.check_stream(stream)?;
         self.status.check(stream)
+    }
+}
+
+/// A scratch of stream `owner` used on stream `used` (both `CUstream` handles as u64): the same stream, or an
+/// error naming both.
+pub(crate) fn same_stream(owner: u64, used: u64) -> Result<()> {
+    if owner == used {
+        return Ok(());
+    }
+    Err(crate::Error::InvalidProblem(format!(
+        "the scratch belongs to stream {owner:#x}, used on stream {used:#x}: two streams would race on its buffers; \
+         order the first stream's work before the second's (an event) and call MoeScratch::hand_over"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scratch_on_another_stream_is_refused_naming_both() {
+        assert!(same_stream(0x5a00, 0x5a00).is_ok());
+        let msg = same_stream(0x5a00, 0x7b00).unwrap_err().to_string();
+        assert!(msg.contains("stream 0x5a00") && msg.contains("stream 0x7b00") && msg.contains("hand_over"), "{msg}");
     }
 }

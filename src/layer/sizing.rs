@@ -54,6 +54,8 @@ pub struct LayerSizing {
     pub(crate) max_tokens: usize,
     pub(crate) max_m: usize,
     pub(crate) backends: Backends,
+    /// Whether the layer has an expert map (Auto then runs Grouped, or the nearest planned backend).
+    pub(crate) expert_parallel: bool,
     pub(crate) fused_tile: Option<FusedTile>,
     pub(crate) sm_count: usize,
     /// Sizing pass per enabled backend.
@@ -63,7 +65,7 @@ pub struct LayerSizing {
     pub(crate) needs: ScratchNeeds,
     /// The GEMM plans the layer makes: (family, w13 or w2, groups, n, k, max_rows, candidate rows).
     pub(crate) gemms: Vec<GemmSpec>,
-    /// `Auto`'s measured choices, where given.
+    /// `Auto`'s measured choices, where given (with `backends` given, the buckets of those backends only).
     pub(crate) tuned: Option<TunedBackends>,
 }
 
@@ -314,6 +316,11 @@ impl LayerSizing {
             (None, Backend::Auto) => auto_set,
             (None, b) => Backends::of(b),
         };
+        // Auto picks among the planned backends only: a tuned bucket of another backend has no room.
+        let tuned = match backends {
+            Some(set) => tuned.and_then(|t| t.restricted_to(set)),
+            None => tuned,
+        };
         if enabled.is_empty() {
             return bad("the layer's backend set is empty: enable at least one backend".into());
         }
@@ -364,7 +371,7 @@ impl LayerSizing {
                 let tokens = if backends.is_none() && backend == Backend::Auto {
                     // The largest batch Auto sends to b (at least one token, so a forced switch still runs).
                     (1..=max_tokens)
-                        .rfind(|&t| auto_pick(&s, gemm, t, expert_parallel, tuned.as_ref()) == b)
+                        .rfind(|&t| auto_pick(&s, gemm, t, expert_parallel, tuned.as_ref(), enabled) == b)
                         .unwrap_or(1)
                         .min(full)
                 } else {
@@ -479,6 +486,7 @@ impl LayerSizing {
             max_tokens,
             max_m,
             backends: enabled,
+            expert_parallel,
             fused_tile,
             sm_count,
             passes,
@@ -513,7 +521,8 @@ impl LayerSizing {
     pub fn fused_tile(&self, tokens: usize) -> FusedTile {
         fused_tile_for(self.fused_tile, self.tuned.as_ref(), self.format, tokens, &self.shape)
     }
-    /// Tokens per pass of each enabled backend, as sized.
+    /// Tokens per pass of each enabled backend, as sized: the largest batch the plan expects to send it (under
+    /// `Auto`, the largest Auto sends it). [`Self::tokens_per_pass`] says what a pass of it can hold.
     pub fn pass_tokens(&self) -> Vec<(Backend, usize)> {
         self.passes.iter().map(|p| (p.backend, p.tokens)).collect()
     }

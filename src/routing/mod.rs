@@ -20,7 +20,12 @@
 
 pub mod reference;
 
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, CudaView};
+
 use crate::error::{Error, Result};
+use crate::view::{MatrixView, MatrixViewMut, ViewShape};
 
 /// The routing function of a model family. New families arrive as new variants: match with a wildcard arm.
 #[non_exhaustive]
@@ -111,6 +116,65 @@ impl RouterConfig {
     pub fn takes_bias(&self) -> bool {
         matches!(self.kind, RouterKind::GroupedSigmoid { .. })
     }
+
+    /// The tokens of a launch over views of these shapes: `logits [T, E]`, `bias [E]` (its length; required by
+    /// the grouped sigmoid router, refused by the others), `topk_ids` and `topk_weights [T, k]`, every view with
+    /// packed rows (the kernel reads `T · E` and writes `T · k` adjacent elements). `T` is the logits' rows.
+    /// What [`Router::launch`] checks before it queues anything; a pure function, so it is tested without a GPU.
+    ///
+    /// # Errors
+    /// [`Error::Buffer`] naming the view and both shapes: a view whose rows are not the logits', logits whose
+    /// columns are not the config's experts, ids or weights whose columns are not `top_k`, a bias whose length
+    /// is not the experts (or a missing / unexpected bias), a view with a row stride.
+    pub fn check_shapes(
+        &self,
+        logits: ViewShape,
+        bias: Option<usize>,
+        topk_ids: ViewShape,
+        topk_weights: ViewShape,
+    ) -> Result<usize> {
+        let (e, k, t) = (self.experts, self.top_k, logits.rows);
+        if logits.cols != e {
+            return Err(Error::Buffer {
+                name: "logits",
+                detail: format!("is {logits}, the router needs [T, {e}] (E = the config's experts)"),
+            });
+        }
+        for (name, v) in [("topk_ids", topk_ids), ("topk_weights", topk_weights)] {
+            if v.rows != t || v.cols != k {
+                return Err(Error::Buffer {
+                    name,
+                    detail: format!(
+                        "is {v}, logits are {logits}: the router needs [{t}, {k}] (T = logits' rows, k = top_k)"
+                    ),
+                });
+            }
+        }
+        for (name, v) in [("logits", logits), ("topk_ids", topk_ids), ("topk_weights", topk_weights)] {
+            if !v.is_packed() {
+                return Err(Error::Buffer {
+                    name,
+                    detail: format!(
+                        "is {v}: the router kernel reads and writes packed rows (take a view of whole rows)"
+                    ),
+                });
+            }
+        }
+        match (self.takes_bias(), bias) {
+            (true, Some(n)) if n != e => Err(Error::Buffer {
+                name: "bias",
+                detail: format!("has {n} elements, logits are {logits}: e_score_correction_bias needs [{e}] (E)"),
+            }),
+            (true, None) => Err(Error::Buffer {
+                name: "bias",
+                detail: "the grouped sigmoid router (DeepSeek-V3) needs e_score_correction_bias [experts]".into(),
+            }),
+            (false, Some(_)) => {
+                Err(Error::Buffer { name: "bias", detail: "this router takes no correction bias".into() })
+            }
+            _ => Ok(t),
+        }
+    }
 }
 
 impl RouterConfig {
@@ -145,7 +209,7 @@ pub struct Router {
 impl Router {
     /// # Errors
     /// [`Error::UnsupportedArch`] unless the routers were built for the device of `stream` (SM90, SM100).
-    pub fn new(stream: &std::sync::Arc<cudarc::driver::CudaStream>, config: RouterConfig) -> Result<Self> {
+    pub fn new(stream: &Arc<CudaStream>, config: RouterConfig) -> Result<Self> {
         crate::DeviceInfo::query(stream.context())?.require("router", crate::KernelFamily::Routing)?;
         Ok(Router { config })
     }
@@ -154,33 +218,34 @@ impl Router {
         &self.config
     }
 
-    /// Routes `tokens` rows of `logits [tokens, E]` (f32) into `topk_ids [tokens, k]` and
-    /// `topk_weights [tokens, k]`. `bias [E]` (f32) is DeepSeek's `e_score_correction_bias`: required by the
-    /// grouped sigmoid router and refused by the others.
+    /// Routes `logits [T, E]` (f32) into `topk_ids [T, k]` and `topk_weights [T, k]`, `T` the views' rows.
+    /// `bias [E]` (f32) is DeepSeek's `e_score_correction_bias`: required by the grouped sigmoid router and
+    /// refused by the others. The views' shapes are checked before anything is queued
+    /// ([`RouterConfig::check_shapes`]).
     ///
     /// # Errors
-    /// [`Error::Buffer`] for a short buffer or a missing / unexpected bias; launch errors. Non-finite logits
-    /// are reported through `status`.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Error::Buffer`] naming the view and both shapes ([`RouterConfig::check_shapes`]); launch errors.
+    /// Non-finite logits are reported through `status`.
     pub fn launch(
         &self,
-        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-        tokens: usize,
-        logits: &impl cudarc::driver::DevicePtr<f32>,
-        bias: Option<&cudarc::driver::CudaView<'_, f32>>,
-        topk_ids: &mut impl cudarc::driver::DevicePtrMut<i32>,
-        topk_weights: &mut impl cudarc::driver::DevicePtrMut<f32>,
+        stream: &Arc<CudaStream>,
+        logits: &MatrixView<'_, f32>,
+        bias: Option<&CudaView<'_, f32>>,
+        topk_ids: &mut MatrixViewMut<'_, i32>,
+        topk_weights: &mut MatrixViewMut<'_, f32>,
         status: &mut crate::DeviceStatus,
     ) -> Result<()> {
+        let tokens =
+            self.config.check_shapes(logits.shape(), bias.map(|b| b.len()), topk_ids.shape(), topk_weights.shape())?;
         let desc = self.config.to_ffi();
         crate::ffi::routing::launch_router(
             stream,
             &desc,
             tokens,
-            logits,
+            &logits.as_view(),
             bias,
-            topk_ids,
-            topk_weights,
+            &mut topk_ids.as_view_mut(),
+            &mut topk_weights.as_view_mut(),
             status.word_mut(),
         )
     }

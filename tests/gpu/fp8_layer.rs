@@ -352,7 +352,18 @@ fn fp8_layer_replays_in_a_graph() {
                     w: &mut CudaSlice<f32>,
                     y: &mut CudaSlice<bf16>,
                     logits: &CudaSlice<f32>| {
-            router.launch(&stream, t, logits, None, ids, w, scratch.status_mut()).unwrap();
+            let (mut iv, mut wv) =
+                (MatrixViewMut::of("topk_ids", ids, k).unwrap(), MatrixViewMut::of("topk_weights", w, k).unwrap());
+            router
+                .launch(
+                    &stream,
+                    &MatrixView::of("logits", logits, e).unwrap(),
+                    None,
+                    &mut iv,
+                    &mut wv,
+                    scratch.status_mut(),
+                )
+                .unwrap();
             let (xv, iv, wv) = views(&x, h, ids, w, k);
             layer.forward(&stream, scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", y, h).unwrap()).unwrap();
         };

@@ -72,9 +72,11 @@ impl Step {
     /// Queues the whole step: nothing here allocates or synchronises, so it can be captured.
     fn queue(&mut self, stream: &Arc<CudaStream>, tokens: usize) {
         let bias = self.router.config().takes_bias().then(|| self.bias.as_view());
-        self.router
-            .launch(stream, tokens, &self.logits, bias.as_ref(), &mut self.ids, &mut self.weights, &mut self.st)
-            .unwrap();
+        let (e, k) = (self.router.config().experts(), self.router.config().top_k());
+        let logits = MatrixView::new("logits", self.logits.slice(..tokens * e), tokens, e).unwrap();
+        let mut ids = MatrixViewMut::new("topk_ids", self.ids.slice_mut(..tokens * k), tokens, k).unwrap();
+        let mut w = MatrixViewMut::new("topk_weights", self.weights.slice_mut(..tokens * k), tokens, k).unwrap();
+        self.router.launch(stream, &logits, bias.as_ref(), &mut ids, &mut w, &mut self.st).unwrap();
         self.layout.build(stream, tokens, &self.ids, None, &mut self.st).unwrap();
         self.layout.gather(stream, tokens, self.hidden, &self.x, &mut self.a, &mut self.st).unwrap();
         self.gemm

@@ -17,7 +17,13 @@ pub fn gpu_route(config: RouterConfig, logits: &[f32], bias: Option<&[f32]>) -> 
     let mut ids = stream.alloc_zeros::<i32>(tokens * config.top_k()).unwrap();
     let mut w = stream.alloc_zeros::<f32>(tokens * config.top_k()).unwrap();
     let mut st = DeviceStatus::new(&stream).unwrap();
-    router.launch(&stream, tokens, &l, b.as_ref().map(|b| b.as_view()).as_ref(), &mut ids, &mut w, &mut st).unwrap();
+    let (e, k) = (config.experts(), config.top_k());
+    let (mut iv, mut wv) =
+        (MatrixViewMut::of("topk_ids", &mut ids, k).unwrap(), MatrixViewMut::of("topk_weights", &mut w, k).unwrap());
+    let bias = b.as_ref().map(|b| b.as_view());
+    router
+        .launch(&stream, &MatrixView::of("logits", &l, e).unwrap(), bias.as_ref(), &mut iv, &mut wv, &mut st)
+        .unwrap();
     let checked = st.check(&stream);
     (stream.clone_dtoh(&ids).unwrap(), stream.clone_dtoh(&w).unwrap(), checked)
 }
@@ -203,22 +209,32 @@ fn tokens_without_a_finite_logit_get_ids_in_range_and_zero_weights() {
     }
 }
 
+/// A missing or unexpected bias, and views of mismatched shapes (ids for 2 tokens, logits for 1), are refused
+/// before a launch: the ids keep their sentinel and the status word stays clean.
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn router_refuses_missing_or_unexpected_bias() {
+fn router_refuses_missing_or_unexpected_bias_and_mismatched_views() {
     let (_ctx, stream) = gpu();
     let mut st = DeviceStatus::new(&stream).unwrap();
     let l = stream.alloc_zeros::<f32>(256).unwrap();
     let b = stream.alloc_zeros::<f32>(256).unwrap();
-    let mut ids = stream.alloc_zeros::<i32>(8).unwrap();
-    let mut w = stream.alloc_zeros::<f32>(8).unwrap();
+    let mut ids = stream.clone_htod(&[-7i32; 16]).unwrap();
+    let mut w = stream.alloc_zeros::<f32>(16).unwrap();
+    let lv = MatrixView::of("logits", &l, 256).unwrap();
     let ds = Router::new(&stream, RouterConfig::deepseek_v3()).unwrap();
-    let e = ds.launch(&stream, 1, &l, None, &mut ids, &mut w, &mut st).unwrap_err();
-    assert!(e.to_string().contains("e_score_correction_bias"), "{e}");
-    let mx =
-        Router::new(&stream, RouterConfig::new(256, 8, RouterKind::Softmax { renormalize: true }).unwrap()).unwrap();
-    let e = mx.launch(&stream, 1, &l, Some(&b.as_view()), &mut ids, &mut w, &mut st).unwrap_err();
-    assert!(e.to_string().contains("no correction bias"), "{e}");
-    let e = mx.launch(&stream, 2, &l, None, &mut ids, &mut w, &mut st).unwrap_err();
-    assert!(e.to_string().contains("logits"), "{e}");
+    {
+        let mut iv = MatrixViewMut::new("topk_ids", ids.slice_mut(..8), 1, 8).unwrap();
+        let mut wv = MatrixViewMut::new("topk_weights", w.slice_mut(..8), 1, 8).unwrap();
+        let e = ds.launch(&stream, &lv, None, &mut iv, &mut wv, &mut st).unwrap_err();
+        assert!(e.to_string().contains("e_score_correction_bias"), "{e}");
+        let mx = Router::new(&stream, RouterConfig::new(256, 8, RouterKind::Softmax { renormalize: true }).unwrap());
+        let e = mx.unwrap().launch(&stream, &lv, Some(&b.as_view()), &mut iv, &mut wv, &mut st).unwrap_err();
+        assert!(e.to_string().contains("no correction bias"), "{e}");
+    }
+    let mut iv = MatrixViewMut::of("topk_ids", &mut ids, 8).unwrap();
+    let mut wv = MatrixViewMut::of("topk_weights", &mut w, 8).unwrap();
+    let e = ds.launch(&stream, &lv, Some(&b.as_view()), &mut iv, &mut wv, &mut st).unwrap_err().to_string();
+    assert!(e.contains("topk_ids") && e.contains("[2, 8]") && e.contains("[1, 256]"), "{e}");
+    assert_eq!(stream.clone_dtoh(&ids).unwrap(), vec![-7; 16], "a refused launch wrote ids");
+    st.check(&stream).unwrap();
 }

@@ -218,7 +218,8 @@ fn forward_refuses_bad_input_before_queueing_anything() {
 /// A layer planned for Auto (room for Batched, Fused and Grouped, each for the batches Auto sends it) switched
 /// to each of them by hand runs every batch up to its plan: at T = 1..8 Auto sends Grouped one token, so its
 /// `a` holds a few rows while Fused's padded layout holds hundreds. The GEMM plans used to be sized by the
-/// largest pass and refused Grouped's `a` ("buffer `a` ... rows of A x K").
+/// largest pass and refused Grouped's `a` ("buffer `a` ... rows of A x K"). `set_backend` refuses a backend
+/// with less than full passes; `set_backend_with_passes` accepts it, and the batch runs in `passes(T)` passes.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
@@ -234,7 +235,13 @@ fn auto_planned_layer_runs_each_of_its_backends_by_hand() {
     let (x, ids, w) =
         (stream.clone_htod(&x_host).unwrap(), stream.clone_htod(&idh).unwrap(), stream.clone_htod(&wh).unwrap());
     for backend in [Backend::Grouped, Backend::Fused, Backend::Batched] {
-        layer.set_backend(backend).unwrap();
+        let room = layer.sizing().tokens_per_pass(backend);
+        if room < t {
+            let err = layer.set_backend(backend).unwrap_err().to_string();
+            assert!(err.contains(&format!("room for {room} token")), "{backend}: {err}");
+        }
+        layer.set_backend_with_passes(backend).unwrap();
+        assert_eq!(layer.passes(t).unwrap(), t.div_ceil(room), "{backend}");
         let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
         let (xv, iv, wv) = views(&x, h, &ids, &w, k);
         layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
@@ -331,7 +338,8 @@ fn shipped_table_drives_auto_on_h200() {
             stream.clone_dtoh(&y).unwrap()
         };
         let auto = run(&layer);
-        layer.set_backend(backend).unwrap();
+        // The table's backend has the room Auto gives it (batches up to its buckets), not a full pass.
+        layer.set_backend_with_passes(backend).unwrap();
         let by_hand = run(&layer);
         layer.set_backend(Backend::Auto).unwrap();
         assert!(auto.iter().all(|v| v.is_finite()), "T = {t}: non-finite output");
@@ -341,4 +349,52 @@ fn shipped_table_drives_auto_on_h200() {
             "T = {t}: Auto and {backend:?} by hand"
         );
     }
+}
+
+/// One scratch on two streams: a forward and `check` on a stream other than the scratch's are refused naming
+/// both streams, before anything is queued (y stays NaN, the status word clean); after `hand_over` (the first
+/// stream's work ordered before the second's by `join`, which `hand_over` does not do itself) the second
+/// stream runs and matches the CPU reference, and the first is refused in turn.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn a_scratch_used_on_another_stream_is_refused_until_handed_over() {
+    let (ctx, stream) = gpu();
+    let other = ctx.new_stream().unwrap();
+    let (e, k, h, i, t) = (16usize, 4usize, 256usize, 128usize, 8usize);
+    let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 21);
+    let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
+    let layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(t, k).backend(Backend::Grouped)).unwrap();
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+    assert_eq!(scratch.cu_stream(), stream.cu_stream() as u64);
+    let (idh, wh) = (topk_ids(t, k, e, 22), weights_for(t, k, 23));
+    let x_host = random_vec::<bf16>(t * h, 24, 1.0);
+    let want = moe_forward(&p, &x_host, &idh, &wh, k);
+    let (x, ids, w) =
+        (stream.clone_htod(&x_host).unwrap(), stream.clone_htod(&idh).unwrap(), stream.clone_htod(&wh).unwrap());
+    let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+    stream.synchronize().unwrap();
+    let name = |s: &Arc<CudaStream>| format!("stream {:#x}", s.cu_stream() as u64);
+    let (xv, iv, wv) = views(&x, h, &ids, &w, k);
+    let err = layer
+        .forward(&other, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&name(&stream)) && err.contains(&name(&other)), "{err}");
+    let err = scratch.check(&other).unwrap_err().to_string();
+    assert!(err.contains(&name(&stream)) && err.contains(&name(&other)), "{err}");
+    assert!(stream.clone_dtoh(&y).unwrap().iter().all(|v| v.is_nan()), "a refused forward queued work");
+    scratch.check(&stream).unwrap();
+    other.join(&stream).unwrap();
+    scratch.hand_over(&other).unwrap();
+    assert_eq!(scratch.cu_stream(), other.cu_stream() as u64);
+    layer.forward(&other, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+    scratch.check(&other).unwrap();
+    if let Some(m) = bf16_layer_mismatch(&other.clone_dtoh(&y).unwrap(), &want) {
+        panic!("after hand_over: {m}");
+    }
+    let err = layer
+        .forward(&stream, &mut scratch, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hand_over"), "{err}");
 }
