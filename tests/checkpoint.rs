@@ -288,10 +288,11 @@ fn missing_or_misshapen_shared_tensors_name_the_tensor() {
 
     let lookup = |t: Tensors| {
         move |n: &str| -> Result<(Vec<usize>, Vec<bf16>)> {
-            t.iter()
-                .find(|x| x.0 == n)
-                .map(|x| (x.1.clone(), x.2.clone()))
-                .ok_or_else(|| Error::Checkpoint { tensor: n.into(), problem: "missing".into() })
+            t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).ok_or_else(|| Error::Checkpoint {
+                file: None,
+                tensor: n.into(),
+                problem: "missing".into(),
+            })
         }
     };
     type Mutation = fn(&mut Tensors);

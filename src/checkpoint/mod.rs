@@ -21,10 +21,10 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use safetensors::tensor::{Dtype, Metadata, TensorView};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -93,7 +93,7 @@ impl SharedNaming {
 }
 
 fn bad(tensor: &str, problem: String) -> Error {
-    Error::Checkpoint { tensor: tensor.to_string(), problem }
+    Error::Checkpoint { file: None, tensor: tensor.to_string(), problem }
 }
 
 fn st_dtype(d: DType) -> Dtype {
@@ -111,23 +111,108 @@ fn from_bytes<T: Element>(b: &[u8]) -> Vec<T> {
     b.chunks_exact(2).map(|c| T::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
 }
 
-/// A memory-mapped `.safetensors` file.
+/// The bytes of a checkpoint: a read-only map of its file, or a buffer the caller read.
+#[derive(Debug)]
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A `.safetensors` file, memory-mapped ([`Checkpoint::open`]) or in memory ([`Checkpoint::from_bytes`]).
+///
+/// Its header is validated once, when it is opened: every tensor's `data_offsets` inside the file, contiguous and
+/// in order (no overlaps, no gaps), each tensor's byte count equal to its shape times its dtype's size without
+/// overflow, the file exactly as long as the header says. Each reader then checks the dtype and shape it needs
+/// before it allocates anything, so no allocation is sized by a header field the file's length does not back.
+/// Every error names the file and the tensor ([`Error::Checkpoint`], [`Error::CheckpointFile`]).
 #[derive(Debug)]
 pub struct Checkpoint {
-    map: Mmap,
+    bytes: Bytes,
+    file: PathBuf,
     header: usize,
     meta: Metadata,
 }
 
 impl Checkpoint {
-    /// Maps `path` and reads its header. The file must not be truncated while the checkpoint is open (the
-    /// caveat of every memory-mapped file).
+    /// Maps `path` and validates its header. The map is kept (tensors are copied out of it only when read), so
+    /// the file must not be truncated while the checkpoint is open: reading a page past the new end raises
+    /// SIGBUS, which no safe Rust can catch (the caveat of every memory-mapped file). A file that is already
+    /// truncated when it is opened is an error.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointFile`] naming the file: it cannot be opened or mapped, or is not a valid safetensors
+    /// file (see the type's docs for what is validated).
     pub fn open(path: &Path) -> Result<Checkpoint> {
-        let file = File::open(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
-        let map = crate::ffi::runtime::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
-        let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
-            .map_err(|e| bad(&path.display().to_string(), format!("not a safetensors file: {e}")))?;
-        Ok(Checkpoint { map, header, meta })
+        let fail = |e: String| Error::CheckpointFile { file: path.to_path_buf(), problem: e };
+        let file = File::open(path).map_err(|e| fail(e.to_string()))?;
+        let map = crate::ffi::runtime::map_file(&file).map_err(|e| fail(format!("cannot map it: {e}")))?;
+        Checkpoint::parse(path.to_path_buf(), Bytes::Mapped(map))
+    }
+
+    /// A checkpoint from its bytes (a file read into memory, or received), validated as [`Checkpoint::open`]
+    /// validates a file; `file` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointFile`] naming `file` when `bytes` are not a valid safetensors file.
+    pub fn from_bytes(file: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Checkpoint> {
+        Checkpoint::parse(file.into(), Bytes::Owned(bytes))
+    }
+
+    fn parse(file: PathBuf, bytes: Bytes) -> Result<Checkpoint> {
+        match safetensors::SafeTensors::read_metadata(&bytes) {
+            Ok((header, meta)) => Ok(Checkpoint { bytes, file, header, meta }),
+            Err(e) => Err(Error::CheckpointFile {
+                file,
+                problem: format!("not a valid safetensors file ({} bytes): {}", bytes.len(), describe(&e)),
+            }),
+        }
+    }
+
+    /// The file this checkpoint was read from (or the name [`Checkpoint::from_bytes`] was given).
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// `e` with this checkpoint's file named; an error of another kind becomes a checkpoint error of `tensor`.
+    fn located(&self, tensor: &str) -> impl Fn(Error) -> Error + '_ {
+        let tensor = tensor.to_string();
+        move |e| match e {
+            Error::Checkpoint { file: None, tensor, problem } => {
+                Error::Checkpoint { file: Some(self.file.clone()), tensor, problem }
+            }
+            e @ (Error::Checkpoint { .. } | Error::CheckpointFile { .. }) => e,
+            e => Error::Checkpoint {
+                file: Some(self.file.clone()),
+                tensor: tensor.clone(),
+                problem: match e {
+                    Error::InvalidProblem(m) => m,
+                    e => e.to_string(),
+                },
+            },
+        }
+    }
+
+    /// Tensor `name`'s header entry and bytes.
+    fn entry(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
+        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        let (s, e) = info.data_offsets;
+        // Validated when the file was opened; checked again so that no header can make a read go out of bounds.
+        let base = 8 + self.header;
+        let bytes =
+            base.checked_add(s).zip(base.checked_add(e)).and_then(|(s, e)| self.bytes.get(s..e)).ok_or_else(|| {
+                bad(name, format!("data_offsets [{s}, {e}] do not lie in the {} data bytes", self.bytes.len() - base))
+            })?;
+        Ok((info, bytes))
     }
 
     /// Names of every tensor in the file.
@@ -142,20 +227,20 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Checkpoint`] naming the tensor: missing, or another dtype.
     pub fn tensor<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        self.tensor_in_file(name).map_err(self.located(name))
+    }
+
+    fn tensor_in_file<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
+        let (info, bytes) = self.entry(name)?;
         if info.dtype != st_dtype(T::DTYPE) {
             return Err(bad(name, format!("dtype {:?}, expected {}", info.dtype, T::DTYPE)));
         }
-        let base = 8 + self.header;
-        let (s, e) = info.data_offsets;
-        Ok((info.shape.clone(), from_bytes(&self.map[base + s..base + e])))
+        Ok((info.shape.clone(), from_bytes(bytes)))
     }
 
     /// A tensor converted to f32 (biases), from a 16-bit or f32 tensor.
     fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
-        let base = 8 + self.header;
-        let bytes = &self.map[base + info.data_offsets.0..base + info.data_offsets.1];
+        let (info, bytes) = self.entry(name)?;
         let v = match info.dtype {
             Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             Dtype::BF16 => from_bytes::<half::bf16>(bytes).into_iter().map(f32::from).collect(),
@@ -175,7 +260,7 @@ impl Checkpoint {
         experts: usize,
         naming: ExpertNaming,
     ) -> Result<PackedExperts<T>> {
-        pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming)
+        pack_experts(|name| self.tensor::<T>(name), prefix, experts, naming).map_err(self.located(prefix))
     }
 
     /// Reads the shared expert of the MoE block under `prefix` (`model.layers.L.mlp`), named as `naming` does.
@@ -184,7 +269,7 @@ impl Checkpoint {
     /// [`Error::Checkpoint`] naming the first tensor that is missing, of another dtype, or of a shape that
     /// disagrees with the gate's `[I_s, H]`.
     pub fn pack_shared_expert<T: Element>(&self, prefix: &str, naming: SharedNaming) -> Result<SharedExpert<T>> {
-        pack_shared_expert(|name| self.tensor::<T>(name), prefix, naming)
+        pack_shared_expert(|name| self.tensor::<T>(name), prefix, naming).map_err(self.located(prefix))
     }
 
     /// An FP8 weight of a DeepSeek-style checkpoint: `name` (F8_E4M3, `[out, in]`) and `{name}_scale_inv`
@@ -193,20 +278,17 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Checkpoint`] naming the tensor: missing, wrong dtype, or a scale grid that does not fit.
     pub fn fp8_weight(&self, name: &str) -> Result<BlockFp8> {
-        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        self.fp8_weight_in_file(name).map_err(self.located(name))
+    }
+
+    fn fp8_weight_in_file(&self, name: &str) -> Result<BlockFp8> {
+        let (info, bytes) = self.entry(name)?;
         if info.dtype != Dtype::F8_E4M3 {
             return Err(bad(name, format!("dtype {:?}, expected F8_E4M3", info.dtype)));
         }
-        let [rows, cols] = info.shape[..] else {
-            return Err(bad(name, format!("shape {:?}, expected [out, in]", info.shape)));
-        };
-        let base = 8 + self.header;
-        let q = self.map[base + info.data_offsets.0..base + info.data_offsets.1]
-            .iter()
-            .map(|&b| F8E4M3::from_bits(b))
-            .collect();
+        let (rows, cols) = matrix_shape(name, &info.shape, "[out, in]")?;
         let sname = format!("{name}_scale_inv");
-        let sinfo = self.meta.info(&sname).ok_or_else(|| bad(&sname, "missing from the checkpoint".into()))?;
+        let (sinfo, sbytes) = self.entry(&sname)?;
         if sinfo.dtype != Dtype::F32 {
             return Err(bad(&sname, format!("dtype {:?}, expected F32 (DeepSeek's weight_scale_inv)", sinfo.dtype)));
         }
@@ -221,9 +303,9 @@ impl Checkpoint {
                 ),
             ));
         }
-        let bytes = &self.map[base + sinfo.data_offsets.0..base + sinfo.data_offsets.1];
         let scales =
-            Scales::from_bytes(ScaleFormat::F32, grid.0 * grid.1, bytes).map_err(|e| bad(&sname, e.to_string()))?;
+            Scales::from_bytes(ScaleFormat::F32, grid.0 * grid.1, sbytes).map_err(|e| bad(&sname, e.to_string()))?;
+        let q = bytes.iter().map(|&b| F8E4M3::from_bits(b)).collect();
         BlockFp8::from_parts(rows, cols, block, q, scales).map_err(|e| bad(name, e.to_string()))
     }
 
@@ -239,7 +321,17 @@ impl Checkpoint {
         experts: usize,
         naming: ExpertNaming,
     ) -> Result<Vec<(BlockFp8, BlockFp8)>> {
-        let mut out: Vec<(BlockFp8, BlockFp8)> = Vec::with_capacity(experts);
+        self.pack_experts_fp8_in_file(prefix, experts, naming).map_err(self.located(prefix))
+    }
+
+    fn pack_experts_fp8_in_file(
+        &self,
+        prefix: &str,
+        experts: usize,
+        naming: ExpertNaming,
+    ) -> Result<Vec<(BlockFp8, BlockFp8)>> {
+        // Grown as experts are read, not reserved: `experts` may come from an untrusted config.json.
+        let mut out: Vec<(BlockFp8, BlockFp8)> = Vec::new();
         for e in 0..experts {
             let [gn, un, dn] = naming.names(prefix, e);
             let (g, u, d) = (self.fp8_weight(&gn)?, self.fp8_weight(&un)?, self.fp8_weight(&dn)?);
@@ -266,13 +358,24 @@ impl Checkpoint {
     }
 
     /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the tensor: missing, another dtype, or a shape that does not fit
+    /// `gate_up_proj`'s `[E, H, 2I]` (E, H, I positive).
     pub fn pack_gpt_oss<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
+        self.pack_gpt_oss_in_file(prefix).map_err(self.located(&format!("{prefix}.experts.gate_up_proj")))
+    }
+
+    fn pack_gpt_oss_in_file<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
         let n = |s: &str| format!("{prefix}.experts.{s}");
         let (s13, w13) = self.tensor::<T>(&n("gate_up_proj"))?;
         let (s2, w2) = self.tensor::<T>(&n("down_proj"))?;
         let [e, h, i2] = s13[..] else {
             return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}, expected [E, H, 2I]")));
         };
+        if e == 0 || h == 0 || i2 == 0 {
+            return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}: E, H and 2I must be positive")));
+        }
         if i2 % 2 != 0 || s2 != [e, i2 / 2, h] {
             return Err(bad(
                 &n("down_proj"),
@@ -288,6 +391,38 @@ impl Checkpoint {
             return Err(bad(&n("down_proj_bias"), format!("shape {:?}, expected [{e}, {h}]", b2.0)));
         }
         PackedExperts::new(e, h, i2 / 2, ExpertFormat::GPT_OSS, w13, w2, Some(b13.1), Some(b2.1))
+            .map_err(|err| bad(&n("gate_up_proj"), err.to_string()))
+    }
+}
+
+/// A 2-D weight's `(rows, cols)`, both positive: an empty weight is no weight, and a zero dimension would let the
+/// other one be anything (a `[0, 2^60]` tensor holds no bytes).
+fn matrix_shape(name: &str, shape: &[usize], what: &str) -> Result<(usize, usize)> {
+    match shape[..] {
+        [rows, cols] if rows > 0 && cols > 0 => Ok((rows, cols)),
+        [_, _] => Err(bad(name, format!("shape {shape:?}: an empty weight, {what} must both be positive"))),
+        _ => Err(bad(name, format!("shape {shape:?}, expected {what}"))),
+    }
+}
+
+/// safetensors' header errors in words: which constraint the header breaks.
+fn describe(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::HeaderTooSmall => "shorter than the 8-byte header length".into(),
+        E::HeaderTooLarge => "the header length field exceeds safetensors' 100 MB limit".into(),
+        E::InvalidHeaderLength => "the header length field points past the end of the file (truncated?)".into(),
+        E::MetadataIncompleteBuffer => {
+            "the file's length is not the header's plus the tensors' data_offsets end (truncated, or bytes appended)"
+                .into()
+        }
+        E::InvalidOffset(t) => {
+            format!("tensor `{t}`: data_offsets do not start where the previous tensor ends (overlap, gap or reversed)")
+        }
+        E::TensorInvalidInfo => "a tensor's data_offsets span is not its shape times its dtype's size".into(),
+        E::ValidationOverflow => "a tensor's shape times its dtype's size overflows usize".into(),
+        E::MisalignedSlice => "a tensor's shape does not fill whole bytes of its dtype".into(),
+        e => e.to_string(),
     }
 }
 
@@ -311,10 +446,7 @@ pub fn pack_experts<T: Element>(
         let (gs, g) = get(&gn)?;
         let (us, u) = get(&un)?;
         let (ds, d) = get(&dn)?;
-        let (i, h) = match gs[..] {
-            [i, h] => (i, h),
-            _ => return Err(bad(&gn, format!("shape {gs:?}, expected [I, H]"))),
-        };
+        let (i, h) = matrix_shape(&gn, &gs, "[I, H]")?;
         if let Some(first) = dims {
             if first != (i, h) {
                 return Err(bad(&gn, format!("shape {gs:?}, expert 0 has [{}, {}]", first.0, first.1)));
@@ -337,7 +469,7 @@ pub fn pack_experts<T: Element>(
         w2.extend_from_slice(&d);
     }
     let (i, h) = dims.ok_or_else(|| bad(prefix, "experts = 0".into()))?;
-    PackedExperts::new(experts, h, i, ExpertFormat::SWIGLU, w13, w2, None, None)
+    PackedExperts::new(experts, h, i, ExpertFormat::SWIGLU, w13, w2, None, None).map_err(|e| bad(prefix, e.to_string()))
 }
 
 /// A shared expert from the tensors `get` finds (name → shape, elements), named as `naming` does.
@@ -474,5 +606,6 @@ pub fn save<T: Element>(path: &Path, tensors: &[NamedTensor<T>]) -> Result<()> {
             TensorView::new(st_dtype(T::DTYPE), s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| bad(n, e.to_string()))
         })
         .collect::<Result<_>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| bad(&path.display().to_string(), e.to_string()))
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| Error::CheckpointFile { file: path.to_path_buf(), problem: e.to_string() })
 }
