@@ -444,9 +444,9 @@ pub fn pack_experts<T: Element>(
     for e in 0..experts {
         let [gn, un, dn] = naming.names(prefix, e);
         let (gs, g) = get(&gn)?;
+        let (i, h) = matrix_shape(&gn, &gs, "[I, H]")?;
         let (us, u) = get(&un)?;
         let (ds, d) = get(&dn)?;
-        let (i, h) = matrix_shape(&gn, &gs, "[I, H]")?;
         if let Some(first) = dims {
             if first != (i, h) {
                 return Err(bad(&gn, format!("shape {gs:?}, expert 0 has [{}, {}]", first.0, first.1)));
