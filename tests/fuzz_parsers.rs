@@ -203,6 +203,10 @@ fn a_file_truncated_at_any_byte_is_an_error_at_open() {
 #[test]
 fn broken_quantization_configs_give_typed_errors() {
     run("config.json", 3000, |seed| parsers::check_config_json(&parsers::config_json(&input(seed, 64))));
+    // Some texts must parse into a config, which is then used.
+    let r = parsers::reached();
+    eprintln!("config.json: {r:?}");
+    assert!(r.opened * 20 > 3000 && r.err * 4 > 3000, "config.json: {r:?}");
 }
 
 /// 2000 tuned-table file names and texts.
@@ -240,4 +244,59 @@ fn messages_name_the_file_the_tensor_and_the_constraint() {
     // Truncated: the header length field points past the end.
     let err = Checkpoint::from_bytes(&path, file[..file.len() - 3].to_vec()).unwrap_err().to_string();
     assert!(err.contains("past the end of the file"), "{err}");
+}
+
+/// A safetensors file from (name, dtype, shape) entries of zero bytes each.
+fn empty_tensors(entries: &[(&str, &str, &[u64])]) -> Vec<u8> {
+    let header: serde_json::Map<String, serde_json::Value> = entries
+        .iter()
+        .map(|(n, d, s)| (n.to_string(), serde_json::json!({"dtype": d, "shape": s, "data_offsets": [0, 0]})))
+        .collect();
+    let text = serde_json::to_vec(&header).unwrap();
+    let mut file = (text.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&text);
+    file
+}
+
+/// Tensors with a zero dimension hold no bytes whatever their other dimensions: E = 0 experts of H = 2^63 once
+/// passed every MXFP4 check and made `pack_gpt_oss_dequantized` panic (a chunk size of 64 · 2^63, wrapped to 0);
+/// `[2^63, 0]` FP8 gate and up overflowed `2 · I` when stacked. Both are errors now, naming the tensor.
+#[test]
+fn zero_dimensions_beside_huge_ones_are_errors() {
+    let path = tmp("zero-dims");
+    let p = parsers::PREFIX;
+    let n = |s: &str| format!("{p}.experts.{s}");
+    let names = [n("gate_up_proj_blocks"), n("gate_up_proj_scales"), n("gate_up_proj_bias"), n("down_proj_blocks")];
+    let names2 = [n("down_proj_scales"), n("down_proj_bias")];
+    let h = 1u64 << 63;
+    let file = empty_tensors(&[
+        (&names[0], "U8", &[0, 64, 1 << 58, 16]),
+        (&names[1], "U8", &[0, 64, 1 << 58]),
+        (&names[2], "BF16", &[0, 64]),
+        (&names[3], "U8", &[0, h, 1, 16]),
+        (&names2[0], "U8", &[0, h, 1]),
+        (&names2[1], "BF16", &[0, h]),
+    ]);
+    let c = Checkpoint::from_bytes(&path, file).unwrap();
+    let err = c.pack_gpt_oss_dequantized::<bf16>(p).unwrap_err().to_string();
+    assert!(err.contains(&names[0]) && err.contains("must be positive"), "{err}");
+
+    let [g, u, d] = ExpertNaming::GateUpDown.names(p, 0);
+    let (gs, us, ds) = (format!("{g}_scale_inv"), format!("{u}_scale_inv"), format!("{d}_scale_inv"));
+    let file = empty_tensors(&[
+        (&g, "F8_E4M3", &[h, 0]),
+        (&gs, "F32", &[h / 128, 0]),
+        (&u, "F8_E4M3", &[h, 0]),
+        (&us, "F32", &[h / 128, 0]),
+        (&d, "F8_E4M3", &[0, h]),
+        (&ds, "F32", &[0, h / 128]),
+    ]);
+    let c = Checkpoint::from_bytes(&path, file).unwrap();
+    for err in [
+        c.pack_fp8_experts(p, 2, ExpertNaming::GateUpDown, &moe_gemm::checkpoint::Fp8Config::DEEPSEEK_V3).unwrap_err(),
+        c.pack_experts_fp8(p, 2, ExpertNaming::GateUpDown).unwrap_err(),
+    ] {
+        let err = err.to_string();
+        assert!(err.contains(&g) && err.contains("empty weight"), "{err}");
+    }
 }

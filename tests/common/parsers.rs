@@ -279,7 +279,7 @@ fn mutate_tensors(d: &mut Draw, t: &mut Vec<Tensor>) {
                 t[k].shape.as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default();
             let at = if s.is_empty() { 0 } else { d.below(s.len()) };
             match d.below(9) {
-                0 if !s.is_empty() => s[at] += 1,
+                0 if !s.is_empty() => s[at] = s[at].saturating_add(1),
                 1 if !s.is_empty() => s[at] = s[at].saturating_sub(1),
                 2 => s.reverse(),
                 3 => s.push(1 + d.below(3) as u64),
@@ -338,7 +338,7 @@ fn mutate_tensors(d: &mut Draw, t: &mut Vec<Tensor>) {
                 let mut s: Vec<u64> =
                     x.shape.as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default();
                 if let Some(v) = s.last_mut() {
-                    *v += 1;
+                    *v = v.saturating_add(1);
                 }
                 x.shape = json!(s);
                 resize(x);
@@ -391,7 +391,7 @@ fn mutate_header(d: &mut Draw, header: &mut Map<String, Value>, data_len: usize)
                 0 => json!([s, len + 1 + d.below(64) as u64]),
                 1 => json!([e, s]),
                 2 => json!([s.saturating_sub(1 + d.below(4) as u64), e]),
-                3 => json!([s + 1, e + 1]),
+                3 => json!([s.saturating_add(1), e.saturating_add(1)]),
                 4 => json!([0, e]),
                 5 => json!([s, u64::MAX]),
                 6 => json!([u64::MAX - 1, u64::MAX]),
@@ -656,8 +656,13 @@ pub fn config_json(input: &[u8]) -> String {
         return String::from_utf8_lossy(d.rest()).into_owned();
     }
     let mut q = Map::new();
-    let mut field = |d: &mut Draw, key: &str, values: &[Value]| {
-        if d.byte() < 220 {
+    // Each field absent, its valid value (the first), or any of its values.
+    let mut field = |d: &mut Draw, key: &str, values: &[Value]| match d.byte() {
+        0..20 => {}
+        20..170 => {
+            q.insert(key.into(), values[0].clone());
+        }
+        _ => {
             q.insert(key.into(), d.pick(values));
         }
     };
@@ -703,7 +708,7 @@ pub fn config_json(input: &[u8]) -> String {
         root.insert("quantization_config".into(), qc);
     }
     let mut text = serde_json::to_string(&Value::Object(root)).unwrap();
-    match d.below(8) {
+    match d.below(16) {
         0 => text.truncate(d.below(text.len().max(1))),
         1 => {
             // Deep nesting: serde_json's recursion limit must answer, not the stack.
@@ -725,9 +730,12 @@ pub fn config_json(input: &[u8]) -> String {
 /// Parses a `config.json` text: Ok, or an [`Error::InvalidProblem`] that names config.json; a config that parses
 /// is usable: it quantises small experts (or says why not) without panicking.
 pub fn check_config_json(text: &str) {
-    match Fp8Config::from_config_json(text) {
+    let r = Fp8Config::from_config_json(text);
+    count(|c| if r.is_ok() { c.ok += 1 } else { c.err += 1 });
+    match r {
         Ok(None) => {}
         Ok(Some(cfg)) => {
+            count(|c| c.opened += 1);
             let b = cfg.block();
             assert!(b.rows > 0 && b.cols > 0, "{cfg:?}");
             let _ = cfg.activation_quant();
@@ -759,7 +767,7 @@ pub fn tuned_table(input: &[u8]) -> (String, String) {
         4 => "E=8,N=1,device_name=H,block_shape=[,].json".into(),
         5 => "E=99999999999999999999,N=1,device_name=H.json".into(),
         6 => ",block_shape=[1, 2].json".into(),
-        _ => format!("E={},N={},device_name=NVIDIA_H200,dtype=fp8_w8a8.json", 1 + d.below(512), 1 + d.u16()),
+        _ => format!("E={},N={},device_name=NVIDIA_H200,dtype=fp8_w8a8.json", 1 + d.below(512), 1 + d.u16() as usize),
     };
     let mut obj = Map::new();
     for _ in 0..d.below(40) {
