@@ -210,7 +210,13 @@ impl Checkpoint {
         let base = 8 + self.header;
         let bytes =
             base.checked_add(s).zip(base.checked_add(e)).and_then(|(s, e)| self.bytes.get(s..e)).ok_or_else(|| {
-                bad(name, format!("data_offsets [{s}, {e}] do not lie in the {} data bytes", self.bytes.len() - base))
+                bad(
+                    name,
+                    format!(
+                        "data_offsets [{s}, {e}] do not lie in the {} data bytes",
+                        self.bytes.len().saturating_sub(base)
+                    ),
+                )
             })?;
         Ok((info, bytes))
     }
