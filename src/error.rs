@@ -48,9 +48,15 @@ pub enum Error {
     #[error("NCCL {op} failed: {status}")]
     Nccl { op: &'static str, status: String },
 
-    /// A checkpoint tensor is missing or does not fit the others.
-    #[error("checkpoint tensor `{tensor}`: {problem}")]
-    Checkpoint { tensor: String, problem: String },
+    /// A checkpoint tensor is missing, malformed or does not fit the others. `file` is the checkpoint it was read
+    /// from (`None` for tensors that came from elsewhere, as [`crate::checkpoint::pack_experts`]'s lookup).
+    #[error("checkpoint tensor `{tensor}`{}: {problem}", in_file(.file))]
+    Checkpoint { file: Option<std::path::PathBuf>, tensor: String, problem: String },
+
+    /// A checkpoint or config file that cannot be read, or is not what it claims to be (truncated, a malformed
+    /// safetensors header).
+    #[error("checkpoint file `{}`: {problem}", .file.display())]
+    CheckpointFile { file: std::path::PathBuf, problem: String },
 
     /// No CUDA driver (libcuda) could be loaded on this machine.
     #[error("no CUDA driver: {0}")]
@@ -63,6 +69,10 @@ pub enum Error {
     /// An unexpected C++ exception crossed the bridge.
     #[error("C++ exception across the bridge: {0}")]
     Bridge(#[from] cxx::Exception),
+}
+
+fn in_file(file: &Option<std::path::PathBuf>) -> String {
+    file.as_ref().map_or_else(String::new, |f| format!(" in `{}`", f.display()))
 }
 
 fn kernel_detail(dtype: &Option<DType>, config: &Option<String>) -> String {

@@ -141,7 +141,7 @@ fn correction_bias_reads_as_f32_from_f32_bf16_and_f16() {
             ],
         );
         let ckpt = Checkpoint::open(&path).unwrap();
-        assert_eq!(ckpt.path(), path.as_path());
+        assert_eq!(ckpt.file(), path.as_path());
         let (shape, got) = ckpt.tensor_f32(&name).unwrap();
         assert_eq!(shape, [e]);
         assert_eq!(
@@ -467,10 +467,11 @@ fn missing_or_misshapen_shared_tensors_name_the_tensor() {
 
     let lookup = |t: Tensors| {
         move |n: &str| -> Result<(Vec<usize>, Vec<bf16>)> {
-            t.iter()
-                .find(|x| x.0 == n)
-                .map(|x| (x.1.clone(), x.2.clone()))
-                .ok_or_else(|| Error::Checkpoint { tensor: n.into(), problem: "missing".into() })
+            t.iter().find(|x| x.0 == n).map(|x| (x.1.clone(), x.2.clone())).ok_or_else(|| Error::Checkpoint {
+                file: None,
+                tensor: n.into(),
+                problem: "missing".into(),
+            })
         }
     };
     type Mutation = fn(&mut Tensors);

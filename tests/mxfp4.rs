@@ -122,7 +122,7 @@ fn dequantised_experts_equal_the_bf16_checkpoint_of_the_same_weights() {
 
 fn tensor_of(err: Error) -> String {
     match err {
-        Error::Checkpoint { tensor, problem } => {
+        Error::Checkpoint { tensor, problem, .. } => {
             assert!(!problem.is_empty());
             tensor
         }

@@ -35,7 +35,7 @@ use std::path::Path;
 use safetensors::tensor::Dtype;
 use serde_json::Value;
 
-use super::{bad, widen, Checkpoint, ExpertNaming};
+use super::{bad, matrix_shape, widen, Checkpoint, ExpertNaming};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::layer::{ExpertFormat, PackedExperts};
@@ -179,10 +179,15 @@ impl Fp8Config {
     /// [`Fp8Config::from_config_json`] of the file at `path`.
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the file when it cannot be read; otherwise as `from_config_json`.
+    /// [`Error::CheckpointFile`] naming the file when it cannot be read; otherwise as `from_config_json`, the
+    /// message prefixed with the file.
     pub fn from_config_file(path: &Path) -> Result<Option<Fp8Config>> {
-        let text = std::fs::read_to_string(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
-        Fp8Config::from_config_json(&text)
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::CheckpointFile { file: path.to_path_buf(), problem: e.to_string() })?;
+        Fp8Config::from_config_json(&text).map_err(|e| match e {
+            Error::InvalidProblem(m) => Error::InvalidProblem(format!("{}: {m}", path.display())),
+            e => e,
+        })
     }
 
     /// Elements of the weight under one scale (`weight_block_size`: rows of the `[N, K]` weight, then columns).
@@ -257,6 +262,12 @@ fn checked_scales(tensor: &str, values: Vec<f32>, gc: usize, format: ScaleFormat
 }
 
 impl Checkpoint {
+    /// Tensor `name`'s dtype, shape and bytes.
+    fn raw(&self, name: &str) -> Result<(Dtype, &[usize], &[u8])> {
+        let (info, bytes) = self.entry(name)?;
+        Ok((info.dtype, &info.shape, bytes))
+    }
+
     /// A block-FP8 weight: `name` (F8_E4M3, `[N, K]`) with `{name}_scale_inv` (F32, BF16 or F16,
     /// `[ceil(N / bn), ceil(K / bk)]` for `config`'s block), its scales in `config`'s format.
     ///
@@ -266,14 +277,15 @@ impl Checkpoint {
     /// `scale_fmt: ue8m0`, a scale that is not an exact power of two (the first such block named); otherwise a
     /// scale that is negative or not finite.
     pub fn fp8_block_weight(&self, name: &str, config: &Fp8Config) -> Result<BlockFp8> {
+        self.fp8_block_weight_in_file(name, config).map_err(self.located(name))
+    }
+
+    fn fp8_block_weight_in_file(&self, name: &str, config: &Fp8Config) -> Result<BlockFp8> {
         let (dtype, shape, bytes) = self.raw(name)?;
         if dtype != Dtype::F8_E4M3 {
-            return Err(self.error(name, format!("dtype {dtype:?}, expected F8_E4M3")));
+            return Err(bad(name, format!("dtype {dtype:?}, expected F8_E4M3")));
         }
-        let [rows, cols] = shape[..] else {
-            return Err(bad(name, format!("shape {shape:?}, expected [out, in]")));
-        };
-        let q: Vec<F8E4M3> = bytes.iter().map(|&b| F8E4M3::from_bits(b)).collect();
+        let (rows, cols) = matrix_shape(name, shape, "[out, in]")?;
         let sname = format!("{name}_scale_inv");
         let (sdtype, sshape, sbytes) = self.raw(&sname)?;
         let block = config.block;
@@ -288,8 +300,9 @@ impl Checkpoint {
                 ),
             ));
         }
-        let values = widen(sdtype, sbytes)
-            .ok_or_else(|| self.error(&sname, format!("dtype {sdtype:?}, expected F32, BF16 or F16")))?;
+        let q: Vec<F8E4M3> = bytes.iter().map(|&b| F8E4M3::from_bits(b)).collect();
+        let values =
+            widen(sdtype, sbytes).ok_or_else(|| bad(&sname, format!("dtype {sdtype:?}, expected F32, BF16 or F16")))?;
         if Some(values.len()) != gr.checked_mul(gc) || Some(q.len()) != rows.checked_mul(cols) {
             return Err(bad(
                 name,
@@ -314,7 +327,18 @@ impl Checkpoint {
         naming: ExpertNaming,
         config: &Fp8Config,
     ) -> Result<PackedFp8Experts> {
-        let mut per_expert = Vec::with_capacity(experts);
+        self.pack_fp8_experts_in_file(prefix, experts, naming, config).map_err(self.located(prefix))
+    }
+
+    fn pack_fp8_experts_in_file(
+        &self,
+        prefix: &str,
+        experts: usize,
+        naming: ExpertNaming,
+        config: &Fp8Config,
+    ) -> Result<PackedFp8Experts> {
+        // Grown as experts are read, not reserved: `experts` may come from an untrusted config.json.
+        let mut per_expert = Vec::new();
         for e in 0..experts {
             let [gn, un, dn] = naming.names(prefix, e);
             let g = self.fp8_block_weight(&gn, config)?;
@@ -490,7 +514,7 @@ impl PackedFp8Experts {
             let d = BlockFp8::quantize(&f32s(&p.w2[x * h * i..(x + 1) * h * i]), h, i, block, format)?;
             let w13 =
                 stack_gate_up(&g, &u, &format!("expert {x} gate"), &format!("expert {x} up")).map_err(|e| match e {
-                    Error::Checkpoint { tensor, problem } => Error::InvalidProblem(format!("{tensor}: {problem}")),
+                    Error::Checkpoint { tensor, problem, .. } => Error::InvalidProblem(format!("{tensor}: {problem}")),
                     e => e,
                 })?;
             per_expert.push((w13, d));

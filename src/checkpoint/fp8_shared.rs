@@ -153,7 +153,7 @@ impl Checkpoint {
             self.fp8_block_weight(&u, config)?,
             self.fp8_block_weight(&d, config)?,
         );
-        SharedFp8Expert::new(gate, up, down).map_err(|e| bad(&g, e.to_string()))
+        SharedFp8Expert::new(gate, up, down).map_err(|e| bad(&g, e.to_string())).map_err(self.located(&g))
     }
 }
 

@@ -23,12 +23,11 @@
 //! [`Checkpoint::pack_gpt_oss_dequantized`] gives this bf16 form from them.)
 
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use safetensors::tensor::{Dtype, Metadata, TensorView};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -96,7 +95,7 @@ impl SharedNaming {
 }
 
 fn bad(tensor: &str, problem: String) -> Error {
-    Error::Checkpoint { tensor: tensor.to_string(), problem }
+    Error::Checkpoint { file: None, tensor: tensor.to_string(), problem }
 }
 
 fn st_dtype(d: DType) -> Dtype {
@@ -124,42 +123,114 @@ fn widen(dtype: Dtype, b: &[u8]) -> Option<Vec<f32>> {
     })
 }
 
-/// A memory-mapped `.safetensors` file.
+/// The bytes of a checkpoint: a read-only map of its file, or a buffer the caller read.
+#[derive(Debug)]
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A `.safetensors` file, memory-mapped ([`Checkpoint::open`]) or in memory ([`Checkpoint::from_bytes`]).
+///
+/// Its header is validated once, when it is opened: every tensor's `data_offsets` inside the file, contiguous and
+/// in order (no overlaps, no gaps), each tensor's byte count equal to its shape times its dtype's size without
+/// overflow, the file exactly as long as the header says. Each reader then checks the dtype and shape it needs
+/// before it allocates anything, so no allocation is sized by a header field the file's length does not back.
+/// Every error names the file and the tensor ([`Error::Checkpoint`], [`Error::CheckpointFile`]).
 #[derive(Debug)]
 pub struct Checkpoint {
-    /// For error messages: a model's tensors are spread over many files.
-    path: PathBuf,
-    map: Mmap,
+    bytes: Bytes,
+    file: PathBuf,
     header: usize,
     meta: Metadata,
 }
 
 impl Checkpoint {
-    /// Maps `path` and reads its header. The file must not be truncated while the checkpoint is open (the
-    /// caveat of every memory-mapped file).
+    /// Maps `path` and validates its header. The map is kept (tensors are copied out of it only when read), so
+    /// the file must not be truncated while the checkpoint is open: reading a page past the new end raises
+    /// SIGBUS, which no safe Rust can catch (the caveat of every memory-mapped file). A file that is already
+    /// truncated when it is opened is an error.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointFile`] naming the file: it cannot be opened or mapped, or is not a valid safetensors
+    /// file (see the type's docs for what is validated).
     pub fn open(path: &Path) -> Result<Checkpoint> {
-        let file = File::open(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
-        let map = crate::ffi::runtime::map_file(&file).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
-        let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
-            .map_err(|e| bad(&path.display().to_string(), format!("not a safetensors file: {e}")))?;
-        Ok(Checkpoint { path: path.to_path_buf(), map, header, meta })
+        let fail = |e: String| Error::CheckpointFile { file: path.to_path_buf(), problem: e };
+        let file = File::open(path).map_err(|e| fail(e.to_string()))?;
+        let map = crate::ffi::runtime::map_file(&file).map_err(|e| fail(format!("cannot map it: {e}")))?;
+        Checkpoint::parse(path.to_path_buf(), Bytes::Mapped(map))
     }
 
-    /// The file's path, as given to [`Checkpoint::open`].
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// A checkpoint from its bytes (a file read into memory, or received), validated as [`Checkpoint::open`]
+    /// validates a file; `file` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointFile`] naming `file` when `bytes` are not a valid safetensors file.
+    pub fn from_bytes(file: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Checkpoint> {
+        Checkpoint::parse(file.into(), Bytes::Owned(bytes))
     }
 
-    /// An error of tensor `name` that names this file too.
-    fn error(&self, name: &str, problem: impl Display) -> Error {
-        bad(name, format!("in {}: {problem}", self.path.display()))
+    fn parse(file: PathBuf, bytes: Bytes) -> Result<Checkpoint> {
+        match safetensors::SafeTensors::read_metadata(&bytes) {
+            Ok((header, meta)) => Ok(Checkpoint { bytes, file, header, meta }),
+            Err(e) => Err(Error::CheckpointFile {
+                file,
+                problem: format!("not a valid safetensors file ({} bytes): {}", bytes.len(), describe(&e)),
+            }),
+        }
     }
 
-    /// Tensor `name`'s dtype, shape and bytes.
-    fn raw(&self, name: &str) -> Result<(Dtype, &[usize], &[u8])> {
-        let info = self.meta.info(name).ok_or_else(|| self.error(name, "missing from the checkpoint"))?;
+    /// The file this checkpoint was read from (or the name [`Checkpoint::from_bytes`] was given).
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// `e` with this checkpoint's file named; an error of another kind becomes a checkpoint error of `tensor`.
+    fn located(&self, tensor: &str) -> impl Fn(Error) -> Error + '_ {
+        let tensor = tensor.to_string();
+        move |e| match e {
+            Error::Checkpoint { file: None, tensor, problem } => {
+                Error::Checkpoint { file: Some(self.file.clone()), tensor, problem }
+            }
+            e @ (Error::Checkpoint { .. } | Error::CheckpointFile { .. }) => e,
+            e => Error::Checkpoint {
+                file: Some(self.file.clone()),
+                tensor: tensor.clone(),
+                problem: match e {
+                    Error::InvalidProblem(m) => m,
+                    e => e.to_string(),
+                },
+            },
+        }
+    }
+
+    /// Tensor `name`'s header entry and bytes.
+    fn entry(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
+        let info = self.meta.info(name).ok_or_else(|| bad(name, "missing from the checkpoint".into()))?;
+        let (s, e) = info.data_offsets;
+        // Validated when the file was opened; checked again so that no header can make a read go out of bounds.
         let base = 8 + self.header;
-        Ok((info.dtype, &info.shape, &self.map[base + info.data_offsets.0..base + info.data_offsets.1]))
+        let bytes =
+            base.checked_add(s).zip(base.checked_add(e)).and_then(|(s, e)| self.bytes.get(s..e)).ok_or_else(|| {
+                bad(
+                    name,
+                    format!(
+                        "data_offsets [{s}, {e}] do not lie in the {} data bytes",
+                        self.bytes.len().saturating_sub(base)
+                    ),
+                )
+            })?;
+        Ok((info, bytes))
     }
 
     /// Names of every tensor in the file.
@@ -175,11 +246,15 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Checkpoint`] naming the tensor and the file: missing, or another dtype.
     pub fn tensor<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
-        let (dtype, shape, bytes) = self.raw(name)?;
-        if dtype != st_dtype(T::DTYPE) {
-            return Err(self.error(name, format!("dtype {dtype:?}, expected {}", T::DTYPE)));
+        self.tensor_in_file(name).map_err(self.located(name))
+    }
+
+    fn tensor_in_file<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
+        let (info, bytes) = self.entry(name)?;
+        if info.dtype != st_dtype(T::DTYPE) {
+            return Err(bad(name, format!("dtype {:?}, expected {}", info.dtype, T::DTYPE)));
         }
-        Ok((shape.to_vec(), from_bytes(bytes)))
+        Ok((info.shape.clone(), from_bytes(bytes)))
     }
 
     /// The shape and elements of tensor `name` as f32, from an F32, BF16 or F16 tensor: exactly (bf16 and f16
@@ -189,10 +264,14 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Checkpoint`] naming the tensor and the file: missing, or of another dtype (named).
     pub fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let (dtype, shape, bytes) = self.raw(name)?;
-        let v = widen(dtype, bytes)
-            .ok_or_else(|| self.error(name, format!("dtype {dtype:?}: read as f32 from F32, BF16 or F16 only")))?;
-        Ok((shape.to_vec(), v))
+        self.tensor_f32_in_file(name).map_err(self.located(name))
+    }
+
+    fn tensor_f32_in_file(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let (info, bytes) = self.entry(name)?;
+        let v = widen(info.dtype, bytes)
+            .ok_or_else(|| bad(name, format!("dtype {:?}: read as f32 from F32, BF16 or F16 only", info.dtype)))?;
+        Ok((info.shape.clone(), v))
     }
 
     /// The shape and elements of tensor `name` converted to `T`, from an F32, BF16 or F16 tensor: bit for bit
@@ -206,9 +285,14 @@ impl Checkpoint {
     /// [`Error::Checkpoint`] naming the tensor and the file: missing; a dtype other than F32, BF16 or F16 (named,
     /// with what is accepted); a finite element that overflows `T` (its index named).
     pub fn tensor_as<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
-        let (dtype, shape, bytes) = self.raw(name)?;
+        self.tensor_as_in_file(name).map_err(self.located(name))
+    }
+
+    fn tensor_as_in_file<T: Element>(&self, name: &str) -> Result<(Vec<usize>, Vec<T>)> {
+        let (info, bytes) = self.entry(name)?;
+        let dtype = info.dtype;
         if dtype == st_dtype(T::DTYPE) {
-            return Ok((shape.to_vec(), from_bytes(bytes)));
+            return Ok((info.shape.clone(), from_bytes(bytes)));
         }
         let wide = widen(dtype, bytes).ok_or_else(|| {
             // FP8 weights come with block scales: a plain conversion would lose them.
@@ -217,16 +301,16 @@ impl Checkpoint {
                 _ => "",
             };
             let accepted = format!("{} weights are read from F32, BF16 or F16 tensors only{fp8}", T::DTYPE);
-            self.error(name, format!("dtype {dtype:?}: {accepted}"))
+            bad(name, format!("dtype {dtype:?}: {accepted}"))
         })?;
         let v: Vec<T> = wide.iter().map(|&x| T::from_f32(x)).collect();
         if let Some(at) = wide.iter().zip(&v).position(|(w, n)| w.is_finite() && !n.to_f32().is_finite()) {
-            return Err(self.error(
+            return Err(bad(
                 name,
                 format!("element {at} = {:e} ({dtype:?}) is beyond the range of {}", wide[at], T::DTYPE),
             ));
         }
-        Ok((shape.to_vec(), v))
+        Ok((info.shape.clone(), v))
     }
 
     /// Packs per-expert gate/up/down tensors of experts `0..experts` under `prefix` (SwiGLU, `[gate | up]`).
@@ -242,7 +326,7 @@ impl Checkpoint {
         experts: usize,
         naming: ExpertNaming,
     ) -> Result<PackedExperts<T>> {
-        pack_experts(|name| self.tensor_as::<T>(name), prefix, experts, naming)
+        pack_experts(|name| self.tensor_as_in_file::<T>(name), prefix, experts, naming).map_err(self.located(prefix))
     }
 
     /// Reads the shared expert of the MoE block under `prefix` (`model.layers.L.mlp`), named as `naming` does.
@@ -253,7 +337,7 @@ impl Checkpoint {
     /// [`Error::Checkpoint`] naming the first tensor that is missing, of a dtype `tensor_as` refuses, or of a
     /// shape that disagrees with the gate's `[I_s, H]`.
     pub fn pack_shared_expert<T: Element>(&self, prefix: &str, naming: SharedNaming) -> Result<SharedExpert<T>> {
-        pack_shared_expert(|name| self.tensor_as::<T>(name), prefix, naming)
+        pack_shared_expert(|name| self.tensor_as_in_file::<T>(name), prefix, naming).map_err(self.located(prefix))
     }
 
     /// Packs gpt-oss's already packed expert tensors under `prefix` (bf16 form). The weights stored as F32, BF16
@@ -262,14 +346,21 @@ impl Checkpoint {
     ///
     /// # Errors
     /// [`Error::Checkpoint`] naming the tensor: missing, of a dtype `tensor_as` refuses, or of a shape that does
-    /// not fit `gate_up_proj`'s `[E, H, 2I]`.
+    /// not fit `gate_up_proj`'s `[E, H, 2I]` (E, H, I positive).
     pub fn pack_gpt_oss<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
+        self.pack_gpt_oss_in_file(prefix).map_err(self.located(&format!("{prefix}.experts.gate_up_proj")))
+    }
+
+    fn pack_gpt_oss_in_file<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
         let n = |s: &str| format!("{prefix}.experts.{s}");
-        let (s13, w13) = self.tensor_as::<T>(&n("gate_up_proj"))?;
-        let (s2, w2) = self.tensor_as::<T>(&n("down_proj"))?;
+        let (s13, w13) = self.tensor_as_in_file::<T>(&n("gate_up_proj"))?;
+        let (s2, w2) = self.tensor_as_in_file::<T>(&n("down_proj"))?;
         let [e, h, i2] = s13[..] else {
             return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}, expected [E, H, 2I]")));
         };
+        if e == 0 || h == 0 || i2 == 0 {
+            return Err(bad(&n("gate_up_proj"), format!("shape {s13:?}: E, H and 2I must be positive")));
+        }
         if i2 % 2 != 0 || s2 != [e, i2 / 2, h] {
             return Err(bad(
                 &n("down_proj"),
@@ -285,6 +376,38 @@ impl Checkpoint {
             return Err(bad(&n("down_proj_bias"), format!("shape {:?}, expected [{e}, {h}]", b2.0)));
         }
         PackedExperts::new(e, h, i2 / 2, ExpertFormat::GPT_OSS, w13, w2, Some(b13.1), Some(b2.1))
+            .map_err(|err| bad(&n("gate_up_proj"), err.to_string()))
+    }
+}
+
+/// A 2-D weight's `(rows, cols)`, both positive: an empty weight is no weight, and a zero dimension would let the
+/// other one be anything (a `[0, 2^60]` tensor holds no bytes).
+fn matrix_shape(name: &str, shape: &[usize], what: &str) -> Result<(usize, usize)> {
+    match shape[..] {
+        [rows, cols] if rows > 0 && cols > 0 => Ok((rows, cols)),
+        [_, _] => Err(bad(name, format!("shape {shape:?}: an empty weight, {what} must both be positive"))),
+        _ => Err(bad(name, format!("shape {shape:?}, expected {what}"))),
+    }
+}
+
+/// safetensors' header errors in words: which constraint the header breaks.
+fn describe(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::HeaderTooSmall => "shorter than the 8-byte header length".into(),
+        E::HeaderTooLarge => "the header length field exceeds safetensors' 100 MB limit".into(),
+        E::InvalidHeaderLength => "the header length field points past the end of the file (truncated?)".into(),
+        E::MetadataIncompleteBuffer => {
+            "the file's length is not the header's plus the tensors' data_offsets end (truncated, or bytes appended)"
+                .into()
+        }
+        E::InvalidOffset(t) => {
+            format!("tensor `{t}`: data_offsets do not start where the previous tensor ends (overlap, gap or reversed)")
+        }
+        E::TensorInvalidInfo => "a tensor's data_offsets span is not its shape times its dtype's size".into(),
+        E::ValidationOverflow => "a tensor's shape times its dtype's size overflows usize".into(),
+        E::MisalignedSlice => "a tensor's shape does not fill whole bytes of its dtype".into(),
+        e => e.to_string(),
     }
 }
 
@@ -306,12 +429,9 @@ pub fn pack_experts<T: Element>(
     for e in 0..experts {
         let [gn, un, dn] = naming.names(prefix, e);
         let (gs, g) = get(&gn)?;
+        let (i, h) = matrix_shape(&gn, &gs, "[I, H]")?;
         let (us, u) = get(&un)?;
         let (ds, d) = get(&dn)?;
-        let (i, h) = match gs[..] {
-            [i, h] => (i, h),
-            _ => return Err(bad(&gn, format!("shape {gs:?}, expected [I, H]"))),
-        };
         if let Some(first) = dims {
             if first != (i, h) {
                 return Err(bad(&gn, format!("shape {gs:?}, expert 0 has [{}, {}]", first.0, first.1)));
@@ -334,7 +454,7 @@ pub fn pack_experts<T: Element>(
         w2.extend_from_slice(&d);
     }
     let (i, h) = dims.ok_or_else(|| bad(prefix, "experts = 0".into()))?;
-    PackedExperts::new(experts, h, i, ExpertFormat::SWIGLU, w13, w2, None, None)
+    PackedExperts::new(experts, h, i, ExpertFormat::SWIGLU, w13, w2, None, None).map_err(|e| bad(prefix, e.to_string()))
 }
 
 /// A shared expert from the tensors `get` finds (name → shape, elements), named as `naming` does.
@@ -471,5 +591,6 @@ pub fn save<T: Element>(path: &Path, tensors: &[NamedTensor<T>]) -> Result<()> {
             TensorView::new(st_dtype(T::DTYPE), s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| bad(n, e.to_string()))
         })
         .collect::<Result<_>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| bad(&path.display().to_string(), e.to_string()))
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| Error::CheckpointFile { file: path.to_path_buf(), problem: e.to_string() })
 }

@@ -118,11 +118,11 @@ fn transpose<T: Element>(src: &[f32], experts: usize, rows: usize, cols: usize) 
 impl Checkpoint {
     /// A U8 tensor's shape and bytes.
     fn u8_tensor(&self, name: &str) -> Result<(Vec<usize>, &[u8])> {
-        let (dtype, shape, bytes) = self.raw(name)?;
-        if dtype != Dtype::U8 {
-            return Err(self.error(name, format!("dtype {dtype:?}, expected U8")));
+        let (info, bytes) = self.entry(name)?;
+        if info.dtype != Dtype::U8 {
+            return Err(bad(name, format!("dtype {:?}, expected U8", info.dtype)));
         }
-        Ok((shape.to_vec(), bytes))
+        Ok((info.shape.clone(), bytes))
     }
 
     /// One gpt-oss MXFP4 weight `{name}_blocks` (U8 `[E, N, K / 32, 16]`) with `{name}_scales` (U8
@@ -133,6 +133,10 @@ impl Checkpoint {
     /// scales whose shape is not the blocks' `[E, N, K / 32]`; a scale byte `0xFF` (the UE8M0 NaN, its position
     /// named).
     pub fn mxfp4_weight(&self, name: &str) -> Result<((usize, usize, usize), Mxfp4)> {
+        self.mxfp4_weight_in_file(name).map_err(self.located(&format!("{name}_blocks")))
+    }
+
+    fn mxfp4_weight_in_file(&self, name: &str) -> Result<((usize, usize, usize), Mxfp4)> {
         let bname = format!("{name}_blocks");
         let sname = format!("{name}_scales");
         let (bs, blocks) = self.u8_tensor(&bname)?;
@@ -142,6 +146,9 @@ impl Checkpoint {
                 format!("shape {bs:?}, expected [E, N, K / 32, 16] (16 bytes = 32 e2m1 per block)"),
             ));
         };
+        if e == 0 || n == 0 || kb == 0 {
+            return Err(bad(&bname, format!("shape {bs:?}: E, N and K / 32 must be positive")));
+        }
         let (ss, scales) = self.u8_tensor(&sname)?;
         if ss != [e, n, kb] {
             return Err(bad(&sname, format!("shape {ss:?}, expected [{e}, {n}, {kb}] from `{bname}` {bs:?}")));
@@ -152,8 +159,9 @@ impl Checkpoint {
                 format!("scale [{}, {}, {}] is 0xFF, the UE8M0 NaN", at / (n * kb), at / kb % n, at % kb),
             ));
         }
-        let k = kb * MX_BLOCK;
-        let rows = e.checked_mul(n).ok_or_else(|| bad(&bname, format!("shape {bs:?} overflows usize")))?;
+        let overflow = || bad(&bname, format!("shape {bs:?}: K or E x N overflows usize"));
+        let k = kb.checked_mul(MX_BLOCK).ok_or_else(overflow)?;
+        let rows = e.checked_mul(n).ok_or_else(overflow)?;
         let mx = Mxfp4::from_parts(rows, k, blocks.to_vec(), scales.iter().map(|&s| Ue8m0(s)).collect())
             .map_err(|err| bad(&bname, err.to_string()))?;
         Ok(((e, n, k), mx))
@@ -166,6 +174,10 @@ impl Checkpoint {
     /// gate/up pairs); `down_proj` not `[E, H, I]` for `gate_up_proj`'s `[E, 2I, H]`; a bias of another shape
     /// than `[E, 2I]` / `[E, H]` or another dtype than F32, BF16, F16.
     pub fn pack_gpt_oss_mxfp4(&self, prefix: &str) -> Result<GptOssMxfp4Experts> {
+        self.pack_gpt_oss_mxfp4_in_file(prefix).map_err(self.located(&format!("{prefix}.experts.gate_up_proj_blocks")))
+    }
+
+    fn pack_gpt_oss_mxfp4_in_file(&self, prefix: &str) -> Result<GptOssMxfp4Experts> {
         let n = |s: &str| format!("{prefix}.experts.{s}");
         let ((e, i2, h), gate_up) = self.mxfp4_weight(&n("gate_up_proj"))?;
         if i2 % 2 != 0 {
@@ -202,6 +214,8 @@ impl Checkpoint {
     /// # Errors
     /// As [`Self::pack_gpt_oss_mxfp4`].
     pub fn pack_gpt_oss_dequantized<T: Element>(&self, prefix: &str) -> Result<PackedExperts<T>> {
-        self.pack_gpt_oss_mxfp4(prefix)?.dequantize().map_err(|e| bad(prefix, e.to_string()))
+        self.pack_gpt_oss_mxfp4(prefix)?
+            .dequantize()
+            .map_err(self.located(&format!("{prefix}.experts.gate_up_proj_blocks")))
     }
 }
