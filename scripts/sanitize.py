@@ -17,7 +17,8 @@ summary line per tool; the exit status is 0 only if every pair is clean.
 
 Usage (on the GPU host; stdlib only):
   scripts/sanitize.py [--binary carry/gpu] [--tools memcheck,racecheck,initcheck,synccheck] [-j 12]
-                      [--timeout 420] [--logs DIR] [--filter SUBSTRING]... [--expect-caught]
+                      [--timeout 420] [--deadline SECONDS] [--logs DIR] [--filter SUBSTRING]...
+                      [--expect-caught]
 
 `CARRY_PLANTED=1 scripts/carry.sh` also builds carry/gpu-plant-<bug> with each bug of build.rs's MOE_GEMM_PLANT;
 `--expect-caught` turns the check around for them: every selected pair must report the bug.
@@ -27,6 +28,7 @@ import argparse
 import concurrent.futures as cf
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -82,16 +84,23 @@ def records(log):
     return [" | ".join(r) for r in out]
 
 
-def run_one(binary, tool, test, timeout, logs):
+def run_one(binary, tool, test, timeout, stop_at, logs):
     cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "yes", binary,
            "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
     env = dict(os.environ, RUST_BACKTRACE="1")
     t0 = time.time()
+    limit = min(timeout, stop_at - t0)
+    if limit < 1:
+        return tool, test, "deadline", 0.0, ""
+    # Its own process group, so that a timeout ends the tool and the test process it started.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, env=env)
-        text, rc = p.stdout.decode(errors="replace"), p.returncode
-    except subprocess.TimeoutExpired as e:
-        text, rc = (e.stdout or b"").decode(errors="replace") + f"\n[sanitize.py] timed out after {timeout} s\n", None
+        out, _ = p.communicate(timeout=limit)
+        text, rc = out.decode(errors="replace"), p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        text, rc = out.decode(errors="replace") + f"\n[sanitize.py] timed out after {limit:.0f} s\n", None
     secs = time.time() - t0
     (logs / tool).mkdir(parents=True, exist_ok=True)
     (logs / tool / f"{test}.log").write_text(f"$ {' '.join(cmd)}\n[sanitize.py] rc {rc}, {secs:.1f} s\n{text}")
@@ -104,7 +113,10 @@ def main():
     ap.add_argument("--binary", default="carry/gpu")
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("-j", type=int, default=12)
-    ap.add_argument("--timeout", type=float, default=420)
+    ap.add_argument("--timeout", type=float, default=420, help="seconds one (tool, test) pair may run")
+    ap.add_argument("--deadline", type=float, default=float("inf"),
+                    help="seconds for the whole run: pairs not started by then are reported as not run, so the "
+                    "summary is printed inside a lease's limit")
     ap.add_argument("--logs", default="sanitize-logs")
     ap.add_argument("--allow", default=str(here / "sanitize-allow.txt"))
     ap.add_argument("--filter", action="append", default=[], help="run only tests containing one of these")
@@ -126,7 +138,8 @@ def main():
     jobs = [(tool, test) for test in tests for tool in tools]
     results = {t: [] for t in tools}
     with cf.ThreadPoolExecutor(max_workers=a.j) as ex:
-        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, logs) for tool, test in jobs]
+        stop_at = time.time() + a.deadline
+        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs) for tool, test in jobs]
         for f in cf.as_completed(futs):
             tool, test, rc, secs, text = f.result()
             recs = records(text)
@@ -134,8 +147,12 @@ def main():
             summary = [m for m in map(SUMMARY.match, text.splitlines()) if m]
             passed = any(TEST_OK.match(l) for l in text.splitlines())
             problem = None
-            if rc is None:
+            if rc == "deadline":
+                problem = "not run: the --deadline passed first"
+            elif rc is None:
                 problem = "timed out"
+            elif "process didn't terminate successfully" in text:
+                problem = f"the test process died under the tool (rc {rc}), before any test result"
             elif not summary:
                 problem = f"no {tool} summary (the process died: rc {rc})"
             elif not passed:
