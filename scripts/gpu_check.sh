@@ -21,3 +21,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 grep -E "ceilings|Grouped\*|Batched\*|error" "$out/ep.log" | head -8
 ./carry/moe-gemm bench --models deepseek-v3 --tokens 64,4096 --gemm w13 --fp8-peer --no-routing > "$out/fp8peer.log" 2>&1
 grep -E "ceilings|fp8|scaled" "$out/fp8peer.log" | head -8
+# SANITIZE=<seconds>: every GPU test under compute-sanitizer's four tools too, within that many seconds
+# (scripts/sanitize.py; its last lines are one summary per tool; the logs go to $out/sanitize).
+if [ -n "${SANITIZE:-}" ]; then
+  python3 scripts/sanitize.py --binary carry/gpu -j 14 --timeout 300 --deadline "$SANITIZE" --logs "$out/sanitize" \
+    > "$out/sanitize.txt" 2>&1
+  echo "sanitize.py rc=$?"; grep -v ": ok$" "$out/sanitize.txt" | tail -30
+  tar czf "$out/sanitize-logs.tgz" -C "$out" sanitize && rm -rf "$out/sanitize"
+fi
