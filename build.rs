@@ -19,6 +19,20 @@ use std::process::Command;
 use toolchain::*;
 
 fn main() {
+    // First, before any work: cudarc's own build script would panic on the same mistakes, in its terms.
+    println!("cargo:rerun-if-env-changed=CUDARC_CUDA_VERSION");
+    let feature = |f: &str| env::var_os(format!("CARGO_FEATURE_{f}")).is_some();
+    let choice = CudarcChoice {
+        dynamic_loading: feature("CUDA_DYNAMIC_LOADING"),
+        dynamic_linking: feature("CUDA_DYNAMIC_LINKING"),
+        cuda_13000: feature("CUDA_13000"),
+        version_from_build_system: feature("CUDA_VERSION_FROM_BUILD_SYSTEM"),
+        version_from_env: env::var_os("CUDARC_CUDA_VERSION").is_some(),
+    };
+    if let Some(problem) = cudarc_choice_problem(choice) {
+        fail(&problem, "");
+    }
+
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     for p in ["build.rs", "build/toolchain.rs", "cpp", "src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"] {
@@ -72,6 +86,18 @@ fn main() {
     println!("cargo:rustc-link-lib=static=cudart_static");
     for l in ["stdc++", "dl", "rt", "pthread"] {
         println!("cargo:rustc-link-lib=dylib={l}");
+    }
+    if choice.dynamic_linking {
+        // cudarc links libcuda (-lcuda) and finds it through CUDA_HOME / CUDA_PATH / CUDA_ROOT or the system
+        // folders. A toolkit's driver stub serves the link on a machine without a driver; the PyPI wheels that
+        // provision ours ship none, so this adds the folder only where the toolkit has one.
+        let cuda_root = tc.nvcc.parent().and_then(Path::parent).unwrap();
+        for d in ["lib/stubs", "lib64/stubs", "targets/x86_64-linux/lib/stubs"] {
+            let d = cuda_root.join(d);
+            if d.join("libcuda.so").is_file() {
+                println!("cargo:rustc-link-search=native={}", d.display());
+            }
+        }
     }
 }
 

@@ -202,3 +202,46 @@ pub const PYPI_PINS: &[&str] = &[
 /// sm_90a and sm_100a cubins. `cuobjdump -sass` runs `nvdisasm`, so both, of one release.
 #[allow(dead_code)] // read by tests/sass.rs, not by the build
 pub const SASS_TOOL_PINS: &[&str] = &["nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"];
+
+/// The `cuda-*` features of moe-gemm that choose cudarc's link mode and CUDA version, as the build script sees
+/// them (`CARGO_FEATURE_*`), plus whether `CUDARC_CUDA_VERSION` names a version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudarcChoice {
+    pub dynamic_loading: bool,
+    pub dynamic_linking: bool,
+    pub cuda_13000: bool,
+    pub version_from_build_system: bool,
+    pub version_from_env: bool,
+}
+
+/// What is wrong with a choice of cudarc's link mode and version, as a message naming the features, or `None`.
+/// cudarc 0.19's build script panics on none or several link modes and on no version; this says so first, in
+/// moe-gemm's terms.
+pub fn cudarc_choice_problem(c: CudarcChoice) -> Option<String> {
+    const CANDLE: &str = "next to candle-core (`cuda`), whose cudarc uses dynamic linking, depend on moe-gemm with \
+                          `default-features = false, features = [\"cuda-dynamic-linking\", \
+                          \"cuda-version-from-build-system\"]`";
+    match (c.dynamic_loading, c.dynamic_linking) {
+        (true, true) => {
+            return Some(format!(
+                "features `cuda-dynamic-loading` and `cuda-dynamic-linking` are both on; cudarc accepts one link \
+                 mode. `cuda-dynamic-loading` is a default feature: {CANDLE}"
+            ))
+        }
+        (false, false) => {
+            return Some(format!(
+                "neither `cuda-dynamic-loading` nor `cuda-dynamic-linking` is on; choose one (the default is \
+                 `cuda-dynamic-loading`; {CANDLE})"
+            ))
+        }
+        _ => {}
+    }
+    if !(c.cuda_13000 || c.version_from_build_system || c.version_from_env) {
+        return Some(
+            "no CUDA version for cudarc: turn on `cuda-13000` (the default) or `cuda-version-from-build-system` \
+             (asks the nvcc on PATH), or set CUDARC_CUDA_VERSION"
+                .into(),
+        );
+    }
+    None
+}

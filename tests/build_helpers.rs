@@ -193,3 +193,24 @@ fn the_disassemblers_are_pinned_to_one_release() {
     assert_eq!(versions.len(), 2);
     assert!(versions.iter().all(|v| *v == versions[0]), "{SASS_TOOL_PINS:?}");
 }
+
+#[test]
+fn cudarc_link_mode_and_version_are_checked() {
+    let default = CudarcChoice { dynamic_loading: true, cuda_13000: true, ..Default::default() };
+    assert_eq!(cudarc_choice_problem(default), None);
+    let candle = CudarcChoice { dynamic_linking: true, version_from_build_system: true, ..Default::default() };
+    assert_eq!(cudarc_choice_problem(candle), None);
+    // A pinned version and the build system's together: cudarc takes the pinned one.
+    assert_eq!(cudarc_choice_problem(CudarcChoice { version_from_build_system: true, ..default }), None);
+    // CUDARC_CUDA_VERSION stands in for a version feature.
+    let env = CudarcChoice { dynamic_linking: true, version_from_env: true, ..Default::default() };
+    assert_eq!(cudarc_choice_problem(env), None);
+
+    let both = cudarc_choice_problem(CudarcChoice { dynamic_linking: true, ..default }).unwrap();
+    assert!(both.contains("`cuda-dynamic-loading` and `cuda-dynamic-linking` are both on"), "{both}");
+    assert!(both.contains("default-features = false"), "{both}");
+    let neither = cudarc_choice_problem(CudarcChoice { cuda_13000: true, ..Default::default() }).unwrap();
+    assert!(neither.contains("neither `cuda-dynamic-loading` nor `cuda-dynamic-linking`"), "{neither}");
+    let no_version = cudarc_choice_problem(CudarcChoice { dynamic_loading: true, ..Default::default() }).unwrap();
+    assert!(no_version.contains("`cuda-13000`") && no_version.contains("`cuda-version-from-build-system`"));
+}

@@ -9,7 +9,7 @@ use std::process::Command;
 const CLI_ONLY: [&str; 3] = ["clap", "plotters", "indicatif"];
 
 /// Names of the normal (not build, not dev) dependencies of this package on the host, `depth` levels deep
-/// (`None`: the whole tree), with or without the default features.
+/// (`None`: the whole tree), with or without the default features (without: only a link mode and a CUDA version).
 fn normal_dependencies(default_features: bool, depth: Option<u32>) -> Vec<String> {
     dependencies("normal", default_features, depth)
 }
@@ -28,7 +28,8 @@ fn dependencies(edges: &str, default_features: bool, depth: Option<u32>) -> Vec<
         "{p}",
     ]);
     if !default_features {
-        cmd.arg("--no-default-features");
+        // A link mode and a CUDA version stay on: the build needs one of each.
+        cmd.args(["--no-default-features", "--features", "cuda-dynamic-loading,cuda-13000"]);
     }
     if let Some(d) = depth {
         cmd.args(["--depth", &d.to_string()]);
@@ -81,4 +82,52 @@ fn criterion_only_with_the_bench_feature() {
         let all = dependencies("normal,dev", default_features, None);
         assert!(!all.iter().any(|n| n == "criterion"), "criterion in the tree (default features: {default_features})");
     }
+}
+
+/// The features cudarc is built with when moe-gemm has exactly `features` (no defaults).
+fn cudarc_features(features: &str) -> Vec<String> {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "tree",
+        "--offline",
+        "--edges",
+        "normal",
+        "--no-default-features",
+        "--features",
+        features,
+        "--invert",
+        "cudarc",
+        "--depth",
+        "0",
+        "--format",
+        "{p} {f}",
+    ]);
+    let out = cmd.output().expect("cannot run cargo tree");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{cmd:?} failed:\n{}{stdout}", String::from_utf8_lossy(&out.stderr));
+    let line = stdout.lines().next().unwrap_or_default();
+    assert!(line.starts_with("cudarc "), "{cmd:?}: the first line is not cudarc: {line:?}");
+    line.split_whitespace().nth(2).unwrap_or_default().split(',').map(String::from).collect()
+}
+
+/// cudarc's link mode and CUDA version come from moe-gemm's `cuda-*` features alone, so a crate next to candle
+/// (whose cudarc links dynamically and asks the build system for the version) can choose candle's: no other
+/// feature turns on `dynamic-loading` or pins a version behind its back.
+#[test]
+fn cudarc_link_mode_and_version_follow_the_cuda_features() {
+    let candle = cudarc_features("cuda-dynamic-linking,cuda-version-from-build-system,nccl");
+    for f in ["dynamic-linking", "cuda-version-from-build-system"] {
+        assert!(candle.iter().any(|c| c == f), "cudarc lacks {f}: {candle:?}");
+    }
+    let stray: Vec<&String> = candle
+        .iter()
+        .filter(|c| *c == "dynamic-loading" || *c == "static-linking" || c.starts_with("cuda-1"))
+        .collect();
+    assert!(stray.is_empty(), "cudarc has {stray:?} beside candle's choice: {candle:?}");
+
+    let default = cudarc_features("cuda-dynamic-loading,cuda-13000");
+    for f in ["dynamic-loading", "cuda-13000"] {
+        assert!(default.iter().any(|c| c == f), "cudarc lacks {f}: {default:?}");
+    }
+    assert!(!default.iter().any(|c| c == "dynamic-linking"), "{default:?}");
 }

@@ -9,15 +9,29 @@ use super::need_len;
 use crate::error::{Error, Result};
 
 /// Whether libcublas can be loaded (cudarc panics on first use otherwise).
+#[cfg(feature = "cuda-dynamic-loading")]
 pub(crate) fn cublas_present() -> bool {
     // SAFETY: only attempts to dlopen the library and reports whether that succeeded.
     unsafe { cudarc::cublas::sys::is_culib_present() }
 }
 
+/// Always true with dynamic linking: libcublas was linked at build time and resolved at start.
+#[cfg(not(feature = "cuda-dynamic-loading"))]
+pub(crate) fn cublas_present() -> bool {
+    true
+}
+
 /// Whether libcublasLt can be loaded (cudarc panics on first use otherwise).
+#[cfg(feature = "cuda-dynamic-loading")]
 pub(crate) fn cublaslt_present() -> bool {
     // SAFETY: only attempts to dlopen the library and reports whether that succeeded.
     unsafe { cudarc::cublaslt::sys::is_culib_present() }
+}
+
+/// Always true with dynamic linking: libcublasLt was linked at build time and resolved at start.
+#[cfg(not(feature = "cuda-dynamic-loading"))]
+pub(crate) fn cublaslt_present() -> bool {
+    true
 }
 
 /// `C = A · B` for square bf16 matrices of side `n` through cuBLAS (column-major, no transposes), on the stream

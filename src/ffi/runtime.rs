@@ -36,9 +36,16 @@ pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
 }
 
 /// Whether libcuda can be loaded (cudarc's dynamic loading panics on first use otherwise).
+#[cfg(feature = "cuda-dynamic-loading")]
 pub(crate) fn driver_present() -> bool {
     // SAFETY: only attempts to dlopen the driver library and reports whether that succeeded.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Always true with dynamic linking: the loader resolved libcuda before the program started, or it did not start.
+#[cfg(not(feature = "cuda-dynamic-loading"))]
+pub(crate) fn driver_present() -> bool {
+    true
 }
 
 /// The CUDA version the installed driver supports (e.g. 13000). Call only after [`driver_present`].

@@ -38,8 +38,8 @@
 //!
 //! # The NCCL step ([`ExpertParallel`])
 //!
-//! cudarc 0.19's `nccl` feature (default-on here; libnccl is loaded at run time with `dynamic-loading`, so
-//! building needs no NCCL). One communicator per device: `Comm::from_devices(streams)` in one process, or
+//! cudarc 0.19's `nccl` feature (default-on here; libnccl is loaded at run time with the default
+//! `cuda-dynamic-loading`, so building needs no NCCL; `cuda-dynamic-linking` links it). One communicator per device: `Comm::from_devices(streams)` in one process, or
 //! `Comm::from_rank(stream, rank, world, id)` per process with an `Id::new()` shared out of band. Per step, on
 //! the communicator's stream, with no host read of a count: a masked layout over the ranks places each
 //! (token, slot) row at `dest · cap + i` (stable in (token, slot) order: [`DispatchPlan`]'s order), the row
