@@ -116,8 +116,8 @@ fn tune_checks_its_arguments_and_fails_cleanly_without_a_gpu() {
 fn plan_sizes_auto_with_the_shipped_table_of_a_named_gpu() {
     let (ok, h200) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA H200"]);
     assert!(ok && h200.contains("Auto from the table shipped for NVIDIA H200"), "{h200}");
-    // The table picks Contiguous at some prefill buckets (and, since session 11's re-tune, Masked nowhere):
-    // the plan gives room to exactly the backends the table names, not the cost model's set.
+    // The table picks Contiguous at some prefill buckets (and, since the re-tune that named Fused tiles, Masked
+    // nowhere): the plan gives room to exactly the backends the table names, not the cost model's set.
     assert!(h200.contains("backends {batched,grouped,contiguous,fused}"), "{h200}");
     let (ok, plain) = cli(&["plan", "--model", "mixtral-8x7b"]);
     assert!(ok && plain.contains("backends {batched,grouped,fused}") && !plain.contains("shipped"), "{plain}");
