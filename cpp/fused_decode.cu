@@ -234,7 +234,8 @@ __device__ __forceinline__ int64_t batch_total(const FusedGemmArgs& a) {
 // Bit j: n8 tile j of the NT * 8 positions from p0 (below `limit`) holds a row. A run's padding is its tail, so
 // a SwapAb16 block of at most 8 rows multiplies 1 tile, not 2. Skipping only tiles without any row keeps every
 // stored product (store() skips padding positions) whatever the order of rows in the layout. Only SwapAb16's
-// private rings use it: in the shared-ring kernels it cost Mixtral T = 64 zipf 1.2-1.8% (H200, session 15).
+// private rings use it: in the shared-ring kernels it cost Mixtral T = 64 zipf 1.2-1.8%
+// (benches/results/h200-2026-12-03-live-tiles/r1/compare-liveall.txt).
 template <int NT>
 __device__ __forceinline__ uint32_t live_tiles(const FusedGemmArgs& a, int64_t limit, int64_t p0, int lane) {
   const int* sorted = reinterpret_cast<const int32_t*>(a.sorted_ids);
@@ -369,8 +370,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 // gemm_kernel does) the positions filled half of each ring and left room for 3 stages; shared, a stage is 4 x 4 KB
 // of weights and 4 KB of positions, and 5 stages fit two CTAs per SM. Each thread copies its weight pieces and
 // NT / 2 of the block's position pieces; per stage, `full` completes when all 128 threads' copies have landed and
-// `empty` when all have read the stage, before anyone refills it. No __syncthreads in the loop (session 6's
-// CTA-shared variant lost to its barrier stalls), and K is not split: the warps move through K together.
+// `empty` when all have read the stage, before anyone refills it. No __syncthreads in the loop (a CTA-shared
+// variant lost to its barrier stalls), and K is not split: the warps move through K together.
 template <int MT, int NT>
 struct SharedRing {
   static constexpr int kStages = NT <= 4 ? 5 : 4;  // two CTAs per SM
@@ -521,8 +522,9 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 // (both wgmma, fused_decode_wgmma.cuh). The run's positions end at its last block (the next belongs to another
 // expert). The CTAs take the blocks interleaved (layout_block): a skewed batch's hot experts (long runs, fed from
 // L2 after their first) then share the SMs with cold experts streaming from HBM, wherever they sit in expert order.
-// H200, session 20, forced, against runs of 4 on mma.sync: geomean 0.975 over 36 points; Mixtral T = 256 uniform
-// -28%, Qwen3-235B T = 256 zipf -4.1%, Mixtral T = 128 balanced +1.0%.
+// H200, forced, against runs of 4 on mma.sync: geomean 0.975 over 36 points; Mixtral T = 256 uniform
+// -28%, Qwen3-235B T = 256 zipf -4.1%, Mixtral T = 128 balanced +1.0%
+// (benches/results/h200-2026-12-03-merged-wgmma/r1/cmp-forced.txt).
 constexpr int kMergedBlocks = 8;
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
@@ -549,7 +551,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 // already fill the SMs: finer tasks even out the last wave (H200, 2026-12-01: 2-4% faster at T = 2-8 on the Qwen3
 // models and at T = 2 on Mixtral and gpt-oss; 0-1.2% at T = 16-64). GEMM2 (scatter, K = I): only while the tasks
 // would not fill every SM's 8 resident warps, and at 16 K steps per split: a split of Qwen3-30B's K = 768 lost
-// 2-6% at T = 2-16. Measured per GEMM with forced splits: benches/results/NOTES.md, session 7.
+// 2-6% at T = 2-16. The rule against no split, per point:
+// benches/results/h200-2026-12-01-gated-epilogue/COMPARE-gated-split.txt.
 template <int BM>
 int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
   const int chunks = (a.k + kChunk - 1) / kChunk;

@@ -10,12 +10,13 @@ namespace fused_decode {
 
 // The GEMM1 -> GEMM2 hand-off per layout block (`ready`, zeroed by the layout build): each GEMM1 warp that stores
 // a task adds the h columns it wrote to its block's counter, and GEMM2's CTAs of the block start once it reaches
-// K (= I), where they would otherwise wait for all of GEMM1 to end. Session 14's trace of Mixtral T = 64 had up to
-// 256 GEMM2 CTAs waiting through GEMM1's last 45 us while it drained at 1.8-4.2 TB/s.
-// Its prototypes, measured on the H200 (benches/results/NOTES.md, session 16): Mixtral T = 64 zipf -2.3%,
-// T = 32 zipf -1.3%, T = 64 uniform -0.7% (the merged tile); on SwapAb16 (T = 1-16) +1-2.3%, and wherever GEMM2
-// is not launched early the fence before each count only costs (Qwen3-30B T = 8-64 +7-10%). So: the merged tile,
-// early GEMM2s.
+// K (= I), where they would otherwise wait for all of GEMM1 to end. A per-CTA trace of Mixtral T = 64 had up to
+// 256 GEMM2 CTAs waiting through GEMM1's last 45 us while it drained at 1.8-4.2 TB/s
+// (benches/results/h200-2026-12-03-per-cta-trace/r1/timeline-mixtral-64-z.txt).
+// Its prototypes, measured on the H200 (benches/results/h200-2026-12-03-live-tiles-16/r2/compare.txt): Mixtral
+// T = 64 zipf -2.3%, T = 32 zipf -1.3%, T = 64 uniform -0.7% (the merged tile); on SwapAb16 (T = 1-16) +1-2.3%,
+// and wherever GEMM2 is not launched early the fence before each count only costs (Qwen3-30B T = 8-64 +7-10%).
+// So: the merged tile, early GEMM2s.
 __device__ __forceinline__ void signal_ready(int32_t* count, int n_out, int n0, int lane) {
   __threadfence();  // this lane's h stores, before the count
   __syncwarp();

@@ -1,8 +1,8 @@
 // Included once, by grouped_gemm_sm100_mx.cu. SM100 4-bit x 4-bit block-scaled grouped GEMMs (the template:
 // grouped_gemm_sm100_mx.cuh): MXFP4 x MXFP4 (tcgen05 kind::mxf4, UE8M0 per 32 of K) and NVFP4 x NVFP4 (kind::mxf4nvf4,
 // UE4M3 per 16, the tensor scales' product per group as the epilogue's alpha: CUTLASS example 75's form), each 1-SM
-// 128x128x256. Both operands K-major, as these kinds require. Their 2-SM 256x256x256 kernels were built in session 7
-// and taken out in session 8: 43 s of nvcc CPU that the 10-minute cold build could not keep, for a rule no B200 had
+// 128x128x256. Both operands K-major, as these kinds require. Their 2-SM 256x256x256 kernels were built once
+// and taken out again: 43 s of nvcc CPU that the 10-minute cold build could not keep, for a rule no B200 had
 // measured. Never run on hardware: compiled and SASS-checked.
 #include "grouped_gemm_sm100_mx.cuh"
 

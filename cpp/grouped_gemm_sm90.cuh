@@ -211,7 +211,7 @@ Status run(const GroupedGemmArgs& p) {
   // activation), this one-CTA kernel is resident when that ends. The GEMM after it is launched plainly: CUTLASS
   // 4.2's SM90 ptr-array kernels do not wait on griddepcontrol, so they must not start before it (entered through
   // a waiting kernel and let in early, it measured 8% slower at Mixtral T = 512 uniform and nowhere faster:
-  // benches/results/NOTES.md, session 18).
+  // benches/results/h200-2026-12-03-tile-windows/r2/compare.txt).
   constexpr int kThreads = 128;
   const Status prepared = pdl::launch(
       true, dim3((p.groups + kThreads - 1) / kThreads), dim3(kThreads), 0, stream, prepare_groups<G>, p.mode,

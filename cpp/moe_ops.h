@@ -208,7 +208,8 @@ Status fused_moe_gemm_f16(const FusedGemmArgs& args);
 // The SwapAb tiles, both dtypes (fused_decode.cu, portable); prepare opts their rings into shared memory.
 // `offsets`: the layout's per-expert first positions [experts + 1] (int32), read by SwapAbMerged. It travels
 // beside FusedGemmArgs, not in it: a field more in the kernels' by-value argument changed the SwapAb16 kernel's
-// code (94 -> 98 registers) and cost it 0.8% (H200, 2026-12-02, benches/results/h200-2026-12-02-s10/s16-*.log).
+// code (94 -> 98 registers) and cost it 0.8% (H200, 2026-12-02,
+// benches/results/h200-2026-12-02-swapab-merged/s16-*.log).
 // `ready`: int32 [capacity / 16] zeroed by the layout build, or 0. Where given to a GatherGated GEMM1 and then to
 // the Scatter GEMM2 over the same layout (the layer's pass, nothing between), GEMM2's CTAs of a block start once
 // GEMM1 has written that block's h instead of when all of GEMM1 has ended (SwapAbMerged only; see fused_decode.cu).

@@ -1,5 +1,6 @@
 //! `moe-gemm`: what was built and what the device can do (`info`), how fast it runs (`bench`), what memory a
-//! model takes (`plan`), and the measured backend per batch for `Auto` (`tune`).
+//! model takes (`plan`), the measured backend per batch for `Auto` (`tune`), and how two benches' tables differ
+//! (`compare`).
 
 mod cli;
 
@@ -24,6 +25,9 @@ enum Command {
     /// Measure every backend of a model's layer per token bucket on this GPU and write the fastest as a tuned
     /// file for `Auto` (`TunedBackends`, `MoeLayerOptions::tuned`).
     Tune(cli::tune::TuneArgs),
+    /// Compare `bench --layer` tables (CSV or JSON) per point against the first: ratios and their geomean; runs
+    /// of one binary joined by commas are merged by their lower median (no GPU needed).
+    Compare(cli::compare::CompareArgs),
 }
 
 fn main() {
@@ -34,6 +38,13 @@ fn main() {
         Command::Bench(b) => cli::bench::run(b),
         Command::Plan(p) => cli::plan::run(&p),
         Command::Tune(t) => cli::tune::run(&t),
+        Command::Compare(c) => {
+            if let Err(e) = cli::compare::run(&c) {
+                eprintln!("moe-gemm compare: {e}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     };
     if let Err(e) = result {
         eprintln!("moe-gemm: {e}");

@@ -116,8 +116,8 @@ fn tune_checks_its_arguments_and_fails_cleanly_without_a_gpu() {
 fn plan_sizes_auto_with_the_shipped_table_of_a_named_gpu() {
     let (ok, h200) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA H200"]);
     assert!(ok && h200.contains("Auto from the table shipped for NVIDIA H200"), "{h200}");
-    // The table picks Contiguous at some prefill buckets (and, since session 11's re-tune, Masked nowhere):
-    // the plan gives room to exactly the backends the table names, not the cost model's set.
+    // The table picks Contiguous at some prefill buckets (and, since the re-tune that named Fused tiles, Masked
+    // nowhere): the plan gives room to exactly the backends the table names, not the cost model's set.
     assert!(h200.contains("backends {batched,grouped,contiguous,fused}"), "{h200}");
     let (ok, plain) = cli(&["plan", "--model", "mixtral-8x7b"]);
     assert!(ok && plain.contains("backends {batched,grouped,fused}") && !plain.contains("shipped"), "{plain}");
@@ -161,4 +161,35 @@ fn plan_sizes_an_mxfp4_layer_per_arch() {
     assert!(ok && b200.contains("grouped_gemm_sm100_mx (mxfp8 x mxfp4)") && b200.contains("GEMM workspace"), "{b200}");
     let (ok, fused) = cli(&[&args[..], &["--backends", "fused"]].concat());
     assert!(!ok && fused.contains("MXFP4 expert weights run the Grouped, Contiguous and Masked"), "{fused}");
+}
+
+/// `compare`: two runs of a base and one of a new binary, merged by the lower median, give the per-point ratios and
+/// their geomean; a missing file or a table without the bench's columns is an error, not a panic.
+#[test]
+fn compare_reports_ratios_and_geomean_of_bench_tables() {
+    let dir = std::env::temp_dir().join(format!("moe-gemm-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch,\
+                dtype,bf16_auto_us,x_bf16";
+    let table = |name: &str, t1: f64, t64: f64| {
+        let path = dir.join(name);
+        let text = format!(
+            "{head}\nmixtral-8x7b,1,uniform,Auto,Batched,Batched,{t1},0,0,0,0,,,bf16,0,1\n\
+             mixtral-8x7b,64,zipf,Auto,Fused,Fused,{t64},0,0,0,0,,,bf16,0,1\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().to_string()
+    };
+    let (a1, a2, b) = (table("a-1.csv", 200.0, 800.0), table("a-2.csv", 190.0, 810.0), table("b-1.csv", 190.0, 720.0));
+    let (ok, text) = cli(&["compare", &format!("{a1},{a2}"), &b]);
+    assert!(ok, "{text}");
+    // Lower medians: A = 190 and 800; B/A = 1.000 and 0.900; geomean sqrt(0.9).
+    assert!(text.contains("0.900") && text.contains("1.000"), "{text}");
+    assert!(text.contains(&format!("geomean {:.4} over 2 points; 1 faster and 0 slower", 0.9f64.sqrt())), "{text}");
+    let (ok, text) = cli(&["compare", &a1, &dir.join("none.csv").to_string_lossy()]);
+    assert!(!ok && text.contains("cannot read"), "{text}");
+    std::fs::write(dir.join("bad.csv"), "a,b\n1,2\n").unwrap();
+    let (ok, text) = cli(&["compare", &a1, &dir.join("bad.csv").to_string_lossy()]);
+    assert!(!ok && text.contains("no `model` column"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

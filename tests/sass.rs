@@ -276,7 +276,7 @@ fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
 }
 
 /// The FP8 decode kernels multiply on the tensor cores: their e4m3 `mma.sync` is lowered (sm_90 and sm_100 alike) to f16
-/// conversions (`F2FP`) and `HMMA` (what README and benches/results/NOTES.md say); no wgmma, no tcgen05.
+/// conversions (`F2FP`) and `HMMA` (what README says); no wgmma, no tcgen05.
 #[test]
 fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     let Some(tool) = tools("the_fp8_decode_kernels_multiply_on_the_tensor_cores") else { return };
@@ -450,7 +450,7 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
 }
 
 /// The 2-SM schedules (`KernelPtrArrayTmaWarpSpecialized2SmMxf8f6f4Sm100`, `...Blockwise2SmSm100`) beside their
-/// 1-SM twins (the FP4 part's were taken out in session 8 for nvcc time, and must stay out): each 2-SM GEMM is
+/// 1-SM twins (the FP4 part's were taken out for nvcc time, and must stay out): each 2-SM GEMM is
 /// CUTLASS's kernel over the `2x1SM` MMA atom, its prepare kernel is named by the 2-SM schedule, and its machine
 /// code is the pair form of tcgen05 as cuobjdump prints it: every MMA `UTCQMMA.2CTA` / `UTCOMMA.2CTA[.4X]`, the
 /// scale copies into tensor memory `UTCCP.T.S.2CTA.4` (block-scaled only), the commits `UTCBAR.2CTA.MULTICAST`

@@ -219,7 +219,7 @@ fn the_sm100_fp8_blockwise_plan_takes_the_sm90_operands_on_a_b200_only() {
     }
 }
 
-/// The 2-SM block-scaled configuration (MXFP8 x MXFP8; none for MXFP8 x MXFP4 and, since session 8, for the 4-bit
+/// The 2-SM block-scaled configuration (MXFP8 x MXFP8; none for MXFP8 x MXFP4 and for the 4-bit
 /// pairs, which take their 1-SM kernel at every size): each
 /// is compiled, is what its name says (256-row MMA tile over two SMs of a 2x1 cluster), is the plan's default on a
 /// B200 exactly when N is whole 256s and the rows per group fill a 256-row tile, can be forced on or off with

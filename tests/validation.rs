@@ -161,7 +161,7 @@ fn dtype_facts() {
 fn auto_policy_matches_the_measured_suite() {
     use moe_gemm::{auto_backend, Backend::*};
     // (E, k, H, I, T, the pick): measured best among Batched, Fused, Grouped under uniform routing in
-    // benches/results/h200-2026-11-29-s2, except where noted (near-ties go to the layout backends, which
+    // benches/results/h200-2026-11-29-layer-suite, except where noted (near-ties go to the layout backends, which
     // skewed routing favours).
     let cases = [
         (8, 2, 4096, 14336, 1, Batched),      // 191 vs Fused 259, Grouped 283 us
@@ -197,7 +197,7 @@ fn auto_policy_matches_the_measured_suite() {
 fn fp8_auto_policy_matches_the_measured_decode_points() {
     use moe_gemm::{auto_backend_fp8, Backend::*};
     // (E, k, H, I, T, the pick): the faster of FP8 Batched and Grouped under uniform routing in
-    // benches/results/h200-2026-12-01-s4/fp8-decode.log (median µs, Batched vs Grouped).
+    // benches/results/h200-2026-12-01-fp8-layer/fp8-decode.csv (median µs, Batched vs Grouped).
     let cases = [
         (256, 8, 7168, 2048, 1, Batched),    // 133.7 vs 150.9
         (256, 8, 7168, 2048, 2, Batched),    // 241.8 vs 243.0 (tie)

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod compare;
 #[cfg(feature = "nccl")]
 pub mod ep_bench;
 pub mod fp8_bench;

@@ -32,8 +32,8 @@ pub struct TuneArgs {
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 20)]
     pub reps: usize,
-    /// The Fused tiles measured per bucket (comma-separated; SwapAb32 is left out by default: on the H200 it
-    /// led nowhere by more than 0.5%, benches/results/NOTES.md, session 10).
+    /// The Fused tiles measured per bucket (comma-separated; SwapAb32 is left out by default: with each tile
+    /// forced on the H200 it led the others by at most 0.8%, benches/results/h200-2026-12-02-swapab-merged/tiles.txt).
     #[arg(long, value_delimiter = ',', default_value = "swapab-16,swapab-merged,64x128x64,128x256x64")]
     pub fused_tiles: Vec<String>,
 }

@@ -108,8 +108,8 @@ impl FusedTile {
     /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any gets
     /// (r): [`Self::SwapAb16`] where r is at most 1, or below 8 on layers of fewer than 64 experts (its K split fills
     /// the SMs where the blocks are few); [`Self::SwapAbMerged`] up to 16 (skew-robust: a hot expert's weights are
-    /// streamed once per 128 of its rows since session 20); then as [`Self::for_rows_fp8`]. Measured on the H200 with
-    /// each tile forced under uniform and zipf routing (`benches/results/h200-2026-12-02-s10/tiles.txt`): SwapAb16 is
+    /// streamed once per 128 of its rows); then as [`Self::for_rows_fp8`]. Measured on the H200 with each tile
+    /// forced under uniform and zipf routing (`benches/results/h200-2026-12-02-swapab-merged/tiles.txt`): SwapAb16 is
     /// 1-7% ahead at T = 4-16 on most models, but behind under zipf by 3-6% at r = 4 and 13-27% at r = 8 (Qwen3-235B
     /// T = 128 zipf 1294 vs 1137 µs); from r = 2 the merged tile is within 1% of the best uniform tile on Qwen3-235B,
     /// gpt-oss and DeepSeek-V3 (2-3% behind SwapAb16 on Qwen3-30B at T = 32-64) and leads most zipf points (gpt-oss

@@ -182,7 +182,7 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 
 /// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
 /// Grouped, by costs fitted to the H200 under uniform routing (`moe-gemm bench --layer --dtype fp8`,
-/// benches/results/h200-2026-12-01-s4): Batched streams one expert's e4m3 weights per (token, slot) row at about
+/// benches/results/h200-2026-12-01-fp8-layer): Batched streams one expert's e4m3 weights per (token, slot) row at about
 /// 2.98 TB/s plus 16 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B at T = 1 fit within 3%); Grouped streams
 /// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
 /// activation and combine. A pure function, so the policy can be checked without a GPU.
@@ -409,7 +409,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
 
     /// The backend a pass of `tokens` tokens runs. `Auto` takes the nearest bucket of its tuned table
     /// ([`Self::tuned`]) where that backend can run the batch; otherwise (or with no table) it compares costs fitted to the H200 suite under
-    /// uniform routing (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-s2): `Batched`
+    /// uniform routing (`moe-gemm bench --layer --suite`, benches/results/h200-2026-11-29-layer-suite): `Batched`
     /// streams one expert's weights per (token, slot) row at about 4.05 TB/s plus 12 µs; the layout backends
     /// stream each *active* expert once, at about 4.16 TB/s when 16 or more experts are active and 3.3 TB/s when
     /// fewer, plus about 50 µs of layout, activation and combine. Skewed routing activates fewer experts than
