@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod experts;
 mod ffi;
 pub mod kernels;
 pub mod layer;

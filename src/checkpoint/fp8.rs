@@ -38,7 +38,7 @@ use serde_json::Value;
 use super::{bad, matrix_shape, widen, Checkpoint, ExpertNaming};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::layer::{ExpertFormat, PackedExperts};
+use crate::experts::{ExpertFormat, PackedExperts};
 use crate::quant::{
     BlockFp8, BlockShape, GroupQuant, ScaleFormat, ScaleRounding, Scales, Ue8m0, DEEPSEEK_EPS, F8E4M3, VLLM_EPS,
 };

@@ -31,7 +31,7 @@ use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
+use crate::experts::{ExpertFormat, PackedExperts, SharedExpert};
 
 mod fp8;
 mod fp8_shared;

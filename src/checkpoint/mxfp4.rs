@@ -15,7 +15,7 @@
 //! Element value `FP4_LUT[nibble] · 2^(scale − 127)` (`openai/gpt-oss` `gpt_oss/torch/weights.py`). The MXFP4
 //! storage is `[out, in]` (K-major, as SM100's MXF4 MMA wants it); gpt-oss's bf16 form, which
 //! [`Checkpoint::pack_gpt_oss`] reads, is transposed (`gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`,
-//! [`Storage::InOut`](crate::layer::Storage::InOut)), so [`GptOssMxfp4Experts::dequantize`] transposes: its
+//! [`Storage::InOut`](crate::experts::Storage::InOut)), so [`GptOssMxfp4Experts::dequantize`] transposes: its
 //! result is exactly what `pack_gpt_oss` returns for the dequantised checkpoint, and the bf16 layer runs it.
 
 use safetensors::tensor::Dtype;
@@ -23,7 +23,7 @@ use safetensors::tensor::Dtype;
 use super::{bad, Checkpoint};
 use crate::dtype::Element;
 use crate::error::Result;
-use crate::layer::{ExpertFormat, PackedExperts};
+use crate::experts::{ExpertFormat, PackedExperts};
 use crate::quant::{Mxfp4, Ue8m0, MX_BLOCK};
 
 /// One layer's gpt-oss experts in MXFP4: `gate_up` is `[E · 2I, H]` (rows interleaved gate/up per expert),

@@ -5,8 +5,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use crate::dtype::Element;
 use crate::error::Result;
+use crate::experts::{Activation, GateUp};
 use crate::ffi;
-use crate::layer::{Activation, ExpertWeights, Fp8ExpertWeights, GateUp};
+use crate::layer::{ExpertWeights, Fp8ExpertWeights};
 use crate::quant::ScaleRounding;
 
 impl From<Activation> for ffi::Activation {

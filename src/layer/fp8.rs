@@ -28,9 +28,9 @@ use half::bf16;
 
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
-use super::{Activation, ExpertFormat, GateUp, Storage};
 use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::error::{Error, Result};
+use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
 use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, Scales, SCALE_BLOCK};
 
 /// Block-FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows `0..I`, up rows `I..2I`; `[E, I,

@@ -83,9 +83,9 @@ pub use fp8::Fp8ExpertWeights;
 pub use mx::Mxfp4ExpertWeights;
 pub use scratch::MoeScratch;
 pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
-pub use weights::{
-    Activation, ExpertFormat, ExpertWeights, GateUp, LayerWeights, PackedExperts, SharedExpert, Storage, WeightFormat,
-};
+pub use weights::{ExpertWeights, LayerWeights, WeightFormat};
+// The host-side vocabulary lives in `crate::experts`; its names stay reachable here, where the layer takes them.
+pub use crate::experts::{Activation, ExpertFormat, GateUp, PackedExperts, SharedExpert, Storage};
 
 use std::sync::Arc;
 
