@@ -2,6 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
+pub mod backend;
 pub mod checkpoint;
 pub mod device;
 pub mod dtype;

@@ -7,8 +7,8 @@ use crate::device::{Arch, DeviceInfo};
 use crate::error::Result;
 use crate::kernels::KernelFamily;
 
-use super::backends::{Backend, Backends};
 use super::weights::WeightFormat;
+use crate::backend::{Backend, Backends};
 
 /// The grouped GEMM a layer's layout backends (Grouped, Contiguous, Masked, and Eager over dense weights)
 /// multiply with, chosen from the weights' format and the device's arch.

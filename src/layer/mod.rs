@@ -58,7 +58,6 @@
 //! graph, many layers back to back.
 
 mod arch;
-mod backends;
 mod fp8;
 mod gemm_spec;
 mod mx;
@@ -77,8 +76,8 @@ pub mod sizing;
 mod steps;
 mod weights;
 
+pub use crate::backend::{Backend, Backends};
 pub use arch::LayerGemm;
-pub use backends::{Backend, Backends};
 pub use fp8::Fp8ExpertWeights;
 pub use mx::Mxfp4ExpertWeights;
 pub use scratch::MoeScratch;

@@ -21,9 +21,9 @@ pub use super::needs::{mib, Footprint, PlanBytes, ScratchNeeds};
 pub use super::shape::LayerShape;
 
 use super::arch::{check_backend, LayerGemm};
-use super::backends::{Backend, Backends};
 use super::pick::{auto_pick, fused_tile_for, tuned_runs};
 use super::weights::WeightFormat;
+use crate::backend::{Backend, Backends};
 
 /// Rows per tile of the contiguous layout (DeepGEMM's; also the Fused 128-row tile's layout).
 pub(crate) const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();

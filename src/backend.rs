@@ -13,7 +13,7 @@ pub enum Backend {
     Contiguous,
     Masked,
     Fused,
-    /// Picks per call: see [`MoeLayer::backend_for`](super::MoeLayer::backend_for).
+    /// Picks per call: see [`MoeLayer::backend_for`](crate::MoeLayer::backend_for).
     Auto,
 }
 
