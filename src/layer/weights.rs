@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::experts::{
     check_lengths, shared_groups_beside, transpose_experts, Activation, GateUp, PackedExperts, SharedExpert, Storage,
 };
+use crate::kernels::elementwise::DecodeExperts;
 
 /// Expert weights on the device, in the `[out, in]` layout the kernels read.
 #[derive(Debug)]
@@ -181,6 +182,20 @@ impl<T: Element> ExpertWeights<T> {
             2 * self.inter
         } else {
             self.inter
+        }
+    }
+    /// What the batched backend's decode kernels read of these weights.
+    pub(super) fn decode_experts(&self) -> DecodeExperts<'_, T> {
+        DecodeExperts {
+            activation: self.activation,
+            gate_up: self.gate_up,
+            groups: self.groups(),
+            hidden: self.hidden,
+            inter: self.inter,
+            w13: &self.w13,
+            w2: &self.w2,
+            b13: self.b13.as_ref(),
+            b2: self.b2.as_ref(),
         }
     }
 }
