@@ -1,3 +1,4 @@
+pub mod args;
 pub mod bench;
 #[cfg(feature = "nccl")]
 pub mod ep_bench;
