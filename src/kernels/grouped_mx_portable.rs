@@ -31,10 +31,10 @@ use half::bf16;
 
 use super::grouped_mx::{check_plan, operands, MxConfig, MxFormat, MxRows, MxShape, MxWeights, MX_K_MULTIPLE};
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::error::Result;
 use crate::ffi;
-use crate::kernels::grouped::GroupRows;
-use crate::kernels::KernelFamily;
+use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_mx_portable";

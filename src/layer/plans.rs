@@ -9,13 +9,14 @@ use half::bf16;
 use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
 use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
 use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
 use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use crate::kernels::TileConfig;
+use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows, Mxfp4Weights, Mxfp8Rows};
 use crate::status::DeviceStatus;
 
