@@ -28,9 +28,9 @@ use half::bf16;
 
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
-use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::error::{Error, Result};
 use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
+use crate::experts::{PackedFp8Experts, SharedFp8Expert};
 use crate::kernels::elementwise::DecodeFp8Experts;
 use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, Scales, SCALE_BLOCK};
 

@@ -20,9 +20,9 @@ use half::bf16;
 mod mx;
 pub use mx::{moe_forward_mx, MxHostLayer};
 
-use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::dtype::Element;
 use crate::experts::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
+use crate::experts::{PackedFp8Experts, SharedFp8Expert};
 use crate::quant::{per_token_group_quant, GroupQuant, SCALE_BLOCK};
 use crate::reference::Tolerance;
 

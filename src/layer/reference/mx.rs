@@ -5,7 +5,7 @@ use std::thread;
 use half::bf16;
 
 use super::activate;
-use crate::checkpoint::GptOssMxfp4Experts;
+use crate::experts::GptOssMxfp4Experts;
 use crate::experts::{Activation, GateUp};
 use crate::quant::{Mxfp4, Mxfp8};
 
