@@ -136,9 +136,9 @@ impl GroupedGemmMxPortable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::kernels::grouped_mx::tests::device;
     use crate::kernels::grouped_mx::GroupedGemmMx;
-    use crate::Error;
 
     #[test]
     fn plans_the_four_pairs_on_hopper_and_blackwell() {
