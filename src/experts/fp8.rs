@@ -34,7 +34,7 @@ pub struct PackedFp8Experts {
     w13_scales: Scales,
     w2: Vec<F8E4M3>,
     w2_scales: Scales,
-    /// The activations' amax floor of the checkpoint's family ([`Fp8Config::activation_eps`]).
+    /// The activations' amax floor of the checkpoint's family ([`crate::checkpoint::Fp8Config::activation_eps`]).
     act_eps: f32,
 }
 
@@ -111,7 +111,8 @@ impl PackedFp8Experts {
     }
 
     /// How a layer over these experts quantises its activations: the checkpoint family's eps
-    /// ([`Fp8Config::activation_eps`]), scales rounded up to powers of two for UE8M0 weight scales.
+    /// ([`crate::checkpoint::Fp8Config::activation_eps`]), scales rounded up to powers of two for UE8M0 weight
+    /// scales.
     pub fn activation_quant(&self) -> GroupQuant {
         activation_quant(self.act_eps, self.scale_format())
     }
