@@ -2,10 +2,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
+pub mod backend;
 pub mod checkpoint;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod experts;
 mod ffi;
 pub mod kernels;
 pub mod layer;
@@ -32,24 +34,24 @@ pub mod timing;
 
 /// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
 pub use cudarc;
-pub use device::{Arch, DeviceInfo};
+pub use device::{Arch, DeviceInfo, KernelFamily};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use kernels::fused::{FusedBatch, FusedTile};
-pub use kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+pub use kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 pub use kernels::grouped_fp8::{
     Fp8KernelFacts, Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape,
 };
 pub use kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
 pub use kernels::grouped_mx_portable::GroupedGemmMxPortable;
 pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100KernelFacts, Sm100TileConfig};
-pub use kernels::{KernelFamily, TileConfig};
+pub use kernels::TileConfig;
 pub use layer::{
     auto_backend, auto_backend_fp8, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint,
     Fp8ExpertWeights, GateUp, LayerGemm, LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch,
     Mxfp4ExpertWeights, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage, WeightFormat,
 };
-pub use layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+pub use layouts::{ExpertLayout, GroupRows, LayoutDims, LayoutSpec};
 pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;

@@ -19,7 +19,7 @@ enum Command {
     /// Print the toolchain, the compiled architectures and kernel configurations, and the CUDA devices.
     Info,
     /// Time the grouped GEMM on real MoE model shapes (needs an SM90 GPU).
-    Bench(cli::bench::BenchArgs),
+    Bench(cli::args::BenchArgs),
     /// Device memory of a model's MoE layers: the shared scratch, the per-layer plans, the weights (no GPU needed).
     Plan(cli::plan::PlanArgs),
     /// Measure every backend of a model's layer per token bucket on this GPU and write the fastest as a tuned

@@ -38,7 +38,7 @@ use serde_json::Value;
 use super::{bad, matrix_shape, widen, Checkpoint, ExpertNaming};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::layer::{ExpertFormat, PackedExperts};
+use crate::experts::{activation_quant, ExpertFormat, PackedExperts, PackedFp8Experts};
 use crate::quant::{
     BlockFp8, BlockShape, GroupQuant, ScaleFormat, ScaleRounding, Scales, Ue8m0, DEEPSEEK_EPS, F8E4M3, VLLM_EPS,
 };
@@ -215,15 +215,6 @@ impl Fp8Config {
     }
 }
 
-/// Activations quantised with amax floored at `eps`, scales rounded as `format` stores the weights'.
-fn activation_quant(eps: f32, format: ScaleFormat) -> GroupQuant {
-    let rounding = match format {
-        ScaleFormat::Ue8m0 => ScaleRounding::Ue8m0Ceil,
-        _ => ScaleRounding::Exact,
-    };
-    GroupQuant::new(eps, rounding).expect("eps validated when the config was made")
-}
-
 /// Whether `config.json` is of DeepSeek's family (DeepSeek-V2/V3/V3.1, Kimi-K2: DeepSeek's activation eps).
 fn deepseek_family(config: &Value) -> bool {
     let model_type = config.get("model_type").and_then(Value::as_str).unwrap_or("");
@@ -385,101 +376,7 @@ fn stack_gate_up(g: &BlockFp8, u: &BlockFp8, gate: &str, up: &str) -> Result<Blo
     g.stack_rows(u).map_err(|e| bad(gate, format!("stacking on `{up}`: {e}")))
 }
 
-/// The block-FP8 experts of one layer in one value: `w13 [E, 2I, H]` (gate rows, then up rows) and `w2 [E, H, I]`
-/// as e4m3, each with its scale grids `[E, ceil(2I / bn), ceil(H / bk)]` and `[E, ceil(H / bn), ceil(I / bk)]`
-/// (row-major, DeepSeek's `weight_scale_inv` per expert), all in one [`ScaleFormat`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct PackedFp8Experts {
-    experts: usize,
-    hidden: usize,
-    inter: usize,
-    block: BlockShape,
-    w13: Vec<F8E4M3>,
-    w13_scales: Scales,
-    w2: Vec<F8E4M3>,
-    w2_scales: Scales,
-    /// The activations' amax floor of the checkpoint's family ([`Fp8Config::activation_eps`]).
-    act_eps: f32,
-}
-
-fn concat_scales(parts: &[&Scales]) -> Result<Scales> {
-    let mut f = Vec::new();
-    let mut u = Vec::new();
-    for s in parts {
-        match s {
-            Scales::F32(v) => f.extend_from_slice(v),
-            Scales::Ue8m0(v) => u.extend_from_slice(v),
-        }
-    }
-    match (f.is_empty(), u.is_empty()) {
-        (_, true) => Ok(Scales::F32(f)),
-        (true, false) => Ok(Scales::Ue8m0(u)),
-        _ => Err(Error::InvalidProblem("experts with both F32 and UE8M0 scales".into())),
-    }
-}
-
 impl PackedFp8Experts {
-    /// Packs per-expert `(w13 [2I, H], w2 [H, I])` pairs, activations to be quantised with DeepSeek's eps
-    /// ([`Self::with_activation_eps`] sets another).
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] for no experts, or experts whose shapes, blocks or scale formats differ.
-    pub fn from_experts(per_expert: Vec<(BlockFp8, BlockFp8)>) -> Result<PackedFp8Experts> {
-        let Some((w13, w2)) = per_expert.first() else {
-            return Err(Error::InvalidProblem("experts = 0".into()));
-        };
-        let (two_i, h, block, format) = (w13.rows(), w13.cols(), w13.block(), w13.scales().format());
-        if two_i % 2 != 0 || (w2.rows(), w2.cols()) != (h, two_i / 2) {
-            return Err(Error::InvalidProblem(format!(
-                "expert 0: w13 [{two_i}, {h}] and w2 [{}, {}] are not [2I, H] and [H, I]",
-                w2.rows(),
-                w2.cols()
-            )));
-        }
-        for (e, (a, b)) in per_expert.iter().enumerate() {
-            let same =
-                |m: &BlockFp8, r, c| (m.rows(), m.cols(), m.block(), m.scales().format()) == (r, c, block, format);
-            if !same(a, two_i, h) || !same(b, h, two_i / 2) {
-                return Err(Error::InvalidProblem(format!(
-                    "expert {e}: w13 [{}, {}] {:?} {:?} and w2 [{}, {}] {:?} {:?} differ from expert 0's",
-                    a.rows(),
-                    a.cols(),
-                    a.block(),
-                    a.scales().format(),
-                    b.rows(),
-                    b.cols(),
-                    b.block(),
-                    b.scales().format()
-                )));
-            }
-        }
-        let w13_scales = concat_scales(&per_expert.iter().map(|(a, _)| a.scales()).collect::<Vec<_>>())?;
-        let w2_scales = concat_scales(&per_expert.iter().map(|(_, b)| b.scales()).collect::<Vec<_>>())?;
-        let experts = per_expert.len();
-        let (mut q13, mut q2) = (Vec::new(), Vec::new());
-        for (a, b) in &per_expert {
-            q13.extend_from_slice(a.q());
-            q2.extend_from_slice(b.q());
-        }
-        let (inter, act_eps) = (two_i / 2, DEEPSEEK_EPS);
-        Ok(PackedFp8Experts { experts, hidden: h, inter, block, w13: q13, w13_scales, w2: q2, w2_scales, act_eps })
-    }
-
-    /// The same experts with activations' amax floored at `eps` (what a layer over them quantises with).
-    ///
-    /// # Errors
-    /// As [`GroupQuant::new`].
-    pub fn with_activation_eps(self, eps: f32) -> Result<PackedFp8Experts> {
-        GroupQuant::new(eps, ScaleRounding::Exact)?;
-        Ok(PackedFp8Experts { act_eps: eps, ..self })
-    }
-
-    /// How a layer over these experts quantises its activations: the checkpoint family's eps
-    /// ([`Fp8Config::activation_eps`]), scales rounded up to powers of two for UE8M0 weight scales.
-    pub fn activation_quant(&self) -> GroupQuant {
-        activation_quant(self.act_eps, self.scale_format())
-    }
-
     /// Quantises packed bf16 / f16 SwiGLU experts (`[gate | up]`, `[out, in]`, no biases) per `config`'s blocks on
     /// the host: gate and up separately (so no block mixes them), then stacked.
     ///
@@ -520,73 +417,5 @@ impl PackedFp8Experts {
             per_expert.push((w13, d));
         }
         PackedFp8Experts::from_experts(per_expert)?.with_activation_eps(config.activation_eps())
-    }
-
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn block(&self) -> BlockShape {
-        self.block
-    }
-    pub fn scale_format(&self) -> ScaleFormat {
-        self.w13_scales.format()
-    }
-    /// e4m3 `[E, 2I, H]`, gate rows then up rows per expert.
-    pub fn w13(&self) -> &[F8E4M3] {
-        &self.w13
-    }
-    /// `[E, ceil(2I / bn), ceil(H / bk)]`.
-    pub fn w13_scales(&self) -> &Scales {
-        &self.w13_scales
-    }
-    /// e4m3 `[E, H, I]`.
-    pub fn w2(&self) -> &[F8E4M3] {
-        &self.w2
-    }
-    /// `[E, ceil(H / bn), ceil(I / bk)]`.
-    pub fn w2_scales(&self) -> &Scales {
-        &self.w2_scales
-    }
-    /// The scale grid of one expert's w13 and w2: `(rows, cols)` each.
-    pub fn grids(&self) -> ((usize, usize), (usize, usize)) {
-        let g = |r: usize, c: usize| (r.div_ceil(self.block.rows), c.div_ceil(self.block.cols));
-        (g(2 * self.inter, self.hidden), g(self.hidden, self.inter))
-    }
-
-    /// Expert `e`'s `(w13, w2)` as block-FP8 matrices.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] for `e >= experts`.
-    pub fn expert(&self, e: usize) -> Result<(BlockFp8, BlockFp8)> {
-        if e >= self.experts {
-            return Err(Error::InvalidProblem(format!("expert {e} of {}", self.experts)));
-        }
-        let ((r13, c13), (r2, c2)) = self.grids();
-        let (h, i) = (self.hidden, self.inter);
-        let pick = |s: &Scales, n: usize| match s {
-            Scales::F32(v) => Scales::F32(v[e * n..(e + 1) * n].to_vec()),
-            Scales::Ue8m0(v) => Scales::Ue8m0(v[e * n..(e + 1) * n].to_vec()),
-        };
-        let w13 = BlockFp8::from_parts(
-            2 * i,
-            h,
-            self.block,
-            self.w13[e * 2 * i * h..(e + 1) * 2 * i * h].to_vec(),
-            pick(&self.w13_scales, r13 * c13),
-        )?;
-        let w2 = BlockFp8::from_parts(
-            h,
-            i,
-            self.block,
-            self.w2[e * h * i..(e + 1) * h * i].to_vec(),
-            pick(&self.w2_scales, r2 * c2),
-        )?;
-        Ok((w13, w2))
     }
 }

@@ -31,14 +31,14 @@ use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layer::{ExpertFormat, PackedExperts, SharedExpert};
+use crate::experts::{ExpertFormat, PackedExperts, SharedExpert};
 
 mod fp8;
 mod fp8_shared;
 mod mxfp4;
-pub use fp8::{ActivationScheme, Fp8Config, PackedFp8Experts};
-pub use fp8_shared::SharedFp8Expert;
-pub use mxfp4::GptOssMxfp4Experts;
+pub use fp8::{ActivationScheme, Fp8Config};
+// The packed experts a checkpoint yields live in `crate::experts`; their names stay reachable here.
+pub use crate::experts::{GptOssMxfp4Experts, PackedFp8Experts, SharedFp8Expert};
 
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);

@@ -15,7 +15,7 @@
 //! Element value `FP4_LUT[nibble] · 2^(scale − 127)` (`openai/gpt-oss` `gpt_oss/torch/weights.py`). The MXFP4
 //! storage is `[out, in]` (K-major, as SM100's MXF4 MMA wants it); gpt-oss's bf16 form, which
 //! [`Checkpoint::pack_gpt_oss`] reads, is transposed (`gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`,
-//! [`Storage::InOut`](crate::layer::Storage::InOut)), so [`GptOssMxfp4Experts::dequantize`] transposes: its
+//! [`Storage::InOut`](crate::experts::Storage::InOut)), so [`GptOssMxfp4Experts::dequantize`] transposes: its
 //! result is exactly what `pack_gpt_oss` returns for the dequantised checkpoint, and the bf16 layer runs it.
 
 use safetensors::tensor::Dtype;
@@ -23,96 +23,25 @@ use safetensors::tensor::Dtype;
 use super::{bad, Checkpoint};
 use crate::dtype::Element;
 use crate::error::Result;
-use crate::layer::{ExpertFormat, PackedExperts};
+use crate::experts::{GptOssMxfp4Experts, PackedExperts};
+use crate::kernels::grouped_mx::MX_K_MULTIPLE;
 use crate::quant::{Mxfp4, Ue8m0, MX_BLOCK};
 
-/// One layer's gpt-oss experts in MXFP4: `gate_up` is `[E · 2I, H]` (rows interleaved gate/up per expert),
-/// `down` `[E · H, I]`, both `[out, in]`; the biases in f32, `[E, 2I]` (interleaved) and `[E, H]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GptOssMxfp4Experts {
-    experts: usize,
-    hidden: usize,
-    inter: usize,
-    gate_up: Mxfp4,
-    down: Mxfp4,
-    gate_up_bias: Vec<f32>,
-    down_bias: Vec<f32>,
-}
-
 impl GptOssMxfp4Experts {
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    /// `[E · 2I, H]`, expert `e`'s rows at `e · 2I ..`, even rows gate, odd rows up.
-    pub fn gate_up(&self) -> &Mxfp4 {
-        &self.gate_up
-    }
-    /// `[E · H, I]`.
-    pub fn down(&self) -> &Mxfp4 {
-        &self.down
-    }
-    /// `[E, 2I]`, interleaved like `gate_up`'s rows.
-    pub fn gate_up_bias(&self) -> &[f32] {
-        &self.gate_up_bias
-    }
-    /// `[E, H]`.
-    pub fn down_bias(&self) -> &[f32] {
-        &self.down_bias
-    }
-
     /// The same experts for the SM100 block-scaled GEMMs ([`crate::kernels::grouped_mx::GroupedGemmMx`]):
     /// both weights' K (gate_up's H, down's I) zero-padded to the next multiple of
-    /// [`MX_K_MULTIPLE`](crate::kernels::grouped_mx::MX_K_MULTIPLE) ([`Mxfp4::pad_k`]: zero nibbles, neutral
+    /// [`MX_K_MULTIPLE`] ([`Mxfp4::pad_k`]: zero nibbles, neutral
     /// scales, exact): gpt-oss's 2880 is stored as 2944. The shape, biases and dequantisation are unchanged.
     ///
     /// # Errors
     /// As [`Mxfp4::pad_k`] (never, for a value this module made).
     pub fn padded_for_sm100(self) -> Result<Self> {
         let pad = |w: Mxfp4| {
-            let k = w.k().next_multiple_of(crate::kernels::grouped_mx::MX_K_MULTIPLE);
+            let k = w.k().next_multiple_of(MX_K_MULTIPLE);
             w.pad_k(k)
         };
         Ok(GptOssMxfp4Experts { gate_up: pad(self.gate_up)?, down: pad(self.down)?, ..self })
     }
-
-    /// The experts dequantised (exactly, for bf16: an e2m1 value times a power of two has at most 2 significant
-    /// bits; f16 rounds values outside its range) into gpt-oss's bf16 format, [`ExpertFormat::GPT_OSS`]:
-    /// `w13 [E, H, 2I]` (interleaved), `w2 [E, I, H]`, with the biases.
-    ///
-    /// # Errors
-    /// [`crate::Error::InvalidProblem`] from [`PackedExperts::new`] (never, for a value this module made).
-    pub fn dequantize<T: Element>(&self) -> Result<PackedExperts<T>> {
-        let (e, h, i) = (self.experts, self.hidden, self.inter);
-        let w13 = transpose(&self.gate_up.dequantize(), e, 2 * i, h);
-        let w2 = transpose(&self.down.dequantize(), e, h, i);
-        PackedExperts::new(
-            e,
-            h,
-            i,
-            ExpertFormat::GPT_OSS,
-            w13,
-            w2,
-            Some(self.gate_up_bias.clone()),
-            Some(self.down_bias.clone()),
-        )
-    }
-}
-
-/// Per expert, f32 `[rows, cols]` → `T` `[cols, rows]`.
-fn transpose<T: Element>(src: &[f32], experts: usize, rows: usize, cols: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(src.len());
-    for m in src.chunks_exact(rows * cols).take(experts) {
-        for c in 0..cols {
-            out.extend((0..rows).map(|r| T::from_f32(m[r * cols + c])));
-        }
-    }
-    out
 }
 
 impl Checkpoint {

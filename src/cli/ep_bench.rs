@@ -23,7 +23,7 @@ use moe_gemm::{
     MoeScratch, Result,
 };
 
-use super::bench::{BenchArgs, Model, MODELS};
+use super::args::{BenchArgs, Model, MODELS};
 
 /// One rank's timings at one point.
 struct RankTimes {

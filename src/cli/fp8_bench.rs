@@ -23,14 +23,14 @@ use moe_gemm::kernels::grouped_fp8_rowwise::{
     Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions, GroupedGemmFp8RowwiseShape,
 };
 use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Fp8ChannelWeights, Fp8Rows, Fp8TokenRows, F8E4M3};
-use moe_gemm::random::SplitMix64;
 use moe_gemm::timing::{measure, Stats};
 use moe_gemm::{
     ceilings::Ceilings, DeviceInfo, DeviceStatus, Error, Fp8TileConfig, GroupRows, GroupedGemmFp8,
     GroupedGemmFp8Options, GroupedGemmFp8Shape, Result,
 };
 
-use super::bench::BenchArgs;
+use super::args::BenchArgs;
+use super::layer_fp8::fill_e4m3;
 
 /// How a point's groups lie in A and D.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,24 +126,6 @@ pub fn validate(args: &BenchArgs) -> Result<()> {
         return super::layer_fp8::validate_quant(args, super::layer_fp8::LayerDtype::Fp8);
     }
     configs(&args.config).map(|_| ())
-}
-
-/// Fills `buf` with random e4m3 bytes, never a NaN code (0x7F, 0xFF): one random block of up to 16 MiB, tiled.
-pub(super) fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, seed: u64) -> Result<()> {
-    let mut rng = SplitMix64(seed);
-    let block: Vec<F8E4M3> = (0..buf.len().min(16 << 20))
-        .map(|_| {
-            let b = (rng.next_u64() >> 56) as u8;
-            F8E4M3::from_bits(if b & 0x7F == 0x7F { b ^ 1 } else { b })
-        })
-        .collect();
-    let mut at = 0;
-    while at < buf.len() {
-        let len = block.len().min(buf.len() - at);
-        stream.memcpy_htod(&block[..len], &mut buf.slice_mut(at..at + len))?;
-        at += len;
-    }
-    Ok(())
 }
 
 struct Row {
@@ -263,7 +245,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 torch8.map_or(String::new(), |v| format!("{v:.2}")),
             );
         }
-        super::bench::write_file(path, &csv)?;
+        super::args::write_file(path, &csv)?;
     }
     if let Some(path) = &args.json {
         let points: Vec<_> = rows

@@ -25,7 +25,7 @@ use moe_gemm::{
 
 use moe_gemm::ceilings::Ceilings;
 
-use super::bench::{BenchArgs, BenchDtype};
+use super::args::{BenchArgs, BenchDtype};
 use super::layer_fp8::{
     floor_terms, fp8_weights, mx_weights, plan, quant_backends, quant_skip_reason, LayerDtype, QuantLayer,
 };
@@ -514,7 +514,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             "bf16_flops": ceil.bf16_flops, "fp8_flops": ceil.fp8_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
             "skipped": skipped,
         });
-        super::bench::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
+        super::args::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
     if let Some(path) = &args.csv {
         let mut csv = format!("{CSV_COLUMNS}\n");
@@ -544,7 +544,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 med.zip(reference).map_or(String::new(), |(m, b)| format!("{:.3}", m / b)),
             );
         }
-        super::bench::write_file(path, &csv)?;
+        super::args::write_file(path, &csv)?;
     }
     println!("* = the backend Auto picks for this point");
     println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)");

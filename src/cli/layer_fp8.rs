@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK};
 use moe_gemm::random::SplitMix64;
 use moe_gemm::*;
 
-use super::bench::BenchArgs;
+use super::args::BenchArgs;
 use super::layer_inputs::parse_backend;
 
 /// The expert weights a timed layer runs over.
@@ -131,8 +131,8 @@ pub(super) fn random_scales(len: usize, seed: u64) -> Vec<f32> {
 pub(super) fn fp8_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i: usize) -> Result<Fp8ExpertWeights> {
     let mut q13 = stream.alloc_zeros::<F8E4M3>(experts * 2 * i * h)?;
     let mut q2 = stream.alloc_zeros::<F8E4M3>(experts * h * i)?;
-    super::fp8_bench::fill_e4m3(stream, &mut q13, 23)?;
-    super::fp8_bench::fill_e4m3(stream, &mut q2, 24)?;
+    fill_e4m3(stream, &mut q13, 23)?;
+    fill_e4m3(stream, &mut q2, 24)?;
     let s13 = stream.clone_htod(&random_scales(experts * scale_blocks(2 * i) * scale_blocks(h), 25))?;
     let s2 = stream.clone_htod(&random_scales(experts * scale_blocks(h) * scale_blocks(i), 26))?;
     let w13 = Fp8BlockWeights::new(q13, s13, experts, 2 * i, h)?;
@@ -186,10 +186,28 @@ pub(super) fn plan<W: LayerWeights<bf16>>(
     }
 }
 
+/// Fills `buf` with random e4m3 bytes, never a NaN code (0x7F, 0xFF): one random block of up to 16 MiB, tiled.
+pub(super) fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, seed: u64) -> Result<()> {
+    let mut rng = SplitMix64(seed);
+    let block: Vec<F8E4M3> = (0..buf.len().min(16 << 20))
+        .map(|_| {
+            let b = (rng.next_u64() >> 56) as u8;
+            F8E4M3::from_bits(if b & 0x7F == 0x7F { b ^ 1 } else { b })
+        })
+        .collect();
+    let mut at = 0;
+    while at < buf.len() {
+        let len = block.len().min(buf.len() - at);
+        stream.memcpy_htod(&block[..len], &mut buf.slice_mut(at..at + len))?;
+        at += len;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::bench::MODELS;
+    use crate::cli::args::MODELS;
 
     #[test]
     fn floor_terms_count_bf16_and_fp8_weight_bytes() {

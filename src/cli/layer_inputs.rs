@@ -6,7 +6,7 @@ use moe_gemm::random::SplitMix64;
 use moe_gemm::tuning::ConfigFile;
 use moe_gemm::*;
 
-use super::bench::{BenchArgs, Model, MODELS};
+use super::args::{BenchArgs, Model, MODELS};
 
 /// Routing of a benchmark point: each token picks k distinct experts (seeded) — uniformly, round-robin so
 /// that every expert gets T·k/E rows (balanced), or with popularity ∝ 1/rank^1.2 (zipf, skewed); weights are a

@@ -1,3 +1,4 @@
+pub mod args;
 pub mod bench;
 pub mod compare;
 #[cfg(feature = "nccl")]

@@ -9,7 +9,7 @@ use moe_gemm::{
     Backend, Backends, DType, DeviceInfo, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat,
 };
 
-use super::bench::{Model, MODELS};
+use super::args::{Model, MODELS};
 use moe_gemm::TunedBackends;
 
 #[derive(Args, Debug)]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser};
 use moe_gemm::{Error, Result};
 
-use super::bench::{BenchArgs, MODELS};
+use super::args::{BenchArgs, MODELS};
 
 #[derive(Args, Debug)]
 pub struct TuneArgs {

@@ -1,13 +1,13 @@
 //! The layer's row-wise kernels in its own terms: the gated activation, the weighted combine with `b2`, and the
-//! batched backend's whole decode layer. Each converts the layer's types into `ffi`'s descriptors and launches.
+//! batched backend's whole decode layer. Each converts the layer's descriptors into `ffi`'s and launches.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use crate::dtype::Element;
 use crate::error::Result;
+use crate::experts::{Activation, GateUp};
 use crate::ffi;
-use crate::layer::{Activation, ExpertWeights, Fp8ExpertWeights, GateUp};
-use crate::quant::ScaleRounding;
+use crate::quant::{Fp8BlockWeights, GroupQuant, ScaleRounding};
 
 impl From<Activation> for ffi::Activation {
     fn from(a: Activation) -> Self {
@@ -80,11 +80,41 @@ pub(crate) fn launch_combine<T: Element>(
     ffi::layouts::launch_combine(stream, tokens, top_k, hidden, d, ld_d, positions, weights, bias, y)
 }
 
+/// The 16-bit experts the batched decode kernels read: `w13 [groups, 2I or I, H]` (gate and up rows as
+/// `gate_up` orders them), `w2 [groups, H, I]`, biases f32 `[groups, 2I or I]` and `[groups, H]`.
+pub(crate) struct DecodeExperts<'a, T> {
+    pub activation: Activation,
+    pub gate_up: GateUp,
+    /// Every group the tensors hold (routed experts and shared-expert groups).
+    pub groups: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub w13: &'a CudaSlice<T>,
+    pub w2: &'a CudaSlice<T>,
+    pub b13: Option<&'a CudaSlice<f32>>,
+    pub b2: Option<&'a CudaSlice<f32>>,
+}
+
+/// The block-FP8 experts the batched FP8 decode kernels read: gate and up concatenated, `w13 [groups, 2I, H]`
+/// and `w2 [groups, H, I]` with their scales, f32 biases, and how the kernels quantise x and h.
+pub(crate) struct DecodeFp8Experts<'a> {
+    pub activation: Activation,
+    /// Every group the tensors hold (routed experts and shared-expert groups).
+    pub groups: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub w13: &'a Fp8BlockWeights,
+    pub w2: &'a Fp8BlockWeights,
+    pub b13: Option<&'a CudaSlice<f32>>,
+    pub b2: Option<&'a CudaSlice<f32>>,
+    pub quant: GroupQuant,
+}
+
 /// Queues the two decode kernels of the batched backend: the whole layer of `w` for `tokens` tokens.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_decode_layer<T: Element>(
     stream: &CudaStream,
-    w: &ExpertWeights<T>,
+    w: &DecodeExperts<'_, T>,
     tokens: usize,
     top_k: usize,
     x: &impl DevicePtr<T>,
@@ -97,23 +127,23 @@ pub(crate) fn launch_decode_layer<T: Element>(
     let layer = ffi::elementwise::DecodeWeights {
         act: w.activation.into(),
         gate_up: w.gate_up.into(),
-        experts: w.groups(),
+        experts: w.groups,
         hidden: w.hidden,
         inter: w.inter,
-        w13: &w.w13,
-        w2: &w.w2,
-        b13: w.b13.as_ref(),
-        b2: w.b2.as_ref(),
+        w13: w.w13,
+        w2: w.w2,
+        b13: w.b13,
+        b2: w.b2,
     };
     ffi::elementwise::launch_decode_layer(stream, &layer, tokens, top_k, x, ids, weights, h, y, status)
 }
 
 /// Queues the two FP8 decode kernels of the batched backend over block-FP8 experts: x and h quantised as
-/// `w.activation_quant()` says, inside the kernels.
+/// `w.quant` says, inside the kernels.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_decode_layer_fp8<T: Element>(
     stream: &CudaStream,
-    w: &Fp8ExpertWeights,
+    w: &DecodeFp8Experts<'_>,
     tokens: usize,
     top_k: usize,
     x: &impl DevicePtr<T>,
@@ -123,18 +153,18 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     y: &mut impl DevicePtrMut<T>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    let q = w.activation_quant();
+    let q = w.quant;
     let layer = ffi::decode_fp8::DecodeFp8Weights {
-        act: w.activation().into(),
-        experts: w.groups(),
-        hidden: w.hidden(),
-        inter: w.inter(),
-        w13: w.w13().q(),
-        w13_scales: w.w13().scales(),
-        w2: w.w2().q(),
-        w2_scales: w.w2().scales(),
-        b13: w.b13.as_ref(),
-        b2: w.b2.as_ref(),
+        act: w.activation.into(),
+        experts: w.groups,
+        hidden: w.hidden,
+        inter: w.inter,
+        w13: w.w13.q(),
+        w13_scales: w.w13.scales(),
+        w2: w.w2.q(),
+        w2_scales: w.w2.scales(),
+        b13: w.b13,
+        b2: w.b2,
         eps: q.eps(),
         ue8m0: q.rounding() == ScaleRounding::Ue8m0Ceil,
     };

@@ -23,11 +23,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::experts::{Activation, GateUp};
 use crate::ffi;
-use crate::kernels::KernelFamily;
-use crate::layer::{Activation, GateUp};
 use crate::layouts::{ExpertLayout, LayoutSpec};
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use half::bf16;

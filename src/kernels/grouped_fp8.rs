@@ -37,10 +37,12 @@ use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::grouped::{GroupRows, Workspace};
-use crate::kernels::{KernelFamily, Schedule};
+use crate::kernels::grouped::Workspace;
+use crate::kernels::Schedule;
+use crate::layouts::GroupRows;
 use crate::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
 use crate::status::DeviceStatus;
 

@@ -26,11 +26,13 @@ use half::bf16;
 
 use super::grouped_fp8::{check_fp8_extents, Fp8KernelFacts};
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::grouped_fp8_rowwise::ROWWISE_ALIGN;
-use crate::kernels::grouped::{GroupRows, Workspace};
-use crate::kernels::{KernelFamily, Schedule};
+use crate::kernels::grouped::Workspace;
+use crate::kernels::Schedule;
+use crate::layouts::GroupRows;
 use crate::quant::{Fp8ChannelWeights, Fp8TokenRows};
 use crate::status::DeviceStatus;
 

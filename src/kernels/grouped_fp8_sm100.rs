@@ -28,10 +28,11 @@ use half::bf16;
 
 use super::grouped_fp8::{launch_planned, Fp8KernelFacts, GroupedGemmFp8Shape, Planned};
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::grouped::{GroupRows, Workspace};
-use crate::kernels::KernelFamily;
+use crate::kernels::grouped::Workspace;
+use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use crate::status::DeviceStatus;
 

@@ -43,11 +43,12 @@ use half::bf16;
 
 use super::grouped_fp8::check_fp8_extents;
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::grouped_mx::MxData;
-use crate::kernels::grouped::{GroupRows, Workspace};
-use crate::kernels::KernelFamily;
+use crate::kernels::grouped::Workspace;
+use crate::layouts::GroupRows;
 use crate::quant::{Mxfp4Rows, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights, Nvfp4Rows, Nvfp4Weights};
 use crate::status::DeviceStatus;
 

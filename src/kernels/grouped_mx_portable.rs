@@ -31,10 +31,10 @@ use half::bf16;
 
 use super::grouped_mx::{check_plan, operands, MxConfig, MxFormat, MxRows, MxShape, MxWeights, MX_K_MULTIPLE};
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::error::Result;
 use crate::ffi;
-use crate::kernels::grouped::GroupRows;
-use crate::kernels::KernelFamily;
+use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_mx_portable";
@@ -136,9 +136,9 @@ impl GroupedGemmMxPortable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::kernels::grouped_mx::tests::device;
     use crate::kernels::grouped_mx::GroupedGemmMx;
-    use crate::Error;
 
     #[test]
     fn plans_the_four_pairs_on_hopper_and_blackwell() {

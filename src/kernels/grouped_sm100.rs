@@ -22,11 +22,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::grouped::{GroupRows, GroupedGemmShape, Workspace};
-use crate::kernels::KernelFamily;
+use crate::kernels::grouped::{GroupedGemmShape, Workspace};
+use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm100";

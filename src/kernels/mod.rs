@@ -15,7 +15,6 @@
 //! refuse a device their family has no SASS for.
 
 pub(crate) mod elementwise;
-mod family;
 pub mod fused;
 pub mod grouped;
 pub mod grouped_fp8;
@@ -25,7 +24,7 @@ pub mod grouped_mx;
 pub mod grouped_mx_portable;
 pub mod grouped_sm100;
 
-pub use family::KernelFamily;
+pub use crate::device::KernelFamily;
 
 use std::fmt;
 

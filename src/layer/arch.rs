@@ -3,12 +3,12 @@
 //! [`DeviceInfo`], so planning for a described B200 is tested on the CPU: no SM100 GPU is available to this
 //! project, and nothing of the SM100 layer path has run on hardware.
 
+use crate::device::KernelFamily;
 use crate::device::{Arch, DeviceInfo};
 use crate::error::Result;
-use crate::kernels::KernelFamily;
 
-use super::backends::{Backend, Backends};
 use super::weights::WeightFormat;
+use crate::backend::{Backend, Backends};
 
 /// The grouped GEMM a layer's layout backends (Grouped, Contiguous, Masked, and Eager over dense weights)
 /// multiply with, chosen from the weights' format and the device's arch.

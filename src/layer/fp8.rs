@@ -28,9 +28,10 @@ use half::bf16;
 
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
-use super::{Activation, ExpertFormat, GateUp, Storage};
-use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::error::{Error, Result};
+use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
+use crate::experts::{PackedFp8Experts, SharedFp8Expert};
+use crate::kernels::elementwise::DecodeFp8Experts;
 use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, Scales, SCALE_BLOCK};
 
 /// Block-FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows `0..I`, up rows `I..2I`; `[E, I,
@@ -252,6 +253,20 @@ impl Fp8ExpertWeights {
     /// GEMM2's weights and scales, `[E, H, I]`.
     pub fn w2(&self) -> &Fp8BlockWeights {
         &self.w2
+    }
+    /// What the batched backend's FP8 decode kernels read of these weights.
+    pub(super) fn decode_experts(&self) -> DecodeFp8Experts<'_> {
+        DecodeFp8Experts {
+            activation: self.activation,
+            groups: self.groups(),
+            hidden: self.hidden,
+            inter: self.inter,
+            w13: &self.w13,
+            w2: &self.w2,
+            b13: self.b13.as_ref(),
+            b2: self.b2.as_ref(),
+            quant: self.quant,
+        }
     }
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {

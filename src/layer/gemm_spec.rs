@@ -11,7 +11,7 @@ use crate::kernels::grouped_sm100::{self, Sm100TileConfig};
 use crate::kernels::TileConfig;
 
 use super::arch::LayerGemm;
-use super::backends::Backend;
+use crate::backend::Backend;
 
 /// One grouped GEMM plan family of a layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -58,7 +58,6 @@
 //! graph, many layers back to back.
 
 mod arch;
-mod backends;
 mod fp8;
 mod gemm_spec;
 mod mx;
@@ -77,15 +76,15 @@ pub mod sizing;
 mod steps;
 mod weights;
 
+pub use crate::backend::{Backend, Backends};
 pub use arch::LayerGemm;
-pub use backends::{Backend, Backends};
 pub use fp8::Fp8ExpertWeights;
 pub use mx::Mxfp4ExpertWeights;
 pub use scratch::MoeScratch;
 pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
-pub use weights::{
-    Activation, ExpertFormat, ExpertWeights, GateUp, LayerWeights, PackedExperts, SharedExpert, Storage, WeightFormat,
-};
+pub use weights::{ExpertWeights, LayerWeights, WeightFormat};
+// The host-side vocabulary lives in `crate::experts`; its names stay reachable here, where the layer takes them.
+pub use crate::experts::{Activation, ExpertFormat, GateUp, PackedExperts, SharedExpert, Storage};
 
 use std::sync::Arc;
 

@@ -30,9 +30,9 @@ use half::bf16;
 use super::fp8::same;
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
-use super::{Activation, GateUp};
-use crate::checkpoint::GptOssMxfp4Experts;
 use crate::error::{Error, Result};
+use crate::experts::GptOssMxfp4Experts;
+use crate::experts::{Activation, GateUp};
 use crate::kernels::grouped_mx::MX_K_MULTIPLE;
 use crate::quant::{Mxfp4, Mxfp4Weights, Ue8m0, MX_BLOCK};
 

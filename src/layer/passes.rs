@@ -207,7 +207,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         if let Parts::Fp8(w, _) = self.weights.parts() {
             return elementwise::launch_decode_layer_fp8(
                 p.stream,
-                w,
+                &w.decode_experts(),
                 tokens,
                 self.sizing.shape.slots(),
                 &p.x.as_view(),
@@ -220,7 +220,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         }
         elementwise::launch_decode_layer(
             p.stream,
-            self.dense(Backend::Batched)?,
+            &self.dense(Backend::Batched)?.decode_experts(),
             tokens,
             self.sizing.shape.slots(),
             &p.x.as_view(),

@@ -5,10 +5,9 @@ use crate::kernels::fused::FusedTile;
 use crate::tuning::TunedBackends;
 
 use super::arch::LayerGemm;
-use super::backends::{Backend, Backends};
 use super::shape::LayerShape;
-use super::sizing::BATCHED_MAX_ROWS;
 use super::weights::WeightFormat;
+use crate::backend::{Backend, Backends, BATCHED_MAX_ROWS};
 
 /// Whether a tuned bucket's backend `b` can run `tokens` tokens of `shape` with `gemm`: not Eager (it
 /// synchronises), one whose kernels run over the format on the GEMM's arch, Batched within its rows.

@@ -9,18 +9,19 @@ use half::bf16;
 use crate::device::DeviceInfo;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::kernels::grouped::{GroupRows, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
 use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
 use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
 use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use crate::kernels::TileConfig;
+use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows, Mxfp4Weights, Mxfp8Rows};
 use crate::status::DeviceStatus;
 
 use super::arch::LayerGemm;
-use super::sizing::{self, GemmSpec, LayerSizing};
+use super::sizing::{self, GemmSpec, LayerSizing, PlanBytes};
 use super::{Backend, MoeLayer, WeightFormat};
 
 /// One dense grouped GEMM plan, of the arch the layer was planned on: both read the same operands, group rows
@@ -76,6 +77,16 @@ pub(super) struct GemmPlans<T: Element> {
     pub(super) groups: usize,
     pub(super) n: usize,
     pub(super) sm_count: usize,
+}
+
+impl LayerSizing {
+    /// Bytes a [`MoeLayer`] planned with this sizing holds: its expert map on the device (with expert
+    /// parallelism), its fields and GEMM plans on the host; the same count as [`MoeLayer::plan_bytes`].
+    pub fn plan_bytes(&self, expert_parallel: bool) -> PlanBytes {
+        let device = if expert_parallel { self.shape.layout_experts() * std::mem::size_of::<i32>() } else { 0 };
+        let plans: usize = self.gemms.iter().map(|g| g.plan_count(self.sm_count)).sum();
+        PlanBytes { device, host: plan_host_bytes(self, plans) }
+    }
 }
 
 /// Host bytes of a layer plan with `plans` GEMM configurations (the same for every element type).

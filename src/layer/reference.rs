@@ -20,9 +20,9 @@ use half::bf16;
 mod mx;
 pub use mx::{moe_forward_mx, MxHostLayer};
 
-use super::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
-use crate::checkpoint::{PackedFp8Experts, SharedFp8Expert};
 use crate::dtype::Element;
+use crate::experts::{Activation, GateUp, PackedExperts, SharedExpert, Storage};
+use crate::experts::{PackedFp8Experts, SharedFp8Expert};
 use crate::quant::{per_token_group_quant, GroupQuant, SCALE_BLOCK};
 use crate::reference::Tolerance;
 
@@ -566,7 +566,7 @@ fn fp8_forward(
 mod tests {
     use super::*;
     use crate::checkpoint::Fp8Config;
-    use crate::layer::ExpertFormat;
+    use crate::experts::ExpertFormat;
     use crate::quant::{BlockFp8, BlockShape};
     use crate::random::{random_vec, topk_ids, SplitMix64};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, ValidAsZeroBits};
 
 use crate::dtype::Element;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::grouped::Workspace;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutRoom, LayoutSpec};
 use crate::quant::{Fp8Rows, Mxfp8Rows};
@@ -71,11 +71,11 @@ impl<T: Element> MoeScratch<T> {
     /// Allocates a scratch of `needs` on `stream`'s device.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `needs` is for another element type than
+    /// [`Error::InvalidProblem`](Error::InvalidProblem) if `needs` is for another element type than
     /// `T`; driver errors (out of memory).
     pub fn new(stream: &Arc<CudaStream>, needs: &ScratchNeeds) -> Result<Self> {
         if needs.dtype != T::DTYPE {
-            return Err(crate::Error::InvalidProblem(format!(
+            return Err(Error::InvalidProblem(format!(
                 "scratch needs are for {} elements, the scratch is of {}",
                 needs.dtype,
                 T::DTYPE
@@ -120,7 +120,7 @@ impl<T: Element> MoeScratch<T> {
     /// A scratch that serves every layer of `layers` (the field-wise maximum of their needs).
     ///
     /// # Errors
-    /// As [`Self::new`]; [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `layers` is empty.
+    /// As [`Self::new`]; [`Error::InvalidProblem`](Error::InvalidProblem) if `layers` is empty.
     pub fn for_layers<'a, W: LayerWeights<T> + 'a>(
         stream: &Arc<CudaStream>,
         layers: impl IntoIterator<Item = &'a MoeLayer<T, W>>,
@@ -132,8 +132,8 @@ impl<T: Element> MoeScratch<T> {
                 Some(n) => n.max(*l.needs())?,
             });
         }
-        let needs = needs
-            .ok_or_else(|| crate::Error::InvalidProblem("MoeScratch::for_layers needs at least one layer".into()))?;
+        let needs =
+            needs.ok_or_else(|| Error::InvalidProblem("MoeScratch::for_layers needs at least one layer".into()))?;
         Self::new(stream, &needs)
     }
 
@@ -160,12 +160,12 @@ impl<T: Element> MoeScratch<T> {
     /// `CudaStream::join`), or the two streams' kernels race on the same buffers.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`](crate::Error::InvalidProblem) if `stream` is on another device than the
+    /// [`Error::InvalidProblem`](Error::InvalidProblem) if `stream` is on another device than the
     /// scratch (naming both).
     pub fn hand_over(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         let d = stream.context().ordinal();
         if d != self.device {
-            return Err(crate::Error::InvalidProblem(format!(
+            return Err(Error::InvalidProblem(format!(
                 "hand_over: the stream is on device {d}, the scratch lives on device {}",
                 self.device
             )));
@@ -213,7 +213,7 @@ impl<T: Element> MoeScratch<T> {
     ///
     /// # Errors
     /// [`Error::DeviceCheck`](crate::Error::DeviceCheck) naming each failed check.
-    /// [`Error::InvalidProblem`](crate::Error::InvalidProblem) naming both streams if `stream` is not the
+    /// [`Error::InvalidProblem`](Error::InvalidProblem) naming both streams if `stream` is not the
     /// scratch's ([`Self::hand_over`]).
     pub fn check(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         self.check_stream(stream)?;
@@ -227,7 +227,7 @@ pub(crate) fn same_stream(owner: u64, used: u64) -> Result<()> {
     if owner == used {
         return Ok(());
     }
-    Err(crate::Error::InvalidProblem(format!(
+    Err(Error::InvalidProblem(format!(
         "the scratch belongs to stream {owner:#x}, used on stream {used:#x}: two streams would race on its buffers; \
          order the first stream's work before the second's (an event) and call MoeScratch::hand_over"
     )))

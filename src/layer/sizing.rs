@@ -21,14 +21,13 @@ pub use super::needs::{mib, Footprint, PlanBytes, ScratchNeeds};
 pub use super::shape::LayerShape;
 
 use super::arch::{check_backend, LayerGemm};
-use super::backends::{Backend, Backends};
 use super::pick::{auto_pick, fused_tile_for, tuned_runs};
 use super::weights::WeightFormat;
+use crate::backend::{Backend, Backends};
 
 /// Rows per tile of the contiguous layout (DeepGEMM's; also the Fused 128-row tile's layout).
 pub(crate) const CONTIGUOUS_BLOCK_M: usize = FusedTile::M128N256K64.block_m();
-/// Most (token, slot) rows the batched backend takes in one pass: one GEMM group per row is a decode strategy.
-pub const BATCHED_MAX_ROWS: usize = 4096;
+pub use crate::backend::BATCHED_MAX_ROWS;
 
 /// Rows of an aligned layout (every expert padded to a multiple of `block_m`) for `slots` rows over `groups`
 /// experts: at most `min(groups, slots)` experts receive rows, each wasting at most `block_m − 1`.
@@ -525,15 +524,6 @@ impl LayerSizing {
     /// `Auto`, the largest Auto sends it). [`Self::tokens_per_pass`] says what a pass of it can hold.
     pub fn pass_tokens(&self) -> Vec<(Backend, usize)> {
         self.passes.iter().map(|p| (p.backend, p.tokens)).collect()
-    }
-
-    /// Bytes a [`MoeLayer`](super::MoeLayer) planned with this sizing holds: its expert map on the device
-    /// (with expert parallelism), its fields and GEMM plans on the host; the same count as
-    /// [`MoeLayer::plan_bytes`](super::MoeLayer::plan_bytes).
-    pub fn plan_bytes(&self, expert_parallel: bool) -> PlanBytes {
-        let device = if expert_parallel { self.shape.layout_experts() * std::mem::size_of::<i32>() } else { 0 };
-        let plans: usize = self.gemms.iter().map(|g| g.plan_count(self.sm_count)).sum();
-        PlanBytes { device, host: super::plans::plan_host_bytes(self, plans) }
     }
 
     /// The most tokens `backend` runs in one pass within `rows` rows of scratch (at least 1 when it fits one

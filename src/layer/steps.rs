@@ -5,9 +5,9 @@
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedTile;
 
-use super::backends::Backend;
 use super::pick::{self, auto_pick};
 use super::sizing::{aligned_rows, LayerSizing, BATCHED_MAX_ROWS};
+use crate::backend::Backend;
 
 /// The tokens of one pass and the backend that runs them.
 #[derive(Clone, Copy, Debug)]

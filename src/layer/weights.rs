@@ -1,4 +1,5 @@
-//! Packed expert weights with the layout flags real checkpoints need.
+//! Expert weights on the device ([`ExpertWeights`], uploaded from the host's [`PackedExperts`]) and what the layer
+//! reads of every kind of weights ([`LayerWeights`]).
 
 use std::sync::Arc;
 
@@ -6,341 +7,10 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-
-/// How gate and up share the rows of `w13` / `gate_up_proj`.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GateUp {
-    /// `[gate | up]`: rows `0..I` gate, `I..2I` up (Mixtral, Qwen, DeepSeek; vLLM's `w13_weight`).
-    Concatenated,
-    /// `[g0, u0, g1, u1, …]`: even rows gate, odd rows up (gpt-oss).
-    Interleaved,
-}
-
-/// The activation between the two expert GEMMs.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Activation {
-    /// SwiGLU: `silu(gate) · up`.
-    SiluGated,
-    /// gpt-oss: `gate = min(gate, 7)`, `up = clamp(up, −7, 7)`, `(up + 1) · gate · sigmoid(1.702 · gate)`; the
-    /// constants are fixed, as in gpt-oss's code.
-    GptOssSwiglu,
-    /// Not gated: `silu(x)`; `w13` then has `I` rows per expert.
-    Silu,
-}
-
-impl Activation {
-    pub fn gated(self) -> bool {
-        self != Activation::Silu
-    }
-}
-
-/// How each expert's matrices are stored in the source tensors.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Storage {
-    /// `nn.Linear`: `[out, in]`: `w13 [E, 2I, H]`, `w2 [E, H, I]`.
-    OutIn,
-    /// Transposed, as gpt-oss keeps them: `gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`. Transposed once,
-    /// on upload, into the `[out, in]` layout the kernels read.
-    InOut,
-}
-
-/// The format of a set of packed expert tensors: fixed when they are wrapped, so a layout cannot be read with
-/// the wrong flag at call time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ExpertFormat {
-    pub gate_up: GateUp,
-    pub activation: Activation,
-    pub storage: Storage,
-}
-
-impl ExpertFormat {
-    /// Mixtral, Qwen3-MoE, DeepSeek-V3 as transformers packs them.
-    pub const SWIGLU: ExpertFormat =
-        ExpertFormat { gate_up: GateUp::Concatenated, activation: Activation::SiluGated, storage: Storage::OutIn };
-    /// gpt-oss: interleaved gate/up, transposed storage, clamped SwiGLU (biases come with it).
-    pub const GPT_OSS: ExpertFormat =
-        ExpertFormat { gate_up: GateUp::Interleaved, activation: Activation::GptOssSwiglu, storage: Storage::InOut };
-}
-
-/// Checks the element counts of packed expert tensors against `E`, `H`, `I` (and `2I` rows when gated), naming
-/// the first tensor that does not fit.
-fn check_lengths(
-    experts: usize,
-    hidden: usize,
-    inter: usize,
-    gated: bool,
-    [w13, w2, b13, b2]: [(&str, Option<usize>); 4],
-) -> Result<()> {
-    let width = if gated { 2 * inter } else { inter };
-    let want = [experts * width * hidden, experts * hidden * inter, experts * width, experts * hidden];
-    for ((name, got), want) in [w13, w2, b13, b2].into_iter().zip(want) {
-        if let Some(got) = got.filter(|&g| g != want) {
-            return Err(Error::InvalidProblem(format!(
-                "{name} has {got} elements, expected {want} for E = {experts}, H = {hidden}, I = {inter}"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Host tensors of all experts, packed and validated.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PackedExperts<T: Element> {
-    pub experts: usize,
-    pub hidden: usize,
-    pub inter: usize,
-    pub format: ExpertFormat,
-    /// `[E, 2I, H]` (gated) or `[E, I, H]` for `Storage::OutIn`; `[E, H, 2I]` / `[E, H, I]` for `InOut`.
-    pub w13: Vec<T>,
-    /// `[E, H, I]` for `OutIn`, `[E, I, H]` for `InOut`.
-    pub w2: Vec<T>,
-    /// `[E, 2I]` (or `[E, I]`), in the same gate/up order as `w13`'s output rows.
-    pub b13: Option<Vec<f32>>,
-    /// `[E, H]`.
-    pub b2: Option<Vec<f32>>,
-}
-
-impl<T: Element> PackedExperts<T> {
-    /// # Errors
-    /// [`Error::InvalidProblem`] naming the tensor whose length does not match `experts`, `hidden`, `inter`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        experts: usize,
-        hidden: usize,
-        inter: usize,
-        format: ExpertFormat,
-        w13: Vec<T>,
-        w2: Vec<T>,
-        b13: Option<Vec<f32>>,
-        b2: Option<Vec<f32>>,
-    ) -> Result<Self> {
-        if experts == 0 || hidden == 0 || inter == 0 {
-            return Err(Error::InvalidProblem(format!(
-                "E = {experts}, H = {hidden}, I = {inter}: all must be positive"
-            )));
-        }
-        check_lengths(
-            experts,
-            hidden,
-            inter,
-            format.activation.gated(),
-            [
-                ("w13 (gate_up_proj)", Some(w13.len())),
-                ("w2 (down_proj)", Some(w2.len())),
-                ("b13 (gate_up_proj_bias)", b13.as_ref().map(Vec::len)),
-                ("b2 (down_proj_bias)", b2.as_ref().map(Vec::len)),
-            ],
-        )?;
-        Ok(PackedExperts { experts, hidden, inter, format, w13, w2, b13, b2 })
-    }
-
-    /// `w13` rows per expert: `2I` gated, `I` otherwise.
-    pub fn w13_rows(&self) -> usize {
-        if self.format.activation.gated() {
-            2 * self.inter
-        } else {
-            self.inter
-        }
-    }
-
-    /// These experts with `shared`'s `m = I_s / I` groups appended as experts `E .. E + m`, in this format's
-    /// gate/up order and storage, biases (if any) with zero rows for them: on the host, what
-    /// [`ExpertWeights::upload_with_shared`] puts on the device (which copies no routed tensor on the host).
-    ///
-    /// # Errors
-    /// As [`ExpertWeights::upload_with_shared`].
-    pub fn with_shared_groups(&self, shared: &SharedExpert<T>) -> Result<PackedExperts<T>> {
-        let m = shared_groups_beside(self, shared)?;
-        let mut out = self.clone();
-        for j in 0..m {
-            let (w13, w2) = shared.group(self.inter, j, self.format.gate_up, self.format.storage);
-            out.w13.extend(w13);
-            out.w2.extend(w2);
-        }
-        let zeros = |b: &mut Option<Vec<f32>>, width: usize| {
-            if let Some(b) = b {
-                b.resize(b.len() + m * width, 0.0);
-            }
-        };
-        zeros(&mut out.b13, self.w13_rows());
-        zeros(&mut out.b2, self.hidden);
-        out.experts += m;
-        Ok(out)
-    }
-}
-
-/// The groups `shared` takes beside the routed experts `p`, after checking that it fits them: SwiGLU routed
-/// experts, the same hidden size, `I_s` a multiple of `I`, every tensor of the right length.
-fn shared_groups_beside<T: Element>(p: &PackedExperts<T>, shared: &SharedExpert<T>) -> Result<usize> {
-    if p.format.activation != Activation::SiluGated {
-        return Err(Error::InvalidProblem(format!(
-            "the shared expert is a SwiGLU MLP: its groups need routed experts of Activation::SiluGated, not {:?}",
-            p.format.activation
-        )));
-    }
-    if shared.hidden != p.hidden {
-        return Err(Error::InvalidProblem(format!(
-            "the shared expert's hidden size {} differs from the routed experts' {}",
-            shared.hidden, p.hidden
-        )));
-    }
-    shared.check()?;
-    let m = shared.groups(p.inter)?;
-    check_lengths(
-        p.experts,
-        p.hidden,
-        p.inter,
-        true,
-        [
-            ("w13 (gate_up_proj)", Some(p.w13.len())),
-            ("w2 (down_proj)", Some(p.w2.len())),
-            ("b13 (gate_up_proj_bias)", p.b13.as_ref().map(Vec::len)),
-            ("b2 (down_proj_bias)", p.b2.as_ref().map(Vec::len)),
-        ],
-    )?;
-    Ok(m)
-}
-
-/// A dense shared-expert SwiGLU MLP, `y_s = down · (silu(gate · x) ⊙ (up · x))`, added to every token's routed
-/// sum with a weight `s_t`: DeepSeek-V3 / Kimi-K2's `shared_experts` (`s_t = 1`; `I_s = moe_intermediate_size ·
-/// n_shared_experts`) and Qwen2-MoE's `shared_expert` (`s_t = sigmoid(x_t · shared_expert_gate)`; `I_s =
-/// shared_expert_intermediate_size`). Tensors `[out, in]` as `nn.Linear` stores them; no biases (none of these
-/// models has any).
-///
-/// On upload ([`ExpertWeights::upload_with_shared`]) it becomes `m = I_s / I` more experts of the routed width
-/// `I`, appended after the routed ones: a SwiGLU MLP is separable along its intermediate dimension
-/// (`down(act(gate x, up x)) = Σ_j down[:, j·I..(j+1)·I] · act(gate[j·I..] x, up[j·I..] x)`), so the layer's
-/// grouped and fused GEMMs run it with no change, every token joining all `m` groups.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SharedExpert<T: Element> {
-    pub hidden: usize,
-    /// `I_s`, the MLP's intermediate size.
-    pub inter: usize,
-    /// `gate_proj` `[I_s, H]`.
-    pub gate_proj: Vec<T>,
-    /// `up_proj` `[I_s, H]`.
-    pub up_proj: Vec<T>,
-    /// `down_proj` `[H, I_s]`.
-    pub down_proj: Vec<T>,
-    /// Qwen2-MoE's `shared_expert_gate.weight` `[1, H]`, kept for the caller: the layer takes `s_t` per token
-    /// ([`MoeLayer::forward_with_shared_weights`](super::MoeLayer::forward_with_shared_weights)) and does not
-    /// compute it; [`reference::shared_gate_weights`](super::reference::shared_gate_weights) does on the host.
-    pub expert_gate: Option<Vec<T>>,
-}
-
-impl<T: Element> SharedExpert<T> {
-    /// # Errors
-    /// [`Error::InvalidProblem`] naming the tensor whose length does not match `hidden` and `inter`, or zero sizes.
-    pub fn new(
-        hidden: usize,
-        inter: usize,
-        gate_proj: Vec<T>,
-        up_proj: Vec<T>,
-        down_proj: Vec<T>,
-        expert_gate: Option<Vec<T>>,
-    ) -> Result<Self> {
-        let shared = SharedExpert { hidden, inter, gate_proj, up_proj, down_proj, expert_gate };
-        shared.check()?;
-        Ok(shared)
-    }
-
-    /// Checks the tensors' lengths against `hidden` and `inter` (the fields are public).
-    fn check(&self) -> Result<()> {
-        let (h, i) = (self.hidden, self.inter);
-        if h == 0 || i == 0 {
-            return Err(Error::InvalidProblem(format!("shared expert: H = {h}, I_s = {i}: both must be positive")));
-        }
-        let n = h.checked_mul(i);
-        for (name, len, want) in [
-            ("shared gate_proj", Some(self.gate_proj.len()), n),
-            ("shared up_proj", Some(self.up_proj.len()), n),
-            ("shared down_proj", Some(self.down_proj.len()), n),
-            ("shared_expert_gate", self.expert_gate.as_ref().map(Vec::len), Some(h)),
-        ] {
-            if let Some(len) = len.filter(|&l| Some(l) != want) {
-                return Err(Error::InvalidProblem(format!(
-                    "{name} has {len} elements, expected {} for H = {h}, I_s = {i}",
-                    want.map_or("more than usize".into(), |w| w.to_string())
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The number of routed-width groups the MLP splits into: `I_s / inter`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] unless `inter` divides `I_s` (the groups ride in GEMMs of the routed width).
-    pub fn groups(&self, inter: usize) -> Result<usize> {
-        if inter == 0 || self.inter % inter != 0 {
-            return Err(Error::InvalidProblem(format!(
-                "the shared expert's intermediate size I_s = {} is not a multiple of the routed experts' I = {inter}: \
-                 its I_s / I groups must have the routed width",
-                self.inter
-            )));
-        }
-        Ok(self.inter / inter)
-    }
-
-    /// Groups `groups` (of width `inter`) of the MLP as an MLP of their own: gate and up rows
-    /// `lo·I..hi·I`, down columns likewise. The groups of an MLP sum to it, so an expert-parallel deployment
-    /// may split the shared expert between ranks, each rank holding some of its groups (see
-    /// [`MoeLayer::with_expert_map`](super::MoeLayer::with_expert_map)).
-    ///
-    /// # Errors
-    /// As [`Self::groups`]; [`Error::InvalidProblem`] for an empty range or one past the last group.
-    pub fn slice_groups(&self, inter: usize, groups: std::ops::Range<usize>) -> Result<Self> {
-        let m = self.groups(inter)?;
-        if groups.start >= groups.end || groups.end > m {
-            return Err(Error::InvalidProblem(format!(
-                "shared expert groups {groups:?}: must be a non-empty range within its {m} groups"
-            )));
-        }
-        self.check()?;
-        let (h, is) = (self.hidden, self.inter);
-        let (lo, hi) = (groups.start * inter, groups.end * inter);
-        let rows = |w: &[T]| w[lo * h..hi * h].to_vec();
-        let down = (0..h).flat_map(|o| self.down_proj[o * is + lo..o * is + hi].iter().copied()).collect();
-        SharedExpert::new(h, hi - lo, rows(&self.gate_proj), rows(&self.up_proj), down, self.expert_gate.clone())
-    }
-
-    /// Group `j`'s `w13` (`[2I, H]`, gate and up rows as `gate_up` orders them) and `w2` (`[H, I]`), transposed
-    /// for `Storage::InOut`.
-    fn group(&self, inter: usize, j: usize, gate_up: GateUp, storage: Storage) -> (Vec<T>, Vec<T>) {
-        let (h, is) = (self.hidden, self.inter);
-        let row = |w: &[T], r: usize| w[(j * inter + r) * h..(j * inter + r + 1) * h].to_vec();
-        let w13: Vec<T> = match gate_up {
-            GateUp::Concatenated => (0..inter)
-                .flat_map(|r| row(&self.gate_proj, r))
-                .chain((0..inter).flat_map(|r| row(&self.up_proj, r)))
-                .collect(),
-            GateUp::Interleaved => {
-                (0..inter).flat_map(|r| row(&self.gate_proj, r).into_iter().chain(row(&self.up_proj, r))).collect()
-            }
-        };
-        let w2: Vec<T> =
-            (0..h).flat_map(|o| self.down_proj[o * is + j * inter..o * is + (j + 1) * inter].iter().copied()).collect();
-        match storage {
-            Storage::OutIn => (w13, w2),
-            Storage::InOut => (transpose_experts(&w13, 1, 2 * inter, h), transpose_experts(&w2, 1, h, inter)),
-        }
-    }
-}
-
-/// Per expert, `[rows, cols]` → `[cols, rows]`.
-fn transpose_experts<T: Copy>(src: &[T], experts: usize, rows: usize, cols: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(src.len());
-    for e in 0..experts {
-        let m = &src[e * rows * cols..(e + 1) * rows * cols];
-        for c in 0..cols {
-            out.extend((0..rows).map(|r| m[r * cols + c]));
-        }
-    }
-    out
-}
+use crate::experts::{
+    check_lengths, shared_groups_beside, transpose_experts, Activation, GateUp, PackedExperts, SharedExpert, Storage,
+};
+use crate::kernels::elementwise::DecodeExperts;
 
 /// Expert weights on the device, in the `[out, in]` layout the kernels read.
 #[derive(Debug)]
@@ -514,6 +184,20 @@ impl<T: Element> ExpertWeights<T> {
             self.inter
         }
     }
+    /// What the batched backend's decode kernels read of these weights.
+    pub(super) fn decode_experts(&self) -> DecodeExperts<'_, T> {
+        DecodeExperts {
+            activation: self.activation,
+            gate_up: self.gate_up,
+            groups: self.groups(),
+            hidden: self.hidden,
+            inter: self.inter,
+            w13: &self.w13,
+            w2: &self.w2,
+            b13: self.b13.as_ref(),
+            b2: self.b2.as_ref(),
+        }
+    }
 }
 
 /// A device buffer of `len` elements holding `parts` back to back from its start (zeros after them).
@@ -618,8 +302,9 @@ pub(super) mod sealed {
     use cudarc::driver::CudaSlice;
     use half::bf16;
 
-    use super::{Activation, ExpertWeights, GateUp, WeightFormat};
+    use super::{ExpertWeights, WeightFormat};
     use crate::dtype::Element;
+    use crate::experts::{Activation, GateUp};
     use crate::layer::{Fp8ExpertWeights, Mxfp4ExpertWeights};
 
     /// The facts every kind of weights has.

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
+use super::GroupRows;
 use crate::device::DeviceInfo;
+use crate::device::KernelFamily;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::layouts as ffi;
-use crate::kernels::grouped::GroupRows;
-use crate::kernels::KernelFamily;
 use crate::status::DeviceStatus;
 
 /// Which layout to build.

@@ -7,7 +7,7 @@
 //!
 //! | [`LayoutSpec`] | positions | per expert | for |
 //! |---|---|---|---|
-//! | `Grouped` | experts back to back, no padding | `offsets [E+1]` | the grouped GEMM ([`GroupRows::Offsets`](crate::GroupRows::Offsets)) |
+//! | `Grouped` | experts back to back, no padding | `offsets [E+1]` | the grouped GEMM ([`GroupRows::Offsets`]) |
 //! | `Aligned { block_m }` | each expert padded to a multiple of `block_m` (none if empty) | padded `offsets [E+1]`, `counts [E]`, `expert_ids` per tile, `m_indices` per position (−1 on padding) | vLLM's `moe_align_block_size` contract (`sorted_ids`, sentinel `T·k`); DeepGEMM's contiguous layout (`block_m` 128) |
 //! | `Masked { max_m }` | expert `e` at `e·max_m ..` | `masked_m [E]` (`counts`) | DeepGEMM's masked decode layout |
 //!
@@ -20,10 +20,12 @@
 //! (never silently dropped) at the next [`DeviceStatus::check`](crate::DeviceStatus::check).
 
 mod expert_layout;
+mod group_rows;
 pub mod reference;
 
 pub(crate) use expert_layout::{build_scratch_ints, LayoutRoom};
 pub use expert_layout::{ExpertLayout, LayoutDims, LayoutSpec};
+pub use group_rows::GroupRows;
 
 use crate::error::{Error, Result};
 use crate::ffi;

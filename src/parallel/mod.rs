@@ -65,8 +65,9 @@ pub use nccl::ExpertParallel;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::experts::PackedExperts;
 use crate::layer::reference::moe_forward;
-use crate::layer::{Backend, LayerShape, LayerSizing, PackedExperts, WeightFormat};
+use crate::layer::{Backend, LayerShape, LayerSizing, WeightFormat};
 
 fn bad<T>(s: String) -> Result<T> {
     Err(Error::InvalidProblem(s))

@@ -20,7 +20,7 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::mx_quant::Fp4Format;
-use crate::kernels::grouped::GroupRows;
+use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 use crate::view::MatrixView;
 

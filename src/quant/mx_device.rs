@@ -12,7 +12,7 @@ use super::F8E4M3;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::grouped::GroupRows;
+use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 use crate::view::MatrixView;
 

@@ -24,7 +24,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, CudaView};
 
+use crate::device::{DeviceInfo, KernelFamily};
 use crate::error::{Error, Result};
+use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut, ViewShape};
 
 /// The routing function of a model family. New families arrive as new variants: match with a wildcard arm.
@@ -210,7 +212,7 @@ impl Router {
     /// # Errors
     /// [`Error::UnsupportedArch`] unless the routers were built for the device of `stream` (SM90, SM100).
     pub fn new(stream: &Arc<CudaStream>, config: RouterConfig) -> Result<Self> {
-        crate::DeviceInfo::query(stream.context())?.require("router", crate::KernelFamily::Routing)?;
+        DeviceInfo::query(stream.context())?.require("router", KernelFamily::Routing)?;
         Ok(Router { config })
     }
 
@@ -233,7 +235,7 @@ impl Router {
         bias: Option<&CudaView<'_, f32>>,
         topk_ids: &mut MatrixViewMut<'_, i32>,
         topk_weights: &mut MatrixViewMut<'_, f32>,
-        status: &mut crate::DeviceStatus,
+        status: &mut DeviceStatus,
     ) -> Result<()> {
         let tokens =
             self.config.check_shapes(logits.shape(), bias.map(|b| b.len()), topk_ids.shape(), topk_weights.shape())?;

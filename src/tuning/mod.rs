@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use crate::backend::{Backend, Backends};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedTile;
 
@@ -169,9 +170,9 @@ impl ConfigFile {
 #[derive(Clone, Debug)]
 pub struct LayerChoice {
     /// The backend the bucket runs: the fastest measured.
-    pub backend: crate::layer::Backend,
+    pub backend: Backend,
     /// What the built-in cost model picks there (for comparison).
-    pub auto: crate::layer::Backend,
+    pub auto: Backend,
     pub experts: usize,
     pub hidden: usize,
     pub inter: usize,
@@ -179,15 +180,13 @@ pub struct LayerChoice {
     pub tokens: usize,
     pub sm_count: usize,
     /// The Fused tile of the bucket (fixed by the run, or measured best); `None`: the per-batch rule.
-    pub fused_tile: Option<crate::kernels::fused::FusedTile>,
+    pub fused_tile: Option<FusedTile>,
     pub median_us: Option<f64>,
 }
 
 #[cfg(feature = "cli")]
 impl LayerChoice {
     pub fn entry(&self) -> serde_json::Value {
-        use crate::kernels::fused::FusedTile;
-        use crate::layer::Backend;
         let rows = self.tokens * self.top_k;
         let gemm = |n: usize| match self.backend {
             Backend::Batched => serde_json::json!({"config": "batched-decode", "schedule": "Streaming"}),
@@ -237,7 +236,7 @@ pub struct TunedBackends {
     experts: usize,
     inter: usize,
     len: usize,
-    buckets: [(usize, crate::layer::Backend); TunedBackends::MAX_BUCKETS],
+    buckets: [(usize, Backend); TunedBackends::MAX_BUCKETS],
     /// The Fused tile of each bucket (same order), where one was measured.
     tiles: [Option<FusedTile>; TunedBackends::MAX_BUCKETS],
 }
@@ -251,7 +250,7 @@ impl TunedBackends {
     /// # Errors
     /// [`Error::InvalidProblem`] naming the constraint: no bucket, more than [`Self::MAX_BUCKETS`], a token count
     /// of 0 or given twice, `Auto` as a bucket's backend.
-    pub fn new(experts: usize, inter: usize, buckets: &[(usize, crate::layer::Backend)]) -> Result<TunedBackends> {
+    pub fn new(experts: usize, inter: usize, buckets: &[(usize, Backend)]) -> Result<TunedBackends> {
         let bad = |s: String| Err(Error::InvalidProblem(format!("tuned backends: {s}")));
         if buckets.is_empty() || buckets.len() > Self::MAX_BUCKETS {
             return bad(format!("{} buckets: between 1 and {} are taken", buckets.len(), Self::MAX_BUCKETS));
@@ -264,10 +263,10 @@ impl TunedBackends {
         if sorted[0].0 == 0 {
             return bad("token count 0: buckets are batch sizes of at least 1".into());
         }
-        if let Some(b) = sorted.iter().find(|b| b.1 == crate::layer::Backend::Auto) {
+        if let Some(b) = sorted.iter().find(|b| b.1 == Backend::Auto) {
             return bad(format!("bucket {}: Auto is not a backend a batch runs", b.0));
         }
-        let mut table = [(0, crate::layer::Backend::Grouped); Self::MAX_BUCKETS];
+        let mut table = [(0, Backend::Grouped); Self::MAX_BUCKETS];
         table[..sorted.len()].copy_from_slice(&sorted);
         Ok(TunedBackends { experts, inter, len: sorted.len(), buckets: table, tiles: [None; Self::MAX_BUCKETS] })
     }
@@ -339,13 +338,13 @@ impl TunedBackends {
         (self.experts, self.inter)
     }
     /// The buckets, in increasing token count.
-    pub fn buckets(&self) -> &[(usize, crate::layer::Backend)] {
+    pub fn buckets(&self) -> &[(usize, Backend)] {
         &self.buckets[..self.len]
     }
 
     /// The table without the buckets whose backend is not in `set` (`None` if none is left): a plan whose
     /// backends the caller chose keeps the shipped table's measurements for those backends only.
-    pub fn restricted_to(&self, set: crate::layer::Backends) -> Option<TunedBackends> {
+    pub fn restricted_to(&self, set: Backends) -> Option<TunedBackends> {
         let kept: Vec<_> = self.buckets().iter().copied().filter(|b| set.contains(b.1)).collect();
         let tiles: Vec<_> = (0..self.len)
             .filter(|&i| set.contains(self.buckets[i].1))
@@ -359,7 +358,7 @@ impl TunedBackends {
     }
 
     /// The backend of the bucket nearest `tokens` (the smaller bucket on a tie).
-    pub fn pick(&self, tokens: usize) -> crate::layer::Backend {
+    pub fn pick(&self, tokens: usize) -> Backend {
         self.buckets[self.nearest(tokens)].1
     }
 
@@ -375,10 +374,10 @@ impl TunedBackends {
 }
 
 /// A backend by name, as the CLI and the config files write it (`batched`, `Grouped`, ...: any case).
-fn parse_backend(name: &str) -> Result<crate::layer::Backend> {
-    crate::layer::Backend::CONCRETE
+fn parse_backend(name: &str) -> Result<Backend> {
+    Backend::CONCRETE
         .into_iter()
-        .chain([crate::layer::Backend::Auto])
+        .chain([Backend::Auto])
         .find(|b| b.name().eq_ignore_ascii_case(name))
         .ok_or_else(|| Error::InvalidProblem(format!("unknown backend {name:?}")))
 }

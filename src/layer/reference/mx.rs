@@ -5,8 +5,8 @@ use std::thread;
 use half::bf16;
 
 use super::activate;
-use crate::checkpoint::GptOssMxfp4Experts;
-use crate::layer::{Activation, GateUp};
+use crate::experts::GptOssMxfp4Experts;
+use crate::experts::{Activation, GateUp};
 use crate::quant::{Mxfp4, Mxfp8};
 
 /// MXFP4 experts as the host reference reads them: `gate_up` `[E · 2I, H]`, `down` `[E · H, I]` (`[out, in]`,

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::device::Arch;
+use super::Arch;
 
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/kernel_families.rs"));

@@ -3,6 +3,9 @@
 
 use std::fmt;
 
+/// Most (token, slot) rows the batched backend takes in one pass: one GEMM group per row is a decode strategy.
+pub const BATCHED_MAX_ROWS: usize = 4096;
+
 /// How the layer lays out and multiplies the routed rows.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -13,7 +16,7 @@ pub enum Backend {
     Contiguous,
     Masked,
     Fused,
-    /// Picks per call: see [`MoeLayer::backend_for`](super::MoeLayer::backend_for).
+    /// Picks per call: see [`MoeLayer::backend_for`](crate::MoeLayer::backend_for).
     Auto,
 }
 

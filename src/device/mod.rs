@@ -7,7 +7,9 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::CudaContext;
 
 use crate::error::{Error, Result};
-use crate::kernels::KernelFamily;
+
+mod family;
+pub use family::KernelFamily;
 
 /// GPU architectures moe-gemm has kernels for.
 #[non_exhaustive]
