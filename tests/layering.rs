@@ -33,7 +33,7 @@ const LIB_FLOORS: &[&[&str]] = &[
 
 /// The `moe-gemm` binary's command modules (`src/cli/`), bottom floor first.
 const CLI_FLOORS: &[&[&str]] = &[
-    &["args", "peer", "plot", "info"],
+    &["args", "peer", "plot", "info", "compare"],
     &["layer_inputs", "plan", "ep_bench"],
     &["layer_fp8"],
     &["fp8_bench", "layer_bench"],
