@@ -1,4 +1,116 @@
-#![doc = include_str!("../README.md")]
+//! CUTLASS-backed Mixture-of-Experts GEMMs for Hopper (SM90) and Blackwell (SM100) behind safe Rust types.
+//!
+//! moe-gemm is the expert-compute layer of a MoE model for Rust serving stacks: persistent grouped GEMMs
+//! ([`GroupedGemm`], [`GroupedGemmFp8`], [`GroupedGemmSm100`], ...), device-side routers ([`Router`]) and expert
+//! layouts ([`ExpertLayout`]), and a whole MoE layer ([`MoeLayer`]) over bf16, f16, block-FP8 and MXFP4 experts, on
+//! [cudarc](https://docs.rs/cudarc)'s device memory and streams (re-exported as [`cudarc`]). Everything between the
+//! router logits and the expert GEMMs runs on the GPU with no host synchronisation, so a model's step can be
+//! captured in one CUDA graph. The SM100 kernels are compiled and their machine code checked, but no Blackwell GPU
+//! has run them; the same operands run on Hopper through the portable block-scaled GEMM.
+//!
+//! # Levels
+//!
+//! The modules stand on floors; each names only modules on lower floors (`tests/layering.rs` checks this).
+//!
+//! | floor | module | what it holds |
+//! |---|---|---|
+//! | 0 | [`dtype`], [`error`] | element types ([`DType`], [`Element`]); the one [`Error`] type |
+//! | 1 | `ffi` (private) | the cxx bridge and launch layer: all the `unsafe` code, no domain types |
+//! | 2 | [`device`], [`status`], [`view`] | arch and device facts ([`Arch`], [`DeviceInfo`], [`KernelFamily`]); the device status word ([`DeviceStatus`]); 2-D device views ([`MatrixView`]) |
+//! | 3 | [`layouts`], [`routing`] | expert layouts and the group forms the GEMMs read ([`GroupRows`]); routers ([`RouterConfig`]) |
+//! | 4 | [`quant`] | FP8 and MX / NV block formats, their device types and quantisers |
+//! | 5 | [`experts`], [`backend`], [`reference`](mod@reference) | expert weights on the host and their formats ([`ExpertFormat`], [`PackedExperts`]); the layer's backends ([`Backend`]); CPU references |
+//! | 6 | [`kernels`] | the GEMM families and their tile configurations ([`TileConfig`]) |
+//! | 7 | [`tuning`] | vLLM config files and the shipped tuned tables ([`TunedBackends`]) |
+//! | 8 | [`checkpoint`] | safetensors reading and packing, FP8 and MXFP4 checkpoints |
+//! | 9 | [`layer`] | the MoE layer: device weights, plans, sizing, the shared scratch ([`MoeScratch`]) |
+//! | 10 | [`parallel`] | expert parallelism: placement ([`Placement`]), dispatch plans, the NCCL step |
+//!
+//! # Safety
+//!
+//! - All `unsafe` code and the cxx bridge are confined to the private `ffi` module, each unsafe block with its
+//!   argument; `tests/layering.rs` fails if `unsafe` appears outside it.
+//! - Validation before launch: plans check shapes once; every launch checks buffer lengths, alignments and its
+//!   stream before it queues anything. C++ never prints, aborts or synchronises to report an error: it returns a
+//!   status that becomes one [`Error`] variant naming the constraint.
+//! - Device data is never trusted: offsets, ids and counts that break a contract are clamped on the device and set
+//!   bits of a [`DeviceStatus`], reported as [`Error::DeviceCheck`] at the next checked point.
+//! - Files are not trusted: checkpoints, `config.json` and tuned tables are validated before anything is
+//!   allocated, and their parsers are fuzzed.
+//! - The GPU tests run under compute-sanitizer's four tools (`scripts/sanitize.py`); the last run is not yet clean
+//!   (racecheck cannot host CUTLASS's ptr-array GEMMs; synccheck reports the fused FP8 kernel's cp.async producer).
+//!
+//! # A grouped GEMM
+//!
+//! `D[r, :] = A[r, :] · B[g]ᵀ` for every row `r` of group `g`, the group offsets int32 `[G + 1]` on the device:
+//!
+//! ```rust,no_run
+//! use half::bf16;
+//! use moe_gemm::{device, DeviceStatus, GroupedGemm, GroupedGemmShape};
+//!
+//! let ctx = device::open(0)?;
+//! let stream = ctx.new_stream()?;
+//! let (e, n, k, max_rows) = (256, 4096, 7168, 32768);
+//! let plan = GroupedGemm::<bf16>::new(&stream, GroupedGemmShape::new(e, n, k, max_rows)?, Default::default())?;
+//! let mut ws = plan.alloc_workspace(&stream)?;
+//! let mut status = DeviceStatus::new(&stream)?;
+//! let a = stream.alloc_zeros::<bf16>(max_rows * k)?;   // permuted tokens
+//! let w13 = stream.alloc_zeros::<bf16>(e * n * k)?;     // [E, 2I, H]
+//! let offsets = stream.alloc_zeros::<i32>(e + 1)?;      // written by your router on the device
+//! let mut d = stream.alloc_zeros::<bf16>(max_rows * n)?;
+//! plan.launch(&stream, &a, &w13, &offsets, &mut d, &mut ws, &mut status)?;
+//! status.check(&stream)?; // optional checked point: synchronises
+//! # Ok::<(), moe_gemm::Error>(())
+//! ```
+//!
+//! # A model's MoE layers
+//!
+//! One small plan per layer over shared weights, one scratch for all layers, one status word for the whole step:
+//!
+//! ```rust,no_run
+//! use std::sync::Arc;
+//! use half::bf16;
+//! use moe_gemm::*;
+//!
+//! let ctx = device::open(0)?;
+//! let stream = ctx.new_stream()?;
+//! let (layers, e, k, h, i, max_tokens) = (58, 256, 8, 7168, 2048, 4096);
+//! let router = Router::new(&stream, RouterConfig::deepseek_v3())?;
+//! let mut plans = Vec::new();
+//! for _ in 0..layers {
+//!     let w13 = stream.alloc_zeros::<bf16>(e * 2 * i * h)?; // this layer's packed [E, 2I, H] weights
+//!     let w2 = stream.alloc_zeros::<bf16>(e * h * i)?;      // and [E, H, I]
+//!     let weights = ExpertWeights::from_device(e, h, i, GateUp::Concatenated, Activation::SiluGated, w13, w2, None, None)?;
+//!     plans.push(MoeLayer::new(&stream, Arc::new(weights), MoeLayerOptions::new(max_tokens, k))?);
+//! }
+//! // One scratch for all 58 layers: sized by the largest need (`moe-gemm plan` prints it without a GPU).
+//! let mut scratch = MoeScratch::for_layers(&stream, &plans)?;
+//! let (logits, bias) = (stream.alloc_zeros::<f32>(max_tokens * e)?, stream.alloc_zeros::<f32>(e)?);
+//! let mut x = stream.alloc_zeros::<bf16>(max_tokens * h)?;
+//! let (mut ids, mut w) = (stream.alloc_zeros::<i32>(max_tokens * k)?, stream.alloc_zeros::<f32>(max_tokens * k)?);
+//! let mut y = stream.alloc_zeros::<bf16>(max_tokens * h)?;
+//! let tokens = 64;
+//! for layer in &plans {
+//!     // (attention and the router's logits for this layer come first in a real model)
+//!     // The router takes its tokens from the views; shapes that disagree are refused before any launch.
+//!     let lv = MatrixView::new("logits", logits.slice(..tokens * e), tokens, e)?;
+//!     let mut idm = MatrixViewMut::new("topk_ids", ids.slice_mut(..tokens * k), tokens, k)?;
+//!     let mut wm = MatrixViewMut::new("topk_weights", w.slice_mut(..tokens * k), tokens, k)?;
+//!     router.launch(&stream, &lv, Some(&bias.as_view()), &mut idm, &mut wm, scratch.status_mut())?;
+//!     let xv = MatrixView::new("x", x.slice(..tokens * h), tokens, h)?;
+//!     let idv = MatrixView::new("topk_ids", ids.slice(..tokens * k), tokens, k)?;
+//!     let wv = MatrixView::new("topk_weights", w.slice(..tokens * k), tokens, k)?;
+//!     let mut yv = MatrixViewMut::new("y", y.slice_mut(..tokens * h), tokens, h)?;
+//!     layer.forward(&stream, &mut scratch, &xv, &idv, &wv, &mut yv)?;
+//!     std::mem::swap(&mut x, &mut y);
+//! }
+//! scratch.check(&stream)?; // one checked point for the whole step (synchronises)
+//! # Ok::<(), moe_gemm::Error>(())
+//! ```
+//!
+//! The repository's `README.md` and `docs/` hold the build (features, link modes, next to candle), the support
+//! matrix, the layer's backends and memory, benchmarks and the roadmap.
+
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
