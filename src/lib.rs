@@ -197,3 +197,14 @@ pub mod build_info {
         crate::ffi::runtime::cudart_version()
     }
 }
+
+// The README's and docs/' Rust examples are doc-tests too, so the copies there keep compiling.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme_examples {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/grouped-gemm.md")]
+mod grouped_gemm_examples {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/layer.md")]
+mod layer_examples {}
