@@ -79,6 +79,31 @@ fn layout_bandwidth(active: f64) -> f64 {
     }
 }
 
+/// The cost model's constants for one weight format: bytes per weight, Batched's streaming rate and fixed cost,
+/// the layout backends' fixed cost (their rate is [`layout_bandwidth`]).
+struct Costs {
+    weight_bytes: f64,
+    batched_bw: f64,
+    batched_us: f64,
+    layout_us: f64,
+}
+
+const DENSE_COSTS: Costs = Costs { weight_bytes: 2.0, batched_bw: 4.05e12, batched_us: 12.0, layout_us: 50.0 };
+const FP8_COSTS: Costs = Costs { weight_bytes: 1.0, batched_bw: 2.98e12, batched_us: 16.0, layout_us: 44.0 };
+
+/// Whether `set` holds Batched, the batch fits it, and it streams cheaper than the layout backends; with the
+/// batch's (token, slot) rows and active experts.
+fn batched_wins(c: &Costs, set: Backends, s: (usize, usize, usize, usize), tokens: usize) -> (bool, f64, f64) {
+    let (experts, top_k, hidden, inter) = s;
+    let rows = (tokens * top_k) as f64;
+    let active = active_experts(experts, top_k, tokens);
+    let expert_bytes = 3.0 * (hidden * inter) as f64 * c.weight_bytes;
+    let batched_us = rows * expert_bytes / c.batched_bw * 1e6 + c.batched_us;
+    let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + c.layout_us;
+    let wins = set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us;
+    (wins, rows, active)
+}
+
 /// [`super::auto_backend`] among `set` (its docs give the costs).
 pub(crate) fn dense_cost_pick(
     set: Backends,
@@ -88,12 +113,8 @@ pub(crate) fn dense_cost_pick(
     inter: usize,
     tokens: usize,
 ) -> Backend {
-    let rows = (tokens * top_k) as f64;
-    let active = active_experts(experts, top_k, tokens);
-    let expert_bytes = 3.0 * (hidden * inter) as f64 * 2.0;
-    let batched_us = rows * expert_bytes / 4.05e12 * 1e6 + 12.0;
-    let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + 50.0;
-    if set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
+    let (batched, rows, active) = batched_wins(&DENSE_COSTS, set, (experts, top_k, hidden, inter), tokens);
+    if batched {
         return Backend::Batched;
     }
     let fused = rows / active.max(1.0) <= 48.0 && (rows <= 64.0 || inter <= 1024 || experts <= 16);
@@ -109,12 +130,7 @@ pub(crate) fn fp8_cost_pick(
     inter: usize,
     tokens: usize,
 ) -> Backend {
-    let rows = (tokens * top_k) as f64;
-    let active = active_experts(experts, top_k, tokens);
-    let expert_bytes = 3.0 * (hidden * inter) as f64;
-    let batched_us = rows * expert_bytes / 2.98e12 * 1e6 + 16.0;
-    let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + 44.0;
-    if set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us {
+    if batched_wins(&FP8_COSTS, set, (experts, top_k, hidden, inter), tokens).0 {
         return Backend::Batched;
     }
     first_in(set, &GROUPED_FIRST)
