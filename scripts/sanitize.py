@@ -22,6 +22,11 @@ Usage (on the GPU host; stdlib only):
 
 `CARRY_PLANTED=1 scripts/carry.sh` also builds carry/gpu-plant-<bug> with each bug of build.rs's MOE_GEMM_PLANT;
 `--expect-caught` turns the check around for them: every selected pair must report the bug.
+
+Host memory: racecheck of a test that runs CUTLASS's ptr-array GEMMs holds up to ~120 GB of host RSS (H100 host,
+128 GiB), so beside other pairs the kernel's OOM killer can end it. A pair killed by SIGKILL is therefore run
+again alone after the others, and judged by that run; the kernel log's OOM lines are printed. Each pair's peak
+RSS is in its log and on its line.
 """
 
 import argparse
@@ -31,6 +36,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,27 +90,53 @@ def records(log):
     return [" | ".join(r) for r in out]
 
 
+def log_name(test):
+    return test.replace("::", "__") + ".log"  # no colons: some copy tools refuse them
+
+
 def run_one(binary, tool, test, timeout, stop_at, logs):
+    """Runs one pair; returns (tool, test, rc, seconds, output, peak host RSS in GB of the tool's process tree)."""
     cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "yes", binary,
            "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
     env = dict(os.environ, RUST_BACKTRACE="1")
     t0 = time.time()
     limit = min(timeout, stop_at - t0)
     if limit < 1:
-        return tool, test, "deadline", 0.0, ""
-    # Its own process group, so that a timeout ends the tool and the test process it started.
+        return tool, test, "deadline", 0.0, "", 0.0
+    # Its own process group, so that a timeout ends the tool and the test process it started; reaped by wait4,
+    # whose rusage gives the peak RSS of the tool and the test process (racecheck's can reach the host's size).
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=limit)
-        text, rc = out.decode(errors="replace"), p.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        text, rc = out.decode(errors="replace") + f"\n[sanitize.py] timed out after {limit:.0f} s\n", None
-    secs = time.time() - t0
+    chunks = []
+    reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()))
+    reader.start()
+    timed_out = False
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.time() - t0 > limit:
+            os.killpg(p.pid, signal.SIGKILL)
+            pid, status, ru = os.wait4(p.pid, 0)
+            timed_out = True
+            break
+        time.sleep(0.25)
+    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    reader.join()
+    text = b"".join(chunks).decode(errors="replace")
+    rc = None if timed_out else p.returncode
+    if timed_out:
+        text += f"\n[sanitize.py] timed out after {limit:.0f} s\n"
+    secs, rss = time.time() - t0, ru.ru_maxrss / 1e6
     (logs / tool).mkdir(parents=True, exist_ok=True)
-    (logs / tool / f"{test}.log").write_text(f"$ {' '.join(cmd)}\n[sanitize.py] rc {rc}, {secs:.1f} s\n{text}")
-    return tool, test, rc, secs, text
+    (logs / tool / log_name(test)).write_text(
+        f"$ {' '.join(cmd)}\n[sanitize.py] rc {rc}, {secs:.1f} s, peak RSS {rss:.1f} GB\n{text}")
+    return tool, test, rc, secs, text, rss
+
+
+def oom_kills():
+    """The kernel log's OOM-killer lines (empty where the log cannot be read)."""
+    r = subprocess.run(["dmesg"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return [l for l in r.stdout.decode(errors="replace").splitlines() if "Killed process" in l or "Out of memory" in l]
 
 
 def main():
@@ -137,31 +169,50 @@ def main():
     logs = Path(a.logs)
     jobs = [(tool, test) for test in tests for tool in tools]
     results = {t: [] for t in tools}
+    oom_before = len(oom_kills())
+
+    def judge(tool, test, rc, secs, text, rss, note=""):
+        recs = records(text)
+        bad = [r for r in recs if not any(t == tool and rx.search(r) for t, rx, _ in allow)]
+        summary = [m for m in map(SUMMARY.match, text.splitlines()) if m]
+        passed = any(TEST_OK.match(l) for l in text.splitlines())
+        problem = None
+        if rc == "deadline":
+            problem = "not run: the --deadline passed first"
+        elif rc is None:
+            problem = "timed out"
+        elif "process didn't terminate successfully" in text:
+            problem = f"the test process died under the tool (rc {rc}), before any test result"
+        elif not summary:
+            problem = f"no {tool} summary (the process died: rc {rc})"
+        elif not passed:
+            problem = f"the test failed (rc {rc})"
+        elif bad:
+            problem = f"{len(bad)} report(s): {bad[0][:300]}"
+        results[tool].append((test, problem, len(recs) - len(bad), secs, rss))
+        state = "ok" if problem is None else f"FAIL: {problem}"
+        print(f"[{tool}] {test} ({secs:.0f} s, {rss:.1f} GB){note}: {state}", flush=True)
+
+    killed = []
     with cf.ThreadPoolExecutor(max_workers=a.j) as ex:
         stop_at = time.time() + a.deadline
         futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs) for tool, test in jobs]
         for f in cf.as_completed(futs):
-            tool, test, rc, secs, text = f.result()
-            recs = records(text)
-            bad = [r for r in recs if not any(t == tool and rx.search(r) for t, rx, _ in allow)]
-            summary = [m for m in map(SUMMARY.match, text.splitlines()) if m]
-            passed = any(TEST_OK.match(l) for l in text.splitlines())
-            problem = None
-            if rc == "deadline":
-                problem = "not run: the --deadline passed first"
-            elif rc is None:
-                problem = "timed out"
-            elif "process didn't terminate successfully" in text:
-                problem = f"the test process died under the tool (rc {rc}), before any test result"
-            elif not summary:
-                problem = f"no {tool} summary (the process died: rc {rc})"
-            elif not passed:
-                problem = f"the test failed (rc {rc})"
-            elif bad:
-                problem = f"{len(bad)} report(s): {bad[0][:300]}"
-            results[tool].append((test, problem, len(recs) - len(bad), secs))
-            state = "ok" if problem is None else f"FAIL: {problem}"
-            print(f"[{tool}] {test} ({secs:.0f} s): {state}", flush=True)
+            tool, test, rc, secs, text, rss = f.result()
+            # compute-sanitizer exits 9 when the test process it started was killed by SIGKILL.
+            if rc == -signal.SIGKILL or (rc == 9 and "process didn't terminate successfully" in text):
+                # Not our timeout (that gives rc None): the host killed the tool's process tree, in practice
+                # the OOM killer while other pairs held memory too. Judged by a run alone, after the others.
+                print(f"[{tool}] {test} ({secs:.0f} s, {rss:.1f} GB): killed (SIGKILL) beside other pairs; "
+                      "run again alone at the end", flush=True)
+                killed.append((tool, test))
+                continue
+            judge(tool, test, rc, secs, text, rss)
+    kills = oom_kills()[oom_before:]
+    for line in kills:
+        print(f"kernel log: {line.strip()}")
+    for tool, test in killed:
+        judge(*run_one(a.binary, tool, test, a.timeout, stop_at, logs), note=" [alone]")
     clean = True
     print()
     for tool in tools:
@@ -171,15 +222,16 @@ def main():
         if a.expect_caught:
             missed = [r for r in rs if r[1] is None or "report" not in r[1]]
             clean &= not missed
-            for test, problem, _, _ in sorted(missed):
+            for test, problem, *_ in sorted(missed):
                 print(f"{tool}: {test}: the planted bug was NOT caught ({problem or 'clean'})")
             print(f"{tool:<9} planted bug caught in {len(rs) - len(missed)}/{len(rs)} tests")
             continue
         clean &= not failed
-        for test, problem, _, _ in sorted(failed):
+        for test, problem, *_ in sorted(failed):
             print(f"{tool}: {test}: {problem}")
         print(f"{tool:<9} {len(rs) - len(failed)}/{len(rs)} tests clean, {len(failed)} not; "
-              f"{allowed} allow-listed reports; longest {max(r[3] for r in rs):.0f} s")
+              f"{allowed} allow-listed reports; longest {max(r[3] for r in rs):.0f} s, "
+              f"peak RSS {max(r[4] for r in rs):.0f} GB")
     sys.exit(0 if clean else 1)
 
 
