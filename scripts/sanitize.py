@@ -53,18 +53,27 @@ TEST_OK = re.compile(r"^test result: ok\. 1 passed")
 
 
 def read_allow(path):
-    allow = []
+    """The allow-list: report entries `tool | regex | why`, and kernel exclusions
+    `skip-kernel tool | kernel-name substring | test regex | why` (that tool does not instrument those kernels in
+    those tests; each says where else the kernels are checked)."""
+    allow, skips = [], []
     if not path.exists():
-        return allow
+        return allow, skips
     for n, line in enumerate(path.read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
+            continue
+        if line.startswith("skip-kernel "):
+            parts = [p.strip() for p in line[len("skip-kernel "):].split("|", 3)]
+            if len(parts) != 4 or parts[0] not in TOOLS or not parts[1] or not parts[3]:
+                sys.exit(f"{path}:{n}: a kernel exclusion is `skip-kernel tool | kernel substring | tests | why`")
+            skips.append((parts[0], parts[1], set(parts[2].split()), parts[3]))
             continue
         parts = [p.strip() for p in line.split("|", 2)]
         if len(parts) != 3 or parts[0] not in TOOLS or not parts[2]:
             sys.exit(f"{path}:{n}: an entry is `tool | regex | why` with a tool of {sorted(TOOLS)} and a reason")
         allow.append((parts[0], re.compile(parts[1]), parts[2]))
-    return allow
+    return allow, skips
 
 
 def records(log):
@@ -94,9 +103,10 @@ def log_name(test):
     return test.replace("::", "__") + ".log"  # no colons: some copy tools refuse them
 
 
-def run_one(binary, tool, test, timeout, stop_at, logs):
+def run_one(binary, tool, test, timeout, stop_at, logs, skips=()):
     """Runs one pair; returns (tool, test, rc, seconds, output, peak host RSS in GB of the tool's process tree)."""
-    cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "yes", binary,
+    excluded = [a for t, k, names, _ in skips if t == tool and test in names for a in ("--kernel-name-exclude", f"kns={k}")]
+    cmd = ["compute-sanitizer", *TOOLS[tool], *excluded, "--print-limit", "200", "--show-backtrace", "yes", binary,
            "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
     env = dict(os.environ, RUST_BACKTRACE="1")
     t0 = time.time()
@@ -159,7 +169,7 @@ def main():
     for t in tools:
         if t not in TOOLS:
             sys.exit(f"unknown tool {t}: one of {sorted(TOOLS)}")
-    allow = read_allow(Path(a.allow))
+    allow, skips = read_allow(Path(a.allow))
     listing = subprocess.run([a.binary, "--include-ignored", "--list"], stdout=subprocess.PIPE, check=True)
     tests = [l[: -len(": test")] for l in listing.stdout.decode().splitlines() if l.endswith(": test")]
     if a.filter:
@@ -196,7 +206,7 @@ def main():
     killed = []
     with cf.ThreadPoolExecutor(max_workers=a.j) as ex:
         stop_at = time.time() + a.deadline
-        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs) for tool, test in jobs]
+        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs, skips) for tool, test in jobs]
         for f in cf.as_completed(futs):
             tool, test, rc, secs, text, rss = f.result()
             # compute-sanitizer exits 9 when the test process it started was killed by SIGKILL.
@@ -212,7 +222,7 @@ def main():
     for line in kills:
         print(f"kernel log: {line.strip()}")
     for tool, test in killed:
-        judge(*run_one(a.binary, tool, test, a.timeout, stop_at, logs), note=" [alone]")
+        judge(*run_one(a.binary, tool, test, a.timeout, stop_at, logs, skips), note=" [alone]")
     clean = True
     print()
     for tool in tools:
@@ -229,8 +239,9 @@ def main():
         clean &= not failed
         for test, problem, *_ in sorted(failed):
             print(f"{tool}: {test}: {problem}")
+        partial = sum(1 for r in rs if any(t == tool and r[0] in names for t, _, names, _ in skips))
         print(f"{tool:<9} {len(rs) - len(failed)}/{len(rs)} tests clean, {len(failed)} not; "
-              f"{allowed} allow-listed reports; longest {max(r[3] for r in rs):.0f} s, "
+              f"{allowed} allow-listed reports; {partial} with kernels not instrumented (skip-kernel); longest {max(r[3] for r in rs):.0f} s, "
               f"peak RSS {max(r[4] for r in rs):.0f} GB")
     sys.exit(0 if clean else 1)
 
