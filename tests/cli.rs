@@ -169,8 +169,8 @@ fn plan_sizes_an_mxfp4_layer_per_arch() {
 fn compare_reports_ratios_and_geomean_of_bench_tables() {
     let dir = std::env::temp_dir().join(format!("moe-gemm-compare-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let head = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch,\
-                dtype,bf16_auto_us,x_bf16";
+    let head = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,peer_us,x_peer,dtype,\
+                bf16_auto_us,x_bf16";
     let table = |name: &str, t1: f64, t64: f64| {
         let path = dir.join(name);
         let text = format!(

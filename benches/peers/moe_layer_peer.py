@@ -11,7 +11,7 @@ side exported, each captured in a CUDA graph where PyTorch allows and timed like
               not capturable: it reads the counts back); timed up to T = 1024
 
 Spec: {"reps", "flush_bytes", "points": [{"name", "experts", "top_k", "hidden", "inter", "tokens", "ids", "weights"}]}
-Out:  {"torch", "device", "points": [{"name", "median_us", "p10_us", "p90_us", "graph", "peers": {peer: us or
+Out:  {"torch", "device", "headline_id", "points": [{"name", "median_us", "p10_us", "p90_us", "graph", "peers": {peer: us or
        "skipped: why"}} | {"name", "error"}]}
 """
 import argparse
@@ -114,7 +114,8 @@ def main():
     spec = json.load(open(a.spec))
     dev = torch.device("cuda")
     flush = torch.empty(spec["flush_bytes"] // 4, device=dev) if spec["flush_bytes"] else None
-    out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "points": []}
+    out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "points": [],
+           "headline_id": "torch_grouped_mm"}
     cache = {}
     for p in spec["points"]:
         try:

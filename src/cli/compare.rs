@@ -226,8 +226,10 @@ pub fn run(args: &CompareArgs) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    const HEAD: &str = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,\
-                        ratio_torch,dtype,bf16_auto_us,x_bf16";
+    // The bench's columns today (one pair per peer variant at the end); older tables name the headline `torch_us`
+    // and stop at `x_bf16` or before `dtype`.
+    const HEAD: &str = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,peer_us,x_peer,\
+                        dtype,bf16_auto_us,x_bf16,vllm_fp8_block_us,x_vllm_fp8_block";
 
     fn csv(rows: &[&str]) -> String {
         format!("{HEAD}\n{}\n", rows.join("\n"))
@@ -236,9 +238,9 @@ mod tests {
     #[test]
     fn csv_rows_are_keyed_and_untimed_rows_skipped() {
         let t = csv(&[
-            "mixtral-8x7b,1,uniform,Auto,Batched,Batched,191.30,190.18,193.15,157.98,1.21,,,bf16,191.30,1.000",
-            "mixtral-8x7b,4096,uniform,Masked,Masked,Grouped,,,,157.98,,,,bf16,,",
-            "gpt-oss-120b,1,uniform,Auto,Grouped,Grouped,231.12,1,2,3,4,,,mxfp4,77.04,3.000",
+            "mixtral-8x7b,1,uniform,Auto,Batched,Batched,191.30,190.18,193.15,157.98,1.21,150.00,1.275,bf16,191.30,1.000,180.00,1.063",
+            "mixtral-8x7b,4096,uniform,Masked,Masked,Grouped,,,,157.98,,,,bf16,,,,",
+            "gpt-oss-120b,1,uniform,Auto,Grouped,Grouped,231.12,1,2,3,4,,,mxfp4,77.04,3.000,,",
         ]);
         let rows = parse(&t).unwrap();
         assert_eq!(rows.len(), 2);
@@ -254,7 +256,9 @@ mod tests {
         let rows = parse(t).unwrap();
         assert_eq!(rows[0].key.dtype, "bf16");
         assert!(parse("model,tokens\nx,1\n").unwrap_err().contains("routing"));
-        assert!(parse(&csv(&["m,lots,uniform,Auto,Fused,Fused,1,1,1,1,1,,,bf16,1,1"])).unwrap_err().contains("tokens"));
+        assert!(parse(&csv(&["m,lots,uniform,Auto,Fused,Fused,1,1,1,1,1,,,bf16,1,1,,"]))
+            .unwrap_err()
+            .contains("tokens"));
     }
 
     #[test]

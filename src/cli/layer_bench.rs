@@ -30,14 +30,11 @@ use super::layer_fp8::{
     floor_terms, fp8_weights, mx_weights, plan, quant_backends, quant_skip_reason, LayerDtype, QuantLayer,
 };
 use super::layer_inputs::{leak, parse_backend, parse_fused_tiles, routing, shapes};
+use super::peer::Headline;
 use moe_gemm::kernels::fused::FusedTile;
 
 mod configs;
-
-/// The CSV's columns: the bf16 layer bench's, then the dtype of the row's experts, the bf16 layer's Auto median
-/// at the point and the row's median over it (appended, so readers of the bf16 columns keep working).
-const CSV_COLUMNS: &str = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,\
-                           ratio_torch,dtype,bf16_auto_us,x_bf16";
+mod csv;
 
 /// One timed entry.
 struct Timed {
@@ -366,7 +363,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if let Some(dir) = &args.write_configs {
         configs::write_configs(dir, info, &points, &results, fused_tile)?;
     }
-    let (peer, extras) = run_peer(args, &points);
+    let (peer, extras, headline) = run_peer(args, &points);
     if fp8 {
         let what = match qd {
             LayerDtype::Mxfp4 => "MXFP4 experts: e2m1, UE8M0 per 32, activations quantised to MXFP8 per group",
@@ -397,7 +394,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     }
     let head = format!(
         "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
-        "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "torch µs", "t/torch"
+        "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "peer µs", "x peer"
     );
     if fp8 {
         println!("{head} {:<5} {:>10} {:>7}", "dtype", "bf16 Auto", "x bf16");
@@ -480,7 +477,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         }
     }
     if let Some(dir) = &args.plots {
-        plots(dir, ceil, &points, &results, &peer)?;
+        plots(dir, ceil, &points, &results, &peer, &headline.text)?;
     }
     if let Some(path) = &args.json {
         let rows: Vec<serde_json::Value> = results
@@ -511,13 +508,23 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             skipped.iter().map(|(m, why)| serde_json::json!({"model": m, "dtype": qd.name(), "reason": why})).collect();
         let doc = serde_json::json!({
             "device": info.name, "sm_count": info.sm_count, "read_bytes_per_s": ceil.read_bytes_per_s,
-            "bf16_flops": ceil.bf16_flops, "fp8_flops": ceil.fp8_flops, "reps": args.reps, "l2_flushed": !args.no_flush, "points": rows,
+            "bf16_flops": ceil.bf16_flops, "fp8_flops": ceil.fp8_flops, "reps": args.reps, "l2_flushed": !args.no_flush,
+            "peer_headline": headline.text, "peer_headline_id": headline.id, "points": rows,
             "skipped": skipped,
         });
         super::args::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
     if let Some(path) = &args.csv {
-        let mut csv = format!("{CSV_COLUMNS}\n");
+        let names: Vec<String> = points.iter().map(Point::name).collect();
+        // The headline under its own name too, where the script names it (its numbers then join the variants').
+        let mut extras = extras.clone();
+        if let (Ok(m), Some(id)) = (&peer, &headline.id) {
+            for (name, us) in m {
+                extras.entry(name.clone()).or_default().insert(0, (id.clone(), us.clone()));
+            }
+        }
+        let variants = csv::variants(headline.id.as_deref(), &extras, names.iter().map(String::as_str));
+        let mut text = format!("{}\n", csv::header(&variants));
         for r in &results {
             let (ran, times) = (&r.ran, &r.times);
             let p = &points[r.point];
@@ -526,8 +533,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
             let reference = bf16_auto_us(&results, r.point, p);
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
-            csv += &format!(
-                "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}\n",
+            text += &format!(
+                "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}{}\n",
                 p.model,
                 p.tokens,
                 p.routing,
@@ -538,16 +545,18 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 f(p90),
                 f(med.map(|m| m / floor)),
                 f(peer_us),
-                f(med.zip(peer_us).map(|(m, t)| m / t)),
+                med.zip(peer_us).map_or(String::new(), |(m, t)| format!("{:.3}", m / t)),
                 r.dtype.name(),
                 f(reference),
                 med.zip(reference).map_or(String::new(), |(m, b)| format!("{:.3}", m / b)),
+                csv::variant_cells(&variants, extras.get(&p.name()).map(Vec::as_slice), med),
             );
         }
+        let csv = text;
         super::args::write_file(path, &csv)?;
     }
     println!("* = the backend Auto picks for this point");
-    println!("t/torch = our median / PyTorch grouped_mm MLP median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)");
+    println!("peer = {}; x peer = our median / the peer's median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)", headline.text);
     if fp8 {
         let auto = match qd {
             LayerDtype::Mxfp4 => "the MXFP4 layer (Auto: Grouped; the block-scaled GEMM of this GPU's arch)",
@@ -561,7 +570,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
 type Peer = std::result::Result<super::peer::Medians, String>;
 type Extras = super::peer::Extras;
 
-fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras) {
+/// The headline peer's medians (or why none), the other peers, and the headline's name.
+fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras, Headline) {
     let spec = serde_json::json!({
         "reps": args.reps,
         "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
@@ -570,13 +580,21 @@ fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras) {
             "tokens": p.tokens, "ids": p.ids, "weights": p.weights,
         })).collect::<Vec<_>>(),
     });
-    super::peer::run(&args.peer, "moe_layer_peer.py", None, &spec)
-        .map(|r| (r.medians, r.extras))
-        .map_or_else(|e| (Err(e), Extras::new()), |(m, x)| (Ok(m), x))
+    match super::peer::run(&args.peer, "moe_layer_peer.py", None, &spec) {
+        Ok(r) => (Ok(r.medians), r.extras, r.headline),
+        Err(e) => (Err(e), Extras::new(), Headline::default()),
+    }
 }
 
-/// One SVG per model: Auto's backend, the best backend, the PyTorch peer and the floor against T.
-fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Timed], peer: &Peer) -> Result<()> {
+/// One SVG per model: Auto's backend, the best backend, the headline peer and the floor against T.
+fn plots(
+    dir: &std::path::Path,
+    ceil: &Ceilings,
+    points: &[Point],
+    results: &[Timed],
+    peer: &Peer,
+    headline: &str,
+) -> Result<()> {
     use super::plot::{time_vs_tokens, Series};
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut models: Vec<&str> = points.iter().map(|p| p.model).collect();
@@ -585,7 +603,7 @@ fn plots(dir: &std::path::Path, ceil: &Ceilings, points: &[Point], results: &[Ti
     for model in models {
         let mut auto = Series { label: "moe-gemm (Auto)".into(), points: vec![] };
         let mut best = Series { label: "moe-gemm (best backend)".into(), points: vec![] };
-        let mut torch = Series { label: "PyTorch grouped_mm MLP".into(), points: vec![] };
+        let mut torch = Series { label: headline.to_string(), points: vec![] };
         let mut floor = Series { label: "floor (measured ceilings)".into(), points: vec![] };
         let qd = results.iter().map(|r| r.dtype).find(|&d| d != LayerDtype::Bf16).unwrap_or(LayerDtype::Fp8);
         let mut auto8 = Series { label: format!("moe-gemm {} experts (Auto)", qd.name()), points: vec![] };
@@ -684,13 +702,5 @@ mod tests {
         let p = point(vec![0, 1, 2, 3], 4, 2, 256, 128, 2);
         let (b8, _) = floor_terms(LayerDtype::Fp8, 2, 2, 256, 128);
         assert!((p.floor_for(LayerDtype::Fp8, &c) - b8 / 4e12 * 1e6).abs() < 1e-12);
-    }
-
-    #[test]
-    fn the_csv_keeps_the_bf16_columns_and_appends_the_dtype_ones() {
-        let bf16 =
-            "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,torch_us,ratio_torch";
-        assert!(CSV_COLUMNS.starts_with(&format!("{bf16},")), "{CSV_COLUMNS}");
-        assert_eq!(&CSV_COLUMNS[bf16.len()..], ",dtype,bf16_auto_us,x_bf16");
     }
 }

@@ -10,8 +10,26 @@ pub type Medians = HashMap<String, Result<f64, String>>;
 /// Per point name, the other peers the script measured (name, µs or why not), in the script's order.
 pub type Extras = HashMap<String, Vec<(String, Result<f64, String>)>>;
 
+/// What a peer script's headline (its points' `median_us`) is.
+#[derive(Clone, Debug, Default)]
+pub struct Headline {
+    /// An identifier for columns (the document's `headline_id`, e.g. `torch_grouped_mm`), where it gives one.
+    pub id: Option<String>,
+    /// For people: the document's `headline`, else the identifier, else "the peer".
+    pub text: String,
+}
+
+impl Headline {
+    fn of(doc: &serde_json::Value) -> Headline {
+        let id = doc["headline_id"].as_str().map(str::to_string);
+        let text = doc["headline"].as_str().map(str::to_string).or_else(|| id.clone()).unwrap_or("the peer".into());
+        Headline { id, text }
+    }
+}
+
 /// What a peer script reported: the headline peer's medians and any other peers.
 pub struct Report {
+    pub headline: Headline,
     pub medians: Medians,
     pub extras: Extras,
     /// The whole document, for top-level fields (e.g. `fp8_dense_tflops`).
@@ -71,5 +89,19 @@ pub fn run(python: &str, script: &str, explicit: Option<&Path>, spec: &serde_jso
             (name(p), peers.unwrap_or_default())
         })
         .collect();
-    Ok(Report { medians, extras, doc: v })
+    Ok(Report { headline: Headline::of(&v), medians, extras, doc: v })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Headline;
+
+    #[test]
+    fn the_headline_is_named_by_the_document_not_assumed_to_be_torch() {
+        let h = Headline::of(&serde_json::json!({"headline_id": "torch_grouped_mm"}));
+        assert_eq!((h.id.as_deref(), h.text.as_str()), (Some("torch_grouped_mm"), "torch_grouped_mm"));
+        let h = Headline::of(&serde_json::json!({"headline": "vLLM 0.33.0 Triton fused_moe (bf16)"}));
+        assert_eq!((h.id, h.text.as_str()), (None, "vLLM 0.33.0 Triton fused_moe (bf16)"));
+        assert_eq!(Headline::of(&serde_json::json!({})).text, "the peer");
+    }
 }
