@@ -147,7 +147,7 @@ fn quantization_configs_we_cannot_honour_name_the_key() {
             r#"{"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]}"#,
             "activation_scheme: \"static\"",
         ),
-        (r#"{"quant_method": "fp8"}"#, "weight_block_size: missing: per-tensor"),
+        (r#"{"quant_method": "fp8"}"#, "declares per-tensor weight scales"),
         (r#"{"quant_method": "fp8", "weight_block_size": [128]}"#, "weight_block_size: [128]: not two"),
         (r#"{"quant_method": "fp8", "weight_block_size": [128, 0]}"#, "weight_block_size: [128,0]: not two"),
         (r#"{"quant_method": "fp8", "weight_block_size": [128, -1]}"#, "not two positive integers"),

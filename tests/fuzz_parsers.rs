@@ -207,6 +207,7 @@ fn broken_quantization_configs_give_typed_errors() {
     let r = parsers::reached();
     eprintln!("config.json: {r:?}");
     assert!(r.opened * 20 > 3000 && r.err * 4 > 3000, "config.json: {r:?}");
+    assert!(r.compressed_tensors * 200 > 3000, "config.json: too few compressed-tensors schemes parsed: {r:?}");
 }
 
 /// 2000 tuned-table file names and texts.

@@ -35,6 +35,7 @@ use std::path::Path;
 use safetensors::tensor::Dtype;
 use serde_json::Value;
 
+use super::fp8_scheme::{Fp8Scheme, WeightScales};
 use super::{bad, matrix_shape, widen, Checkpoint, ExpertNaming};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -63,12 +64,12 @@ pub struct Fp8Config {
     act_eps_bits: u32,
 }
 
-fn config_error(key: &str, problem: String) -> Error {
+pub(super) fn config_error(key: &str, problem: String) -> Error {
     Error::InvalidProblem(format!("config.json quantization_config.{key}: {problem}"))
 }
 
 /// `quantization_config.key` as a string, or `None` when absent or null.
-fn str_key<'a>(q: &'a Value, key: &str) -> Result<Option<&'a str>> {
+pub(super) fn str_key<'a>(q: &'a Value, key: &str) -> Result<Option<&'a str>> {
     match q.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -114,66 +115,23 @@ impl Fp8Config {
     /// `model_type` or `architectures` (see the module docs): 1e-4 for DeepSeek's, vLLM's 1e-10 for the rest.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] naming the key: not JSON; a `quant_method` other than `fp8`; an `fmt` other than
-    /// `e4m3`; an `activation_scheme` other than `dynamic`; a `weight_block_size` that is missing or not two
-    /// positive integers; a `scale_fmt` other than `ue8m0`.
+    /// As [`Fp8Scheme::from_config_json`]; and [`Error::InvalidProblem`] naming the scheme when it is not
+    /// block-scaled (per-tensor or per-channel weights: read by [`Fp8Scheme`], not run by the layer yet).
     pub fn from_config_json(text: &str) -> Result<Option<Fp8Config>> {
         let v: Value = serde_json::from_str(text)
             .map_err(|e| Error::InvalidProblem(format!("config.json is not valid JSON: {e}")))?;
-        let Some(q) = v.get("quantization_config").filter(|q| !q.is_null()) else {
+        let Some(scheme) = Fp8Scheme::from_config(&v)? else {
             return Ok(None);
         };
-        if !q.is_object() {
-            return Err(Error::InvalidProblem(format!("config.json quantization_config = {q}: not an object")));
-        }
-        match str_key(q, "quant_method")? {
-            Some("fp8") => {}
-            Some(m) => {
-                return Err(config_error("quant_method", format!("\"{m}\": only \"fp8\" (block FP8) is read")));
-            }
-            None => return Err(config_error("quant_method", "missing".into())),
-        }
-        match str_key(q, "fmt")? {
-            None | Some("e4m3") => {}
-            Some(f) => return Err(config_error("fmt", format!("\"{f}\": only \"e4m3\" is read"))),
-        }
-        let activation = match str_key(q, "activation_scheme")? {
-            None | Some("dynamic") => ActivationScheme::Dynamic,
-            Some(s) => {
-                return Err(config_error(
-                    "activation_scheme",
-                    format!("\"{s}\": only \"dynamic\" (per-token scales at run time) is supported"),
-                ))
-            }
-        };
-        let block = match q.get("weight_block_size") {
-            None | Some(Value::Null) => {
-                return Err(config_error(
-                    "weight_block_size",
-                    "missing: per-tensor FP8 checkpoints are not read, only block-scaled ones".into(),
-                ))
-            }
-            Some(Value::Array(a)) if a.len() == 2 => {
-                let dim = |v: &Value| v.as_u64().filter(|&d| d > 0).and_then(|d| usize::try_from(d).ok());
-                match (dim(&a[0]), dim(&a[1])) {
-                    (Some(rows), Some(cols)) => BlockShape { rows, cols },
-                    _ => {
-                        return Err(config_error(
-                            "weight_block_size",
-                            format!("{}: not two positive integers", Value::Array(a.clone())),
-                        ))
-                    }
-                }
-            }
-            Some(v) => return Err(config_error("weight_block_size", format!("{v}: not two positive integers"))),
-        };
-        let scale_format = match str_key(q, "scale_fmt")? {
-            None => ScaleFormat::F32,
-            Some("ue8m0") => ScaleFormat::Ue8m0,
-            Some(s) => return Err(config_error("scale_fmt", format!("\"{s}\": only \"ue8m0\" is known"))),
+        let WeightScales::Block(block) = scheme.weights() else {
+            return Err(Error::InvalidProblem(format!(
+                "config.json quantization_config declares {scheme}: an Fp8Config is block-scaled FP8, the scheme the \
+                 layer runs; Fp8Scheme::from_config_json and Checkpoint::fp8_scaled_weight read this one, which \
+                 the layer does not run yet"
+            )));
         };
         let eps = if deepseek_family(&v) { DEEPSEEK_EPS } else { VLLM_EPS };
-        Fp8Config::new(block, activation, scale_format)?.with_activation_eps(eps).map(Some)
+        Fp8Config::new(block, ActivationScheme::Dynamic, scheme.scale_format())?.with_activation_eps(eps).map(Some)
     }
 
     /// [`Fp8Config::from_config_json`] of the file at `path`.

@@ -34,9 +34,11 @@ use crate::error::{Error, Result};
 use crate::experts::{ExpertFormat, PackedExperts, SharedExpert};
 
 mod fp8;
+mod fp8_scheme;
 mod fp8_shared;
 mod mxfp4;
 pub use fp8::{ActivationScheme, Fp8Config};
+pub use fp8_scheme::{ActivationScales, Fp8Scheme, SchemeSource, WeightScales};
 // The packed experts a checkpoint yields live in `crate::experts`; their names stay reachable here.
 pub use crate::experts::{GptOssMxfp4Experts, PackedFp8Experts, SharedFp8Expert};
 

@@ -9,7 +9,9 @@
 use std::path::Path;
 
 use half::bf16;
-use moe_gemm::checkpoint::{Checkpoint, ExpertNaming, Fp8Config, PackedFp8Experts, SharedNaming};
+use moe_gemm::checkpoint::{
+    Checkpoint, ExpertNaming, Fp8Config, Fp8Scheme, PackedFp8Experts, SchemeSource, SharedNaming,
+};
 use moe_gemm::error::Error;
 use moe_gemm::layer::{ExpertFormat, PackedExperts};
 use moe_gemm::quant::{BlockShape, ScaleFormat};
@@ -495,12 +497,14 @@ pub fn assert_file_error(err: &Error, file: &Path) {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Reached {
     pub opened: usize,
+    /// config.json only: compressed-tensors schemes that parsed.
+    pub compressed_tensors: usize,
     pub ok: usize,
     pub err: usize,
 }
 
 thread_local! {
-    static REACHED: std::cell::Cell<Reached> = const { std::cell::Cell::new(Reached { opened: 0, ok: 0, err: 0 }) };
+    static REACHED: std::cell::Cell<Reached> = const { std::cell::Cell::new(Reached { opened: 0, compressed_tensors: 0, ok: 0, err: 0 }) };
 }
 
 /// What the cases of this thread have reached so far.
@@ -653,7 +657,8 @@ pub fn config_json(input: &[u8]) -> String {
             q.insert(key.into(), d.pick(values));
         }
     };
-    field(&mut d, "quant_method", &[json!("fp8"), json!("fp8"), json!("FP8"), json!("mxfp4"), json!(8), json!(null)]);
+    let method = if d.byte() < 128 { json!("fp8") } else { json!("compressed-tensors") };
+    field(&mut d, "quant_method", &[method, json!("fp8"), json!("FP8"), json!("mxfp4"), json!(8), json!(null)]);
     field(&mut d, "fmt", &[json!("e4m3"), json!("e5m2"), json!(1), json!(null), json!({})]);
     field(&mut d, "activation_scheme", &[json!("dynamic"), json!("static"), json!(["dynamic"]), json!(null)]);
     field(
@@ -685,6 +690,61 @@ pub fn config_json(input: &[u8]) -> String {
     );
     field(&mut d, "scale_fmt", &[json!("ue8m0"), json!("UE8M0"), json!("e8m0"), json!(0), json!(null)]);
     field(&mut d, "modules_to_not_convert", &[json!(["lm_head"]), json!(null), json!(7)]);
+    // compressed-tensors: groups of FP8 arguments from a scheme llm-compressor writes, each field kept, made odd
+    // or dropped.
+    let args = |d: &mut Draw, template: Value| {
+        let odd: [(&str, &[Value]); 7] = [
+            ("num_bits", &[json!(4), json!(-8), json!("8"), json!(u64::MAX)]),
+            ("type", &[json!("int"), json!(null), json!(1)]),
+            (
+                "strategy",
+                &[json!("tensor"), json!("channel"), json!("token"), json!("group"), json!("block"), json!(3)],
+            ),
+            ("dynamic", &[json!(true), json!(false), json!("local")]),
+            ("symmetric", &[json!(false), json!(null)]),
+            ("group_size", &[json!(0), json!(-1), json!(u64::MAX), json!(1.5), json!(64)]),
+            ("block_structure", &[json!([0, 1]), json!([128]), json!(null), json!([u64::MAX, 2])]),
+        ];
+        let mut a = template.as_object().cloned().unwrap_or_default();
+        for (key, values) in odd {
+            match d.byte() {
+                0..6 => {
+                    a.remove(key);
+                }
+                6..12 => {
+                    a.insert(key.into(), d.pick(values));
+                }
+                _ => {}
+            }
+        }
+        Value::Object(a)
+    };
+    let weights = [
+        json!({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false}),
+        json!({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true, "dynamic": false}),
+        json!({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}),
+    ];
+    let activations = [
+        json!({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}),
+        json!({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false}),
+        json!({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true}),
+    ];
+    let groups = match d.below(10) {
+        0 => json!(null),
+        1 => json!({}),
+        2 => json!([1, 2]),
+        n => {
+            let (w, a) = (d.below(3), d.below(3));
+            let mut g = Map::new();
+            for i in 0..(n - 2).min(3) {
+                let (w, a) = (args(&mut d, weights[w].clone()), args(&mut d, activations[a].clone()));
+                g.insert(format!("group_{i}"), json!({"targets": ["Linear"], "weights": w, "input_activations": a}));
+            }
+            Value::Object(g)
+        }
+    };
+    field(&mut d, "config_groups", &[groups, json!("none")]);
+    field(&mut d, "format", &[json!("float-quantized"), json!("pack-quantized"), json!(null), json!(0)]);
     let mut root = Map::new();
     root.insert("hidden_size".into(), json!(7168));
     if d.byte() < 240 {
@@ -717,6 +777,12 @@ pub fn config_json(input: &[u8]) -> String {
 /// Parses a `config.json` text: Ok, or an [`Error::InvalidProblem`] that names config.json; a config that parses
 /// is usable: it quantises small experts (or says why not) without panicking.
 pub fn check_config_json(text: &str) {
+    match Fp8Scheme::from_config_json(text) {
+        Ok(Some(s)) if s.source() == SchemeSource::CompressedTensors => count(|c| c.compressed_tensors += 1),
+        Ok(_) => {}
+        Err(Error::InvalidProblem(m)) => assert!(m.contains("config.json"), "{m}"),
+        Err(other) => panic!("Fp8Scheme::from_config_json: not Error::InvalidProblem: {other:?}"),
+    }
     let r = Fp8Config::from_config_json(text);
     count(|c| if r.is_ok() { c.ok += 1 } else { c.err += 1 });
     match r {
