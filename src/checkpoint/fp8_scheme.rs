@@ -18,33 +18,8 @@ use serde_json::Value;
 
 use super::fp8::{config_error, str_key};
 use crate::error::{Error, Result};
+pub use crate::quant::{ActivationScales, WeightScales};
 use crate::quant::{BlockShape, ScaleFormat};
-
-/// How a checkpoint scales its FP8 weights (`[N, K]`, N output channels). New schemes arrive as new variants.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WeightScales {
-    /// One scale per `rows x cols` block (DeepSeek-V3's 128 x 128).
-    Block(BlockShape),
-    /// One scale per output channel (row).
-    Channel,
-    /// One scale per weight tensor.
-    Tensor,
-}
-
-/// How a checkpoint's activations are scaled when they are quantised to FP8. New schemes arrive as new variants.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ActivationScales {
-    /// Per token per `cols` columns, computed at run time.
-    DynamicGroup { cols: usize },
-    /// Per token, computed at run time.
-    DynamicToken,
-    /// One per tensor, computed at run time.
-    DynamicTensor,
-    /// One per tensor, fixed by the checkpoint (`input_scale` beside each weight).
-    StaticTensor,
-}
 
 /// Which form of `quantization_config` declared the scheme.
 #[non_exhaustive]

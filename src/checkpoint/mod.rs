@@ -34,13 +34,14 @@ use crate::error::{Error, Result};
 use crate::experts::{ExpertFormat, PackedExperts, SharedExpert};
 
 mod fp8;
+mod fp8_scaled;
 mod fp8_scheme;
 mod fp8_shared;
 mod mxfp4;
 pub use fp8::{ActivationScheme, Fp8Config};
 pub use fp8_scheme::{ActivationScales, Fp8Scheme, SchemeSource, WeightScales};
 // The packed experts a checkpoint yields live in `crate::experts`; their names stay reachable here.
-pub use crate::experts::{GptOssMxfp4Experts, PackedFp8Experts, SharedFp8Expert};
+pub use crate::experts::{Fp8ChannelExperts, GptOssMxfp4Experts, PackedFp8Experts, SharedFp8Expert, StaticInputScales};
 
 /// A named tensor: (name, shape, elements).
 pub type NamedTensor<T> = (String, Vec<usize>, Vec<T>);

@@ -16,8 +16,10 @@
 use std::thread;
 
 mod fp8;
+mod fp8_channel;
 mod mx;
 pub use fp8::*;
+pub use fp8_channel::moe_forward_fp8_channel;
 pub use mx::{moe_forward_mx, MxHostLayer};
 
 use crate::dtype::Element;

@@ -172,6 +172,17 @@ impl Fp8ChannelWeights {
     }
 }
 
+/// `m` with one scale per row (`1 x K` blocks, F32): a per-row matrix as it is, a per-tensor one with its scale in
+/// every row. The values and what they dequantise to are unchanged.
+///
+/// # Errors
+/// [`Error::InvalidProblem`] as the rowwise GEMM's operands: blocks that are neither whole rows nor the whole
+/// matrix, scales other than F32, a non-finite or negative scale; `what` names the matrix.
+pub fn to_per_row(m: &BlockFp8, what: &str) -> Result<BlockFp8> {
+    let s = row_scales(m, what)?;
+    BlockFp8::from_parts(m.rows(), m.cols(), per_row_block(m.cols()), m.q().to_vec(), Scales::F32(s))
+}
+
 /// The scale block of a per-token (per-channel) quantisation of `[rows, k]`: one row, all of K.
 pub fn per_row_block(k: usize) -> BlockShape {
     BlockShape { rows: 1, cols: k }
