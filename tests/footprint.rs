@@ -57,7 +57,7 @@ fn expected_bytes(e: usize, k: usize, h: usize, i: usize, t: usize, n: &ScratchN
     let d1 = rg.max(rf) * 2 * i;
     let hbuf = rows * i;
     let d2 = rg.max(rf_rows) * h;
-    // One expert id and one hand-off counter per block of the smallest Fused tile (16 rows: SwapAb16).
+    // One expert id and one hand-off counter per block of the smallest Fused tile (16 rows: Decode16).
     let tiles = rg.max([16, 32, 64, 128].iter().map(|&b| padded(rf_rows, e, b) / b).max().unwrap());
     let layout_ints = e + (e + 1) + 2 * rg.max(rf) + 2 * tiles + t * k + 1 + n.layout_scratch_ints;
     (a + d1 + hbuf + d2) * 2 + layout_ints * 4 + n.workspace_bytes + 4

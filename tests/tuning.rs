@@ -103,10 +103,10 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
     assert_eq!(b["w13"]["config"], "batched-decode");
     assert!(b["w13"].get("tile").is_none());
     let f = choice(Backend::Fused, 16, None); // 1 row per expert
-    assert_eq!(f["w13"]["config"], "fused-swapab-16");
+    assert_eq!(f["w13"]["config"], "fused-decode-16");
     assert_eq!(f["w2"]["schedule"], "SwapAbStreaming");
     let f = choice(Backend::Fused, 256, None); // 16 rows per expert
-    assert_eq!(f["w13"]["config"], "fused-swapab-merged");
+    assert_eq!(f["w13"]["config"], "fused-decode-merged");
     assert_eq!(f["w2"]["tile"], serde_json::json!([64, 32, 64]));
     let f = choice(Backend::Fused, 512, None); // 32 rows per expert
     assert_eq!(f["w13"]["config"], "fused-64x128x64");
@@ -216,18 +216,18 @@ fn tuned_fused_tiles_follow_the_nearest_bucket() {
     let text = format!(
         "{{{}, {}, {}, {}}}",
         entry(Batched, 1, None),
-        entry(Fused, 32, Some(SwapAb16)),
-        entry(Grouped, 64, Some(SwapAbMerged)),
+        entry(Fused, 32, Some(Decode16)),
+        entry(Grouped, 64, Some(DecodeMerged)),
         entry(Fused, 256, Some(M64N128K64))
     );
     let t = TunedBackends::from_json(&name, &text).unwrap();
     let tiles: Vec<_> = [1, 20, 32, 48, 49, 64, 160, 161, 4096].iter().map(|&n| t.fused_tile(n)).collect();
-    let want = [None, Some(SwapAb16), Some(SwapAb16), Some(SwapAb16), Some(SwapAbMerged), Some(SwapAbMerged)];
+    let want = [None, Some(Decode16), Some(Decode16), Some(Decode16), Some(DecodeMerged), Some(DecodeMerged)];
     assert_eq!(tiles[..6], want);
-    assert_eq!(tiles[6..], [Some(SwapAbMerged), Some(M64N128K64), Some(M64N128K64)]);
+    assert_eq!(tiles[6..], [Some(DecodeMerged), Some(M64N128K64), Some(M64N128K64)]);
     // Restricted to Fused and Batched: bucket 64 (Grouped) goes, with its tile.
     let r = t.restricted_to(Backends::of(Fused).union(Backends::of(Batched))).unwrap();
-    assert_eq!((r.fused_tile(64), r.fused_tile(200)), (Some(SwapAb16), Some(M64N128K64)));
+    assert_eq!((r.fused_tile(64), r.fused_tile(200)), (Some(Decode16), Some(M64N128K64)));
 
     let qwen = LayerShape {
         experts: 128,
@@ -243,11 +243,11 @@ fn tuned_fused_tiles_follow_the_nearest_bucket() {
             .unwrap()
     };
     let s = size(WeightFormat::Dense, None, Some(t));
-    // T = 64 is 4 rows per expert: the rule's merged tile; the table names SwapAb16 at bucket 32.
-    assert_eq!(FusedTile::for_rows(64 * 8, 128), SwapAbMerged);
+    // T = 64 is 4 rows per expert: the rule's merged tile; the table names Decode16 at bucket 32.
+    assert_eq!(FusedTile::for_rows(64 * 8, 128), DecodeMerged);
     assert_eq!(
         (s.fused_tile(40), s.fused_tile(1), s.fused_tile(300)),
-        (SwapAb16, FusedTile::for_rows(8, 128), M64N128K64)
+        (Decode16, FusedTile::for_rows(8, 128), M64N128K64)
     );
     assert_eq!(size(WeightFormat::Dense, Some(M128N256K64), Some(t)).fused_tile(40), M128N256K64, "a fixed tile wins");
     let fp8 = size(WeightFormat::Fp8Block, None, Some(t));
@@ -256,11 +256,11 @@ fn tuned_fused_tiles_follow_the_nearest_bucket() {
     let bad = TunedBackends::from_json(&name, r#"{"1": {"backend": "Fused", "fused_tile": "fused-16x16"}}"#);
     let bad = bad.unwrap_err().to_string();
     assert!(
-        bad.contains("\"fused_tile\" \"fused-16x16\" is not a tile") && bad.contains("fused-swapab-merged"),
+        bad.contains("\"fused_tile\" \"fused-16x16\" is not a tile") && bad.contains("fused-decode-merged"),
         "{bad}"
     );
     let t1 = TunedBackends::new(128, 768, &[(1, Fused)]).unwrap();
-    let stray = t1.with_fused_tiles(&[(2, SwapAb16)]).unwrap_err().to_string();
+    let stray = t1.with_fused_tiles(&[(2, Decode16)]).unwrap_err().to_string();
     assert!(stray.contains("token count 2, which is no bucket"), "{stray}");
 }
 

@@ -226,14 +226,14 @@ fn fp8_auto_policy_matches_the_measured_decode_points() {
 fn fused_tile_follows_rows_per_expert() {
     use moe_gemm::kernels::fused::FusedTile::{self, *};
     let cases: [(usize, usize, FusedTile, FusedTile); 14] = [
-        (2, 8, SwapAb16, M64N128K64),            // T = 1 on Mixtral
-        (256, 256, SwapAb16, M64N128K64),        // DeepSeek-V3 T = 32: 1 row per expert
-        (512, 256, SwapAbMerged, M64N128K64),    // DeepSeek-V3 T = 64: 2 rows per expert
-        (1024, 128, SwapAbMerged, M64N128K64),   // 8 rows per expert
-        (32, 8, SwapAb16, M64N128K64),           // Mixtral T = 16: 4 rows per expert, 8 experts
-        (64, 8, SwapAbMerged, M64N128K64),       // Mixtral T = 32: 8 rows per expert
-        (128, 8, SwapAbMerged, M64N128K64),      // Mixtral T = 64: 16 rows per expert
-        (2048, 128, SwapAbMerged, M64N128K64),   // Qwen3 T = 256: 16 rows per expert
+        (2, 8, Decode16, M64N128K64),            // T = 1 on Mixtral
+        (256, 256, Decode16, M64N128K64),        // DeepSeek-V3 T = 32: 1 row per expert
+        (512, 256, DecodeMerged, M64N128K64),    // DeepSeek-V3 T = 64: 2 rows per expert
+        (1024, 128, DecodeMerged, M64N128K64),   // 8 rows per expert
+        (32, 8, Decode16, M64N128K64),           // Mixtral T = 16: 4 rows per expert, 8 experts
+        (64, 8, DecodeMerged, M64N128K64),       // Mixtral T = 32: 8 rows per expert
+        (128, 8, DecodeMerged, M64N128K64),      // Mixtral T = 64: 16 rows per expert
+        (2048, 128, DecodeMerged, M64N128K64),   // Qwen3 T = 256: 16 rows per expert
         (136, 8, M64N128K64, M64N128K64),        // 17 rows per expert
         (4096, 128, M64N128K64, M64N128K64),     // 32 rows per expert
         (8192, 128, M128N256K64, M128N256K64),   // 64 rows per expert
@@ -248,5 +248,5 @@ fn fused_tile_follows_rows_per_expert() {
     }
     let bms: Vec<usize> = FusedTile::ALL.iter().map(|t| t.block_m()).collect();
     assert_eq!(bms, [16, 32, 16, 64, 128]);
-    assert!(!SwapAb16.has_fp8() && !SwapAb32.has_fp8() && SwapAb16.fp8_tile().is_none());
+    assert!(!Decode16.has_fp8() && !Decode32.has_fp8() && Decode16.fp8_tile().is_none());
 }

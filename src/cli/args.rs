@@ -79,8 +79,8 @@ pub struct BenchArgs {
     /// Backends of --layer: eager, batched, grouped, contiguous, masked, fused, auto.
     #[arg(long, value_delimiter = ',', default_value = "batched,grouped,contiguous,masked,fused")]
     pub backends: Vec<String>,
-    /// The Fused backend's tile for every point instead of its per-batch choice (swapab-16, swapab-32,
-    /// swapab-merged, 64x128x64, 128x256x64); several (comma-separated): Fused timed once per tile, and with
+    /// The Fused backend's tile for every point instead of its per-batch choice (decode-16, decode-32,
+    /// decode-merged, 64x128x64, 128x256x64); several (comma-separated): Fused timed once per tile, and with
     /// `--write-configs` each bucket names the tile measured best.
     #[arg(long, value_delimiter = ',')]
     pub fused_tile: Vec<String>,

@@ -52,7 +52,7 @@ struct Timed {
 }
 
 impl Timed {
-    /// The backend asked for, with the Fused tile where the run times several (`Fused/swapab-16`).
+    /// The backend asked for, with the Fused tile where the run times several (`Fused/decode-16`).
     fn label(&self) -> String {
         match self.tile {
             Some(t) => format!("{:?}/{}", self.asked, t.name().trim_start_matches("fused-")),

@@ -148,14 +148,12 @@ pub(super) fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// `--fused-tile`: tile names, whole (`fused-swapab-16`) or by their last part (`swapab-16`, `64x128x64`); none:
-/// the per-batch choice.
+/// `--fused-tile`: tile names, whole (`fused-decode-16`) or by their last part (`decode-16`, `64x128x64`; the
+/// decode tiles' earlier names `swapab-16`, … too); none: the per-batch choice.
 pub(super) fn parse_fused_tiles(names: &[String]) -> Result<Vec<FusedTile>> {
     let mut tiles: Vec<FusedTile> = Vec::with_capacity(names.len());
     for n in names {
-        let t = FusedTile::ALL
-            .into_iter()
-            .find(|t| t.name().trim_start_matches("fused-") == n.trim_start_matches("fused-"));
+        let t = FusedTile::by_name(&format!("fused-{}", n.trim_start_matches("fused-")));
         let t = t.ok_or_else(|| {
             let known: Vec<&str> = FusedTile::ALL.iter().map(|t| t.name().trim_start_matches("fused-")).collect();
             Error::InvalidProblem(format!("unknown fused tile {n:?}: expected one of {}", known.join(", ")))
@@ -181,14 +179,17 @@ mod tests {
     #[test]
     fn fused_tiles_parse_by_whole_or_short_name() {
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let t = parse_fused_tiles(&names(&["swapab-16", "fused-swapab-merged", "64x128x64"])).unwrap();
-        assert_eq!(t, [FusedTile::SwapAb16, FusedTile::SwapAbMerged, FusedTile::M64N128K64]);
+        let t = parse_fused_tiles(&names(&["decode-16", "fused-decode-merged", "64x128x64"])).unwrap();
+        assert_eq!(t, [FusedTile::Decode16, FusedTile::DecodeMerged, FusedTile::M64N128K64]);
+        // The earlier names of the decode tiles still name them.
+        let t = parse_fused_tiles(&names(&["swapab-32", "fused-swapab-merged"])).unwrap();
+        assert_eq!(t, [FusedTile::Decode32, FusedTile::DecodeMerged]);
         assert!(parse_fused_tiles(&[]).unwrap().is_empty());
-        let e = parse_fused_tiles(&names(&["swapab-8"])).unwrap_err().to_string();
-        assert!(e.contains("unknown fused tile \"swapab-8\"") && e.contains("swapab-merged, 64x128x64"), "{e}");
-        let e = parse_fused_tiles(&names(&["16", "swapab-16"])).unwrap_err().to_string();
+        let e = parse_fused_tiles(&names(&["decode-8"])).unwrap_err().to_string();
+        assert!(e.contains("unknown fused tile \"decode-8\"") && e.contains("decode-merged, 64x128x64"), "{e}");
+        let e = parse_fused_tiles(&names(&["16", "decode-16"])).unwrap_err().to_string();
         assert!(e.contains("unknown fused tile \"16\""), "a suffix alone names no tile: {e}");
-        let e = parse_fused_tiles(&names(&["swapab-16", "fused-swapab-16"])).unwrap_err().to_string();
+        let e = parse_fused_tiles(&names(&["decode-16", "fused-swapab-16"])).unwrap_err().to_string();
         assert!(e.contains("given twice"), "{e}");
     }
 

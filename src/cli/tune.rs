@@ -32,9 +32,9 @@ pub struct TuneArgs {
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 20)]
     pub reps: usize,
-    /// The Fused tiles measured per bucket (comma-separated; SwapAb32 is left out by default: with each tile
+    /// The Fused tiles measured per bucket (comma-separated; decode-32 is left out by default: with each tile
     /// forced on the H200 it led the others by at most 0.8%, benches/results/h200-2026-12-02-swapab-merged/tiles.txt).
-    #[arg(long, value_delimiter = ',', default_value = "swapab-16,swapab-merged,64x128x64,128x256x64")]
+    #[arg(long, value_delimiter = ',', default_value = "decode-16,decode-merged,64x128x64,128x256x64")]
     pub fused_tiles: Vec<String>,
 }
 
@@ -96,7 +96,7 @@ mod tests {
             out: "out/tuned".into(),
             reps: 7,
             routing: vec!["uniform".into(), "zipf".into()],
-            fused_tiles: vec!["swapab-16".into(), "64x128x64".into()],
+            fused_tiles: vec!["decode-16".into(), "64x128x64".into()],
         };
         let b = bench_args(&t).unwrap();
         assert!(b.layer && !b.suite);
@@ -104,6 +104,6 @@ mod tests {
         assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
         assert_eq!((b.peer.as_str(), b.write_configs), ("none", Some(PathBuf::from("out/tuned"))));
         assert_eq!(b.routing, ["uniform", "zipf"]);
-        assert_eq!(b.fused_tile, ["swapab-16", "64x128x64"]);
+        assert_eq!(b.fused_tile, ["decode-16", "64x128x64"]);
     }
 }

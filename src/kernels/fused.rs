@@ -39,15 +39,15 @@ pub enum FusedTile {
     /// Decode: 16 positions per layout block, `mma.sync` with the expert's weight rows on the MMA's M side and
     /// the positions on N ("swap AB", `cpp/fused_decode.cu`); each warp streams 32 weight rows through its own
     /// `cp.async` ring, K split over up to 4 warps when the batch has few blocks. bf16/f16 only.
-    SwapAb16,
-    /// As [`Self::SwapAb16`] with 32 positions per block, the CTA's four warps sharing one copy of the block's
+    Decode16,
+    /// As [`Self::Decode16`] with 32 positions per block, the CTA's four warps sharing one copy of the block's
     /// positions per K step (mbarrier-synchronised, 5 stages); K is not split.
-    SwapAb32,
+    Decode32,
     /// Skew-robust decode: a layout of 16-position blocks whose CTA takes up to eight adjacent blocks of one
     /// expert (by the layout's offsets), so that an expert's weights are streamed once per 128 of its rows while
-    /// an expert with at most 16 rows costs the MMAs of 16 positions; SwapAb32's shared ring, and `wgmma` for
+    /// an expert with at most 16 rows costs the MMAs of 16 positions; Decode32's shared ring, and `wgmma` for
     /// runs of 3-8 blocks (64 or 128 positions). K is not split.
-    SwapAbMerged,
+    DecodeMerged,
     /// 64 x 128 x 64, one consumer warpgroup: decode and small groups (half the padding of 128 rows).
     M64N128K64,
     /// 128 x 256 x 64, two consumer warpgroups: prefill.
@@ -56,35 +56,42 @@ pub enum FusedTile {
 
 impl FusedTile {
     pub const ALL: [FusedTile; 5] = [
-        FusedTile::SwapAb16,
-        FusedTile::SwapAb32,
-        FusedTile::SwapAbMerged,
+        FusedTile::Decode16,
+        FusedTile::Decode32,
+        FusedTile::DecodeMerged,
         FusedTile::M64N128K64,
         FusedTile::M128N256K64,
     ];
 
-    /// The tile whose [`Self::name`] is `name`.
+    /// The tile whose [`Self::name`] is `name`; the decode tiles also by their earlier names
+    /// (`fused-swapab-16`, `-32`, `-merged`: the swap-AB MMA they use), which tables tuned before carry.
     pub fn by_name(name: &str) -> Option<FusedTile> {
+        let name = match name {
+            "fused-swapab-16" => "fused-decode-16",
+            "fused-swapab-32" => "fused-decode-32",
+            "fused-swapab-merged" => "fused-decode-merged",
+            n => n,
+        };
         FusedTile::ALL.into_iter().find(|t| t.name() == name)
     }
 
     /// Rows of a tile: the `block_m` its aligned layout must have.
     pub const fn block_m(self) -> usize {
         match self {
-            FusedTile::SwapAb16 => 16,
-            FusedTile::SwapAb32 => 32,
-            FusedTile::SwapAbMerged => 16,
+            FusedTile::Decode16 => 16,
+            FusedTile::Decode32 => 32,
+            FusedTile::DecodeMerged => 16,
             FusedTile::M64N128K64 => 64,
             FusedTile::M128N256K64 => 128,
         }
     }
 
-    /// CTA tile (M, N, K): positions, weight rows, K per step (for the SwapAb tiles: per warp).
+    /// CTA tile (M, N, K): positions, weight rows, K per step (for the decode tiles: per warp).
     pub const fn tile(self) -> (usize, usize, usize) {
         match self {
-            FusedTile::SwapAb16 => (16, 32, 64),
-            FusedTile::SwapAb32 => (32, 32, 64),
-            FusedTile::SwapAbMerged => (64, 32, 64),
+            FusedTile::Decode16 => (16, 32, 64),
+            FusedTile::Decode32 => (32, 32, 64),
+            FusedTile::DecodeMerged => (64, 32, 64),
             FusedTile::M64N128K64 => (64, 128, 64),
             FusedTile::M128N256K64 => (128, 256, 64),
         }
@@ -92,36 +99,36 @@ impl FusedTile {
 
     pub const fn name(self) -> &'static str {
         match self {
-            FusedTile::SwapAb16 => "fused-swapab-16",
-            FusedTile::SwapAb32 => "fused-swapab-32",
-            FusedTile::SwapAbMerged => "fused-swapab-merged",
+            FusedTile::Decode16 => "fused-decode-16",
+            FusedTile::Decode32 => "fused-decode-32",
+            FusedTile::DecodeMerged => "fused-decode-merged",
             FusedTile::M64N128K64 => "fused-64x128x64",
             FusedTile::M128N256K64 => "fused-128x256x64",
         }
     }
 
-    /// Whether an FP8 kernel of this tile's `BLOCK_M` exists (the SwapAb tiles are bf16/f16 only).
+    /// Whether an FP8 kernel of this tile's `BLOCK_M` exists (the decode tiles are bf16/f16 only).
     pub const fn has_fp8(self) -> bool {
         self.fp8_tile().is_some()
     }
 
     /// The tile for `rows` routed rows over `experts` experts, by the rows the average expert that receives any gets
-    /// (r): [`Self::SwapAb16`] where r is at most 1, or below 8 on layers of fewer than 64 experts (its K split fills
-    /// the SMs where the blocks are few); [`Self::SwapAbMerged`] up to 16 (skew-robust: a hot expert's weights are
+    /// (r): [`Self::Decode16`] where r is at most 1, or below 8 on layers of fewer than 64 experts (its K split fills
+    /// the SMs where the blocks are few); [`Self::DecodeMerged`] up to 16 (skew-robust: a hot expert's weights are
     /// streamed once per 128 of its rows); then as [`Self::for_rows_fp8`]. Measured on the H200 with each tile
-    /// forced under uniform and zipf routing (`benches/results/h200-2026-12-02-swapab-merged/tiles.txt`): SwapAb16 is
+    /// forced under uniform and zipf routing (`benches/results/h200-2026-12-02-swapab-merged/tiles.txt`): Decode16 is
     /// 1-7% ahead at T = 4-16 on most models, but behind under zipf by 3-6% at r = 4 and 13-27% at r = 8 (Qwen3-235B
     /// T = 128 zipf 1294 vs 1137 µs); from r = 2 the merged tile is within 1% of the best uniform tile on Qwen3-235B,
-    /// gpt-oss and DeepSeek-V3 (2-3% behind SwapAb16 on Qwen3-30B at T = 32-64) and leads most zipf points (gpt-oss
-    /// T = 64 zipf 786 vs 814, Qwen3-235B T = 64 zipf 934 vs 987); on Mixtral it trails SwapAb16 by 1-6% up to r = 4,
+    /// gpt-oss and DeepSeek-V3 (2-3% behind Decode16 on Qwen3-30B at T = 32-64) and leads most zipf points (gpt-oss
+    /// T = 64 zipf 786 vs 814, Qwen3-235B T = 64 zipf 934 vs 987); on Mixtral it trails Decode16 by 1-6% up to r = 4,
     /// and at r = 8 by 1.4% uniform while leading under zipf (T = 32 zipf 695 vs 820); at r = 32 the 64-row tile wins
     /// (Mixtral T = 128 751 vs 796).
     pub fn for_rows(rows: usize, experts: usize) -> FusedTile {
         let active = experts.min(rows).max(1);
         match rows / active {
-            0..=1 => FusedTile::SwapAb16,
-            2..=7 if experts < 64 => FusedTile::SwapAb16,
-            2..=16 => FusedTile::SwapAbMerged,
+            0..=1 => FusedTile::Decode16,
+            2..=7 if experts < 64 => FusedTile::Decode16,
+            2..=16 => FusedTile::DecodeMerged,
             _ => FusedTile::for_rows_fp8(rows, experts),
         }
     }
@@ -145,20 +152,20 @@ impl FusedTile {
 impl FusedTile {
     /// The FP8 kernel with this tile's `BLOCK_M` (so one aligned layout serves both): 64 x 64 x 128 for the
     /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/launch_fused_fp8.h`);
-    /// `None` for the SwapAb tiles.
+    /// `None` for the decode tiles.
     pub const fn fp8_tile(self) -> Option<(usize, usize, usize)> {
         match self {
             FusedTile::M64N128K64 => Some((64, 64, 128)),
             FusedTile::M128N256K64 => Some((128, 128, 128)),
-            FusedTile::SwapAb16 | FusedTile::SwapAb32 | FusedTile::SwapAbMerged => None,
+            FusedTile::Decode16 | FusedTile::Decode32 | FusedTile::DecodeMerged => None,
         }
     }
     fn fp8(self) -> Result<ffi::fused::FusedFp8Tile> {
         match self {
             FusedTile::M64N128K64 => Ok(ffi::fused::FusedFp8Tile::M64N64K128),
             FusedTile::M128N256K64 => Ok(ffi::fused::FusedFp8Tile::M128N128K128),
-            FusedTile::SwapAb16 | FusedTile::SwapAb32 | FusedTile::SwapAbMerged => Err(Error::InvalidProblem(format!(
-                "{}: the SwapAb decode tiles are bf16/f16 only; the FP8 fused GEMMs have the 64- and 128-row tiles",
+            FusedTile::Decode16 | FusedTile::Decode32 | FusedTile::DecodeMerged => Err(Error::InvalidProblem(format!(
+                "{}: the decode tiles are bf16/f16 only; the FP8 fused GEMMs have the 64- and 128-row tiles",
                 self.name()
             ))),
         }
@@ -168,9 +175,9 @@ impl FusedTile {
 impl From<FusedTile> for ffi::FusedTile {
     fn from(t: FusedTile) -> Self {
         match t {
-            FusedTile::SwapAb16 => ffi::FusedTile::SwapAb16,
-            FusedTile::SwapAb32 => ffi::FusedTile::SwapAb32,
-            FusedTile::SwapAbMerged => ffi::FusedTile::SwapAbMerged,
+            FusedTile::Decode16 => ffi::FusedTile::SwapAb16,
+            FusedTile::Decode32 => ffi::FusedTile::SwapAb32,
+            FusedTile::DecodeMerged => ffi::FusedTile::SwapAbMerged,
             FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
             FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
         }
@@ -227,7 +234,7 @@ impl<'a> FusedBatch<'a> {
     }
 
     /// The topk_ids `[tokens, top_k]` the layout was built from, without an expert map: a hint that lets a
-    /// SwapAb16 GEMM1 of at most 32 rows start its experts' weights towards L2 while the layout build still runs
+    /// Decode16 GEMM1 of at most 32 rows start its experts' weights towards L2 while the layout build still runs
     /// (`cpp/fused_decode_guess.cuh`). No result depends on it: the GEMMs read the built layout, and ids that
     /// are out of range or stale cost bandwidth only.
     #[must_use]
@@ -305,7 +312,7 @@ impl FusedGemm {
         self.check(&b, n, kdim)?;
         if b.tile.has_fp8() || !act.gated() {
             return Err(Error::InvalidProblem(format!(
-                "{}: the gated epilogue runs on the SwapAb tiles with a gated activation (got {act:?})",
+                "{}: the gated epilogue runs on the decode tiles with a gated activation (got {act:?})",
                 b.tile.name()
             )));
         }

@@ -58,7 +58,7 @@ fn run_case<T: Element>(c: &Case, tile: FusedTile) {
     let mut pairs = stream.clone_htod(&vec![T::nan(); rows * n2]).unwrap();
     let fused = FusedGemm::new(&stream).unwrap();
     // A wrong routing hint (every id moved to the next expert, the first out of range) moves no result: the
-    // GEMMs read the built layout, the hint only the SwapAb16 GEMM1's L2 prefetch (batches of at most 32 rows).
+    // GEMMs read the built layout, the hint only the Decode16 GEMM1's L2 prefetch (batches of at most 32 rows).
     let hint: Vec<i32> =
         c.ids.iter().enumerate().map(|(i, &g)| if i == 0 { -7 } else { (g + 1) % c.experts as i32 }).collect();
     let hint_d = stream.clone_htod(&hint).unwrap();
@@ -242,7 +242,7 @@ fn fused_gemm_refuses_a_layout_of_another_block_size() {
     let mut d = stream.alloc_zeros::<bf16>(dims.capacity() * 128).unwrap();
     let short = stream.alloc_zeros::<i32>(7).unwrap();
     let short = short.as_view();
-    let b = FusedBatch::new(&stream, FusedTile::SwapAb16, &layout, 4).routed_by(&short);
+    let b = FusedBatch::new(&stream, FusedTile::Decode16, &layout, 4).routed_by(&short);
     let err = fused.gemm1_gather(b, &x, &w, (128, 64), &mut d).unwrap_err();
     assert!(err.to_string().contains("topk_ids"), "{err}");
 }
@@ -266,7 +266,7 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
         (stream.clone_htod(&x).unwrap(), stream.clone_htod(&w).unwrap(), stream.clone_htod(&bias).unwrap());
     let fused = FusedGemm::new(&stream).unwrap();
     let silu = |v: f64| v / (1.0 + (-v).exp());
-    for tile in [FusedTile::SwapAb16, FusedTile::SwapAb32, FusedTile::SwapAbMerged] {
+    for tile in [FusedTile::Decode16, FusedTile::Decode32, FusedTile::DecodeMerged] {
         let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: tile.block_m() }, t, k, e, e).unwrap();
         let cap = dims.capacity();
         let mut layout = ExpertLayout::new(&stream, dims).unwrap();
@@ -351,7 +351,7 @@ fn the_gated_pair_hands_off_per_block_and_a_build_zeroes_the_counts() {
     let mut rng = Rng(24);
     let weights: Vec<f32> = (0..t * k).map(|_| rng.unit().abs() + 0.1).collect();
     let weights = stream.clone_htod(&weights).unwrap();
-    let tile = FusedTile::SwapAbMerged;
+    let tile = FusedTile::DecodeMerged;
     let dims = LayoutDims::new(LayoutSpec::Aligned { block_m: tile.block_m() }, t, k, e, e).unwrap();
     let cap = dims.capacity();
     let mut layout = ExpertLayout::new(&stream, dims).unwrap();

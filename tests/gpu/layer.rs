@@ -282,11 +282,11 @@ fn replay_in_a_graph(backend: Backend) {
 }
 
 /// The Fused backend with the SwapAb tiles Auto does not pick at this batch forced (2 rows per expert: Auto's
-/// rule takes SwapAb16 on 32 experts), captured and replayed as above.
+/// rule takes Decode16 on 32 experts), captured and replayed as above.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn forced_fused_decode_tiles_replay_in_a_graph() {
-    for tile in [FusedTile::SwapAb32, FusedTile::SwapAbMerged] {
+    for tile in [FusedTile::Decode32, FusedTile::DecodeMerged] {
         replay_in_a_graph_tiled(Backend::Fused, false, Some(tile));
     }
 }

@@ -264,20 +264,20 @@ fn layer_planned_from_a_tuned_table_runs_its_buckets_backends() {
     let (e, k, h, i, max_t) = (64usize, 4usize, 512usize, 256usize, 64usize);
     let p = packed(e, h, i, ExpertFormat::SWIGLU, false, 21);
     let weights = Arc::new(ExpertWeights::upload(&stream, &p).unwrap());
-    // Bucket 16 names SwapAb32 (the rule takes SwapAb16 at 1 row per expert, the merged tile at 40 tokens).
+    // Bucket 16 names Decode32 (the rule takes Decode16 at 1 row per expert, the merged tile at 40 tokens).
     let table = TunedBackends::new(e, i, &[(1, Masked), (4, Contiguous), (16, Fused), (64, Grouped)]).unwrap();
-    let table = table.with_fused_tiles(&[(16, FusedTile::SwapAb32)]).unwrap();
+    let table = table.with_fused_tiles(&[(16, FusedTile::Decode32)]).unwrap();
     let layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(max_t, k).tuned(table)).unwrap();
     assert_eq!(layer.tuned(), Some(&table));
     assert_eq!(
         (FusedTile::for_rows(16 * k, e), FusedTile::for_rows(40 * k, e)),
-        (FusedTile::SwapAb16, FusedTile::SwapAbMerged)
+        (FusedTile::Decode16, FusedTile::DecodeMerged)
     );
     let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
     for (t, want_backend) in [(1, Masked), (3, Contiguous), (16, Fused), (40, Fused), (41, Grouped), (64, Grouped)] {
         assert_eq!(layer.backend_for(t), want_backend, "T = {t}");
         if want_backend == Fused {
-            assert_eq!(layer.fused_tile_for(t), FusedTile::SwapAb32, "T = {t}: the table's tile");
+            assert_eq!(layer.fused_tile_for(t), FusedTile::Decode32, "T = {t}: the table's tile");
         }
         let (idh, wh) = (topk_ids(t, k, e, 30 + t as u64), weights_for(t, k, 31 + t as u64));
         let x_host = random_vec::<bf16>(t * h, 32 + t as u64, 1.0);

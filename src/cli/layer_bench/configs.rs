@@ -164,23 +164,23 @@ mod tests {
 
     #[test]
     fn buckets_name_the_winning_tile_or_the_best_fused_one() {
-        use moe_gemm::kernels::fused::FusedTile::{SwapAb16, SwapAbMerged};
-        // (uniform, zipf). Against the fastest of all, SwapAb16's worst ratio is the least (100 / 95); among the
+        use moe_gemm::kernels::fused::FusedTile::{Decode16, DecodeMerged};
+        // (uniform, zipf). Against the fastest of all, Decode16's worst ratio is the least (100 / 95); among the
         // Fused rows alone the merged tile's would be (102 / 100 against 106 / 103): the bucket names the winner's.
         let c = [
             ((Grouped, None), vec![Some(95.0), Some(200.0)]),
-            ((Fused, Some(SwapAb16)), vec![Some(100.0), Some(106.0)]),
-            ((Fused, Some(SwapAbMerged)), vec![Some(102.0), Some(103.0)]),
+            ((Fused, Some(Decode16)), vec![Some(100.0), Some(106.0)]),
+            ((Fused, Some(DecodeMerged)), vec![Some(102.0), Some(103.0)]),
         ];
-        assert_eq!(pick_bucket(&c), (Some((Fused, Some(SwapAb16))), Some(SwapAb16)));
-        assert_eq!(robust_pick(&c[1..]), Some((Fused, Some(SwapAbMerged))));
+        assert_eq!(pick_bucket(&c), (Some((Fused, Some(Decode16))), Some(Decode16)));
+        assert_eq!(robust_pick(&c[1..]), Some((Fused, Some(DecodeMerged))));
         // Grouped wins: the bucket still names the better Fused tile.
         let c = [
             ((Grouped, None), vec![Some(90.0), Some(100.0)]),
-            ((Fused, Some(SwapAb16)), vec![Some(100.0), Some(130.0)]),
-            ((Fused, Some(SwapAbMerged)), vec![Some(104.0), Some(110.0)]),
+            ((Fused, Some(Decode16)), vec![Some(100.0), Some(130.0)]),
+            ((Fused, Some(DecodeMerged)), vec![Some(104.0), Some(110.0)]),
         ];
-        assert_eq!(pick_bucket(&c), (Some((Grouped, None)), Some(SwapAbMerged)));
+        assert_eq!(pick_bucket(&c), (Some((Grouped, None)), Some(DecodeMerged)));
         // No tiles timed: no tile named.
         let c = [((Grouped, None), vec![Some(90.0)]), ((Fused, None), vec![Some(80.0)])];
         assert_eq!(pick_bucket(&c), (Some((Fused, None)), None));
