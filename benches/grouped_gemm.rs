@@ -4,8 +4,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use half::bf16;
+use moe_gemm::device;
+use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmShape};
 use moe_gemm::random::fill_device;
-use moe_gemm::{device, GroupedGemm, GroupedGemmShape};
 
 fn grouped(c: &mut Criterion) {
     let Ok(ctx) = device::open(0) else {

@@ -6,6 +6,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::sync::Arc;
 
 use half::bf16;
+use moe_gemm::layer::GateUp;
+use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use moe_gemm::random::{fill_device, topk_ids};
 use moe_gemm::*;
 

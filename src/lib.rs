@@ -26,6 +26,19 @@
 //! | 9 | [`layer`] | the MoE layer: device weights, plans, sizing, the shared scratch ([`MoeScratch`]) |
 //! | 10 | [`parallel`] | expert parallelism: placement ([`Placement`]), dispatch plans, the NCCL step |
 //!
+//! [`GroupedGemm`]: kernels::grouped::GroupedGemm
+//! [`GroupedGemmFp8`]: kernels::grouped_fp8::GroupedGemmFp8
+//! [`GroupedGemmSm100`]: kernels::grouped_sm100::GroupedGemmSm100
+//! [`ExpertLayout`]: layouts::ExpertLayout
+//! [`DType`]: dtype::DType
+//! [`Element`]: dtype::Element
+//! [`Arch`]: device::Arch
+//! [`KernelFamily`]: device::KernelFamily
+//! [`GroupRows`]: layouts::GroupRows
+//! [`TileConfig`]: kernels::TileConfig
+//! [`TunedBackends`]: tuning::TunedBackends
+//! [`Placement`]: parallel::Placement
+//!
 //! # Safety
 //!
 //! - All `unsafe` code and the cxx bridge are confined to the private `ffi` module, each unsafe block with its
@@ -46,7 +59,8 @@
 //!
 //! ```rust,no_run
 //! use half::bf16;
-//! use moe_gemm::{device, DeviceStatus, GroupedGemm, GroupedGemmShape};
+//! use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmShape};
+//! use moe_gemm::{device, DeviceStatus};
 //!
 //! let ctx = device::open(0)?;
 //! let stream = ctx.new_stream()?;
@@ -144,31 +158,22 @@ pub mod random;
 #[doc(hidden)]
 pub mod timing;
 
+// The names a serving engineer uses, at the root (25): the layer, its options, sizing and scratch, the weights
+// it takes (and their format) and the checkpoints they come from, the router, views, errors and the device. Everything else is
+// reached through its module (`kernels::grouped::GroupedGemm`, `layouts::ExpertLayout`, `quant::BlockFp8`, ...).
+
+pub use checkpoint::Checkpoint;
 /// The cudarc this crate is built on (device memory, streams, graphs), so users need not pin it themselves.
 pub use cudarc;
-pub use device::{Arch, DeviceInfo, KernelFamily};
-pub use dtype::{DType, Element};
+pub use device::DeviceInfo;
 pub use error::{Error, Result};
-pub use kernels::fused::{FusedBatch, FusedTile};
-pub use kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
-pub use kernels::grouped_fp8::{
-    Fp8KernelFacts, Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape,
-};
-pub use kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
-pub use kernels::grouped_mx_portable::GroupedGemmMxPortable;
-pub use kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100KernelFacts, Sm100TileConfig};
-pub use kernels::TileConfig;
 pub use layer::{
-    auto_backend, auto_backend_fp8, Activation, Backend, Backends, ExpertFormat, ExpertWeights, Footprint,
-    Fp8ExpertWeights, GateUp, LayerGemm, LayerShape, LayerSizing, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch,
-    Mxfp4ExpertWeights, PackedExperts, PlanBytes, ScratchNeeds, SharedExpert, Storage, WeightFormat,
+    Activation, Backend, Backends, ExpertFormat, ExpertWeights, Fp8ExpertWeights, GateUp, LayerSizing, MoeLayer,
+    MoeLayerOptions, MoeScratch, Mxfp4ExpertWeights, PackedExperts, SharedExpert,
 };
-pub use layouts::{ExpertLayout, GroupRows, LayoutDims, LayoutSpec};
-pub use parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};
 pub use routing::{Router, RouterConfig, RouterKind};
 pub use status::DeviceStatus;
-pub use tuning::TunedBackends;
-pub use view::{MatrixView, MatrixViewMut, ViewShape};
+pub use view::{MatrixView, MatrixViewMut};
 
 /// For the `moe-gemm` binary (`cli` feature).
 #[cfg(feature = "cli")]
@@ -189,7 +194,7 @@ pub mod build_info {
     pub const CUTLASS_DIR: &str = env!("MOE_GEMM_CUTLASS_DIR");
     /// The CUDA targets compiled into the library, per kernel family (the build's gencode table):
     /// `family: target, target; family: ...`, e.g. `grouped_gemm_sm90: sm_90a; ...; routing: sm_90, sm_100,
-    /// compute_90 (PTX); ...`. [`crate::KernelFamily`] has the same per family, typed.
+    /// compute_90 (PTX); ...`. [`crate::device::KernelFamily`] has the same per family, typed.
     pub const CUDA_ARCHS: &str = env!("MOE_GEMM_CUDA_ARCHS");
 
     /// The CUDA runtime version linked statically (e.g. 13000).

@@ -12,6 +12,7 @@ use moe_gemm::checkpoint::{
     pack_experts, pack_shared_expert, save, unpack_experts, unpack_shared_expert, Checkpoint, ExpertNaming,
     NamedTensor, SharedNaming,
 };
+use moe_gemm::dtype::Element;
 use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::*;
 use safetensors::tensor::{Dtype, TensorView};

@@ -12,10 +12,10 @@ fn info_lists_toolchain_and_every_kernel() {
     let (ok, text) = cli(&["info"]);
     assert!(ok, "{text}");
     assert!(text.contains("CUTLASS") && text.contains("sm_90a"), "{text}");
-    for c in moe_gemm::TileConfig::ALL {
+    for c in moe_gemm::kernels::TileConfig::ALL {
         assert!(text.contains(c.name()), "{} missing:\n{text}", c.name());
     }
-    for c in moe_gemm::Fp8Sm100Config::ALL {
+    for c in moe_gemm::kernels::grouped_fp8_sm100::Fp8Sm100Config::ALL {
         let line = text.lines().find(|l| l.contains(c.name())).unwrap_or_else(|| panic!("{c} missing:\n{text}"));
         assert!(line.contains("built,") && line.contains("promoted every 128 of K"), "{line}");
         assert!(line.contains(&format!("{}SM UMMA", c.sms_per_mma())), "{line}");

@@ -2,9 +2,11 @@
 //! CPU reference of the device dispatch), the full EP step against the one-GPU reference, and the EP sizing.
 
 use half::bf16;
+use moe_gemm::dtype::DType;
 use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::layer::{LayerShape, WeightFormat};
 use moe_gemm::parallel::{ep_forward_reference, DispatchPlan, EpSizing, ExpertSlot, Placement};
-use moe_gemm::{DType, Error, ExpertFormat, LayerShape, PackedExperts, WeightFormat};
+use moe_gemm::{Error, ExpertFormat, PackedExperts};
 
 struct Lcg(u64);
 impl Lcg {

@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use moe_gemm::{auto_backend, Backend, Backends, DType, LayerShape, LayerSizing, ScratchNeeds};
+use moe_gemm::dtype::DType;
+use moe_gemm::layer::{auto_backend, LayerShape, ScratchNeeds};
+use moe_gemm::{Backend, Backends, LayerSizing};
 
 /// (name, E, k, H, I, MoE layers) of the suite models.
 const MODELS: [(&str, usize, usize, usize, usize, usize); 5] = [

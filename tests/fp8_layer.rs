@@ -3,7 +3,9 @@
 
 use std::process::Command;
 
-use moe_gemm::{auto_backend_fp8, Backend, Backends, DType, Error, LayerShape as Shape, LayerSizing, WeightFormat};
+use moe_gemm::dtype::DType;
+use moe_gemm::layer::{auto_backend_fp8, LayerShape as Shape, WeightFormat};
+use moe_gemm::{Backend, Backends, Error, LayerSizing};
 
 const SM: usize = 132;
 

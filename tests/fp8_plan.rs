@@ -2,6 +2,8 @@
 //! configurations and their compiled facts (two-level accumulation, never FastAccum), the heuristic, and the
 //! workspace query. No GPU needed: plans are made for a described device.
 
+use moe_gemm::device::Arch;
+use moe_gemm::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use moe_gemm::*;
 
 fn h200() -> DeviceInfo {

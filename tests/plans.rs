@@ -1,6 +1,8 @@
 //! Plans a server can trust, on the CPU: `Auto` runs only backends its plan made room for, and a forced
 //! backend runs full passes or is refused by name. The plans are sized for a described H200 (no GPU).
 
+use moe_gemm::dtype::DType;
+use moe_gemm::layer::{LayerShape, WeightFormat};
 use moe_gemm::tuning::TunedBackends;
 use moe_gemm::*;
 

@@ -3,7 +3,9 @@
 mod common;
 
 use moe_gemm::layouts::reference as layout_ref;
+use moe_gemm::layouts::{LayoutDims, LayoutSpec};
 use moe_gemm::routing::reference::route;
+use moe_gemm::view::ViewShape;
 use moe_gemm::*;
 
 fn invalid<T: std::fmt::Debug>(r: Result<T>) -> String {

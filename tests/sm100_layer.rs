@@ -4,6 +4,10 @@
 //! backend and both arches; an H200 keeps the SM90 plan and the sizing it had. Dense bf16 layers take the SM100
 //! bf16 grouped GEMM there.
 
+use moe_gemm::dtype::DType;
+use moe_gemm::kernels::grouped_fp8::GroupedGemmFp8Shape;
+use moe_gemm::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
+use moe_gemm::layer::{LayerGemm, LayerShape, WeightFormat};
 use moe_gemm::*;
 
 fn b200() -> DeviceInfo {

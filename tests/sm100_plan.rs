@@ -4,6 +4,13 @@
 //! from the CUTLASS types). Nothing here runs a kernel: no SM100 kernel has run on hardware.
 
 use half::{bf16, f16};
+use moe_gemm::device::Arch;
+use moe_gemm::device::KernelFamily;
+use moe_gemm::dtype::DType;
+use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmShape};
+use moe_gemm::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Shape};
+use moe_gemm::kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
+use moe_gemm::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use moe_gemm::*;
 
 fn b200() -> DeviceInfo {

@@ -114,7 +114,7 @@ fn layer_choices_name_the_kernels_each_backend_runs() {
     let f = choice(Backend::Fused, 64, Some(FusedTile::M128N256K64));
     assert_eq!(f["w13"]["config"], "fused-128x256x64");
     let g = choice(Backend::Grouped, 4096, None);
-    let want = moe_gemm::TileConfig::heuristic(128, 2 * 768, 4096 * 8, 132);
+    let want = moe_gemm::kernels::TileConfig::heuristic(128, 2 * 768, 4096 * 8, 132);
     assert_eq!(g["w13"]["config"], want.name());
     assert_eq!(g["median_us"], 1.0);
 }
@@ -172,8 +172,10 @@ fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
 /// cost model.
 #[test]
 fn tuned_sizing_gives_room_to_the_tuned_backends() {
+    use moe_gemm::dtype::DType;
+    use moe_gemm::layer::{LayerShape, WeightFormat};
     use moe_gemm::Backend::*;
-    use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
+    use moe_gemm::{Backends, LayerSizing};
     let mixtral = LayerShape {
         experts: 8,
         global_experts: 8,
@@ -207,9 +209,11 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
 /// by FP8 layers; kept by `restricted_to`; a bad name or a tile for no bucket refused by name.
 #[test]
 fn tuned_fused_tiles_follow_the_nearest_bucket() {
+    use moe_gemm::dtype::DType;
     use moe_gemm::kernels::fused::FusedTile::{self, *};
+    use moe_gemm::layer::{LayerShape, WeightFormat};
     use moe_gemm::Backend::*;
-    use moe_gemm::{Backends, DType, LayerShape, LayerSizing, WeightFormat};
+    use moe_gemm::{Backends, LayerSizing};
     let name = ConfigName::parse("E=128,N=768,device_name=NVIDIA_H200,dtype=bf16.json").unwrap();
     let entry =
         |backend, tokens, fused_tile| format!("\"{tokens}\": {}", qwen3_30b_choice(backend, tokens, fused_tile));

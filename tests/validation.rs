@@ -1,6 +1,10 @@
 //! CPU tests of every host-side constraint: each error names what was violated. No GPU needed: plans can be
 //! made for a described device, and the workspace size is a host computation.
 
+use moe_gemm::device::Arch;
+use moe_gemm::dtype::DType;
+use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
+use moe_gemm::kernels::TileConfig;
 use moe_gemm::layouts::{offsets_from_sizes, sizes_from_offsets};
 use moe_gemm::status::{bits as error_bits, describe as describe_error_word};
 use moe_gemm::*;
@@ -159,7 +163,8 @@ fn dtype_facts() {
 /// Auto's choices at the points of the H200 suite where the measured best backend was clear (2026-11-29).
 #[test]
 fn auto_policy_matches_the_measured_suite() {
-    use moe_gemm::{auto_backend, Backend::*};
+    use moe_gemm::layer::auto_backend;
+    use moe_gemm::Backend::*;
     // (E, k, H, I, T, the pick): measured best among Batched, Fused, Grouped under uniform routing in
     // benches/results/h200-2026-11-29-layer-suite, except where noted (near-ties go to the layout backends, which
     // skewed routing favours).
@@ -195,7 +200,8 @@ fn auto_policy_matches_the_measured_suite() {
 
 #[test]
 fn fp8_auto_policy_matches_the_measured_decode_points() {
-    use moe_gemm::{auto_backend_fp8, Backend::*};
+    use moe_gemm::layer::auto_backend_fp8;
+    use moe_gemm::Backend::*;
     // (E, k, H, I, T, the pick): the faster of FP8 Batched and Grouped under uniform routing in
     // benches/results/h200-2026-12-01-fp8-layer/fp8-decode.csv (median µs, Batched vs Grouped).
     let cases = [

@@ -14,9 +14,11 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use half::bf16;
+use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
+use moe_gemm::kernels::TileConfig;
 use moe_gemm::random::{fill_device, SplitMix64};
 use moe_gemm::timing::{measure, Stats};
-use moe_gemm::{device, Error, GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Result, TileConfig};
+use moe_gemm::{device, Error, Result};
 
 use super::args::{write_file, BenchArgs, BenchDtype, MODELS};
 
@@ -136,7 +138,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let ctx = device::open(0)?;
     let stream = ctx.per_thread_stream();
     let info = moe_gemm::DeviceInfo::query(&ctx)?;
-    info.require("moe-gemm bench", moe_gemm::KernelFamily::GroupedGemmSm90)?;
+    info.require("moe-gemm bench", moe_gemm::device::KernelFamily::GroupedGemmSm90)?;
     let clocks_before = clocks();
     let ceil = if args.no_ceilings {
         // Without measurement, the ceilings of shared/PERF_TARGETS.md (one H200, 2026-11-29), labelled as such.
@@ -417,9 +419,8 @@ fn write_json(
 /// Route (DeepSeek-V3 grouped sigmoid, E 256, k 8) + layout build (grouped), event-timed, next to the
 /// DeepSeek-V3 expert GEMMs (w13 + w2, uniform routing) measured above at the same T.
 fn bench_routing(stream: &Arc<CudaStream>, args: &BenchArgs, pts: &[Point], rows: &[Row]) -> Result<()> {
-    use moe_gemm::{
-        DeviceStatus, ExpertLayout, LayoutDims, LayoutSpec, MatrixView, MatrixViewMut, Router, RouterConfig,
-    };
+    use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+    use moe_gemm::{DeviceStatus, MatrixView, MatrixViewMut, Router, RouterConfig};
     let config = RouterConfig::deepseek_v3();
     let (e, k) = (config.experts(), config.top_k());
     let router = Router::new(stream, config)?;

@@ -15,11 +15,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::{Comm, ReduceOp};
 use half::bf16;
+use moe_gemm::layer::GateUp;
 use moe_gemm::parallel::{ExpertParallel, Placement, RankComm};
 use moe_gemm::random::{fill_device, topk_ids};
 use moe_gemm::timing::{measure, Stats};
 use moe_gemm::{
-    device, Activation, DeviceInfo, Error, ExpertWeights, GateUp, MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions,
+    device, Activation, DeviceInfo, Error, ExpertWeights, MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions,
     MoeScratch, Result,
 };
 
@@ -142,7 +143,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         };
         let sizing = moe_gemm::parallel::EpSizing::new(
             shape,
-            moe_gemm::DType::BF16,
+            moe_gemm::dtype::DType::BF16,
             moe_gemm::layer::WeightFormat::Dense,
             &placement,
             t,

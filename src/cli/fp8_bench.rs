@@ -19,15 +19,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
+use moe_gemm::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use moe_gemm::kernels::grouped_fp8_rowwise::{
     Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions, GroupedGemmFp8RowwiseShape,
 };
+use moe_gemm::layouts::GroupRows;
 use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Fp8ChannelWeights, Fp8Rows, Fp8TokenRows, F8E4M3};
 use moe_gemm::timing::{measure, Stats};
-use moe_gemm::{
-    ceilings::Ceilings, DeviceInfo, DeviceStatus, Error, Fp8TileConfig, GroupRows, GroupedGemmFp8,
-    GroupedGemmFp8Options, GroupedGemmFp8Shape, Result,
-};
+use moe_gemm::{ceilings::Ceilings, DeviceInfo, DeviceStatus, Error, Result};
 
 use super::args::BenchArgs;
 use super::layer_fp8::fill_e4m3;

@@ -1,7 +1,12 @@
 //! `moe-gemm info`.
 
+use moe_gemm::device::KernelFamily;
+use moe_gemm::dtype::DType;
+use moe_gemm::kernels::grouped_fp8::Fp8TileConfig;
 use moe_gemm::kernels::grouped_mx::MxConfig;
-use moe_gemm::{build_info, device, DType, DeviceInfo, Fp8TileConfig, KernelFamily, Sm100TileConfig, TileConfig};
+use moe_gemm::kernels::grouped_sm100::Sm100TileConfig;
+use moe_gemm::kernels::TileConfig;
+use moe_gemm::{build_info, device, DeviceInfo};
 
 pub fn run() -> moe_gemm::Result<()> {
     println!("moe-gemm {}", env!("CARGO_PKG_VERSION"));
@@ -54,7 +59,7 @@ pub fn run() -> moe_gemm::Result<()> {
             c.name()
         );
     }
-    for c in moe_gemm::Fp8Sm100Config::ALL {
+    for c in moe_gemm::kernels::grouped_fp8_sm100::Fp8Sm100Config::ALL {
         let (m, n, k) = c.tile();
         let (cm, cn) = c.cluster();
         let detail = match c.facts() {

@@ -17,10 +17,11 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
+use moe_gemm::layer::{GateUp, LayerWeights};
 use moe_gemm::random::fill_device;
 use moe_gemm::{
-    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, GateUp, LayerWeights, MatrixView, MatrixViewMut,
-    MoeLayer, MoeLayerOptions, MoeScratch, Result,
+    Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, MatrixView, MatrixViewMut, MoeLayer,
+    MoeLayerOptions, MoeScratch, Result,
 };
 
 use moe_gemm::ceilings::Ceilings;

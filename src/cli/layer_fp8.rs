@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
+use moe_gemm::layer::{GateUp, LayerShape, LayerWeights};
 use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK};
 use moe_gemm::random::SplitMix64;
 use moe_gemm::*;

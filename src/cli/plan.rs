@@ -3,14 +3,14 @@
 
 use clap::Args;
 
+use moe_gemm::dtype::DType;
 use moe_gemm::layer::sizing::mib;
+use moe_gemm::layer::{LayerShape, ScratchNeeds, WeightFormat};
 use moe_gemm::parallel::{EpSizing, Placement};
-use moe_gemm::{
-    Backend, Backends, DType, DeviceInfo, Error, LayerShape, LayerSizing, Result, ScratchNeeds, WeightFormat,
-};
+use moe_gemm::{Backend, Backends, DeviceInfo, Error, LayerSizing, Result};
 
 use super::args::{Model, MODELS};
-use moe_gemm::TunedBackends;
+use moe_gemm::tuning::TunedBackends;
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {

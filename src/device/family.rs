@@ -17,13 +17,13 @@ mod generated {
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelFamily {
-    /// The SM90 bf16/f16 grouped GEMM ([`crate::GroupedGemm`]): wgmma, `sm_90a` only.
+    /// The SM90 bf16/f16 grouped GEMM ([`crate::kernels::grouped::GroupedGemm`]): wgmma, `sm_90a` only.
     GroupedGemmSm90,
-    /// The SM90 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8`]): wgmma, `sm_90a` only.
+    /// The SM90 FP8 blockwise grouped GEMM ([`crate::kernels::grouped_fp8::GroupedGemmFp8`]): wgmma, `sm_90a` only.
     GroupedGemmSm90Fp8,
     /// The fused gather/scatter MoE GEMMs ([`crate::kernels::fused::FusedGemm`]): wgmma, `sm_90a` only.
     FusedMoeSm90,
-    /// The SM100 grouped GEMMs (bf16 [`crate::GroupedGemmSm100`], FP8 blockwise [`crate::GroupedGemmFp8Sm100`],
+    /// The SM100 grouped GEMMs (bf16 [`crate::kernels::grouped_sm100::GroupedGemmSm100`], FP8 blockwise [`crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100`],
     /// block-scaled [`crate::kernels::grouped_mx::GroupedGemmMx`]): tcgen05 UMMA, `sm_100a` only.
     GroupedGemmSm100,
     /// The portable block-scaled grouped GEMM ([`crate::kernels::grouped_mx_portable::GroupedGemmMxPortable`]):
@@ -31,7 +31,7 @@ pub enum KernelFamily {
     GroupedGemmMxPortable,
     /// Routers ([`crate::Router`]): plain CUDA.
     Routing,
-    /// Expert layouts, gather, combine ([`crate::ExpertLayout`]): plain CUDA.
+    /// Expert layouts, gather, combine ([`crate::layouts::ExpertLayout`]): plain CUDA.
     Layouts,
     /// Activations and the fused backend's sum over slots: plain CUDA.
     Activation,

@@ -118,7 +118,7 @@ impl<T: Element> GroupedGemm<T> {
     ///
     /// # Errors
     /// [`Error::UnsupportedArch`] unless the family was built for the device (SM90, compute capability 9.0; see
-    /// [`crate::GroupedGemmSm100`] for SM100);
+    /// [`crate::kernels::grouped_sm100::GroupedGemmSm100`] for SM100);
     /// [`Error::KernelNotBuilt`] when the configuration was not compiled for `T`; driver errors.
     pub fn new(stream: &Arc<CudaStream>, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
         let device = DeviceInfo::query(stream.context())?;

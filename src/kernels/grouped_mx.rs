@@ -418,7 +418,7 @@ impl GroupedGemmMx {
     /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here; pad it
     /// to 2944, exactly, with [`crate::quant::Mxfp4::pad_k`] or
     /// [`GptOssMxfp4Experts::padded_for_sm100`](crate::checkpoint::GptOssMxfp4Experts::padded_for_sm100)) and the
-    /// extents of [`crate::GroupedGemmFp8Shape::new`]; [`Error::UnsupportedArch`] naming the device and the arch
+    /// extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`]; [`Error::UnsupportedArch`] naming the device and the arch
     /// the kernels need (SM100) on any other device.
     pub fn for_device(
         device: DeviceInfo,

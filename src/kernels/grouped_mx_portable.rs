@@ -73,7 +73,7 @@ impl GroupedGemmMxPortable {
     /// As [`GroupedGemmMx::for_device`](super::grouped_mx::GroupedGemmMx::for_device), with the same texts:
     /// [`Error::KernelNotBuilt`](crate::Error::KernelNotBuilt) for a pair of formats the SM100 kernels do not
     /// compute (FP8 x NVFP4 among them); [`Error::InvalidProblem`](crate::Error::InvalidProblem) for `n` or `k`
-    /// not positive multiples of 128 and the extents of [`crate::GroupedGemmFp8Shape::new`];
+    /// not positive multiples of 128 and the extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`];
     /// [`Error::UnsupportedArch`](crate::Error::UnsupportedArch) naming the device on one this family has no SASS
     /// for ([`KernelFamily::GroupedGemmMxPortable`]: SM90 and SM100).
     pub fn for_device(

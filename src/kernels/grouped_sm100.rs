@@ -14,7 +14,7 @@
 //! ([`Sm100TileConfig`]), not SM90's cooperative/ping-pong schedules, and a caller (the layer, the benchmark)
 //! reaches this unverified kernel only by asking for it.
 //!
-//! [`GroupedGemm`]: crate::GroupedGemm
+//! [`GroupedGemm`]: crate::kernels::grouped::GroupedGemm
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -214,7 +214,7 @@ impl<T: Element> GroupedGemmSm100<T> {
     /// As [`GroupedGemm::launch`]: [`Error::Buffer`], [`Error::WorkspaceTooSmall`], CUTLASS or CUDA launch
     /// errors; invalid group *values* are clamped on the device and reported into `status`.
     ///
-    /// [`GroupedGemm::launch`]: crate::GroupedGemm::launch
+    /// [`GroupedGemm::launch`]: crate::kernels::grouped::GroupedGemm::launch
     #[allow(clippy::too_many_arguments)]
     pub fn launch<'r>(
         &self,

@@ -15,14 +15,14 @@ use crate::backend::{Backend, Backends};
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LayerGemm {
-    /// The SM90 bf16/f16 grouped GEMM ([`crate::GroupedGemm`]).
+    /// The SM90 bf16/f16 grouped GEMM ([`crate::kernels::grouped::GroupedGemm`]).
     Sm90Dense,
-    /// The SM100 bf16 grouped GEMM ([`crate::GroupedGemmSm100`]): the SM90 one's operands and group rows on
+    /// The SM100 bf16 grouped GEMM ([`crate::kernels::grouped_sm100::GroupedGemmSm100`]): the SM90 one's operands and group rows on
     /// tcgen05 tensor cores (no f16 kernel is built). Compiled and SASS-checked only.
     Sm100Dense,
-    /// The SM90 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8`]).
+    /// The SM90 FP8 blockwise grouped GEMM ([`crate::kernels::grouped_fp8::GroupedGemmFp8`]).
     Sm90Fp8Blockwise,
-    /// The SM100 FP8 blockwise grouped GEMM ([`crate::GroupedGemmFp8Sm100`]): same operands, group offsets and
+    /// The SM100 FP8 blockwise grouped GEMM ([`crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100`]): same operands, group offsets and
     /// activation quantisation as SM90. Compiled and SASS-checked only.
     Sm100Fp8Blockwise,
     /// The SM100 block-scaled grouped GEMM, MXFP8 activations × MXFP4 weights

@@ -39,12 +39,12 @@
 //! K and GEMM2's N zero-padded to 128 (see `mx.rs`). [`reference::moe_forward_mx`] is the host computation.
 //!
 //! **The device's arch** picks the layout backends' GEMM once, when the layer is planned ([`LayerGemm`],
-//! `arch.rs`): on SM90 the SM90 FP8 blockwise GEMM, on SM100 [`crate::GroupedGemmFp8Sm100`] over the same
+//! `arch.rs`): on SM90 the SM90 FP8 blockwise GEMM, on SM100 [`crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100`] over the same
 //! operands, group offsets and activation quantisation; the passes launch whichever the plan holds. On SM100
 //! the FP8 layer runs Grouped, Contiguous, Masked and Batched (plain CUDA decode kernels); Fused, whose
 //! gather/scatter GEMMs are SM90 wgmma kernels, is refused with [`Error::UnsupportedArch`] naming the backend,
 //! `sm_90a` and the device; `Auto` runs Grouped (its cost model was fitted on an H200). Dense bf16 layers
-//! run [`crate::GroupedGemmSm100`] there under the same backends (Eager too; f16 has no SM100 kernel and is
+//! run [`crate::kernels::grouped_sm100::GroupedGemmSm100`] there under the same backends (Eager too; f16 has no SM100 kernel and is
 //! refused by name), Fused refused alike. The SM100 layer path is compiled and
 //! its planning, sizing and refusals tested on the CPU; it has never run on an SM100 GPU.
 //!

@@ -134,7 +134,7 @@ impl LayerSizing {
     /// # Errors
     /// As [`Self::new`]; [`Error::InvalidProblem`] naming the constraint: Eager (in `backend` or `backends`),
     /// `H` or `I` not a multiple of 128, the FP8 GEMM shapes
-    /// ([`GroupedGemmFp8Shape::new`](crate::GroupedGemmFp8Shape::new)).
+    /// ([`GroupedGemmFp8Shape::new`](crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new)).
     #[allow(clippy::too_many_arguments)]
     pub fn new_fp8(
         shape: LayerShape,

@@ -16,7 +16,7 @@ use moe_gemm::error::Error;
 use moe_gemm::layer::{ExpertFormat, PackedExperts};
 use moe_gemm::quant::{BlockShape, ScaleFormat};
 use moe_gemm::tuning::ConfigName;
-use moe_gemm::TunedBackends;
+use moe_gemm::tuning::TunedBackends;
 use serde_json::{json, Map, Value};
 
 pub const PREFIX: &str = "model.layers.0.mlp";

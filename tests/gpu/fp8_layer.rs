@@ -18,9 +18,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::checkpoint::{Checkpoint, ExpertNaming, Fp8Config, PackedFp8Experts};
+use moe_gemm::dtype::DType;
 use moe_gemm::layer::reference::{
     fp8_layer_mismatch, fp8_vs_dense_mismatch, moe_forward, moe_forward_fp8, DenseWeights, Fp8HostLayer,
 };
+use moe_gemm::layer::{auto_backend_fp8, GateUp, LayerGemm, LayerShape, Storage, WeightFormat};
 use moe_gemm::quant::{BlockFp8, BlockShape, Fp8BlockWeights, Scales, F8E4M3};
 use moe_gemm::*;
 use safetensors::tensor::{Dtype, TensorView};

@@ -3,7 +3,10 @@
 //! parallelism, and a layout of the wrong block size refused.
 
 use half::{bf16, f16};
+use moe_gemm::dtype::Element;
 use moe_gemm::kernels::fused::{FusedBatch, FusedGemm, FusedTile};
+use moe_gemm::layer::GateUp;
+use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
 

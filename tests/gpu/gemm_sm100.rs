@@ -5,6 +5,11 @@
 
 use crate::common::*;
 use half::bf16;
+use moe_gemm::device::Arch;
+use moe_gemm::kernels::grouped::GroupedGemmShape;
+use moe_gemm::kernels::grouped_fp8::{GroupedGemmFp8, GroupedGemmFp8Shape};
+use moe_gemm::kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
+use moe_gemm::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use moe_gemm::layouts::offsets_from_sizes;
 use moe_gemm::reference::{first_mismatch, grouped_gemm_rows, Tolerance};
 use moe_gemm::status::bits as error_bits;

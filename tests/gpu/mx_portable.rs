@@ -18,6 +18,8 @@ use crate::mx_quant::GroupRowsHost;
 use cudarc::driver::CudaStream;
 use half::bf16;
 use moe_gemm::kernels::grouped_mx::{MxFormat, MxRows, MxWeights};
+use moe_gemm::kernels::grouped_mx_portable::GroupedGemmMxPortable;
+use moe_gemm::layouts::GroupRows;
 use moe_gemm::quant::mx::{from_sf_atoms_grouped, sf_group_bases, Mxfp4, Mxfp8, Nvfp4};
 use moe_gemm::quant::{
     quantize_mxfp4_grouped, quantize_mxfp8_grouped, quantize_nvfp4_grouped, Mxfp4Rows, Mxfp4Weights, Mxfp8Rows,

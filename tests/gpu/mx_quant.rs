@@ -8,6 +8,8 @@
 
 use crate::common::*;
 use half::{bf16, f16};
+use moe_gemm::dtype::Element;
+use moe_gemm::layouts::GroupRows;
 use moe_gemm::quant::mx::{sf_group_bases, to_sf_atoms_grouped, Mxfp4, Mxfp8, Nvfp4};
 use moe_gemm::quant::{
     quantize_mxfp4_grouped, quantize_mxfp8_grouped, quantize_nvfp4_grouped, Mxfp4Rows, Mxfp8Rows, NvTensorScale,

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
+use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
+use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use moe_gemm::*;
 
 use crate::common::*;

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
+use moe_gemm::dtype::{DType, Element};
+use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use moe_gemm::quant::{
     dequantize_groups, per_token_group_quant, quantize_gather, quantize_rows, requantize_rows, Fp8Rows, GroupQuant,
     RowsInUse, ScaleRounding, ACT_GROUP, F8E4M3, VLLM_EPS,

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
 use moe_gemm::checkpoint::{Fp8Config, PackedFp8Experts};
+use moe_gemm::dtype::{DType, Element};
+use moe_gemm::layer::GateUp;
 use moe_gemm::quant::{quantize_weights, BlockFp8, BlockShape, Fp8BlockWeights, GroupQuant, ScaleFormat, F8E4M3};
 use moe_gemm::status::bits;
 use moe_gemm::*;

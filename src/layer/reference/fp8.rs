@@ -11,7 +11,7 @@ use crate::quant::{per_token_group_quant, GroupQuant, SCALE_BLOCK};
 use crate::reference::Tolerance;
 
 /// The host inputs of [`moe_forward_fp8`]: the block-FP8 experts as uploaded
-/// ([`Fp8ExpertWeights::upload`](super::Fp8ExpertWeights::upload)), the activation (gate and up concatenated, as
+/// ([`Fp8ExpertWeights::upload`](crate::layer::Fp8ExpertWeights::upload)), the activation (gate and up concatenated, as
 /// FP8 experts are), how activations are quantised, optional biases f32 `[E, 2I]` and `[E, H]`.
 #[derive(Clone, Copy, Debug)]
 pub struct Fp8HostLayer<'a> {
@@ -48,7 +48,7 @@ pub fn moe_forward_fp8(l: &Fp8HostLayer<'_>, x: &[bf16], ids: &[i32], weights: &
 
 /// [`moe_forward_fp8`] with a block-FP8 shared expert: `y = Σ_j w[t,j] · expert_j(x) + s_t · shared(x)` with
 /// `s_t = shared_weights[t]` (Qwen2-MoE's gate) or 1 (DeepSeek-V3, Kimi-K2), what
-/// [`Fp8ExpertWeights::upload_with_shared`](super::Fp8ExpertWeights::upload_with_shared) computes.
+/// [`Fp8ExpertWeights::upload_with_shared`](crate::layer::Fp8ExpertWeights::upload_with_shared) computes.
 ///
 /// The shared MLP is computed from its own full-width matrices (`[I_s, H]`, `[H, I_s]`), not from the `I`-wide
 /// groups the device splits it into, so a comparison checks the split; step for step as a routed expert: GEMM1
