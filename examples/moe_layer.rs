@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use half::bf16;
-use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::random::{random_vec, SplitMix64};
+use moe_gemm::reference::moe_forward;
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
 

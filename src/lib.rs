@@ -19,12 +19,13 @@
 //! | 2 | [`device`], [`status`], [`view`] | arch and device facts ([`Arch`], [`DeviceInfo`], [`KernelFamily`]); the device status word ([`DeviceStatus`]); 2-D device views ([`MatrixView`]) |
 //! | 3 | [`layouts`], [`routing`] | expert layouts and the group forms the GEMMs read ([`GroupRows`]); routers ([`RouterConfig`]) |
 //! | 4 | [`quant`] | FP8 and MX / NV block formats, their device types and quantisers |
-//! | 5 | [`experts`], [`backend`], [`reference`](mod@reference) | expert weights on the host and their formats ([`ExpertFormat`], [`PackedExperts`]); the layer's backends ([`Backend`]); CPU references |
+//! | 5 | [`experts`], [`backend`] | expert weights on the host and their formats ([`ExpertFormat`], [`PackedExperts`]); the layer's backends ([`Backend`]) |
 //! | 6 | [`kernels`] | the GEMM families and their tile configurations ([`TileConfig`]) |
 //! | 7 | [`tuning`] | vLLM config files and the shipped tuned tables ([`TunedBackends`]) |
 //! | 8 | [`checkpoint`] | safetensors reading and packing, FP8 and MXFP4 checkpoints |
 //! | 9 | [`layer`] | the MoE layer: device weights, plans, sizing, the shared scratch ([`MoeScratch`]) |
 //! | 10 | [`parallel`] | expert parallelism: placement ([`Placement`]), dispatch plans, the NCCL step |
+//! | 11 | [`reference`](mod@reference) | the CPU references of every part (GEMM rows, layouts, routers, the layer in every dtype) |
 //!
 //! [`GroupedGemm`]: kernels::grouped::GroupedGemm
 //! [`GroupedGemmFp8`]: kernels::grouped_fp8::GroupedGemmFp8

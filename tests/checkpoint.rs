@@ -13,7 +13,7 @@ use moe_gemm::checkpoint::{
     NamedTensor, SharedNaming,
 };
 use moe_gemm::dtype::Element;
-use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::reference::moe_forward;
 use moe_gemm::*;
 use safetensors::tensor::{Dtype, TensorView};
 

@@ -3,9 +3,10 @@
 
 use half::bf16;
 use moe_gemm::dtype::DType;
-use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::layer::{LayerShape, WeightFormat};
-use moe_gemm::parallel::{ep_forward_reference, DispatchPlan, EpSizing, ExpertSlot, Placement};
+use moe_gemm::parallel::{DispatchPlan, EpSizing, ExpertSlot, Placement};
+use moe_gemm::reference::ep_forward_reference;
+use moe_gemm::reference::moe_forward;
 use moe_gemm::{Error, ExpertFormat, PackedExperts};
 
 struct Lcg(u64);

@@ -13,8 +13,8 @@ use common::Rng;
 use half::bf16;
 use moe_gemm::checkpoint::{Checkpoint, ExpertNaming, Fp8ChannelExperts, Fp8Scheme};
 use moe_gemm::experts::Activation;
-use moe_gemm::layer::reference::moe_forward_fp8_channel;
 use moe_gemm::quant::{ActivationScales, BlockFp8, BlockShape, Scales, WeightScales, F8E4M3};
+use moe_gemm::reference::moe_forward_fp8_channel;
 use moe_gemm::Error;
 use safetensors::tensor::{Dtype, TensorView};
 

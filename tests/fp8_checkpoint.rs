@@ -129,7 +129,7 @@ fn a_tiny_group_quantises_as_its_family_serves_it() {
         let p = PackedFp8Experts::quantize(&packed, &config).unwrap();
         assert_eq!(p.activation_quant(), config.activation_quant());
         assert_eq!(p.activation_quant().eps(), eps);
-        let host = moe_gemm::layer::reference::Fp8HostLayer::new(&p, moe_gemm::Activation::SiluGated);
+        let host = moe_gemm::reference::Fp8HostLayer::new(&p, moe_gemm::Activation::SiluGated);
         assert_eq!(host.quant.eps(), eps);
     }
     let v31 = PackedFp8Experts::quantize(&packed, &Fp8Config::DEEPSEEK_V3_1).unwrap();

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use gpt_oss::{name, RawTensor};
 use half::bf16;
 use moe_gemm::checkpoint::Checkpoint;
-use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::quant::{Mxfp4, Ue8m0};
+use moe_gemm::reference::moe_forward;
 use moe_gemm::*;
 use safetensors::tensor::Dtype;
 

@@ -2,9 +2,9 @@
 
 mod common;
 
-use moe_gemm::layouts::reference as layout_ref;
 use moe_gemm::layouts::{LayoutDims, LayoutSpec};
-use moe_gemm::routing::reference::route;
+use moe_gemm::reference::layouts as layout_ref;
+use moe_gemm::reference::routing::route;
 use moe_gemm::view::ViewShape;
 use moe_gemm::*;
 

@@ -11,12 +11,12 @@ use common::*;
 use half::bf16;
 use moe_gemm::checkpoint::{Fp8Config, PackedFp8Experts, SharedFp8Expert};
 use moe_gemm::dtype::DType;
-use moe_gemm::layer::reference::{
+use moe_gemm::layer::{Footprint, GateUp, LayerShape, Storage};
+use moe_gemm::quant::{per_token_group_quant, BlockFp8, BlockShape, GroupQuant, ScaleFormat, Scales, Ue8m0};
+use moe_gemm::reference::{
     moe_forward, moe_forward_fp8, moe_forward_fp8_with_shared, moe_forward_with_shared, shared_gate_weights,
     Fp8HostLayer,
 };
-use moe_gemm::layer::{Footprint, GateUp, LayerShape, Storage};
-use moe_gemm::quant::{per_token_group_quant, BlockFp8, BlockShape, GroupQuant, ScaleFormat, Scales, Ue8m0};
 use moe_gemm::*;
 
 fn routed(e: usize, h: usize, i: usize, format: ExpertFormat, biases: bool, seed: u64) -> PackedExperts<bf16> {

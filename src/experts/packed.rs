@@ -148,7 +148,7 @@ pub struct SharedExpert<T: Element> {
     pub down_proj: Vec<T>,
     /// Qwen2-MoE's `shared_expert_gate.weight` `[1, H]`, kept for the caller: the layer takes `s_t` per token
     /// ([`MoeLayer::forward_with_shared_weights`](crate::layer::MoeLayer::forward_with_shared_weights)) and does not
-    /// compute it; [`reference::shared_gate_weights`](crate::layer::reference::shared_gate_weights) does on the host.
+    /// compute it; [`reference::shared_gate_weights`](crate::reference::shared_gate_weights) does on the host.
     pub expert_gate: Option<Vec<T>>,
 }
 

@@ -19,7 +19,7 @@
 //! The activation quantisation ([`GroupQuant`]) is the checkpoint's: its family's eps (DeepSeek's 1e-4, vLLM's
 //! 1e-10 for Qwen3-FP8 and the rest: [`crate::checkpoint::Fp8Config::activation_eps`]), scales rounded up to
 //! powers of two for `scale_fmt: ue8m0` checkpoints ([`Fp8ExpertWeights::with_activation_quant`] overrides it).
-//! [`reference::moe_forward_fp8`](super::reference::moe_forward_fp8) is the same computation on the host.
+//! [`reference::moe_forward_fp8`](crate::reference::moe_forward_fp8) is the same computation on the host.
 
 use std::sync::Arc;
 

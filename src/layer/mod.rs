@@ -36,7 +36,7 @@
 //! bits) plan as `MoeLayer<bf16, Mxfp4ExpertWeights>` and run Grouped, Contiguous and Masked ([`Backends::MX`];
 //! `Auto`: Grouped): the gathered `x` and the activation `h` are quantised to MXFP8 per group on the device and
 //! the block-scaled grouped GEMM of the arch multiplies them (on SM90 the portable kernel, on SM100 CUTLASS's),
-//! K and GEMM2's N zero-padded to 128 (see `mx.rs`). [`reference::moe_forward_mx`] is the host computation.
+//! K and GEMM2's N zero-padded to 128 (see `mx.rs`). [`crate::reference::moe_forward_mx`] is the host computation.
 //!
 //! **The device's arch** picks the layout backends' GEMM once, when the layer is planned ([`LayerGemm`],
 //! `arch.rs`): on SM90 the SM90 FP8 blockwise GEMM, on SM100 [`crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100`] over the same
@@ -68,7 +68,6 @@ mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
 use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, MxGemm, PairPlans};
-pub mod reference;
 mod scratch;
 mod shape;
 mod shared;

@@ -19,7 +19,7 @@
 //! ([`GroupedGemmMx`](crate::kernels::grouped_mx::GroupedGemmMx), compiled and SASS-checked, never run: no SM100
 //! GPU exists to this project); on SM90 the portable kernel over the same operands
 //! ([`GroupedGemmMxPortable`](crate::kernels::grouped_mx_portable::GroupedGemmMxPortable)), which is what runs
-//! on the H200 and what the layer's GPU tests check against [`super::reference::moe_forward_mx`]. The padding
+//! on the H200 and what the layer's GPU tests check against [`crate::reference::moe_forward_mx`]. The padding
 //! (zero nibbles, neutral scales, zero columns of `x` and `h`) is exact.
 
 use std::sync::Arc;

@@ -21,7 +21,6 @@
 
 mod expert_layout;
 mod group_rows;
-pub mod reference;
 
 pub(crate) use expert_layout::{build_scratch_ints, LayoutRoom};
 pub use expert_layout::{ExpertLayout, LayoutDims, LayoutSpec};

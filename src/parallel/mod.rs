@@ -1,7 +1,7 @@
 //! Expert parallelism (issue 13): the experts of a layer spread over `world` devices, each token's rows sent to
 //! the ranks that own its experts and the results sent back. This module is the host side: where experts live
 //! ([`Placement`]), what a batch's dispatch moves ([`DispatchPlan`], the CPU reference the device dispatch will
-//! be tested against), the full step on the host ([`ep_forward_reference`]) and its memory and traffic
+//! be tested against), the full step on the host ([`crate::reference::ep_forward_reference`]) and its memory and traffic
 //! ([`EpSizing`], `moe-gemm plan --ep N`); and the device step over NCCL ([`ExpertParallel`], the `nccl`
 //! feature: `nccl.rs` says how it runs). The step has run with one rank only (no two-GPU machine was lent).
 //!
@@ -19,7 +19,7 @@
 //!   were sent from; the source computes `y[t] = round(Σ_j w[t, j] · back[t, j])` in f32 over `j = 0..k` in
 //!   order. The router weights never leave their rank.
 //!
-//! Against the one-GPU layer ([`crate::layer::reference::moe_forward`]): bit-equal without `b2`; with `b2`,
+//! Against the one-GPU layer ([`crate::reference::moe_forward`]): bit-equal without `b2`; with `b2`,
 //! each slot's `d2 + b2` is rounded once more (a half-step of the element type per slot before weighting).
 //! The shared expert is not part of this step (run it on the token's home rank); not built here.
 //!
@@ -66,7 +66,6 @@ pub use nccl::ExpertParallel;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::experts::PackedExperts;
-use crate::layer::reference::moe_forward;
 use crate::layer::{Backend, LayerShape, LayerSizing, WeightFormat};
 
 fn bad<T>(s: String) -> Result<T> {
@@ -382,82 +381,6 @@ impl DispatchPlan {
     pub fn recv(&self, dest: usize) -> &RecvLayout {
         &self.recvs[dest]
     }
-}
-
-/// The EP step on the host: dispatch, each rank's local layer
-/// ([`moe_forward`] over [`Placement::local_weights`], top-1 per received row with weight 1), the reverse
-/// exchange and the combine (`Σ_j w[t, j] · row` in f32 in slot order, rounded once). Returns each rank's `y`.
-///
-/// # Errors
-/// As [`DispatchPlan::new`] and [`Placement::local_weights`]; [`Error::InvalidProblem`] if a rank's `x` or
-/// `weights` does not match its ids.
-pub fn ep_forward_reference<T: Element>(
-    placement: &Placement,
-    experts: &PackedExperts<T>,
-    x: &[&[T]],
-    topk_ids: &[&[i32]],
-    weights: &[&[f32]],
-    k: usize,
-) -> Result<Vec<Vec<T>>> {
-    let h = experts.hidden;
-    let world = placement.world();
-    let plan = DispatchPlan::new(placement, topk_ids, k)?;
-    if x.len() != world || weights.len() != world {
-        return bad(format!("x of {} ranks and weights of {} for world = {world}", x.len(), weights.len()));
-    }
-    for s in 0..world {
-        let t = plan.send(s).tokens;
-        if x[s].len() != t * h || weights[s].len() != t * k {
-            return bad(format!(
-                "rank {s}: x has {} elements and weights {}, expected {} and {} for {t} tokens, H = {h}, k = {k}",
-                x[s].len(),
-                weights[s].len(),
-                t * h,
-                t * k
-            ));
-        }
-    }
-    // Results per source rank, at send positions (where the reverse exchange puts them).
-    let mut back: Vec<Vec<T>> = (0..world).map(|s| vec![T::from_f32(0.0); plan.send(s).send_order.len() * h]).collect();
-    for d in 0..world {
-        let recv = plan.recv(d);
-        if recv.rows.is_empty() {
-            continue;
-        }
-        let local = placement.local_weights(experts, d)?;
-        let rx: Vec<T> =
-            recv.rows.iter().flat_map(|r| x[r.source][r.token * h..(r.token + 1) * h].iter().copied()).collect();
-        let ids: Vec<i32> = recv.rows.iter().map(|r| r.local as i32).collect();
-        let ones = vec![1.0f32; recv.rows.len()];
-        let ry = moe_forward(&local, &rx, &ids, &ones, 1);
-        for (s, out) in back.iter_mut().enumerate() {
-            let lo = plan.send(s).send_offsets[d];
-            for (i, row) in (recv.offsets[s]..recv.offsets[s + 1]).enumerate() {
-                let p = lo + i;
-                out[p * h..(p + 1) * h].copy_from_slice(&ry[row * h..(row + 1) * h]);
-            }
-        }
-    }
-    Ok((0..world)
-        .map(|s| {
-            let sp = plan.send(s);
-            let mut y = vec![T::from_f32(0.0); sp.tokens * h];
-            for t in 0..sp.tokens {
-                let mut acc = vec![0f32; h];
-                for j in 0..k {
-                    let p = sp.slot_to_send[t * k + j];
-                    let w = weights[s][t * k + j];
-                    for (a, v) in acc.iter_mut().zip(&back[s][p * h..(p + 1) * h]) {
-                        *a += w * v.to_f32();
-                    }
-                }
-                for (o, a) in y[t * h..(t + 1) * h].iter_mut().zip(acc) {
-                    *o = T::from_f32(a);
-                }
-            }
-            y
-        })
-        .collect())
 }
 
 /// Memory and traffic of one EP layer step per rank, for at most `max_tokens` tokens per rank.

@@ -16,7 +16,7 @@
 //!
 //! `cap = max_tokens · min(k, the most experts a rank holds)` rows per (source, destination) pair is the
 //! worst case (`parallel`'s module docs), so no row is ever dropped and the transfers have fixed sizes. What it
-//! computes is [`super::ep_forward_reference`]. Replicated experts (`Placement::from_map` with several slots
+//! computes is [`crate::reference::ep_forward_reference`]. Replicated experts (`Placement::from_map` with several slots
 //! for one expert) are refused: the device dispatch sends every row of an expert to one rank.
 //!
 //! Tested on one H200 with a communicator of one rank (the send and receive are to itself), also replayed in a

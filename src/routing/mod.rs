@@ -1,5 +1,5 @@
 //! Routers: router logits `[T, E]` (f32) → `topk_ids [T, k]` (int32) and `topk_weights [T, k]` (f32), on the
-//! device, graph-safe, with a CPU reference ([`mod@reference`]) for each.
+//! device, graph-safe, with a CPU reference ([`crate::reference::routing`]) for each.
 //!
 //! | [`RouterKind`] | models | computation |
 //! |---|---|---|
@@ -17,8 +17,6 @@
 //! bit (it is a weight of the checkpoint, to be checked when loaded, not data of the step).
 //! Weights are f32 for every family (Qwen3 and gpt-oss round them to bf16 in transformers; the layer multiplies
 //! in f32, which differs from them by at most one bf16 rounding of the weight).
-
-pub mod reference;
 
 use std::sync::Arc;
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use cudarc::nccl::Comm;
 use half::bf16;
-use moe_gemm::layer::reference::moe_forward;
-use moe_gemm::parallel::{ep_forward_reference, ExpertParallel, Placement};
+use moe_gemm::parallel::{ExpertParallel, Placement};
 use moe_gemm::random::topk_ids;
+use moe_gemm::reference::ep_forward_reference;
+use moe_gemm::reference::moe_forward;
 use moe_gemm::*;
 
 use crate::common::*;

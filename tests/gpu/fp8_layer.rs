@@ -3,7 +3,7 @@
 //!
 //! * the CPU FP8 reference (`moe_forward_fp8`; `moe_forward_fp8_with_shared` with a shared expert: the same
 //!   quantised operands bit for bit, GEMMs in f64) under `Fp8LayerBound` (every element within `3 · 2^-6 · max`,
-//!   every token row within `2^-7 · max + 2^-7 · |ref|` but `2 + T / 8` of them; derived in `layer::reference`),
+//!   every token row within `2^-7 · max + 2^-7 · |ref|` but `2 + T / 8` of them; derived in `reference`),
 //!   and
 //! * the bf16 layer on the dequantised weights under `fp8_vs_dense_tolerance` (`2^-3 · max`; the original bf16
 //!   weights of a quantised checkpoint: `3 · 2^-4 · max`),
@@ -19,11 +19,11 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::checkpoint::{Checkpoint, ExpertNaming, Fp8Config, PackedFp8Experts};
 use moe_gemm::dtype::DType;
-use moe_gemm::layer::reference::{
-    fp8_layer_mismatch, fp8_vs_dense_mismatch, moe_forward, moe_forward_fp8, DenseWeights, Fp8HostLayer,
-};
 use moe_gemm::layer::{auto_backend_fp8, GateUp, LayerGemm, LayerShape, Storage, WeightFormat};
 use moe_gemm::quant::{BlockFp8, BlockShape, Fp8BlockWeights, Scales, F8E4M3};
+use moe_gemm::reference::{
+    fp8_layer_mismatch, fp8_vs_dense_mismatch, moe_forward, moe_forward_fp8, DenseWeights, Fp8HostLayer,
+};
 use moe_gemm::*;
 use safetensors::tensor::{Dtype, TensorView};
 
@@ -540,8 +540,8 @@ fn fp8_layer_refusals_auto_and_the_scratch_footprint() {
 #[ignore = "needs an SM90 GPU"]
 fn fp8_shared_expert_on_every_backend() {
     use moe_gemm::checkpoint::SharedFp8Expert;
-    use moe_gemm::layer::reference::{moe_forward_fp8_with_shared, moe_forward_with_shared};
     use moe_gemm::quant::ScaleFormat;
+    use moe_gemm::reference::{moe_forward_fp8_with_shared, moe_forward_with_shared};
     let (e, k, h, i, is, t) = (8usize, 2usize, 512usize, 256usize, 512usize, 24usize);
     let (_, p) = experts(e, h, i, &Fp8Config::DEEPSEEK_V3, 101);
     let quant = |rows: usize, cols: usize, seed: u64| {

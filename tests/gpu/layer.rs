@@ -7,9 +7,9 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
 use moe_gemm::dtype::Element;
 use moe_gemm::kernels::fused::FusedTile;
-use moe_gemm::layer::reference::{moe_forward, moe_forward_with_shared};
 use moe_gemm::layer::{GateUp, Storage};
 use moe_gemm::reference::{first_mismatch, Tolerance};
+use moe_gemm::reference::{moe_forward, moe_forward_with_shared};
 use moe_gemm::*;
 
 use crate::common::*;

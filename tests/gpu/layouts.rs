@@ -1,7 +1,7 @@
 //! Layout builds on the GPU against the CPU reference, on adversarial routing.
 
-use moe_gemm::layouts::reference::{self, LayoutRef};
 use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
+use moe_gemm::reference::layouts::{self as reference, LayoutRef};
 use moe_gemm::status::bits;
 use moe_gemm::*;
 

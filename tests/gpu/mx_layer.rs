@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use half::bf16;
 use moe_gemm::checkpoint::Checkpoint;
-use moe_gemm::layer::reference::{fp8_layer_mismatch, moe_forward_mx, MxHostLayer};
 use moe_gemm::layer::{LayerGemm, LayerShape};
+use moe_gemm::reference::{fp8_layer_mismatch, moe_forward_mx, MxHostLayer};
 use moe_gemm::*;
 
 use crate::common::*;

@@ -4,7 +4,7 @@
 use half::bf16;
 use moe_gemm::checkpoint::Checkpoint;
 use moe_gemm::dtype::DType;
-use moe_gemm::layer::reference::moe_forward;
+use moe_gemm::reference::moe_forward;
 use moe_gemm::reference::{first_mismatch, Tolerance};
 use moe_gemm::*;
 

@@ -1,7 +1,7 @@
 //! Routers on the GPU against the f64 CPU reference, token by token.
 
 use cudarc::driver::CudaSlice;
-use moe_gemm::routing::reference::{self, Routing};
+use moe_gemm::reference::routing::{self as reference, Routing};
 use moe_gemm::status::bits;
 use moe_gemm::*;
 

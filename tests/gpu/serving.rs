@@ -7,9 +7,9 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::dtype::DType;
 use moe_gemm::kernels::fused::FusedTile;
-use moe_gemm::layer::reference::moe_forward;
 use moe_gemm::layer::{GateUp, LayerShape};
 use moe_gemm::random::{fill_device, topk_ids};
+use moe_gemm::reference::moe_forward;
 use moe_gemm::tuning::TunedBackends;
 use moe_gemm::*;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use half::bf16;
-use moe_gemm::layer::reference::{moe_forward, moe_forward_with_shared, shared_gate_weights};
+use moe_gemm::reference::{moe_forward, moe_forward_with_shared, shared_gate_weights};
 use moe_gemm::*;
 
 use crate::common::*;

@@ -1,7 +1,7 @@
 //! CPU reference routers, in f64, written from the model families' definitions (shared/MOE_SEMANTICS.md)
 //! rather than from the kernels.
 
-use super::{RouterConfig, RouterKind};
+use crate::routing::{RouterConfig, RouterKind};
 
 /// The result of routing `T` tokens.
 #[derive(Clone, Debug, PartialEq)]

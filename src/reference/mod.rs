@@ -1,11 +1,22 @@
-//! CPU references the GPU tests compare against, written for clarity and independence from the kernels'
-//! indexing rather than speed.
+//! The CPU references the GPU tests compare against, all in this one module, written for clarity and
+//! independence from the kernels' indexing rather than speed: the GEMMs' rows and FP8 operands (here), the
+//! expert layouts ([`layouts`]), the routers ([`routing`]) and the MoE layer in every dtype ([`moe_forward`],
+//! [`moe_forward_fp8`], [`moe_forward_fp8_channel`], [`moe_forward_mx`], with their bounds) and the
+//! expert-parallel step ([`ep_forward_reference`]). It stands on the
+//! top floor: a reference may use any part of the crate's vocabulary, and nothing in the library uses it.
 
 use std::thread;
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::quant::{BlockFp8, BlockShape, Scales};
+
+mod layer;
+pub mod layouts;
+mod parallel;
+pub mod routing;
+pub use layer::*;
+pub use parallel::ep_forward_reference;
 
 /// `D[r] = A[r] · B[group(r)]ᵀ` in f32 (products of the inputs' exact values, f32 sums) for the rows in
 /// `rows`, where `group(r)` is found by scanning the per-group sizes. Returns `rows.len() × n` values.

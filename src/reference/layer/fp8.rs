@@ -389,9 +389,9 @@ mod tests {
     use crate::checkpoint::Fp8Config;
     use crate::experts::ExpertFormat;
     use crate::experts::PackedExperts;
-    use crate::layer::reference::moe_forward;
     use crate::quant::{BlockFp8, BlockShape};
     use crate::random::{random_vec, topk_ids, SplitMix64};
+    use crate::reference::moe_forward;
 
     struct Case {
         dense: PackedExperts<bf16>,

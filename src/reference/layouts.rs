@@ -1,7 +1,7 @@
-//! CPU reference of [`ExpertLayout::build`](super::ExpertLayout::build): a plain loop in token order, written
+//! CPU reference of [`ExpertLayout::build`](crate::layouts::ExpertLayout::build): a plain loop in token order, written
 //! from the layout contracts (module docs of `layouts`) rather than from the kernel.
 
-use super::{LayoutDims, LayoutSpec};
+use crate::layouts::{LayoutDims, LayoutSpec};
 
 /// Every array a layout build produces, for `tokens` tokens.
 #[derive(Clone, Debug, PartialEq, Eq)]
