@@ -2,7 +2,7 @@
 //! layer with the `Auto` backend, compare every output element. Exits non-zero when an element is outside the
 //! tolerance of the GPU layer tests (two bf16 steps of the largest output, plus two half-ulps relative).
 //!
-//! `cargo run --release --example moe_layer` (needs an SM90 GPU; says so otherwise).
+//! `cargo run --release --example 02_layer` (needs an SM90 GPU; says so otherwise).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("moe_layer: {e}");
+            eprintln!("02_layer: {e}");
             ExitCode::FAILURE
         }
     }
@@ -89,7 +89,7 @@ fn run() -> Result<bool> {
     // The GPU layer tests' tolerance; a NaN never passes it.
     let tol = Tolerance { atol: 2.0 * max / 256.0, rtol: 2.0 / 256.0 };
     if let Some((i, g, r)) = first_mismatch(&got, &want, tol) {
-        eprintln!("moe_layer: y[{}, {}] = {g}, reference {r}: outside {tol:?}", i / h, i % h);
+        eprintln!("02_layer: y[{}, {}] = {g}, reference {r}: outside {tol:?}", i / h, i % h);
         return Ok(false);
     }
     Ok(true)
