@@ -131,6 +131,8 @@
 #![warn(missing_debug_implementations)]
 
 pub mod backend;
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod checkpoint;
 pub mod device;
 pub mod dtype;

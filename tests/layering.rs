@@ -28,7 +28,8 @@ const LIB_FLOORS: &[&[&str]] = &[
     &["tuning"],
     &["checkpoint"],
     &["layer"],
-    &["parallel"],
+    // Expert parallelism; the layer as a candle operation (`candle` feature).
+    &["parallel", "candle"],
     // The CPU references of every part: they may use all of it, nothing in the library uses them.
     &["reference"],
 ];

@@ -89,3 +89,18 @@ pub fn router_probs(logits: &Tensor, kv: Tensor, n_rep: usize) -> Result<(Tensor
     let probs = candle_nn::ops::softmax_last_dim(logits)?;
     Ok((probs, candle_transformers::utils::repeat_kv(kv, n_rep)?))
 }
+
+/// The crate's own candle operation (`candle` feature): a bf16 MoE layer over candle tensors, `y` written in place
+/// on candle's stream. Built here so that the feature compiles against the candle a server links.
+pub fn moe_step(
+    device: &CudaDevice,
+    layer: moe_gemm::MoeLayer<bf16>,
+    x: &Tensor,
+    topk_ids: &Tensor,
+    topk_weights: &Tensor,
+) -> Result<Tensor> {
+    let op = moe_gemm::candle::CandleMoe::new(device, layer)?;
+    let y = Tensor::zeros(x.dims(), DType::BF16, x.device())?;
+    op.forward_into(&y, x, topk_ids, topk_weights)?;
+    Ok(y)
+}

@@ -1,0 +1,182 @@
+//! The MoE layer as an operation on candle tensors (`candle` feature): [`CandleMoe`] runs a [`MoeLayer`] over
+//! bf16 hidden states `x [T, H]`, the router's `topk_ids [T, k]` (I32) and `topk_weights [T, k]` (F32), on
+//! candle's `CudaDevice` and its stream, writing `y [T, H]` (bf16).
+//!
+//! candle 0.11 and this crate share one cudarc (next to candle, build with `default-features = false, features =
+//! ["candle", "cuda-dynamic-linking", "cuda-version-from-build-system"]`: docs/build.md), so candle's stream and
+//! device slices are the types the layer takes: no copy of any activation. The op holds the layer (its weights
+//! shared, uploaded once) and the scratch it runs in; [`CandleMoe::forward_into`] writes a caller's `y` through
+//! candle's in-place op and allocates nothing, so a candle step that calls it can be captured in a CUDA graph;
+//! [`CandleMoe::forward`] allocates `y` as candle ops do. Every tensor is checked before any launch: one that is
+//! not on the op's CUDA device, not contiguous, of another dtype or shape is a `candle_core::Error` naming it.
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::backend::BackendDevice;
+use candle_core::cuda_backend::cudarc::driver::CudaStream;
+use candle_core::cuda_backend::{CudaDevice, CudaStorage};
+use candle_core::{CpuStorage, DType, Device, InplaceOp3, Layout, Storage, Tensor};
+use half::bf16;
+
+use crate::layer::{LayerWeights, MoeLayer, MoeScratch};
+use crate::view::{MatrixView, MatrixViewMut};
+
+fn err(m: String) -> candle_core::Error {
+    candle_core::Error::msg(format!("moe-gemm: {m}"))
+}
+
+/// A [`MoeLayer`] over bf16 activations (bf16 or block-FP8 experts) on a candle `CudaDevice`, with its scratch.
+pub struct CandleMoe<W: LayerWeights<bf16>> {
+    layer: MoeLayer<bf16, W>,
+    scratch: Mutex<MoeScratch<bf16>>,
+    device: CudaDevice,
+    stream: Arc<CudaStream>,
+}
+
+impl<W: LayerWeights<bf16>> std::fmt::Debug for CandleMoe<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shape = self.layer.sizing().shape();
+        let (h, k) = (shape.hidden, shape.top_k);
+        f.debug_struct("CandleMoe").field("hidden", &h).field("top_k", &k).finish_non_exhaustive()
+    }
+}
+
+impl<W: LayerWeights<bf16>> CandleMoe<W> {
+    /// The op for `layer`, planned on `device`'s stream (`MoeLayer::new(&device.cuda_stream(), ..)`), with a
+    /// scratch of its own on that stream.
+    ///
+    /// # Errors
+    /// A `candle_core::Error` with the crate's error: the layer's device is not `device`'s; the scratch's
+    /// allocation.
+    pub fn new(device: &CudaDevice, layer: MoeLayer<bf16, W>) -> candle_core::Result<Self> {
+        let stream = device.cuda_stream();
+        let scratch = MoeScratch::for_layers(&stream, [&layer]).map_err(|e| err(e.to_string()))?;
+        Ok(CandleMoe { layer, scratch: Mutex::new(scratch), device: device.clone(), stream })
+    }
+
+    pub fn layer(&self) -> &MoeLayer<bf16, W> {
+        &self.layer
+    }
+
+    /// `y = layer(x, topk_ids, topk_weights)`, `y` allocated on the device (one allocation, as candle's ops).
+    ///
+    /// # Errors
+    /// As [`Self::forward_into`].
+    pub fn forward(&self, x: &Tensor, topk_ids: &Tensor, topk_weights: &Tensor) -> candle_core::Result<Tensor> {
+        let (t, h) = x.dims2()?;
+        let y = Tensor::zeros((t, h), DType::BF16, x.device())?;
+        self.forward_into(&y, x, topk_ids, topk_weights)?;
+        Ok(y)
+    }
+
+    /// Writes `layer(x, topk_ids, topk_weights)` into `y`, on candle's stream, allocating nothing.
+    ///
+    /// # Errors
+    /// A `candle_core::Error` naming the tensor and the constraint, before any launch: a tensor not on this op's
+    /// CUDA device, not contiguous, or of another dtype (x and y BF16, topk_ids I32, topk_weights F32) or shape
+    /// (`x`, `y` `[T, H]` with the layer's H, `topk_ids`, `topk_weights` `[T, k]` with its k); `y` sharing
+    /// memory with `x`; then the layer's own errors (a batch its plan cannot run, device-status reports).
+    pub fn forward_into(
+        &self,
+        y: &Tensor,
+        x: &Tensor,
+        topk_ids: &Tensor,
+        topk_weights: &Tensor,
+    ) -> candle_core::Result<()> {
+        let shape = self.layer.sizing().shape();
+        let (h, k) = (shape.hidden, shape.top_k);
+        let t = self.check(x, "x", DType::BF16, None, h)?;
+        self.check(y, "y", DType::BF16, Some(t), h)?;
+        self.check(topk_ids, "topk_ids", DType::I32, Some(t), k)?;
+        self.check(topk_weights, "topk_weights", DType::F32, Some(t), k)?;
+        // topk_weights (F32) cannot share candle storage with y (BF16): reading it inside the in-place op, whose
+        // lock on y is held, cannot wait on that lock.
+        y.inplace_op3(x, topk_ids, &Forward { moe: self, topk_weights, tokens: t })
+    }
+
+    /// `t`'s rows (`rows` if given, else its own), after checking device, layout, dtype and columns.
+    fn check(
+        &self,
+        t: &Tensor,
+        name: &str,
+        dtype: DType,
+        rows: Option<usize>,
+        cols: usize,
+    ) -> candle_core::Result<usize> {
+        match t.device() {
+            Device::Cuda(d) if d.same_device(&self.device) => {}
+            d => {
+                return Err(err(format!(
+                    "{name} is on {:?}, the layer on CUDA device {:?}",
+                    d.location(),
+                    self.device.location()
+                )))
+            }
+        }
+        if !t.is_contiguous() {
+            return Err(err(format!("{name} {:?} is not contiguous (strides {:?})", t.dims(), t.stride())));
+        }
+        if t.dtype() != dtype {
+            return Err(err(format!("{name} is {:?}, expected {dtype:?}", t.dtype())));
+        }
+        let (r, c) = t.dims2().map_err(|_| err(format!("{name} has shape {:?}, expected 2 dimensions", t.dims())))?;
+        if c != cols || rows.is_some_and(|want| want != r) {
+            let want_rows = rows.map_or("T".to_string(), |r| r.to_string());
+            return Err(err(format!("{name} is [{r}, {c}], expected [{want_rows}, {cols}]")));
+        }
+        Ok(r)
+    }
+}
+
+/// The in-place op: `y` (dst) written from `x`, `topk_ids` (sources) and `topk_weights` (read here).
+struct Forward<'a, W: LayerWeights<bf16>> {
+    moe: &'a CandleMoe<W>,
+    topk_weights: &'a Tensor,
+    tokens: usize,
+}
+
+impl<W: LayerWeights<bf16>> InplaceOp3 for Forward<'_, W> {
+    fn name(&self) -> &'static str {
+        "moe-gemm-layer"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &mut CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<()> {
+        Err(err("the MoE layer runs on CUDA tensors only".into()))
+    }
+
+    fn cuda_fwd(
+        &self,
+        y: &mut CudaStorage,
+        yl: &Layout,
+        x: &CudaStorage,
+        xl: &Layout,
+        ids: &CudaStorage,
+        il: &Layout,
+    ) -> candle_core::Result<()> {
+        let moe = self.moe;
+        let shape = moe.layer.sizing().shape();
+        let (t, h, k) = (self.tokens, shape.hidden, shape.top_k);
+        let (ws, wl) = self.topk_weights.storage_and_layout();
+        let Storage::Cuda(ws) = &*ws else { return Err(err("topk_weights is not on a CUDA device".into())) };
+        let range = |l: &Layout, n: usize| l.start_offset()..l.start_offset() + n;
+        let xs = x.as_cuda_slice::<bf16>()?.slice(range(xl, t * h));
+        let is = ids.as_cuda_slice::<i32>()?.slice(range(il, t * k));
+        let wv = ws.as_cuda_slice::<f32>()?.slice(range(wl, t * k));
+        let ys = y.as_cuda_slice_mut::<bf16>()?.slice_mut(range(yl, t * h));
+        let to = |e: crate::Error| err(e.to_string());
+        let xv = MatrixView::new("x", xs, t, h).map_err(to)?;
+        let iv = MatrixView::new("topk_ids", is, t, k).map_err(to)?;
+        let wv = MatrixView::new("topk_weights", wv, t, k).map_err(to)?;
+        let mut yv = MatrixViewMut::new("y", ys, t, h).map_err(to)?;
+        let mut scratch = moe.scratch.lock().map_err(|_| err("the op's scratch lock is poisoned".into()))?;
+        moe.layer.forward(&moe.stream, &mut scratch, &xv, &iv, &wv, &mut yv).map_err(to)
+    }
+}
