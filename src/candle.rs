@@ -18,7 +18,8 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage};
 use candle_core::{CpuStorage, DType, Device, InplaceOp3, Layout, Storage, Tensor};
 use half::bf16;
 
-use crate::layer::{LayerWeights, MoeLayer, MoeScratch};
+use crate::experts::{Activation, GateUp};
+use crate::layer::{ExpertWeights, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch};
 use crate::view::{MatrixView, MatrixViewMut};
 
 fn err(m: String) -> candle_core::Error {
@@ -125,6 +126,57 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
             return Err(err(format!("{name} is [{r}, {c}], expected [{want_rows}, {cols}]")));
         }
         Ok(r)
+    }
+}
+
+impl CandleMoe<ExpertWeights<bf16>> {
+    /// bf16 SwiGLU experts from candle tensors, `w13 [E, 2I, H]` (each expert's gate rows, then its up rows: how
+    /// candle-transformers' `FusedMoe` packs `gate_proj` and `up_proj`) and `w2 [E, H, I]`, copied once on the
+    /// device into the layer's weights, planned with `options` on `device`'s stream.
+    ///
+    /// # Errors
+    /// A `candle_core::Error` naming the tensor: not on `device`, not contiguous, not BF16, or of shapes that do
+    /// not chain (`w13` `[E, 2I, H]`, `w2` `[E, H, I]`); then the layer's planning errors.
+    pub fn from_tensors(
+        device: &CudaDevice,
+        w13: &Tensor,
+        w2: &Tensor,
+        options: MoeLayerOptions,
+    ) -> candle_core::Result<Self> {
+        let on_device = |t: &Tensor, name: &str| match t.device() {
+            Device::Cuda(d) if d.same_device(device) && t.is_contiguous() && t.dtype() == DType::BF16 => Ok(()),
+            _ => Err(err(format!("{name} must be a contiguous BF16 tensor on the op's CUDA device"))),
+        };
+        on_device(w13, "w13")?;
+        on_device(w2, "w2")?;
+        let (e, i2, h) =
+            w13.dims3().map_err(|_| err(format!("w13 has shape {:?}, expected [E, 2I, H]", w13.dims())))?;
+        let dims2 = w2.dims3().map_err(|_| err(format!("w2 has shape {:?}, expected [E, H, I]", w2.dims())))?;
+        if i2 % 2 != 0 || dims2 != (e, h, i2 / 2) {
+            return Err(err(format!("w13 {:?} and w2 {:?}: expected [E, 2I, H] and [E, H, I]", w13.dims(), w2.dims())));
+        }
+        let stream = device.cuda_stream();
+        let copy = |t: &Tensor| -> candle_core::Result<_> {
+            let (st, l) = t.storage_and_layout();
+            let Storage::Cuda(c) = &*st else { return Err(err("not a CUDA tensor".into())) };
+            let view = c.as_cuda_slice::<bf16>()?.slice(l.start_offset()..l.start_offset() + t.elem_count());
+            stream.clone_dtod(&view).map_err(|e| err(e.to_string()))
+        };
+        let to = |e: crate::Error| err(e.to_string());
+        let weights = ExpertWeights::from_device(
+            e,
+            h,
+            i2 / 2,
+            GateUp::Concatenated,
+            Activation::SiluGated,
+            copy(w13)?,
+            copy(w2)?,
+            None,
+            None,
+        )
+        .map_err(to)?;
+        let layer = MoeLayer::new(&stream, Arc::new(weights), options).map_err(to)?;
+        CandleMoe::new(device, layer)
     }
 }
 
