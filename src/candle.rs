@@ -1,6 +1,6 @@
 //! The MoE layer as an operation on candle tensors (`candle` feature): [`CandleMoe`] runs a [`MoeLayer`] over
-//! bf16 hidden states `x [T, H]`, the router's `topk_ids [T, k]` (I32) and `topk_weights [T, k]` (F32), on
-//! candle's `CudaDevice` and its stream, writing `y [T, H]` (bf16).
+//! bf16 hidden states `x [T, H]`, the router's `topk_ids [T, k]` (I32, or U32 as candle's arg-sort gives them) and
+//! `topk_weights [T, k]` (F32), on candle's `CudaDevice` and its stream, writing `y [T, H]` (bf16).
 //!
 //! candle 0.11 and this crate share one cudarc (next to candle, build with `default-features = false, features =
 //! ["candle", "cuda-dynamic-linking", "cuda-version-from-build-system"]`: docs/build.md), so candle's stream and
@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::backend::BackendDevice;
+use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::cuda_backend::{CudaDevice, CudaStorage};
 use candle_core::{CpuStorage, DType, Device, InplaceOp3, Layout, Storage, Tensor};
@@ -74,7 +74,7 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
     ///
     /// # Errors
     /// A `candle_core::Error` naming the tensor and the constraint, before any launch: a tensor not on this op's
-    /// CUDA device, not contiguous, or of another dtype (x and y BF16, topk_ids I32, topk_weights F32) or shape
+    /// CUDA device, not contiguous, or of another dtype (x and y BF16, topk_ids I32 or U32, topk_weights F32) or shape
     /// (`x`, `y` `[T, H]` with the layer's H, `topk_ids`, `topk_weights` `[T, k]` with its k); `y` sharing
     /// memory with `x`; then the layer's own errors (a batch its plan cannot run, device-status reports).
     pub fn forward_into(
@@ -86,10 +86,11 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
     ) -> candle_core::Result<()> {
         let shape = self.layer.sizing().shape();
         let (h, k) = (shape.hidden, shape.top_k);
-        let t = self.check(x, "x", DType::BF16, None, h)?;
-        self.check(y, "y", DType::BF16, Some(t), h)?;
-        self.check(topk_ids, "topk_ids", DType::I32, Some(t), k)?;
-        self.check(topk_weights, "topk_weights", DType::F32, Some(t), k)?;
+        let t = self.check(x, "x", &[DType::BF16], None, h)?;
+        self.check(y, "y", &[DType::BF16], Some(t), h)?;
+        // U32 as candle's arg-sort gives top-k ids, or I32.
+        self.check(topk_ids, "topk_ids", &[DType::I32, DType::U32], Some(t), k)?;
+        self.check(topk_weights, "topk_weights", &[DType::F32], Some(t), k)?;
         // topk_weights (F32) cannot share candle storage with y (BF16): reading it inside the in-place op, whose
         // lock on y is held, cannot wait on that lock.
         y.inplace_op3(x, topk_ids, &Forward { moe: self, topk_weights, tokens: t })
@@ -100,7 +101,7 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
         &self,
         t: &Tensor,
         name: &str,
-        dtype: DType,
+        dtypes: &[DType],
         rows: Option<usize>,
         cols: usize,
     ) -> candle_core::Result<usize> {
@@ -117,8 +118,8 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
         if !t.is_contiguous() {
             return Err(err(format!("{name} {:?} is not contiguous (strides {:?})", t.dims(), t.stride())));
         }
-        if t.dtype() != dtype {
-            return Err(err(format!("{name} is {:?}, expected {dtype:?}", t.dtype())));
+        if !dtypes.contains(&t.dtype()) {
+            return Err(err(format!("{name} is {:?}, expected one of {dtypes:?}", t.dtype())));
         }
         let (r, c) = t.dims2().map_err(|_| err(format!("{name} has shape {:?}, expected 2 dimensions", t.dims())))?;
         if c != cols || rows.is_some_and(|want| want != r) {
@@ -220,7 +221,10 @@ impl<W: LayerWeights<bf16>> InplaceOp3 for Forward<'_, W> {
         let Storage::Cuda(ws) = &*ws else { return Err(err("topk_weights is not on a CUDA device".into())) };
         let range = |l: &Layout, n: usize| l.start_offset()..l.start_offset() + n;
         let xs = x.as_cuda_slice::<bf16>()?.slice(range(xl, t * h));
-        let is = ids.as_cuda_slice::<i32>()?.slice(range(il, t * k));
+        let is = match ids.dtype() {
+            DType::U32 => crate::ffi::runtime::u32_ids_as_i32(ids.as_cuda_slice::<u32>()?.slice(range(il, t * k))),
+            _ => ids.as_cuda_slice::<i32>()?.slice(range(il, t * k)),
+        };
         let wv = ws.as_cuda_slice::<f32>()?.slice(range(wl, t * k));
         let ys = y.as_cuda_slice_mut::<bf16>()?.slice_mut(range(yl, t * h));
         let to = |e: crate::Error| err(e.to_string());

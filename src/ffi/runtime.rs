@@ -27,6 +27,16 @@ pub(crate) fn alloc_unwritten<T: cudarc::driver::DeviceRepr>(
     Ok(unsafe { stream.alloc::<T>(n)? })
 }
 
+/// `ids` (u32, as candle's arg-sort gives top-k ids) as the i32 the layouts read: the same bits, so an id of 2^31
+/// or more reads as negative, which the layout kernels treat as out of range (clamped and flagged, never used).
+#[cfg(feature = "candle")]
+pub(crate) fn u32_ids_as_i32(ids: cudarc::driver::CudaView<'_, u32>) -> cudarc::driver::CudaView<'_, i32> {
+    let n = ids.len();
+    // SAFETY: i32 and u32 have the same size and alignment and every bit pattern is a valid i32; the view
+    // covers exactly the u32 view's bytes and lives no longer than it; only device kernels read it.
+    unsafe { ids.transmute::<i32>(n) }.expect("an i32 view of n elements fits n u32")
+}
+
 /// Maps a checkpoint file read-only.
 pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: the map is read-only and private to the Checkpoint that owns it; as with every memory-mapped

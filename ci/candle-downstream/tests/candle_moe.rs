@@ -48,7 +48,11 @@ fn candle_moe_matches_candles_fused_moe() {
         let ids = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
         let w = probs.gather(&ids, D::Minus1).unwrap();
         let w = w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap();
-        let got = op.forward(&x2, &ids.to_dtype(DType::I32).unwrap(), &w).unwrap();
+        // candle's U32 ids as they come, and as I32: the same output.
+        let got = op.forward(&x2, &ids, &w).unwrap();
+        let got_i32 = op.forward(&x2, &ids.to_dtype(DType::I32).unwrap(), &w).unwrap();
+        let same = got.to_dtype(DType::F32).unwrap().sub(&got_i32.to_dtype(DType::F32).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert_eq!(same, 0.0, "U32 and I32 ids give different outputs");
 
         let (g, r): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (
             got.to_dtype(DType::F32).unwrap().to_vec2().unwrap(),
