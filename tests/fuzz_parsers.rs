@@ -136,6 +136,9 @@ fn broken_safetensors_checkpoints_give_typed_errors() {
     });
     let _ = std::fs::remove_file(&path);
     assert_reaches_the_readers("safetensors", 2500);
+    // Per-tensor and per-channel FP8 experts must pack in some cases, or their readers are only fed junk.
+    let r = parsers::reached();
+    assert!(r.channel_packs * 100 > 2500, "too few per-channel FP8 experts packed: {r:?}");
 }
 
 /// The generator is no good if its files stop at the header: a third must open, and the readers must both succeed

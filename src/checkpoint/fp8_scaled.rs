@@ -125,7 +125,8 @@ impl Checkpoint {
             return Err(bad(prefix, format!("{scheme}: block-scaled experts are read by pack_fp8_experts")));
         }
         let is_static = scheme.activations() == ActivationScales::StaticTensor;
-        let mut per = Vec::with_capacity(experts);
+        // Grown as the tensors are read: `experts` may come from an untrusted config.json.
+        let mut per = Vec::new();
         let (mut s13, mut s2) = (Vec::new(), Vec::new());
         for e in 0..experts {
             let [g, u, d] = naming.names(prefix, e);

@@ -14,7 +14,7 @@ use moe_gemm::checkpoint::{
 };
 use moe_gemm::error::Error;
 use moe_gemm::layer::{ExpertFormat, PackedExperts};
-use moe_gemm::quant::{BlockShape, ScaleFormat};
+use moe_gemm::quant::{BlockShape, ScaleFormat, WeightScales};
 use moe_gemm::tuning::ConfigName;
 use moe_gemm::tuning::TunedBackends;
 use serde_json::{json, Map, Value};
@@ -220,6 +220,32 @@ pub fn valid_tensors(d: &mut Draw, family: Family) -> Vec<Tensor> {
                 weight(d, g, i, h);
                 weight(d, u, i, h);
                 weight(d, dn, h, i);
+            }
+            if kinds & 16 != 0 {
+                // Per-tensor or per-channel FP8 experts (Mixtral naming: `weight_scale` `[]`, `[1]`, `[N]` or
+                // `[N, 1]`) with static `input_scale`s, as vLLM's and llm-compressor's FP8 releases store them.
+                let (i, h) = (1 + d.below(8), 1 + d.below(8));
+                let sdt = d.pick(&["F32", "F32", "BF16", "F16"]);
+                let channel = d.flip();
+                let mut weight = |d: &mut Draw, name: String, rows: usize, cols: usize| {
+                    out.push(tensor(name.clone(), "F8_E4M3", &[rows, cols], fill(d, rows * cols)));
+                    let shape: Vec<usize> = match (channel, d.flip()) {
+                        (true, true) => vec![rows, 1],
+                        (true, false) => vec![rows],
+                        (false, true) => vec![1],
+                        (false, false) => vec![],
+                    };
+                    let n = shape.iter().product::<usize>();
+                    out.push(tensor(format!("{name}_scale"), sdt, &shape, scales(d, n, sdt)));
+                    let input = format!("{}.input_scale", name.strip_suffix(".weight").unwrap_or(&name));
+                    out.push(tensor(input, "F32", &[], scales(d, 1, "F32")));
+                };
+                for x in 0..e {
+                    let [g, u, dn] = ExpertNaming::Mixtral.names(p, x);
+                    weight(d, g, i, h);
+                    weight(d, u, i, h);
+                    weight(d, dn, h, i);
+                }
             }
         }
         Family::Mxfp4 => {
@@ -499,12 +525,14 @@ pub struct Reached {
     pub opened: usize,
     /// config.json only: compressed-tensors schemes that parsed.
     pub compressed_tensors: usize,
+    /// Checkpoints only: per-tensor / per-channel FP8 experts that packed.
+    pub channel_packs: usize,
     pub ok: usize,
     pub err: usize,
 }
 
 thread_local! {
-    static REACHED: std::cell::Cell<Reached> = const { std::cell::Cell::new(Reached { opened: 0, compressed_tensors: 0, ok: 0, err: 0 }) };
+    static REACHED: std::cell::Cell<Reached> = const { std::cell::Cell::new(Reached { opened: 0, compressed_tensors: 0, channel_packs: 0, ok: 0, err: 0 }) };
 }
 
 /// What the cases of this thread have reached so far.
@@ -537,6 +565,20 @@ pub fn assert_tensor_result<T>(c: &Checkpoint, what: &str, tensor_prefix: &str, 
     }
 }
 
+/// The per-tensor and per-channel schemes the readers take.
+fn channel_schemes() -> Vec<Fp8Scheme> {
+    [
+        r#"{"quant_method": "fp8", "activation_scheme": "static"}"#,
+        r#"{"quant_method": "fp8", "activation_scheme": "dynamic"}"#,
+        r#"{"quant_method": "compressed-tensors", "config_groups": {"g": {
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}}"#,
+    ]
+    .iter()
+    .map(|qc| Fp8Scheme::from_config_json(&format!(r#"{{"quantization_config": {qc}}}"#)).unwrap().unwrap())
+    .collect()
+}
+
 /// Calls every reader a checkpoint of `family` has on `bytes` (named `file`): each one must return Ok or a typed
 /// error naming the file and the tensor. Values that are read are used (dequantised, packed, padded) too.
 pub fn check_checkpoint(file: &Path, bytes: Vec<u8>, family: Family, block: BlockShape) {
@@ -552,9 +594,17 @@ pub fn check_checkpoint(file: &Path, bytes: Vec<u8>, family: Family, block: Bloc
             for name in &names {
                 assert_tensor_result(&c, "tensor::<bf16>", name, &c.tensor::<bf16>(name));
                 assert_tensor_result(&c, "tensor::<f16>", name, &c.tensor::<half::f16>(name));
-                if name.ends_with("_scale_inv") {
+                if name.ends_with("_scale_inv") || name.ends_with("_scale") {
                     continue;
                 }
+                for scales in [WeightScales::Tensor, WeightScales::Channel] {
+                    let r = c.fp8_scaled_weight(name, scales);
+                    if let Ok(w) = &r {
+                        assert_eq!(w.dequantize().len(), w.rows() * w.cols());
+                    }
+                    assert_tensor_result(&c, "fp8_scaled_weight", name, &r);
+                }
+                assert_tensor_result(&c, "fp8_input_scale", name.trim_end_matches("weight"), &c.fp8_input_scale(name));
                 for cfg in fp8_configs(block) {
                     let r = c.fp8_block_weight(name, &cfg);
                     if let Ok(w) = &r {
@@ -592,7 +642,22 @@ pub fn check_checkpoint(file: &Path, bytes: Vec<u8>, family: Family, block: Bloc
                     }
                 }
             }
+            for experts in 1..=3 {
+                for scheme in channel_schemes() {
+                    let r = c.pack_fp8_channel_experts(p, experts, ExpertNaming::Mixtral, &scheme);
+                    assert_tensor_result(&c, "pack_fp8_channel_experts", p, &r);
+                    if let Ok(packed) = &r {
+                        count(|c| c.channel_packs += 1);
+                        assert_eq!(packed.w13().len(), experts);
+                        let _ = packed.static_scales().map(|s| s.layer_scales());
+                    }
+                }
+            }
             // A server may take the expert count from an untrusted config.json: a huge one must not reserve memory.
+            for scheme in channel_schemes() {
+                let r = c.pack_fp8_channel_experts(p, usize::MAX, ExpertNaming::Mixtral, &scheme);
+                assert_tensor_result(&c, "pack_fp8_channel_experts(huge E)", p, &r);
+            }
             assert_tensor_result(
                 &c,
                 "pack_experts(huge E)",
