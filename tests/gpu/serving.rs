@@ -19,10 +19,27 @@ use crate::layer::{packed, views, weights_for};
 /// 58 DeepSeek-V3-shaped layers (E 256, k 8; H 256, I 128 to keep 58 layers' weights small) share one scratch;
 /// the whole stack is captured in one CUDA graph and replayed, and each layer's output equals that layer run on
 /// its own with a scratch of its own, bit for bit (a layer reading another's leftovers would differ). Layer 0
-/// also matches the CPU reference. For Auto (Batched at these sizes), Fused and Grouped.
+/// also matches the CPU reference. One test per backend: Auto (Batched at these sizes), Fused and Grouped (apart,
+/// so that a sanitizer holds one backend's launches at a time).
 #[test]
 #[ignore = "needs an SM90 GPU"]
-fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph() {
+fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph_auto() {
+    fifty_eight_layers_in_one_graph(Backend::Auto);
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph_fused() {
+    fifty_eight_layers_in_one_graph(Backend::Fused);
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph_grouped() {
+    fifty_eight_layers_in_one_graph(Backend::Grouped);
+}
+
+fn fifty_eight_layers_in_one_graph(backend: Backend) {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let (layers, e, k, h, i, t) = (58usize, 256usize, 8usize, 256usize, 128usize, 64usize);
     let (_ctx, stream) = gpu();
@@ -42,50 +59,48 @@ fn deepseek_shaped_58_layers_share_one_scratch_in_one_graph() {
     let w_h: Vec<Vec<f32>> = (0..layers).map(|l| weights_for(t, k, 200 + l as u64)).collect();
     let ids: Vec<CudaSlice<i32>> = ids_h.iter().map(|v| stream.clone_htod(v).unwrap()).collect();
     let ws: Vec<CudaSlice<f32>> = w_h.iter().map(|v| stream.clone_htod(v).unwrap()).collect();
-    for backend in [Backend::Auto, Backend::Fused, Backend::Grouped] {
-        let plans: Vec<MoeLayer<bf16>> = weights
-            .iter()
-            .map(|w| MoeLayer::new(&stream, w.clone(), MoeLayerOptions::new(t, k).backend(backend)).unwrap())
-            .collect();
-        let mut scratch = MoeScratch::for_layers(&stream, &plans).unwrap();
-        assert_eq!(scratch.needs(), plans[0].needs(), "{backend:?}: identical layers, one layer's scratch");
-        let mut ys: Vec<CudaSlice<bf16>> = (0..layers).map(|_| stream.alloc_zeros::<bf16>(t * h).unwrap()).collect();
-        let run_all = |scratch: &mut MoeScratch<bf16>, ys: &mut [CudaSlice<bf16>]| {
-            for (l, layer) in plans.iter().enumerate() {
-                let (xv, iv, wv) = views(&x, h, &ids[l], &ws[l], k);
-                let mut yv = MatrixViewMut::of("y", &mut ys[l], h).unwrap();
-                layer.forward(&stream, scratch, &xv, &iv, &wv, &mut yv).unwrap();
-            }
-        };
-        run_all(&mut scratch, &mut ys);
-        stream.synchronize().unwrap();
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-        run_all(&mut scratch, &mut ys);
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
-        for y in ys.iter_mut() {
-            stream.memcpy_htod(&vec![bf16::NAN; t * h], y).unwrap();
-        }
-        graph.launch().unwrap();
-        graph.launch().unwrap();
-        scratch.check(&stream).unwrap();
-        let from_graph: Vec<Vec<bf16>> = ys.iter().map(|y| stream.clone_dtoh(y).unwrap()).collect();
-        drop(graph);
+    let plans: Vec<MoeLayer<bf16>> = weights
+        .iter()
+        .map(|w| MoeLayer::new(&stream, w.clone(), MoeLayerOptions::new(t, k).backend(backend)).unwrap())
+        .collect();
+    let mut scratch = MoeScratch::for_layers(&stream, &plans).unwrap();
+    assert_eq!(scratch.needs(), plans[0].needs(), "{backend:?}: identical layers, one layer's scratch");
+    let mut ys: Vec<CudaSlice<bf16>> = (0..layers).map(|_| stream.alloc_zeros::<bf16>(t * h).unwrap()).collect();
+    let run_all = |scratch: &mut MoeScratch<bf16>, ys: &mut [CudaSlice<bf16>]| {
         for (l, layer) in plans.iter().enumerate() {
-            let mut own = MoeScratch::for_layers(&stream, [layer]).unwrap();
-            let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
             let (xv, iv, wv) = views(&x, h, &ids[l], &ws[l], k);
-            layer.forward(&stream, &mut own, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
-            own.check(&stream).unwrap();
-            let alone = stream.clone_dtoh(&y).unwrap();
-            assert!(alone.iter().all(|v| v.is_finite()), "{backend:?} layer {l}: non-finite output");
-            assert!(
-                alone.iter().zip(&from_graph[l]).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{backend:?} layer {l}: the 58-layer graph over one scratch differs from the layer alone"
-            );
+            let mut yv = MatrixViewMut::of("y", &mut ys[l], h).unwrap();
+            layer.forward(&stream, scratch, &xv, &iv, &wv, &mut yv).unwrap();
         }
-        if let Some(m) = bf16_layer_mismatch(&from_graph[0], &moe_forward(&p0, &x_host, &ids_h[0], &w_h[0], k)) {
-            panic!("{backend:?} layer 0 vs the CPU reference: {m}");
-        }
+    };
+    run_all(&mut scratch, &mut ys);
+    stream.synchronize().unwrap();
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    run_all(&mut scratch, &mut ys);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
+    for y in ys.iter_mut() {
+        stream.memcpy_htod(&vec![bf16::NAN; t * h], y).unwrap();
+    }
+    graph.launch().unwrap();
+    graph.launch().unwrap();
+    scratch.check(&stream).unwrap();
+    let from_graph: Vec<Vec<bf16>> = ys.iter().map(|y| stream.clone_dtoh(y).unwrap()).collect();
+    drop(graph);
+    for (l, layer) in plans.iter().enumerate() {
+        let mut own = MoeScratch::for_layers(&stream, [layer]).unwrap();
+        let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+        let (xv, iv, wv) = views(&x, h, &ids[l], &ws[l], k);
+        layer.forward(&stream, &mut own, &xv, &iv, &wv, &mut MatrixViewMut::of("y", &mut y, h).unwrap()).unwrap();
+        own.check(&stream).unwrap();
+        let alone = stream.clone_dtoh(&y).unwrap();
+        assert!(alone.iter().all(|v| v.is_finite()), "{backend:?} layer {l}: non-finite output");
+        assert!(
+            alone.iter().zip(&from_graph[l]).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{backend:?} layer {l}: the 58-layer graph over one scratch differs from the layer alone"
+        );
+    }
+    if let Some(m) = bf16_layer_mismatch(&from_graph[0], &moe_forward(&p0, &x_host, &ids_h[0], &w_h[0], k)) {
+        panic!("{backend:?} layer 0 vs the CPU reference: {m}");
     }
 }
 
