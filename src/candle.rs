@@ -64,7 +64,8 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
     /// # Errors
     /// As [`Self::forward_into`].
     pub fn forward(&self, x: &Tensor, topk_ids: &Tensor, topk_weights: &Tensor) -> candle_core::Result<Tensor> {
-        let (t, h) = x.dims2()?;
+        let h = self.layer.sizing().shape().hidden;
+        let t = self.check(x, "x", &[DType::BF16], None, h)?;
         let y = Tensor::zeros((t, h), DType::BF16, x.device())?;
         self.forward_into(&y, x, topk_ids, topk_weights)?;
         Ok(y)
