@@ -1,6 +1,6 @@
 // FP8 (e4m3) quantisation of 16-bit rows with one f32 scale per token per 128 columns, K-major (quant.h states the
 // rules). One warp per (row, group): each lane owns 4 consecutive columns, the warp reduces the group's amax with
-// shuffles, lane 0 writes the scale. The Gather source quantises a token row once and writes it at each of its
+// shuffles, lane 0 writes the scale. Per token (per_row): one warp per row, over all its groups. The Gather source quantises a token row once and writes it at each of its
 // layout positions, so the permuted copy of x is produced directly in e4m3.
 //
 // Expert weights per 128 x 128 block (quantize_weights_fp8, quant.h states the rules): one CTA of 256 threads per
@@ -41,56 +41,92 @@ struct Slice {
   float scale;
 };
 
-// Group g of row `row` (x + row * x_stride): lane columns c0 .. c0 + 3 with c0 = g * 128 + 4 * lane. kVec: k % 4
-// == 0, x_stride % 4 == 0 and x 8-byte aligned, so a lane's 4 elements are one 8-byte load, wholly inside or
-// wholly past the row.
+// Group g of row `row` (x + row * x_stride): lane columns c0 .. c0 + 3 with c0 = g * 128 + 4 * lane, their raw
+// bits and f32 values (0 past k), and the lane's amax over the finite ones. kVec: k % 4 == 0, x_stride % 4 == 0
+// and x 8-byte aligned, so a lane's 4 elements are one 8-byte load, wholly inside or wholly past the row.
 template <class T, bool kVec>
-__device__ __forceinline__ Slice quantize_slice(const QuantArgs& a, const T* __restrict__ xrow, int g, uint32_t& err) {
+__device__ __forceinline__ float load_slice(const QuantArgs& a, const T* __restrict__ xrow, int g,
+                                            uint16_t (&raw)[kPerLane], float (&v)[kPerLane]) {
   const int c0 = g * kQuantGroup + 4 * (threadIdx.x % 32);
-  uint16_t raw[kPerLane] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) raw[i] = 0;
   if (kVec) {
     if (c0 < a.k) {
-      const uint2 v = *reinterpret_cast<const uint2*>(xrow + c0);
-      raw[0] = v.x & 0xffffu;
-      raw[1] = v.x >> 16;
-      raw[2] = v.y & 0xffffu;
-      raw[3] = v.y >> 16;
+      const uint2 w = *reinterpret_cast<const uint2*>(xrow + c0);
+      raw[0] = w.x & 0xffffu;
+      raw[1] = w.x >> 16;
+      raw[2] = w.y & 0xffffu;
+      raw[3] = w.y >> 16;
     }
   } else {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
       if (c0 + i < a.k) raw[i] = raw_bits(xrow[c0 + i]);
   }
-  float v[kPerLane];
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     v[i] = element::f32(from_raw<T>(raw[i]));
     if (isfinite(v[i])) amax = fmaxf(amax, fabsf(v[i]));  // columns past k hold 0
   }
+  return amax;
+}
+
+// The lane's 4 e4m3 bytes of a loaded slice under `scale`, packed little-endian.
+__device__ __forceinline__ uint32_t encode_slice(const uint16_t (&raw)[kPerLane], const float (&v)[kPerLane],
+                                                 float scale, uint32_t& err) {
+  uint32_t q = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) q |= encode(v[i], raw[i], scale, err) << (8 * i);
+  return q;
+}
+
+template <class T, bool kVec>
+__device__ __forceinline__ Slice quantize_slice(const QuantArgs& a, const T* __restrict__ xrow, int g, uint32_t& err) {
+  uint16_t raw[kPerLane];
+  float v[kPerLane];
+  float amax = load_slice<T, kVec>(a, xrow, g, raw, v);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
   Slice s;
   s.scale = group_scale(amax, a.eps, a.ue8m0 != 0);
-  s.q = 0;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) s.q |= encode(v[i], raw[i], s.scale, err) << (8 * i);
+  s.q = encode_slice(raw, v, s.scale, err);
   return s;
 }
 
-// Writes the slice at row `row` of out and scales. kVec: k % 4 == 0 and out 4-byte aligned.
+// Writes a lane's e4m3 bytes of group g at row `row` of out. kVec: k % 4 == 0 and out 4-byte aligned.
 template <bool kVec>
-__device__ __forceinline__ void store_slice(const QuantArgs& a, int64_t row, int g, int groups, const Slice& s) {
+__device__ __forceinline__ void store_q(const QuantArgs& a, int64_t row, int g, uint32_t q) {
   const int c0 = g * kQuantGroup + 4 * (threadIdx.x % 32);
   uint8_t* orow = reinterpret_cast<uint8_t*>(a.out) + row * a.k;
   if (kVec) {
-    if (c0 < a.k) *reinterpret_cast<uint32_t*>(orow + c0) = s.q;
+    if (c0 < a.k) *reinterpret_cast<uint32_t*>(orow + c0) = q;
   } else {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
-      if (c0 + i < a.k) orow[c0 + i] = static_cast<uint8_t>(s.q >> (8 * i));
+      if (c0 + i < a.k) orow[c0 + i] = static_cast<uint8_t>(q >> (8 * i));
   }
+}
+
+// Writes the slice at row `row` of out and scales.
+template <bool kVec>
+__device__ __forceinline__ void store_slice(const QuantArgs& a, int64_t row, int g, int groups, const Slice& s) {
+  store_q<kVec>(a, row, g, s.q);
   if (threadIdx.x % 32 == 0) reinterpret_cast<float*>(a.scales)[row * groups + g] = s.scale;
+}
+
+// Per token (per_row): the scale of a whole row of `groups` 128-column groups, the warp's amax over all of them.
+template <class T, bool kVec>
+__device__ __forceinline__ float row_scale(const QuantArgs& a, const T* __restrict__ xrow, int groups) {
+  float amax = 0.f;
+  for (int g = 0; g < groups; ++g) {
+    uint16_t raw[kPerLane];
+    float v[kPerLane];
+    amax = fmaxf(amax, load_slice<T, kVec>(a, xrow, g, raw, v));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
+  return group_scale(amax, a.eps, a.ue8m0 != 0);
 }
 
 // ORs a warp's error bits into the status word at `status`; every lane of the warp calls it.
@@ -152,9 +188,82 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_gather_kernel(const Quan
   report(a.status, err);
 }
 
+// Per token (per_row): one warp per row (Rows) or token (Gather), warp-uniform. The warp reads its row twice,
+// once for the amax of all its columns and once to encode them (the second read mostly from L2), and writes one
+// scale per output row.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(32 * kWarps) quantize_rows_per_row_kernel(const QuantArgs a) {
+  const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
+  int64_t rows = a.rows;
+  if (a.total) {
+    const int64_t t = *reinterpret_cast<const int32_t*>(a.total);
+    rows = t < 0 ? 0 : (t < rows ? t : rows);
+  }
+  const int32_t* row_experts = reinterpret_cast<const int32_t*>(a.row_experts);
+  const T* x = reinterpret_cast<const T*>(a.x);
+  uint32_t err = 0;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    if (row_experts) {
+      const int e = row_experts[row];
+      if (e < 0 || e >= a.experts) continue;
+    }
+    const T* xrow = x + row * a.x_stride;
+    const float scale = row_scale<T, kVec>(a, xrow, groups);
+    for (int g = 0; g < groups; ++g) {
+      uint16_t raw[kPerLane];
+      float v[kPerLane];
+      load_slice<T, kVec>(a, xrow, g, raw, v);
+      store_q<kVec>(a, row, g, encode_slice(raw, v, scale, err));
+    }
+    if (threadIdx.x % 32 == 0) reinterpret_cast<float*>(a.scales)[row] = scale;
+  }
+  report(a.status, err);
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(32 * kWarps) quantize_gather_per_row_kernel(const QuantArgs a) {
+  const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
+  const int32_t* positions = reinterpret_cast<const int32_t*>(a.positions);
+  const T* x = reinterpret_cast<const T*>(a.x);
+  uint32_t err = 0;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; t < a.rows;
+       t += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const T* xrow = x + t * a.x_stride;
+    const float scale = row_scale<T, kVec>(a, xrow, groups);
+    for (int g = 0; g < groups; ++g) {
+      uint16_t raw[kPerLane];
+      float v[kPerLane];
+      load_slice<T, kVec>(a, xrow, g, raw, v);
+      const uint32_t q = encode_slice(raw, v, scale, err);
+      for (int j = 0; j < a.top_k; ++j) {
+        const int64_t p = positions[t * a.top_k + j];
+        if (p < 0 || p >= a.out_rows) continue;  // dropped; an overflow is reported once, below
+        store_q<kVec>(a, p, g, q);
+      }
+    }
+    for (int j = 0; j < a.top_k; ++j) {
+      const int64_t p = positions[t * a.top_k + j];
+      if (p < 0) continue;  // dropped: another device's expert, a bad id, past a masked capacity
+      if (p >= a.out_rows) {
+        err |= kErrCapacityOverflow;
+        continue;
+      }
+      if (threadIdx.x % 32 == 0) reinterpret_cast<float*>(a.scales)[p] = scale;
+    }
+  }
+  report(a.status, err);
+}
+
 template <class T, bool kVec>
 void launch(const QuantArgs& a, unsigned blocks, cudaStream_t s) {
-  if (a.source == QuantSource::Gather) {
+  if (a.per_row) {
+    if (a.source == QuantSource::Gather) {
+      quantize_gather_per_row_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
+    } else {
+      quantize_rows_per_row_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
+    }
+  } else if (a.source == QuantSource::Gather) {
     quantize_gather_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
   } else {
     quantize_rows_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
@@ -298,7 +407,7 @@ Status quantize_fp8(const QuantArgs& a) {
   using namespace quant;
   if (a.rows <= 0 || a.k <= 0) return {StatusCode::Ok, 0};
   const int64_t groups = (a.k + kQuantGroup - 1) / kQuantGroup;
-  const int64_t warps = a.rows * groups;
+  const int64_t warps = a.per_row ? a.rows : a.rows * groups;  // per row: one warp per row or token
   const int64_t want = (warps + kWarps - 1) / kWarps;
   const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
   // 8-byte loads of 4 columns and 4-byte stores of their e4m3 bytes where every row keeps that alignment.

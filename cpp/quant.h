@@ -11,6 +11,9 @@
 //           kErrNonfiniteInput.
 // Output: q [out_rows, k] (row stride k) and f32 scales K-major [out_rows][ceil(k / 128)], the per-group layout the
 // SM90 CUTLASS blockwise grouped GEMM reads (a group's scales start at row_start * ceil(k / 128)).
+//
+// Per token (per_row): the same rules with one group of all k columns (amax over the row's finite elements);
+// scales f32 [out_rows], what the rowwise-scaled grouped GEMM reads (Fp8TokenRows).
 #pragma once
 
 #include <cstdint>
@@ -51,8 +54,9 @@ struct QuantArgs {
   int32_t experts;      // Rows with row_experts: the valid range of an expert id
   float eps;            // amax floor: positive, eps / 448 a normal f32 (checked by the caller)
   int32_t ue8m0;        // nonzero: scales rounded up to powers of two
+  int32_t per_row;      // nonzero: one scale per row over all k columns (scales [out_rows])
   uint64_t out;         // uint8 (e4m3) [out_rows, k]
-  uint64_t scales;      // f32 [out_rows, ceil(k / 128)]
+  uint64_t scales;      // f32 [out_rows, ceil(k / 128)], or [out_rows] per row
   uint64_t status;      // uint32 device status word
   uint64_t stream;
 };

@@ -142,6 +142,7 @@ pub(crate) mod ffi {
         experts: i32,
         eps: f32,
         ue8m0: i32,
+        per_row: i32,
         out: u64,
         scales: u64,
         status: u64,

@@ -15,12 +15,24 @@ use crate::error::{Error, Result};
 pub(crate) const GROUP: usize = 128;
 
 /// How to quantise (the scalars of `QuantArgs`): `k` columns, the amax floor `eps`, scales rounded up to powers
-/// of two or not.
+/// of two or not, one scale per 128 columns or (`per_row`) per row.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QuantDesc {
     pub k: usize,
     pub eps: f32,
     pub ue8m0: bool,
+    pub per_row: bool,
+}
+
+impl QuantDesc {
+    /// Scales per row: one per 128 columns, or one.
+    fn groups(&self) -> usize {
+        if self.per_row {
+            1
+        } else {
+            self.k.div_ceil(GROUP)
+        }
+    }
 }
 
 /// The source rows: `rows` rows of `k` columns, `stride` elements apart, in `x`.
@@ -38,7 +50,7 @@ pub(crate) struct RowMask<'a> {
     pub total: Option<&'a CudaSlice<i32>>,
 }
 
-/// The destination: e4m3 `[rows, k]` and f32 scales `[rows, ceil(k / 128)]`.
+/// The destination: e4m3 `[rows, k]` and f32 scales `[rows, ceil(k / 128)]` (`[rows]` per row).
 pub(crate) struct QuantDst<'a> {
     pub data: &'a mut CudaSlice<F8E4M3>,
     pub scales: &'a mut CudaSlice<f32>,
@@ -73,15 +85,15 @@ fn check_src<T>(s: &QuantSrc<'_, T>, k: usize) -> Result<()> {
     need_len("x", s.x.len(), need, "(rows - 1) x stride + k")
 }
 
-fn check_dst(d: &QuantDst<'_>, k: usize) -> Result<(usize, usize)> {
-    let groups = k.div_ceil(GROUP);
+fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc) -> Result<(usize, usize)> {
+    let (k, groups) = (desc.k, desc.groups());
     let data = d.rows.checked_mul(k);
     let scales = d.rows.checked_mul(groups);
     let (Some(data), Some(scales)) = (data, scales) else {
         return Err(Error::InvalidProblem(format!("fp8 rows: {} rows of {k} columns overflow", d.rows)));
     };
     need_len("fp8 data", d.data.len(), data, "rows x k")?;
-    need_len("fp8 scales", d.scales.len(), scales, "rows x ceil(k / 128)")?;
+    need_len("fp8 scales", d.scales.len(), scales, if desc.per_row { "rows" } else { "rows x ceil(k / 128)" })?;
     Ok((data, scales))
 }
 
@@ -111,6 +123,7 @@ fn params(
         experts: to_i32("experts", experts)?,
         eps: d.eps,
         ue8m0: d.ue8m0 as i32,
+        per_row: d.per_row as i32,
         out: 0,
         scales: 0,
         status: 0,
@@ -129,7 +142,7 @@ pub(crate) fn launch_quantize_rows<T: Element>(
 ) -> Result<()> {
     check_desc(d)?;
     check_src(src, d.k)?;
-    check_dst(&dst, d.k)?;
+    check_dst(&dst, d)?;
     if dst.rows < src.rows {
         return Err(Error::Buffer { name: "fp8 rows", detail: format!("has {} rows, x {}", dst.rows, src.rows) });
     }
@@ -156,8 +169,8 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     p.status = s_ptr;
     p.stream = stream.cu_stream() as u64;
     // SAFETY: x holds (rows - 1) * stride + k elements (checked), so every row the kernel reads is inside it; out
-    // holds dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats with dst.rows >= rows (checked), and the
-    // kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel range-checks
+    // holds dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats (dst.rows per row) with dst.rows >= rows
+    // (checked), and the kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel range-checks
     // against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any alignment works
     // (the kernel picks its vector path from the addresses). eps / 448 is a normal f32 (checked). The stream's
     // context is bound to this thread; guards outlive the call.
@@ -177,7 +190,7 @@ pub(crate) fn launch_quantize_gather<T: Element>(
 ) -> Result<()> {
     check_desc(d)?;
     check_src(src, d.k)?;
-    check_dst(&dst, d.k)?;
+    check_dst(&dst, d)?;
     if top_k == 0 {
         return Err(Error::InvalidProblem("top_k = 0: every token has at least one slot".into()));
     }
@@ -201,9 +214,9 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     p.status = s_ptr;
     p.stream = stream.cu_stream() as u64;
     // SAFETY: x holds (tokens - 1) * stride + k elements and positions tokens * top_k ids (checked); out holds
-    // dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats (checked), and the kernel writes a row only
-    // at a position in [0, dst.rows): positions are device data it range-checks (others dropped, overflow
-    // reported). Any alignment works. eps / 448 is a normal f32 (checked). The stream's context is bound to this
+    // dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats, dst.rows per row (checked), and the kernel
+    // writes a row only at a position in [0, dst.rows): positions are device data it range-checks (others
+    // dropped, overflow reported). Any alignment works. eps / 448 is a normal f32 (checked). The stream's context is bound to this
     // thread; guards outlive the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }

@@ -157,7 +157,7 @@ impl Fp8Rows {
 }
 
 fn desc(k: usize, opts: &GroupQuant) -> ffi::QuantDesc {
-    ffi::QuantDesc { k, eps: opts.eps(), ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil }
+    ffi::QuantDesc { k, eps: opts.eps(), ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil, per_row: false }
 }
 
 fn same_k<T>(x: &MatrixView<'_, T>, out: &Fp8Rows) -> Result<()> {

@@ -11,9 +11,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
+use super::group::{GroupQuant, ScaleRounding};
 use super::operands::{check_len, product};
 use super::{BlockFp8, BlockShape, Scales, F8E4M3};
+use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::ffi::quant as ffi;
+use crate::status::DeviceStatus;
+use crate::view::MatrixView;
 
 /// The one f32 scale per row of a host matrix whose scale block spans whole rows (`1 x K`) or all of it
 /// (`N x K`, repeated for every row); `what` names the matrix in errors.
@@ -94,6 +99,47 @@ impl Fp8TokenRows {
     }
     pub fn scales(&self) -> CudaView<'_, f32> {
         self.scales.as_view()
+    }
+
+    /// Quantises every row of `x [rows, K]` on the device into rows `0..rows`, one scale per row (per token):
+    /// `scale = max(amax, eps) / 448` over the row's finite elements (rounded up to a power of two under
+    /// UE8M0 rounding), `q = e4m3(x / scale)` saturating, a non-finite element the e4m3 NaN of its sign and
+    /// reported through `status`: the rules of the 128-column quantiser ([`super::quantize_rows`]) with one group
+    /// of all `K` columns, bit for bit those of the host's [`GroupQuant::scale`] and
+    /// [`super::quantize_element`] per row.
+    ///
+    /// # Errors
+    /// [`Error::Buffer`] when `x` has another `K` or more rows than these; [`Error::InvalidProblem`] for an
+    /// `eps` the kernel cannot take; launch errors.
+    pub fn quantize<T: Element>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        x: &MatrixView<'_, T>,
+        opts: &GroupQuant,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        if x.cols() != self.k || x.rows() > self.rows {
+            return Err(Error::Buffer {
+                name: x.name(),
+                detail: format!(
+                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
+                    x.rows(),
+                    x.cols(),
+                    self.rows,
+                    self.k
+                ),
+            });
+        }
+        let view = x.as_view();
+        let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
+        let desc = ffi::QuantDesc {
+            k: self.k,
+            eps: opts.eps(),
+            ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil,
+            per_row: true,
+        };
+        let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
+        ffi::launch_quantize_rows(stream, &desc, &src, None, dst, status.word_mut())
     }
 }
 

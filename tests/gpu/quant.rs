@@ -1,5 +1,5 @@
 //! FP8 activation quantisation on the GPU: the device kernels against the host reference
-//! (`quant::per_token_group_quant`) bit for bit, on real shapes (K = 7168, 2048) and a partial last group (K = 200),
+//! (`quant::per_token_group_quant`; per token, the same rules per row) bit for bit, on real shapes (K = 7168, 2048) and a partial last group (K = 200),
 //! with NaN, ±∞, zeros, huge and subnormal inputs, UE8M0 on and off; the gather-fused variant against gather then
 //! quantise; rows not written left untouched; a wrong (MN-major) scale layout caught; a graph replay.
 //!
@@ -16,8 +16,8 @@ use half::{bf16, f16};
 use moe_gemm::dtype::{DType, Element};
 use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use moe_gemm::quant::{
-    dequantize_groups, per_token_group_quant, quantize_gather, quantize_rows, requantize_rows, Fp8Rows, GroupQuant,
-    RowsInUse, ScaleRounding, ACT_GROUP, F8E4M3, VLLM_EPS,
+    dequantize_groups, per_token_group_quant, quantize_element, quantize_gather, quantize_rows, requantize_rows,
+    Fp8Rows, Fp8TokenRows, GroupQuant, RowsInUse, ScaleRounding, ACT_GROUP, F8E4M3, VLLM_EPS,
 };
 use moe_gemm::random::topk_ids;
 use moe_gemm::status::bits;
@@ -174,6 +174,74 @@ fn device_quantisation_matches_the_host_reference_bit_for_bit() {
     let (_ctx, stream) = gpu();
     rows_match_reference::<bf16>(&stream);
     rows_match_reference::<f16>(&stream);
+}
+
+/// Per-token quantisation (`Fp8TokenRows::quantize`, one scale per row: the rowwise GEMM's activations) against
+/// the host rules per row (`GroupQuant::scale` of the row's amax, `quantize_element`) bit for bit: real and partial
+/// K, special rows (zeros, NaN, ±∞, max among small values, subnormals), every option, bf16 and f16, the vector
+/// and (a strided, misaligned view) the scalar path; rows past x untouched; non-finite inputs flagged.
+fn token_rows_match_the_host_rules<T: Element>(stream: &Arc<CudaStream>) {
+    let mut st = DeviceStatus::new(stream).unwrap();
+    for (rows, k, stride, offset) in [
+        (1usize, 7168usize, 7168usize, 0usize),
+        (7, 2048, 2048, 0),
+        (129, 200, 200, 0),
+        (9, 200, 203, 1),
+        (5, 13, 13, 0),
+    ] {
+        let x = inputs::<T>(rows, k, (rows * 17 + k) as u64);
+        // x's rows `stride` apart, `offset` elements into the buffer (stride != k or offset != 0: scalar loads).
+        let mut buf = vec![T::from_f32(0.0); offset + rows * stride];
+        for r in 0..rows {
+            buf[offset + r * stride..offset + r * stride + k].copy_from_slice(&x[r * k..(r + 1) * k]);
+        }
+        let x_dev = stream.clone_htod(&buf).unwrap();
+        let view = MatrixView::with_stride("x", x_dev.slice(offset..offset + (rows - 1) * stride + k), rows, k, stride)
+            .unwrap();
+        for (name, opts) in options() {
+            let ctx = format!("{} rows {rows} K {k} stride {stride} {name}", T::DTYPE);
+            let spare = 2;
+            let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); (rows + spare) * k]).unwrap();
+            let sc = stream.clone_htod(&vec![SENTINEL_S; rows + spare]).unwrap();
+            let mut out = Fp8TokenRows::new(q, sc, rows + spare, k).unwrap();
+            out.quantize(stream, &view, &opts, &mut st).unwrap();
+            let word = status_word(st.check(stream));
+            assert_eq!(word, if has_nonfinite(&x) { bits::NONFINITE_INPUT } else { 0 }, "{ctx}: status");
+            let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+            for r in 0..rows {
+                let xr = f32s(&x[r * k..(r + 1) * k]);
+                let amax = xr.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+                let want_s = opts.scale(amax);
+                assert_eq!(sc[r].to_bits(), want_s.to_bits(), "{ctx}: row {r} scale {:e}, expected {want_s:e}", sc[r]);
+                for (c, &v) in xr.iter().enumerate() {
+                    let want = quantize_element(v, want_s).to_bits();
+                    let got = q[r * k + c].to_bits();
+                    assert_eq!(got, want, "{ctx}: row {r} col {c}: e4m3 {got:#04x}, expected {want:#04x}");
+                }
+            }
+            for r in rows..rows + spare {
+                assert!(
+                    q[r * k..(r + 1) * k].iter().all(|v| v.to_bits() == SENTINEL_Q) && sc[r] == SENTINEL_S,
+                    "{ctx}: row {r} past x was written"
+                );
+            }
+        }
+    }
+    // A view of another K, or more rows than the token rows hold, is refused before any launch.
+    let x = stream.clone_htod(&vec![T::from_f32(1.0); 4 * 64]).unwrap();
+    let mut out = Fp8TokenRows::zeros(stream, 3, 64).unwrap();
+    let four = MatrixView::new("x", x.as_view(), 4, 64).unwrap();
+    assert!(matches!(out.quantize(stream, &four, &GroupQuant::DEEPSEEK, &mut st), Err(Error::Buffer { .. })));
+    let wide = MatrixView::new("x", x.as_view(), 2, 128).unwrap();
+    assert!(matches!(out.quantize(stream, &wide, &GroupQuant::DEEPSEEK, &mut st), Err(Error::Buffer { .. })));
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn per_token_quantisation_matches_the_host_rules_bit_for_bit() {
+    let (_ctx, stream) = gpu();
+    token_rows_match_the_host_rules::<bf16>(&stream);
+    token_rows_match_the_host_rules::<f16>(&stream);
 }
 
 /// The scalar path: an odd K, a row stride that breaks the 8-byte alignment of rows, a view starting one element
