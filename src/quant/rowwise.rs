@@ -17,6 +17,7 @@ use super::{BlockFp8, BlockShape, Scales, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::quant as ffi;
+use crate::layouts::ExpertLayout;
 use crate::status::DeviceStatus;
 use crate::view::MatrixView;
 
@@ -132,14 +133,59 @@ impl Fp8TokenRows {
         }
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
-        let desc = ffi::QuantDesc {
-            k: self.k,
-            eps: opts.eps(),
-            ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil,
-            per_row: true,
-        };
+        let desc = self.desc(opts);
         let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
         ffi::launch_quantize_rows(stream, &desc, &src, None, dst, status.word_mut())
+    }
+
+    /// As [`Self::quantize`], each token row of `x [tokens, K]` written at each of its `top_k` positions in
+    /// `layout` (built for these tokens): the permuted A operand of the rowwise GEMM, produced directly in e4m3.
+    /// These rows number at least the layout's capacity; dropped slots and padding rows are left as they were.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] if `tokens > max_tokens`; [`Error::Buffer`] for another `K` or fewer rows than
+    /// the capacity; launch errors. Non-finite inputs and positions past these rows are reported through
+    /// `status`.
+    pub fn quantize_gather<T: Element>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        layout: &ExpertLayout,
+        x: &MatrixView<'_, T>,
+        opts: &GroupQuant,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        let dims = layout.dims();
+        if x.rows() > dims.max_tokens() {
+            return Err(Error::InvalidProblem(format!(
+                "tokens = {} exceeds the layout's max_tokens = {}",
+                x.rows(),
+                dims.max_tokens()
+            )));
+        }
+        if x.cols() != self.k || self.rows < dims.capacity() {
+            return Err(Error::Buffer {
+                name: "FP8 token rows",
+                detail: format!(
+                    "[{}, {}] for {} [{}, {}] gathered into a layout of capacity {}: K must match and the capacity fit",
+                    self.rows,
+                    self.k,
+                    x.name(),
+                    x.rows(),
+                    x.cols(),
+                    dims.capacity()
+                ),
+            });
+        }
+        let view = x.as_view();
+        let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
+        let desc = self.desc(opts);
+        let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
+        ffi::launch_quantize_gather(stream, &desc, &src, dims.top_k(), layout.positions(), dst, status.word_mut())
+    }
+
+    /// The kernel's description of a per-token quantisation of these rows.
+    fn desc(&self, opts: &GroupQuant) -> ffi::QuantDesc {
+        ffi::QuantDesc { k: self.k, eps: opts.eps(), ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil, per_row: true }
     }
 }
 

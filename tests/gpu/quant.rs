@@ -351,6 +351,56 @@ fn gather_fused_quantisation_equals_gather_then_quantise() {
     }
 }
 
+/// The per-token gather (`Fp8TokenRows::quantize_gather`) writes at every placed position the token's row quantised
+/// by the host rules with one scale per row; positions no slot placed keep the sentinels; non-finite rows reported.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn per_token_gather_quantisation_writes_each_placed_position() {
+    let (_ctx, stream) = gpu();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let (tokens, top_k, experts) = (300usize, 8usize, 32usize);
+    for k in [2048usize, 200] {
+        for spec in [LayoutSpec::Aligned { block_m: 128 }, LayoutSpec::Grouped, LayoutSpec::Masked { max_m: 120 }] {
+            let (layout, positions) = layout(&stream, spec, tokens, top_k, experts, 5 + k as u64);
+            let cap = layout.dims().capacity();
+            let x = inputs::<bf16>(tokens, k, 23 + k as u64);
+            let x_dev = stream.clone_htod(&x).unwrap();
+            let view = MatrixView::new("x", x_dev.as_view(), tokens, k).unwrap();
+            let opts = GroupQuant::new(VLLM_EPS, ScaleRounding::Exact).unwrap();
+            let ctx = format!("{spec:?} K {k}");
+            let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); cap * k]).unwrap();
+            let sc = stream.clone_htod(&vec![SENTINEL_S; cap]).unwrap();
+            let mut out = Fp8TokenRows::new(q, sc, cap, k).unwrap();
+            out.quantize_gather(&stream, &layout, &view, &opts, &mut st).unwrap();
+            let word = status_word(st.check(&stream));
+            assert_eq!(word, bits::NONFINITE_INPUT, "{ctx}: the NaN and infinite rows of x are reported");
+            let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+            let mut placed = vec![false; cap];
+            for (slot, &p) in positions.iter().enumerate() {
+                if p < 0 {
+                    continue;
+                }
+                let (p, t) = (p as usize, slot / top_k);
+                placed[p] = true;
+                let xr = f32s(&x[t * k..(t + 1) * k]);
+                let want_s = opts.scale(xr.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs())));
+                assert_eq!(sc[p].to_bits(), want_s.to_bits(), "{ctx}: position {p} (token {t}) scale");
+                for (c, &v) in xr.iter().enumerate() {
+                    let want = quantize_element(v, want_s).to_bits();
+                    assert_eq!(q[p * k + c].to_bits(), want, "{ctx}: position {p} (token {t}) col {c}");
+                }
+            }
+            for p in (0..cap).filter(|&p| !placed[p]) {
+                assert!(
+                    q[p * k..(p + 1) * k].iter().all(|v| v.to_bits() == SENTINEL_Q) && sc[p] == SENTINEL_S,
+                    "{ctx}: position {p} has no slot but was written"
+                );
+            }
+            assert!(placed.iter().any(|&x| !x), "{ctx}: the layout has unplaced positions to check");
+        }
+    }
+}
+
 /// Requantising the activation output touches only the rows in use: an expert in range (m_indices) and before
 /// the total. The rows not in use hold NaN, so reading them would also set the status bit.
 #[test]
