@@ -203,9 +203,9 @@ pub fn quantize_rows<T: Element>(
 /// and, with `total`, those before the device count `*total` (the activation kernel's rule).
 #[derive(Debug)]
 pub struct RowsInUse<'a> {
-    row_experts: CudaView<'a, i32>,
-    experts: usize,
-    total: Option<&'a CudaSlice<i32>>,
+    pub(super) row_experts: CudaView<'a, i32>,
+    pub(super) experts: usize,
+    pub(super) total: Option<&'a CudaSlice<i32>>,
 }
 
 impl<'a> RowsInUse<'a> {

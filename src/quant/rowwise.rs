@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
+use super::device::RowsInUse;
 use super::group::{GroupQuant, ScaleRounding};
 use super::operands::{check_len, product};
 use super::{BlockFp8, BlockShape, Scales, F8E4M3};
@@ -181,6 +182,41 @@ impl Fp8TokenRows {
         let desc = self.desc(opts);
         let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
         ffi::launch_quantize_gather(stream, &desc, &src, dims.top_k(), layout.positions(), dst, status.word_mut())
+    }
+
+    /// As [`Self::quantize`] for the rows in use of `h [rows, K]` (the activation output, indexed by position),
+    /// each into the same row of these; other rows are left as they were (the activation kernel's rule: an expert
+    /// in range and a position before the layout's total).
+    ///
+    /// # Errors
+    /// [`Error::Buffer`] for another `K`, more rows in `h` than here, or too few in `rows.row_experts`; launch
+    /// errors.
+    pub fn requantize<T: Element>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        h: &MatrixView<'_, T>,
+        rows: &RowsInUse<'_>,
+        opts: &GroupQuant,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        if h.cols() != self.k || h.rows() > self.rows {
+            return Err(Error::Buffer {
+                name: h.name(),
+                detail: format!(
+                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
+                    h.rows(),
+                    h.cols(),
+                    self.rows,
+                    self.k
+                ),
+            });
+        }
+        let view = h.as_view();
+        let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
+        let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
+        let desc = self.desc(opts);
+        let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
+        ffi::launch_quantize_rows(stream, &desc, &src, Some(&mask), dst, status.word_mut())
     }
 
     /// The kernel's description of a per-token quantisation of these rows.

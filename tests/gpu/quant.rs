@@ -458,6 +458,49 @@ fn requantisation_skips_rows_not_in_use() {
     assert_eq!(host_bits(&a), host_bits(&b));
 }
 
+/// Per-token requantisation (`Fp8TokenRows::requantize`) touches only the rows in use (those not in use hold NaN,
+/// so reading one would set the status bit) and writes them by the host rules with one scale per row.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn per_token_requantisation_skips_rows_not_in_use() {
+    let (_ctx, stream) = gpu();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let (tokens, top_k, experts, inter) = (200usize, 8usize, 32usize, 768usize);
+    let (layout, _) = layout(&stream, LayoutSpec::Aligned { block_m: 64 }, tokens, top_k, experts, 7);
+    let cap = layout.dims().capacity();
+    let m_indices = stream.clone_dtoh(layout.m_indices()).unwrap();
+    let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
+    let local = layout.dims().local_experts() as i32;
+    let in_use = |p: usize| p < total && (0..local).contains(&m_indices[p]);
+    let mut h: Vec<bf16> = random_vec(cap * inter, 11, 4.0);
+    for p in (0..cap).filter(|&p| !in_use(p)) {
+        h[p * inter..(p + 1) * inter].fill(bf16::NAN);
+    }
+    let h_dev = stream.clone_htod(&h).unwrap();
+    let view = MatrixView::new("h", h_dev.as_view(), cap, inter).unwrap();
+    for (name, opts) in options() {
+        let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); cap * inter]).unwrap();
+        let sc = stream.clone_htod(&vec![SENTINEL_S; cap]).unwrap();
+        let mut out = Fp8TokenRows::new(q, sc, cap, inter).unwrap();
+        out.requantize(&stream, &view, &RowsInUse::of_layout(&layout), &opts, &mut st).unwrap();
+        assert_eq!(status_word(st.check(&stream)), 0, "{name}: a row not in use (NaN) was read");
+        let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+        for p in 0..cap {
+            let (qr, s) = (&q[p * inter..(p + 1) * inter], sc[p]);
+            if !in_use(p) {
+                assert!(qr.iter().all(|v| v.to_bits() == SENTINEL_Q) && s == SENTINEL_S, "{name}: row {p} written");
+                continue;
+            }
+            let hr = f32s(&h[p * inter..(p + 1) * inter]);
+            let want_s = opts.scale(hr.iter().fold(0f32, |m, v| m.max(v.abs())));
+            assert_eq!(s.to_bits(), want_s.to_bits(), "{name}: row {p} scale");
+            for (c, &v) in hr.iter().enumerate() {
+                assert_eq!(qr[c].to_bits(), quantize_element(v, want_s).to_bits(), "{name}: row {p} col {c}");
+            }
+        }
+    }
+}
+
 /// The scales the device writes are K-major: dequantised with them the rows are within e4m3 precision of x, and
 /// read as MN-major (`[groups][rows]`, the layout a wrong kernel would write) both the bit comparison the tests
 /// above make and the dequantised values fail: that mutation cannot pass.
