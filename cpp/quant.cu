@@ -188,6 +188,18 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_gather_kernel(const Quan
   report(a.status, err);
 }
 
+// Per token: the row's scale, the static one where the caller gives it (device data: replaced by 1 and flagged
+// unless finite and positive), else the row's own.
+template <class T, bool kVec>
+__device__ __forceinline__ float token_scale(const QuantArgs& a, const T* __restrict__ xrow, int groups,
+                                             uint32_t& err) {
+  if (!a.scale) return row_scale<T, kVec>(a, xrow, groups);
+  const float s = *reinterpret_cast<const float*>(a.scale);
+  if (isfinite(s) && s > 0.f) return s;
+  err |= kErrBadStaticScale;
+  return 1.f;
+}
+
 // Per token (per_row): one warp per row (Rows) or token (Gather), warp-uniform. The warp reads its row twice,
 // once for the amax of all its columns and once to encode them (the second read mostly from L2), and writes one
 // scale per output row.
@@ -209,7 +221,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_rows_per_row_kernel(cons
       if (e < 0 || e >= a.experts) continue;
     }
     const T* xrow = x + row * a.x_stride;
-    const float scale = row_scale<T, kVec>(a, xrow, groups);
+    const float scale = token_scale<T, kVec>(a, xrow, groups, err);
     for (int g = 0; g < groups; ++g) {
       uint16_t raw[kPerLane];
       float v[kPerLane];
@@ -230,7 +242,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_gather_per_row_kernel(co
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; t < a.rows;
        t += static_cast<int64_t>(gridDim.x) * kWarps) {
     const T* xrow = x + t * a.x_stride;
-    const float scale = row_scale<T, kVec>(a, xrow, groups);
+    const float scale = token_scale<T, kVec>(a, xrow, groups, err);
     for (int g = 0; g < groups; ++g) {
       uint16_t raw[kPerLane];
       float v[kPerLane];

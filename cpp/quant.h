@@ -13,7 +13,9 @@
 // SM90 CUTLASS blockwise grouped GEMM reads (a group's scales start at row_start * ceil(k / 128)).
 //
 // Per token (per_row): the same rules with one group of all k columns (amax over the row's finite elements);
-// scales f32 [out_rows], what the rowwise-scaled grouped GEMM reads (Fp8TokenRows).
+// scales f32 [out_rows], what the rowwise-scaled grouped GEMM reads (Fp8TokenRows). With `scale` (per_row only)
+// every row takes that static scale (a checkpoint's input_scale, device data) instead of its own, as is: a scale
+// that is not finite and positive is replaced by 1 and sets kErrBadStaticScale.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,9 @@ namespace moe_gemm {
 // Status bit: an input element of a quantised row or weight was NaN or infinite (its e4m3 is NaN). The Rust name
 // is in src/status.rs.
 constexpr uint32_t kErrNonfiniteInput = 1u << 7;
+
+// Status bit: a static FP8 activation scale (QuantArgs.scale) was not finite and positive; the rows took scale 1.
+constexpr uint32_t kErrBadStaticScale = 1u << 9;
 
 // Columns per scale.
 constexpr int32_t kQuantGroup = 128;
@@ -55,6 +60,7 @@ struct QuantArgs {
   float eps;            // amax floor: positive, eps / 448 a normal f32 (checked by the caller)
   int32_t ue8m0;        // nonzero: scales rounded up to powers of two
   int32_t per_row;      // nonzero: one scale per row over all k columns (scales [out_rows])
+  uint64_t scale;       // per_row: f32 [1], a static scale for every row; 0: each row's own
   uint64_t out;         // uint8 (e4m3) [out_rows, k]
   uint64_t scales;      // f32 [out_rows, ceil(k / 128)], or [out_rows] per row
   uint64_t status;      // uint32 device status word

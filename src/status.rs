@@ -35,6 +35,9 @@ pub mod bits {
     /// NVFP4 quantisation with the caller's tensor scale: a block needed a UE4M3 scale above 448 (it saturated,
     /// so its largest elements clipped).
     pub const SCALE_OVERFLOW: u32 = 1 << 8;
+    /// Per-token FP8 quantisation with a static scale (a checkpoint's `input_scale` on the device): the scale was
+    /// not finite and positive; the rows took scale 1.
+    pub const BAD_STATIC_SCALE: u32 = 1 << 9;
 
     pub(crate) const KNOWN: &[(u32, &str)] = &[
         (OFFSETS_NOT_ZERO_BASED, "offsets[0] != 0"),
@@ -46,6 +49,7 @@ pub mod bits {
         (GROUP_COUNT_OUT_OF_RANGE, "a group's row count is negative or exceeds its room in the layout (clamped)"),
         (NONFINITE_INPUT, "an element quantised to FP8 or FP4 was NaN or infinite (e4m3 NaN; e2m1 +-6)"),
         (SCALE_OVERFLOW, "an NVFP4 block needed a UE4M3 scale above 448 under the given tensor scale (it clipped)"),
+        (BAD_STATIC_SCALE, "a static FP8 activation scale was not finite and positive (scale 1 used instead)"),
     ];
 }
 

@@ -143,6 +143,7 @@ pub(crate) mod ffi {
         eps: f32,
         ue8m0: i32,
         per_row: i32,
+        scale: u64,
         out: u64,
         scales: u64,
         status: u64,

@@ -15,16 +15,18 @@ use crate::error::{Error, Result};
 pub(crate) const GROUP: usize = 128;
 
 /// How to quantise (the scalars of `QuantArgs`): `k` columns, the amax floor `eps`, scales rounded up to powers
-/// of two or not, one scale per 128 columns or (`per_row`) per row.
+/// of two or not, one scale per 128 columns or (`per_row`) per row, with `per_row` optionally one static scale
+/// (f32 `[1]` on the device) for every row.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct QuantDesc {
+pub(crate) struct QuantDesc<'a> {
     pub k: usize,
     pub eps: f32,
     pub ue8m0: bool,
     pub per_row: bool,
+    pub static_scale: Option<&'a CudaSlice<f32>>,
 }
 
-impl QuantDesc {
+impl QuantDesc<'_> {
     /// Scales per row: one per 128 columns, or one.
     fn groups(&self) -> usize {
         if self.per_row {
@@ -57,7 +59,13 @@ pub(crate) struct QuantDst<'a> {
     pub rows: usize,
 }
 
-fn check_desc(d: &QuantDesc) -> Result<()> {
+fn check_desc(d: &QuantDesc<'_>) -> Result<()> {
+    if let Some(s) = d.static_scale {
+        if !d.per_row {
+            return Err(Error::InvalidProblem("a static scale is per token: per_row must be set".into()));
+        }
+        need_len("static scale", s.len(), 1, "one f32")?;
+    }
     // eps / 448 normal: the UE8M0 rounding reads the exponent field of a normal f32, and no scale is 0.
     if !(d.eps.is_finite() && d.eps / 448.0 >= f32::MIN_POSITIVE) {
         return Err(Error::InvalidProblem(format!(
@@ -85,7 +93,7 @@ fn check_src<T>(s: &QuantSrc<'_, T>, k: usize) -> Result<()> {
     need_len("x", s.x.len(), need, "(rows - 1) x stride + k")
 }
 
-fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc) -> Result<(usize, usize)> {
+fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc<'_>) -> Result<(usize, usize)> {
     let (k, groups) = (desc.k, desc.groups());
     let data = d.rows.checked_mul(k);
     let scales = d.rows.checked_mul(groups);
@@ -101,7 +109,7 @@ fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc) -> Result<(usize, usize)> {
 fn params(
     ty: ffi::DType,
     source: ffi::QuantSource,
-    d: &QuantDesc,
+    d: &QuantDesc<'_>,
     rows: usize,
     top_k: usize,
     stride: usize,
@@ -124,6 +132,7 @@ fn params(
         eps: d.eps,
         ue8m0: d.ue8m0 as i32,
         per_row: d.per_row as i32,
+        scale: 0,
         out: 0,
         scales: 0,
         status: 0,
@@ -134,7 +143,7 @@ fn params(
 /// Queues `dst row r = quant(src row r)` for the `src.rows` rows (those `mask` keeps).
 pub(crate) fn launch_quantize_rows<T: Element>(
     stream: &CudaStream,
-    d: &QuantDesc,
+    d: &QuantDesc<'_>,
     src: &QuantSrc<'_, T>,
     mask: Option<&RowMask<'_>>,
     dst: QuantDst<'_>,
@@ -156,12 +165,14 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     let mut p = params(dtype(T::DTYPE), ffi::QuantSource::Rows, d, src.rows, 1, src.stride, dst.rows, experts)?;
     super::bind(stream)?;
     let (x_ptr, _x) = src.x.device_ptr(stream);
+    let (scale_ptr, _scale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
     let (re_ptr, _re) = mask.map(|m| m.row_experts.device_ptr(stream)).unzip();
     let (t_ptr, _t) = mask.and_then(|m| m.total).map(|t| t.device_ptr(stream)).unzip();
     let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
     let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     p.x = x_ptr;
+    p.scale = scale_ptr.unwrap_or(0);
     p.row_experts = re_ptr.unwrap_or(0);
     p.total = t_ptr.unwrap_or(0);
     p.out = o_ptr;
@@ -170,10 +181,11 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     p.stream = stream.cu_stream() as u64;
     // SAFETY: x holds (rows - 1) * stride + k elements (checked), so every row the kernel reads is inside it; out
     // holds dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats (dst.rows per row) with dst.rows >= rows
-    // (checked), and the kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel range-checks
-    // against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any alignment works
-    // (the kernel picks its vector path from the addresses). eps / 448 is a normal f32 (checked). The stream's
-    // context is bound to this thread; guards outlive the call.
+    // (checked), and the kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel
+    // range-checks against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any alignment works
+    // (the kernel picks its vector path from the addresses). eps / 448 is a normal f32, and a static scale is
+    // one f32 the kernel reads as untrusted data (checked). The stream's context is bound to this thread; guards
+    // outlive the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }
 
@@ -181,7 +193,7 @@ pub(crate) fn launch_quantize_rows<T: Element>(
 /// negative positions are dropped, positions at or past `dst.rows` dropped and reported (capacity overflow).
 pub(crate) fn launch_quantize_gather<T: Element>(
     stream: &CudaStream,
-    d: &QuantDesc,
+    d: &QuantDesc<'_>,
     src: &QuantSrc<'_, T>,
     top_k: usize,
     positions: &impl DevicePtr<i32>,
@@ -203,11 +215,13 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     let mut p = params(dtype(T::DTYPE), ffi::QuantSource::Gather, d, src.rows, top_k, src.stride, dst.rows, 0)?;
     super::bind(stream)?;
     let (x_ptr, _x) = src.x.device_ptr(stream);
+    let (scale_ptr, _scale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
     let (pos_ptr, _pos) = positions.device_ptr(stream);
     let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
     let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     p.x = x_ptr;
+    p.scale = scale_ptr.unwrap_or(0);
     p.positions = pos_ptr;
     p.out = o_ptr;
     p.scales = sc_ptr;
@@ -216,8 +230,9 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     // SAFETY: x holds (tokens - 1) * stride + k elements and positions tokens * top_k ids (checked); out holds
     // dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats, dst.rows per row (checked), and the kernel
     // writes a row only at a position in [0, dst.rows): positions are device data it range-checks (others
-    // dropped, overflow reported). Any alignment works. eps / 448 is a normal f32 (checked). The stream's context is bound to this
-    // thread; guards outlive the call.
+    // dropped, overflow reported). Any alignment works. eps / 448 is a normal f32, and a static scale is one f32
+    // the kernel reads as untrusted data (checked). The stream's context is bound to this thread; guards outlive
+    // the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }
 

@@ -156,8 +156,9 @@ impl Fp8Rows {
     }
 }
 
-fn desc(k: usize, opts: &GroupQuant) -> ffi::QuantDesc {
-    ffi::QuantDesc { k, eps: opts.eps(), ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil, per_row: false }
+fn desc(k: usize, opts: &GroupQuant) -> ffi::QuantDesc<'static> {
+    let ue8m0 = opts.rounding() == ScaleRounding::Ue8m0Ceil;
+    ffi::QuantDesc { k, eps: opts.eps(), ue8m0, per_row: false, static_scale: None }
 }
 
 fn same_k<T>(x: &MatrixView<'_, T>, out: &Fp8Rows) -> Result<()> {

@@ -54,7 +54,7 @@ pub use mx::{
 pub use operands::{scale_blocks, sfa_offset, sfb_offset, Fp8BlockWeights, SCALE_BLOCK};
 pub use packed_ue8m0::PackedUe8m0;
 mod rowwise;
-pub use rowwise::{per_row_block, to_per_row, Fp8ChannelWeights, Fp8TokenRows};
+pub use rowwise::{per_row_block, to_per_row, Fp8ChannelWeights, Fp8TokenRows, TokenScale};
 mod schemes;
 pub use schemes::{ActivationScales, WeightScales};
 

@@ -48,6 +48,17 @@ fn row_scales(m: &BlockFp8, what: &str) -> Result<Vec<f32>> {
     Ok(s)
 }
 
+/// How the device quantises activations per token ([`Fp8TokenRows::quantize`] and its kin).
+#[derive(Clone, Copy, Debug)]
+pub enum TokenScale<'a> {
+    /// Each row's own scale, `max(amax, eps) / 448` by these options (dynamic per-token scaling).
+    Dynamic(GroupQuant),
+    /// One scale for every row (a checkpoint's static `input_scale`, f32 `[1]` on the device, uploaded once), as
+    /// is: device data, so one that is not finite and positive is replaced by 1 and reported
+    /// ([`crate::status::bits::BAD_STATIC_SCALE`]).
+    Static(&'a CudaSlice<f32>),
+}
+
 /// Activations quantised per token on the device: e4m3 `[rows, K]` and f32 scales `[rows]`, one value.
 #[derive(Debug)]
 pub struct Fp8TokenRows {
@@ -104,20 +115,20 @@ impl Fp8TokenRows {
     }
 
     /// Quantises every row of `x [rows, K]` on the device into rows `0..rows`, one scale per row (per token):
-    /// `scale = max(amax, eps) / 448` over the row's finite elements (rounded up to a power of two under
-    /// UE8M0 rounding), `q = e4m3(x / scale)` saturating, a non-finite element the e4m3 NaN of its sign and
-    /// reported through `status`: the rules of the 128-column quantiser ([`super::quantize_rows`]) with one group
-    /// of all `K` columns, bit for bit those of the host's [`GroupQuant::scale`] and
-    /// [`super::quantize_element`] per row.
+    /// with [`TokenScale::Dynamic`], `scale = max(amax, eps) / 448` over the row's finite elements (rounded up to
+    /// a power of two under UE8M0 rounding); with [`TokenScale::Static`], the given scale; then
+    /// `q = e4m3(x / scale)` saturating, a non-finite element the e4m3 NaN of its sign and reported through
+    /// `status`: the rules of the 128-column quantiser ([`super::quantize_rows`]) with one group of all `K`
+    /// columns, bit for bit those of the host's [`GroupQuant::scale`] and [`super::quantize_element`] per row.
     ///
     /// # Errors
-    /// [`Error::Buffer`] when `x` has another `K` or more rows than these; [`Error::InvalidProblem`] for an
-    /// `eps` the kernel cannot take; launch errors.
+    /// [`Error::Buffer`] when `x` has another `K` or more rows than these, or a static scale holds no value;
+    /// [`Error::InvalidProblem`] for an `eps` the kernel cannot take; launch errors.
     pub fn quantize<T: Element>(
         &mut self,
         stream: &Arc<CudaStream>,
         x: &MatrixView<'_, T>,
-        opts: &GroupQuant,
+        scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
         if x.cols() != self.k || x.rows() > self.rows {
@@ -134,7 +145,7 @@ impl Fp8TokenRows {
         }
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
-        let desc = self.desc(opts);
+        let desc = self.desc(scale);
         let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
         ffi::launch_quantize_rows(stream, &desc, &src, None, dst, status.word_mut())
     }
@@ -152,7 +163,7 @@ impl Fp8TokenRows {
         stream: &Arc<CudaStream>,
         layout: &ExpertLayout,
         x: &MatrixView<'_, T>,
-        opts: &GroupQuant,
+        scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
         let dims = layout.dims();
@@ -179,7 +190,7 @@ impl Fp8TokenRows {
         }
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
-        let desc = self.desc(opts);
+        let desc = self.desc(scale);
         let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
         ffi::launch_quantize_gather(stream, &desc, &src, dims.top_k(), layout.positions(), dst, status.word_mut())
     }
@@ -196,7 +207,7 @@ impl Fp8TokenRows {
         stream: &Arc<CudaStream>,
         h: &MatrixView<'_, T>,
         rows: &RowsInUse<'_>,
-        opts: &GroupQuant,
+        scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
         if h.cols() != self.k || h.rows() > self.rows {
@@ -214,14 +225,25 @@ impl Fp8TokenRows {
         let view = h.as_view();
         let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
         let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
-        let desc = self.desc(opts);
+        let desc = self.desc(scale);
         let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
         ffi::launch_quantize_rows(stream, &desc, &src, Some(&mask), dst, status.word_mut())
     }
 
     /// The kernel's description of a per-token quantisation of these rows.
-    fn desc(&self, opts: &GroupQuant) -> ffi::QuantDesc {
-        ffi::QuantDesc { k: self.k, eps: opts.eps(), ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil, per_row: true }
+    fn desc<'s>(&self, scale: &TokenScale<'s>) -> ffi::QuantDesc<'s> {
+        let (opts, static_scale) = match *scale {
+            TokenScale::Dynamic(opts) => (opts, None),
+            // The eps and rounding are not read: the kernel takes the scale as given.
+            TokenScale::Static(s) => (GroupQuant::DEEPSEEK, Some(s)),
+        };
+        ffi::QuantDesc {
+            k: self.k,
+            eps: opts.eps(),
+            ue8m0: opts.rounding() == ScaleRounding::Ue8m0Ceil,
+            per_row: true,
+            static_scale,
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use moe_gemm::dtype::{DType, Element};
 use moe_gemm::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use moe_gemm::quant::{
     dequantize_groups, per_token_group_quant, quantize_element, quantize_gather, quantize_rows, requantize_rows,
-    Fp8Rows, Fp8TokenRows, GroupQuant, RowsInUse, ScaleRounding, ACT_GROUP, F8E4M3, VLLM_EPS,
+    Fp8Rows, Fp8TokenRows, GroupQuant, RowsInUse, ScaleRounding, TokenScale, ACT_GROUP, F8E4M3, VLLM_EPS,
 };
 use moe_gemm::random::topk_ids;
 use moe_gemm::status::bits;
@@ -204,7 +204,7 @@ fn token_rows_match_the_host_rules<T: Element>(stream: &Arc<CudaStream>) {
             let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); (rows + spare) * k]).unwrap();
             let sc = stream.clone_htod(&vec![SENTINEL_S; rows + spare]).unwrap();
             let mut out = Fp8TokenRows::new(q, sc, rows + spare, k).unwrap();
-            out.quantize(stream, &view, &opts, &mut st).unwrap();
+            out.quantize(stream, &view, &TokenScale::Dynamic(opts), &mut st).unwrap();
             let word = status_word(st.check(stream));
             assert_eq!(word, if has_nonfinite(&x) { bits::NONFINITE_INPUT } else { 0 }, "{ctx}: status");
             let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
@@ -230,10 +230,45 @@ fn token_rows_match_the_host_rules<T: Element>(stream: &Arc<CudaStream>) {
     // A view of another K, or more rows than the token rows hold, is refused before any launch.
     let x = stream.clone_htod(&vec![T::from_f32(1.0); 4 * 64]).unwrap();
     let mut out = Fp8TokenRows::zeros(stream, 3, 64).unwrap();
+    let dynamic = TokenScale::Dynamic(GroupQuant::DEEPSEEK);
     let four = MatrixView::new("x", x.as_view(), 4, 64).unwrap();
-    assert!(matches!(out.quantize(stream, &four, &GroupQuant::DEEPSEEK, &mut st), Err(Error::Buffer { .. })));
+    assert!(matches!(out.quantize(stream, &four, &dynamic, &mut st), Err(Error::Buffer { .. })));
     let wide = MatrixView::new("x", x.as_view(), 2, 128).unwrap();
-    assert!(matches!(out.quantize(stream, &wide, &GroupQuant::DEEPSEEK, &mut st), Err(Error::Buffer { .. })));
+    assert!(matches!(out.quantize(stream, &wide, &dynamic, &mut st), Err(Error::Buffer { .. })));
+}
+
+/// A static scale (a checkpoint's `input_scale` on the device) quantises every row by it as given, saturating
+/// elements past 448 · scale; one that is 0, negative, NaN or infinite is replaced by 1 and reported.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn per_token_quantisation_with_a_static_scale() {
+    let (_ctx, stream) = gpu();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let (rows, k) = (33usize, 2048usize);
+    let x: Vec<bf16> = random_vec(rows * k, 21, 8.0);
+    let x_dev = stream.clone_htod(&x).unwrap();
+    let view = MatrixView::new("x", x_dev.as_view(), rows, k).unwrap();
+    // A calibrated scale, one too small (elements saturate to ±448) and the invalid ones.
+    for (given, used, flagged) in [
+        (8.0f32 / 448.0, 8.0f32 / 448.0, false),
+        (1.0 / 448.0, 1.0 / 448.0, false),
+        (0.0, 1.0, true),
+        (-0.5, 1.0, true),
+        (f32::NAN, 1.0, true),
+        (f32::INFINITY, 1.0, true),
+    ] {
+        let scale = stream.clone_htod(&[given]).unwrap();
+        let mut out = Fp8TokenRows::zeros(&stream, rows, k).unwrap();
+        out.quantize(&stream, &view, &TokenScale::Static(&scale), &mut st).unwrap();
+        let word = status_word(st.check(&stream));
+        assert_eq!(word, if flagged { bits::BAD_STATIC_SCALE } else { 0 }, "scale {given}: status");
+        let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+        assert!(sc.iter().all(|s| s.to_bits() == used.to_bits()), "scale {given}: every row takes {used}");
+        for (i, v) in x.iter().enumerate() {
+            let want = quantize_element(v.to_f32(), used).to_bits();
+            assert_eq!(q[i].to_bits(), want, "scale {given}: element {i}");
+        }
+    }
 }
 
 #[test]
@@ -371,7 +406,7 @@ fn per_token_gather_quantisation_writes_each_placed_position() {
             let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); cap * k]).unwrap();
             let sc = stream.clone_htod(&vec![SENTINEL_S; cap]).unwrap();
             let mut out = Fp8TokenRows::new(q, sc, cap, k).unwrap();
-            out.quantize_gather(&stream, &layout, &view, &opts, &mut st).unwrap();
+            out.quantize_gather(&stream, &layout, &view, &TokenScale::Dynamic(opts), &mut st).unwrap();
             let word = status_word(st.check(&stream));
             assert_eq!(word, bits::NONFINITE_INPUT, "{ctx}: the NaN and infinite rows of x are reported");
             let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
@@ -482,7 +517,7 @@ fn per_token_requantisation_skips_rows_not_in_use() {
         let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); cap * inter]).unwrap();
         let sc = stream.clone_htod(&vec![SENTINEL_S; cap]).unwrap();
         let mut out = Fp8TokenRows::new(q, sc, cap, inter).unwrap();
-        out.requantize(&stream, &view, &RowsInUse::of_layout(&layout), &opts, &mut st).unwrap();
+        out.requantize(&stream, &view, &RowsInUse::of_layout(&layout), &TokenScale::Dynamic(opts), &mut st).unwrap();
         assert_eq!(status_word(st.check(&stream)), 0, "{name}: a row not in use (NaN) was read");
         let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
         for p in 0..cap {
