@@ -1,7 +1,8 @@
 // FP8 (e4m3) quantisation of 16-bit rows with one f32 scale per token per 128 columns, K-major (quant.h states the
 // rules). One warp per (row, group): each lane owns 4 consecutive columns, the warp reduces the group's amax with
-// shuffles, lane 0 writes the scale. Per token (per_row): one warp per row, over all its groups. The Gather source quantises a token row once and writes it at each of its
-// layout positions, so the permuted copy of x is produced directly in e4m3.
+// shuffles, lane 0 writes the scale. Per token (per_row): one warp per row, over all its groups. The Gather
+// source quantises a token row once and writes it at each of its layout positions, so the permuted copy of x is
+// produced directly in e4m3.
 //
 // Expert weights per 128 x 128 block (quantize_weights_fp8, quant.h states the rules): one CTA of 256 threads per
 // block, grid-stride over the blocks; each thread owns 8 columns of 8 rows and keeps their raw bits in registers

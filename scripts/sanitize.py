@@ -129,9 +129,10 @@ def log_name(test):
 def run_one(binary, tool, test, timeout, stop_at, logs, skips=(), run=((), "")):
     """Runs one pair (or one shard of it, `run`); returns (tool, test, rc, seconds, output, peak host RSS in GB of
     the tool's process tree, run)."""
-    excluded = [a for t, k, names, _ in skips if t == tool and test in names for a in ("--kernel-name-exclude", f"kns={k}")]
-    cmd = ["compute-sanitizer", *TOOLS[tool], *excluded, *run[0], "--print-limit", "200", "--show-backtrace", "yes", binary,
-           "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
+    excluded = [a for t, k, names, _ in skips if t == tool and test in names
+                for a in ("--kernel-name-exclude", f"kns={k}")]
+    cmd = ["compute-sanitizer", *TOOLS[tool], *excluded, *run[0], "--print-limit", "200", "--show-backtrace", "yes",
+           binary, "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
     env = dict(os.environ, RUST_BACKTRACE="1")
     t0 = time.time()
     limit = min(timeout, stop_at - t0)
@@ -232,7 +233,8 @@ def main():
     killed = []
     with cf.ThreadPoolExecutor(max_workers=a.j) as ex:
         stop_at = time.time() + a.deadline
-        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs, skips, run) for tool, test, run in jobs]
+        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs, skips, run)
+                for tool, test, run in jobs]
         for f in cf.as_completed(futs):
             tool, test, rc, secs, text, rss, run = f.result()
             # compute-sanitizer exits 9 when the test process it started was killed by SIGKILL.
@@ -275,7 +277,8 @@ def main():
         sharded = sum(1 for t in names if (tool, t) in shards)
         print(f"{tool:<9} {len(names) - len(failed_tests)}/{len(names)} tests clean, {len(failed_tests)} not; "
               f"{allowed} allow-listed reports; {sharded} run in kernel shards, {partial} with kernels not "
-              f"instrumented (skip-kernel); longest {max(r[3] for r in rs):.0f} s, peak RSS {max(r[4] for r in rs):.0f} GB")
+              f"instrumented (skip-kernel); longest {max(r[3] for r in rs):.0f} s, "
+              f"peak RSS {max(r[4] for r in rs):.0f} GB")
     sys.exit(0 if clean else 1)
 
 

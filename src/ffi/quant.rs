@@ -182,10 +182,10 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     // SAFETY: x holds (rows - 1) * stride + k elements (checked), so every row the kernel reads is inside it; out
     // holds dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats (dst.rows per row) with dst.rows >= rows
     // (checked), and the kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel
-    // range-checks against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any alignment works
-    // (the kernel picks its vector path from the addresses). eps / 448 is a normal f32, and a static scale is
-    // one f32 the kernel reads as untrusted data (checked). The stream's context is bound to this thread; guards
-    // outlive the call.
+    // range-checks against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any
+    // alignment works (the kernel picks its vector path from the addresses). eps / 448 is a normal f32, and a
+    // static scale is one f32 the kernel reads as untrusted data (checked). The stream's context is bound to this
+    // thread; guards outlive the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }
 
