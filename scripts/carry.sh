@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every GPU executable here (no GPU needed) and copies it into carry/ (git-ignored) for the GPU host:
-# carry/gpu (the GPU tests), carry/moe-gemm, carry/examples/ (the numbered examples); with CARRY_BENCHES=1 also the Criterion
+# carry/gpu (the GPU tests), carry/moe-gemm, carry/examples.tar.xz (the numbered examples); with CARRY_BENCHES=1 also the Criterion
 # benches (carry/layer_bench, carry/grouped_gemm_bench), built with the `bench` feature in target/bench so that
 # the feature does not rebuild the library of target/release back and forth.
 set -euo pipefail
@@ -10,8 +10,12 @@ cargo test --release --no-run
 mkdir -p carry
 newest() { ls -t target/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
 cp target/release/moe-gemm carry/
+# The numbered examples, xz-compressed (each links the whole library: five raw binaries would pass the GPU
+# call's 64 MiB); gpu_check.sh unpacks them.
+rm -rf carry/examples carry/examples.tar.xz
 mkdir -p carry/examples
 for ex in examples/[0-9][0-9]_*.rs; do ex=$(basename "$ex" .rs); cp "target/release/examples/$ex" carry/examples/; done
+tar cJf carry/examples.tar.xz -C carry examples && rm -rf carry/examples
 cp "$(newest gpu)" carry/gpu
 if [ "${CARRY_BENCHES:-0}" = 1 ]; then
   CARGO_TARGET_DIR=target/bench cargo bench --no-run --features bench

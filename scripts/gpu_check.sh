@@ -16,7 +16,9 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 ./carry/moe-gemm info | tail -3
 ./carry/gpu --include-ignored --test-threads=1 > "$out/gpu.log" 2>&1; grep -E "test result|FAILED|panicked" "$out/gpu.log"
-for ex in carry/examples/*; do echo "== $ex"; "$ex"; echo "rc=$?"; done 2>&1 | tee "$out/examples.log"
+mkdir -p "$out/bin" && tar xJf carry/examples.tar.xz -C "$out/bin"
+for ex in "$out"/bin/examples/*; do echo "== $(basename "$ex")"; "$ex"; echo "rc=$?"; done 2>&1 | tee "$out/examples.log"
+rm -rf "$out/bin"
 ./carry/moe-gemm bench --layer --layer-tokens 1,64,4096 --models deepseek-v3 --ep 8 --peer none > "$out/ep.log" 2>&1
 grep -E "ceilings|Grouped\*|Batched\*|error" "$out/ep.log" | head -8
 ./carry/moe-gemm bench --models deepseek-v3 --tokens 64,4096 --gemm w13 --fp8-peer --no-routing > "$out/fp8peer.log" 2>&1
