@@ -13,13 +13,15 @@
 use std::sync::{Arc, Mutex};
 
 use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::cuda_backend::{CudaDevice, CudaStorage};
 use candle_core::{CpuStorage, DType, Device, InplaceOp3, Layout, Storage, Tensor};
 use half::bf16;
 
 use crate::experts::{Activation, GateUp};
-use crate::layer::{ExpertWeights, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch};
+use crate::layer::{ExpertWeights, Fp8ExpertWeights, LayerWeights, MoeLayer, MoeLayerOptions, MoeScratch};
+use crate::quant::{Fp8BlockWeights, GroupQuant, F8E4M3};
 use crate::view::{MatrixView, MatrixViewMut};
 
 fn err(m: String) -> candle_core::Error {
@@ -158,12 +160,7 @@ impl CandleMoe<ExpertWeights<bf16>> {
             return Err(err(format!("w13 {:?} and w2 {:?}: expected [E, 2I, H] and [E, H, I]", w13.dims(), w2.dims())));
         }
         let stream = device.cuda_stream();
-        let copy = |t: &Tensor| -> candle_core::Result<_> {
-            let (st, l) = t.storage_and_layout();
-            let Storage::Cuda(c) = &*st else { return Err(err("not a CUDA tensor".into())) };
-            let view = c.as_cuda_slice::<bf16>()?.slice(l.start_offset()..l.start_offset() + t.elem_count());
-            stream.clone_dtod(&view).map_err(|e| err(e.to_string()))
-        };
+        let copy = |t: &Tensor| copy_to::<bf16>(&stream, t);
         let to = |e: crate::Error| err(e.to_string());
         let weights = ExpertWeights::from_device(
             e,
@@ -180,6 +177,63 @@ impl CandleMoe<ExpertWeights<bf16>> {
         let layer = MoeLayer::new(&stream, Arc::new(weights), options).map_err(to)?;
         CandleMoe::new(device, layer)
     }
+}
+
+impl CandleMoe<Fp8ExpertWeights> {
+    /// Block-FP8 SwiGLU experts from candle tensors: `w13` F8E4M3 `[E, 2I, H]` (gate rows, then up rows) and `w2`
+    /// F8E4M3 `[E, H, I]`, each with its F32 dequantisation scales per 128 x 128 block (DeepSeek's
+    /// `weight_scale_inv` stacked over experts: `[E, ceil(2I/128), ceil(H/128)]`, `[E, ceil(H/128),
+    /// ceil(I/128)]`), copied once on the device; activations quantised by `quant` (the checkpoint family's:
+    /// `checkpoint::Fp8Config::activation_quant`); planned with `options` on `device`'s stream.
+    ///
+    /// # Errors
+    /// A `candle_core::Error` naming the tensor: not on `device`, not contiguous, of another dtype, or of shapes
+    /// that do not chain; then the weights' constraints (`H`, `I` multiples of 128) and the layer's planning.
+    pub fn from_fp8_tensors(
+        device: &CudaDevice,
+        (w13, w13_scales): (&Tensor, &Tensor),
+        (w2, w2_scales): (&Tensor, &Tensor),
+        quant: GroupQuant,
+        options: MoeLayerOptions,
+    ) -> candle_core::Result<Self> {
+        let stream = device.cuda_stream();
+        let to = |e: crate::Error| err(e.to_string());
+        let block = |q: &Tensor, s: &Tensor, name: &str| -> candle_core::Result<Fp8BlockWeights> {
+            for (t, dtype, what) in [(q, DType::F8E4M3, name.to_string()), (s, DType::F32, format!("{name}'s scales"))]
+            {
+                match t.device() {
+                    Device::Cuda(d) if d.same_device(device) && t.is_contiguous() && t.dtype() == dtype => {}
+                    _ => {
+                        return Err(err(format!(
+                            "{what} must be a contiguous {dtype:?} tensor on the op's CUDA device"
+                        )))
+                    }
+                }
+            }
+            let (e, n, k) =
+                q.dims3().map_err(|_| err(format!("{name} has shape {:?}, expected [E, N, K]", q.dims())))?;
+            let q = copy_to::<F8E4M3>(&stream, q)?;
+            let s = copy_to::<f32>(&stream, s)?;
+            Fp8BlockWeights::new(q, s, e, n, k).map_err(|e| err(format!("{name}: {e}")))
+        };
+        let (w13, w2) = (block(w13, w13_scales, "w13")?, block(w2, w2_scales, "w2")?);
+        let weights = Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
+            .map_err(to)?
+            .with_activation_quant(quant);
+        let layer = MoeLayer::new(&stream, Arc::new(weights), options).map_err(to)?;
+        CandleMoe::new(device, layer)
+    }
+}
+
+/// A device copy of contiguous CUDA tensor `t`'s elements (outside the launch path: weights, once).
+fn copy_to<T: candle_core::cuda_backend::CudaDType + cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    t: &Tensor,
+) -> candle_core::Result<cudarc::driver::CudaSlice<T>> {
+    let (st, l) = t.storage_and_layout();
+    let Storage::Cuda(c) = &*st else { return Err(err("not a CUDA tensor".into())) };
+    let view = c.as_cuda_slice::<T>()?.slice(l.start_offset()..l.start_offset() + t.elem_count());
+    stream.clone_dtod(&view).map_err(|e| err(e.to_string()))
 }
 
 /// The in-place op: `y` (dst) written from `x`, `topk_ids` (sources) and `topk_weights` (read here).

@@ -10,8 +10,8 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage};
 use candle_core::op::BackpropOp;
 use candle_core::{DType, Device, Storage, Tensor};
 use half::bf16;
-use moe_gemm::DeviceStatus;
 use moe_gemm::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
+use moe_gemm::DeviceStatus;
 
 /// The error of this crate: candle's or moe-gemm's.
 #[derive(Debug)]

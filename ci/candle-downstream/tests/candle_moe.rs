@@ -44,14 +44,25 @@ fn candle_moe_matches_candles_fused_moe() {
         let want = fused.forward(&x, prefill).unwrap().reshape((tokens, h)).unwrap();
         // FusedMoe's routing, step for step: softmax of the gate in f32, top-k by arg-sort, renormalised.
         let x2 = x.reshape((tokens, h)).unwrap();
-        let probs = candle_nn::ops::softmax_last_dim(&router.forward(&x2).unwrap().to_dtype(DType::F32).unwrap()).unwrap();
+        let probs =
+            candle_nn::ops::softmax_last_dim(&router.forward(&x2).unwrap().to_dtype(DType::F32).unwrap()).unwrap();
         let ids = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
         let w = probs.gather(&ids, D::Minus1).unwrap();
         let w = w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap();
         // candle's U32 ids as they come, and as I32: the same output.
         let got = op.forward(&x2, &ids, &w).unwrap();
         let got_i32 = op.forward(&x2, &ids.to_dtype(DType::I32).unwrap(), &w).unwrap();
-        let same = got.to_dtype(DType::F32).unwrap().sub(&got_i32.to_dtype(DType::F32).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let same = got
+            .to_dtype(DType::F32)
+            .unwrap()
+            .sub(&got_i32.to_dtype(DType::F32).unwrap())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert_eq!(same, 0.0, "U32 and I32 ids give different outputs");
 
         let (g, r): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (
@@ -67,5 +78,69 @@ fn candle_moe_matches_candles_fused_moe() {
             assert!(worst <= bound, "T = {tokens}, token {t}: |moe-gemm - candle| = {worst} > {bound} (max {max})");
         }
         println!("T = {tokens} (prefill {prefill}): every token within {bound:.4} of candle's FusedMoe (max {max:.3})");
+    }
+}
+
+/// Block-FP8 experts given as candle F8E4M3 tensors with their F32 block scales: the op equals moe-gemm's FP8 CPU
+/// reference within the FP8 layer's bound (the GPU layer tests' `fp8_layer_mismatch`).
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_over_fp8_tensors_matches_the_fp8_reference() {
+    use half::bf16;
+    use moe_gemm::checkpoint::{Fp8Config, PackedFp8Experts};
+    use moe_gemm::reference::{fp8_layer_mismatch, moe_forward_fp8, Fp8HostLayer};
+    use moe_gemm::{Activation, ExpertFormat, PackedExperts};
+
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, h, i, k, tokens) = (8usize, 512usize, 256usize, 2usize, 24usize);
+    // Seeded values in [-scale, scale) (the `cli` feature's generator is not built here).
+    let random_vec = |n: usize, seed: u64, scale: f32| -> Vec<bf16> {
+        let mut z = seed;
+        (0..n)
+            .map(|_| {
+                z = z.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                bf16::from_f32(((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale)
+            })
+            .collect()
+    };
+    let dense = PackedExperts::new(
+        e,
+        h,
+        i,
+        ExpertFormat::SWIGLU,
+        random_vec(e * 2 * i * h, 1, 0.05),
+        random_vec(e * h * i, 2, 0.05),
+        None,
+        None,
+    )
+    .unwrap();
+    let config = Fp8Config::DEEPSEEK_V3;
+    let fp8 = PackedFp8Experts::quantize(&dense, &config).unwrap();
+    let ((g13r, g13c), (g2r, g2c)) = fp8.grids();
+    let scales = |s: &moe_gemm::quant::Scales| (0..s.len()).map(|j| s.get(j).unwrap()).collect::<Vec<f32>>();
+    let w13 = Tensor::from_vec(fp8.w13().to_vec(), (e, 2 * i, h), &device).unwrap();
+    let s13 = Tensor::from_vec(scales(fp8.w13_scales()), (e, g13r, g13c), &device).unwrap();
+    let w2 = Tensor::from_vec(fp8.w2().to_vec(), (e, h, i), &device).unwrap();
+    let s2 = Tensor::from_vec(scales(fp8.w2_scales()), (e, g2r, g2c), &device).unwrap();
+    let op = CandleMoe::from_fp8_tensors(
+        cuda,
+        (&w13, &s13),
+        (&w2, &s2),
+        config.activation_quant(),
+        MoeLayerOptions::new(tokens, k),
+    )
+    .unwrap();
+    let x_host = random_vec(tokens * h, 3, 1.0);
+    // k distinct experts per token.
+    let ids_host: Vec<i32> = (0..tokens * k).map(|n| ((n / k + (n % k) * (e / k)) % e) as i32).collect();
+    let w_host: Vec<f32> = (0..tokens * k).map(|n| 0.25 + 0.5 * (n % 2) as f32).collect();
+    let x = Tensor::from_vec(x_host.clone(), (tokens, h), &device).unwrap();
+    let ids = Tensor::from_vec(ids_host.clone(), (tokens, k), &device).unwrap();
+    let w = Tensor::from_vec(w_host.clone(), (tokens, k), &device).unwrap();
+    let got: Vec<bf16> = op.forward(&x, &ids, &w).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let want = moe_forward_fp8(&Fp8HostLayer::new(&fp8, Activation::SiluGated), &x_host, &ids_host, &w_host, k);
+    if let Some(m) = fp8_layer_mismatch(&got, &want, h) {
+        panic!("candle FP8 op vs the FP8 reference: {m}");
     }
 }
