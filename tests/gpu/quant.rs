@@ -176,6 +176,42 @@ fn device_quantisation_matches_the_host_reference_bit_for_bit() {
     rows_match_reference::<f16>(&stream);
 }
 
+/// Token rows filled with the sentinels.
+fn sentinel_token_rows(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Fp8TokenRows {
+    let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); rows * k]).unwrap();
+    let s = stream.clone_htod(&vec![SENTINEL_S; rows]).unwrap();
+    Fp8TokenRows::new(q, s, rows, k).unwrap()
+}
+
+/// Token rows on the host: e4m3 `[rows, k]` and one scale per row.
+fn token_rows_host(stream: &Arc<CudaStream>, out: &Fp8TokenRows) -> (Vec<F8E4M3>, Vec<f32>) {
+    (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap())
+}
+
+/// The host rules' scale of one row: `opts.scale` of its finite elements' amax.
+fn token_scale_of(opts: &GroupQuant, row: &[f32]) -> f32 {
+    opts.scale(row.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs())))
+}
+
+/// A device row (e4m3 `q`, scale `s`) against `row` quantised by the host rules under scale `want`, bit for bit:
+/// `Err` names the first difference.
+fn same_token_row(q: &[F8E4M3], s: f32, row: &[f32], want: f32) -> Result<(), String> {
+    if s.to_bits() != want.to_bits() {
+        return Err(format!("scale {s:e}, expected {want:e}"));
+    }
+    match row.iter().enumerate().find(|(c, &v)| q[*c].to_bits() != quantize_element(v, want).to_bits()) {
+        Some((c, &v)) => {
+            Err(format!("col {c}: e4m3 {:#04x}, expected {:#04x}", q[c].to_bits(), quantize_element(v, want).to_bits()))
+        }
+        None => Ok(()),
+    }
+}
+
+/// A device row still holds the sentinels.
+fn token_row_untouched(q: &[F8E4M3], s: f32) -> bool {
+    q.iter().all(|v| v.to_bits() == SENTINEL_Q) && s == SENTINEL_S
+}
+
 /// Per-token quantisation (`Fp8TokenRows::quantize`, one scale per row: the rowwise GEMM's activations) against
 /// the host rules per row (`GroupQuant::scale` of the row's amax, `quantize_element`) bit for bit: real and partial
 /// K, special rows (zeros, NaN, ±∞, max among small values, subnormals), every option, bf16 and f16, the vector
@@ -201,29 +237,18 @@ fn token_rows_match_the_host_rules<T: Element>(stream: &Arc<CudaStream>) {
         for (name, opts) in options() {
             let ctx = format!("{} rows {rows} K {k} stride {stride} {name}", T::DTYPE);
             let spare = 2;
-            let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); (rows + spare) * k]).unwrap();
-            let sc = stream.clone_htod(&vec![SENTINEL_S; rows + spare]).unwrap();
-            let mut out = Fp8TokenRows::new(q, sc, rows + spare, k).unwrap();
+            let mut out = sentinel_token_rows(stream, rows + spare, k);
             out.quantize(stream, &view, &TokenScale::Dynamic(opts), &mut st).unwrap();
             let word = status_word(st.check(stream));
             assert_eq!(word, if has_nonfinite(&x) { bits::NONFINITE_INPUT } else { 0 }, "{ctx}: status");
-            let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+            let (q, sc) = token_rows_host(stream, &out);
             for r in 0..rows {
                 let xr = f32s(&x[r * k..(r + 1) * k]);
-                let amax = xr.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
-                let want_s = opts.scale(amax);
-                assert_eq!(sc[r].to_bits(), want_s.to_bits(), "{ctx}: row {r} scale {:e}, expected {want_s:e}", sc[r]);
-                for (c, &v) in xr.iter().enumerate() {
-                    let want = quantize_element(v, want_s).to_bits();
-                    let got = q[r * k + c].to_bits();
-                    assert_eq!(got, want, "{ctx}: row {r} col {c}: e4m3 {got:#04x}, expected {want:#04x}");
-                }
+                same_token_row(&q[r * k..(r + 1) * k], sc[r], &xr, token_scale_of(&opts, &xr))
+                    .unwrap_or_else(|m| panic!("{ctx}: row {r}: {m}"));
             }
             for r in rows..rows + spare {
-                assert!(
-                    q[r * k..(r + 1) * k].iter().all(|v| v.to_bits() == SENTINEL_Q) && sc[r] == SENTINEL_S,
-                    "{ctx}: row {r} past x was written"
-                );
+                assert!(token_row_untouched(&q[r * k..(r + 1) * k], sc[r]), "{ctx}: row {r} past x was written");
             }
         }
     }
@@ -262,11 +287,10 @@ fn per_token_quantisation_with_a_static_scale() {
         out.quantize(&stream, &view, &TokenScale::Static(&scale), &mut st).unwrap();
         let word = status_word(st.check(&stream));
         assert_eq!(word, if flagged { bits::BAD_STATIC_SCALE } else { 0 }, "scale {given}: status");
-        let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
-        assert!(sc.iter().all(|s| s.to_bits() == used.to_bits()), "scale {given}: every row takes {used}");
-        for (i, v) in x.iter().enumerate() {
-            let want = quantize_element(v.to_f32(), used).to_bits();
-            assert_eq!(q[i].to_bits(), want, "scale {given}: element {i}");
+        let (q, sc) = token_rows_host(&stream, &out);
+        for r in 0..rows {
+            same_token_row(&q[r * k..(r + 1) * k], sc[r], &f32s(&x[r * k..(r + 1) * k]), used)
+                .unwrap_or_else(|m| panic!("scale {given}: row {r}: {m}"));
         }
     }
 }
@@ -403,13 +427,11 @@ fn per_token_gather_quantisation_writes_each_placed_position() {
             let view = MatrixView::new("x", x_dev.as_view(), tokens, k).unwrap();
             let opts = GroupQuant::new(VLLM_EPS, ScaleRounding::Exact).unwrap();
             let ctx = format!("{spec:?} K {k}");
-            let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); cap * k]).unwrap();
-            let sc = stream.clone_htod(&vec![SENTINEL_S; cap]).unwrap();
-            let mut out = Fp8TokenRows::new(q, sc, cap, k).unwrap();
+            let mut out = sentinel_token_rows(&stream, cap, k);
             out.quantize_gather(&stream, &layout, &view, &TokenScale::Dynamic(opts), &mut st).unwrap();
             let word = status_word(st.check(&stream));
             assert_eq!(word, bits::NONFINITE_INPUT, "{ctx}: the NaN and infinite rows of x are reported");
-            let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+            let (q, sc) = token_rows_host(&stream, &out);
             let mut placed = vec![false; cap];
             for (slot, &p) in positions.iter().enumerate() {
                 if p < 0 {
@@ -418,22 +440,49 @@ fn per_token_gather_quantisation_writes_each_placed_position() {
                 let (p, t) = (p as usize, slot / top_k);
                 placed[p] = true;
                 let xr = f32s(&x[t * k..(t + 1) * k]);
-                let want_s = opts.scale(xr.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs())));
-                assert_eq!(sc[p].to_bits(), want_s.to_bits(), "{ctx}: position {p} (token {t}) scale");
-                for (c, &v) in xr.iter().enumerate() {
-                    let want = quantize_element(v, want_s).to_bits();
-                    assert_eq!(q[p * k + c].to_bits(), want, "{ctx}: position {p} (token {t}) col {c}");
-                }
+                same_token_row(&q[p * k..(p + 1) * k], sc[p], &xr, token_scale_of(&opts, &xr))
+                    .unwrap_or_else(|m| panic!("{ctx}: position {p} (token {t}): {m}"));
             }
             for p in (0..cap).filter(|&p| !placed[p]) {
-                assert!(
-                    q[p * k..(p + 1) * k].iter().all(|v| v.to_bits() == SENTINEL_Q) && sc[p] == SENTINEL_S,
-                    "{ctx}: position {p} has no slot but was written"
-                );
+                let untouched = token_row_untouched(&q[p * k..(p + 1) * k], sc[p]);
+                assert!(untouched, "{ctx}: position {p} has no slot but was written");
             }
             assert!(placed.iter().any(|&x| !x), "{ctx}: the layout has unplaced positions to check");
         }
     }
+}
+
+/// An activation output `h [capacity, inter]` over an aligned layout of 200 tokens (top-8 of 32 experts, a quarter
+/// of them remote): random where a row is in use (an expert in range, before the layout's total), NaN elsewhere, so
+/// that a kernel reading a row not in use sets the status bit.
+struct ActivationRows {
+    layout: ExpertLayout,
+    m_indices: Vec<i32>,
+    total: usize,
+    local: i32,
+    h: Vec<bf16>,
+}
+
+impl ActivationRows {
+    /// Whether position `p` is in use with `total` rows counted.
+    fn in_use(&self, p: usize, total: usize) -> bool {
+        p < total && (0..self.local).contains(&self.m_indices[p])
+    }
+}
+
+fn activation_rows(stream: &Arc<CudaStream>, layout_seed: u64, h_seed: u64, inter: usize) -> ActivationRows {
+    let (layout, _) = layout(stream, LayoutSpec::Aligned { block_m: 64 }, 200, 8, 32, layout_seed);
+    let cap = layout.dims().capacity();
+    let m_indices = stream.clone_dtoh(layout.m_indices()).unwrap();
+    let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
+    let local = layout.dims().local_experts() as i32;
+    let mut rows = ActivationRows { layout, m_indices, total, local, h: random_vec(cap * inter, h_seed, 4.0) };
+    for p in 0..cap {
+        if !rows.in_use(p, total) {
+            rows.h[p * inter..(p + 1) * inter].fill(bf16::NAN);
+        }
+    }
+    rows
 }
 
 /// Requantising the activation output touches only the rows in use: an expert in range (m_indices) and before
@@ -443,18 +492,11 @@ fn per_token_gather_quantisation_writes_each_placed_position() {
 fn requantisation_skips_rows_not_in_use() {
     let (_ctx, stream) = gpu();
     let mut st = DeviceStatus::new(&stream).unwrap();
-    let (tokens, top_k, experts, inter) = (200usize, 8usize, 32usize, 768usize);
-    let (layout, _) = layout(&stream, LayoutSpec::Aligned { block_m: 64 }, tokens, top_k, experts, 5);
+    let inter = 768usize;
+    let act = activation_rows(&stream, 5, 9, inter);
+    let (layout, h, total, local) = (&act.layout, &act.h, act.total, act.local);
     let cap = layout.dims().capacity();
-    let m_indices = stream.clone_dtoh(layout.m_indices()).unwrap();
-    let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
-    let local = layout.dims().local_experts() as i32;
-    let in_use = |p: usize, total: usize| p < total && (0..local).contains(&m_indices[p]);
-    let mut h: Vec<bf16> = random_vec(cap * inter, 9, 4.0);
-    for p in (0..cap).filter(|&p| !in_use(p, total)) {
-        h[p * inter..(p + 1) * inter].fill(bf16::NAN);
-    }
-    let h_dev = stream.clone_htod(&h).unwrap();
+    let h_dev = stream.clone_htod(h).unwrap();
     let view = MatrixView::new("h", h_dev.as_view(), cap, inter).unwrap();
     // The layout's own rule, then a total smaller than the layout's (rows past it skipped too).
     let short_total = stream.clone_htod(&[(total / 2) as i32]).unwrap();
@@ -468,7 +510,7 @@ fn requantisation_skips_rows_not_in_use() {
             let (q, s) = out.to_host(&stream).unwrap();
             let g = inter.div_ceil(ACT_GROUP);
             for p in 0..cap {
-                if in_use(p, t) {
+                if act.in_use(p, t) {
                     let (wq, ws) =
                         per_token_group_quant(&f32s(&h[p * inter..(p + 1) * inter]), 1, inter, &opts).unwrap();
                     same_row((&q[p * inter..(p + 1) * inter], &s[p * g..(p + 1) * g]), (&wq, &ws), p)
@@ -482,7 +524,7 @@ fn requantisation_skips_rows_not_in_use() {
     // RowsInUse::of_layout is the layout's rule.
     let mut a = sentinel_rows(&stream, cap, inter);
     let mut b = sentinel_rows(&stream, cap, inter);
-    requantize_rows(&stream, &view, &RowsInUse::of_layout(&layout), &mut a, &GroupQuant::DEEPSEEK, &mut st).unwrap();
+    requantize_rows(&stream, &view, &RowsInUse::of_layout(layout), &mut a, &GroupQuant::DEEPSEEK, &mut st).unwrap();
     let rows = RowsInUse::new(layout.m_indices().as_view(), local as usize, Some(layout.total()));
     requantize_rows(&stream, &view, &rows, &mut b, &GroupQuant::DEEPSEEK, &mut st).unwrap();
     st.check(&stream).unwrap();
@@ -500,38 +542,25 @@ fn requantisation_skips_rows_not_in_use() {
 fn per_token_requantisation_skips_rows_not_in_use() {
     let (_ctx, stream) = gpu();
     let mut st = DeviceStatus::new(&stream).unwrap();
-    let (tokens, top_k, experts, inter) = (200usize, 8usize, 32usize, 768usize);
-    let (layout, _) = layout(&stream, LayoutSpec::Aligned { block_m: 64 }, tokens, top_k, experts, 7);
+    let inter = 768usize;
+    let act = activation_rows(&stream, 7, 11, inter);
+    let (layout, h) = (&act.layout, &act.h);
     let cap = layout.dims().capacity();
-    let m_indices = stream.clone_dtoh(layout.m_indices()).unwrap();
-    let total = stream.clone_dtoh(layout.total()).unwrap()[0] as usize;
-    let local = layout.dims().local_experts() as i32;
-    let in_use = |p: usize| p < total && (0..local).contains(&m_indices[p]);
-    let mut h: Vec<bf16> = random_vec(cap * inter, 11, 4.0);
-    for p in (0..cap).filter(|&p| !in_use(p)) {
-        h[p * inter..(p + 1) * inter].fill(bf16::NAN);
-    }
-    let h_dev = stream.clone_htod(&h).unwrap();
+    let h_dev = stream.clone_htod(h).unwrap();
     let view = MatrixView::new("h", h_dev.as_view(), cap, inter).unwrap();
     for (name, opts) in options() {
-        let q = stream.clone_htod(&vec![F8E4M3::from_bits(SENTINEL_Q); cap * inter]).unwrap();
-        let sc = stream.clone_htod(&vec![SENTINEL_S; cap]).unwrap();
-        let mut out = Fp8TokenRows::new(q, sc, cap, inter).unwrap();
-        out.requantize(&stream, &view, &RowsInUse::of_layout(&layout), &TokenScale::Dynamic(opts), &mut st).unwrap();
+        let mut out = sentinel_token_rows(&stream, cap, inter);
+        out.requantize(&stream, &view, &RowsInUse::of_layout(layout), &TokenScale::Dynamic(opts), &mut st).unwrap();
         assert_eq!(status_word(st.check(&stream)), 0, "{name}: a row not in use (NaN) was read");
-        let (q, sc) = (stream.clone_dtoh(&out.q()).unwrap(), stream.clone_dtoh(&out.scales()).unwrap());
+        let (q, sc) = token_rows_host(&stream, &out);
         for p in 0..cap {
             let (qr, s) = (&q[p * inter..(p + 1) * inter], sc[p]);
-            if !in_use(p) {
-                assert!(qr.iter().all(|v| v.to_bits() == SENTINEL_Q) && s == SENTINEL_S, "{name}: row {p} written");
+            if !act.in_use(p, act.total) {
+                assert!(token_row_untouched(qr, s), "{name}: row {p} not in use was written");
                 continue;
             }
             let hr = f32s(&h[p * inter..(p + 1) * inter]);
-            let want_s = opts.scale(hr.iter().fold(0f32, |m, v| m.max(v.abs())));
-            assert_eq!(s.to_bits(), want_s.to_bits(), "{name}: row {p} scale");
-            for (c, &v) in hr.iter().enumerate() {
-                assert_eq!(qr[c].to_bits(), quantize_element(v, want_s).to_bits(), "{name}: row {p} col {c}");
-            }
+            same_token_row(qr, s, &hr, token_scale_of(&opts, &hr)).unwrap_or_else(|m| panic!("{name}: row {p}: {m}"));
         }
     }
 }
