@@ -136,17 +136,26 @@ __device__ __forceinline__ void report(uint64_t status, uint32_t err) {
   if (err && threadIdx.x % 32 == 0) atomicOr(reinterpret_cast<uint32_t*>(status), err);
 }
 
+// Rows source: the rows to quantise, `rows` clamped to the device count `*total` where there is one.
+__device__ __forceinline__ int64_t rows_counted(const QuantArgs& a) {
+  if (!a.total) return a.rows;
+  const int64_t t = *reinterpret_cast<const int32_t*>(a.total);
+  return t < 0 ? 0 : (t < a.rows ? t : a.rows);
+}
+
+// Rows source: whether `row`'s expert (with row_experts) is in [0, experts); rows of others are skipped.
+__device__ __forceinline__ bool row_in_use(const QuantArgs& a, int64_t row) {
+  if (!a.row_experts) return true;
+  const int e = reinterpret_cast<const int32_t*>(a.row_experts)[row];
+  return e >= 0 && e < a.experts;
+}
+
 // Tasks are (row, group) pairs, warp-uniform, so every lane of a warp takes the same branches and joins the
 // shuffles.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(32 * kWarps) quantize_rows_kernel(const QuantArgs a) {
   const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
-  int64_t rows = a.rows;
-  if (a.total) {
-    const int64_t t = *reinterpret_cast<const int32_t*>(a.total);
-    rows = t < 0 ? 0 : (t < rows ? t : rows);
-  }
-  const int32_t* row_experts = reinterpret_cast<const int32_t*>(a.row_experts);
+  const int64_t rows = rows_counted(a);
   const T* x = reinterpret_cast<const T*>(a.x);
   uint32_t err = 0;
   const int64_t tasks = rows * groups;
@@ -154,10 +163,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_rows_kernel(const QuantA
        task += static_cast<int64_t>(gridDim.x) * kWarps) {
     const int64_t row = task / groups;
     const int g = static_cast<int>(task - row * groups);
-    if (row_experts) {
-      const int e = row_experts[row];
-      if (e < 0 || e >= a.experts) continue;
-    }
+    if (!row_in_use(a, row)) continue;
     const Slice s = quantize_slice<T, kVec>(a, x + row * a.x_stride, g, err);
     store_slice<kVec>(a, row, g, groups, s);
   }
@@ -207,20 +213,12 @@ __device__ __forceinline__ float token_scale(const QuantArgs& a, const T* __rest
 template <class T, bool kVec>
 __global__ void __launch_bounds__(32 * kWarps) quantize_rows_per_row_kernel(const QuantArgs a) {
   const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
-  int64_t rows = a.rows;
-  if (a.total) {
-    const int64_t t = *reinterpret_cast<const int32_t*>(a.total);
-    rows = t < 0 ? 0 : (t < rows ? t : rows);
-  }
-  const int32_t* row_experts = reinterpret_cast<const int32_t*>(a.row_experts);
+  const int64_t rows = rows_counted(a);
   const T* x = reinterpret_cast<const T*>(a.x);
   uint32_t err = 0;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
-    if (row_experts) {
-      const int e = row_experts[row];
-      if (e < 0 || e >= a.experts) continue;
-    }
+    if (!row_in_use(a, row)) continue;
     const T* xrow = x + row * a.x_stride;
     const float scale = token_scale<T, kVec>(a, xrow, groups, err);
     for (int g = 0; g < groups; ++g) {
