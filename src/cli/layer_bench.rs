@@ -516,45 +516,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         super::args::write_file(path, &serde_json::to_string_pretty(&doc).expect("JSON values"))?;
     }
     if let Some(path) = &args.csv {
-        let names: Vec<String> = points.iter().map(Point::name).collect();
-        // The headline under its own name too, where the script names it (its numbers then join the variants').
-        let mut extras = extras.clone();
-        if let (Ok(m), Some(id)) = (&peer, &headline.id) {
-            for (name, us) in m {
-                extras.entry(name.clone()).or_default().insert(0, (id.clone(), us.clone()));
-            }
-        }
-        let variants = csv::variants(headline.id.as_deref(), &extras, names.iter().map(String::as_str));
-        let mut text = format!("{}\n", csv::header(&variants));
-        for r in &results {
-            let (ran, times) = (&r.ran, &r.times);
-            let p = &points[r.point];
-            let floor = p.floor_for(r.dtype, ceil);
-            let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().ok()).copied();
-            let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
-            let reference = bf16_auto_us(&results, r.point, p);
-            let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
-            text += &format!(
-                "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}{}\n",
-                p.model,
-                p.tokens,
-                p.routing,
-                r.label(),
-                p.auto_for(r.dtype).map_or(String::new(), |b| format!("{b:?}")),
-                f(med),
-                f(p10),
-                f(p90),
-                f(med.map(|m| m / floor)),
-                f(peer_us),
-                med.zip(peer_us).map_or(String::new(), |(m, t)| format!("{:.3}", m / t)),
-                r.dtype.name(),
-                f(reference),
-                med.zip(reference).map_or(String::new(), |(m, b)| format!("{:.3}", m / b)),
-                csv::variant_cells(&variants, extras.get(&p.name()).map(Vec::as_slice), med),
-            );
-        }
-        let csv = text;
-        super::args::write_file(path, &csv)?;
+        super::args::write_file(path, &csv::table(&results, &points, ceil, &peer, &extras, &headline))?;
     }
     println!("* = the backend Auto picks for this point");
     println!("peer = {}; x peer = our median / the peer's median (< 1: faster); 'not timed': the batch needs more than one pass of the backend (masked past max_m, batched past 4096 rows) or the backend synchronises (eager)", headline.text);

@@ -4,7 +4,10 @@
 //! every ratio to a peer comes from the same run's file. Every cell is a name or a number: no quoting, and
 //! `moe-gemm compare` splits rows on commas.
 
-use super::super::peer::Extras;
+use moe_gemm::ceilings::Ceilings;
+
+use super::super::peer::{Extras, Headline};
+use super::{bf16_auto_us, Peer, Point, Timed};
 
 /// The fixed columns: the point, the backend asked and run, Auto's pick, the times, the floor, the headline peer,
 /// then the dtype of the row's experts, the bf16 layer's Auto median at the point and the row's median over it.
@@ -56,6 +59,55 @@ pub fn variant_cells(
         out += &format!(",{us_cell},{ratio}");
     }
     out
+}
+
+/// The whole `--csv` text of a run: the header, then one line per timed entry.
+pub(super) fn table(
+    results: &[Timed],
+    points: &[Point],
+    ceil: &Ceilings,
+    peer: &Peer,
+    extras: &Extras,
+    headline: &Headline,
+) -> String {
+    let names: Vec<String> = points.iter().map(Point::name).collect();
+    // The headline under its own name too, where the script names it (its numbers then join the variants').
+    let mut extras = extras.clone();
+    if let (Ok(m), Some(id)) = (peer, &headline.id) {
+        for (name, us) in m {
+            extras.entry(name.clone()).or_default().insert(0, (id.clone(), us.clone()));
+        }
+    }
+    let columns = variants(headline.id.as_deref(), &extras, names.iter().map(String::as_str));
+    let mut text = format!("{}\n", header(&columns));
+    for r in results {
+        let (ran, times) = (&r.ran, &r.times);
+        let p = &points[r.point];
+        let floor = p.floor_for(r.dtype, ceil);
+        let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().ok()).copied();
+        let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
+        let reference = bf16_auto_us(results, r.point, p);
+        let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+        text += &format!(
+            "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}{}\n",
+            p.model,
+            p.tokens,
+            p.routing,
+            r.label(),
+            p.auto_for(r.dtype).map_or(String::new(), |b| format!("{b:?}")),
+            f(med),
+            f(p10),
+            f(p90),
+            f(med.map(|m| m / floor)),
+            f(peer_us),
+            med.zip(peer_us).map_or(String::new(), |(m, t)| format!("{:.3}", m / t)),
+            r.dtype.name(),
+            f(reference),
+            med.zip(reference).map_or(String::new(), |(m, b)| format!("{:.3}", m / b)),
+            variant_cells(&columns, extras.get(&p.name()).map(Vec::as_slice), med),
+        );
+    }
+    text
 }
 
 #[cfg(test)]
