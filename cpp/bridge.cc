@@ -1,48 +1,14 @@
 #include "moe-gemm/cpp/bridge.h"
 
-#include <cstddef>
-#include <type_traits>
-#include <utility>
-
+#include "moe-gemm/cpp/bridge_fields.h"
 #include "moe-gemm/src/ffi/bridge.rs.h"
 #include "moe-gemm/src/ffi/bridge_fp8.rs.h"
 
 namespace moe_gemm {
 namespace bridge {
-namespace {
-LaunchStatus wrap(Status s) { return LaunchStatus{s.code, s.detail}; }
-
-// Field counting of an aggregate (the number of initialisers it accepts), for the guards below: each copy from a
-// cxx params struct into its launch.h / moe_ops.h argument struct assigns every field by name, and a guard
-// states how many fields the copy assigns, so that a field added on either side without its assignment fails to
-// compile instead of launching with a zero.
-struct AnyField {
-  template <class T>
-  operator T() const;  // declared only: used in unevaluated contexts
-};
-template <class T, class... A>
-constexpr auto accepts(int) -> decltype(T{std::declval<A>()...}, true) {
-  return true;
-}
-template <class T, class... A>
-constexpr bool accepts(...) {
-  return false;
-}
-template <class T, class... A>
-constexpr std::size_t field_count() {
-  if constexpr (accepts<T, A..., AnyField>(0)) {
-    return field_count<T, A..., AnyField>();
-  } else {
-    return sizeof...(A);
-  }
-}
-// Both structs of a pair have `n` fields (the number of assignments in the copy) and the same size.
-template <class Params, class Args>
-constexpr bool same_fields(std::size_t n) {
-  return std::is_aggregate_v<Params> && std::is_aggregate_v<Args> && field_count<Params>() == n &&
-         field_count<Args>() == n && sizeof(Params) == sizeof(Args);
-}
-}  // namespace
+using detail::field_count;
+using detail::same_fields;
+using detail::wrap;
 
 bool grouped_gemm_sm90_built(DType dtype, TileConfig config) {
   switch (dtype) {
@@ -188,7 +154,6 @@ rust::String grouped_gemm_sm100_fp8_schedule(Fp8TileConfig config) {
 LaunchStatus grouped_gemm_sm100_fp8_run(const GroupedGemmFp8Params& p) {
   return wrap(moe_gemm::grouped_gemm_sm100_fp8_blockwise_run(fp8_args(p)));
 }
-
 
 bool grouped_gemm_sm90_fp8_rowwise_built(Fp8RowwiseConfig config) {
   return moe_gemm::grouped_gemm_sm90_fp8_rowwise_built(config);
@@ -514,55 +479,6 @@ LaunchStatus fused_moe_gemm_fp8(const FusedGemmFp8Params& p) {
 
 LaunchStatus fused_moe_prepare_fp8(FusedFp8Tile tile) { return wrap(moe_gemm::fused_moe_prepare_fp8(tile)); }
 
-LaunchStatus quantize_mxfp8_grouped(const MxQuantParams& p) {
-  MxQuantArgs a{};
-  a.dtype = p.dtype;
-  a.mode = p.mode;
-  a.groups = p.groups;
-  a.max_m = p.max_m;
-  a.k = p.k;
-  a.k_in = p.k_in;
-  a.max_rows = p.max_rows;
-  a.x_stride = p.x_stride;
-  a.x = p.x;
-  a.offsets = p.offsets;
-  a.counts = p.counts;
-  a.out = p.out;
-  a.sf = p.sf;
-  a.sf_bytes = p.sf_bytes;
-  a.sf_bases = p.sf_bases;
-  a.status = p.status;
-  a.stream = p.stream;
-  static_assert(same_fields<MxQuantParams, MxQuantArgs>(17), "assign every MxQuantArgs field above");
-  return wrap(moe_gemm::quantize_mxfp8_grouped(a));
-}
-
-LaunchStatus quantize_fp4_grouped(const Fp4QuantParams& p) {
-  Fp4QuantArgs a{};
-  a.format = p.format;
-  a.dtype = p.dtype;
-  a.mode = p.mode;
-  a.groups = p.groups;
-  a.max_m = p.max_m;
-  a.k = p.k;
-  a.k_in = p.k_in;
-  a.max_rows = p.max_rows;
-  a.x_stride = p.x_stride;
-  a.x = p.x;
-  a.offsets = p.offsets;
-  a.counts = p.counts;
-  a.out = p.out;
-  a.sf = p.sf;
-  a.sf_bytes = p.sf_bytes;
-  a.sf_bases = p.sf_bases;
-  a.tensor_scale = p.tensor_scale;
-  a.tensor = p.tensor;
-  a.status = p.status;
-  a.stream = p.stream;
-  static_assert(same_fields<Fp4QuantParams, Fp4QuantArgs>(20), "assign every Fp4QuantArgs field above");
-  return wrap(moe_gemm::quantize_fp4_grouped(a));
-}
-
 // Two parts of grouped_gemm_sm100_mx.cu define the SM100 MX configurations: grouped_gemm_sm100_mxfp8.inl
 // (kind::mxf8f6f4) and grouped_gemm_sm100_fp4.inl (kind::mxf4, kind::mxf4nvf4).
 bool grouped_gemm_sm100_mx_built(Sm100MxConfig config) {
@@ -654,48 +570,6 @@ LaunchStatus decode_layer_fp8(const DecodeFp8Params& p) {
 LaunchStatus ep_gather_ids(int64_t capacity, int32_t rows, uint64_t sorted_ids, uint64_t ids, int32_t sentinel,
                            uint64_t out, uint64_t stream) {
   return wrap(moe_gemm::ep_gather_ids(capacity, rows, sorted_ids, ids, sentinel, out, stream));
-}
-
-LaunchStatus quantize_fp8(const QuantParams& p) {
-  QuantArgs a{};
-  a.dtype = p.dtype;
-  a.source = p.source;
-  a.rows = p.rows;
-  a.top_k = p.top_k;
-  a.k = p.k;
-  a.x_stride = p.x_stride;
-  a.x = p.x;
-  a.positions = p.positions;
-  a.out_rows = p.out_rows;
-  a.total = p.total;
-  a.row_experts = p.row_experts;
-  a.experts = p.experts;
-  a.eps = p.eps;
-  a.ue8m0 = p.ue8m0;
-  a.per_row = p.per_row;
-  a.scale = p.scale;
-  a.out = p.out;
-  a.scales = p.scales;
-  a.status = p.status;
-  a.stream = p.stream;
-  static_assert(same_fields<QuantParams, QuantArgs>(20), "assign every QuantArgs field above");
-  return wrap(moe_gemm::quantize_fp8(a));
-}
-
-LaunchStatus quantize_weights_fp8(const WeightQuantParams& p) {
-  WeightQuantArgs a{};
-  a.dtype = p.dtype;
-  a.ue8m0 = p.ue8m0;
-  a.experts = p.experts;
-  a.n = p.n;
-  a.k = p.k;
-  a.w = p.w;
-  a.out = p.out;
-  a.scales = p.scales;
-  a.status = p.status;
-  a.stream = p.stream;
-  static_assert(same_fields<WeightQuantParams, WeightQuantArgs>(10), "assign every WeightQuantArgs field above");
-  return wrap(moe_gemm::quantize_weights_fp8(a));
 }
 
 }  // namespace bridge
