@@ -1,5 +1,5 @@
 //! The fused MoE GEMMs (gather in GEMM1's loads, weight + bias + scatter in GEMM2's epilogue) against an f64
-//! CPU reference, row by row, for every tile (the wgmma and the SwapAb decode ones): padding rows, N and K residues, hot and empty experts, expert
+//! CPU reference, row by row, for every tile (the wgmma and the decode ones): padding rows, N and K residues, hot and empty experts, expert
 //! parallelism, and a layout of the wrong block size refused.
 
 use half::{bf16, f16};
@@ -146,7 +146,7 @@ fn fused_gemms_match_the_reference_for_every_tile() {
             ids: random::topk_ids(70, 2, 8, 8),
             map: None,
         },
-        // The SwapAb tiles' GEMM1 splits K = 1000 over 2 warps (16 steps, the last one partial); GEMM2 (K = 1024)
+        // The decode tiles' GEMM1 splits K = 1000 over 2 warps (16 steps, the last one partial); GEMM2 (K = 1024)
         // does not split.
         Case {
             name: "split K",
@@ -158,7 +158,7 @@ fn fused_gemms_match_the_reference_for_every_tile() {
             ids: random::topk_ids(5, 2, 8, 10),
             map: None,
         },
-        // Few blocks and long K in both GEMMs: the SwapAb tiles split GEMM1 (K = 2056, 33 steps) over 4 warps, and
+        // Few blocks and long K in both GEMMs: the decode tiles split GEMM1 (K = 2056, 33 steps) over 4 warps, and
         // GEMM2 (K = I = 4104, 65 steps; 65 weight-row tasks x 8 blocks x 2 < 1056 resident warps) over 4 too;
         // both end in a partial step.
         Case {
@@ -171,7 +171,7 @@ fn fused_gemms_match_the_reference_for_every_tile() {
             ids: random::topk_ids(5, 2, 8, 12),
             map: None,
         },
-        // More tasks than the SMs hold warps at once: several waves of SwapAb tasks.
+        // More tasks than the SMs hold warps at once: several waves of decode tasks.
         Case {
             name: "many tasks per warp",
             tokens: 256,
@@ -250,7 +250,7 @@ fn fused_gemm_refuses_a_layout_of_another_block_size() {
     assert!(err.to_string().contains("topk_ids"), "{err}");
 }
 
-/// The SwapAb tiles' gated epilogue: `h` against the activation, computed on the host from the same tile's plain
+/// The decode tiles' gated epilogue: `h` against the activation, computed on the host from the same tile's plain
 /// GEMM1 output `d1` (so that only the epilogue is under test), for both gated activations and both gate/up
 /// orders, with `b13`; padding positions stay unwritten; the warpgroup tiles and the plain SiLU are refused.
 #[test]
@@ -332,7 +332,8 @@ fn gated_epilogue_matches_the_activation_of_gemm1() {
     let act = (Activation::SiluGated, GateUp::Concatenated);
     let b = FusedBatch::new(&stream, FusedTile::M64N128K64, &layout, t);
     let err = fused.gemm1_gather_gated(b, (&xd, &wd, None), (n, kdim), act, &mut h).unwrap_err();
-    assert!(err.to_string().contains("SwapAb"), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("fused-64x128x64") && msg.contains("decode tiles"), "{msg}");
 }
 
 /// The gated pair's hand-off (the merged tile, GEMM2 launched early): h and the pairs equal those of the two

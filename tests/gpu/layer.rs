@@ -283,7 +283,7 @@ fn replay_in_a_graph(backend: Backend) {
     replay_in_a_graph_with(backend, false)
 }
 
-/// The Fused backend with the SwapAb tiles Auto does not pick at this batch forced (2 rows per expert: Auto's
+/// The Fused backend with the decode tiles Auto does not pick at this batch forced (2 rows per expert: Auto's
 /// rule takes Decode16 on 32 experts), captured and replayed as above.
 #[test]
 #[ignore = "needs an SM90 GPU"]
