@@ -23,10 +23,9 @@ Usage (on the GPU host; stdlib only):
 `CARRY_PLANTED=1 scripts/carry.sh` also builds carry/gpu-plant-<bug> with each bug of build.rs's MOE_GEMM_PLANT;
 `--expect-caught` turns the check around for them: every selected pair must report the bug.
 
-Host memory: racecheck of a test that runs CUTLASS's ptr-array GEMMs holds up to ~120 GB of host RSS (H100 host,
-128 GiB), so beside other pairs the kernel's OOM killer can end it. A pair killed by SIGKILL is therefore run
-again alone after the others, and judged by that run; the kernel log's OOM lines are printed. Each pair's peak
-RSS is in its log and on its line.
+Host memory: racecheck runs with blocking launches (see TOOLS). A pair killed by SIGKILL (the kernel's OOM killer
+while other pairs hold memory too) is run again alone after the others and judged by that run; the kernel log's
+OOM lines are printed. Each pair's peak RSS is in its log and on its line.
 """
 
 import argparse
@@ -42,7 +41,11 @@ from pathlib import Path
 
 TOOLS = {
     "memcheck": ["--tool", "memcheck"],
-    "racecheck": ["--tool", "racecheck", "--racecheck-report", "all"],
+    # Blocking launches: racecheck analyses each launch on the host, and launches queued ahead of that analysis
+    # (a layer's chain, a 58-layer graph) held up to 130 GB of host RSS and met the OOM killer; one launch at a
+    # time, the largest test peaks at a few GB. Shared-memory hazards live within one block, so serialising kernels
+    # hides none.
+    "racecheck": ["--tool", "racecheck", "--racecheck-report", "all", "--force-blocking-launches"],
     "initcheck": ["--tool", "initcheck"],
     "synccheck": ["--tool", "synccheck"],
 }
@@ -53,50 +56,19 @@ TEST_OK = re.compile(r"^test result: ok\. 1 passed")
 
 
 def read_allow(path):
-    """The allow-list: report entries `tool | regex | why`; kernel exclusions `skip-kernel tool | kernel-name
-    substring | tests | why` (that tool does not instrument those kernels in those tests; each says where else the
-    kernels are checked); and kernel shards `shard-kernels tool | tests | substring ... | why` (each test runs once
-    per substring with only the kernels whose mangled name holds it instrumented, and once more with all the
-    others: every kernel is instrumented in one run, and no run holds them all; for a tool whose host memory a
-    whole test exceeds)."""
-    allow, skips, shards = [], [], {}
+    """The allow-list: entries `tool | regex | why`."""
+    allow = []
     if not path.exists():
-        return allow, skips, shards
+        return allow
     for n, line in enumerate(path.read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
-            continue
-        if line.startswith("skip-kernel "):
-            parts = [p.strip() for p in line[len("skip-kernel "):].split("|", 3)]
-            if len(parts) != 4 or parts[0] not in TOOLS or not parts[1] or not parts[3]:
-                sys.exit(f"{path}:{n}: a kernel exclusion is `skip-kernel tool | kernel substring | tests | why`")
-            skips.append((parts[0], parts[1], set(parts[2].split()), parts[3]))
-            continue
-        if line.startswith("shard-kernels "):
-            parts = [p.strip() for p in line[len("shard-kernels "):].split("|", 3)]
-            if len(parts) != 4 or parts[0] not in TOOLS or not parts[1] or not parts[2].split() or not parts[3]:
-                sys.exit(f"{path}:{n}: kernel shards are `shard-kernels tool | tests | substring ... | why`")
-            for test in parts[1].split():
-                shards[(parts[0], test)] = parts[2].split()
             continue
         parts = [p.strip() for p in line.split("|", 2)]
         if len(parts) != 3 or parts[0] not in TOOLS or not parts[2]:
             sys.exit(f"{path}:{n}: an entry is `tool | regex | why` with a tool of {sorted(TOOLS)} and a reason")
         allow.append((parts[0], re.compile(parts[1]), parts[2]))
-    return allow, skips, shards
-
-
-def runs_of(tool, test, shards):
-    """The runs of one pair: (extra compute-sanitizer arguments, label); one run unless the pair is sharded."""
-    subs = shards.get((tool, test))
-    if not subs:
-        return [((), "")]
-    rest = tuple(a for k in subs for a in ("--kernel-name-exclude", f"kns={k}"))
-    runs = [(rest, f"kernels with none of {', '.join(subs)}")]
-    for i, k in enumerate(subs):
-        before = tuple(a for j in subs[:i] for a in ("--kernel-name-exclude", f"kns={j}"))
-        runs.append((("--kernel-name", f"kns={k}") + before, f"kernels with {k}"))
-    return runs
+    return allow
 
 
 def records(log):
@@ -126,18 +98,15 @@ def log_name(test):
     return test.replace("::", "__") + ".log"  # no colons: some copy tools refuse them
 
 
-def run_one(binary, tool, test, timeout, stop_at, logs, skips=(), run=((), "")):
-    """Runs one pair (or one shard of it, `run`); returns (tool, test, rc, seconds, output, peak host RSS in GB of
-    the tool's process tree, run)."""
-    excluded = [a for t, k, names, _ in skips if t == tool and test in names
-                for a in ("--kernel-name-exclude", f"kns={k}")]
-    cmd = ["compute-sanitizer", *TOOLS[tool], *excluded, *run[0], "--print-limit", "200", "--show-backtrace", "yes",
+def run_one(binary, tool, test, timeout, stop_at, logs):
+    """Runs one pair; returns (tool, test, rc, seconds, output, peak host RSS in GB of the tool's process tree)."""
+    cmd = ["compute-sanitizer", *TOOLS[tool], "--print-limit", "200", "--show-backtrace", "yes",
            binary, "--include-ignored", "--exact", test, "--test-threads=1", "--nocapture"]
     env = dict(os.environ, RUST_BACKTRACE="1")
     t0 = time.time()
     limit = min(timeout, stop_at - t0)
     if limit < 1:
-        return tool, test, "deadline", 0.0, "", 0.0, run
+        return tool, test, "deadline", 0.0, "", 0.0
     # Its own process group, so that a timeout ends the tool and the test process it started; reaped by wait4,
     # whose rusage gives the peak RSS of the tool and the test process (racecheck's can reach the host's size).
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -163,10 +132,9 @@ def run_one(binary, tool, test, timeout, stop_at, logs, skips=(), run=((), "")):
         text += f"\n[sanitize.py] timed out after {limit:.0f} s\n"
     secs, rss = time.time() - t0, ru.ru_maxrss / 1e6
     (logs / tool).mkdir(parents=True, exist_ok=True)
-    name = log_name(test) if not run[1] else log_name(test)[:-4] + "." + re.sub(r"\W+", "-", run[1]) + ".log"
-    (logs / tool / name).write_text(
+    (logs / tool / log_name(test)).write_text(
         f"$ {' '.join(cmd)}\n[sanitize.py] rc {rc}, {secs:.1f} s, peak RSS {rss:.1f} GB\n{text}")
-    return tool, test, rc, secs, text, rss, run
+    return tool, test, rc, secs, text, rss
 
 
 def oom_kills():
@@ -195,7 +163,7 @@ def main():
     for t in tools:
         if t not in TOOLS:
             sys.exit(f"unknown tool {t}: one of {sorted(TOOLS)}")
-    allow, skips, shards = read_allow(Path(a.allow))
+    allow = read_allow(Path(a.allow))
     listing = subprocess.run([a.binary, "--include-ignored", "--list"], stdout=subprocess.PIPE, check=True)
     tests = [l[: -len(": test")] for l in listing.stdout.decode().splitlines() if l.endswith(": test")]
     if a.filter:
@@ -203,11 +171,11 @@ def main():
     if not tests:
         sys.exit("no tests selected")
     logs = Path(a.logs)
-    jobs = [(tool, test, run) for test in tests for tool in tools for run in runs_of(tool, test, shards)]
+    jobs = [(tool, test) for test in tests for tool in tools]
     results = {t: [] for t in tools}
     oom_before = len(oom_kills())
 
-    def judge(tool, test, rc, secs, text, rss, run, note=""):
+    def judge(tool, test, rc, secs, text, rss, note=""):
         recs = records(text)
         bad = [r for r in recs if not any(t == tool and rx.search(r) for t, rx, _ in allow)]
         summary = [m for m in map(SUMMARY.match, text.splitlines()) if m]
@@ -225,42 +193,38 @@ def main():
             problem = f"the test failed (rc {rc})"
         elif bad:
             problem = f"{len(bad)} report(s): {bad[0][:300]}"
-        shard = f" [{run[1]}]" if run[1] else ""
-        results[tool].append((test, problem, len(recs) - len(bad), secs, rss, shard))
+        results[tool].append((test, problem, len(recs) - len(bad), secs, rss))
         state = "ok" if problem is None else f"FAIL: {problem}"
-        print(f"[{tool}] {test}{shard} ({secs:.0f} s, {rss:.1f} GB){note}: {state}", flush=True)
+        print(f"[{tool}] {test} ({secs:.0f} s, {rss:.1f} GB){note}: {state}", flush=True)
 
     killed = []
     with cf.ThreadPoolExecutor(max_workers=a.j) as ex:
         stop_at = time.time() + a.deadline
-        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs, skips, run)
-                for tool, test, run in jobs]
+        futs = [ex.submit(run_one, a.binary, tool, test, a.timeout, stop_at, logs) for tool, test in jobs]
         for f in cf.as_completed(futs):
-            tool, test, rc, secs, text, rss, run = f.result()
+            tool, test, rc, secs, text, rss = f.result()
             # compute-sanitizer exits 9 when the test process it started was killed by SIGKILL.
             if rc == -signal.SIGKILL or (rc == 9 and "process didn't terminate successfully" in text):
                 # Not our timeout (that gives rc None): the host killed the tool's process tree, in practice
                 # the OOM killer while other pairs held memory too. Judged by a run alone, after the others.
-                shard = f" [{run[1]}]" if run[1] else ""
-                print(f"[{tool}] {test}{shard} ({secs:.0f} s, {rss:.1f} GB): killed (SIGKILL) beside other pairs; "
+                print(f"[{tool}] {test} ({secs:.0f} s, {rss:.1f} GB): killed (SIGKILL) beside other pairs; "
                       "run again alone at the end", flush=True)
-                killed.append((tool, test, run))
+                killed.append((tool, test))
                 continue
-            judge(tool, test, rc, secs, text, rss, run)
+            judge(tool, test, rc, secs, text, rss)
     kills = oom_kills()[oom_before:]
     for line in kills:
         print(f"kernel log: {line.strip()}")
-    for tool, test, run in killed:
-        judge(*run_one(a.binary, tool, test, a.timeout, stop_at, logs, skips, run), note=" [alone]")
+    for tool, test in killed:
+        judge(*run_one(a.binary, tool, test, a.timeout, stop_at, logs), note=" [alone]")
     clean = True
     print()
     for tool in tools:
         rs = results[tool]
         allowed = sum(r[2] for r in rs)
-        # A test is clean when every run of it (one, or one per kernel shard) is.
         names = sorted({r[0] for r in rs})
         failed = [r for r in rs if r[1] is not None]
-        failed_tests = sorted({r[0] for r in failed})
+        failed_tests = [r[0] for r in failed]
         if a.expect_caught:
             # A planted bug is caught when some run of the test reports it.
             caught = {r[0] for r in rs if r[1] is not None and "report" in r[1]}
@@ -271,13 +235,10 @@ def main():
             print(f"{tool:<9} planted bug caught in {len(names) - len(missed)}/{len(names)} tests")
             continue
         clean &= not failed
-        for test, problem, _, _, _, shard in sorted(failed):
-            print(f"{tool}: {test}{shard}: {problem}")
-        partial = sum(1 for t in names if any(tl == tool and t in ns for tl, _, ns, _ in skips))
-        sharded = sum(1 for t in names if (tool, t) in shards)
+        for test, problem, _, _, _ in sorted(failed):
+            print(f"{tool}: {test}: {problem}")
         print(f"{tool:<9} {len(names) - len(failed_tests)}/{len(names)} tests clean, {len(failed_tests)} not; "
-              f"{allowed} allow-listed reports; {sharded} run in kernel shards, {partial} with kernels not "
-              f"instrumented (skip-kernel); longest {max(r[3] for r in rs):.0f} s, "
+              f"{allowed} allow-listed reports; longest {max(r[3] for r in rs):.0f} s, "
               f"peak RSS {max(r[4] for r in rs):.0f} GB")
     sys.exit(0 if clean else 1)
 
