@@ -2,7 +2,8 @@
 # Builds every GPU executable here (no GPU needed) and copies it into carry/ (git-ignored) for the GPU host:
 # carry/gpu (the GPU tests), carry/moe-gemm, carry/examples.tar.xz (the numbered examples); with CARRY_BENCHES=1 also the Criterion
 # benches (carry/layer_bench, carry/grouped_gemm_bench), built with the `bench` feature in target/bench so that
-# the feature does not rebuild the library of target/release back and forth.
+# the feature does not rebuild the library of target/release back and forth; with CARRY_TORCH=1 also the PyTorch
+# op (carry/torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins --examples
@@ -22,6 +23,15 @@ if [ "${CARRY_BENCHES:-0}" = 1 ]; then
   benched() { ls -t target/bench/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
   cp "$(benched layer)" carry/layer_bench
   cp "$(benched grouped_gemm)" carry/grouped_gemm_bench
+fi
+if [ "${CARRY_TORCH:-0}" = 1 ]; then
+  # The PyTorch op (python/): its package with the extension module, and its tests; on the GPU host
+  # `PYTHONPATH=carry/torch python3 carry/torch/test_op.py`.
+  cargo build --release --manifest-path python/Cargo.toml
+  rm -rf carry/torch && mkdir -p carry/torch/moe_gemm_torch
+  cp python/moe_gemm_torch/__init__.py carry/torch/moe_gemm_torch/
+  cp python/target/release/lib_native.so carry/torch/moe_gemm_torch/_native.abi3.so
+  cp python/tests/test_op.py carry/torch/
 fi
 if [ "${CARRY_PLANTED:-0}" = 1 ]; then
   # The sanitizer check's planted bugs (build.rs, MOE_GEMM_PLANT): one test binary each, then the clean build

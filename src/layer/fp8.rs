@@ -246,6 +246,11 @@ impl Fp8ExpertWeights {
     pub fn activation(&self) -> Activation {
         self.activation
     }
+    /// Gives the device buffers back, `(w13, w2, b13, b2)` (see [`ExpertWeights::into_device`](super::ExpertWeights::into_device)).
+    #[allow(clippy::type_complexity)]
+    pub fn into_device(self) -> (Fp8BlockWeights, Fp8BlockWeights, Option<CudaSlice<f32>>, Option<CudaSlice<f32>>) {
+        (self.w13, self.w2, self.b13, self.b2)
+    }
     /// GEMM1's weights and scales, `[E, 2I or I, H]`.
     pub fn w13(&self) -> &Fp8BlockWeights {
         &self.w13

@@ -142,6 +142,13 @@ impl<T: Element> ExpertWeights<T> {
         Ok(ExpertWeights { experts, shared_groups: 0, hidden, inter, gate_up, activation, w13, w2, b13, b2 })
     }
 
+    /// Gives the device buffers back, `(w13, w2, b13, b2)`: e.g. to release memory another library owns with
+    /// `CudaSlice::leak` instead of freeing it (a binding that wrapped a PyTorch tensor's memory).
+    #[allow(clippy::type_complexity)]
+    pub fn into_device(self) -> (CudaSlice<T>, CudaSlice<T>, Option<CudaSlice<f32>>, Option<CudaSlice<f32>>) {
+        (self.w13, self.w2, self.b13, self.b2)
+    }
+
     /// Routed experts (without the shared-expert groups).
     pub fn experts(&self) -> usize {
         self.experts

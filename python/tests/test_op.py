@@ -1,0 +1,238 @@
+"""moe_gemm_torch.fused_experts against a plain torch reference (bf16 and block FP8), under torch.cuda.graph, and
+its argument checks. Run with pytest or as a script (`python3 tests/test_op.py`, which prints one line per test
+and a summary). The argument checks need torch only; the rest an SM90 GPU and are skipped without one."""
+
+import sys
+
+import torch
+
+import moe_gemm_torch as mgt
+
+GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+DEV = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def routing(t, e, k, kind, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    if kind == "uniform":
+        ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)]) if t else torch.zeros(0, k, dtype=torch.long)
+        w = torch.softmax(torch.randn(t, k, generator=g), dim=-1)
+    else:  # one-hot: every token to the same k experts, all of its weight on the first
+        ids = torch.arange(k).repeat(t, 1)
+        w = torch.zeros(t, k)
+        w[:, 0] = 1.0
+    return ids.to(torch.int32).to(DEV), w.float().to(DEV)
+
+
+def group_quant(x):
+    """vLLM's per-token-group FP8 quantisation (128 columns, s = max(amax, 1e-10) / 448), dequantised."""
+    t, c = x.shape
+    xg = x.float().view(t, c // 128, 128)
+    s = xg.abs().amax(dim=-1, keepdim=True).clamp_min(1e-10) / 448.0
+    q = (xg / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return (q.float() * s).view(t, c)
+
+
+def dequant_blocks(wq, s):
+    e, n, kk = wq.shape
+    full = s.repeat_interleave(128, dim=1)[:, :n].repeat_interleave(128, dim=2)[:, :, :kk]
+    return wq.float() * full
+
+
+def reference(x, w1, w2, wts, ids, fp8=False, s1=None, s2=None):
+    """y = sum_k w[t, k] * (silu(x W1g^T) * (x W1u^T)) W2^T in f32, with bf16 roundings where the op keeps bf16
+    (GEMM1's output, h) and, for FP8, the activations quantised per 128 columns before each GEMM."""
+    if fp8:
+        w1f, w2f = dequant_blocks(w1, s1), dequant_blocks(w2, s2)
+    else:
+        w1f, w2f = w1.float(), w2.float()
+    i = w2.shape[2]
+    xin = group_quant(x) if fp8 else x.float()
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for slot in range(ids.shape[1]):
+        e_ids = ids[:, slot].long()
+        d1 = torch.bmm(w1f[e_ids], xin.unsqueeze(-1)).squeeze(-1).to(torch.bfloat16).float()
+        h = (torch.nn.functional.silu(d1[:, :i]) * d1[:, i:]).to(torch.bfloat16)
+        hin = group_quant(h) if fp8 else h.float()
+        d2 = torch.bmm(w2f[e_ids], hin.unsqueeze(-1)).squeeze(-1)
+        y += wts[:, slot:slot + 1] * d2
+    return y
+
+
+def weights(e, h, i, fp8, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    w1 = (torch.randn(e, 2 * i, h, generator=g) / h ** 0.5).to(DEV)
+    w2 = (torch.randn(e, h, i, generator=g) / i ** 0.5).to(DEV)
+    if not fp8:
+        return w1.to(torch.bfloat16), w2.to(torch.bfloat16), None, None
+
+    def q(w):
+        e_, n, kk = w.shape
+        blocks = w.view(e_, n // 128, 128, kk // 128, 128)
+        s = blocks.abs().amax(dim=(2, 4)).clamp_min(1e-12) / 448.0
+        # Non-uniform scales: a block's scale times 2^j, its elements divided alike (the same function).
+        s = s * torch.pow(2.0, torch.randint(-2, 3, s.shape, generator=g).float()).to(s.device)
+        wq = (blocks / s[:, :, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(e_, n, kk)
+        return wq, s.float().contiguous()
+
+    (w1q, s1), (w2q, s2) = q(w1), q(w2)
+    return w1q, w2q, s1, s2
+
+
+def close(got, want, what, rtol, atol_frac):
+    got = got.float()
+    tol = rtol * want.abs() + atol_frac * want.abs().amax(dim=-1, keepdim=True).clamp_min(1e-6)
+    bad = ((got - want).abs() > tol) | ~torch.isfinite(got)
+    if bad.any():
+        t, c = [int(v) for v in bad.nonzero()[0]]
+        raise AssertionError(f"{what}: token {t} column {c}: got {got[t, c].item()}, reference {want[t, c].item()} "
+                             f"({int(bad.sum())} of {bad.numel()} outside)")
+
+
+SHAPES = [(16, 256, 128, 4)]  # E, H, I, k (H and I multiples of 128 for block FP8)
+
+
+def test_bf16_matches_the_torch_reference():
+    for (e, h, i, k) in SHAPES:
+        w1, w2, _, _ = weights(e, h, i, False, 1)
+        for t in (1, 7, 64, 1000):
+            for kind in ("uniform", "one-hot"):
+                x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
+                ids, wts = routing(t, e, k, kind, 10 + t)
+                y = mgt.fused_experts(x, w1, w2, wts, ids)
+                close(y, reference(x, w1, w2, wts, ids), f"bf16 T={t} {kind}", 2e-2, 1e-2)
+    mgt.check_device_status()
+
+
+def test_block_fp8_matches_the_torch_reference():
+    for (e, h, i, k) in SHAPES:
+        w1, w2, s1, s2 = weights(e, h, i, True, 2)
+        for t in (1, 7, 64, 1000):
+            for kind in ("uniform", "one-hot"):
+                x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
+                ids, wts = routing(t, e, k, kind, 20 + t)
+                y = mgt.fused_experts(x, w1, w2, wts, ids, use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2,
+                                      block_shape=[128, 128])
+                close(y, reference(x, w1, w2, wts, ids, True, s1, s2), f"fp8 T={t} {kind}", 5e-2, 3e-2)
+    mgt.check_device_status()
+
+
+def test_swapped_scales_are_caught():
+    # The reference must see a scale mix-up: two experts' w1 scales swapped gives another result.
+    e, h, i, k = SHAPES[0]
+    w1, w2, s1, s2 = weights(e, h, i, True, 3)
+    x = torch.randn(64, h, device=DEV).to(torch.bfloat16)
+    ids, wts = routing(64, e, k, "uniform", 5)
+    swapped = s1.clone()
+    swapped[[0, 1]] = s1[[1, 0]]
+    y = mgt.fused_experts(x, w1, w2, wts, ids, use_fp8_w8a8=True, w1_scale=swapped, w2_scale=s2, block_shape=[128, 128])
+    try:
+        close(y, reference(x, w1, w2, wts, ids, True, s1, s2), "swapped", 5e-2, 3e-2)
+    except AssertionError:
+        return
+    raise AssertionError("w1 scales of experts 0 and 1 swapped: the output still matched the reference")
+
+
+def test_graph_replays_are_bit_equal_to_eager():
+    for fp8 in (False, True):
+        e, h, i, k = SHAPES[0]
+        w1, w2, s1, s2 = weights(e, h, i, fp8, 4)
+        kw = dict(use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2, block_shape=[128, 128]) if fp8 else {}
+        t = 64
+        x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
+        ids, wts = routing(t, e, k, "uniform", 6)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on the capture's stream: plan and scratch exist before capture
+            mgt.fused_experts(x, w1, w2, wts, ids, **kw)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=side):
+            y = mgt.fused_experts(x, w1, w2, wts, ids, **kw)
+        for r in range(20):
+            new_ids, new_w = routing(t, e, k, "uniform", 100 + r)
+            ids.copy_(new_ids)
+            wts.copy_(new_w)
+            x.copy_(torch.randn(t, h, device=DEV).to(torch.bfloat16))
+            g.replay()
+            eager = mgt.fused_experts(x, w1, w2, wts, ids, **kw)
+            torch.cuda.synchronize()
+            if not torch.equal(y.view(torch.int16), eager.view(torch.int16)):
+                raise AssertionError(f"fp8={fp8} replay {r}: the graph's output differs from eager")
+        mgt.check_device_status()
+
+
+def test_out_of_range_ids_are_reported():
+    e, h, i, k = SHAPES[0]
+    w1, w2, _, _ = weights(e, h, i, False, 7)
+    x = torch.randn(8, h, device=DEV).to(torch.bfloat16)
+    ids, wts = routing(8, e, k, "uniform", 8)
+    ids[3, 1] = e + 5
+    mgt.fused_experts(x, w1, w2, wts, ids)
+    try:
+        mgt.check_device_status()
+    except RuntimeError as ex:
+        assert "expert" in str(ex), str(ex)
+        return
+    raise AssertionError("an expert id of E + 5 was not reported")
+
+
+def expect(exc, needle, f):
+    try:
+        f()
+    except exc as ex:
+        assert needle in str(ex), f"{exc.__name__} without {needle!r}: {ex}"
+        return
+    raise AssertionError(f"no {exc.__name__} naming {needle!r}")
+
+
+def test_bad_arguments_are_named_before_any_launch():
+    dev = DEV
+    e, h, i, k, t = 4, 256, 128, 2, 3
+    x = torch.zeros(t, h, dtype=torch.bfloat16, device=dev)
+    w1 = torch.zeros(e, 2 * i, h, dtype=torch.bfloat16, device=dev)
+    w2 = torch.zeros(e, h, i, dtype=torch.bfloat16, device=dev)
+    ids = torch.zeros(t, k, dtype=torch.int32, device=dev)
+    wts = torch.zeros(t, k, dtype=torch.float32, device=dev)
+    if dev.type == "cpu":
+        expect(ValueError, "hidden_states must be on a CUDA device", lambda: mgt.fused_experts(x, w1, w2, wts, ids))
+        return
+    expect(TypeError, "topk_ids must be torch.int32", lambda: mgt.fused_experts(x, w1, w2, wts, ids.long()))
+    expect(TypeError, "topk_weights must be torch.float32", lambda: mgt.fused_experts(x, w1, w2, wts.half(), ids))
+    expect(TypeError, "hidden_states must be torch.bfloat16", lambda: mgt.fused_experts(x.float(), w1, w2, wts, ids))
+    expect(ValueError, "w2 must have shape [4, 256, 128]", lambda: mgt.fused_experts(x, w1, w2[:, :128], wts, ids))
+    expect(ValueError, "topk_weights must have shape [3, 2]", lambda: mgt.fused_experts(x, w1, w2, wts[:2], ids))
+    expect(ValueError, "hidden_states must be contiguous", lambda: mgt.fused_experts(
+        torch.zeros(h, t, dtype=torch.bfloat16, device=dev).t(), w1, w2, wts, ids))
+    expect(ValueError, "w1 is on cpu", lambda: mgt.fused_experts(x, w1.cpu(), w2, wts, ids))
+    expect(NotImplementedError, "expert_map", lambda: mgt.fused_experts(x, w1, w2, wts, ids, expert_map=ids))
+    expect(NotImplementedError, "block_shape", lambda: mgt.fused_experts(
+        x, w1.to(torch.float8_e4m3fn), w2.to(torch.float8_e4m3fn), wts, ids, use_fp8_w8a8=True,
+        w1_scale=torch.ones(e, 2, 2, device=dev), w2_scale=torch.ones(e, 2, 1, device=dev), block_shape=[64, 64]))
+    expect(ValueError, "w1_scale must have shape [4, 2, 2]", lambda: mgt.fused_experts(
+        x, w1.to(torch.float8_e4m3fn), w2.to(torch.float8_e4m3fn), wts, ids, use_fp8_w8a8=True,
+        w1_scale=torch.ones(e, 2, 1, device=dev), w2_scale=torch.ones(e, 2, 1, device=dev), block_shape=[128, 128]))
+    expect(TypeError, "unexpected keyword argument 'topk'", lambda: mgt.fused_experts(x, w1, w2, wts, ids, topk=2))
+
+
+GPU_TESTS = [test_bf16_matches_the_torch_reference, test_block_fp8_matches_the_torch_reference,
+             test_swapped_scales_are_caught, test_graph_replays_are_bit_equal_to_eager,
+             test_out_of_range_ids_are_reported]
+if not GPU and "pytest" in sys.modules:
+    import pytest  # noqa: E402
+    for f in GPU_TESTS:
+        globals()[f.__name__] = pytest.mark.skip(reason="needs an SM90 GPU")(f)
+
+if __name__ == "__main__":
+    tests = [test_bad_arguments_are_named_before_any_launch] + (GPU_TESTS if GPU else [])
+    failed = 0
+    for f in tests:
+        try:
+            f()
+            print(f"{f.__name__}: ok", flush=True)
+        except Exception as ex:  # noqa: BLE001  (each test's failure is printed, the others still run)
+            failed += 1
+            print(f"{f.__name__}: FAILED: {type(ex).__name__}: {ex}", flush=True)
+    print(f"test result: {'ok' if not failed else 'FAILED'}. {len(tests) - failed} passed; {failed} failed"
+          + ("" if GPU else f"; {len(GPU_TESTS)} skipped (no SM90 GPU)"))
+    sys.exit(1 if failed else 0)
