@@ -89,6 +89,25 @@ def close(got, want, what, rtol, atol_frac):
                              f"({int(bad.sum())} of {bad.numel()} outside)")
 
 
+def close_fp8(got, want, what):
+    """The crate's FP8 layer bound (tests/gpu/fp8_layer.rs, derived in its `reference`): every element within
+    3 * 2^-6 * max|ref|, and every token row within 2^-7 * (max|ref| + |ref|) but 2 + T / 8 rows. The slack is
+    where the op's h and the reference's differ by a bf16 step (another f32 summation order in GEMM1) and the
+    requantisation of h to e4m3 then rounds a whole 128-column group differently; a scale read from the wrong
+    block or expert breaks both parts."""
+    got = got.float()
+    top = want.abs().amax().clamp_min(1e-6)
+    err = (got - want).abs()
+    if (err > 3 * 2 ** -6 * top).any() or not torch.isfinite(got).all():
+        t, c = [int(v) for v in ((err > 3 * 2 ** -6 * top) | ~torch.isfinite(got)).nonzero()[0]]
+        raise AssertionError(f"{what}: token {t} column {c}: got {got[t, c].item()}, reference {want[t, c].item()}, "
+                             f"past 3 * 2^-6 * max = {3 * 2 ** -6 * top.item():.4f}")
+    rows_out = ((err > 2 ** -7 * (top + want.abs())).any(dim=-1)).sum().item()
+    allowed = 2 + want.shape[0] // 8
+    if rows_out > allowed:
+        raise AssertionError(f"{what}: {rows_out} token rows outside 2^-7 * (max + |ref|), at most {allowed} may be")
+
+
 SHAPES = [(16, 256, 128, 4)]  # E, H, I, k (H and I multiples of 128 for block FP8)
 
 
@@ -113,7 +132,7 @@ def test_block_fp8_matches_the_torch_reference():
                 ids, wts = routing(t, e, k, kind, 20 + t)
                 y = mgt.fused_experts(x, w1, w2, wts, ids, use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2,
                                       block_shape=[128, 128])
-                close(y, reference(x, w1, w2, wts, ids, True, s1, s2), f"fp8 T={t} {kind}", 5e-2, 3e-2)
+                close_fp8(y, reference(x, w1, w2, wts, ids, True, s1, s2), f"fp8 T={t} {kind}")
     mgt.check_device_status()
 
 
@@ -127,7 +146,7 @@ def test_swapped_scales_are_caught():
     swapped[[0, 1]] = s1[[1, 0]]
     y = mgt.fused_experts(x, w1, w2, wts, ids, use_fp8_w8a8=True, w1_scale=swapped, w2_scale=s2, block_shape=[128, 128])
     try:
-        close(y, reference(x, w1, w2, wts, ids, True, s1, s2), "swapped", 5e-2, 3e-2)
+        close_fp8(y, reference(x, w1, w2, wts, ids, True, s1, s2), "swapped")
     except AssertionError:
         return
     raise AssertionError("w1 scales of experts 0 and 1 swapped: the output still matched the reference")
@@ -204,7 +223,7 @@ def test_bad_arguments_are_named_before_any_launch():
     expect(ValueError, "topk_weights must have shape [3, 2]", lambda: mgt.fused_experts(x, w1, w2, wts[:2], ids))
     expect(ValueError, "hidden_states must be contiguous", lambda: mgt.fused_experts(
         torch.zeros(h, t, dtype=torch.bfloat16, device=dev).t(), w1, w2, wts, ids))
-    expect(ValueError, "w1 is on cpu", lambda: mgt.fused_experts(x, w1.cpu(), w2, wts, ids))
+    expect(ValueError, "w1 must be on a CUDA device", lambda: mgt.fused_experts(x, w1.cpu(), w2, wts, ids))
     expect(NotImplementedError, "expert_map", lambda: mgt.fused_experts(x, w1, w2, wts, ids, expert_map=ids))
     expect(NotImplementedError, "block_shape", lambda: mgt.fused_experts(
         x, w1.to(torch.float8_e4m3fn), w2.to(torch.float8_e4m3fn), wts, ids, use_fp8_w8a8=True,
