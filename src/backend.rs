@@ -90,6 +90,9 @@ impl Backends {
     /// What a layer over MXFP4 expert weights runs: the layout backends (the block-scaled grouped GEMM over a
     /// layout's groups). No decode kernel reads MXFP4 yet; the Fused GEMMs are bf16/FP8 wgmma kernels.
     pub const MX: Backends = Backends(4 | 8 | 16);
+    /// What a layer over per-channel FP8 expert weights runs: the layout backends (the FP8 rowwise grouped
+    /// GEMM). The decode and fused kernels read block scales only.
+    pub const FP8_CHANNEL: Backends = Backends(4 | 8 | 16);
     /// What `Auto` picks among over FP8 weights: Batched, Grouped.
     pub const FP8_AUTO: Backends = Backends(2 | 4);
 

@@ -29,7 +29,7 @@ use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::ffi::grouped_fp8_rowwise::ROWWISE_ALIGN;
+pub(crate) use crate::ffi::grouped_fp8_rowwise::ROWWISE_ALIGN;
 use crate::kernels::grouped::Workspace;
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
@@ -308,4 +308,11 @@ impl GroupedGemmFp8Rowwise {
     pub fn flops(&self, rows: usize) -> f64 {
         2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
     }
+}
+
+/// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
+/// layer's sizing asks it without a device).
+pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count: usize) -> Result<usize> {
+    let sm = sm_count.min(i32::MAX as usize) as i32;
+    Ok(ffi::grouped_fp8_rowwise::workspace_bytes(config.into(), groups, sm)? as usize)
 }

@@ -31,6 +31,10 @@ pub enum LayerGemm {
     /// The portable block-scaled grouped GEMM over the same operands
     /// ([`crate::kernels::grouped_mx_portable::GroupedGemmMxPortable`]): what MXFP4 layers run on SM90.
     PortableMxf8f4,
+    /// The SM90 FP8 rowwise-scaled grouped GEMM ([`crate::kernels::grouped_fp8_rowwise::GroupedGemmFp8Rowwise`]):
+    /// per-token activation scales times per-channel weight scales. SM90 only: on SM100 the layer refuses these
+    /// weights (the device check names the family).
+    Sm90Fp8Rowwise,
 }
 
 impl LayerGemm {
@@ -43,6 +47,7 @@ impl LayerGemm {
             (WeightFormat::Dense, Arch::Sm90) => LayerGemm::Sm90Dense,
             (WeightFormat::Mxfp4, Arch::Sm100) => LayerGemm::Sm100Mxf8f4,
             (WeightFormat::Mxfp4, Arch::Sm90) => LayerGemm::PortableMxf8f4,
+            (WeightFormat::Fp8Channel, _) => LayerGemm::Sm90Fp8Rowwise,
         }
     }
 
@@ -52,13 +57,17 @@ impl LayerGemm {
             LayerGemm::Sm90Dense | LayerGemm::Sm100Dense => WeightFormat::Dense,
             LayerGemm::Sm90Fp8Blockwise | LayerGemm::Sm100Fp8Blockwise => WeightFormat::Fp8Block,
             LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4 => WeightFormat::Mxfp4,
+            LayerGemm::Sm90Fp8Rowwise => WeightFormat::Fp8Channel,
         }
     }
 
     /// The arch a layer runs this GEMM on (the portable one is built for both; layers take it on SM90).
     pub const fn arch(self) -> Arch {
         match self {
-            LayerGemm::Sm90Dense | LayerGemm::Sm90Fp8Blockwise | LayerGemm::PortableMxf8f4 => Arch::Sm90,
+            LayerGemm::Sm90Dense
+            | LayerGemm::Sm90Fp8Blockwise
+            | LayerGemm::PortableMxf8f4
+            | LayerGemm::Sm90Fp8Rowwise => Arch::Sm90,
             LayerGemm::Sm100Dense | LayerGemm::Sm100Fp8Blockwise | LayerGemm::Sm100Mxf8f4 => Arch::Sm100,
         }
     }
@@ -68,7 +77,7 @@ impl LayerGemm {
         match self {
             LayerGemm::Sm90Dense => KernelFamily::GroupedGemmSm90,
             LayerGemm::Sm100Dense => KernelFamily::GroupedGemmSm100,
-            LayerGemm::Sm90Fp8Blockwise => KernelFamily::GroupedGemmSm90Fp8,
+            LayerGemm::Sm90Fp8Blockwise | LayerGemm::Sm90Fp8Rowwise => KernelFamily::GroupedGemmSm90Fp8,
             LayerGemm::Sm100Fp8Blockwise | LayerGemm::Sm100Mxf8f4 => KernelFamily::GroupedGemmSm100,
             LayerGemm::PortableMxf8f4 => KernelFamily::GroupedGemmMxPortable,
         }
@@ -77,6 +86,11 @@ impl LayerGemm {
     /// The FP8 blockwise GEMM (over block-FP8 weights) rather than the dense one.
     pub const fn is_fp8(self) -> bool {
         matches!(self.format(), WeightFormat::Fp8Block)
+    }
+
+    /// The rowwise GEMM over per-channel FP8 weights.
+    pub const fn is_fp8_channel(self) -> bool {
+        matches!(self.format(), WeightFormat::Fp8Channel)
     }
 
     /// A block-scaled (MX) GEMM over MXFP4 weights.
@@ -92,15 +106,16 @@ impl LayerGemm {
             LayerGemm::Sm100Fp8Blockwise => "grouped_gemm_sm100_fp8_blockwise",
             LayerGemm::Sm100Mxf8f4 => "grouped_gemm_sm100_mx (mxfp8 x mxfp4)",
             LayerGemm::PortableMxf8f4 => "grouped_gemm_mx_portable (mxfp8 x mxfp4)",
+            LayerGemm::Sm90Fp8Rowwise => "grouped_gemm_sm90_fp8_rowwise",
         }
     }
 
     /// Whether `Auto`'s cost models ([`super::auto_backend`], [`super::auto_backend_fp8`]) were fitted on this
     /// GEMM's arch. They were measured on an H200; on SM100 nothing has been measured, so `Auto` runs Grouped,
-    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover. MXFP4 layers run only the
-    /// layout backends, of which `Auto` takes Grouped.
+    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover. MXFP4 and per-channel FP8
+    /// layers run only the layout backends, of which `Auto` takes Grouped.
     pub(crate) const fn auto_cost_model_fits(self) -> bool {
-        matches!(self.arch(), Arch::Sm90) && !self.is_mx()
+        matches!(self.arch(), Arch::Sm90) && !self.is_mx() && !self.is_fp8_channel()
     }
 
     /// The backends `Auto` plans room for (without a tuned table).

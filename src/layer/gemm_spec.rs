@@ -5,6 +5,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernels::grouped;
 use crate::kernels::grouped_fp8::{self, Fp8TileConfig, GroupedGemmFp8Shape};
+use crate::kernels::grouped_fp8_rowwise::{self, Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8RowwiseShape};
 use crate::kernels::grouped_fp8_sm100::{self, Fp8Sm100Config};
 use crate::kernels::grouped_mx::{self, MxConfig, MxFormat};
 use crate::kernels::grouped_sm100::{self, Sm100TileConfig};
@@ -47,6 +48,17 @@ impl GemmSpec {
         self.batch_sizes(|r| Fp8TileConfig::heuristic(self.groups, r))
     }
 
+    /// As [`Self::configs`] for the SM90 FP8 rowwise GEMM ([`Fp8RowwiseConfig::heuristic`], fast accumulation as
+    /// vLLM's `cutlass_moe_mm` runs).
+    pub(crate) fn rowwise_configs(&self) -> Vec<(Fp8RowwiseConfig, usize)> {
+        self.batch_sizes(|r| Fp8RowwiseConfig::heuristic(Fp8Accumulation::Fast, self.groups, r))
+    }
+
+    /// The rowwise GEMM's shape, validated against its kernels' rules.
+    pub(crate) fn rowwise_shape(&self) -> Result<GroupedGemmFp8RowwiseShape> {
+        GroupedGemmFp8RowwiseShape::new(self.groups, self.n, self.k, self.max_rows)
+    }
+
     /// The SM100 FP8 blockwise GEMM's configuration: its one compiled tile serves every batch.
     pub(crate) const fn sm100_fp8_config(&self) -> Fp8Sm100Config {
         Fp8Sm100Config::Blockwise1Sm128x128x128
@@ -68,6 +80,7 @@ impl GemmSpec {
             LayerGemm::Sm90Dense => self.configs(sm_count).len(),
             LayerGemm::Sm100Dense => self.sm100_configs(sm_count).len(),
             LayerGemm::Sm90Fp8Blockwise => self.fp8_configs().len(),
+            LayerGemm::Sm90Fp8Rowwise => self.rowwise_configs().len(),
             LayerGemm::Sm100Fp8Blockwise | LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4 => 1,
         }
     }
@@ -93,6 +106,12 @@ impl GemmSpec {
                 self.fp8_shape()?;
                 for (config, _) in self.fp8_configs() {
                     bytes = bytes.max(grouped_fp8::workspace_bytes(config, self.groups, sm_count)?);
+                }
+            }
+            LayerGemm::Sm90Fp8Rowwise => {
+                self.rowwise_shape()?;
+                for (config, _) in self.rowwise_configs() {
+                    bytes = bytes.max(grouped_fp8_rowwise::workspace_bytes(config, self.groups, sm_count)?);
                 }
             }
             LayerGemm::Sm100Fp8Blockwise => {

@@ -59,6 +59,7 @@
 
 mod arch;
 mod fp8;
+mod fp8_channel;
 mod gemm_spec;
 mod mx;
 mod needs;
@@ -67,7 +68,7 @@ mod pick;
 mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
-use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, MxGemm, PairPlans};
+use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, MxGemm, PairPlans, RowwisePlans};
 mod scratch;
 mod shape;
 mod shared;
@@ -78,6 +79,7 @@ mod weights;
 pub use crate::backend::{Backend, Backends};
 pub use arch::LayerGemm;
 pub use fp8::Fp8ExpertWeights;
+pub use fp8_channel::Fp8ChannelExpertWeights;
 pub use mx::Mxfp4ExpertWeights;
 pub use scratch::MoeScratch;
 pub use sizing::{Footprint, LayerShape, LayerSizing, PlanBytes, ScratchNeeds, BATCHED_MAX_ROWS};
@@ -302,6 +304,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         for pair in sizing.gemms.chunks(2) {
             let plans = if pair[0].gemm.is_fp8() {
                 PairPlans::Fp8(Fp8Plans::new(&device, &pair[0])?, Fp8Plans::new(&device, &pair[1])?)
+            } else if pair[0].gemm.is_fp8_channel() {
+                PairPlans::Fp8Rowwise(RowwisePlans::new(&device, &pair[0])?, RowwisePlans::new(&device, &pair[1])?)
             } else if pair[0].gemm.is_mx() {
                 PairPlans::Mx(MxGemm::new(&device, &pair[0])?, MxGemm::new(&device, &pair[1])?)
             } else {

@@ -34,6 +34,12 @@ pub struct ScratchNeeds {
     /// FP8 weights: rows of the activation requantised for GEMM2 (e4m3 `[rows, inter]` and f32 scales
     /// `[rows, ceil(inter / 128)]`); 0 for dense weights.
     pub h_fp8_rows: usize,
+    /// Per-channel FP8 weights: rows of x quantised per token at its layout positions (e4m3 `[rows, hidden]`
+    /// and one f32 scale per row); 0 for other weights.
+    pub a_token_rows: usize,
+    /// Per-channel FP8 weights: rows of the activation requantised per row for GEMM2 (e4m3 `[rows, inter]` and
+    /// one f32 scale per row); 0 for other weights.
+    pub h_token_rows: usize,
     /// Rows of GEMM1's output (`d1 [rows, w13_cols]`).
     pub d1_rows: usize,
     /// Rows of the activation (`h [rows, inter]`).
@@ -75,6 +81,8 @@ macro_rules! each_count {
             a_rows,
             a_fp8_rows,
             h_fp8_rows,
+            a_token_rows,
+            h_token_rows,
             d1_rows,
             h_rows,
             d2_rows,
@@ -150,6 +158,8 @@ impl ScratchNeeds {
             ("a (permuted x)", self.a_rows * self.hidden * e),
             ("a fp8 (e4m3 x + scales)", self.a_fp8_rows * fp8_row_bytes(self.hidden)),
             ("h fp8 (e4m3 h + scales)", self.h_fp8_rows * fp8_row_bytes(self.inter)),
+            ("a fp8 per token (e4m3 x + scale)", self.a_token_rows * (self.hidden + 4)),
+            ("h fp8 per row (e4m3 h + scale)", self.h_token_rows * (self.inter + 4)),
             ("d1 (GEMM1 out)", self.d1_rows * self.w13_cols * e),
             ("h (activation)", self.h_rows * self.inter * e),
             ("a mxfp8 (e4m3 x + ue8m0 atoms)", mx_rows_bytes(self.a_mx_rows, self.hidden, self.groups)),

@@ -11,7 +11,8 @@ use crate::kernels::fused::{self, FusedBatch};
 use crate::kernels::grouped::Workspace;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::quant::{
-    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Mxfp8Rows, RowsInUse,
+    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Fp8TokenRows, Mxfp8Rows,
+    RowsInUse,
 };
 use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut};
@@ -36,6 +37,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             Parts::Dense(w) => Ok(w),
             Parts::Fp8(..) => Err(format_backend_error(WeightFormat::Fp8Block, backend)),
             Parts::Mx(..) => Err(format_backend_error(WeightFormat::Mxfp4, backend)),
+            Parts::Fp8Channel(..) => Err(format_backend_error(WeightFormat::Fp8Channel, backend)),
         }
     }
 
@@ -75,8 +77,9 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let c = self.weights.common();
         let (h, i) = (c.hidden, c.inter);
         let rows = tokens * self.sizing.shape.slots();
-        let Buffers { layout, a, a8, h8, a_mx, h_mx, d1, h: hbuf, d2, mut workspace, status, .. } =
-            p.scratch.buffers()?;
+        let Buffers {
+            layout, a, a8, h8, a8_token, h8_token, a_mx, h_mx, d1, h: hbuf, d2, mut workspace, status, ..
+        } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
         let mut ld_d2 = h;
@@ -121,6 +124,20 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
                 h8.reshape(g2.shape().max_rows(), i)?;
                 requantize_rows(p.stream, &h_view, &RowsInUse::of_layout(layout), h8, &w.quant, status)?;
+                g2.launch(p.stream, h8, &w.w2, layout.group_rows(), is_bf16.cast(d2), workspace, status)?;
+            }
+            (PairPlans::Fp8Rowwise(g1, g2), Parts::Fp8Channel(w, is_bf16)) => {
+                // x -> e4m3 per token at its layout positions; GEMM1 (rowwise); activation; h -> e4m3 per row in
+                // use; GEMM2 (rowwise).
+                let (a8, h8) = (need(a8_token, "a fp8 per token")?, need(h8_token, "h fp8 per row")?);
+                let workspace = need(workspace, "GEMM workspace")?;
+                let (g1, g2) = (g1.for_rows(rows), g2.for_rows(rows));
+                a8.quantize_gather(p.stream, layout, p.x, &w.token_scale(false), status)?;
+                g1.launch(p.stream, a8, &w.w13, layout.group_rows(), is_bf16.cast(d1), workspace, status)?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let cap = dims.capacity();
+                let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
+                h8.requantize(p.stream, &h_view, &RowsInUse::of_layout(layout), &w.token_scale(true), status)?;
                 g2.launch(p.stream, h8, &w.w2, layout.group_rows(), is_bf16.cast(d2), workspace, status)?;
             }
             _ => {
@@ -179,6 +196,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 }
             }
             Parts::Mx(..) => return Err(format_backend_error(WeightFormat::Mxfp4, Backend::Fused)),
+            Parts::Fp8Channel(..) => return Err(format_backend_error(WeightFormat::Fp8Channel, Backend::Fused)),
             Parts::Fp8(w, is_bf16) => {
                 // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 by position.
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
@@ -290,6 +308,8 @@ pub(super) struct Buffers<'a, T> {
     pub(super) a: Option<&'a mut CudaSlice<T>>,
     pub(super) a8: Option<&'a mut Fp8Rows>,
     pub(super) h8: Option<&'a mut Fp8Rows>,
+    pub(super) a8_token: Option<&'a mut Fp8TokenRows>,
+    pub(super) h8_token: Option<&'a mut Fp8TokenRows>,
     pub(super) a_mx: Option<&'a mut Mxfp8Rows>,
     pub(super) h_mx: Option<&'a mut Mxfp8Rows>,
     pub(super) d1: Option<&'a mut CudaSlice<T>>,
@@ -310,6 +330,8 @@ impl<T: Element> MoeScratch<T> {
             a: self.a.as_mut(),
             a8: self.a8.as_mut(),
             h8: self.h8.as_mut(),
+            a8_token: self.a8_token.as_mut(),
+            h8_token: self.h8_token.as_mut(),
             a_mx: self.a_mx.as_mut(),
             h_mx: self.h_mx.as_mut(),
             d1: self.d1.as_mut(),

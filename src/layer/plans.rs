@@ -11,6 +11,9 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
+use crate::kernels::grouped_fp8_rowwise::{
+    Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions,
+};
 use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
 use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
 use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
@@ -95,6 +98,7 @@ pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
     let plan = match sizing.format {
         WeightFormat::Fp8Block => std::mem::size_of::<Fp8Gemm>(),
         WeightFormat::Mxfp4 => std::mem::size_of::<MxGemm>(),
+        WeightFormat::Fp8Channel => std::mem::size_of::<GroupedGemmFp8Rowwise>(),
         _ => std::mem::size_of::<DenseGemm<bf16>>(),
     };
     std::mem::size_of::<L>()
@@ -224,6 +228,41 @@ impl Fp8Plans {
     }
 }
 
+/// The FP8 rowwise GEMM's plans of one GEMM of one layout (SM90): one per configuration some batch size picks.
+#[derive(Debug)]
+pub(super) struct RowwisePlans {
+    pub(super) plans: Vec<GroupedGemmFp8Rowwise>,
+    pub(super) groups: usize,
+}
+
+impl RowwisePlans {
+    pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
+        if spec.gemm != LayerGemm::Sm90Fp8Rowwise {
+            return Err(Error::InvalidProblem(format!(
+                "FP8 rowwise GEMM plans of a {} GEMM spec: not the rowwise GEMM",
+                spec.gemm
+            )));
+        }
+        let shape = spec.rowwise_shape()?;
+        let plans = spec
+            .rowwise_configs()
+            .into_iter()
+            .map(|(config, r)| {
+                let opts =
+                    GroupedGemmFp8RowwiseOptions { config: Some(config), expected_rows: Some(r), ..Default::default() };
+                GroupedGemmFp8Rowwise::for_device(device.clone(), shape, opts)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RowwisePlans { plans, groups: spec.groups })
+    }
+
+    /// The plan for a batch of `rows` routed rows.
+    pub(super) fn for_rows(&self, rows: usize) -> &GroupedGemmFp8Rowwise {
+        let config = Fp8RowwiseConfig::heuristic(Fp8Accumulation::Fast, self.groups, rows);
+        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+    }
+}
+
 /// One MXFP8 x MXFP4 block-scaled grouped GEMM plan of the layer's arch: SM100's CUTLASS kernel or the
 /// portable one; both read the same operands (`Mxfp8Rows`, `Mxfp4Weights`) and group rows.
 #[derive(Debug)]
@@ -286,6 +325,7 @@ pub(super) enum PairPlans<T: Element> {
     Dense(GemmPlans<T>, GemmPlans<T>),
     Fp8(Fp8Plans, Fp8Plans),
     Mx(MxGemm, MxGemm),
+    Fp8Rowwise(RowwisePlans, RowwisePlans),
 }
 
 impl<T: Element> PairPlans<T> {
@@ -294,6 +334,7 @@ impl<T: Element> PairPlans<T> {
             PairPlans::Dense(a, b) => a.plans.len() + b.plans.len(),
             PairPlans::Fp8(a, b) => a.plans.len() + b.plans.len(),
             PairPlans::Mx(..) => 2,
+            PairPlans::Fp8Rowwise(a, b) => a.plans.len() + b.plans.len(),
         }
     }
 }

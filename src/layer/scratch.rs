@@ -9,7 +9,7 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::grouped::Workspace;
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutRoom, LayoutSpec};
-use crate::quant::{Fp8Rows, Mxfp8Rows};
+use crate::quant::{Fp8Rows, Fp8TokenRows, Mxfp8Rows};
 use crate::status::DeviceStatus;
 
 use super::sizing::ScratchNeeds;
@@ -38,6 +38,8 @@ pub struct MoeScratch<T: Element> {
     pub(crate) a: Option<CudaSlice<T>>,
     pub(crate) a8: Option<Fp8Rows>,
     pub(crate) h8: Option<Fp8Rows>,
+    pub(crate) a8_token: Option<Fp8TokenRows>,
+    pub(crate) h8_token: Option<Fp8TokenRows>,
     pub(crate) a_mx: Option<Mxfp8Rows>,
     pub(crate) h_mx: Option<Mxfp8Rows>,
     pub(crate) d1: Option<CudaSlice<T>>,
@@ -61,6 +63,10 @@ fn alloc<U: ValidAsZeroBits + cudarc::driver::DeviceRepr>(
 fn alloc_mx(stream: &Arc<CudaStream>, rows: usize, k: usize, groups: usize) -> Result<Option<Mxfp8Rows>> {
     let k = super::mx::mx_padded(k);
     Ok(if rows == 0 || k == 0 { None } else { Some(Mxfp8Rows::alloc(stream, rows, k, groups.max(1))?) })
+}
+
+fn alloc_token_rows(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Option<Fp8TokenRows>> {
+    Ok(if rows == 0 || k == 0 { None } else { Some(Fp8TokenRows::zeros(stream, rows, k)?) })
 }
 
 fn alloc_fp8(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Option<Fp8Rows>> {
@@ -104,6 +110,8 @@ impl<T: Element> MoeScratch<T> {
             a: alloc(stream, n.a_rows * n.hidden)?,
             a8: alloc_fp8(stream, n.a_fp8_rows, n.hidden)?,
             h8: alloc_fp8(stream, n.h_fp8_rows, n.inter)?,
+            a8_token: alloc_token_rows(stream, n.a_token_rows, n.hidden)?,
+            h8_token: alloc_token_rows(stream, n.h_token_rows, n.inter)?,
             a_mx: alloc_mx(stream, n.a_mx_rows, n.hidden, n.groups)?,
             h_mx: alloc_mx(stream, n.h_mx_rows, n.inter, n.groups)?,
             d1: alloc(stream, n.d1_rows * n.w13_cols)?,
@@ -187,10 +195,15 @@ impl<T: Element> MoeScratch<T> {
         fn b8(r: &Option<Fp8Rows>) -> usize {
             r.as_ref().map_or(0, |r| r.data().num_bytes() + r.scales().num_bytes())
         }
+        fn bt(r: &Option<Fp8TokenRows>) -> usize {
+            r.as_ref().map_or(0, |r| r.q().len() + 4 * r.scales().len())
+        }
         self.layout.as_ref().map_or(0, ExpertLayout::bytes)
             + b(&self.a)
             + b8(&self.a8)
             + b8(&self.h8)
+            + bt(&self.a8_token)
+            + bt(&self.h8_token)
             + self.a_mx.as_ref().map_or(0, Mxfp8Rows::bytes)
             + self.h_mx.as_ref().map_or(0, Mxfp8Rows::bytes)
             + b(&self.d1)

@@ -72,6 +72,11 @@ pub struct LayerSizing {
 /// The error for a backend `format`'s weights do not run.
 pub(crate) fn format_backend_error(format: WeightFormat, backend: Backend) -> Error {
     match format {
+        WeightFormat::Fp8Channel => Error::InvalidProblem(format!(
+            "backend {backend}: per-channel FP8 expert weights run the Grouped, Contiguous and Masked backends (the \
+             FP8 rowwise grouped GEMM over a layout); the decode and fused kernels read 128 x 128 block scales only, \
+             and Eager has no FP8 form"
+        )),
         WeightFormat::Mxfp4 => Error::InvalidProblem(format!(
             "backend {backend}: MXFP4 expert weights run the Grouped, Contiguous and Masked backends (the block-scaled \
              grouped GEMM over a layout); no decode or fused kernel reads MXFP4, and Eager has no MXFP4 form"
@@ -278,6 +283,7 @@ impl LayerSizing {
         } = o;
         let fp8 = format == WeightFormat::Fp8Block;
         let mx = format == WeightFormat::Mxfp4;
+        let channel = format == WeightFormat::Fp8Channel;
         // Without a device: the SM90 kernels. An unknown arch keeps them too, and the check below refuses it.
         let arch = device.map_or(Some(Arch::Sm90), |d| d.arch).unwrap_or(Arch::Sm90);
         let gemm = LayerGemm::for_arch(format, arch);
@@ -323,7 +329,7 @@ impl LayerSizing {
         if enabled.is_empty() {
             return bad("the layer's backend set is empty: enable at least one backend".into());
         }
-        if (fp8 || mx) && dtype != DType::BF16 {
+        if (fp8 || mx || channel) && dtype != DType::BF16 {
             return bad(format!("{format} expert weights take bf16 activations (their GEMMs write bf16), not {dtype}"));
         }
         if let Some(b) = enabled.iter().chain([backend]).find(|&b| b != Backend::Auto && !format.backends().contains(b))
@@ -332,6 +338,9 @@ impl LayerSizing {
         }
         if mx {
             super::mx::check_mx_shape(s.hidden, s.inter)?;
+        }
+        if channel {
+            super::fp8_channel::check_channel_shape(s.hidden, s.inter)?;
         }
         if fp8 {
             for (name, v, why) in [
@@ -459,9 +468,12 @@ impl LayerSizing {
             inter: s.inter,
             // FP8 weights: GEMM1 reads x quantised at the layout positions, not a bf16 copy; GEMM2 reads h
             // requantised (every layout row the GEMM plans may read: `rows`).
-            a_rows: if fp8 { 0 } else { a_rows },
+            a_rows: if fp8 || channel { 0 } else { a_rows },
             a_fp8_rows: if fp8 { a_rows } else { 0 },
             h_fp8_rows: if fp8 { gemm_rows } else { 0 },
+            // Per-channel FP8 weights: x quantised per token at its layout positions, h per row (one scale each).
+            a_token_rows: if channel { a_rows } else { 0 },
+            h_token_rows: if channel { gemm_rows } else { 0 },
             // MXFP4 weights: x gathered in bf16 (`a`), then quantised per group; h likewise.
             a_mx_rows: if mx { a_rows } else { 0 },
             h_mx_rows: if mx { gemm_rows } else { 0 },

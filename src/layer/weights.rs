@@ -239,6 +239,10 @@ pub enum WeightFormat {
     /// device's arch (SM100 CUTLASS, or the portable kernel). Runs Grouped, Contiguous and Masked (`Auto`:
     /// Grouped).
     Mxfp4,
+    /// e4m3 with one f32 scale per output channel (a per-tensor scale repeated over its rows), the activations
+    /// quantised per token (at run time, or by the checkpoint's static `input_scale`): [`Fp8ChannelExpertWeights`](super::Fp8ChannelExpertWeights),
+    /// the SM90 FP8 rowwise grouped GEMM. Runs Grouped, Contiguous and Masked (`Auto`: Grouped).
+    Fp8Channel,
 }
 
 impl WeightFormat {
@@ -247,6 +251,7 @@ impl WeightFormat {
             WeightFormat::Dense => "dense",
             WeightFormat::Fp8Block => "fp8 block 128x128",
             WeightFormat::Mxfp4 => "mxfp4 (e2m1, ue8m0 per 32)",
+            WeightFormat::Fp8Channel => "fp8 per channel (per-token activations)",
         }
     }
 
@@ -256,6 +261,7 @@ impl WeightFormat {
             WeightFormat::Dense => super::Backends::ALL,
             WeightFormat::Fp8Block => super::Backends::FP8,
             WeightFormat::Mxfp4 => super::Backends::MX,
+            WeightFormat::Fp8Channel => super::Backends::FP8_CHANNEL,
         }
     }
 }
@@ -312,7 +318,7 @@ pub(super) mod sealed {
     use super::{ExpertWeights, WeightFormat};
     use crate::dtype::Element;
     use crate::experts::{Activation, GateUp};
-    use crate::layer::{Fp8ExpertWeights, Mxfp4ExpertWeights};
+    use crate::layer::{Fp8ChannelExpertWeights, Fp8ExpertWeights, Mxfp4ExpertWeights};
 
     /// The facts every kind of weights has.
     #[derive(Clone, Copy, Debug)]
@@ -360,6 +366,7 @@ pub(super) mod sealed {
         Dense(&'a ExpertWeights<T>),
         Fp8(&'a Fp8ExpertWeights, IsBf16<T>),
         Mx(&'a Mxfp4ExpertWeights, IsBf16<T>),
+        Fp8Channel(&'a Fp8ChannelExpertWeights, IsBf16<T>),
     }
 
     pub trait Sealed<T: Element> {

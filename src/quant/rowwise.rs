@@ -320,6 +320,10 @@ impl Fp8ChannelWeights {
     pub fn bytes(&self) -> usize {
         self.q.len() + 4 * self.scales.len()
     }
+    /// The ordinal of the device the weights live on.
+    pub fn device(&self) -> usize {
+        self.q.context().ordinal()
+    }
 }
 
 /// `m` with one scale per row (`1 x K` blocks, F32): a per-row matrix as it is, a per-tensor one with its scale in

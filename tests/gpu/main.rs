@@ -6,6 +6,7 @@ mod common;
 
 mod ep;
 mod fp8;
+mod fp8_channel;
 mod fp8_layer;
 mod fp8_rowwise;
 mod fused;

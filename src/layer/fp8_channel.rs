@@ -1,0 +1,243 @@
+//! Per-channel and per-tensor FP8 expert weights for the layer ([`Fp8ChannelExpertWeights`]): the checkpoints
+//! vLLM serves besides DeepSeek's blocks (compressed-tensors `channel` / `tensor` weight strategies, `fp8` with
+//! `weight_scale` per expert), every weight with one f32 scale per output row.
+//!
+//! The layer's forward on the layout backends (Grouped, Contiguous, Masked), per pass:
+//!
+//! 1. the layout of the routed rows (as for dense weights);
+//! 2. [`Fp8TokenRows::quantize_gather`]: each token's row of `x` to e4m3 with one f32 scale per token (dynamic:
+//!    `max(amax, 1/512) / 448`; static: the checkpoint's largest `input_scale` of GEMM1), written at its layout
+//!    positions;
+//! 3. GEMM1, the FP8 rowwise grouped GEMM: `d1 = (x_q · w13ᵀ) · s_x[row] · s_w13[channel]` in bf16;
+//! 4. the activation (the dense path's kernel);
+//! 5. [`Fp8TokenRows::requantize`]: the rows of `h` in use, by the same rules (static: GEMM2's scale);
+//! 6. GEMM2: `d2 = (h_q · w2ᵀ) · s_h[row] · s_w2[channel]`;
+//! 7. the combine (router weights, the sum over k).
+//!
+//! [`reference::moe_forward_fp8_channel`](crate::reference::moe_forward_fp8_channel) is the same computation on
+//! the host. Dynamic per-tensor activation scales (one amax over the whole batch) are refused by name: their
+//! scale would need a reduction over the batch before the first GEMM, which no kernel here makes yet.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+
+use super::fp8::same;
+use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
+use super::weights::{LayerWeights, WeightFormat};
+use crate::error::{Error, Result};
+use crate::experts::{Activation, Fp8ChannelExperts, GateUp};
+use crate::kernels::grouped_fp8_rowwise::ROWWISE_ALIGN;
+use crate::quant::{ActivationScales, Fp8ChannelWeights, GroupQuant, TokenScale};
+
+/// How the layer scales the activations that meet per-channel FP8 weights.
+#[derive(Debug)]
+pub(crate) enum ChannelActivations {
+    /// Per token, at run time.
+    Dynamic(GroupQuant),
+    /// One scale per GEMM fixed by the checkpoint (`[1]` on the device each): GEMM1's and GEMM2's.
+    Static { w13: CudaSlice<f32>, w2: CudaSlice<f32> },
+}
+
+/// Per-channel FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows, then up rows) and `w2`
+/// `[E, H, I]`, each with one f32 scale per output row, and how the activations are scaled
+/// ([`ActivationScales::DynamicToken`] or [`ActivationScales::StaticTensor`]).
+///
+/// Constraints (checked when made): `H` and `I` multiples of 16 (the rowwise GEMM's 16-byte e4m3 rows and
+/// aligned channel scales); a gated activation (w13 holds gate and up).
+#[derive(Debug)]
+pub struct Fp8ChannelExpertWeights {
+    pub(crate) experts: usize,
+    pub(crate) hidden: usize,
+    pub(crate) inter: usize,
+    pub(crate) activation: Activation,
+    pub(crate) w13: Fp8ChannelWeights,
+    pub(crate) w2: Fp8ChannelWeights,
+    pub(crate) activations: ChannelActivations,
+    declared: ActivationScales,
+}
+
+impl Fp8ChannelExpertWeights {
+    /// Uploads a checkpoint's per-channel (or per-tensor) experts ([`crate::Checkpoint::pack_fp8_channel_experts`])
+    /// with their gated `activation`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: a non-gated activation, `H` or `I` not a multiple of 16,
+    /// dynamic per-tensor activation scales (not run by the layer); driver errors.
+    pub fn upload(stream: &Arc<CudaStream>, p: &Fp8ChannelExperts, activation: Activation) -> Result<Self> {
+        check_channel_shape(p.hidden(), p.inter())?;
+        if !activation.gated() {
+            return Err(Error::InvalidProblem(format!(
+                "per-channel FP8 experts: activation {activation:?}: their w13 holds gate and up, a gated activation"
+            )));
+        }
+        let activations = match (p.activations(), p.static_scales()) {
+            (ActivationScales::DynamicToken, _) => ChannelActivations::Dynamic(p.dynamic_quant()),
+            (ActivationScales::StaticTensor, Some(s)) => {
+                let (a13, a2) = s.layer_scales();
+                ChannelActivations::Static { w13: stream.clone_htod(&[a13])?, w2: stream.clone_htod(&[a2])? }
+            }
+            (a, _) => {
+                return Err(Error::InvalidProblem(format!(
+                    "per-channel FP8 experts with {a:?} activation scales: the layer runs per-token (dynamic) and \
+                     static per-tensor activation scales; a dynamic per-tensor scale needs the whole batch's amax \
+                     before GEMM1, which no kernel of the layer computes"
+                )))
+            }
+        };
+        Ok(Fp8ChannelExpertWeights {
+            experts: p.experts(),
+            hidden: p.hidden(),
+            inter: p.inter(),
+            activation,
+            w13: Fp8ChannelWeights::from_host(stream, p.w13())?,
+            w2: Fp8ChannelWeights::from_host(stream, p.w2())?,
+            activations,
+            declared: p.activations(),
+        })
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
+    pub fn activation(&self) -> Activation {
+        self.activation
+    }
+    /// How the checkpoint scales the activations (per token at run time, or static per tensor).
+    pub fn activation_scales(&self) -> ActivationScales {
+        self.declared
+    }
+    /// GEMM1's weights and per-channel scales, `[E, 2I, H]` and `[E, 2I]`.
+    pub fn w13(&self) -> &Fp8ChannelWeights {
+        &self.w13
+    }
+    /// GEMM2's weights and per-channel scales, `[E, H, I]` and `[E, H]`.
+    pub fn w2(&self) -> &Fp8ChannelWeights {
+        &self.w2
+    }
+    /// The scale rule of GEMM1's (`second == false`) or GEMM2's activations.
+    pub(crate) fn token_scale(&self, second: bool) -> TokenScale<'_> {
+        match &self.activations {
+            ChannelActivations::Dynamic(q) => TokenScale::Dynamic(*q),
+            ChannelActivations::Static { w13, w2 } => TokenScale::Static(if second { w2 } else { w13 }),
+        }
+    }
+    /// The ordinal of the device the weights live on.
+    pub fn device(&self) -> usize {
+        self.w13.device()
+    }
+    /// Device bytes: e4m3 elements, f32 channel scales, the static activation scales.
+    pub fn bytes(&self) -> usize {
+        let statics = match &self.activations {
+            ChannelActivations::Static { .. } => 8,
+            ChannelActivations::Dynamic(_) => 0,
+        };
+        self.w13.bytes() + self.w2.bytes() + statics
+    }
+}
+
+/// `H` and `I` as the rowwise GEMM takes them (both are some GEMM's N and K).
+pub(crate) fn check_channel_shape(hidden: usize, inter: usize) -> Result<()> {
+    for (name, v) in [("H", hidden), ("I", inter)] {
+        if v == 0 || v % ROWWISE_ALIGN != 0 {
+            return Err(Error::InvalidProblem(format!(
+                "per-channel FP8 experts: {name} = {v} is not a positive multiple of {ROWWISE_ALIGN}: the rowwise \
+                 GEMM reads 16-byte e4m3 rows and 16-byte aligned channel scales"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Sealed<bf16> for Fp8ChannelExpertWeights {
+    fn common(&self) -> Common<'_> {
+        Common {
+            format: WeightFormat::Fp8Channel,
+            experts: self.experts,
+            shared_groups: 0,
+            hidden: self.hidden,
+            inter: self.inter,
+            gate_up: GateUp::Concatenated,
+            activation: self.activation,
+            b13: None,
+            b2: None,
+            device: self.device(),
+            bytes: self.bytes(),
+        }
+    }
+    fn parts(&self) -> Parts<'_, bf16> {
+        Parts::Fp8Channel(self, IsBf16(same))
+    }
+}
+
+impl LayerWeights<bf16> for Fp8ChannelExpertWeights {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceInfo;
+    use crate::dtype::DType;
+    use crate::layer::plans::RowwisePlans;
+    use crate::layer::{Backend, Backends, LayerGemm, LayerShape, LayerSizing};
+
+    fn mixtral(hidden: usize, inter: usize) -> LayerShape {
+        LayerShape { experts: 8, global_experts: 8, top_k: 2, shared_groups: 0, hidden, inter, gated: true }
+    }
+
+    fn size(dev: &DeviceInfo, s: LayerShape, dtype: DType, b: Backend, set: Option<Backends>) -> Result<LayerSizing> {
+        LayerSizing::for_device(dev, s, dtype, WeightFormat::Fp8Channel, 256, b, set, None, None, false, None)
+    }
+
+    #[test]
+    fn mixtral_fp8_channel_plans_the_rowwise_gemm_with_per_token_rows() {
+        let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
+        let z = size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Auto, None).unwrap();
+        assert_eq!((z.gemm(), z.backends()), (LayerGemm::Sm90Fp8Rowwise, Backends::of(Backend::Grouped)));
+        let extents: Vec<(usize, usize)> = z.gemms.iter().map(|g| (g.n, g.k)).collect();
+        assert_eq!(extents, [(28672, 4096), (4096, 14336)]);
+        let n = z.needs();
+        // 256 tokens x 2 slots: x per token at its positions, h per row; nothing of the block-FP8 or bf16 rows.
+        assert_eq!((n.a_token_rows, n.h_token_rows, n.a_fp8_rows, n.h_fp8_rows, n.a_rows), (512, 512, 0, 0, 0));
+        let mut workspace = 0;
+        for spec in &z.gemms {
+            let plans = RowwisePlans::new(&h200, spec).unwrap();
+            for p in &plans.plans {
+                assert_eq!((p.shape().n(), p.shape().k(), p.shape().max_rows()), (spec.n, spec.k, spec.max_rows));
+                workspace = workspace.max(p.workspace_bytes());
+            }
+            // 512 rows over 8 experts never pass 64 rows per expert: the 64-row ping-pong tile is the one plan.
+            assert_eq!(plans.plans.len(), 1);
+            assert_eq!(plans.for_rows(512).config().tile().0, 64);
+        }
+        assert_eq!(n.workspace_bytes, workspace, "sized vs planned workspace");
+        let f = n.footprint();
+        assert!(f.parts.iter().any(|(name, b)| name.starts_with("a fp8 per token") && *b == 512 * 4100), "{f}");
+        let all = Backends::FP8_CHANNEL;
+        assert_eq!(size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Masked, Some(all)).unwrap().backends(), all);
+    }
+
+    #[test]
+    fn fp8_channel_refusals_name_their_constraint() {
+        let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
+        let s = mixtral(4096, 14336);
+        for b in [Backend::Batched, Backend::Fused, Backend::Eager] {
+            let e = size(&h200, s, DType::BF16, b, None).unwrap_err().to_string();
+            assert!(e.contains("per-channel FP8") && e.contains(b.name()), "{b}: {e}");
+        }
+        let e = size(&h200, s, DType::F16, Backend::Grouped, None).unwrap_err().to_string();
+        assert!(e.contains("bf16 activations"), "{e}");
+        let e = size(&h200, mixtral(4100, 14336), DType::BF16, Backend::Auto, None).unwrap_err().to_string();
+        assert!(e.contains("H = 4100") && e.contains("multiple of 16"), "{e}");
+        // SM90 only: a B200 is refused naming the family, not planned with a kernel it has no SASS for.
+        let b200 = DeviceInfo::described("NVIDIA B200", (10, 0), 148);
+        let e = size(&b200, s, DType::BF16, Backend::Grouped, None).unwrap_err().to_string();
+        assert!(e.contains("sm_90a") && e.contains("B200"), "{e}");
+    }
+}

@@ -1,0 +1,241 @@
+//! The MoE layer over per-channel and per-tensor FP8 expert weights (`MoeLayer<bf16, Fp8ChannelExpertWeights>`)
+//! on its backends (Grouped, Contiguous, Masked: the FP8 rowwise grouped GEMM), against
+//!
+//! * the CPU reference (`moe_forward_fp8_channel`: the same e4m3 operands, one scale per token and per channel)
+//!   under the FP8 layer bound (`fp8_layer_mismatch`), and
+//! * the bf16 layer over the dequantised weights under `fp8_vs_dense_tolerance(Dequantised)`,
+//!
+//! with per-token (dynamic) and static per-tensor activation scales, per-channel and per-tensor weight scales,
+//! the FP8 layer tests' adversarial routing (groups of 0, 1, 5 and 129 rows), passes, a scale swap caught and
+//! CUDA-graph replays bit-equal to eager. Weights are random with every row scaled by its own factor in 1/4 .. 4,
+//! so channel scales differ between rows and experts and a scale read from the wrong row or expert is seen.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+use moe_gemm::experts::{Fp8ChannelExperts, StaticInputScales};
+use moe_gemm::layer::Fp8ChannelExpertWeights;
+use moe_gemm::quant::{per_row_block, ActivationScales, BlockFp8, BlockShape, ScaleFormat};
+use moe_gemm::reference::{fp8_layer_mismatch, fp8_vs_dense_mismatch, moe_forward_fp8_channel, DenseWeights};
+use moe_gemm::*;
+
+use crate::common::*;
+use crate::layer::{views, weights_for, Rig};
+
+const BACKENDS: [Backend; 3] = [Backend::Grouped, Backend::Contiguous, Backend::Masked];
+
+/// `[rows, cols]` random weights, each row scaled by its own factor in 1/4 .. 4, quantised per row (or per
+/// tensor).
+fn matrix(rows: usize, cols: usize, per_row: bool, seed: u64) -> BlockFp8 {
+    let mut rng = Rng(seed);
+    let w: Vec<f32> = (0..rows)
+        .flat_map(|_| {
+            let f = 4f32.powf(rng.unit()) * 0.15;
+            (0..cols).map(|_| rng.unit() * f).collect::<Vec<_>>()
+        })
+        .collect();
+    let block = if per_row { per_row_block(cols) } else { BlockShape { rows, cols } };
+    BlockFp8::quantize(&w, rows, cols, block, ScaleFormat::F32).unwrap()
+}
+
+fn host_experts(e: usize, h: usize, i: usize, per_row: bool, acts: ActivationScales, seed: u64) -> Fp8ChannelExperts {
+    let per: Vec<(BlockFp8, BlockFp8, BlockFp8)> = (0..e as u64)
+        .map(|x| {
+            let s = seed + 10 * x;
+            (matrix(i, h, per_row, s), matrix(i, h, per_row, s + 1), matrix(h, i, per_row, s + 2))
+        })
+        .collect();
+    // Static scales as a calibration would set them: x within 1.0 and h well inside their ranges, per expert.
+    let statics = (acts == ActivationScales::StaticTensor).then(|| {
+        let w13 = (0..e).map(|x| (1.0 + 0.1 * x as f32) / 448.0).collect();
+        let w2 = (0..e).map(|x| (0.5 + 0.05 * x as f32) / 448.0).collect();
+        StaticInputScales::new(w13, w2).unwrap()
+    });
+    Fp8ChannelExperts::new(per, acts, statics).unwrap()
+}
+
+struct ChannelRig {
+    stream: Arc<CudaStream>,
+    layer: MoeLayer<bf16, Fp8ChannelExpertWeights>,
+    scratch: MoeScratch<bf16>,
+}
+
+impl ChannelRig {
+    fn new(p: &Fp8ChannelExperts, max_tokens: usize, k: usize) -> ChannelRig {
+        let (_ctx, stream) = gpu();
+        let w = Arc::new(Fp8ChannelExpertWeights::upload(&stream, p, Activation::SiluGated).unwrap());
+        let opts = MoeLayerOptions::new(max_tokens, k).backends(Backends::FP8_CHANNEL);
+        let layer = MoeLayer::new(&stream, w, opts).unwrap();
+        let scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+        ChannelRig { stream, layer, scratch }
+    }
+
+    fn forward(&mut self, backend: Backend, x: &[bf16], ids: &[i32], wts: &[f32]) -> Vec<bf16> {
+        let h = self.layer.weights().hidden();
+        let k = ids.len() / (x.len() / h);
+        let (xd, idd, wd) = (
+            self.stream.clone_htod(x).unwrap(),
+            self.stream.clone_htod(ids).unwrap(),
+            self.stream.clone_htod(wts).unwrap(),
+        );
+        let mut y = self.stream.clone_htod(&vec![bf16::NAN; x.len()]).unwrap();
+        self.layer.set_backend(backend).unwrap();
+        let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
+        let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
+        self.layer.forward(&self.stream, &mut self.scratch, &xv, &iv, &wv, &mut yv).unwrap();
+        self.scratch.check(&self.stream).unwrap();
+        self.stream.clone_dtoh(&y).unwrap()
+    }
+}
+
+/// The bf16 layer over the experts' dequantised weights (rounded to bf16).
+fn dequantised(p: &Fp8ChannelExperts) -> PackedExperts<bf16> {
+    let (e, h, i) = (p.experts(), p.hidden(), p.inter());
+    let w13: Vec<bf16> = p.w13().iter().flat_map(|m| m.dequantize()).map(bf16::from_f32).collect();
+    let w2: Vec<bf16> = p.w2().iter().flat_map(|m| m.dequantize()).map(bf16::from_f32).collect();
+    PackedExperts::new(e, h, i, ExpertFormat::SWIGLU, w13, w2, None, None).unwrap()
+}
+
+/// Every backend against the CPU reference and the dequantised bf16 layer.
+fn check(what: &str, p: &Fp8ChannelExperts, max_tokens: usize, k: usize, ids: &[i32], wts: &[f32]) {
+    let h = p.hidden();
+    let t = ids.len() / k;
+    let x = random_vec::<bf16>(t * h, 1000 + t as u64, 1.0);
+    let want = moe_forward_fp8_channel(p, Activation::SiluGated, &x, ids, wts, k);
+    let mut dense = Rig::new(&dequantised(p), max_tokens, k);
+    let (idd, wd): (CudaSlice<i32>, CudaSlice<f32>) =
+        (dense.stream.clone_htod(ids).unwrap(), dense.stream.clone_htod(wts).unwrap());
+    let bf16_out = dense.forward(Backend::Grouped, &x, &idd, &wd);
+    let mut rig = ChannelRig::new(p, max_tokens, k);
+    for backend in BACKENDS {
+        let got = rig.forward(backend, &x, ids, wts);
+        if let Some(m) = fp8_layer_mismatch(&got, &want, h) {
+            panic!("{what} [{backend:?}] vs the CPU reference: {m}");
+        }
+        if let Some(m) = fp8_vs_dense_mismatch(&got, &bf16_out, DenseWeights::Dequantised) {
+            panic!("{what} [{backend:?}] vs the dequantised bf16 layer: {m}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_layer_matches_its_references_on_adversarial_routing() {
+    let (e, h, i, k) = (8usize, 512usize, 256usize, 2usize);
+    for (name, per_row, acts) in [
+        ("channel weights, per-token activations", true, ActivationScales::DynamicToken),
+        ("tensor weights, static activations", false, ActivationScales::StaticTensor),
+        ("channel weights, static activations", true, ActivationScales::StaticTensor),
+    ] {
+        let p = host_experts(e, h, i, per_row, acts, 1);
+        let ids = |t: usize, k: usize, seed: u64| moe_gemm::random::topk_ids(t, k, e, seed);
+        check(&format!("{name}: uniform E8 k2"), &p, 160, k, &ids(64, k, 2), &weights_for(64, k, 3));
+        let hot: Vec<i32> =
+            moe_gemm::random::topk_ids(64, 1, 7, 4).iter().flat_map(|&x| [3, if x >= 3 { x + 1 } else { x }]).collect();
+        check(&format!("{name}: one hot expert"), &p, 160, k, &hot, &weights_for(64, k, 5));
+        let no_zero: Vec<i32> = moe_gemm::random::topk_ids(50, k, e - 1, 6).iter().map(|&x| x + 1).collect();
+        check(&format!("{name}: expert 0 gets no rows"), &p, 160, k, &no_zero, &weights_for(50, k, 7));
+        check(&format!("{name}: T = 1"), &p, 160, k, &[6, 1], &[0.7, 0.3]);
+        check(&format!("{name}: 5 rows on one expert"), &p, 160, 1, &[4; 5], &[1.0; 5]);
+        check(&format!("{name}: 129 rows on one expert"), &p, 160, 1, &[2; 129], &weights_for(129, 1, 8));
+        check(&format!("{name}: 300 tokens in passes of 128"), &p, 128, k, &ids(300, k, 12), &weights_for(300, k, 13));
+    }
+}
+
+/// Two experts' w13 channel scales swapped (the same e4m3 values under the other expert's scales): the layer's
+/// output leaves the bound of the original's reference, so a scale read from the wrong expert is caught.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_swapped_scales_are_caught() {
+    let (e, h, i, k, t) = (8usize, 512usize, 256usize, 2usize, 64usize);
+    let p = host_experts(e, h, i, true, ActivationScales::DynamicToken, 31);
+    let ids = moe_gemm::random::topk_ids(t, k, e, 32);
+    let wts = weights_for(t, k, 33);
+    let x = random_vec::<bf16>(t * h, 34, 1.0);
+    let want = moe_forward_fp8_channel(&p, Activation::SiluGated, &x, &ids, &wts, k);
+    let per: Vec<(BlockFp8, BlockFp8, BlockFp8)> = (0..e)
+        .map(|x| {
+            // Expert 0's and 1's gate and up matrices keep their e4m3 values and take each other's scales.
+            let o = match x {
+                0 => 1,
+                1 => 0,
+                x => x,
+            };
+            let with_scales = |m: &BlockFp8, s: &BlockFp8| {
+                BlockFp8::from_parts(m.rows(), m.cols(), m.block(), m.q().to_vec(), s.scales().clone()).unwrap()
+            };
+            let (w13, w13o) = (&p.w13()[x], &p.w13()[o]);
+            let gate = |m: &BlockFp8| m.slice_rows(0, i).unwrap();
+            let up = |m: &BlockFp8| m.slice_rows(i, 2 * i).unwrap();
+            (with_scales(&gate(w13), &gate(w13o)), with_scales(&up(w13), &up(w13o)), p.w2()[x].clone())
+        })
+        .collect();
+    let swapped = Fp8ChannelExperts::new(per, ActivationScales::DynamicToken, None).unwrap();
+    let mut rig = ChannelRig::new(&swapped, t, k);
+    for backend in BACKENDS {
+        let got = rig.forward(backend, &x, &ids, &wts);
+        assert!(fp8_layer_mismatch(&got, &want, h).is_some(), "[{backend:?}] swapped scales not caught");
+    }
+}
+
+/// Captured once, replayed with new routing: bit-equal to eager runs of the same inputs, on every backend.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_layer_replays_in_a_graph() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (e, h, i, k, t) = (8usize, 256usize, 128usize, 2usize, 48usize);
+    let p = host_experts(e, h, i, true, ActivationScales::DynamicToken, 41);
+    let mut rig = ChannelRig::new(&p, t, k);
+    let s = rig.stream.clone();
+    for backend in BACKENDS {
+        rig.layer.set_backend(backend).unwrap();
+        let x = s.clone_htod(&random_vec::<bf16>(t * h, 42, 1.0)).unwrap();
+        let mut ids = s.clone_htod(&moe_gemm::random::topk_ids(t, k, e, 43)).unwrap();
+        let mut wts = s.clone_htod(&weights_for(t, k, 44)).unwrap();
+        let mut y = s.alloc_zeros::<bf16>(t * h).unwrap();
+        let run = |rig: &mut ChannelRig, ids: &CudaSlice<i32>, wts: &CudaSlice<f32>, y: &mut CudaSlice<bf16>| {
+            let (xv, iv, wv) = views(&x, h, ids, wts, k);
+            let mut yv = MatrixViewMut::of("y", y, h).unwrap();
+            rig.layer.forward(&s, &mut rig.scratch, &xv, &iv, &wv, &mut yv).unwrap();
+        };
+        run(&mut rig, &ids, &wts, &mut y);
+        s.synchronize().unwrap();
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        run(&mut rig, &ids, &wts, &mut y);
+        let graph = s.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("captured graph");
+        for r in 0..10u64 {
+            s.memcpy_htod(&moe_gemm::random::topk_ids(t, k, e, 100 + r), &mut ids).unwrap();
+            s.memcpy_htod(&weights_for(t, k, 200 + r), &mut wts).unwrap();
+            graph.launch().unwrap();
+            let replayed = s.clone_dtoh(&y).unwrap();
+            let mut eager = s.alloc_zeros::<bf16>(t * h).unwrap();
+            run(&mut rig, &ids, &wts, &mut eager);
+            let eager = s.clone_dtoh(&eager).unwrap();
+            assert!(
+                replayed.iter().zip(&eager).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "[{backend:?}] replay {r}: the graph's output differs from eager"
+            );
+        }
+        rig.scratch.check(&s).unwrap();
+    }
+}
+
+/// What the layer refuses of these weights, by name, before anything runs: the backends without a rowwise
+/// kernel, and dynamic per-tensor activation scales.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_refusals_name_the_constraint() {
+    let (_ctx, stream) = gpu();
+    let p = host_experts(4, 256, 128, true, ActivationScales::DynamicToken, 51);
+    let w = Arc::new(Fp8ChannelExpertWeights::upload(&stream, &p, Activation::SiluGated).unwrap());
+    for b in [Backend::Batched, Backend::Fused, Backend::Eager] {
+        let e = MoeLayer::new(&stream, w.clone(), MoeLayerOptions::new(16, 2).backend(b)).unwrap_err().to_string();
+        assert!(e.contains("per-channel FP8") && e.contains(b.name()), "{b}: {e}");
+    }
+    let auto = MoeLayer::new(&stream, w, MoeLayerOptions::new(16, 2)).unwrap();
+    assert_eq!(auto.backend_for(1), Backend::Grouped);
+    let tensor = host_experts(4, 256, 128, false, ActivationScales::DynamicTensor, 52);
+    let e = Fp8ChannelExpertWeights::upload(&stream, &tensor, Activation::SiluGated).unwrap_err().to_string();
+    assert!(e.contains("DynamicTensor") && e.contains("per-token"), "{e}");
+}
