@@ -42,9 +42,10 @@ from pathlib import Path
 TOOLS = {
     "memcheck": ["--tool", "memcheck"],
     # Blocking launches: racecheck analyses each launch on the host, and launches queued ahead of that analysis
-    # (a layer's chain, a 58-layer graph) held up to 130 GB of host RSS and met the OOM killer; one launch at a
-    # time, the largest test peaks at a few GB. Shared-memory hazards live within one block, so serialising kernels
-    # hides none.
+    # (a layer's chain of kernels) held up to 130.8 GB of host RSS and met the OOM killer; one launch at a time,
+    # the layer tests that died so peak at 2.6 GB (benches/results/h100-2026-12-06-sanitize-a88688c). The 58-layer
+    # graph tests of the Fused and Grouped backends still reached 117-127 GB beside other pairs. Shared-memory
+    # hazards live within one block, so serialising kernels hides none.
     "racecheck": ["--tool", "racecheck", "--racecheck-report", "all", "--force-blocking-launches"],
     "initcheck": ["--tool", "initcheck"],
     "synccheck": ["--tool", "synccheck"],
