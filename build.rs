@@ -64,8 +64,8 @@ fn main() {
 
     // The bridge first: it references the CUDA library, which must come after it on the link line.
     cxx_build::bridges(["src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"])
-        .file("cpp/bridge.cc")
-        .file("cpp/bridge_quant.cc")
+        .file("cpp/bridge/bridge.cc")
+        .file("cpp/bridge/bridge_quant.cc")
         .include(root.join("cpp"))
         .std("c++17")
         .flag_if_supported("-Wno-unused-parameter")
@@ -410,8 +410,8 @@ fn compile_cuda(root: &Path, out: &Path, tc: &Toolchain) -> Vec<PathBuf> {
 /// define of the one unit it touches (the other units keep their cached objects); `uninit-status` is a Rust cfg.
 fn planted_defines() -> Vec<(&'static str, &'static str)> {
     const CUDA: &[(&str, &str, &str)] = &[
-        ("warp-race", "cpp/routing.cu", "-DMOE_GEMM_PLANT_WARP_RACE"),
-        ("row-store", "cpp/routing.cu", "-DMOE_GEMM_PLANT_ROW_STORE"),
+        ("warp-race", "cpp/moe_ops/routing.cu", "-DMOE_GEMM_PLANT_WARP_RACE"),
+        ("row-store", "cpp/moe_ops/routing.cu", "-DMOE_GEMM_PLANT_ROW_STORE"),
     ];
     println!("cargo:rustc-check-cfg=cfg(moe_gemm_plant_uninit_status)");
     let Ok(list) = env::var("MOE_GEMM_PLANT") else { return Vec::new() };

@@ -79,23 +79,23 @@ const fn unit(path: &'static str, family: &'static str, targets: &'static [Targe
 /// they compile. The SM100 GEMMs are two units, not one, for memory: as one unit nvcc peaked at 9.3 GB (of the
 /// machine's 24, with another unit compiling beside it), the larger half peaks at 7.3 GB.
 pub const KERNEL_UNITS: &[KernelUnit] = &[
-    unit("cpp/grouped_gemm_sm100_mx.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/grouped_gemm_sm90_fp8.cu", "grouped_gemm_sm90_fp8", SM90A),
-    unit("cpp/grouped_gemm_sm100.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/grouped_gemm_sm90.cu", "grouped_gemm_sm90", SM90A),
-    unit("cpp/fused_moe_sm90.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/mx/grouped_gemm_sm100_mx.cu", "grouped_gemm_sm100", SM100A),
+    unit("cpp/fp8/grouped_gemm_sm90_fp8.cu", "grouped_gemm_sm90_fp8", SM90A),
+    unit("cpp/dense/grouped_gemm_sm100.cu", "grouped_gemm_sm100", SM100A),
+    unit("cpp/dense/grouped_gemm_sm90.cu", "grouped_gemm_sm90", SM90A),
+    unit("cpp/fused/fused_moe_sm90.cu", "fused_moe_sm90", SM90A),
     // The Fused backend's decode tiles: launched only through FusedGemm, which requires this family (SM90).
-    unit("cpp/fused_decode.cu", "fused_moe_sm90", SM90A),
-    unit("cpp/grouped_mx_portable.cu", "grouped_gemm_mx_portable", PORTABLE),
-    unit("cpp/routing.cu", "routing", PORTABLE),
-    unit("cpp/layouts.cu", "layouts", PORTABLE),
-    unit("cpp/activation.cu", "activation", PORTABLE),
-    unit("cpp/decode.cu", "decode", PORTABLE),
-    unit("cpp/decode_fp8.cu", "decode", PORTABLE),
-    unit("cpp/runtime.cu", "runtime", PORTABLE),
-    unit("cpp/quant.cu", "quant", PORTABLE),
-    unit("cpp/mx_quant.cu", "quant", PORTABLE),
-    unit("cpp/ep.cu", "layouts", PORTABLE),
+    unit("cpp/fused/fused_decode.cu", "fused_moe_sm90", SM90A),
+    unit("cpp/mx/grouped_mx_portable.cu", "grouped_gemm_mx_portable", PORTABLE),
+    unit("cpp/moe_ops/routing.cu", "routing", PORTABLE),
+    unit("cpp/moe_ops/layouts.cu", "layouts", PORTABLE),
+    unit("cpp/moe_ops/activation.cu", "activation", PORTABLE),
+    unit("cpp/moe_ops/decode.cu", "decode", PORTABLE),
+    unit("cpp/moe_ops/decode_fp8.cu", "decode", PORTABLE),
+    unit("cpp/common/runtime.cu", "runtime", PORTABLE),
+    unit("cpp/moe_ops/quant.cu", "quant", PORTABLE),
+    unit("cpp/mx/mx_quant.cu", "quant", PORTABLE),
+    unit("cpp/moe_ops/ep.cu", "layouts", PORTABLE),
 ];
 
 /// Each family once, in table order, with its targets (those of its first unit).

@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
 use crate::error::{Error, Result};
 
-/// Bits of the status word (`kErr*` in `cpp/launch.h`, `cpp/quant.h` for the FP8 quantisation, `cpp/mx_quant.h`
+/// Bits of the status word (`kErr*` in `cpp/common/launch.h`, `cpp/moe_ops/quant.h` for the FP8 quantisation, `cpp/mx/mx_quant.h`
 /// for NVFP4).
 pub mod bits {
     /// Grouped GEMM: `offsets[0] != 0`.

@@ -57,30 +57,37 @@ fn gencode_flags_are_spelled_as_nvcc_wants() {
     assert!(std::panic::catch_unwind(|| gencodes(&[Target::Sass("sm_90")])).is_err(), "plain SASS without PTX");
 }
 
+/// The files of `cpp/<family>/` with extension `ext`, as paths relative to the crate root (`cpp/` holds one
+/// folder per kernel family and nothing else).
+fn cpp_files(ext: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(root().join("cpp")).unwrap().filter_map(|e| e.ok().map(|e| e.path())) {
+        assert!(dir.is_dir(), "cpp/ holds family folders only, not {}", dir.display());
+        let family = dir.file_name().unwrap().to_string_lossy().into_owned();
+        for f in std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())) {
+            if f.extension().is_some_and(|e| e == ext) {
+                out.push(format!("cpp/{family}/{}", f.file_name().unwrap().to_string_lossy()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn every_cuda_file_is_one_unit_and_every_unit_exists() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("cpp"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "cu"))
-        .map(|p| format!("cpp/{}", p.file_name().unwrap().to_string_lossy()))
-        .collect();
-    on_disk.sort();
+    let on_disk = cpp_files("cu");
     let mut listed: Vec<String> = KERNEL_UNITS.iter().map(|u| u.path.to_string()).collect();
     listed.sort();
-    assert_eq!(listed, on_disk, "KERNEL_UNITS must list every cpp/*.cu exactly once");
+    assert_eq!(listed, on_disk, "KERNEL_UNITS must list every cpp/*/*.cu exactly once");
 }
 
 /// Each `.inl` part (a family's dtypes and schedules) is compiled exactly once: exactly one unit includes it,
 /// directly or through another part.
 #[test]
 fn every_part_is_included_by_exactly_one_unit() {
-    let parts: Vec<String> = std::fs::read_dir(root().join("cpp"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "inl"))
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
+    // Included by their path below cpp/ (`#include "fp8/grouped_gemm_sm90_fp8_rowwise.inl"`).
+    let parts: Vec<String> = cpp_files("inl").into_iter().map(|p| p["cpp/".len()..].to_string()).collect();
     assert!(parts.len() >= 6, "the CUTLASS families' parts: {parts:?}");
     for part in &parts {
         let include = format!("#include \"{part}\"");
@@ -164,9 +171,9 @@ fn portable_units_use_no_arch_specific_feature() {
         }
     }
     // And the check can fail: the SM90 and SM100 GEMMs do contain such features, in their code.
-    assert!(code_of(&unit_text("cpp/grouped_gemm_sm90.cu")).contains("#include \"cutlass/"));
-    assert!(code_of(&unit_text("cpp/grouped_gemm_sm100.cu")).contains("__CUDA_ARCH_FEAT_SM100_ALL"));
-    assert!(unit_text("cpp/grouped_mx_portable.cu").contains("tcgen05"), "the header's comments are read past");
+    assert!(code_of(&unit_text("cpp/dense/grouped_gemm_sm90.cu")).contains("#include \"cutlass/"));
+    assert!(code_of(&unit_text("cpp/dense/grouped_gemm_sm100.cu")).contains("__CUDA_ARCH_FEAT_SM100_ALL"));
+    assert!(unit_text("cpp/mx/grouped_mx_portable.cu").contains("tcgen05"), "the header's comments are read past");
 }
 
 #[test]

@@ -99,7 +99,7 @@ fn quantised_elements_keep_nan_and_turn_infinities_into_nan() {
 // ---------------------------------------------------------------------------------------------------------------
 // UE8M0
 
-/// The device kernel's rounding (`cpp/quant.cu` `group_scale`), in Rust: exponent + (mantissa != 0), capped at
+/// The device kernel's rounding (`cpp/moe_ops/quant.cu` `group_scale`), in Rust: exponent + (mantissa != 0), capped at
 /// 254, for normal f32.
 fn ceil_ue8m0_bits(s: f32) -> f32 {
     let b = s.to_bits();

@@ -140,7 +140,13 @@ fn every_unit_holds_exactly_its_targets() {
         assert_eq!(got, expected(unit), "{}: (SASS, PTX) in the object vs the gencode table", unit.path);
     }
     // The three facts the gencode table is for, spelled out.
-    for u in ["cpp/routing.cu", "cpp/layouts.cu", "cpp/activation.cu", "cpp/decode.cu", "cpp/quant.cu"] {
+    for u in [
+        "cpp/moe_ops/routing.cu",
+        "cpp/moe_ops/layouts.cu",
+        "cpp/moe_ops/activation.cu",
+        "cpp/moe_ops/decode.cu",
+        "cpp/moe_ops/quant.cu",
+    ] {
         let (sass, ptx) = embedded(tool, &object(u));
         assert_eq!(sass, ["sm_100", "sm_90"], "{u}: plain SASS for both, lowered from the PTX");
         assert_eq!(ptx, ["sm_90"], "{u}");
@@ -159,11 +165,11 @@ fn every_unit_holds_exactly_its_targets() {
 
 /// The units of the CUTLASS families (build/toolchain.rs: one unit per family, its dtypes and schedules in `.inl`
 /// parts). A part's kernels are told apart by their names: the MMA atom or mainloop CUTLASS instantiated.
-const SM90: &str = "cpp/grouped_gemm_sm90.cu";
-const SM90_FP8: &str = "cpp/grouped_gemm_sm90_fp8.cu";
-const FUSED: &str = "cpp/fused_moe_sm90.cu";
-const SM100: &str = "cpp/grouped_gemm_sm100.cu";
-const SM100_MX: &str = "cpp/grouped_gemm_sm100_mx.cu";
+const SM90: &str = "cpp/dense/grouped_gemm_sm90.cu";
+const SM90_FP8: &str = "cpp/fp8/grouped_gemm_sm90_fp8.cu";
+const FUSED: &str = "cpp/fused/fused_moe_sm90.cu";
+const SM100: &str = "cpp/dense/grouped_gemm_sm100.cu";
+const SM100_MX: &str = "cpp/mx/grouped_gemm_sm100_mx.cu";
 
 /// One kernel of an object: its `Function :` name and its instructions, each as its opcode with modifiers
 /// (`UTCQMMA.2CTA`) and as the whole line.
@@ -280,7 +286,7 @@ fn the_sm100_gemm_runs_on_tcgen05_and_the_sm90_gemms_on_wgmma() {
 #[test]
 fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     let Some(tool) = tools("the_fp8_decode_kernels_multiply_on_the_tensor_cores") else { return };
-    let ks = kernels(tool, "cpp/decode_fp8.cu");
+    let ks = kernels(tool, "cpp/moe_ops/decode_fp8.cu");
     let ops = base_ops(&ks);
     say(&format!("decode_fp8: {} kernels (both targets); MMA opcodes: {}", ks.len(), {
         let mut v: Vec<&str> = ops.iter().map(String::as_str).filter(|o| o.contains("MMA") || *o == "F2FP").collect();
@@ -294,13 +300,13 @@ fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     assert_eq!(named(&ks, "reduce_kernel").len(), 4);
 }
 
-/// The portable block-scaled grouped GEMM (`cpp/grouped_mx_portable.cu`) multiplies its dequantised bf16 tiles on
+/// The portable block-scaled grouped GEMM (`cpp/mx/grouped_mx_portable.cu`) multiplies its dequantised bf16 tiles on
 /// the tensor cores with `mma.sync` (`HMMA`, sm_90 and sm_100 alike), no wgmma, no tcgen05: one kernel per format
 /// pair per target.
 #[test]
 fn the_portable_mx_gemm_multiplies_on_the_tensor_cores() {
     let Some(tool) = tools("the_portable_mx_gemm_multiplies_on_the_tensor_cores") else { return };
-    let unit = "cpp/grouped_mx_portable.cu";
+    let unit = "cpp/mx/grouped_mx_portable.cu";
     let ks = kernels(tool, unit);
     let ops = base_ops(&ks);
     assert!(ops.iter().any(|o| o == "HMMA"), "{unit}: no HMMA: {ops:?}");
@@ -366,7 +372,7 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
     }
 }
 
-/// The 4-bit x 4-bit SM100 grouped GEMMs (`cpp/grouped_gemm_sm100_fp4.inl`) multiply block-scaled under
+/// The 4-bit x 4-bit SM100 grouped GEMMs (`cpp/mx/grouped_gemm_sm100_fp4.inl`) multiply block-scaled under
 /// `kind::mxf4` / `kind::mxf4nvf4`: `UTCOMMA` (FP8_NOTES' opcode table: the 4-bit block-scaled MMA; no `UTCQMMA`,
 /// which is the 8-bit one) with the scale operand in tensor memory after the instruction descriptor, `UTCCP`
 /// copying scales there, TMA loads and stores. The two kernels are told apart by their types: MXFP4 runs
@@ -415,7 +421,7 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
     ));
 }
 
-/// The SM100 FP8 blockwise grouped GEMM (`cpp/grouped_gemm_sm100_fp8_blockwise.inl`, FP8_NOTES' opcode table):
+/// The SM100 FP8 blockwise grouped GEMM (`cpp/fp8/grouped_gemm_sm100_fp8_blockwise.inl`, FP8_NOTES' opcode table):
 /// the FP8 tcgen05 MMA (`UTCQMMA`) in its per-tensor form, ending at the instruction descriptor (no scale operand
 /// in tensor memory, so no `UTCCP`: the f32 scales are applied outside the tensor cores); the f32 promotion of
 /// each 128-wide K block as `FFMA` in CUTLASS's kernel; the K-major scales loaded with cp.async (`LDGSTS`), the

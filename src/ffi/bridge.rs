@@ -1,4 +1,4 @@
-//! The cxx bridge: the only declaration of the C++ surface (`cpp/bridge.h`, `cpp/launch.h`).
+//! The cxx bridge: the only declaration of the C++ surface (`cpp/bridge/bridge.h`, `cpp/common/launch.h`).
 //! Everything here is private to `ffi`; its sibling modules wrap it in safe, checked calls.
 
 #[cxx::bridge(namespace = "moe_gemm::bridge")]
@@ -126,7 +126,7 @@ pub(crate) mod ffi {
         Gather = 1,
     }
 
-    /// Mirrors `moe_gemm::QuantArgs` (`cpp/quant.h`).
+    /// Mirrors `moe_gemm::QuantArgs` (`cpp/moe_ops/quant.h`).
     struct QuantParams {
         dtype: DType,
         source: QuantSource,
@@ -150,7 +150,7 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
-    /// Mirrors `moe_gemm::WeightQuantArgs` (`cpp/quant.h`).
+    /// Mirrors `moe_gemm::WeightQuantArgs` (`cpp/moe_ops/quant.h`).
     struct WeightQuantParams {
         dtype: DType,
         ue8m0: i32,
@@ -234,7 +234,7 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
-    /// Mirrors `moe_gemm::DecodeFp8Args` (`cpp/decode_fp8.h`).
+    /// Mirrors `moe_gemm::DecodeFp8Args` (`cpp/moe_ops/decode_fp8.h`).
     struct DecodeFp8Params {
         act: Activation,
         tokens: i32,
@@ -290,7 +290,7 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
-    /// Mirrors `moe_gemm::GroupedGemmFp8Args` (`cpp/launch_fp8.h`); device addresses and the stream as u64.
+    /// Mirrors `moe_gemm::GroupedGemmFp8Args` (`cpp/fp8/launch_fp8.h`); device addresses and the stream as u64.
     struct GroupedGemmFp8Params {
         config: Fp8TileConfig,
         mode: GroupMode,
@@ -314,7 +314,7 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
-    /// Mirrors `moe_gemm::GroupedGemmSm100Args` (`cpp/launch_sm100.h`); device addresses and the stream as u64.
+    /// Mirrors `moe_gemm::GroupedGemmSm100Args` (`cpp/dense/launch_sm100.h`); device addresses and the stream as u64.
     struct GroupedGemmSm100Params {
         dtype: DType,
         config: Sm100TileConfig,
@@ -339,7 +339,7 @@ pub(crate) mod ffi {
         stream: u64,
     }
 
-    /// Mirrors `moe_gemm::Sm100KernelFacts` (`cpp/launch_sm100.h`): compile-time facts of a built configuration.
+    /// Mirrors `moe_gemm::Sm100KernelFacts` (`cpp/dense/launch_sm100.h`): compile-time facts of a built configuration.
     #[derive(Debug, Default)]
     struct Sm100KernelFacts {
         tile_m: i32,
@@ -353,7 +353,7 @@ pub(crate) mod ffi {
         ptr_array_epilogue: bool,
     }
 
-    /// Mirrors `moe_gemm::Fp8KernelFacts` (`cpp/launch_fp8.h`): compile-time facts of a built configuration.
+    /// Mirrors `moe_gemm::Fp8KernelFacts` (`cpp/fp8/launch_fp8.h`): compile-time facts of a built configuration.
     #[derive(Debug, Default)]
     struct Fp8KernelFacts {
         tile_m: i32,
@@ -430,7 +430,7 @@ pub(crate) mod ffi {
     }
 
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/bridge.h");
+        include!("moe-gemm/cpp/bridge/bridge.h");
 
         #[namespace = "moe_gemm"]
         type DType;
@@ -566,7 +566,7 @@ pub(crate) mod ffi {
         /// Buffers of the sizes `DecodeArgs` documents, live on `stream`.
         unsafe fn decode_layer(params: &DecodeParams) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `DecodeFp8Args` documents (`cpp/decode_fp8.h`), live on `stream`.
+        /// Buffers of the sizes `DecodeFp8Args` documents (`cpp/moe_ops/decode_fp8.h`), live on `stream`.
         unsafe fn decode_layer_fp8(params: &DecodeFp8Params) -> LaunchStatus;
         /// # Safety
         /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`.
@@ -587,10 +587,10 @@ pub(crate) mod ffi {
             stream: u64,
         ) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `QuantArgs` documents for its source (`cpp/quant.h`), live on `stream`.
+        /// Buffers of the sizes `QuantArgs` documents for its source (`cpp/moe_ops/quant.h`), live on `stream`.
         unsafe fn quantize_fp8(params: &QuantParams) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `WeightQuantArgs` documents (`cpp/quant.h`), live on `stream`.
+        /// Buffers of the sizes `WeightQuantArgs` documents (`cpp/moe_ops/quant.h`), live on `stream`.
         unsafe fn quantize_weights_fp8(params: &WeightQuantParams) -> LaunchStatus;
         /// # Safety
         /// `sorted_ids` and `out` int32 [capacity], `ids` int32 [rows], live on `stream`.

@@ -1,5 +1,5 @@
 //! The second cxx bridge: the C++ surface of the FP8 rowwise GEMM, the FP8 fused GEMMs, the MXFP8 and FP4 quantisers,
-//! the SM100 MX GEMMs and their portable twin, and the SM100 FP8 blockwise GEMM (`cpp/launch_fp8_rowwise.h`,
+//! the SM100 MX GEMMs and their portable twin, and the SM100 FP8 blockwise GEMM (`cpp/fp8/launch_fp8_rowwise.h`,
 //! `launch_fused_fp8.h`, `mx_quant.h`, `launch_sm100_mx.h`, `launch_mx_portable.h`, `launch_fp8.h`). Its
 //! own file so that neither bridge outgrows one reading; the types both use are the first bridge's (`bridge.rs`),
 //! aliased here. Private to `ffi`, as that one.
@@ -39,7 +39,7 @@ pub(crate) mod ffi {
         M128N128K128 = 1,
     }
 
-    /// Mirrors `moe_gemm::MxQuantArgs` (`cpp/mx_quant.h`).
+    /// Mirrors `moe_gemm::MxQuantArgs` (`cpp/mx/mx_quant.h`).
     struct MxQuantParams {
         dtype: DType,
         mode: GroupMode,
@@ -60,7 +60,7 @@ pub(crate) mod ffi {
         status: u64,
         stream: u64,
     }
-    /// Mirrors `moe_gemm::Fp4QuantArgs` (`cpp/mx_quant.h`).
+    /// Mirrors `moe_gemm::Fp4QuantArgs` (`cpp/mx/mx_quant.h`).
     struct Fp4QuantParams {
         format: Fp4Format,
         dtype: DType,
@@ -84,7 +84,7 @@ pub(crate) mod ffi {
         status: u64,
         stream: u64,
     }
-    /// Mirrors `moe_gemm::FusedGemmFp8Args` (`cpp/launch_fused_fp8.h`).
+    /// Mirrors `moe_gemm::FusedGemmFp8Args` (`cpp/fused/launch_fused_fp8.h`).
     struct FusedGemmFp8Params {
         tile: FusedFp8Tile,
         mode: FusedMode,
@@ -107,7 +107,7 @@ pub(crate) mod ffi {
         bias: u64,
         stream: u64,
     }
-    /// Mirrors `moe_gemm::GroupedGemmFp8RowwiseArgs` (`cpp/launch_fp8_rowwise.h`).
+    /// Mirrors `moe_gemm::GroupedGemmFp8RowwiseArgs` (`cpp/fp8/launch_fp8_rowwise.h`).
     struct GroupedGemmFp8RowwiseParams {
         config: Fp8RowwiseConfig,
         mode: GroupMode,
@@ -130,7 +130,7 @@ pub(crate) mod ffi {
         sm_count: i32,
         stream: u64,
     }
-    /// Mirrors `moe_gemm::GroupedGemmMxArgs` (`cpp/launch_sm100_mx.h`).
+    /// Mirrors `moe_gemm::GroupedGemmMxArgs` (`cpp/mx/launch_sm100_mx.h`).
     struct GroupedGemmMxParams {
         config: Sm100MxConfig,
         mode: GroupMode,
@@ -158,7 +158,7 @@ pub(crate) mod ffi {
     }
 
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/bridge.h");
+        include!("moe-gemm/cpp/bridge/bridge.h");
         include!("moe-gemm/src/ffi/bridge.rs.h");
 
         #[namespace = "moe_gemm"]
@@ -204,7 +204,7 @@ pub(crate) mod ffi {
         fn grouped_gemm_sm100_fp8_facts(config: Fp8TileConfig, facts: &mut Fp8KernelFacts) -> LaunchStatus;
         fn grouped_gemm_sm100_fp8_schedule(config: Fp8TileConfig) -> String;
         /// # Safety
-        /// As for `grouped_gemm_sm90_fp8_run` (the same operands, `cpp/launch_fp8.h`), on an SM100 device.
+        /// As for `grouped_gemm_sm90_fp8_run` (the same operands, `cpp/fp8/launch_fp8.h`), on an SM100 device.
         unsafe fn grouped_gemm_sm100_fp8_run(params: &GroupedGemmFp8Params) -> LaunchStatus;
         fn grouped_gemm_sm100_mx_built(config: Sm100MxConfig) -> bool;
         fn grouped_gemm_sm100_mx_workspace(
@@ -214,7 +214,7 @@ pub(crate) mod ffi {
             bytes: &mut u64,
         ) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/launch_sm100_mx.h`), on an SM100 device.
+        /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/mx/launch_sm100_mx.h`), on an SM100 device.
         unsafe fn grouped_gemm_sm100_mx_run(params: &GroupedGemmMxParams) -> LaunchStatus;
         /// # Safety
         /// As for `grouped_gemm_sm100_mx_run` (the same buffers), on any device the portable unit has SASS for.
@@ -223,10 +223,10 @@ pub(crate) mod ffi {
         /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
         unsafe fn fused_moe_gemm_fp8(params: &FusedGemmFp8Params) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
+        /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx/mx_quant.h`), live on `stream`.
         unsafe fn quantize_mxfp8_grouped(params: &MxQuantParams) -> LaunchStatus;
         /// # Safety
-        /// Buffers of the sizes `Fp4QuantArgs` documents (`cpp/mx_quant.h`), live on `stream`.
+        /// Buffers of the sizes `Fp4QuantArgs` documents (`cpp/mx/mx_quant.h`), live on `stream`.
         unsafe fn quantize_fp4_grouped(params: &Fp4QuantParams) -> LaunchStatus;
         /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
         fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> LaunchStatus;

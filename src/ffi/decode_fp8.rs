@@ -1,4 +1,4 @@
-//! The Batched backend over block-FP8 experts (`cpp/decode_fp8.cu`, contract in `cpp/decode_fp8.h`): two kernels
+//! The Batched backend over block-FP8 experts (`cpp/moe_ops/decode_fp8.cu`, contract in `cpp/moe_ops/decode_fp8.h`): two kernels
 //! that quantise x and h per 128 columns in shared memory and stream e4m3 weight rows into tensor-core MMAs.
 
 use super::bridge::ffi;

@@ -1,5 +1,5 @@
-//! Row-wise kernels around the GEMMs: the gated activation (`cpp/activation.cu`), the fused backend's sum over
-//! slots (`cpp/layouts.cu`) and the batched backend's whole decode layer (`cpp/decode.cu`).
+//! Row-wise kernels around the GEMMs: the gated activation (`cpp/moe_ops/activation.cu`), the fused backend's sum over
+//! slots (`cpp/moe_ops/layouts.cu`) and the batched backend's whole decode layer (`cpp/moe_ops/decode.cu`).
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 

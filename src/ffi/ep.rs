@@ -1,4 +1,4 @@
-//! Expert parallelism's helper kernel (`cpp/ep.cu`, contract in `cpp/ep.h`): the expert id of every send
+//! Expert parallelism's helper kernel (`cpp/moe_ops/ep.cu`, contract in `cpp/moe_ops/ep.h`): the expert id of every send
 //! position of a dispatch, or a sentinel on padding.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};

@@ -1,4 +1,4 @@
-//! The SM90 fused MoE GEMMs (`cpp/fused_moe_sm90.cuh`): the per-plan shared-memory opt-in and the launch of one
+//! The SM90 fused MoE GEMMs (`cpp/fused/fused_moe_sm90.cuh`): the per-plan shared-memory opt-in and the launch of one
 //! gather or scatter GEMM over an aligned layout.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 pub(crate) use ffi::FusedTile;
 pub(crate) use ffi8::FusedFp8Tile;
 
-/// Rows of a compiled tile (`BM` of `cpp/fused_moe_sm90.cuh`'s and `cpp/fused_decode.cu`'s tiles): the kernel gives
+/// Rows of a compiled tile (`BM` of `cpp/fused/fused_moe_sm90.cuh`'s and `cpp/fused/fused_decode.cu`'s tiles): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
 pub(crate) fn block_m(tile: FusedTile) -> Option<usize> {
     match tile {

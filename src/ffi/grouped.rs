@@ -1,5 +1,5 @@
-//! The persistent bf16/f16 grouped GEMMs with device-side groups: SM90 (`cpp/grouped_gemm_sm90.cuh`) and SM100
-//! (`cpp/grouped_gemm_sm100.cuh`, `cpp/launch_sm100.h`). Whether a configuration was built, its workspace (and
+//! The persistent bf16/f16 grouped GEMMs with device-side groups: SM90 (`cpp/dense/grouped_gemm_sm90.cuh`) and SM100
+//! (`cpp/dense/grouped_gemm_sm100.cuh`, `cpp/dense/launch_sm100.h`). Whether a configuration was built, its workspace (and
 //! for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one checked path for
 //! both families: they take the same operands and group descriptions.
 
@@ -79,7 +79,7 @@ pub(crate) struct GroupedPlan {
     pub workspace_bytes: u64,
 }
 
-/// Where each group's rows are (mirrors `GroupMode` in `cpp/launch.h`): device arrays the prepare kernel reads
+/// Where each group's rows are (mirrors `GroupMode` in `cpp/common/launch.h`): device arrays the prepare kernel reads
 /// and clamps.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum GroupedRows<'a> {

@@ -1,9 +1,9 @@
-//! The FP8 blockwise-scaled grouped GEMMs (`cpp/grouped_gemm_sm90_fp8.cuh`, and for the one SM100 configuration
-//! `cpp/grouped_gemm_sm100_fp8.cuh`): whether a configuration was built, its compile-time facts, its workspace,
+//! The FP8 blockwise-scaled grouped GEMMs (`cpp/fp8/grouped_gemm_sm90_fp8.cuh`, and for the one SM100 configuration
+//! `cpp/fp8/grouped_gemm_sm100_fp8.cuh`): whether a configuration was built, its compile-time facts, its workspace,
 //! and the launch (our prepare kernel, then CUTLASS's). The configuration names the unit: both read the same
-//! operands through the same prepare kernel (`cpp/fp8_blockwise_groups.cuh`).
+//! operands through the same prepare kernel (`cpp/fp8/fp8_blockwise_groups.cuh`).
 //!
-//! Operands (`cpp/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
+//! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};

@@ -1,7 +1,7 @@
-//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/grouped_gemm_sm90_fp8_rowwise.cuh`): whether a configuration
+//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/fp8/grouped_gemm_sm90_fp8_rowwise.cuh`): whether a configuration
 //! was built, its compile-time facts, its workspace, and the launch (our prepare kernel, then CUTLASS's).
 //!
-//! Operands (`cpp/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
+//! Operands (`cpp/fp8/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};

@@ -1,6 +1,6 @@
-//! The SM100 block-scaled grouped GEMMs (`cpp/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`,
-//! contract in `cpp/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch; and the
-//! portable GEMM of the same operands (`cpp/grouped_mx_portable.cu`, `launch_mx_portable.h`), launched from the same
+//! The SM100 block-scaled grouped GEMMs (`cpp/mx/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`,
+//! contract in `cpp/mx/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch; and the
+//! portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`, `launch_mx_portable.h`), launched from the same
 //! checks.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
@@ -121,7 +121,7 @@ pub(crate) fn launch(
     })
 }
 
-/// Queues the portable block-scaled grouped GEMM (`cpp/grouped_mx_portable.cu`) on `stream`: the same function
+/// Queues the portable block-scaled grouped GEMM (`cpp/mx/grouped_mx_portable.cu`) on `stream`: the same function
 /// of the same buffers as [`launch`], on any device its family has SASS for (the plan checked it); no workspace.
 pub(crate) fn launch_portable(
     stream: &CudaStream,

@@ -1,4 +1,4 @@
-//! The expert layouts (`cpp/layouts.cu`): the build from `topk_ids`, the gather of token rows to their
+//! The expert layouts (`cpp/moe_ops/layouts.cu`): the build from `topk_ids`, the gather of token rows to their
 //! positions and the weighted combine back in token order.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};

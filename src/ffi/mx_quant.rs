@@ -1,5 +1,5 @@
-//! MXFP8, MXFP4 and NVFP4 activations in the SM100 block-scale layout (`cpp/mx_quant.cu`, contract in
-//! `cpp/mx_quant.h`): 16-bit rows of a grouped A to e4m3 (or e2m1 two per byte) plus one scale byte per row per
+//! MXFP8, MXFP4 and NVFP4 activations in the SM100 block-scale layout (`cpp/mx/mx_quant.cu`, contract in
+//! `cpp/mx/mx_quant.h`): 16-bit rows of a grouped A to e4m3 (or e2m1 two per byte) plus one scale byte per row per
 //! 32 (16 for NVFP4) of K, each group's bytes in CUTLASS's 128 x 4 atoms at a base the device computes from the
 //! group rows.
 

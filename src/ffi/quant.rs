@@ -1,4 +1,4 @@
-//! FP8 activation quantisation (`cpp/quant.cu`, rules in `cpp/quant.h`): 16-bit rows to e4m3 with one f32 scale
+//! FP8 activation quantisation (`cpp/moe_ops/quant.cu`, rules in `cpp/moe_ops/quant.h`): 16-bit rows to e4m3 with one f32 scale
 //! per token per 128 columns, stored K-major `[rows][ceil(K / 128)]`; either row by row (with an optional mask of
 //! rows in use) or gathered to each token's layout positions.
 
@@ -279,7 +279,7 @@ fn check_weight_buffers(d: &WeightQuantDesc, w: usize, q: usize, scales: usize) 
 }
 
 /// Queues the block quantisation of `w [experts, n, k]` into `q [experts, n, k]` and f32 `scales
-/// [experts, ceil(n / 128), ceil(k / 128)]` (`cpp/quant.h` states the rules); non-finite elements become the
+/// [experts, ceil(n / 128), ceil(k / 128)]` (`cpp/moe_ops/quant.h` states the rules); non-finite elements become the
 /// e4m3 NaN and are reported through `status`.
 pub(crate) fn launch_quantize_weights<T: Element>(
     stream: &CudaStream,

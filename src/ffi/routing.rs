@@ -1,4 +1,4 @@
-//! The routers (`cpp/routing.cu`): logits `[tokens, experts]` f32 → `topk_ids`, `topk_weights` `[tokens, k]`.
+//! The routers (`cpp/moe_ops/routing.cu`): logits `[tokens, experts]` f32 → `topk_ids`, `topk_weights` `[tokens, k]`.
 
 use cudarc::driver::{CudaStream, CudaView, DevicePtr, DevicePtrMut};
 

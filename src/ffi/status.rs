@@ -1,4 +1,4 @@
-//! The C++ launch status (`LaunchStatus`, `Status` in `cpp/launch.h`) and `cudaError_t` codes as [`Error`]s.
+//! The C++ launch status (`LaunchStatus`, `Status` in `cpp/common/launch.h`) and `cudaError_t` codes as [`Error`]s.
 
 use std::fmt;
 

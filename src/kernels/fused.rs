@@ -32,12 +32,12 @@ use crate::layouts::{ExpertLayout, LayoutSpec};
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use half::bf16;
 
-/// A compiled tile of the fused GEMMs (`cpp/moe_ops.h`'s `FusedTile`).
+/// A compiled tile of the fused GEMMs (`cpp/common/moe_ops.h`'s `FusedTile`).
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FusedTile {
     /// Decode: 16 positions per layout block, `mma.sync` with the expert's weight rows on the MMA's M side and
-    /// the positions on N ("swap AB", `cpp/fused_decode.cu`); each warp streams 32 weight rows through its own
+    /// the positions on N ("swap AB", `cpp/fused/fused_decode.cu`); each warp streams 32 weight rows through its own
     /// `cp.async` ring, K split over up to 4 warps when the batch has few blocks. bf16/f16 only.
     Decode16,
     /// As [`Self::Decode16`] with 32 positions per block, the CTA's four warps sharing one copy of the block's
@@ -151,7 +151,7 @@ impl FusedTile {
 
 impl FusedTile {
     /// The FP8 kernel with this tile's `BLOCK_M` (so one aligned layout serves both): 64 x 64 x 128 for the
-    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/launch_fused_fp8.h`);
+    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/fused/launch_fused_fp8.h`);
     /// `None` for the decode tiles.
     pub const fn fp8_tile(self) -> Option<(usize, usize, usize)> {
         match self {
@@ -235,7 +235,7 @@ impl<'a> FusedBatch<'a> {
 
     /// The topk_ids `[tokens, top_k]` the layout was built from, without an expert map: a hint that lets a
     /// Decode16 GEMM1 of at most 32 rows start its experts' weights towards L2 while the layout build still runs
-    /// (`cpp/fused_decode_guess.cuh`). No result depends on it: the GEMMs read the built layout, and ids that
+    /// (`cpp/fused/fused_decode_guess.cuh`). No result depends on it: the GEMMs read the built layout, and ids that
     /// are out of range or stale cost bandwidth only.
     #[must_use]
     pub fn routed_by(self, topk_ids: &'a CudaView<'a, i32>) -> Self {
@@ -324,7 +324,7 @@ impl FusedGemm {
     /// [`Self::gemm1_gather_gated`] then [`Self::gemm2_scatter`] over one layout, with nothing between (the
     /// layer's pass, the layout built just before): where GEMM2 is launched early (at most two waves), its CTAs
     /// of a layout block start once GEMM1 has written that block's h, counted in the layout's `block_ready`,
-    /// instead of when all of GEMM1 has ended (the merged tile; `cpp/fused_decode.cu` says where it pays).
+    /// instead of when all of GEMM1 has ended (the merged tile; `cpp/fused/fused_decode.cu` says where it pays).
     ///
     /// # Errors
     /// As the two GEMMs.

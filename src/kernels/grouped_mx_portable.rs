@@ -13,7 +13,7 @@
 //! padded or masked, not per-row) and the same shape rules (N and K positive multiples of 128), so a problem one
 //! plan accepts the other accepts too.
 //!
-//! How (`cpp/grouped_mx_portable.cu`): each CTA dequantises 64 × 64 tiles of A and B into bf16 in shared memory —
+//! How (`cpp/mx/grouped_mx_portable.cu`): each CTA dequantises 64 × 64 tiles of A and B into bf16 in shared memory —
 //! exactly: an e4m3 or e2m1 code times a power of two or a UE4M3 scale has at most 8 significant bits — and
 //! multiplies them with `wmma` bf16 16x16x16 MMAs into f32 accumulators, then applies α and rounds to bf16. The
 //! result differs from an exact sum only by f32 accumulation and the bf16 rounding of D (the one place the SM100

@@ -1,7 +1,7 @@
 //! Block-FP8 expert weights for the layer ([`Fp8ExpertWeights`]): both GEMMs' e4m3 tensors and their 128 × 128
 //! f32 scales in one value, so a scale grid cannot drift from its weights or be paired with another tensor's.
 //!
-//! The Batched backend runs the FP8 decode kernels (`cpp/decode_fp8.cu`): two kernels that quantise x and h per
+//! The Batched backend runs the FP8 decode kernels (`cpp/moe_ops/decode_fp8.cu`): two kernels that quantise x and h per
 //! 128 columns in shared memory by the same rules and stream the e4m3 weight rows into tensor-core MMAs.
 //!
 //! The layer's FP8 forward on the layout backends (Grouped, Contiguous and Masked), per pass:

@@ -19,7 +19,7 @@
 //! Expert weights are quantised per 128 × 128 block by [`quantize_weights`] (into an [`Fp8BlockWeights`]) and
 //! [`Fp8BlockWeights::quantize_device`] (which allocates it): the device side of [`super::BlockFp8::quantize`],
 //! for converting bf16 or f16 checkpoints to DeepSeek-style block FP8 on the GPU. The rules, bit for bit the host
-//! quantiser's for the inputs the host accepts (`cpp/quant.h` states them for the kernel):
+//! quantiser's for the inputs the host accepts (`cpp/moe_ops/quant.h` states them for the kernel):
 //!
 //! * per block (the edge blocks of `N % 128` rows or `K % 128` columns cover what they have),
 //!   `amax = max |w|` over its finite elements; an all-zero block gets scale 1;

@@ -1,6 +1,6 @@
 //! FP4 activations and NVFP4 weights on the device for the SM100 4-bit block-scaled grouped GEMMs: e2m1 rows
 //! packed two per byte (the even element in the low nibble) and their scales in CUTLASS's 128 x 4 atom layout,
-//! one layout per group at a base the device computes from the group rows (`cpp/mx_quant.h`), as
+//! one layout per group at a base the device computes from the group rows (`cpp/mx/mx_quant.h`), as
 //! [`super::Mxfp8Rows`] does for MXFP8.
 //!
 //! * [`Mxfp4Rows`]: UE8M0 per 32 of K, bit for bit [`super::mx::Mxfp4::quantize`] of each group's rows;

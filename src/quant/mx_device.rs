@@ -1,6 +1,6 @@
 //! MXFP8 activations on the device for the SM100 block-scaled grouped GEMMs: e4m3 rows and their UE8M0 scales
 //! in CUTLASS's 128 x 4 atom layout, one layout per group at a base the device computes from the group rows
-//! (`cpp/mx_quant.h`), so the step needs no host copy of the counts. The same bytes as [`super::mx::Mxfp8`]
+//! (`cpp/mx/mx_quant.h`), so the step needs no host copy of the counts. The same bytes as [`super::mx::Mxfp8`]
 //! per group laid out by [`super::mx::to_sf_atoms_grouped`] (tested bit for bit on the H200, where the kernel
 //! runs too).
 

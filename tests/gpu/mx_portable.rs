@@ -1,4 +1,4 @@
-//! The portable block-scaled grouped GEMM (`GroupedGemmMxPortable`, `cpp/grouped_mx_portable.cu`) on the device, for
+//! The portable block-scaled grouped GEMM (`GroupedGemmMxPortable`, `cpp/mx/grouped_mx_portable.cu`) on the device, for
 //! the four format pairs of the SM100 kernels, against an f64 host reference of the dequantised operands.
 //!
 //! A is quantised on the device by the grouped quantisers (`quantize_{mxfp8,mxfp4,nvfp4}_grouped`: the scale atoms

@@ -1,5 +1,5 @@
 //! MXFP8, MXFP4 and NVFP4 activations in the SM100 block-scale layout, built on the device per group
-//! (`quant::quantize_{mxfp8,mxfp4,nvfp4}_grouped`, `cpp/mx_quant.cu`). The kernels are portable and run here:
+//! (`quant::quantize_{mxfp8,mxfp4,nvfp4}_grouped`, `cpp/mx/mx_quant.cu`). The kernels are portable and run here:
 //! each group's elements must equal the host quantiser's (`Mxfp8::quantize`, `Mxfp4::quantize` of those rows;
 //! `Nvfp4::quantize` / `quantize_with_tensor_scale` of all grouped rows together, one tensor scale) and its
 //! scale bytes `to_sf_atoms_grouped` of their scales at `sf_group_bases`, byte for byte (an off-by-one group

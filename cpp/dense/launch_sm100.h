@@ -1,0 +1,71 @@
+// moe-gemm: the plain C++17 surface of the SM100 (Blackwell, sm_100a) grouped GEMMs, between the cxx bridge
+// (bridge.cc) and grouped_gemm_sm100_<dtype>.cu. No CUTLASS, CUDA or cxx headers. A header of its own, so that
+// adding to it does not change launch.h, which the SM90 CUTLASS units hash and would recompile for.
+//
+// The enum is the source of truth; src/ffi/bridge.rs redeclares it and cxx static_asserts the discriminants.
+#pragma once
+
+#include <cstdint>
+
+#include "common/launch.h"
+
+namespace moe_gemm {
+
+// Configurations of the SM100 ptr-array grouped GEMM (CUTLASS KernelPtrArrayTmaWarpSpecialized1SmSm100: one SM
+// per MMA, tcgen05 UMMA into tensor memory), named by the MMA tile (M x N x K). Cluster 1x1x1. Keep in sync with
+// the instantiation lists in grouped_gemm_sm100_*.cu.
+enum class Sm100TileConfig : uint32_t {
+  Mma1Sm128x256x64 = 0,  // prefill: CUTLASS example 75's 1-SM tile, one read of an A tile per 256 of N
+  Mma1Sm128x128x64 = 1,  // few active experts: twice the CTAs streaming weights for the same N
+};
+
+// One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device, with the operands, GroupModes and
+// rules of GroupedGemmArgs (launch.h): A [max_rows, k] row-major, B [groups or experts, n, k], D [max_rows, n]
+// row-major, int32 offsets [groups + 1] / counts [groups] (expert ids for PerRow). _run checks what CUTLASS
+// would if it had the shapes (it checks nothing when they live only on the device): n, k positive multiples of
+// 8, a/b/d 16-byte aligned and non-null, the arrays the mode reads present, groups * max_m <= max_rows (Masked),
+// groups <= max_rows with a_div, experts positive (PerRow); a violation is CutlassCannotImplement.
+struct GroupedGemmSm100Args {
+  DType dtype;
+  Sm100TileConfig config;
+  GroupMode mode;
+  int32_t max_m;
+  int32_t a_div;
+  int32_t experts;
+  int32_t groups;
+  int32_t n;
+  int32_t k;
+  int64_t max_rows;
+  uint64_t a;
+  uint64_t b;
+  uint64_t d;
+  uint64_t offsets;
+  uint64_t counts;
+  uint64_t workspace;
+  uint64_t workspace_bytes;
+  uint64_t status;  // uint32_t* device status word (kErr* bits of launch.h)
+  int32_t device;
+  int32_t sm_count;
+  uint64_t stream;  // cudaStream_t / CUstream
+};
+
+// Compile-time facts of one compiled configuration, read from the CUTLASS types themselves.
+struct Sm100KernelFacts {
+  int32_t tile_m;  // MMA tile (M x N x K) of the collective
+  int32_t tile_n;
+  int32_t tile_k;
+  int32_t cluster_m;
+  int32_t cluster_n;
+  int32_t atom_m;              // SMs per MMA (1 for the 1-SM schedules)
+  int32_t stages;              // shared-memory pipeline stages the builder chose
+  bool umma_array_mainloop;    // MainloopSm100ArrayTmaUmmaWarpSpecialized: tcgen05 UMMA, ptr-array TMA
+  bool ptr_array_epilogue;     // the epilogue updates its TMA descriptors per group
+};
+
+bool grouped_gemm_sm100_bf16_built(Sm100TileConfig config);
+Status grouped_gemm_sm100_bf16_workspace(Sm100TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
+Status grouped_gemm_sm100_bf16_run(const GroupedGemmSm100Args& args);
+// NotBuilt (and `facts` untouched) for a configuration that was not compiled.
+Status grouped_gemm_sm100_bf16_facts(Sm100TileConfig config, Sm100KernelFacts* facts);
+
+}  // namespace moe_gemm

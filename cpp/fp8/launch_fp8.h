@@ -1,0 +1,103 @@
+// moe-gemm: the plain C++17 surface of the FP8 grouped GEMMs, between the cxx bridge (bridge.cc) and
+// grouped_gemm_sm90_fp8_blockwise.inl. No CUTLASS, CUDA or cxx headers. A header of its own, so that adding to it
+// does not change launch.h, which the bf16/f16 CUTLASS units hash and would recompile for.
+//
+// The enum is the source of truth; src/ffi/bridge.rs redeclares it and cxx static_asserts the discriminants.
+#pragma once
+
+#include <cstdint>
+
+#include "common/launch.h"
+
+namespace moe_gemm {
+
+// Configurations of the SM90 FP8 blockwise-scaled grouped GEMM, named by schedule and CTA tile (M x N x K).
+// Cluster 1x1x1. TileK is 128 for both: the blockwise mainloop promotes its partial sums once per scale block
+// of K (128), and CUTLASS requires the promotion interval to cover a whole K tile. Keep in sync with the list in
+// grouped_gemm_sm90_fp8_blockwise.inl.
+enum class Fp8TileConfig : uint32_t {
+  Cooperative128x128x128 = 0,  // prefill: two consumer warpgroups on one 128-row tile
+  Pingpong64x128x128 = 1,      // decode: 64-row tiles, half the idle MMA rows of a 128-row tile for tiny groups
+  // SM100 (grouped_gemm_sm100_fp8_blockwise.inl): tcgen05, the same operands. One SM per 128x128x128 MMA tile
+  // (cluster 1x1x1), or two SMs per 256x128x128 MMA tile (tcgen05 cta_group::2, a static 2x1x1 cluster, each SM
+  // holding 128 of the 256 rows): for prefill.
+  Sm100Blockwise1Sm128x128x128 = 2,
+  Sm100Blockwise2Sm256x128x128 = 3,
+};
+
+// D[r, :] (bf16) = sum over K blocks kb of (A[r, kb] . B[g][:, kb]^T) * sfa[r, kb] * sfb[g][n / 128, kb], with
+// e4m3 A and B, f32 scales and f32 accumulation promoted once per 128 of K. For group g (GroupMode, as for the
+// bf16 GEMM; PerRow is not offered by this family):
+//   a:   e4m3 [max_rows, k] row-major
+//   sfa: f32 [max_rows, ceil(k / 128)] (K-major: one scale per row per 128 of K; group g's start at
+//        row_start * ceil(k / 128))
+//   b:   e4m3 [groups, n, k] (nn.Linear [out, in] per expert)
+//   sfb: f32 [groups, ceil(n / 128), ceil(k / 128)] (DeepSeek's weight_scale_inv per expert, a dequantisation
+//        multiplier)
+//   d:   bf16 [max_rows, n] row-major; rows outside every group are not written
+// Requires n a positive multiple of 128, k a positive multiple of 16, a/b/d 16-byte aligned, sfa/sfb 4-byte
+// aligned (checked by _run, which reports a violation as CutlassCannotImplement: CUTLASS itself checks nothing
+// when the problem shapes live only on the device).
+struct GroupedGemmFp8Args {
+  Fp8TileConfig config;
+  GroupMode mode;
+  int32_t max_m;
+  int32_t groups;
+  int32_t n;
+  int32_t k;
+  int64_t max_rows;
+  uint64_t a;
+  uint64_t sfa;
+  uint64_t b;
+  uint64_t sfb;
+  uint64_t d;
+  uint64_t offsets;
+  uint64_t counts;
+  uint64_t workspace;
+  uint64_t workspace_bytes;
+  uint64_t status;  // uint32_t* device status word (kErr* bits of launch.h)
+  int32_t device;
+  int32_t sm_count;
+  uint64_t stream;  // cudaStream_t / CUstream
+};
+
+// Compile-time facts of one compiled configuration, read from the CUTLASS types themselves (not restated), so
+// that tests and `moe-gemm info` can check what was built.
+struct Fp8KernelFacts {
+  int32_t tile_m;  // the MMA tile (on SM100 a 2-SM MMA's 256 rows span both SMs of the cluster)
+  int32_t tile_n;
+  int32_t tile_k;
+  int32_t cluster_m;  // thread-block cluster (M, N)
+  int32_t cluster_n;
+  int32_t sms_per_mma;  // 1, or 2 for an SM100 2-SM MMA (tcgen05 cta_group::2)
+  int32_t scale_m;  // scale granularities the mainloop took from the SFA / SFB layout types
+  int32_t scale_n;
+  int32_t scale_k;
+  bool sfa_k_major;
+  bool sfb_k_major;
+  bool blockwise_mainloop;  // MainloopSm90ArrayTmaGmmaWarpSpecializedBlockwise: two-level accumulation
+  bool fast_accumulation;   // a FastAccum schedule (tensor-core accumulation only); never for this family
+  int32_t promotion_k;      // elements of K between two promotions of the partial sums into the f32 accumulators
+  int32_t stages;           // shared-memory pipeline stages the builder chose
+};
+
+bool grouped_gemm_sm90_fp8_blockwise_built(Fp8TileConfig config);
+Status grouped_gemm_sm90_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
+                                                 uint64_t* bytes);
+Status grouped_gemm_sm90_fp8_blockwise_run(const GroupedGemmFp8Args& args);
+// NotBuilt (and `facts` untouched) for a configuration that was not compiled.
+Status grouped_gemm_sm90_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFacts* facts);
+// The CUTLASS kernel schedule's name, e.g. "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise"; "" when
+// not built.
+const char* grouped_gemm_sm90_fp8_blockwise_schedule(Fp8TileConfig config);
+
+// The SM100 unit's entry points, for Sm100Blockwise{1Sm128x128x128,2Sm256x128x128} (NotBuilt / false / "" for the others):
+// the same arguments and operands on an SM100 GPU.
+bool grouped_gemm_sm100_fp8_blockwise_built(Fp8TileConfig config);
+Status grouped_gemm_sm100_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
+                                                  uint64_t* bytes);
+Status grouped_gemm_sm100_fp8_blockwise_run(const GroupedGemmFp8Args& args);
+Status grouped_gemm_sm100_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFacts* facts);
+const char* grouped_gemm_sm100_fp8_blockwise_schedule(Fp8TileConfig config);
+
+}  // namespace moe_gemm

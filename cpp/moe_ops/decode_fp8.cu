@@ -1,0 +1,295 @@
+// The Batched backend over block-FP8 experts (decode_fp8.h states the function): two kernels, no layout.
+//   expand: per (token, slot) row and 32 outputs of h per block, the token's x staged and quantised to e4m3 in
+//           shared memory (every block of the row does it, bit for bit alike), gate and up weight rows
+//           streamed with 16-byte loads into e4m3 tensor-core MMAs by four warps per tile splitting K, the
+//           partial sums added in a fixed order, the activation, h in bf16.
+//   reduce: per token and 16 outputs of y per block, the token's k rows of h staged and requantised in shared
+//           memory, warps per slot (and per share of K for small k) stream w2's rows, the block sums in a
+//           fixed order.
+// Splitting K is what keeps enough loads in flight at T = 1 (DeepSeek-V3: 8 rows x 64 blocks of 8 warps).
+// The MMA is mma.sync m16n8k32 (e4m3 x e4m3, f32 accumulate): the weights are the 16-row A side, the one
+// activation row the B side's column 0 (columns 1..7 are zero), so a 16-byte load of each weight row feeds two
+// MMAs and nothing is converted on the CUDA cores. The K order inside a 64-byte chunk is permuted alike for A
+// and B (lane t of a row holds bytes 16t .. 16t + 15: the first 8 feed one MMA, the last 8 the other), which a
+// dot product does not see. Each 128-column block is summed by four MMAs and then scaled by its activation and
+// weight scales into the f32 total (CUTLASS's two-level accumulation, at the same 128 interval).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moe_ops/decode_fp8.h"
+#include "common/element.cuh"
+#include "moe_ops/quant_rules.cuh"
+
+namespace moe_gemm {
+namespace decode_fp8 {
+
+using bf16 = __nv_bfloat16;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kBlock = 128;      // columns per scale
+constexpr int kTile = 16;        // weight rows per warp (the MMA's M)
+constexpr int kExpandTiles = 2;   // expand: 16-output tiles of h per block
+constexpr int kExpandSplits = 4;  // expand: warps sharing a tile's K (more loads in flight at small T)
+constexpr int kExpandWarps = kExpandTiles * kExpandSplits;
+constexpr int kReduceWarps = 16;  // reduce: warps per block for top_k <= 16 (slots x K splits)
+constexpr int kMaxTopK = 32;
+
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Quantises group g (128 bf16 columns) of `src` into q (e4m3) and s[g] (f32) in shared memory by quant.h's rules,
+// as quant.cu applies them: a lane owns 4 columns, the warp reduces the amax. Called warp-uniformly.
+__device__ __forceinline__ uint32_t quantize_group(const bf16* __restrict__ src, int g, uint8_t* q, float* s,
+                                                   float eps, bool ue8m0) {
+  const int c0 = g * kBlock + 4 * (threadIdx.x % 32);
+  const uint2 v = *reinterpret_cast<const uint2*>(src + c0);
+  const uint16_t raw[4] = {static_cast<uint16_t>(v.x & 0xffffu), static_cast<uint16_t>(v.x >> 16),
+                           static_cast<uint16_t>(v.y & 0xffffu), static_cast<uint16_t>(v.y >> 16)};
+  float f[4];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[i] = __bfloat162float(__ushort_as_bfloat16(raw[i]));
+    if (isfinite(f[i])) amax = fmaxf(amax, fabsf(f[i]));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
+  const float scale = quant::group_scale(amax, eps, ue8m0);
+  uint32_t err = 0, packed = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) packed |= quant::encode(f[i], raw[i], scale, err) << (8 * i);
+  *reinterpret_cast<uint32_t*>(q + c0) = packed;
+  if (threadIdx.x % 32 == 0) s[g] = scale;
+  return err;
+}
+
+__device__ __forceinline__ void report(uint64_t status, uint32_t err) {
+  err = __reduce_or_sync(kFull, err);
+  if (err && threadIdx.x % 32 == 0) atomicOr(reinterpret_cast<uint32_t*>(status), err);
+}
+
+// Copies `n` bf16 (a multiple of 8) from global to shared memory with 16-byte loads, all threads of the block,
+// so that the quantisation that follows reads shared memory instead of waiting on one global load per group.
+__device__ __forceinline__ void stage(const bf16* __restrict__ src, bf16* dst, int n) {
+#pragma unroll 4
+  for (int c = threadIdx.x * 8; c < n; c += blockDim.x * 8)
+    *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
+}
+
+// Scaled dots of NT 16-row weight tiles (row stride `len` bytes, tile n at w[n], its scale row at ws[n]: one f32
+// per 128 columns) with the activation row q / s in shared memory, over the 128-column blocks kb0, kb0 + step,
+// ... Lanes with lane % 4 == 0 return rows lane / 4 and lane / 4 + 8 of each tile in out[n][0], out[n][1].
+template <int NT>
+__device__ __forceinline__ void tile_dots(const uint8_t* const (&w)[NT], const float* const (&ws)[NT],
+                                          const uint8_t* q, const float* s, int len, int kb0, int step,
+                                          float (&out)[NT][2]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float acc[NT][2];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = 0.f;
+  const int64_t lo_row = static_cast<int64_t>(g) * len, hi_row = static_cast<int64_t>(g + 8) * len;
+#pragma unroll(NT == 1 ? 2 : 1)  // 4 KB of weights in flight per warp either way
+  for (int kb = kb0; kb < len / kBlock; kb += step) {
+    uint4 lo[NT][2], hi[NT][2], b[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int c = kb * kBlock + half * 64 + t * 16;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        lo[n][half] = __ldg(reinterpret_cast<const uint4*>(w[n] + lo_row + c));
+        hi[n][half] = __ldg(reinterpret_cast<const uint4*>(w[n] + hi_row + c));
+      }
+      b[half] = g == 0 ? *reinterpret_cast<const uint4*>(q + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    const float sa = s[kb];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      float blk[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint4 l = lo[n][half], h = hi[n][half], bb = b[half];
+        mma_e4m3(blk, l.x, h.x, l.y, h.y, bb.x, bb.y);
+        mma_e4m3(blk, l.z, h.z, l.w, h.w, bb.z, bb.w);
+      }
+      const float sc = sa * __ldg(ws[n] + kb);
+      acc[n][0] += blk[0] * sc;  // row g, column 0
+      acc[n][1] += blk[2] * sc;  // row g + 8, column 0
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n) out[n][0] = acc[n][0], out[n][1] = acc[n][1];
+}
+
+__device__ __forceinline__ float activate(Activation act, float g, float u) {
+  if (act == Activation::GptOssSwiglu) {
+    const float gc = fminf(g, 7.f), uc = fminf(fmaxf(u, -7.f), 7.f);
+    return (uc + 1.f) * gc / (1.f + __expf(-1.702f * gc));
+  }
+  return g / (1.f + __expf(-g)) * u;
+}
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// grid (I / 32, rows); block: 2 tiles of 16 outputs x 4 warps splitting K. Dynamic shared memory: x staged
+// (H bf16), x_q (H bytes), its scales (H / 128 f32), the partial sums [tiles][splits][gate, up][16].
+__global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const DecodeFp8Args a) {
+  extern __shared__ uint4 smem[];
+  const int H = a.hidden, I = a.inter;
+  bf16* xb = reinterpret_cast<bf16*>(smem);
+  uint8_t* xq = reinterpret_cast<uint8_t*>(xb + H);
+  float* xs = reinterpret_cast<float*>(xq + H);
+  float* part = xs + H / kBlock;
+  const int r = blockIdx.y;
+  const int e = reinterpret_cast<const int32_t*>(a.ids)[r];
+  if (e < 0 || e >= a.experts) {  // block-uniform: no thread reaches the barrier
+    if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), kErrExpertIdOutOfRange);
+    return;
+  }
+  stage(reinterpret_cast<const bf16*>(a.x) + static_cast<int64_t>(r / a.top_k) * H, xb, H);
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  uint32_t err = 0;
+  for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group(xb, g, xq, xs, a.eps, a.ue8m0 != 0);
+  if (blockIdx.x == 0) report(a.status, err);  // every block of the row finds the same
+  __syncthreads();
+  const int tile = warp / kExpandSplits, split = warp % kExpandSplits;
+  const int i0 = (blockIdx.x * kExpandTiles + tile) * kTile;
+  const int kb = H / kBlock;
+  const uint8_t* w13 = reinterpret_cast<const uint8_t*>(a.w13) + static_cast<int64_t>(e) * 2 * I * H;
+  const float* s13 = reinterpret_cast<const float*>(a.w13_scales) + static_cast<int64_t>(e) * (2 * I / kBlock) * kb;
+  const uint8_t* w[2] = {w13 + static_cast<int64_t>(i0) * H, w13 + static_cast<int64_t>(I + i0) * H};
+  const float* ws[2] = {s13 + (i0 / kBlock) * kb, s13 + ((I + i0) / kBlock) * kb};
+  float d[2][2];
+  tile_dots<2>(w, ws, xq, xs, H, split, kExpandSplits, d);
+  const int lane = threadIdx.x % 32;
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) part[((tile * kExpandSplits + split) * 2 + n) * kTile + lane / 4 + 8 * m] = d[n][m];
+  }
+  __syncthreads();
+  if (threadIdx.x >= kExpandTiles * kTile) return;
+  const int t2 = threadIdx.x / kTile, row = threadIdx.x % kTile, i = (blockIdx.x * kExpandTiles + t2) * kTile + row;
+  float gate = 0.f, up = 0.f;
+  for (int p = 0; p < kExpandSplits; ++p) {  // in order: the same bits in every run
+    gate += part[((t2 * kExpandSplits + p) * 2 + 0) * kTile + row];
+    up += part[((t2 * kExpandSplits + p) * 2 + 1) * kTile + row];
+  }
+  const float* b13 = a.b13 ? reinterpret_cast<const float*>(a.b13) + static_cast<int64_t>(e) * 2 * I : nullptr;
+  const float g = round_bf16(gate) + (b13 ? b13[i] : 0.f);
+  const float u = round_bf16(up) + (b13 ? b13[I + i] : 0.f);
+  reinterpret_cast<bf16*>(a.h)[static_cast<int64_t>(r) * I + i] = __float2bfloat16(activate(a.act, g, u));
+}
+
+// grid (H / 16, tokens), block = top_k * splits warps (splits = max(1, 16 / top_k), at most I / 128): warp
+// (j, split) streams the 16 rows of w2[e_j] over the K blocks split, split + splits, ...; the block adds the
+// splits, then the slots, in order. Dynamic shared memory: the k rows of h staged (bf16), h_q (I bytes each),
+// their scales, the partial sums [k][splits][16]. kThreads: the largest block this instantiation takes.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a, int splits) {
+  extern __shared__ uint4 smem[];
+  const int H = a.hidden, I = a.inter, k = a.top_k, groups = I / kBlock;
+  bf16* hb = reinterpret_cast<bf16*>(smem);
+  uint8_t* hq = reinterpret_cast<uint8_t*>(hb + static_cast<int64_t>(k) * I);
+  float* hs = reinterpret_cast<float*>(hq + static_cast<int64_t>(k) * I);
+  float* part = hs + k * groups;
+  const int t = blockIdx.y;
+  const int32_t* ids = reinterpret_cast<const int32_t*>(a.ids) + static_cast<int64_t>(t) * k;
+  // The token's k rows of h are contiguous: one staging copy (rows of invalid slots are read, never used).
+  stage(reinterpret_cast<const bf16*>(a.h) + static_cast<int64_t>(t) * k * I, hb, k * I);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  uint32_t err = 0;
+  for (int task = warp; task < k * groups; task += warps) {
+    const int j = task / groups, g = task % groups;
+    const int e = ids[j];
+    if (e < 0 || e >= a.experts) continue;  // reported by expand
+    err |= quantize_group(hb + j * I, g, hq + j * I, hs + j * groups, a.eps, a.ue8m0 != 0);
+  }
+  if (blockIdx.x == 0) report(a.status, err);
+  __syncthreads();
+  const int j = warp % k, split = warp / k;
+  const int o0 = blockIdx.x * kTile;
+  const int e = ids[j];
+  const int lane = threadIdx.x % 32;
+  if (e >= 0 && e < a.experts) {
+    const uint8_t* w2 = reinterpret_cast<const uint8_t*>(a.w2) + static_cast<int64_t>(e) * H * I;
+    const float* s2 = reinterpret_cast<const float*>(a.w2_scales) + static_cast<int64_t>(e) * (H / kBlock) * groups;
+    const uint8_t* w[1] = {w2 + static_cast<int64_t>(o0) * I};
+    const float* ws[1] = {s2 + (o0 / kBlock) * groups};
+    float d[1][2];
+    tile_dots<1>(w, ws, hq + j * I, hs + j * groups, I, split, splits, d);
+    if (lane % 4 == 0) {
+      part[(j * splits + split) * kTile + lane / 4] = d[0][0];
+      part[(j * splits + split) * kTile + lane / 4 + 8] = d[0][1];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kTile) {
+    const int row = threadIdx.x, o = o0 + row;
+    const float* b2 = a.b2 ? reinterpret_cast<const float*>(a.b2) : nullptr;
+    const float* wts = reinterpret_cast<const float*>(a.weights) + static_cast<int64_t>(t) * k;
+    float acc = 0.f;
+    for (int s = 0; s < k; ++s) {
+      const int es = ids[s];
+      if (es < 0 || es >= a.experts) continue;
+      float d = 0.f;
+      for (int p = 0; p < splits; ++p) d += part[(s * splits + p) * kTile + row];
+      acc += wts[s] * (round_bf16(d) + (b2 ? b2[static_cast<int64_t>(es) * H + o] : 0.f));
+    }
+    reinterpret_cast<bf16*>(a.y)[static_cast<int64_t>(t) * H + o] = __float2bfloat16(acc);
+  }
+}
+
+// Shared memory of the two kernels (bytes); decode_fp8.rs mirrors these to check them before launching.
+inline size_t expand_smem(const DecodeFp8Args& a) {
+  return 3 * static_cast<size_t>(a.hidden) + 4 * (a.hidden / kBlock) + 4 * kExpandTiles * kExpandSplits * 2 * kTile;
+}
+inline int reduce_splits(const DecodeFp8Args& a) {
+  const int s = a.top_k >= kReduceWarps ? 1 : kReduceWarps / a.top_k;
+  return s < a.inter / kBlock ? s : a.inter / kBlock;  // no warp without a K block
+}
+inline size_t reduce_smem(const DecodeFp8Args& a) {
+  const size_t k = a.top_k;
+  return 3 * k * a.inter + 4 * k * (a.inter / kBlock) + 4 * reduce_splits(a) * k * kTile;
+}
+
+template <class Kernel>
+cudaError_t allow_smem(Kernel kernel, size_t bytes) {
+  // Past the default 48 KB only: an attribute of the function, not a stream operation (graph-safe).
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+}  // namespace decode_fp8
+
+Status decode_layer_fp8(const DecodeFp8Args& a) {
+  using namespace decode_fp8;
+  if (a.tokens == 0) return {StatusCode::Ok, 0};
+  if (a.top_k < 1 || a.top_k > kMaxTopK || a.hidden % kBlock || a.inter % kBlock || a.hidden <= 0 || a.inter <= 0)
+    return {StatusCode::Cuda, static_cast<int32_t>(cudaErrorInvalidValue)};  // the Rust side checks these first
+  auto s = reinterpret_cast<cudaStream_t>(a.stream);
+  const size_t smem1 = expand_smem(a), smem2 = reduce_smem(a);
+  const int splits = reduce_splits(a), threads2 = 32 * a.top_k * splits;
+  cudaError_t e = allow_smem(expand_kernel, smem1);
+  if (e == cudaSuccess) e = threads2 <= 512 ? allow_smem(reduce_kernel<512>, smem2) : allow_smem(reduce_kernel<1024>, smem2);
+  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  expand_kernel<<<dim3(a.inter / (kTile * kExpandTiles), a.tokens * a.top_k), 32 * kExpandWarps, smem1, s>>>(a);
+  const dim3 grid2(a.hidden / kTile, a.tokens);
+  if (threads2 <= 512)
+    reduce_kernel<512><<<grid2, threads2, smem2, s>>>(a, splits);
+  else
+    reduce_kernel<1024><<<grid2, threads2, smem2, s>>>(a, splits);
+  e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+}  // namespace moe_gemm
