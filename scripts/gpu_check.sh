@@ -16,6 +16,10 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 ./carry/moe-gemm info | tail -3
 ./carry/gpu --include-ignored --test-threads=1 > "$out/gpu.log" 2>&1; grep -E "test result|FAILED|panicked" "$out/gpu.log"
+# The PyTorch op (CARRY_TORCH=1 scripts/carry.sh): its tests against a torch reference, with the host's PyTorch.
+if [ -d carry/torch ]; then
+  PYTHONPATH=carry/torch python3 carry/torch/test_op.py > "$out/torch.log" 2>&1; tail -1 "$out/torch.log"
+fi
 mkdir -p "$out/bin" && tar xJf carry/examples.tar.xz -C "$out/bin"
 for ex in "$out"/bin/examples/*; do echo "== $(basename "$ex")"; "$ex"; echo "rc=$?"; done 2>&1 | tee "$out/examples.log"
 rm -rf "$out/bin"
