@@ -116,7 +116,11 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
-        let opts = SizingOptions {
+        let format = WeightFormat::Dense;
+        Self::for_format(
+            shape,
+            dtype,
+            format,
             max_tokens,
             backend,
             backends,
@@ -124,10 +128,7 @@ impl LayerSizing {
             fused_tile,
             expert_parallel,
             sm_count,
-            tuned: None,
-            device: None,
-        };
-        Self::build(shape, dtype, WeightFormat::Dense, opts)
+        )
     }
 
     /// Sizes a layer of `shape` over block-FP8 expert weights
@@ -150,18 +151,8 @@ impl LayerSizing {
         expert_parallel: bool,
         sm_count: usize,
     ) -> Result<Self> {
-        let opts = SizingOptions {
-            max_tokens,
-            backend,
-            backends,
-            max_m,
-            fused_tile: None,
-            expert_parallel,
-            sm_count,
-            tuned: None,
-            device: None,
-        };
-        Self::build(shape, DType::BF16, WeightFormat::Fp8Block, opts)
+        let (dtype, format) = (DType::BF16, WeightFormat::Fp8Block);
+        Self::for_format(shape, dtype, format, max_tokens, backend, backends, max_m, None, expert_parallel, sm_count)
     }
 
     /// Sizes a layer of `shape` whose weights are stored as `format` (what [`MoeLayer`](super::MoeLayer)
