@@ -19,12 +19,13 @@ import torch
 
 from . import _native
 
-__all__ = ["fused_experts", "check_device_status", "plan_for"]
+__all__ = ["fused_experts", "fused_topk", "grouped_topk", "check_device_status", "plan_for"]
 
 # Plans by weights (device, addresses, shapes, kind), scratches by (device, stream). A plan holds no copy of the
 # weights, only their addresses: keep the weight tensors alive (a model's parameters are) while it is used.
 _plans = {}
 _scratches = {}
+_routers = {}
 
 _UNSUPPORTED = {
     "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False, "use_mxfp4_w4a4": False,
@@ -150,10 +151,67 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, 
     return out
 
 
+def _route(kind, gating_output, topk, renormalize, bias=None, n_group=1, topk_group=1, scaling=1.0):
+    if not isinstance(gating_output, torch.Tensor) or gating_output.dim() != 2:
+        raise ValueError("gating_output must be a 2-D torch.Tensor [T, E]")
+    t, e = gating_output.shape
+    dev = gating_output.device
+    _check("gating_output", gating_output, torch.float32, (t, e))
+    if bias is not None:
+        _check("e_score_correction_bias", bias, torch.float32, (e,), dev)
+    topk_weights = torch.empty(t, topk, dtype=torch.float32, device=dev)
+    topk_ids = torch.empty(t, topk, dtype=torch.int32, device=dev)
+    if t == 0:
+        return topk_weights, topk_ids
+    stream = torch.cuda.current_stream(dev)
+    key = (dev.index, kind, e, topk, bool(renormalize), n_group, topk_group, float(scaling))
+    with torch.cuda.device(dev):
+        router = _routers.get(key)
+        if router is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("moe_gemm_torch: no router of this configuration while a CUDA graph is being "
+                                   "captured: route once before capturing")
+            router = _native.Router(dev.index, stream.cuda_stream, kind, e, topk, bool(renormalize), n_group,
+                                    topk_group, float(scaling))
+            _routers[key] = router
+        router.route(stream.cuda_stream, t, gating_output.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                     topk_ids.data_ptr(), topk_weights.data_ptr())
+    return topk_weights, topk_ids
+
+
+def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=None):
+    """vLLM's ``fused_topk``: softmax over the experts, the ``topk`` largest, renormalised to sum to 1 if
+    ``renormalize``; returns ``(topk_weights float32 [T, k], topk_ids int32 [T, k])``. ``gating_output`` must be
+    float32 ``[T, E]`` (``E <= 1024``, ``k <= 32``); ``hidden_states`` is not read (vLLM's signature)."""
+    if indices_type not in (None, torch.int32):
+        raise NotImplementedError(f"moe_gemm_torch.fused_topk: indices_type={indices_type} (int32 ids only)")
+    return _route("softmax", gating_output, topk, renormalize)
+
+
+def grouped_topk(hidden_states, gating_output, topk, renormalize, num_expert_group=0, topk_group=0,
+                 scoring_func="softmax", routed_scaling_factor=1.0, e_score_correction_bias=None):
+    """vLLM's ``grouped_topk`` with ``scoring_func="sigmoid"`` (DeepSeek-V3, Kimi-K2): sigmoid scores, the
+    correction bias for the choice only, ``num_expert_group`` groups of which the ``topk_group`` best (by the sum
+    of their two best biased scores) are kept, ``topk`` of their experts, weights from the unbiased scores,
+    renormalised if ``renormalize``, times ``routed_scaling_factor``. ``gating_output`` and
+    ``e_score_correction_bias`` float32."""
+    if scoring_func != "sigmoid":
+        raise NotImplementedError(f"moe_gemm_torch.grouped_topk: scoring_func={scoring_func!r} (only 'sigmoid', "
+                                  "DeepSeek-V3's grouped router)")
+    if e_score_correction_bias is None:
+        raise ValueError("grouped_topk with scoring_func='sigmoid' needs e_score_correction_bias [E] (float32)")
+    return _route("grouped_sigmoid", gating_output, topk, renormalize, e_score_correction_bias,
+                  num_expert_group, topk_group, routed_scaling_factor)
+
+
 def check_device_status(device=None):
-    """Reads the device status word of every scratch on ``device`` (synchronises their streams): a
-    ``RuntimeError`` naming what the kernels found (an expert id out of range, clamped) since the last check."""
+    """Reads the device status word of every scratch and router on ``device`` (synchronises their streams): a
+    ``RuntimeError`` naming what the kernels found (an expert id out of range, clamped; non-finite router logits)
+    since the last check."""
     dev = torch.device("cuda", torch.cuda.current_device() if device is None else torch.device(device).index)
     for (index, _), scratch in list(_scratches.items()):
         if index == dev.index:
             scratch.check()
+    for key, router in list(_routers.items()):
+        if key[0] == dev.index:
+            router.check()

@@ -13,8 +13,8 @@ use half::bf16;
 use moe_gemm::cudarc::driver::CudaStream;
 use moe_gemm::quant::{Fp8BlockWeights, GroupQuant, ScaleRounding, F8E4M3, VLLM_EPS};
 use moe_gemm::{
-    Activation, Error, ExpertWeights, Fp8ExpertWeights, GateUp, MatrixView, MatrixViewMut, MoeLayer, MoeLayerOptions,
-    MoeScratch,
+    Activation, DeviceStatus, Error, ExpertWeights, Fp8ExpertWeights, GateUp, MatrixView, MatrixViewMut, MoeLayer,
+    MoeLayerOptions, MoeScratch, RouterConfig, RouterKind,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -333,9 +333,95 @@ impl Scratch {
     }
 }
 
+/// The crate's router on PyTorch's memory: `logits [T, E]` float32 to `topk_ids [T, k]` int32 and
+/// `topk_weights [T, k]` float32, with its own device status word (non-finite logits are reported there).
+#[pyclass(module = "moe_gemm_torch._native")]
+struct Router {
+    inner: moe_gemm::Router,
+    status: DeviceStatus,
+    device: usize,
+    stream: u64,
+}
+
+#[pymethods]
+impl Router {
+    /// `kind`: "softmax" (top-k of the softmax, `renormalize` as vLLM's `fused_topk`) or "grouped_sigmoid"
+    /// (DeepSeek-V3's: `n_group` groups of which `topk_group` are kept, the correction bias for selection,
+    /// `renormalize`, `routed_scaling_factor`). The status word is made on `stream`.
+    #[new]
+    #[pyo3(signature = (device, stream, kind, experts, top_k, renormalize, n_group=1, topk_group=1, routed_scaling_factor=1.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        device: usize,
+        stream: u64,
+        kind: &str,
+        experts: usize,
+        top_k: usize,
+        renormalize: bool,
+        n_group: usize,
+        topk_group: usize,
+        routed_scaling_factor: f32,
+    ) -> PyResult<Self> {
+        let kind = match kind {
+            "softmax" => RouterKind::Softmax { renormalize },
+            "grouped_sigmoid" => RouterKind::GroupedSigmoid { n_group, topk_group, renormalize, routed_scaling_factor },
+            other => return Err(value_err(format!("kind = {other:?}: one of \"softmax\", \"grouped_sigmoid\""))),
+        };
+        let config = RouterConfig::new(experts, top_k, kind).map_err(py_err)?;
+        let ctx = borrowed::context(device).map_err(py_err)?;
+        let s = borrowed::stream(&ctx, stream);
+        let inner = moe_gemm::Router::new(&s, config).map_err(py_err)?;
+        let status = DeviceStatus::new(&s).map_err(py_err)?;
+        s.synchronize().map_err(|e| py_err(e.into()))?;
+        Ok(Router { inner, status, device, stream })
+    }
+
+    /// Routes `tokens` rows of `logits` on `stream`; `bias` (0: none) is the `[E]` float32 correction bias the
+    /// grouped sigmoid router requires and the others refuse.
+    #[allow(clippy::too_many_arguments)]
+    fn route(
+        &mut self,
+        stream: u64,
+        tokens: usize,
+        logits: u64,
+        bias: u64,
+        topk_ids: u64,
+        topk_weights: u64,
+    ) -> PyResult<()> {
+        let (e, k) = (self.inner.config().experts(), self.inner.config().top_k());
+        let ctx = borrowed::context(self.device).map_err(py_err)?;
+        let s = borrowed::stream(&ctx, stream);
+        let (nl, nk) = (count("router_logits", &[tokens, e])?, count("topk_ids", &[tokens, k])?);
+        // SAFETY: the Python side checked each tensor: float32 / int32, contiguous, on the router's device, of
+        // these shapes (the bias [E]).
+        let (lb, bb, mut ib, mut wb) = unsafe {
+            (
+                Borrowed::<f32>::new(&s, logits, nl),
+                (bias != 0).then(|| Borrowed::<f32>::new(&s, bias, e)),
+                Borrowed::<i32>::new(&s, topk_ids, nk),
+                Borrowed::<f32>::new(&s, topk_weights, nk),
+            )
+        };
+        let lv = MatrixView::of("router_logits", &lb, e).map_err(py_err)?;
+        let bv = bb.as_ref().map(|b| b.as_view());
+        let mut iv = MatrixViewMut::of("topk_ids", &mut ib, k).map_err(py_err)?;
+        let mut wv = MatrixViewMut::of("topk_weights", &mut wb, k).map_err(py_err)?;
+        self.stream = stream;
+        self.inner.launch(&s, &lv, bv.as_ref(), &mut iv, &mut wv, &mut self.status).map_err(py_err)
+    }
+
+    /// Reads the router's status word (synchronises the stream it last ran on).
+    fn check(&mut self) -> PyResult<()> {
+        let ctx = borrowed::context(self.device).map_err(py_err)?;
+        let s = borrowed::stream(&ctx, self.stream);
+        self.status.check(&s).map_err(py_err)
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Layer>()?;
     m.add_class::<Scratch>()?;
+    m.add_class::<Router>()?;
     Ok(())
 }

@@ -196,6 +196,82 @@ def test_out_of_range_ids_are_reported():
     raise AssertionError("an expert id of E + 5 was not reported")
 
 
+def topk_reference(logits, k, renormalize):
+    w, ids = torch.softmax(logits.float(), dim=-1).topk(k, dim=-1)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    return w, ids
+
+
+def grouped_reference(logits, k, renormalize, n_group, topk_group, scaling, bias):
+    scores = torch.sigmoid(logits.float())
+    biased = scores + bias
+    t, e = logits.shape
+    groups = biased.view(t, n_group, e // n_group).topk(2, dim=-1)[0].sum(dim=-1)
+    keep = groups.topk(topk_group, dim=-1)[1]
+    mask = torch.zeros(t, n_group, device=logits.device).scatter_(1, keep, 1.0)
+    mask = mask.repeat_interleave(e // n_group, dim=1)
+    ids = biased.masked_fill(mask == 0, float("-inf")).topk(k, dim=-1)[1]
+    w = scores.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    return w * scaling, ids
+
+
+def same_routing(got, want, what):
+    (gw, gi), (ww, wi) = got, want
+    gi, wi = gi.long(), wi.long()
+    if not torch.equal(gi.sort(dim=-1)[0], wi.sort(dim=-1)[0]):
+        t = int((gi.sort(dim=-1)[0] != wi.sort(dim=-1)[0]).any(dim=-1).nonzero()[0])
+        raise AssertionError(f"{what}: token {t} routed to {gi[t].tolist()}, reference {wi[t].tolist()}")
+    # Weights by expert id (the order of the k slots may differ).
+    gw_by = torch.zeros(gi.shape[0], int(gi.max()) + 1, device=gi.device).scatter_(1, gi, gw)
+    ww_by = torch.zeros_like(gw_by).scatter_(1, wi, ww)
+    if not torch.allclose(gw_by, ww_by, rtol=1e-5, atol=1e-6):
+        raise AssertionError(f"{what}: weights differ by up to {(gw_by - ww_by).abs().max().item()}")
+
+
+def test_routers_match_the_torch_references():
+    for t in (1, 7, 64, 1000):
+        logits = torch.randn(t, 64, device=DEV, generator=torch.Generator(device=DEV).manual_seed(t))
+        for renorm in (True, False):
+            got = mgt.fused_topk(None, logits, 8, renorm)
+            same_routing(got, topk_reference(logits, 8, renorm), f"fused_topk T={t} renormalize={renorm}")
+        bias = torch.randn(64, device=DEV, generator=torch.Generator(device=DEV).manual_seed(99)) * 0.1
+        got = mgt.grouped_topk(None, logits, 8, True, num_expert_group=8, topk_group=4, scoring_func="sigmoid",
+                               routed_scaling_factor=2.5, e_score_correction_bias=bias)
+        same_routing(got, grouped_reference(logits, 8, True, 8, 4, 2.5, bias), f"grouped_topk T={t}")
+    mgt.check_device_status()
+
+
+def test_route_and_experts_replay_in_a_graph():
+    e, h, i, k, t = 16, 256, 128, 4, 32
+    w1, w2, _, _ = weights(e, h, i, False, 11)
+    x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
+    logits = torch.randn(t, e, device=DEV)
+
+    def step():
+        wts, ids = mgt.fused_topk(x, logits, k, True)
+        return mgt.fused_experts(x, w1, w2, wts, ids)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        y = step()
+    for r in range(10):
+        logits.copy_(torch.randn(t, e, device=DEV))
+        g.replay()
+        eager = step()
+        torch.cuda.synchronize()
+        if not torch.equal(y.view(torch.int16), eager.view(torch.int16)):
+            raise AssertionError(f"replay {r}: the graph's output differs from eager")
+    mgt.check_device_status()
+
+
 def expect(exc, needle, f):
     try:
         f()
@@ -213,8 +289,12 @@ def test_bad_arguments_are_named_before_any_launch():
     w2 = torch.zeros(e, h, i, dtype=torch.bfloat16, device=dev)
     ids = torch.zeros(t, k, dtype=torch.int32, device=dev)
     wts = torch.zeros(t, k, dtype=torch.float32, device=dev)
+    logits = torch.zeros(t, e, dtype=torch.float32, device=dev)
+    expect(TypeError, "gating_output must be torch.float32", lambda: mgt.fused_topk(x, logits.half(), 2, True))
+    expect(NotImplementedError, "scoring_func='softmax'", lambda: mgt.grouped_topk(x, logits, 2, True, 2, 1))
     if dev.type == "cpu":
         expect(ValueError, "hidden_states must be on a CUDA device", lambda: mgt.fused_experts(x, w1, w2, wts, ids))
+        expect(ValueError, "gating_output must be on a CUDA device", lambda: mgt.fused_topk(x, logits, 2, True))
         return
     expect(TypeError, "topk_ids must be torch.int32", lambda: mgt.fused_experts(x, w1, w2, wts, ids.long()))
     expect(TypeError, "topk_weights must be torch.float32", lambda: mgt.fused_experts(x, w1, w2, wts.half(), ids))
@@ -232,11 +312,15 @@ def test_bad_arguments_are_named_before_any_launch():
         x, w1.to(torch.float8_e4m3fn), w2.to(torch.float8_e4m3fn), wts, ids, use_fp8_w8a8=True,
         w1_scale=torch.ones(e, 2, 1, device=dev), w2_scale=torch.ones(e, 2, 1, device=dev), block_shape=[128, 128]))
     expect(TypeError, "unexpected keyword argument 'topk'", lambda: mgt.fused_experts(x, w1, w2, wts, ids, topk=2))
+    logits = torch.zeros(t, e, dtype=torch.float32, device=dev)
+    expect(ValueError, "e_score_correction_bias must have shape [4]", lambda: mgt.grouped_topk(
+        x, logits, 2, True, 2, 1, scoring_func="sigmoid", e_score_correction_bias=torch.zeros(5, device=dev)))
 
 
 GPU_TESTS = [test_bf16_matches_the_torch_reference, test_block_fp8_matches_the_torch_reference,
              test_swapped_scales_are_caught, test_graph_replays_are_bit_equal_to_eager,
-             test_out_of_range_ids_are_reported]
+             test_out_of_range_ids_are_reported, test_routers_match_the_torch_references,
+             test_route_and_experts_replay_in_a_graph]
 if not GPU and "pytest" in sys.modules:
     import pytest  # noqa: E402
     for f in GPU_TESTS:
