@@ -146,15 +146,28 @@ impl Layer {
                 };
                 let w13 = Fp8BlockWeights::new(a.into_slice(), sa.into_slice(), experts, 2 * inter, hidden);
                 let w2 = Fp8BlockWeights::new(b.into_slice(), sb.into_slice(), experts, hidden, inter);
-                let w = Fp8ExpertWeights::from_device(
-                    Activation::SiluGated,
-                    GateUp::Concatenated,
-                    w13.map_err(py_err)?,
-                    w2.map_err(py_err)?,
-                    None,
-                    None,
-                )
-                .map_err(py_err)?;
+                let (w13, w2) = match (w13, w2) {
+                    (Ok(w13), Ok(w2)) => (w13, w2),
+                    // Not reached (the lengths were computed above); the one that was made is let go, not freed.
+                    (w13, w2) => {
+                        let mut first = None;
+                        for r in [w13, w2] {
+                            match r {
+                                Ok(w) => {
+                                    let (q, s) = w.into_parts();
+                                    borrowed::release(q);
+                                    borrowed::release(s);
+                                }
+                                Err(e) => {
+                                    first.get_or_insert(e);
+                                }
+                            }
+                        }
+                        return Err(py_err(first.expect("one of the two failed")));
+                    }
+                };
+                let w = Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
+                    .map_err(py_err)?;
                 // vLLM's per-token-group quantiser: s = max(amax, 1e-10) / 448, not rounded.
                 let quant = GroupQuant::new(VLLM_EPS, ScaleRounding::Exact).map_err(py_err)?;
                 let w = Arc::new(w.with_activation_quant(quant));
