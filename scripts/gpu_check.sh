@@ -20,6 +20,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 if [ -d carry/torch ]; then
   PYTHONPATH=carry/torch python3 carry/torch/test_op.py > "$out/torch.log" 2>&1; tail -1 "$out/torch.log"
 fi
+# The candle op against candle's own FusedMoe (scripts/carry_candle.sh): it links libcublas/libcurand, which
+# PyTorch's nvidia wheels provide (their folders are on LD_LIBRARY_PATH above).
+if [ -f carry/candle_moe.xz ]; then
+  curand=$(python3 -c "import os,glob,nvidia; print(':'.join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d+'/**/libcurand.so*', recursive=True)})))" 2>/dev/null)
+  xz -dc carry/candle_moe.xz > "$out/candle_moe" && chmod +x "$out/candle_moe"
+  LD_LIBRARY_PATH="$curand:$LD_LIBRARY_PATH" "$out/candle_moe" --include-ignored --test-threads=1 > "$out/candle.log" 2>&1
+  grep -E "test result|FAILED|panicked" "$out/candle.log"; rm -f "$out/candle_moe"
+fi
 mkdir -p "$out/bin" && tar xJf carry/examples.tar.xz -C "$out/bin"
 for ex in "$out"/bin/examples/*; do echo "== $(basename "$ex")"; "$ex"; echo "rc=$?"; done 2>&1 | tee "$out/examples.log"
 rm -rf "$out/bin"
