@@ -20,8 +20,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 if [ -d carry/torch ]; then
   PYTHONPATH=carry/torch python3 carry/torch/test_op.py > "$out/torch.log" 2>&1; tail -1 "$out/torch.log"
 fi
-# The candle op against candle's own FusedMoe (scripts/carry_candle.sh): it links libcublas/libcurand, which
-# PyTorch's nvidia wheels provide (their folders are on LD_LIBRARY_PATH above).
+# The candle op against candle's own FusedMoe (`CARRY_CANDLE=1 scripts/carry.sh`): it links libcublas and
+# libcurand, which PyTorch's nvidia wheels provide (their folders are on LD_LIBRARY_PATH above).
 if [ -f carry/candle_moe.xz ]; then
   curand=$(python3 -c "import os,glob,nvidia; print(':'.join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d+'/**/libcurand.so*', recursive=True)})))" 2>/dev/null)
   xz -dc carry/candle_moe.xz > "$out/candle_moe" && chmod +x "$out/candle_moe"
