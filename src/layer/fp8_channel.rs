@@ -217,6 +217,7 @@ mod tests {
             assert_eq!(plans.for_rows(512).config().tile().0, 64);
         }
         assert_eq!(n.workspace_bytes, workspace, "sized vs planned workspace");
+        assert!(workspace > 0, "the ptr-array GEMM's arguments live in the workspace: the passes require one");
         let f = n.footprint();
         assert!(f.parts.iter().any(|(name, b)| name.starts_with("a fp8 per token") && *b == 512 * 4100), "{f}");
         let all = Backends::FP8_CHANNEL;
