@@ -87,16 +87,24 @@ void copy_facts(const moe_gemm::Fp8KernelFacts& f, Fp8KernelFacts& out) {
   static_assert(same_fields<Fp8KernelFacts, moe_gemm::Fp8KernelFacts>(15), "assign every Fp8KernelFacts field above");
 }
 
-LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
+// An FP8 family's facts query, answered in the cxx struct (every FP8 family reports the same fields).
+template <class Query, class Config>
+LaunchStatus fp8_facts(Query query, Config config, Fp8KernelFacts& out) {
   moe_gemm::Fp8KernelFacts f{};
-  const Status s = moe_gemm::grouped_gemm_sm90_fp8_blockwise_facts(config, &f);
+  const Status s = query(config, &f);
   if (s.code == StatusCode::Ok) copy_facts(f, out);
   return wrap(s);
 }
 
+// A family's schedule name ("" for a configuration it does not know).
+rust::String schedule_name(const char* name) { return rust::String(name != nullptr ? name : ""); }
+
+LaunchStatus grouped_gemm_sm90_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
+  return fp8_facts(moe_gemm::grouped_gemm_sm90_fp8_blockwise_facts, config, out);
+}
+
 rust::String grouped_gemm_sm90_fp8_schedule(Fp8TileConfig config) {
-  const char* name = moe_gemm::grouped_gemm_sm90_fp8_blockwise_schedule(config);
-  return rust::String(name != nullptr ? name : "");
+  return schedule_name(moe_gemm::grouped_gemm_sm90_fp8_blockwise_schedule(config));
 }
 
 // The launch.h copy of the FP8 blockwise params, field by field (both arches read the same operands).
@@ -140,15 +148,11 @@ LaunchStatus grouped_gemm_sm100_fp8_workspace(Fp8TileConfig config, int32_t grou
 }
 
 LaunchStatus grouped_gemm_sm100_fp8_facts(Fp8TileConfig config, Fp8KernelFacts& out) {
-  moe_gemm::Fp8KernelFacts f{};
-  const Status s = moe_gemm::grouped_gemm_sm100_fp8_blockwise_facts(config, &f);
-  if (s.code == StatusCode::Ok) copy_facts(f, out);
-  return wrap(s);
+  return fp8_facts(moe_gemm::grouped_gemm_sm100_fp8_blockwise_facts, config, out);
 }
 
 rust::String grouped_gemm_sm100_fp8_schedule(Fp8TileConfig config) {
-  const char* name = moe_gemm::grouped_gemm_sm100_fp8_blockwise_schedule(config);
-  return rust::String(name != nullptr ? name : "");
+  return schedule_name(moe_gemm::grouped_gemm_sm100_fp8_blockwise_schedule(config));
 }
 
 LaunchStatus grouped_gemm_sm100_fp8_run(const GroupedGemmFp8Params& p) {
@@ -165,15 +169,11 @@ LaunchStatus grouped_gemm_sm90_fp8_rowwise_workspace(Fp8RowwiseConfig config, in
 }
 
 LaunchStatus grouped_gemm_sm90_fp8_rowwise_facts(Fp8RowwiseConfig config, Fp8KernelFacts& out) {
-  moe_gemm::Fp8KernelFacts f{};
-  const Status s = moe_gemm::grouped_gemm_sm90_fp8_rowwise_facts(config, &f);
-  if (s.code == StatusCode::Ok) copy_facts(f, out);
-  return wrap(s);
+  return fp8_facts(moe_gemm::grouped_gemm_sm90_fp8_rowwise_facts, config, out);
 }
 
 rust::String grouped_gemm_sm90_fp8_rowwise_schedule(Fp8RowwiseConfig config) {
-  const char* name = moe_gemm::grouped_gemm_sm90_fp8_rowwise_schedule(config);
-  return rust::String(name != nullptr ? name : "");
+  return schedule_name(moe_gemm::grouped_gemm_sm90_fp8_rowwise_schedule(config));
 }
 
 LaunchStatus grouped_gemm_sm90_fp8_rowwise_run(const GroupedGemmFp8RowwiseParams& p) {
