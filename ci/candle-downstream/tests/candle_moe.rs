@@ -144,3 +144,98 @@ fn candle_moe_over_fp8_tensors_matches_the_fp8_reference() {
         panic!("candle FP8 op vs the FP8 reference: {m}");
     }
 }
+
+/// Times candle's `FusedMoe.forward` (its gate, softmax, top-k and fused experts) beside the crate's op at the
+/// suite's shapes, in one process on one stream: median of `reps` eager runs each (candle's op allocates, so
+/// neither side is graph-captured), a 512 MB write before each run to flush L2, CUDA events on candle's stream.
+/// Three columns: FusedMoe whole; candle's own routing ops followed by the crate's op (the same function); the
+/// crate's op alone. Prints a CSV (and writes it to `$CANDLE_BENCH_CSV` if set). Not a pass/fail check: the
+/// outputs' agreement is `candle_moe_matches_candles_fused_moe`'s.
+#[test]
+#[ignore = "needs an SM90 GPU (a timing run, minutes)"]
+fn candle_moe_beside_fused_moe_timing() {
+    use moe_gemm::cudarc::driver::sys::CUevent_flags;
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let stream = cuda.cuda_stream();
+    let ctx = stream.context().clone();
+    let flush = Tensor::zeros((128 << 20,), DType::F32, &device).unwrap();
+    let reps = 20usize;
+    let median = |f: &mut dyn FnMut()| -> f32 {
+        for _ in 0..3 {
+            f();
+        }
+        let mut t: Vec<f32> = (0..reps)
+            .map(|_| {
+                flush.affine(1.0, 1.0).unwrap();
+                let (a, b) = (
+                    ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap(),
+                    ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap(),
+                );
+                a.record(&stream).unwrap();
+                f();
+                b.record(&stream).unwrap();
+                b.synchronize().unwrap();
+                a.elapsed_ms(&b).unwrap() * 1e3
+            })
+            .collect();
+        t.sort_by(f32::total_cmp);
+        t[reps / 2]
+    };
+    let mut csv = String::from("model,tokens,fused_moe_us,candle_routing_plus_op_us,op_us,op_over_fused_moe\n");
+    for (name, e, k, h, i) in [
+        ("mixtral-8x7b", 8usize, 2usize, 4096usize, 14336usize),
+        ("qwen3-30b-a3b", 128, 8, 2048, 768),
+        ("qwen3-235b-a22b", 128, 8, 4096, 1536),
+        ("deepseek-v3", 256, 8, 7168, 2048),
+    ] {
+        let vars = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vars, DType::BF16, &device);
+        let cfg = MoeCfg {
+            hidden_size: h,
+            num_experts: e,
+            num_experts_per_tok: k,
+            moe_intermediate_size: i,
+            norm_topk_prob: true,
+            act: Activation::Silu,
+            decoder_sparse_step: None,
+        };
+        let fused = FusedMoe::new(&cfg, vb, DType::BF16).unwrap();
+        let per = |p: &str| (0..e).map(|x| weight(&vars, &format!("experts.{x}.{p}.weight"))).collect::<Vec<_>>();
+        let (gate, up, down) = (per("gate_proj"), per("up_proj"), per("down_proj"));
+        let w13: Vec<Tensor> = gate.iter().zip(&up).map(|(g, u)| Tensor::cat(&[g, u], 0).unwrap()).collect();
+        let (w13, w2) = (Tensor::stack(&w13, 0).unwrap(), Tensor::stack(&down, 0).unwrap());
+        let router = candle_nn::Linear::new(weight(&vars, "gate.weight"), None);
+        let tokens = [1usize, 8, 64, 256, 1024];
+        let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(*tokens.last().unwrap(), k)).unwrap();
+        drop((gate, up, down, w13, w2));
+        for t in tokens {
+            let x = Tensor::randn(0f32, 1f32, (1, t, h), &device).unwrap().to_dtype(DType::BF16).unwrap();
+            let x2 = x.reshape((t, h)).unwrap();
+            let route = || {
+                let probs =
+                    candle_nn::ops::softmax_last_dim(&router.forward(&x2).unwrap().to_dtype(DType::F32).unwrap())
+                        .unwrap();
+                let ids =
+                    probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
+                let w = probs.gather(&ids, D::Minus1).unwrap();
+                (ids, w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap())
+            };
+            let (ids, w) = route();
+            let y = op.forward(&x2, &ids, &w).unwrap();
+            let fused_us = median(&mut || drop(fused.forward(&x, t > 1).unwrap()));
+            let both_us = median(&mut || {
+                let (ids, w) = route();
+                drop(op.forward(&x2, &ids, &w).unwrap())
+            });
+            let op_us = median(&mut || op.forward_into(&y, &x2, &ids, &w).unwrap());
+            let line = format!("{name},{t},{fused_us:.1},{both_us:.1},{op_us:.1},{:.3}", both_us / fused_us);
+            println!("{line}");
+            csv.push_str(&line);
+            csv.push('\n');
+        }
+    }
+    if let Ok(path) = std::env::var("CANDLE_BENCH_CSV") {
+        std::fs::write(&path, &csv).unwrap();
+    }
+}
