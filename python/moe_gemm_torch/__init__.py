@@ -143,8 +143,8 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, 
     stream = torch.cuda.current_stream(dev)
     with torch.cuda.device(dev):
         layer, scratch = plan_for(w1, w2, k, t, w1_scale, w2_scale, stream)
-        layer.forward(scratch, stream.cuda_stream, t, hidden_states.data_ptr(), topk_ids.data_ptr(),
-                      topk_weights.data_ptr(), out.data_ptr())
+        layer.forward(scratch, t, hidden_states.data_ptr(), topk_ids.data_ptr(), topk_weights.data_ptr(),
+                      out.data_ptr())
     if inplace:
         hidden_states.copy_(out)
         return hidden_states

@@ -201,13 +201,12 @@ impl Layer {
         }
     }
 
-    /// `y [T, H] = Σ_k w[t, k] · expert_{ids[t, k]}(x[t])` on `stream`, `x`, `y` bf16 `[T, H]`, `ids` int32 and
-    /// `weights` float32 `[T, k]`; the scratch must have been made on `stream`.
+    /// `y [T, H] = Σ_k w[t, k] · expert_{ids[t, k]}(x[t])` on the scratch's stream, `x`, `y` bf16 `[T, H]`,
+    /// `ids` int32 and `weights` float32 `[T, k]`. Allocates nothing: the stream wrapper is the scratch's.
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         scratch: &mut Scratch,
-        stream: u64,
         tokens: usize,
         x: u64,
         topk_ids: u64,
@@ -218,7 +217,8 @@ impl Layer {
         if tokens > self.max_tokens {
             return Err(value_err(format!("{tokens} tokens: the plan holds at most max_tokens = {}", self.max_tokens)));
         }
-        let s = self.stream(stream)?;
+        let s = scratch.stream.clone();
+        s.context().bind_to_thread().map_err(|e| py_err(e.into()))?;
         let (nx, nk) = (count("hidden_states", &[tokens, h])?, count("topk_ids", &[tokens, k])?);
         // SAFETY: the Python side checked each tensor: dtype, contiguous, on the layer's device, of these shapes.
         let (xb, ib, wb, mut yb) = unsafe {
@@ -309,7 +309,8 @@ fn release_fp8(w: Arc<Fp8ExpertWeights>) {
 #[pyclass(module = "moe_gemm_torch._native")]
 struct Scratch {
     inner: MoeScratch<bf16>,
-    device: usize,
+    /// The PyTorch stream it serves, wrapped once.
+    stream: Arc<CudaStream>,
 }
 
 #[pymethods]
@@ -324,7 +325,7 @@ impl Scratch {
             None => needs,
         };
         let s = layer.stream(stream)?;
-        Ok(Scratch { inner: MoeScratch::new(&s, &needs).map_err(py_err)?, device: layer.device })
+        Ok(Scratch { inner: MoeScratch::new(&s, &needs).map_err(py_err)?, stream: s })
     }
 
     /// Whether the scratch has room for `layer`.
@@ -340,9 +341,8 @@ impl Scratch {
     /// Reads the device status word (this synchronises the scratch's stream): a `RuntimeError` naming what the
     /// device found (e.g. an expert id out of range, clamped) since the last check.
     fn check(&mut self) -> PyResult<()> {
-        let ctx = borrowed::context(self.device).map_err(py_err)?;
-        let s = borrowed::stream(&ctx, self.inner.cu_stream());
-        self.inner.check(&s).map_err(py_err)
+        self.stream.context().bind_to_thread().map_err(|e| py_err(e.into()))?;
+        self.inner.check(&self.stream).map_err(py_err)
     }
 }
 
@@ -353,7 +353,8 @@ struct Router {
     inner: moe_gemm::Router,
     status: DeviceStatus,
     device: usize,
-    stream: u64,
+    /// The stream it last ran on, wrapped once (wrapped again only when the caller's stream changes).
+    stream: Arc<CudaStream>,
 }
 
 #[pymethods]
@@ -386,7 +387,7 @@ impl Router {
         let inner = moe_gemm::Router::new(&s, config).map_err(py_err)?;
         let status = DeviceStatus::new(&s).map_err(py_err)?;
         s.synchronize().map_err(|e| py_err(e.into()))?;
-        Ok(Router { inner, status, device, stream })
+        Ok(Router { inner, status, device, stream: s })
     }
 
     /// Routes `tokens` rows of `logits` on `stream`; `bias` (0: none) is the `[E]` float32 correction bias the
@@ -402,8 +403,11 @@ impl Router {
         topk_weights: u64,
     ) -> PyResult<()> {
         let (e, k) = (self.inner.config().experts(), self.inner.config().top_k());
-        let ctx = borrowed::context(self.device).map_err(py_err)?;
-        let s = borrowed::stream(&ctx, stream);
+        if self.stream.cu_stream() as u64 != stream {
+            self.stream = borrowed::stream(&borrowed::context(self.device).map_err(py_err)?, stream);
+        }
+        let s = self.stream.clone();
+        s.context().bind_to_thread().map_err(|e| py_err(e.into()))?;
         let (nl, nk) = (count("router_logits", &[tokens, e])?, count("topk_ids", &[tokens, k])?);
         // SAFETY: the Python side checked each tensor: float32 / int32, contiguous, on the router's device, of
         // these shapes (the bias [E]).
@@ -419,15 +423,13 @@ impl Router {
         let bv = bb.as_ref().map(|b| b.as_view());
         let mut iv = MatrixViewMut::of("topk_ids", &mut ib, k).map_err(py_err)?;
         let mut wv = MatrixViewMut::of("topk_weights", &mut wb, k).map_err(py_err)?;
-        self.stream = stream;
         self.inner.launch(&s, &lv, bv.as_ref(), &mut iv, &mut wv, &mut self.status).map_err(py_err)
     }
 
     /// Reads the router's status word (synchronises the stream it last ran on).
     fn check(&mut self) -> PyResult<()> {
-        let ctx = borrowed::context(self.device).map_err(py_err)?;
-        let s = borrowed::stream(&ctx, self.stream);
-        self.status.check(&s).map_err(py_err)
+        self.stream.context().bind_to_thread().map_err(|e| py_err(e.into()))?;
+        self.status.check(&self.stream).map_err(py_err)
     }
 }
 
