@@ -13,14 +13,11 @@ fn weight(vars: &VarMap, name: &str) -> Tensor {
     vars.data().lock().unwrap().get(name).unwrap_or_else(|| panic!("no {name}")).as_tensor().clone()
 }
 
-#[test]
-#[ignore = "needs an SM90 GPU"]
-fn candle_moe_matches_candles_fused_moe() {
-    let device = Device::new_cuda(0).unwrap();
-    let Device::Cuda(cuda) = &device else { unreachable!() };
-    let (e, h, i, k) = (16usize, 512usize, 256usize, 4usize);
+/// candle's `FusedMoe` with random weights through a `VarBuilder`, the same tensors packed as it packs them
+/// (`w13 = [gate; up]` per expert, `w2 = down`), and its gate.
+fn fused_moe(device: &Device, e: usize, k: usize, h: usize, i: usize) -> (FusedMoe, Tensor, Tensor, candle_nn::Linear) {
     let vars = VarMap::new();
-    let vb = VarBuilder::from_varmap(&vars, DType::BF16, &device);
+    let vb = VarBuilder::from_varmap(&vars, DType::BF16, device);
     let cfg = MoeCfg {
         hidden_size: h,
         num_experts: e,
@@ -31,24 +28,35 @@ fn candle_moe_matches_candles_fused_moe() {
         decoder_sparse_step: None,
     };
     let fused = FusedMoe::new(&cfg, vb, DType::BF16).unwrap();
-    // The same tensors, packed as FusedMoe packs them: w13 = [gate; up] per expert, w2 = down.
     let per = |p: &str| (0..e).map(|x| weight(&vars, &format!("experts.{x}.{p}.weight"))).collect::<Vec<_>>();
     let (gate, up, down) = (per("gate_proj"), per("up_proj"), per("down_proj"));
     let w13: Vec<Tensor> = gate.iter().zip(&up).map(|(g, u)| Tensor::cat(&[g, u], 0).unwrap()).collect();
     let (w13, w2) = (Tensor::stack(&w13, 0).unwrap(), Tensor::stack(&down, 0).unwrap());
-    let router = candle_nn::Linear::new(weight(&vars, "gate.weight"), None);
+    (fused, w13, w2, candle_nn::Linear::new(weight(&vars, "gate.weight"), None))
+}
+
+/// FusedMoe's routing, step for step: softmax of the gate in f32, top-k by arg-sort, renormalised.
+fn candle_routing(router: &candle_nn::Linear, x: &Tensor, k: usize) -> (Tensor, Tensor) {
+    let probs = candle_nn::ops::softmax_last_dim(&router.forward(x).unwrap().to_dtype(DType::F32).unwrap()).unwrap();
+    let ids = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
+    let w = probs.gather(&ids, D::Minus1).unwrap();
+    (ids, w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap())
+}
+
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_matches_candles_fused_moe() {
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, h, i, k) = (16usize, 512usize, 256usize, 4usize);
+    let (fused, w13, w2, router) = fused_moe(&device, e, k, h, i);
 
     for (tokens, prefill) in [(8usize, false), (96, true)] {
         let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(tokens, k)).unwrap();
         let x = Tensor::randn(0f32, 1f32, (1, tokens, h), &device).unwrap().to_dtype(DType::BF16).unwrap();
         let want = fused.forward(&x, prefill).unwrap().reshape((tokens, h)).unwrap();
-        // FusedMoe's routing, step for step: softmax of the gate in f32, top-k by arg-sort, renormalised.
         let x2 = x.reshape((tokens, h)).unwrap();
-        let probs =
-            candle_nn::ops::softmax_last_dim(&router.forward(&x2).unwrap().to_dtype(DType::F32).unwrap()).unwrap();
-        let ids = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
-        let w = probs.gather(&ids, D::Minus1).unwrap();
-        let w = w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap();
+        let (ids, w) = candle_routing(&router, &x2, k);
         // candle's U32 ids as they come, and as I32: the same output.
         let got = op.forward(&x2, &ids, &w).unwrap();
         let got_i32 = op.forward(&x2, &ids.to_dtype(DType::I32).unwrap(), &w).unwrap();
@@ -189,38 +197,14 @@ fn candle_moe_beside_fused_moe_timing() {
         ("qwen3-235b-a22b", 128, 8, 4096, 1536),
         ("deepseek-v3", 256, 8, 7168, 2048),
     ] {
-        let vars = VarMap::new();
-        let vb = VarBuilder::from_varmap(&vars, DType::BF16, &device);
-        let cfg = MoeCfg {
-            hidden_size: h,
-            num_experts: e,
-            num_experts_per_tok: k,
-            moe_intermediate_size: i,
-            norm_topk_prob: true,
-            act: Activation::Silu,
-            decoder_sparse_step: None,
-        };
-        let fused = FusedMoe::new(&cfg, vb, DType::BF16).unwrap();
-        let per = |p: &str| (0..e).map(|x| weight(&vars, &format!("experts.{x}.{p}.weight"))).collect::<Vec<_>>();
-        let (gate, up, down) = (per("gate_proj"), per("up_proj"), per("down_proj"));
-        let w13: Vec<Tensor> = gate.iter().zip(&up).map(|(g, u)| Tensor::cat(&[g, u], 0).unwrap()).collect();
-        let (w13, w2) = (Tensor::stack(&w13, 0).unwrap(), Tensor::stack(&down, 0).unwrap());
-        let router = candle_nn::Linear::new(weight(&vars, "gate.weight"), None);
+        let (fused, w13, w2, router) = fused_moe(&device, e, k, h, i);
         let tokens = [1usize, 8, 64, 256, 1024];
         let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(*tokens.last().unwrap(), k)).unwrap();
-        drop((gate, up, down, w13, w2));
+        drop((w13, w2));
         for t in tokens {
             let x = Tensor::randn(0f32, 1f32, (1, t, h), &device).unwrap().to_dtype(DType::BF16).unwrap();
             let x2 = x.reshape((t, h)).unwrap();
-            let route = || {
-                let probs =
-                    candle_nn::ops::softmax_last_dim(&router.forward(&x2).unwrap().to_dtype(DType::F32).unwrap())
-                        .unwrap();
-                let ids =
-                    probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
-                let w = probs.gather(&ids, D::Minus1).unwrap();
-                (ids, w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap())
-            };
+            let route = || candle_routing(&router, &x2, k);
             let (ids, w) = route();
             let y = op.forward(&x2, &ids, &w).unwrap();
             let fused_us = median(&mut || drop(fused.forward(&x, t > 1).unwrap()));
