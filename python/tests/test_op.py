@@ -152,6 +152,20 @@ def test_swapped_scales_are_caught():
     raise AssertionError("w1 scales of experts 0 and 1 swapped: the output still matched the reference")
 
 
+def captured(step):
+    """`step` run once on a side stream (so the op's plan and that stream's scratch exist before capture), then
+    captured there: the graph and the output tensor its replays write."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        y = step()
+    return g, y
+
+
 def test_graph_replays_are_bit_equal_to_eager():
     for fp8 in (False, True):
         e, h, i, k = SHAPES[0]
@@ -160,14 +174,7 @@ def test_graph_replays_are_bit_equal_to_eager():
         t = 64
         x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
         ids, wts = routing(t, e, k, "uniform", 6)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up on the capture's stream: plan and scratch exist before capture
-            mgt.fused_experts(x, w1, w2, wts, ids, **kw)
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=side):
-            y = mgt.fused_experts(x, w1, w2, wts, ids, **kw)
+        g, y = captured(lambda: mgt.fused_experts(x, w1, w2, wts, ids, **kw))
         for r in range(20):
             new_ids, new_w = routing(t, e, k, "uniform", 100 + r)
             ids.copy_(new_ids)
@@ -254,14 +261,7 @@ def test_route_and_experts_replay_in_a_graph():
         wts, ids = mgt.fused_topk(x, logits, k, True)
         return mgt.fused_experts(x, w1, w2, wts, ids)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=side):
-        y = step()
+    g, y = captured(step)
     for r in range(10):
         logits.copy_(torch.randn(t, e, device=DEV))
         g.replay()
