@@ -57,9 +57,11 @@ fn candle_moe_matches_candles_fused_moe() {
         let want = fused.forward(&x, prefill).unwrap().reshape((tokens, h)).unwrap();
         let x2 = x.reshape((tokens, h)).unwrap();
         let (ids, w) = candle_routing(&router, &x2, k);
-        // candle's U32 ids as they come, and as I32: the same output.
+        // candle's U32 ids as they come, and as I32: the same output. (candle has no CUDA kernel that casts
+        // U32 to I32, so the I32 copy is made on the host.)
         let got = op.forward(&x2, &ids, &w).unwrap();
-        let got_i32 = op.forward(&x2, &ids.to_dtype(DType::I32).unwrap(), &w).unwrap();
+        let ids_i32 = ids.to_device(&Device::Cpu).unwrap().to_dtype(DType::I32).unwrap().to_device(&device).unwrap();
+        let got_i32 = op.forward(&x2, &ids_i32, &w).unwrap();
         let same = got
             .to_dtype(DType::F32)
             .unwrap()
