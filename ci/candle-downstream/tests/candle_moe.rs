@@ -155,6 +155,49 @@ fn candle_moe_over_fp8_tensors_matches_the_fp8_reference() {
     }
 }
 
+/// The op captured in a CUDA graph on candle's stream (the caller's `y`, nothing allocated): each replay, with new
+/// routing written into the captured id and weight tensors, is bit-equal to an eager call on the same tensors. A
+/// graph that kept the routing of its capture, or read anything the capture had on the host, differs.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_replays_in_a_captured_graph_bit_equal_to_eager() {
+    use moe_gemm::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, h, i, k, tokens) = (16usize, 512usize, 256usize, 4usize, 24usize);
+    let (_fused, w13, w2, router) = fused_moe(&device, e, k, h, i);
+    let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(tokens, k)).unwrap();
+    let randn = || Tensor::randn(0f32, 1f32, (tokens, h), &device).unwrap().to_dtype(DType::BF16).unwrap();
+    let x = randn();
+    let (ids, w) = candle_routing(&router, &x, k);
+    let y = Tensor::zeros((tokens, h), DType::BF16, &device).unwrap();
+    let bits = |t: &Tensor| -> Vec<u16> {
+        t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap().iter().map(|v| v.to_bits()).collect()
+    };
+    op.forward_into(&y, &x, &ids, &w).unwrap();
+    let first = bits(&y);
+    let stream = cuda.cuda_stream();
+    stream.synchronize().unwrap();
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    op.forward_into(&y, &x, &ids, &w).unwrap();
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+    let mut changed = 0;
+    for r in 0..10 {
+        // Routing of other tokens' logits: new ids and weights, written into the captured tensors.
+        let (ids_r, w_r) = candle_routing(&router, &randn(), k);
+        ids.slice_set(&ids_r, 0, 0).unwrap();
+        w.slice_set(&w_r, 0, 0).unwrap();
+        graph.launch().unwrap();
+        let replayed = bits(&y);
+        let eager = bits(&op.forward(&x, &ids, &w).unwrap());
+        assert!(replayed == eager, "replay {r}: the graph's output differs from eager on the same routing");
+        changed += usize::from(replayed != first);
+    }
+    // The routings differ from the first, so the outputs must too: a replay stuck on the captured routing fails.
+    assert!(changed > 0, "no replay changed the output: the new routing did not reach the graph");
+    println!("10 replays with new routing: bit-equal to eager ({changed} differ from the captured step)");
+}
+
 /// Times candle's `FusedMoe.forward` (its gate, softmax, top-k and fused experts) beside the crate's op at the
 /// suite's shapes, in one process on one stream: median of `reps` eager runs each (candle's op allocates, so
 /// neither side is graph-captured), a 512 MB write before each run to flush L2, CUDA events on candle's stream.
