@@ -28,10 +28,19 @@ fn fused_moe(device: &Device, e: usize, k: usize, h: usize, i: usize) -> (FusedM
         decoder_sparse_step: None,
     };
     let fused = FusedMoe::new(&cfg, vb, DType::BF16).unwrap();
-    let per = |p: &str| (0..e).map(|x| weight(&vars, &format!("experts.{x}.{p}.weight"))).collect::<Vec<_>>();
-    let (gate, up, down) = (per("gate_proj"), per("up_proj"), per("down_proj"));
-    let w13: Vec<Tensor> = gate.iter().zip(&up).map(|(g, u)| Tensor::cat(&[g, u], 0).unwrap()).collect();
-    let (w13, w2) = (Tensor::stack(&w13, 0).unwrap(), Tensor::stack(&down, 0).unwrap());
+    // Written in place expert by expert, with no stacked temporaries: at DeepSeek-V3's shapes each copy of the
+    // experts is 22.5 GB, and the VarMap's, FusedMoe's, these and the op's must fit one GPU.
+    let (w13, w2) = (
+        Tensor::zeros((e * 2 * i, h), DType::BF16, device).unwrap(),
+        Tensor::zeros((e * h, i), DType::BF16, device).unwrap(),
+    );
+    for x in 0..e {
+        let get = |p: &str| weight(&vars, &format!("experts.{x}.{p}.weight"));
+        w13.slice_set(&get("gate_proj"), 0, x * 2 * i).unwrap();
+        w13.slice_set(&get("up_proj"), 0, x * 2 * i + i).unwrap();
+        w2.slice_set(&get("down_proj"), 0, x * h).unwrap();
+    }
+    let (w13, w2) = (w13.reshape((e, 2 * i, h)).unwrap(), w2.reshape((e, h, i)).unwrap());
     (fused, w13, w2, candle_nn::Linear::new(weight(&vars, "gate.weight"), None))
 }
 
