@@ -16,6 +16,7 @@
 
 #[macro_use]
 pub mod plan;
+pub mod blockwise;
 pub mod dense;
 pub(crate) mod elementwise;
 pub mod fused;

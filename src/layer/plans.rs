@@ -1,6 +1,6 @@
 //! The GEMM plans a layer holds: one per tile configuration the heuristic can pick, per backend that needs a
-//! grouped GEMM, dense (bf16/f16: [`DenseGemm`], which picks the device's arch itself) or block-FP8
-//! ([`Fp8Gemm`]), each of the device's arch.
+//! grouped GEMM, dense (bf16/f16: [`DenseGemm`]) or block-FP8 ([`BlockwiseFp8Gemm`]), each picking the device's
+//! arch itself.
 
 use std::sync::Arc;
 
@@ -10,17 +10,17 @@ use half::bf16;
 use crate::device::{Arch, DeviceInfo};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::kernels::blockwise::{BlockwiseConfig, BlockwiseFp8Gemm};
 use crate::kernels::dense::{DenseConfig, DenseGemm};
 use crate::kernels::grouped::{GroupedGemmShape, Workspace};
-use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
+use crate::kernels::grouped_fp8::Fp8TileConfig;
 use crate::kernels::grouped_fp8_rowwise::{
     Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions,
 };
-use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
 use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
 use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
 use crate::layouts::GroupRows;
-use crate::quant::{Fp8BlockWeights, Fp8Rows, Mxfp4Weights, Mxfp8Rows};
+use crate::quant::{Mxfp4Weights, Mxfp8Rows};
 use crate::status::DeviceStatus;
 
 use super::arch::LayerGemm;
@@ -53,7 +53,7 @@ impl LayerSizing {
 pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
     type L = MoeLayer<bf16>;
     let plan = match sizing.format {
-        WeightFormat::Fp8Block => std::mem::size_of::<Fp8Gemm>(),
+        WeightFormat::Fp8Block => std::mem::size_of::<BlockwiseFp8Gemm>(),
         WeightFormat::Mxfp4 => std::mem::size_of::<MxGemm>(),
         WeightFormat::Fp8Channel => std::mem::size_of::<GroupedGemmFp8Rowwise>(),
         _ => std::mem::size_of::<DenseGemm<bf16>>(),
@@ -94,84 +94,38 @@ impl<T: Element> GemmPlans<T> {
     }
 }
 
-/// One FP8 blockwise grouped GEMM plan, of the arch the layer was planned on: both read the same operands
-/// (`Fp8Rows`, `Fp8BlockWeights`), group rows and workspace, so the layer's passes launch either alike.
-#[derive(Debug)]
-pub(super) enum Fp8Gemm {
-    Sm90(GroupedGemmFp8),
-    Sm100(GroupedGemmFp8Sm100),
-}
-
-impl Fp8Gemm {
-    pub(super) fn shape(&self) -> &GroupedGemmFp8Shape {
-        match self {
-            Fp8Gemm::Sm90(p) => p.shape(),
-            Fp8Gemm::Sm100(p) => p.shape(),
-        }
-    }
-
-    #[cfg(test)]
-    pub(super) fn workspace_bytes(&self) -> usize {
-        match self {
-            Fp8Gemm::Sm90(p) => p.workspace_bytes(),
-            Fp8Gemm::Sm100(p) => p.workspace_bytes(),
-        }
-    }
-
-    /// Queues `D = blockwise(A, B)` over `rows`' groups: [`GroupedGemmFp8::launch`]'s operands and errors.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Fp8Rows,
-        b: &Fp8BlockWeights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match self {
-            Fp8Gemm::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
-            Fp8Gemm::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
-        }
-    }
-}
-
 /// The FP8 blockwise GEMM's plans of one GEMM of one layout: on SM90 one per configuration some batch size
 /// picks, on SM100 its one compiled configuration.
 #[derive(Debug)]
 pub(super) struct Fp8Plans {
-    pub(super) plans: Vec<Fp8Gemm>,
+    pub(super) plans: Vec<BlockwiseFp8Gemm>,
     pub(super) groups: usize,
 }
 
 impl Fp8Plans {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
         let shape = spec.fp8_shape()?;
-        let plans = match spec.gemm {
-            LayerGemm::Sm100Fp8Blockwise => {
-                vec![Fp8Gemm::Sm100(GroupedGemmFp8Sm100::for_device(device.clone(), shape)?)]
+        // SM100: its one default configuration; SM90: one per configuration some batch size picks.
+        let configs: Vec<(Option<BlockwiseConfig>, Option<usize>)> = match spec.gemm {
+            LayerGemm::Sm100Fp8Blockwise => vec![(None, None)],
+            LayerGemm::Sm90Fp8Blockwise => {
+                spec.fp8_configs().into_iter().map(|(c, r)| (Some(BlockwiseConfig::Sm90(c)), Some(r))).collect()
             }
-            LayerGemm::Sm90Fp8Blockwise => spec
-                .fp8_configs()
-                .into_iter()
-                .map(|(config, r)| {
-                    let opts = GroupedGemmFp8Options { config: Some(config), expected_rows: Some(r) };
-                    GroupedGemmFp8::for_device(device.clone(), shape, opts).map(Fp8Gemm::Sm90)
-                })
-                .collect::<Result<Vec<_>>>()?,
             other => {
                 return Err(Error::InvalidProblem(format!("FP8 GEMM plans of a {other} GEMM spec: not an FP8 GEMM")))
             }
         };
+        let plans = configs
+            .into_iter()
+            .map(|(config, r)| BlockwiseFp8Gemm::for_device(device.clone(), shape, config, r))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Fp8Plans { plans, groups: spec.groups })
     }
 
     /// The plan for a batch of `rows` routed rows (SM100: its one plan).
-    pub(super) fn for_rows(&self, rows: usize) -> &Fp8Gemm {
-        let config = Fp8TileConfig::heuristic(self.groups, rows);
-        let picked = |p: &&Fp8Gemm| matches!(p, Fp8Gemm::Sm90(g) if g.config() == config);
-        self.plans.iter().find(picked).unwrap_or(&self.plans[0])
+    pub(super) fn for_rows(&self, rows: usize) -> &BlockwiseFp8Gemm {
+        let config = BlockwiseConfig::Sm90(Fp8TileConfig::heuristic(self.groups, rows));
+        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
     }
 }
 
@@ -310,9 +264,9 @@ mod tests {
         fn workspace(&self) -> usize;
     }
 
-    impl Planned for Fp8Gemm {
+    impl Planned for BlockwiseFp8Gemm {
         fn on_sm100(&self) -> bool {
-            matches!(self, Fp8Gemm::Sm100(_))
+            self.config().arch() == Arch::Sm100
         }
         fn extents(&self) -> (usize, usize, usize) {
             (self.shape().n(), self.shape().k(), self.shape().max_rows())
