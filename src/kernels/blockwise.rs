@@ -12,10 +12,10 @@ use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 use crate::kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
-use crate::kernels::plan::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use crate::status::DeviceStatus;
@@ -92,25 +92,9 @@ impl BlockwiseFp8Gemm {
         config: Option<BlockwiseConfig>,
         expected_rows: Option<usize>,
     ) -> Result<Self> {
-        let arch = match device.arch {
-            Some(a) => a,
-            // require fails for a device of no known arch, with the SM90 family's text.
-            None => {
-                return device.require("grouped_gemm_fp8", KernelFamily::GroupedGemmSm90Fp8).and(Err(
-                    Error::InvalidProblem(format!(
-                        "FP8 blockwise grouped GEMM: {} is of no architecture this crate builds for",
-                        device.name
-                    )),
-                ))
-            }
-        };
-        if let Some(c) = config.filter(|c| c.arch() != arch) {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 blockwise grouped GEMM: configuration {} is {}'s, the device ({}) is {arch}",
-                c.name(),
-                c.arch(),
-                device.name
-            )));
+        let arch = plan::device_arch(&device, "grouped_gemm_fp8", KernelFamily::GroupedGemmSm90Fp8)?;
+        if let Some(c) = config {
+            plan::check_config_arch("FP8 blockwise grouped GEMM", c.name(), c.arch(), &device, arch)?;
         }
         let plan = match arch {
             Arch::Sm90 => {
@@ -129,41 +113,13 @@ impl BlockwiseFp8Gemm {
         Ok(BlockwiseFp8Gemm { plan })
     }
 
-    pub fn shape(&self) -> &GroupedGemmFp8Shape {
-        match &self.plan {
-            Planned::Sm90(p) => p.shape(),
-            Planned::Sm100(p) => p.shape(),
-        }
-    }
+    arch_plan_accessors!(GroupedGemmFp8Shape);
+
     pub fn config(&self) -> BlockwiseConfig {
         match &self.plan {
             Planned::Sm90(p) => BlockwiseConfig::Sm90(p.config()),
             Planned::Sm100(p) => BlockwiseConfig::Sm100(p.config()),
         }
-    }
-    pub fn device(&self) -> &DeviceInfo {
-        match &self.plan {
-            Planned::Sm90(p) => p.device(),
-            Planned::Sm100(p) => p.device(),
-        }
-    }
-    /// Bytes of device workspace a launch needs.
-    pub fn workspace_bytes(&self) -> usize {
-        match &self.plan {
-            Planned::Sm90(p) => p.workspace_bytes(),
-            Planned::Sm100(p) => p.workspace_bytes(),
-        }
-    }
-    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
-    ///
-    /// # Errors
-    /// Driver errors of the allocation.
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Workspace::zeroed(stream, self.workspace_bytes())
-    }
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape().n() as f64 * self.shape().k() as f64
     }
 
     /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: [`GroupedGemmFp8::launch`]'s
@@ -192,6 +148,7 @@ impl BlockwiseFp8Gemm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     fn shape() -> GroupedGemmFp8Shape {
         GroupedGemmFp8Shape::new(8, 4096, 7168, 4096).unwrap()

@@ -11,10 +11,10 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::dtype::Element;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
 use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
-use crate::kernels::plan::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::kernels::TileConfig;
 use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
@@ -93,22 +93,9 @@ impl<T: Element> DenseGemm<T> {
         config: Option<DenseConfig>,
         expected_rows: Option<usize>,
     ) -> Result<Self> {
-        let arch = match device.arch {
-            Some(a) => a,
-            // require fails for a device of no known arch, with the SM90 family's text.
-            None => {
-                return device.require("grouped_gemm", KernelFamily::GroupedGemmSm90).and(Err(Error::InvalidProblem(
-                    format!("dense grouped GEMM: {} is of no architecture this crate builds for", device.name),
-                )))
-            }
-        };
-        if let Some(c) = config.filter(|c| c.arch() != arch) {
-            return Err(Error::InvalidProblem(format!(
-                "dense grouped GEMM: configuration {} is {}'s, the device ({}) is {arch}",
-                c.name(),
-                c.arch(),
-                device.name
-            )));
+        let arch = plan::device_arch(&device, "grouped_gemm", KernelFamily::GroupedGemmSm90)?;
+        if let Some(c) = config {
+            plan::check_config_arch("dense grouped GEMM", c.name(), c.arch(), &device, arch)?;
         }
         let plan = match arch {
             Arch::Sm90 => {
@@ -124,41 +111,13 @@ impl<T: Element> DenseGemm<T> {
         Ok(DenseGemm { plan })
     }
 
-    pub fn shape(&self) -> &GroupedGemmShape {
-        match &self.plan {
-            Planned::Sm90(p) => p.shape(),
-            Planned::Sm100(p) => p.shape(),
-        }
-    }
+    arch_plan_accessors!(GroupedGemmShape);
+
     pub fn config(&self) -> DenseConfig {
         match &self.plan {
             Planned::Sm90(p) => DenseConfig::Sm90(p.config()),
             Planned::Sm100(p) => DenseConfig::Sm100(p.config()),
         }
-    }
-    pub fn device(&self) -> &DeviceInfo {
-        match &self.plan {
-            Planned::Sm90(p) => p.device(),
-            Planned::Sm100(p) => p.device(),
-        }
-    }
-    /// Bytes of device workspace a launch needs.
-    pub fn workspace_bytes(&self) -> usize {
-        match &self.plan {
-            Planned::Sm90(p) => p.workspace_bytes(),
-            Planned::Sm100(p) => p.workspace_bytes(),
-        }
-    }
-    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
-    ///
-    /// # Errors
-    /// Driver errors of the allocation.
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Workspace::zeroed(stream, self.workspace_bytes())
-    }
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape().n() as f64 * self.shape().k() as f64
     }
 
     /// Queues `D = grouped(A, B)` over the groups `rows` describes on `stream`: [`GroupedGemm::launch`]'s
@@ -187,6 +146,7 @@ impl<T: Element> DenseGemm<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use half::bf16;
 
     fn shape() -> GroupedGemmShape {

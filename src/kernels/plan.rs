@@ -95,3 +95,78 @@ macro_rules! plan_accessors {
         }
     };
 }
+
+/// The accessors of a plan over the arch plans of one family, held as `plan: Planned` with variants `Sm90` and
+/// `Sm100` (each arch plan has them too): shape, device, workspace and FLOP count, whichever arch was planned.
+macro_rules! arch_plan_accessors {
+    ($shape:ty) => {
+        /// The shape the plan was made for.
+        pub fn shape(&self) -> &$shape {
+            match &self.plan {
+                Planned::Sm90(p) => p.shape(),
+                Planned::Sm100(p) => p.shape(),
+            }
+        }
+        /// The device the plan was made for.
+        pub fn device(&self) -> &$crate::device::DeviceInfo {
+            match &self.plan {
+                Planned::Sm90(p) => p.device(),
+                Planned::Sm100(p) => p.device(),
+            }
+        }
+        /// Bytes of device workspace a launch needs.
+        pub fn workspace_bytes(&self) -> usize {
+            match &self.plan {
+                Planned::Sm90(p) => p.workspace_bytes(),
+                Planned::Sm100(p) => p.workspace_bytes(),
+            }
+        }
+        /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
+        ///
+        /// # Errors
+        /// Driver errors of the allocation.
+        pub fn alloc_workspace(
+            &self,
+            stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        ) -> $crate::error::Result<$crate::kernels::plan::Workspace> {
+            $crate::kernels::plan::Workspace::zeroed(stream, self.workspace_bytes())
+        }
+        /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+        pub fn flops(&self, rows: usize) -> f64 {
+            2.0 * rows as f64 * self.shape().n() as f64 * self.shape().k() as f64
+        }
+    };
+}
+
+/// The arch a family plan runs on `device`, or the family's refusal naming the device: `family`'s text where the
+/// device has no arch this crate builds for.
+pub(crate) fn device_arch(
+    device: &crate::device::DeviceInfo,
+    op: &'static str,
+    family: crate::device::KernelFamily,
+) -> Result<crate::device::Arch> {
+    match device.arch {
+        Some(a) => Ok(a),
+        None => device.require(op, family).and(Err(crate::error::Error::InvalidProblem(format!(
+            "{op}: {} is of no architecture this crate builds for",
+            device.name
+        )))),
+    }
+}
+
+/// Refuses a forced configuration (`name`, of `config_arch`) of another arch than the device's, naming both.
+pub(crate) fn check_config_arch(
+    what: &str,
+    name: &str,
+    config_arch: crate::device::Arch,
+    device: &crate::device::DeviceInfo,
+    arch: crate::device::Arch,
+) -> Result<()> {
+    if config_arch == arch {
+        return Ok(());
+    }
+    Err(crate::error::Error::InvalidProblem(format!(
+        "{what}: configuration {name} is {config_arch}'s, the device ({}) is {arch}",
+        device.name
+    )))
+}
