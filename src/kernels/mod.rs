@@ -14,6 +14,10 @@
 //! Which targets each family was compiled for is [`KernelFamily`]'s to say (the build's gencode table); plans
 //! refuse a device their family has no SASS for.
 
+#[macro_use]
+pub mod plan;
+pub mod blockwise;
+pub mod dense;
 pub(crate) mod elementwise;
 pub mod fused;
 pub mod grouped;
