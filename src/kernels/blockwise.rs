@@ -84,8 +84,8 @@ impl BlockwiseFp8Gemm {
     /// 10.0.
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] naming the device on any other; [`Error::InvalidProblem`] for a `config` of
-    /// the other arch, naming both; the arch plan's errors ([`Error::KernelNotBuilt`]).
+    /// [`Error::UnsupportedArch`](crate::error::Error::UnsupportedArch) naming the device on any other; [`Error::InvalidProblem`](crate::error::Error::InvalidProblem) for a `config` of
+    /// the other arch, naming both; the arch plan's errors ([`Error::KernelNotBuilt`](crate::error::Error::KernelNotBuilt)).
     pub fn for_device(
         device: DeviceInfo,
         shape: GroupedGemmFp8Shape,

@@ -84,9 +84,9 @@ impl<T: Element> DenseGemm<T> {
     /// SM100's on 10.0.
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] naming the device on any other (the SM90 family's text: what it was built
-    /// for); [`Error::InvalidProblem`] for a `config` of the other arch, naming both; the arch plan's errors
-    /// ([`Error::KernelNotBuilt`] for a configuration not compiled for `T`).
+    /// [`Error::UnsupportedArch`](crate::error::Error::UnsupportedArch) naming the device on any other (the SM90 family's text: what it was built
+    /// for); [`Error::InvalidProblem`](crate::error::Error::InvalidProblem) for a `config` of the other arch, naming both; the arch plan's errors
+    /// ([`Error::KernelNotBuilt`](crate::error::Error::KernelNotBuilt) for a configuration not compiled for `T`).
     pub fn for_device(
         device: DeviceInfo,
         shape: GroupedGemmShape,
