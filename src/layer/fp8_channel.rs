@@ -102,6 +102,52 @@ impl Fp8ChannelExpertWeights {
         })
     }
 
+    /// Experts already on the device, `w13 [E, 2I, H]` (gate rows, then up rows) and `w2 [E, H, I]`, with run-time
+    /// activation scales (`DynamicToken` or `DynamicTensor`; static scales come with a checkpoint's input scales:
+    /// [`Self::upload`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: shapes that do not chain (`w13`'s `N = 2 · w2's K`, `w2`'s
+    /// `N = w13's K`, the same expert count), a non-gated activation, `H` or `I` not a multiple of 16, static
+    /// or per-group activation scales.
+    pub fn from_device(
+        w13: Fp8ChannelWeights,
+        w2: Fp8ChannelWeights,
+        activation: Activation,
+        scales: ActivationScales,
+    ) -> Result<Self> {
+        let (experts, hidden, inter) = (w13.experts(), w13.k(), w2.k());
+        if w2.experts() != experts || w13.n() != 2 * inter || w2.n() != hidden {
+            return Err(Error::InvalidProblem(format!(
+                "per-channel FP8 experts: w13 [{}, {}, {}] and w2 [{}, {}, {}] do not chain (w13 [E, 2I, H], w2 [E, H, I])",
+                w13.experts(),
+                w13.n(),
+                w13.k(),
+                w2.experts(),
+                w2.n(),
+                w2.k()
+            )));
+        }
+        check_channel_shape(hidden, inter)?;
+        if !activation.gated() {
+            return Err(Error::InvalidProblem(format!(
+                "per-channel FP8 experts: activation {activation:?}: their w13 holds gate and up, a gated activation"
+            )));
+        }
+        let quant = crate::quant::GroupQuant::new(crate::experts::CHANNEL_ACT_EPS, crate::quant::ScaleRounding::Exact)?;
+        let activations = match scales {
+            ActivationScales::DynamicToken => ChannelActivations::Dynamic(quant),
+            ActivationScales::DynamicTensor => ChannelActivations::DynamicTensor(quant),
+            other => {
+                return Err(Error::InvalidProblem(format!(
+                    "per-channel FP8 experts from the device with {other:?} activation scales: from_device takes \
+                     run-time (dynamic per-token or per-tensor) scales; static ones come with a checkpoint (upload)"
+                )))
+            }
+        };
+        Ok(Fp8ChannelExpertWeights { experts, hidden, inter, activation, w13, w2, activations, declared: scales })
+    }
+
     pub fn experts(&self) -> usize {
         self.experts
     }

@@ -309,3 +309,52 @@ fn dynamic_per_tensor_scales_are_one_amax_over_every_row() {
     let e = bare.quantize(&stream, &xv, &TokenScale::DynamicTensor(quant), &mut st).unwrap_err().to_string();
     assert!(e.contains("amax word"), "{e}");
 }
+
+/// Experts built on the device (`Fp8ChannelExpertWeights::from_device`, what a server with its own loader or the
+/// bench uses) run the same function as uploaded ones: outputs bit-equal, per-token and per-tensor scales; shapes
+/// that do not chain and static scales are refused by name.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_experts_from_the_device_equal_uploaded_ones() {
+    let (e, h, i, k, t) = (8usize, 256usize, 128usize, 2usize, 40usize);
+    let x = random_vec::<bf16>(t * h, 71, 1.0);
+    let ids = moe_gemm::random::topk_ids(t, k, e, 72);
+    let wts = weights_for(t, k, 73);
+    for acts in [ActivationScales::DynamicToken, ActivationScales::DynamicTensor] {
+        let p = host_experts(e, h, i, true, acts, 74);
+        let mut uploaded = ChannelRig::new(&p, t, k);
+        let want = uploaded.forward(Backend::Grouped, &x, &ids, &wts);
+        let s = &uploaded.stream;
+        let (w13, w2) = (
+            moe_gemm::quant::Fp8ChannelWeights::from_host(s, p.w13()).unwrap(),
+            moe_gemm::quant::Fp8ChannelWeights::from_host(s, p.w2()).unwrap(),
+        );
+        let w = Arc::new(Fp8ChannelExpertWeights::from_device(w13, w2, Activation::SiluGated, acts).unwrap());
+        let layer = MoeLayer::new(s, w, MoeLayerOptions::new(t, k).backends(Backends::FP8_CHANNEL)).unwrap();
+        let scratch = MoeScratch::for_layers(s, [&layer]).unwrap();
+        let mut rig = ChannelRig { stream: s.clone(), layer, scratch };
+        let got = rig.forward(Backend::Grouped, &x, &ids, &wts);
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{acts:?}: outputs differ");
+    }
+    let (_ctx, stream) = gpu();
+    let p = host_experts(e, h, i, true, ActivationScales::DynamicToken, 75);
+    let w = |m| moe_gemm::quant::Fp8ChannelWeights::from_host(&stream, m).unwrap();
+    let e1 = Fp8ChannelExpertWeights::from_device(
+        w(p.w2()),
+        w(p.w2()),
+        Activation::SiluGated,
+        ActivationScales::DynamicToken,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e1.contains("do not chain"), "{e1}");
+    let e2 = Fp8ChannelExpertWeights::from_device(
+        w(p.w13()),
+        w(p.w2()),
+        Activation::SiluGated,
+        ActivationScales::StaticTensor,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e2.contains("StaticTensor") && e2.contains("upload"), "{e2}");
+}
