@@ -148,6 +148,14 @@ impl Fp8ChannelExpertWeights {
         Ok(Fp8ChannelExpertWeights { experts, hidden, inter, activation, w13, w2, activations, declared: scales })
     }
 
+    /// Whether a layer `[H, I]` can hold per-channel FP8 experts (what [`Self::upload`] checks first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `H` or `I` not a positive multiple of 16, naming it.
+    pub fn check_shape(hidden: usize, inter: usize) -> Result<()> {
+        check_channel_shape(hidden, inter)
+    }
+
     pub fn experts(&self) -> usize {
         self.experts
     }
