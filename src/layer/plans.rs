@@ -1,27 +1,21 @@
 //! The GEMM plans a layer holds: one per tile configuration the heuristic can pick, per backend that needs a
-//! grouped GEMM, dense (bf16/f16: [`DenseGemm`]) or block-FP8 ([`BlockwiseFp8Gemm`]), each picking the device's
-//! arch itself.
+//! grouped GEMM, dense (bf16/f16: [`DenseGemm`]), block-FP8 ([`BlockwiseFp8Gemm`]), per-channel FP8 (SM90's rowwise
+//! GEMM) or MXFP4 ([`MxGemm`]), each but the rowwise one picking the device's kernel itself.
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::device::{Arch, DeviceInfo};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::kernels::block_scaled::MxGemm;
 use crate::kernels::blockwise::{BlockwiseConfig, BlockwiseFp8Gemm};
 use crate::kernels::dense::{DenseConfig, DenseGemm};
-use crate::kernels::grouped::{GroupedGemmShape, Workspace};
+use crate::kernels::grouped::GroupedGemmShape;
 use crate::kernels::grouped_fp8::Fp8TileConfig;
 use crate::kernels::grouped_fp8_rowwise::{
     Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions,
 };
-use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
-use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
-use crate::layouts::GroupRows;
-use crate::quant::{Mxfp4Weights, Mxfp8Rows};
-use crate::status::DeviceStatus;
+use crate::kernels::grouped_mx::MxFormat;
 
 use super::arch::LayerGemm;
 use super::sizing::{self, GemmSpec, LayerSizing, PlanBytes};
@@ -164,60 +158,13 @@ impl RowwisePlans {
     }
 }
 
-/// One MXFP8 x MXFP4 block-scaled grouped GEMM plan of the layer's arch: SM100's CUTLASS kernel or the
-/// portable one; both read the same operands (`Mxfp8Rows`, `Mxfp4Weights`) and group rows.
-#[derive(Debug)]
-pub(super) enum MxGemm {
-    Sm100(GroupedGemmMx),
-    Portable(GroupedGemmMxPortable),
-}
-
-impl MxGemm {
-    pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
-        let (a, b) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
-        let (g, n, k, rows) = (spec.groups, spec.n, spec.k, spec.max_rows);
-        Ok(match spec.gemm {
-            LayerGemm::Sm100Mxf8f4 => MxGemm::Sm100(GroupedGemmMx::for_device(device.clone(), a, b, g, n, k, rows)?),
-            LayerGemm::PortableMxf8f4 => {
-                MxGemm::Portable(GroupedGemmMxPortable::for_device(device.clone(), a, b, g, n, k, rows)?)
-            }
-            other => {
-                return Err(Error::InvalidProblem(format!("MX GEMM plans of a {other} GEMM spec: not an MX GEMM")))
-            }
-        })
+/// The MXFP8 x MXFP4 plan of one GEMM spec: [`MxGemm`] picks SM100's kernel or the portable one for the device.
+pub(super) fn mx_plan(device: &DeviceInfo, spec: &GemmSpec) -> Result<MxGemm> {
+    if !matches!(spec.gemm, LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4) {
+        return Err(Error::InvalidProblem(format!("MX GEMM plans of a {} GEMM spec: not an MX GEMM", spec.gemm)));
     }
-
-    /// The rows of A the plan reads (`Mxfp8Rows` are reshaped to it).
-    pub(super) fn max_rows(&self) -> usize {
-        match self {
-            MxGemm::Sm100(p) => p.max_rows(),
-            MxGemm::Portable(p) => p.max_rows(),
-        }
-    }
-
-    /// Queues `D = A · Bᵀ` (block-scaled) over `rows`' groups.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Mxfp8Rows,
-        b: &Mxfp4Weights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: Option<&mut Workspace>,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let (a, b) = (MxRows::Mxfp8(a), MxWeights::Mxfp4(b));
-        match self {
-            MxGemm::Sm100(p) => {
-                let workspace = workspace.ok_or_else(|| {
-                    Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
-                })?;
-                p.launch(stream, a, b, rows, d, workspace, status)
-            }
-            MxGemm::Portable(p) => p.launch(stream, a, b, rows, d, status),
-        }
-    }
+    let (a, b) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
+    MxGemm::for_device(device.clone(), a, b, spec.groups, spec.n, spec.k, spec.max_rows)
 }
 
 /// GEMM1 (w13) and GEMM2 (w2) plans of one backend, for the weights' format.
