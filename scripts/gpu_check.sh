@@ -40,6 +40,10 @@ if [ "${BENCHES:-1}" = 1 ]; then
   grep -E "ceilings|Grouped\*|Batched\*|error" "$out/ep.log" | head -8
   ./carry/moe-gemm bench --models deepseek-v3 --tokens 64,4096 --gemm w13 --fp8-peer --no-routing > "$out/fp8peer.log" 2>&1
   grep -E "ceilings|fp8|scaled" "$out/fp8peer.log" | head -8
+  # The per-channel FP8 layer beside the bf16 one (issue 35's second format), decode and prefill points.
+  ./carry/moe-gemm bench --layer --dtype fp8-channel --backends grouped,auto --models mixtral-8x7b,qwen3-30b-a3b \
+    --layer-tokens 1,8,64,4096 --peer none --csv "$out/fp8-channel.csv" > "$out/fp8-channel.log" 2>&1
+  grep -E "ceilings|fp8-channel|error" "$out/fp8-channel.log" | head -12
 fi
 # SANITIZE=<seconds>: every GPU test under compute-sanitizer's four tools too, within that many seconds
 # (scripts/sanitize.py; its last lines are one summary per tool; the logs go to $out/sanitize).

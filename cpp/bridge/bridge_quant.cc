@@ -29,11 +29,12 @@ LaunchStatus quantize_fp8(const QuantParams& p) {
   a.ue8m0 = p.ue8m0;
   a.per_row = p.per_row;
   a.scale = p.scale;
+  a.amax = p.amax;
   a.out = p.out;
   a.scales = p.scales;
   a.status = p.status;
   a.stream = p.stream;
-  static_assert(same_fields<QuantParams, QuantArgs>(20), "assign every QuantArgs field above");
+  static_assert(same_fields<QuantParams, QuantArgs>(21), "assign every QuantArgs field above");
   return wrap(moe_gemm::quantize_fp8(a));
 }
 

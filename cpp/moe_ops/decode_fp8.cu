@@ -34,6 +34,7 @@ constexpr int kExpandSplits = 4;  // expand: warps sharing a tile's K (more load
 constexpr int kExpandWarps = kExpandTiles * kExpandSplits;
 constexpr int kReduceWarps = 16;  // reduce: warps per block for top_k <= 16 (slots x K splits)
 constexpr int kMaxTopK = 32;
+constexpr int kPrefetchBlocks = 2;  // K blocks per warp asked of L2 before the prologue
 
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -81,6 +82,22 @@ __device__ __forceinline__ void stage(const bf16* __restrict__ src, bf16* dst, i
 #pragma unroll 4
   for (int c = threadIdx.x * 8; c < n; c += blockDim.x * 8)
     *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
+}
+
+// Asks L2 for the first `ahead` 128-column blocks of this warp's share (kb0, kb0 + step, ...) of NT 16-row weight
+// tiles, before the block's prologue (staging and quantising the activations), so that the weight stream's first
+// round trips to HBM overlap the prologue instead of following it. A hint only: it changes no result. `ahead` is
+// small so that a wave's prefetches (blocks x warps x ahead x 2 KB per tile) stay well inside L2.
+template <int NT>
+__device__ __forceinline__ void prefetch_tiles(const uint8_t* const (&w)[NT], int len, int kb0, int step, int ahead) {
+  const int lane = threadIdx.x % 32, row = lane % 16;
+  for (int i = lane / 16; i < ahead; i += 2) {  // a K block of a tile is 16 lines of 128 bytes: two per instruction
+    const int kb = kb0 + i * step;
+    if (kb >= len / kBlock) break;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w[n] + static_cast<int64_t>(row) * len + kb * kBlock));
+  }
 }
 
 // Scaled dots of NT 16-row weight tiles (row stride `len` bytes, tile n at w[n], its scale row at ws[n]: one f32
@@ -152,13 +169,7 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
     if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), kErrExpertIdOutOfRange);
     return;
   }
-  stage(reinterpret_cast<const bf16*>(a.x) + static_cast<int64_t>(r / a.top_k) * H, xb, H);
-  __syncthreads();
   const int warp = threadIdx.x / 32;
-  uint32_t err = 0;
-  for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group(xb, g, xq, xs, a.eps, a.ue8m0 != 0);
-  if (blockIdx.x == 0) report(a.status, err);  // every block of the row finds the same
-  __syncthreads();
   const int tile = warp / kExpandSplits, split = warp % kExpandSplits;
   const int i0 = (blockIdx.x * kExpandTiles + tile) * kTile;
   const int kb = H / kBlock;
@@ -166,6 +177,13 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   const float* s13 = reinterpret_cast<const float*>(a.w13_scales) + static_cast<int64_t>(e) * (2 * I / kBlock) * kb;
   const uint8_t* w[2] = {w13 + static_cast<int64_t>(i0) * H, w13 + static_cast<int64_t>(I + i0) * H};
   const float* ws[2] = {s13 + (i0 / kBlock) * kb, s13 + ((I + i0) / kBlock) * kb};
+  prefetch_tiles<2>(w, H, split, kExpandSplits, kPrefetchBlocks);
+  stage(reinterpret_cast<const bf16*>(a.x) + static_cast<int64_t>(r / a.top_k) * H, xb, H);
+  __syncthreads();
+  uint32_t err = 0;
+  for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group(xb, g, xq, xs, a.eps, a.ue8m0 != 0);
+  if (blockIdx.x == 0) report(a.status, err);  // every block of the row finds the same
+  __syncthreads();
   float d[2][2];
   tile_dots<2>(w, ws, xq, xs, H, split, kExpandSplits, d);
   const int lane = threadIdx.x % 32;
@@ -203,10 +221,18 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
   float* part = hs + k * groups;
   const int t = blockIdx.y;
   const int32_t* ids = reinterpret_cast<const int32_t*>(a.ids) + static_cast<int64_t>(t) * k;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int j = warp % k, split = warp / k;
+  const int o0 = blockIdx.x * kTile;
+  const int e = ids[j];
+  const uint8_t* w[1] = {nullptr};
+  if (e >= 0 && e < a.experts) {
+    w[0] = reinterpret_cast<const uint8_t*>(a.w2) + static_cast<int64_t>(e) * H * I + static_cast<int64_t>(o0) * I;
+    prefetch_tiles<1>(w, I, split, splits, kPrefetchBlocks);
+  }
   // The token's k rows of h are contiguous: one staging copy (rows of invalid slots are read, never used).
   stage(reinterpret_cast<const bf16*>(a.h) + static_cast<int64_t>(t) * k * I, hb, k * I);
   __syncthreads();
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   uint32_t err = 0;
   for (int task = warp; task < k * groups; task += warps) {
     const int j = task / groups, g = task % groups;
@@ -216,14 +242,9 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
   }
   if (blockIdx.x == 0) report(a.status, err);
   __syncthreads();
-  const int j = warp % k, split = warp / k;
-  const int o0 = blockIdx.x * kTile;
-  const int e = ids[j];
   const int lane = threadIdx.x % 32;
   if (e >= 0 && e < a.experts) {
-    const uint8_t* w2 = reinterpret_cast<const uint8_t*>(a.w2) + static_cast<int64_t>(e) * H * I;
     const float* s2 = reinterpret_cast<const float*>(a.w2_scales) + static_cast<int64_t>(e) * (H / kBlock) * groups;
-    const uint8_t* w[1] = {w2 + static_cast<int64_t>(o0) * I};
     const float* ws[1] = {s2 + (o0 / kBlock) * groups};
     float d[1][2];
     tile_dots<1>(w, ws, hq + j * I, hs + j * groups, I, split, splits, d);

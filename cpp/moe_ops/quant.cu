@@ -195,11 +195,35 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_gather_kernel(const Quan
   report(a.status, err);
 }
 
+// Per tensor (dynamic): the amax of every row the call quantises, into the word at a.amax (zeroed before on the
+// stream) as f32 bits: non-negative floats order as their unsigned bits, so atomicMax on them is a float max.
+// Rows and tokens as the per-row kernels take them, one warp each.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(32 * kWarps) tensor_amax_kernel(const QuantArgs a) {
+  const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
+  const int64_t rows = a.source == QuantSource::Gather ? a.rows : rows_counted(a);
+  const T* x = reinterpret_cast<const T*>(a.x);
+  float amax = 0.f;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    if (a.source == QuantSource::Rows && !row_in_use(a, row)) continue;
+    for (int g = 0; g < groups; ++g) {
+      uint16_t raw[kPerLane];
+      float v[kPerLane];
+      amax = fmaxf(amax, load_slice<T, kVec>(a, x + row * a.x_stride, g, raw, v));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
+  if (threadIdx.x % 32 == 0 && amax > 0.f) atomicMax(reinterpret_cast<unsigned*>(a.amax), __float_as_uint(amax));
+}
+
 // Per token: the row's scale, the static one where the caller gives it (device data: replaced by 1 and flagged
-// unless finite and positive), else the row's own.
+// unless finite and positive), the tensor's dynamic one where the caller asks for it, else the row's own.
 template <class T, bool kVec>
 __device__ __forceinline__ float token_scale(const QuantArgs& a, const T* __restrict__ xrow, int groups,
                                              uint32_t& err) {
+  if (a.amax) return group_scale(__uint_as_float(*reinterpret_cast<const unsigned*>(a.amax)), a.eps, a.ue8m0 != 0);
   if (!a.scale) return row_scale<T, kVec>(a, xrow, groups);
   const float s = *reinterpret_cast<const float*>(a.scale);
   if (isfinite(s) && s > 0.f) return s;
@@ -268,6 +292,11 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_gather_per_row_kernel(co
 
 template <class T, bool kVec>
 void launch(const QuantArgs& a, unsigned blocks, cudaStream_t s) {
+  if (a.per_row && a.amax) {
+    // A memset node and two kernels: graph-capturable, nothing synchronises.
+    if (cudaMemsetAsync(reinterpret_cast<void*>(a.amax), 0, sizeof(unsigned), s) != cudaSuccess) return;
+    tensor_amax_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
+  }
   if (a.per_row) {
     if (a.source == QuantSource::Gather) {
       quantize_gather_per_row_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);

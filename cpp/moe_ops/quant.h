@@ -15,7 +15,10 @@
 // Per token (per_row): the same rules with one group of all k columns (amax over the row's finite elements);
 // scales f32 [out_rows], what the rowwise-scaled grouped GEMM reads (Fp8TokenRows). With `scale` (per_row only)
 // every row takes that static scale (a checkpoint's input_scale, device data) instead of its own, as is: a scale
-// that is not finite and positive is replaced by 1 and sets kErrBadStaticScale.
+// that is not finite and positive is replaced by 1 and sets kErrBadStaticScale. With `amax` instead (per_row only,
+// dynamic per tensor): every row takes one scale, max(amax, eps) / 448 by the rules above, amax over the finite
+// elements of every row the call quantises (Rows: the rows in use; Gather: every token); a first kernel reduces it
+// into the uint32 word at `amax` (the f32 bits; zeroed first, on the stream), the second reads it.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,7 @@ struct QuantArgs {
   int32_t ue8m0;        // nonzero: scales rounded up to powers of two
   int32_t per_row;      // nonzero: one scale per row over all k columns (scales [out_rows])
   uint64_t scale;       // per_row: f32 [1], a static scale for every row; 0: each row's own
+  uint64_t amax;        // per_row, scale 0: uint32 [1] scratch, one dynamic scale for every row (above); 0: none
   uint64_t out;         // uint8 (e4m3) [out_rows, k]
   uint64_t scales;      // f32 [out_rows, ceil(k / 128)], or [out_rows] per row
   uint64_t status;      // uint32 device status word

@@ -20,6 +20,10 @@ pub enum BenchDtype {
     /// With `--layer` only: the layer over MXFP4 experts (e2m1 + UE8M0 per 32, gpt-oss's format; MXFP8
     /// activations, the block-scaled grouped GEMM of the GPU's arch) next to the bf16 layer, in one run.
     Mxfp4,
+    /// With `--layer` only: the layer over per-channel FP8 experts (e4m3 with one f32 scale per output row,
+    /// llm-compressor's FP8-dynamic and Llama-4-style rowwise checkpoints; activations per token at run time, the
+    /// rowwise grouped GEMM) next to the bf16 layer, in one run.
+    Fp8Channel,
 }
 
 #[derive(Args, Debug)]
@@ -30,7 +34,8 @@ pub struct BenchArgs {
     /// at every point on the FP8 backends of --backends (grouped, contiguous, masked, auto), next to the bf16
     /// layer timed in the same run: each FP8 row has its floor (e4m3 + scale bytes / read bandwidth, FLOPs /
     /// dense fp8 rate) and its ratio to the bf16 layer's Auto at the same point; models whose H or I is not a
-    /// multiple of 128 (gpt-oss) are reported as skipped.
+    /// multiple of 128 (gpt-oss) are reported as skipped. With --layer, mxfp4 and fp8-channel time the layer over
+    /// MXFP4 or per-channel FP8 experts the same way.
     #[arg(long, value_enum, default_value_t = BenchDtype::Bf16)]
     pub dtype: BenchDtype,
     /// Time the whole MoE layer per backend instead of the single grouped GEMM.

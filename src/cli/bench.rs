@@ -125,6 +125,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         super::layer_fp8::validate_quant(&args, super::layer_fp8::LayerDtype::Mxfp4)?;
     }
+    if args.dtype == BenchDtype::Fp8Channel {
+        if !args.layer {
+            return Err(moe_gemm::Error::InvalidProblem(
+                "--dtype fp8-channel times the MoE layer: add --layer (the rowwise GEMM's GEMM-mode bench is \
+                 --dtype fp8's)"
+                    .into(),
+            ));
+        }
+        super::layer_fp8::validate_quant(&args, super::layer_fp8::LayerDtype::Fp8Channel)?;
+    }
     if !device::driver_present() {
         println!("moe-gemm bench: no CUDA device (libcuda.so could not be loaded); nothing to measure.");
         return Ok(());

@@ -28,7 +28,8 @@ use moe_gemm::ceilings::Ceilings;
 
 use super::args::{BenchArgs, BenchDtype};
 use super::layer_fp8::{
-    floor_terms, fp8_weights, mx_weights, plan, quant_backends, quant_skip_reason, LayerDtype, QuantLayer,
+    channel_weights, floor_terms, fp8_weights, mx_weights, plan, quant_backends, quant_skip_reason, LayerDtype,
+    QuantLayer,
 };
 use super::layer_inputs::{leak, parse_backend, parse_fused_tiles, routing, shapes};
 use super::peer::Headline;
@@ -104,14 +105,14 @@ impl Point {
         match dtype {
             LayerDtype::Bf16 => c.floor_us(bytes, flops),
             // Hopper has no FP4 MMA: the fp8 rate is the best its tensor cores give MXFP8 x e2m1.
-            LayerDtype::Fp8 | LayerDtype::Mxfp4 => c.floor_fp8_us(bytes, flops),
+            LayerDtype::Fp8 | LayerDtype::Mxfp4 | LayerDtype::Fp8Channel => c.floor_fp8_us(bytes, flops),
         }
     }
     /// The point's Auto pick for `dtype`'s layer.
     fn auto_for(&self, dtype: LayerDtype) -> Option<Backend> {
         match dtype {
             LayerDtype::Bf16 => Some(self.auto),
-            LayerDtype::Fp8 | LayerDtype::Mxfp4 => self.auto_fp8,
+            LayerDtype::Fp8 | LayerDtype::Mxfp4 | LayerDtype::Fp8Channel => self.auto_fp8,
         }
     }
 }
@@ -164,6 +165,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     let quant = match args.dtype {
         BenchDtype::Fp8 => Some(LayerDtype::Fp8),
         BenchDtype::Mxfp4 => Some(LayerDtype::Mxfp4),
+        BenchDtype::Fp8Channel => Some(LayerDtype::Fp8Channel),
         BenchDtype::Bf16 => None,
     };
     let fp8 = quant.is_some();
@@ -244,7 +246,10 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             skipped.push((m.name, why.clone()));
         }
         let mut layer8 = if fp8 && skip8.is_none() {
-            let auto8 = if qd == LayerDtype::Mxfp4 { Backends::of(Backend::Grouped) } else { Backends::FP8_AUTO };
+            let auto8 = match qd {
+                LayerDtype::Mxfp4 | LayerDtype::Fp8Channel => Backends::of(Backend::Grouped),
+                _ => Backends::FP8_AUTO,
+            };
             let room8: Backends = backends8
                 .iter()
                 .copied()
@@ -256,6 +261,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             Some(match qd {
                 LayerDtype::Mxfp4 => {
                     QuantLayer::Mx(plan(stream, Arc::new(mx_weights(stream, local_e, h, i)?), opts8, map)?)
+                }
+                LayerDtype::Fp8Channel => {
+                    QuantLayer::Channel(plan(stream, Arc::new(channel_weights(stream, local_e, h, i)?), opts8, map)?)
                 }
                 _ => QuantLayer::Fp8(plan(stream, Arc::new(fp8_weights(stream, local_e, h, i)?), opts8, map)?),
             })
@@ -352,6 +360,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     Some(match l8 {
                         QuantLayer::Fp8(l) => time_forward(stream, args, &mut flush, l, s8, &xv, &idv, &wv, &mut yv)?,
                         QuantLayer::Mx(l) => time_forward(stream, args, &mut flush, l, s8, &xv, &idv, &wv, &mut yv)?,
+                        QuantLayer::Channel(l) => {
+                            time_forward(stream, args, &mut flush, l, s8, &xv, &idv, &wv, &mut yv)?
+                        }
                     })
                 };
                 results.push(entry(b, ran, times, qd));
@@ -368,6 +379,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if fp8 {
         let what = match qd {
             LayerDtype::Mxfp4 => "MXFP4 experts: e2m1, UE8M0 per 32, activations quantised to MXFP8 per group",
+            LayerDtype::Fp8Channel => "per-channel FP8 experts: e4m3, f32 scale per output row, activations per token",
             _ => "block-FP8 experts: e4m3, f32 scale per 128 x 128, bf16 activations",
         };
         println!(
@@ -523,6 +535,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     if fp8 {
         let auto = match qd {
             LayerDtype::Mxfp4 => "the MXFP4 layer (Auto: Grouped; the block-scaled GEMM of this GPU's arch)",
+            LayerDtype::Fp8Channel => "the layer over per-channel FP8 experts (Auto: Grouped; the rowwise GEMM, SM90)",
             _ => "the layer over block-FP8 experts (Auto: Batched or Grouped, auto_backend_fp8)",
         };
         println!("{} rows: {auto}; bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)", qd.name());

@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-use moe_gemm::layer::{GateUp, LayerShape, LayerWeights};
-use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK};
+use moe_gemm::layer::{Fp8ChannelExpertWeights, GateUp, LayerShape, LayerWeights};
+use moe_gemm::quant::{
+    scale_blocks, ActivationScales, Fp8BlockWeights, Fp8ChannelWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK,
+};
 use moe_gemm::random::SplitMix64;
 use moe_gemm::*;
 
@@ -22,6 +24,9 @@ pub(super) enum LayerDtype {
     Fp8,
     /// MXFP4 experts (`Mxfp4ExpertWeights`: e2m1, UE8M0 per 32), bf16 activations quantised to MXFP8.
     Mxfp4,
+    /// Per-channel FP8 experts (`Fp8ChannelExpertWeights`: e4m3, an f32 scale per output row), activations per
+    /// token at run time.
+    Fp8Channel,
 }
 
 impl LayerDtype {
@@ -30,6 +35,7 @@ impl LayerDtype {
             LayerDtype::Bf16 => "bf16",
             LayerDtype::Fp8 => "fp8",
             LayerDtype::Mxfp4 => "mxfp4",
+            LayerDtype::Fp8Channel => "fp8-channel",
         }
     }
 }
@@ -47,6 +53,8 @@ pub(super) fn floor_terms(dtype: LayerDtype, active: usize, rows: usize, hidden:
         LayerDtype::Bf16 => n * 3.0 * (hidden * inter) as f64 * 2.0,
         LayerDtype::Fp8 => n * shape.fp8_expert_bytes() as f64,
         LayerDtype::Mxfp4 => n * shape.mxfp4_expert_bytes() as f64,
+        // One byte per e4m3 element, one f32 per output row of w13 [2I, H] and w2 [H, I].
+        LayerDtype::Fp8Channel => n * (3 * hidden * inter + 4 * (2 * inter + hidden)) as f64,
     };
     (bytes, 2.0 * 3.0 * (rows * hidden * inter) as f64)
 }
@@ -72,6 +80,7 @@ pub(super) fn quant_backends(dtype: LayerDtype, backends: &[Backend]) -> Vec<Bac
     let set = match dtype {
         LayerDtype::Fp8 => Backends::FP8,
         LayerDtype::Mxfp4 => Backends::MX,
+        LayerDtype::Fp8Channel => Backends::FP8_CHANNEL,
         LayerDtype::Bf16 => Backends::ALL,
     };
     backends.iter().copied().filter(|&b| b == Backend::Auto || set.contains(b)).collect()
@@ -86,6 +95,7 @@ pub fn validate_quant(args: &BenchArgs, dtype: LayerDtype) -> Result<()> {
     if quant_backends(dtype, &backends).is_empty() {
         let runs = match dtype {
             LayerDtype::Mxfp4 => "the MXFP4 layer runs grouped, contiguous, masked and auto",
+            LayerDtype::Fp8Channel => "the per-channel FP8 layer runs grouped, contiguous, masked and auto",
             _ => "the FP8 layer runs batched, grouped, contiguous, masked, fused and auto",
         };
         return Err(Error::InvalidProblem(format!(
@@ -102,6 +112,7 @@ pub(super) fn quant_skip_reason(dtype: LayerDtype, hidden: usize, inter: usize) 
     match dtype {
         LayerDtype::Mxfp4 => Mxfp4ExpertWeights::check_shape(hidden, inter).err().map(|e| e.to_string()),
         LayerDtype::Fp8 => fp8_skip_reason(hidden, inter),
+        LayerDtype::Fp8Channel => Fp8ChannelExpertWeights::check_shape(hidden, inter).err().map(|e| e.to_string()),
         LayerDtype::Bf16 => None,
     }
 }
@@ -141,10 +152,30 @@ pub(super) fn fp8_weights(stream: &Arc<CudaStream>, experts: usize, h: usize, i:
     Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None)
 }
 
+/// Per-channel FP8 experts `[local_e]` of a SwiGLU layer `[H, I]` filled on the device (random e4m3 bytes,
+/// random positive row scales as [`random_scales`]), activations per token at run time.
+pub(super) fn channel_weights(
+    stream: &Arc<CudaStream>,
+    experts: usize,
+    h: usize,
+    i: usize,
+) -> Result<Fp8ChannelExpertWeights> {
+    let mut q13 = stream.alloc_zeros::<F8E4M3>(experts * 2 * i * h)?;
+    let mut q2 = stream.alloc_zeros::<F8E4M3>(experts * h * i)?;
+    fill_e4m3(stream, &mut q13, 33)?;
+    fill_e4m3(stream, &mut q2, 34)?;
+    let s13 = stream.clone_htod(&random_scales(experts * 2 * i, 35))?;
+    let s2 = stream.clone_htod(&random_scales(experts * h, 36))?;
+    let w13 = Fp8ChannelWeights::new(q13, s13, experts, 2 * i, h)?;
+    let w2 = Fp8ChannelWeights::new(q2, s2, experts, h, i)?;
+    Fp8ChannelExpertWeights::from_device(w13, w2, Activation::SiluGated, ActivationScales::DynamicToken)
+}
+
 /// The quantised layer timed beside the bf16 one.
 pub(super) enum QuantLayer {
     Fp8(MoeLayer<bf16, Fp8ExpertWeights>),
     Mx(MoeLayer<bf16, Mxfp4ExpertWeights>),
+    Channel(MoeLayer<bf16, Fp8ChannelExpertWeights>),
 }
 
 impl QuantLayer {
@@ -152,24 +183,28 @@ impl QuantLayer {
         match self {
             QuantLayer::Fp8(l) => l.set_backend(b),
             QuantLayer::Mx(l) => l.set_backend(b),
+            QuantLayer::Channel(l) => l.set_backend(b),
         }
     }
     pub(super) fn backend_for(&self, tokens: usize) -> Backend {
         match self {
             QuantLayer::Fp8(l) => l.backend_for(tokens),
             QuantLayer::Mx(l) => l.backend_for(tokens),
+            QuantLayer::Channel(l) => l.backend_for(tokens),
         }
     }
     pub(super) fn passes(&self, tokens: usize) -> Result<usize> {
         match self {
             QuantLayer::Fp8(l) => l.passes(tokens),
             QuantLayer::Mx(l) => l.passes(tokens),
+            QuantLayer::Channel(l) => l.passes(tokens),
         }
     }
     pub(super) fn scratch(&self, stream: &Arc<CudaStream>) -> Result<MoeScratch<bf16>> {
         match self {
             QuantLayer::Fp8(l) => MoeScratch::for_layers(stream, [l]),
             QuantLayer::Mx(l) => MoeScratch::for_layers(stream, [l]),
+            QuantLayer::Channel(l) => MoeScratch::for_layers(stream, [l]),
         }
     }
 }
@@ -224,6 +259,10 @@ mod tests {
         assert_eq!(b8, 2.0 * 44_050_944.0);
         assert_eq!(f8, f16, "the FLOPs do not depend on the weights' dtype");
         assert_eq!(floor_terms(LayerDtype::Fp8, 0, 0, h, i), (0.0, 0.0));
+        // Per channel: 1 byte per element, one f32 per output row of w13 (2I rows) and w2 (H rows).
+        let (bc, fc) = floor_terms(LayerDtype::Fp8Channel, 2, 10, h, i);
+        assert_eq!(bc, 2.0 * (3 * h * i + 4 * (2 * i + h)) as f64);
+        assert_eq!(fc, f16);
     }
 
     #[test]
@@ -263,6 +302,10 @@ mod tests {
         assert!(quant_backends(LayerDtype::Fp8, &[Backend::Eager]).is_empty());
         let mx = [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto];
         assert_eq!(quant_backends(LayerDtype::Mxfp4, &all), mx);
+        let channel = [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto];
+        assert_eq!(quant_backends(LayerDtype::Fp8Channel, &all), channel);
+        assert_eq!(quant_skip_reason(LayerDtype::Fp8Channel, 2880, 2880), None, "gpt-oss: multiples of 16");
+        assert!(quant_skip_reason(LayerDtype::Fp8Channel, 2880, 2888).unwrap().contains("I = 2888"));
         assert_eq!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2880), None);
         assert!(quant_skip_reason(LayerDtype::Mxfp4, 2880, 2848).unwrap().contains("2I = 5696"));
     }

@@ -144,6 +144,7 @@ pub(crate) mod ffi {
         ue8m0: i32,
         per_row: i32,
         scale: u64,
+        amax: u64,
         out: u64,
         scales: u64,
         status: u64,

@@ -52,11 +52,13 @@ pub(crate) struct RowMask<'a> {
     pub total: Option<&'a CudaSlice<i32>>,
 }
 
-/// The destination: e4m3 `[rows, k]` and f32 scales `[rows, ceil(k / 128)]` (`[rows]` per row).
+/// The destination: e4m3 `[rows, k]` and f32 scales `[rows, ceil(k / 128)]` (`[rows]` per row); with `amax` (per
+/// row only), one dynamic scale for every row, the whole call's amax reduced into that word first.
 pub(crate) struct QuantDst<'a> {
     pub data: &'a mut CudaSlice<F8E4M3>,
     pub scales: &'a mut CudaSlice<f32>,
     pub rows: usize,
+    pub amax: Option<&'a mut CudaSlice<u32>>,
 }
 
 fn check_desc(d: &QuantDesc<'_>) -> Result<()> {
@@ -102,6 +104,14 @@ fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc<'_>) -> Result<(usize, usize)> {
     };
     need_len("fp8 data", d.data.len(), data, "rows x k")?;
     need_len("fp8 scales", d.scales.len(), scales, if desc.per_row { "rows" } else { "rows x ceil(k / 128)" })?;
+    if let Some(w) = &d.amax {
+        if !desc.per_row || desc.static_scale.is_some() {
+            return Err(Error::InvalidProblem(
+                "a dynamic per-tensor scale is per row and excludes a static one: per_row set, no static scale".into(),
+            ));
+        }
+        need_len("amax word", w.len(), 1, "one u32")?;
+    }
     Ok((data, scales))
 }
 
@@ -133,6 +143,7 @@ fn params(
         ue8m0: d.ue8m0 as i32,
         per_row: d.per_row as i32,
         scale: 0,
+        amax: 0,
         out: 0,
         scales: 0,
         status: 0,
@@ -170,9 +181,11 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     let (t_ptr, _t) = mask.and_then(|m| m.total).map(|t| t.device_ptr(stream)).unzip();
     let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
     let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
+    let (a_ptr, _a) = dst.amax.map(|w| w.device_ptr_mut(stream)).unzip();
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     p.x = x_ptr;
     p.scale = scale_ptr.unwrap_or(0);
+    p.amax = a_ptr.unwrap_or(0);
     p.row_experts = re_ptr.unwrap_or(0);
     p.total = t_ptr.unwrap_or(0);
     p.out = o_ptr;
@@ -184,8 +197,9 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     // (checked), and the kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel
     // range-checks against `experts` before use; total is one int32, clamped to [0, rows] on the device. Any
     // alignment works (the kernel picks its vector path from the addresses). eps / 448 is a normal f32, and a
-    // static scale is one f32 the kernel reads as untrusted data (checked). The stream's context is bound to this
-    // thread; guards outlive the call.
+    // static scale is one f32 the kernel reads as untrusted data (checked); the amax word is one u32 (checked),
+    // zeroed and written on the stream before the rows read it. The stream's context is bound to this thread;
+    // guards outlive the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }
 
@@ -219,9 +233,11 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     let (pos_ptr, _pos) = positions.device_ptr(stream);
     let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
     let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
+    let (a_ptr, _a) = dst.amax.map(|w| w.device_ptr_mut(stream)).unzip();
     let (s_ptr, _s) = status.device_ptr_mut(stream);
     p.x = x_ptr;
     p.scale = scale_ptr.unwrap_or(0);
+    p.amax = a_ptr.unwrap_or(0);
     p.positions = pos_ptr;
     p.out = o_ptr;
     p.scales = sc_ptr;
@@ -230,9 +246,9 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     // SAFETY: x holds (tokens - 1) * stride + k elements and positions tokens * top_k ids (checked); out holds
     // dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats, dst.rows per row (checked), and the kernel
     // writes a row only at a position in [0, dst.rows): positions are device data it range-checks (others
-    // dropped, overflow reported). Any alignment works. eps / 448 is a normal f32, and a static scale is one f32
-    // the kernel reads as untrusted data (checked). The stream's context is bound to this thread; guards outlive
-    // the call.
+    // dropped, overflow reported). Any alignment works. eps / 448 is a normal f32, a static scale is one f32 the
+    // kernel reads as untrusted data (checked), and the amax word one u32 (checked), zeroed and written on the
+    // stream before the rows read it. The stream's context is bound to this thread; guards outlive the call.
     check(unsafe { ffi::quantize_fp8(&p) }, &Launched::typed("quantize_fp8", T::DTYPE))
 }
 

@@ -24,7 +24,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 pub use crate::layouts::GroupRows;
 
@@ -79,18 +79,7 @@ impl GroupedGemmShape {
         Ok(GroupedGemmShape { groups, n, k, max_rows })
     }
 
-    pub fn groups(&self) -> usize {
-        self.groups
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
-    pub fn max_rows(&self) -> usize {
-        self.max_rows
-    }
+    shape_accessors!();
 }
 
 /// Options of a [`GroupedGemm`] plan.
@@ -143,24 +132,7 @@ impl<T: Element> GroupedGemm<T> {
         Ok(GroupedGemm { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
-    pub fn shape(&self) -> &GroupedGemmShape {
-        &self.shape
-    }
-    pub fn config(&self) -> TileConfig {
-        self.config
-    }
-    pub fn device(&self) -> &DeviceInfo {
-        &self.device
-    }
-    /// Bytes of device workspace a launch needs.
-    pub fn workspace_bytes(&self) -> usize {
-        self.workspace_bytes as usize
-    }
-
-    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Ok(Workspace { buf: stream.alloc_zeros::<u8>(self.workspace_bytes())? })
-    }
+    plan_accessors!(GroupedGemmShape, TileConfig);
 
     /// Queues `D = grouped(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
     /// `stream`. See the module docs for the layouts.
@@ -192,12 +164,7 @@ impl<T: Element> GroupedGemm<T> {
             workspace_bytes: self.workspace_bytes,
         };
         let rows = rows.into();
-        ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, &mut workspace.buf, status.word_mut())
-    }
-
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
+        ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
 }
 
@@ -211,27 +178,4 @@ pub(crate) fn workspace_bytes(
     Ok(ffi::grouped::workspace_bytes(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }
 
-/// Caller-owned device workspace of a plan: the per-group argument arrays and CUTLASS's scratch.
-#[derive(Debug)]
-pub struct Workspace {
-    buf: CudaSlice<u8>,
-}
-
-impl Workspace {
-    /// A zeroed workspace of `bytes` (one buffer any plan needing at most `bytes` can launch with).
-    pub(crate) fn zeroed(stream: &Arc<CudaStream>, bytes: usize) -> Result<Self> {
-        Ok(Workspace { buf: stream.alloc_zeros::<u8>(bytes)? })
-    }
-
-    /// The buffer, for the launchers of the plans that share this workspace type.
-    pub(crate) fn buf_mut(&mut self) -> &mut CudaSlice<u8> {
-        &mut self.buf
-    }
-
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-}
+pub use super::plan::Workspace;

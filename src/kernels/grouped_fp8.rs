@@ -75,18 +75,7 @@ impl GroupedGemmFp8Shape {
         Ok(GroupedGemmFp8Shape { groups, n, k, max_rows })
     }
 
-    pub fn groups(&self) -> usize {
-        self.groups
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
-    pub fn max_rows(&self) -> usize {
-        self.max_rows
-    }
+    shape_accessors!();
     /// One expert's weight-scale grid: `(ceil(N/128), ceil(K/128))`.
     pub fn scale_grid(&self) -> (usize, usize) {
         (scale_blocks(self.n), scale_blocks(self.k))
@@ -310,25 +299,7 @@ impl GroupedGemmFp8 {
         Ok(GroupedGemmFp8 { shape, config, device, workspace_bytes })
     }
 
-    pub fn shape(&self) -> &GroupedGemmFp8Shape {
-        &self.shape
-    }
-    pub fn config(&self) -> Fp8TileConfig {
-        self.config
-    }
-    pub fn device(&self) -> &DeviceInfo {
-        &self.device
-    }
-    /// Bytes of device workspace a launch needs.
-    pub fn workspace_bytes(&self) -> usize {
-        self.workspace_bytes as usize
-    }
-
-    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path). Any
-    /// [`Workspace`] at least this large serves, including one shared with the bf16 plans.
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Workspace::zeroed(stream, self.workspace_bytes())
-    }
+    plan_accessors!(GroupedGemmFp8Shape, Fp8TileConfig);
 
     /// Queues `D = blockwise(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
     /// `stream`. See the module docs for the operands.
@@ -357,11 +328,6 @@ impl GroupedGemmFp8 {
             workspace_bytes: self.workspace_bytes,
         };
         launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
-    }
-
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
     }
 }
 

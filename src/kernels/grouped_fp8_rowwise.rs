@@ -62,18 +62,7 @@ impl GroupedGemmFp8RowwiseShape {
         check_fp8_extents(groups, n, k, max_rows)?;
         Ok(GroupedGemmFp8RowwiseShape { groups, n, k, max_rows })
     }
-    pub fn groups(&self) -> usize {
-        self.groups
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
-    pub fn max_rows(&self) -> usize {
-        self.max_rows
-    }
+    shape_accessors!();
 }
 
 /// How the tensor cores' e4m3 products are summed over K.
@@ -235,19 +224,7 @@ impl GroupedGemmFp8Rowwise {
         Ok(GroupedGemmFp8Rowwise { shape, config, device, workspace_bytes })
     }
 
-    pub fn shape(&self) -> &GroupedGemmFp8RowwiseShape {
-        &self.shape
-    }
-    pub fn config(&self) -> Fp8RowwiseConfig {
-        self.config
-    }
-    pub fn workspace_bytes(&self) -> usize {
-        self.workspace_bytes as usize
-    }
-    /// A zeroed workspace of [`Self::workspace_bytes`] (outside the launch path).
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Workspace::zeroed(stream, self.workspace_bytes())
-    }
+    plan_accessors!(GroupedGemmFp8RowwiseShape, Fp8RowwiseConfig);
 
     /// Queues `D = rowwise(A, B)` over the groups `rows` describes on `stream`.
     ///
@@ -302,11 +279,6 @@ impl GroupedGemmFp8Rowwise {
         let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
         let ops = ffi::grouped_fp8_rowwise::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
         ffi::grouped_fp8_rowwise::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
-    }
-
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape.n as f64 * self.shape.k as f64
     }
 }
 

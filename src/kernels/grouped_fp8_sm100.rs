@@ -170,24 +170,7 @@ impl GroupedGemmFp8Sm100 {
         Ok(GroupedGemmFp8Sm100 { config, workspace_bytes, ..self })
     }
 
-    pub fn shape(&self) -> &GroupedGemmFp8Shape {
-        &self.shape
-    }
-    pub fn config(&self) -> Fp8Sm100Config {
-        self.config
-    }
-    pub fn device(&self) -> &DeviceInfo {
-        &self.device
-    }
-    /// Bytes of device workspace a launch needs.
-    pub fn workspace_bytes(&self) -> usize {
-        self.workspace_bytes as usize
-    }
-
-    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Workspace::zeroed(stream, self.workspace_bytes())
-    }
+    plan_accessors!(GroupedGemmFp8Shape, Fp8Sm100Config);
 
     /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: the operands and errors of
     /// [`super::grouped_fp8::GroupedGemmFp8::launch`].
@@ -212,11 +195,6 @@ impl GroupedGemmFp8Sm100 {
             workspace_bytes: self.workspace_bytes,
         };
         launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
-    }
-
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
     }
 }
 

@@ -188,25 +188,8 @@ impl<T: Element> GroupedGemmSm100<T> {
         Ok(GroupedGemmSm100 { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
-    pub fn shape(&self) -> &GroupedGemmShape {
-        &self.shape
-    }
-    pub fn config(&self) -> Sm100TileConfig {
-        self.config
-    }
-    pub fn device(&self) -> &DeviceInfo {
-        &self.device
-    }
-    /// Bytes of device workspace a launch needs: our per-group arrays and CUTLASS's per-SM TMA descriptors.
-    pub fn workspace_bytes(&self) -> usize {
-        self.workspace_bytes as usize
-    }
-
-    /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path). Any
-    /// [`Workspace`] at least this large serves.
-    pub fn alloc_workspace(&self, stream: &Arc<CudaStream>) -> Result<Workspace> {
-        Workspace::zeroed(stream, self.workspace_bytes())
-    }
+    // The workspace holds our per-group arrays and CUTLASS's per-SM TMA descriptors.
+    plan_accessors!(GroupedGemmShape, Sm100TileConfig);
 
     /// Queues `D = grouped(A, B)` over the groups `rows` describes on `stream`, as [`GroupedGemm::launch`].
     ///
@@ -239,11 +222,6 @@ impl<T: Element> GroupedGemmSm100<T> {
         };
         let rows = rows.into();
         ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
-    }
-
-    /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-    pub fn flops(&self, rows: usize) -> f64 {
-        2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
     }
 }
 

@@ -11,9 +11,19 @@
 //! | [`grouped_mx::GroupedGemmMx`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | block-scaled: MXFP8 x MXFP8, MXFP8 x MXFP4, MXFP4 x MXFP4, NVFP4 x NVFP4 (not FP8 x NVFP4), bf16 out | A [`crate::quant::Mxfp8Rows`] / [`crate::quant::Mxfp4Rows`] / [`crate::quant::Nvfp4Rows`] grouped by device offsets (or padded, masked), B `[G, N, K]` with per-expert scale atoms, D bf16 `[rows, N]` |
 //! | [`grouped_mx_portable::GroupedGemmMxPortable`] | SM90 and SM100 (`sm_90a`, `sm_100a`; `wmma`, not tuned) | as [`grouped_mx::GroupedGemmMx`], dequantised exactly into bf16, fp32 accumulation | as [`grouped_mx::GroupedGemmMx`]: the same operands and groups |
 //!
+//! Three plans pick the kernel for their device themselves, so that a caller names no arch:
+//! [`dense::DenseGemm`] (SM90's or SM100's dense kernel), [`blockwise::BlockwiseFp8Gemm`] (SM90's or SM100's FP8
+//! blockwise kernel) and [`block_scaled::MxGemm`] (SM100's block-scaled kernel or the portable one); the layer
+//! plans through them. The per-arch plans above remain for callers that want one arch's kernel by name.
+//!
 //! Which targets each family was compiled for is [`KernelFamily`]'s to say (the build's gencode table); plans
 //! refuse a device their family has no SASS for.
 
+#[macro_use]
+pub mod plan;
+pub mod block_scaled;
+pub mod blockwise;
+pub mod dense;
 pub(crate) mod elementwise;
 pub mod fused;
 pub mod grouped;

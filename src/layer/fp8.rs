@@ -10,7 +10,7 @@
 //! 2. `quantize_gather`: each token's row of `x` (bf16) to e4m3 with one f32 scale per 128 columns, written at
 //!    each of its layout positions (the gather and the quantisation in one kernel);
 //! 3. GEMM1, the FP8 blockwise grouped GEMM over the layout's groups: `d1 = x_q · w13ᵀ` in bf16 (the SM90 or
-//!    the SM100 plan, chosen by the device's arch when the layer is planned: `plans.rs`'s `Fp8Gemm`);
+//!    the SM100 plan, chosen by the device's arch when the layer is planned: `kernels::blockwise::BlockwiseFp8Gemm`);
 //! 4. the activation (the dense path's kernel, bf16 in and out, with `b13`);
 //! 5. `requantize_rows`: the rows of `h` in use to e4m3 and scales, by the same rules;
 //! 6. GEMM2: `d2 = h_q · w2ᵀ` in bf16;

@@ -5,18 +5,20 @@
 //! The layer's forward on the layout backends (Grouped, Contiguous, Masked), per pass:
 //!
 //! 1. the layout of the routed rows (as for dense weights);
-//! 2. [`Fp8TokenRows::quantize_gather`]: each token's row of `x` to e4m3 with one f32 scale per token (dynamic:
-//!    `max(amax, 1/512) / 448`; static: the checkpoint's largest `input_scale` of GEMM1), written at its layout
+//! 2. [`Fp8TokenRows::quantize_gather`]: each token's row of `x` to e4m3 with one f32 scale per token (dynamic
+//!    per token: `max(amax, 1/512) / 448` of the row; dynamic per tensor: the same of the pass's whole `x`, a
+//!    reduction kernel first; static: the checkpoint's largest `input_scale` of GEMM1), written at its layout
 //!    positions;
 //! 3. GEMM1, the FP8 rowwise grouped GEMM: `d1 = (x_q · w13ᵀ) · s_x[row] · s_w13[channel]` in bf16;
 //! 4. the activation (the dense path's kernel);
-//! 5. [`Fp8TokenRows::requantize`]: the rows of `h` in use, by the same rules (static: GEMM2's scale);
+//! 5. [`Fp8TokenRows::requantize`]: the rows of `h` in use, by the same rules (per tensor: over those rows;
+//!    static: GEMM2's scale);
 //! 6. GEMM2: `d2 = (h_q · w2ᵀ) · s_h[row] · s_w2[channel]`;
 //! 7. the combine (router weights, the sum over k).
 //!
 //! [`reference::moe_forward_fp8_channel`](crate::reference::moe_forward_fp8_channel) is the same computation on
-//! the host. Dynamic per-tensor activation scales (one amax over the whole batch) are refused by name: their
-//! scale would need a reduction over the batch before the first GEMM, which no kernel here makes yet.
+//! the host. A dynamic per-tensor scale is the amax of one pass's rows: of the whole batch where the layer's room
+//! holds it in one pass (a forward of more tokens than the room is several passes, each with its own scale).
 
 use std::sync::Arc;
 
@@ -36,13 +38,15 @@ use crate::quant::{ActivationScales, Fp8ChannelWeights, GroupQuant, TokenScale};
 pub(crate) enum ChannelActivations {
     /// Per token, at run time.
     Dynamic(GroupQuant),
+    /// Per tensor (one pass's rows), at run time.
+    DynamicTensor(GroupQuant),
     /// One scale per GEMM fixed by the checkpoint (`[1]` on the device each): GEMM1's and GEMM2's.
     Static { w13: CudaSlice<f32>, w2: CudaSlice<f32> },
 }
 
 /// Per-channel FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows, then up rows) and `w2`
 /// `[E, H, I]`, each with one f32 scale per output row, and how the activations are scaled
-/// ([`ActivationScales::DynamicToken`] or [`ActivationScales::StaticTensor`]).
+/// ([`ActivationScales::DynamicToken`], [`ActivationScales::DynamicTensor`] or [`ActivationScales::StaticTensor`]).
 ///
 /// Constraints (checked when made): `H` and `I` multiples of 16 (the rowwise GEMM's 16-byte e4m3 rows and
 /// aligned channel scales); a gated activation (w13 holds gate and up).
@@ -63,8 +67,8 @@ impl Fp8ChannelExpertWeights {
     /// with their gated `activation`.
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] naming the constraint: a non-gated activation, `H` or `I` not a multiple of 16,
-    /// dynamic per-tensor activation scales (not run by the layer); driver errors.
+    /// [`Error::InvalidProblem`] naming the constraint: a non-gated activation, `H` or `I` not a multiple of 16;
+    /// driver errors.
     pub fn upload(stream: &Arc<CudaStream>, p: &Fp8ChannelExperts, activation: Activation) -> Result<Self> {
         check_channel_shape(p.hidden(), p.inter())?;
         if !activation.gated() {
@@ -74,15 +78,15 @@ impl Fp8ChannelExpertWeights {
         }
         let activations = match (p.activations(), p.static_scales()) {
             (ActivationScales::DynamicToken, _) => ChannelActivations::Dynamic(p.dynamic_quant()),
+            (ActivationScales::DynamicTensor, _) => ChannelActivations::DynamicTensor(p.dynamic_quant()),
             (ActivationScales::StaticTensor, Some(s)) => {
                 let (a13, a2) = s.layer_scales();
                 ChannelActivations::Static { w13: stream.clone_htod(&[a13])?, w2: stream.clone_htod(&[a2])? }
             }
             (a, _) => {
                 return Err(Error::InvalidProblem(format!(
-                    "per-channel FP8 experts with {a:?} activation scales: the layer runs per-token (dynamic) and \
-                     static per-tensor activation scales; a dynamic per-tensor scale needs the whole batch's amax \
-                     before GEMM1, which no kernel of the layer computes"
+                    "per-channel FP8 experts with {a:?} activation scales: the layer runs dynamic per-token, dynamic \
+                     per-tensor and static per-tensor activation scales (static ones with their input scales)"
                 )))
             }
         };
@@ -96,6 +100,60 @@ impl Fp8ChannelExpertWeights {
             activations,
             declared: p.activations(),
         })
+    }
+
+    /// Experts already on the device, `w13 [E, 2I, H]` (gate rows, then up rows) and `w2 [E, H, I]`, with run-time
+    /// activation scales (`DynamicToken` or `DynamicTensor`; static scales come with a checkpoint's input scales:
+    /// [`Self::upload`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the constraint: shapes that do not chain (`w13`'s `N = 2 · w2's K`, `w2`'s
+    /// `N = w13's K`, the same expert count), a non-gated activation, `H` or `I` not a multiple of 16, static
+    /// or per-group activation scales.
+    pub fn from_device(
+        w13: Fp8ChannelWeights,
+        w2: Fp8ChannelWeights,
+        activation: Activation,
+        scales: ActivationScales,
+    ) -> Result<Self> {
+        let (experts, hidden, inter) = (w13.experts(), w13.k(), w2.k());
+        if w2.experts() != experts || w13.n() != 2 * inter || w2.n() != hidden {
+            return Err(Error::InvalidProblem(format!(
+                "per-channel FP8 experts: w13 [{}, {}, {}] and w2 [{}, {}, {}] do not chain (w13 [E, 2I, H], w2 [E, H, I])",
+                w13.experts(),
+                w13.n(),
+                w13.k(),
+                w2.experts(),
+                w2.n(),
+                w2.k()
+            )));
+        }
+        check_channel_shape(hidden, inter)?;
+        if !activation.gated() {
+            return Err(Error::InvalidProblem(format!(
+                "per-channel FP8 experts: activation {activation:?}: their w13 holds gate and up, a gated activation"
+            )));
+        }
+        let quant = crate::quant::GroupQuant::new(crate::experts::CHANNEL_ACT_EPS, crate::quant::ScaleRounding::Exact)?;
+        let activations = match scales {
+            ActivationScales::DynamicToken => ChannelActivations::Dynamic(quant),
+            ActivationScales::DynamicTensor => ChannelActivations::DynamicTensor(quant),
+            other => {
+                return Err(Error::InvalidProblem(format!(
+                    "per-channel FP8 experts from the device with {other:?} activation scales: from_device takes \
+                     run-time (dynamic per-token or per-tensor) scales; static ones come with a checkpoint (upload)"
+                )))
+            }
+        };
+        Ok(Fp8ChannelExpertWeights { experts, hidden, inter, activation, w13, w2, activations, declared: scales })
+    }
+
+    /// Whether a layer `[H, I]` can hold per-channel FP8 experts (what [`Self::upload`] checks first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for `H` or `I` not a positive multiple of 16, naming it.
+    pub fn check_shape(hidden: usize, inter: usize) -> Result<()> {
+        check_channel_shape(hidden, inter)
     }
 
     pub fn experts(&self) -> usize {
@@ -126,6 +184,7 @@ impl Fp8ChannelExpertWeights {
     pub(crate) fn token_scale(&self, second: bool) -> TokenScale<'_> {
         match &self.activations {
             ChannelActivations::Dynamic(q) => TokenScale::Dynamic(*q),
+            ChannelActivations::DynamicTensor(q) => TokenScale::DynamicTensor(*q),
             ChannelActivations::Static { w13, w2 } => TokenScale::Static(if second { w2 } else { w13 }),
         }
     }
@@ -137,7 +196,7 @@ impl Fp8ChannelExpertWeights {
     pub fn bytes(&self) -> usize {
         let statics = match &self.activations {
             ChannelActivations::Static { .. } => 8,
-            ChannelActivations::Dynamic(_) => 0,
+            ChannelActivations::Dynamic(_) | ChannelActivations::DynamicTensor(_) => 0,
         };
         self.w13.bytes() + self.w2.bytes() + statics
     }
@@ -219,7 +278,7 @@ mod tests {
         assert_eq!(n.workspace_bytes, workspace, "sized vs planned workspace");
         assert!(workspace > 0, "the ptr-array GEMM's arguments live in the workspace: the passes require one");
         let f = n.footprint();
-        assert!(f.parts.iter().any(|(name, b)| name.starts_with("a fp8 per token") && *b == 512 * 4100), "{f}");
+        assert!(f.parts.iter().any(|(name, b)| name.starts_with("a fp8 per token") && *b == 512 * 4100 + 4), "{f}");
         let all = Backends::FP8_CHANNEL;
         assert_eq!(size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Masked, Some(all)).unwrap().backends(), all);
     }

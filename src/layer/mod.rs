@@ -68,7 +68,7 @@ mod pick;
 mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
-use plans::{plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, MxGemm, PairPlans, RowwisePlans};
+use plans::{mx_plan, plan_host_bytes, Fp8Plans, GemmPair, GemmPlans, PairPlans, RowwisePlans};
 mod scratch;
 mod shape;
 mod shared;
@@ -307,7 +307,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             } else if pair[0].gemm.is_fp8_channel() {
                 PairPlans::Fp8Rowwise(RowwisePlans::new(&device, &pair[0])?, RowwisePlans::new(&device, &pair[1])?)
             } else if pair[0].gemm.is_mx() {
-                PairPlans::Mx(MxGemm::new(&device, &pair[0])?, MxGemm::new(&device, &pair[1])?)
+                PairPlans::Mx(mx_plan(&device, &pair[0])?, mx_plan(&device, &pair[1])?)
             } else {
                 PairPlans::Dense(GemmPlans::new(&device, &pair[0])?, GemmPlans::new(&device, &pair[1])?)
             };

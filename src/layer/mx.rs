@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn gpt_oss_plans_the_arch_mx_gemm_over_padded_extents() {
         use crate::dtype::DType;
-        use crate::layer::plans::MxGemm;
+        use crate::layer::plans::mx_plan;
         use crate::layer::{Backend, Backends, LayerGemm, LayerShape, LayerSizing};
         let s = LayerShape {
             experts: 128,
@@ -277,12 +277,10 @@ mod tests {
             assert_eq!((n.d2_cols, n.a_mx_rows, n.h_mx_rows, n.a_fp8_rows), (2944, 1024, 1024, 0), "{}", dev.name);
             let mut workspace = 0;
             for spec in &z.gemms {
-                let plan = MxGemm::new(&dev, spec).unwrap();
-                assert_eq!(matches!(plan, MxGemm::Sm100(_)), gemm == LayerGemm::Sm100Mxf8f4);
+                let plan = mx_plan(&dev, spec).unwrap();
+                assert_eq!(!plan.is_portable(), gemm == LayerGemm::Sm100Mxf8f4);
                 assert_eq!(plan.max_rows(), spec.max_rows);
-                if let MxGemm::Sm100(p) = &plan {
-                    workspace = workspace.max(p.workspace_bytes());
-                }
+                workspace = workspace.max(plan.workspace_bytes());
             }
             assert_eq!(n.workspace_bytes, workspace, "{}: sized vs planned workspace", dev.name);
             assert_eq!(workspace > 0, gemm == LayerGemm::Sm100Mxf8f4);

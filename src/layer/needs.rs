@@ -158,8 +158,8 @@ impl ScratchNeeds {
             ("a (permuted x)", self.a_rows * self.hidden * e),
             ("a fp8 (e4m3 x + scales)", self.a_fp8_rows * fp8_row_bytes(self.hidden)),
             ("h fp8 (e4m3 h + scales)", self.h_fp8_rows * fp8_row_bytes(self.inter)),
-            ("a fp8 per token (e4m3 x + scale)", self.a_token_rows * (self.hidden + 4)),
-            ("h fp8 per row (e4m3 h + scale)", self.h_token_rows * (self.inter + 4)),
+            ("a fp8 per token (e4m3 x + scale)", token_rows_bytes(self.a_token_rows, self.hidden)),
+            ("h fp8 per row (e4m3 h + scale)", token_rows_bytes(self.h_token_rows, self.inter)),
             ("d1 (GEMM1 out)", self.d1_rows * self.w13_cols * e),
             ("h (activation)", self.h_rows * self.inter * e),
             ("a mxfp8 (e4m3 x + ue8m0 atoms)", mx_rows_bytes(self.a_mx_rows, self.hidden, self.groups)),
@@ -226,5 +226,15 @@ impl fmt::Display for Footprint {
             writeln!(f, "  {name:<24} {:>14} B  {:>12}", bytes, mib(*bytes))?;
         }
         write!(f, "  {:<24} {:>14} B  {:>12}", "total", self.total(), mib(self.total()))
+    }
+}
+
+/// Device bytes of [`crate::quant::Fp8TokenRows::zeros`]`(rows, k)`: e4m3 rows, one f32 scale per row and the amax
+/// word of a dynamic per-tensor scale (none where the scratch holds no such rows).
+fn token_rows_bytes(rows: usize, k: usize) -> usize {
+    if rows == 0 || k == 0 {
+        0
+    } else {
+        rows * (k + 4) + 4
     }
 }

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::kernels::elementwise;
 use crate::kernels::fused::{self, FusedBatch};
 use crate::kernels::grouped::Workspace;
+use crate::kernels::grouped_mx::{MxRows, MxWeights};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::quant::{
     quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Fp8TokenRows, Mxfp8Rows,
@@ -101,14 +102,16 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 a_mx.reshape(m1, mx_padded(h), groups)?;
                 quantize_mxfp8_grouped(p.stream, &x_view, layout.group_rows(), a_mx, status)?;
                 let d1_bf16 = is_bf16.cast(d1);
-                g1.launch(p.stream, a_mx, &w.w13, layout.group_rows(), d1_bf16, workspace.as_deref_mut(), status)?;
+                let (a, b) = (MxRows::Mxfp8(a_mx), MxWeights::Mxfp4(&w.w13));
+                g1.launch(p.stream, a, b, layout.group_rows(), d1_bf16, workspace.as_deref_mut(), status)?;
                 activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
                 let m2 = g2.max_rows();
                 let h_view = MatrixView::new("h", hbuf.slice(0..m2 * i), m2, i)?;
                 h_mx.reshape(m2, mx_padded(i), groups)?;
                 quantize_mxfp8_grouped(p.stream, &h_view, layout.group_rows(), h_mx, status)?;
                 let d2_bf16 = is_bf16.cast(d2);
-                g2.launch(p.stream, h_mx, &w.w2, layout.group_rows(), d2_bf16, workspace.as_deref_mut(), status)?;
+                let (a, b) = (MxRows::Mxfp8(h_mx), MxWeights::Mxfp4(&w.w2));
+                g2.launch(p.stream, a, b, layout.group_rows(), d2_bf16, workspace.as_deref_mut(), status)?;
                 ld_d2 = mx_padded(h);
             }
             (PairPlans::Fp8(g1, g2), Parts::Fp8(w, is_bf16)) => {

@@ -1,75 +1,25 @@
 //! The GEMM plans a layer holds: one per tile configuration the heuristic can pick, per backend that needs a
-//! grouped GEMM, dense (bf16/f16: [`DenseGemm`]) or block-FP8 ([`Fp8Gemm`]), each of the device's arch.
+//! grouped GEMM, dense (bf16/f16: [`DenseGemm`]), block-FP8 ([`BlockwiseFp8Gemm`]), per-channel FP8 (SM90's rowwise
+//! GEMM) or MXFP4 ([`MxGemm`]), each but the rowwise one picking the device's kernel itself.
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use half::bf16;
 
-use crate::device::DeviceInfo;
+use crate::device::{Arch, DeviceInfo};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape, Workspace};
-use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
+use crate::kernels::block_scaled::MxGemm;
+use crate::kernels::blockwise::{BlockwiseConfig, BlockwiseFp8Gemm};
+use crate::kernels::dense::{DenseConfig, DenseGemm};
+use crate::kernels::grouped::GroupedGemmShape;
+use crate::kernels::grouped_fp8::Fp8TileConfig;
 use crate::kernels::grouped_fp8_rowwise::{
     Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions,
 };
-use crate::kernels::grouped_fp8_sm100::GroupedGemmFp8Sm100;
-use crate::kernels::grouped_mx::{GroupedGemmMx, MxFormat, MxRows, MxWeights};
-use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
-use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
-use crate::kernels::TileConfig;
-use crate::layouts::GroupRows;
-use crate::quant::{Fp8BlockWeights, Fp8Rows, Mxfp4Weights, Mxfp8Rows};
-use crate::status::DeviceStatus;
+use crate::kernels::grouped_mx::MxFormat;
 
 use super::arch::LayerGemm;
 use super::sizing::{self, GemmSpec, LayerSizing, PlanBytes};
 use super::{Backend, MoeLayer, WeightFormat};
-
-/// One dense grouped GEMM plan, of the arch the layer was planned on: both read the same operands, group rows
-/// and workspace, so the layer's passes launch either alike.
-#[derive(Debug)]
-pub(super) enum DenseGemm<T: Element> {
-    Sm90(GroupedGemm<T>),
-    Sm100(GroupedGemmSm100<T>),
-}
-
-impl<T: Element> DenseGemm<T> {
-    #[cfg(test)]
-    pub(super) fn shape(&self) -> &GroupedGemmShape {
-        match self {
-            DenseGemm::Sm90(p) => p.shape(),
-            DenseGemm::Sm100(p) => p.shape(),
-        }
-    }
-
-    #[cfg(test)]
-    pub(super) fn workspace_bytes(&self) -> usize {
-        match self {
-            DenseGemm::Sm90(p) => p.workspace_bytes(),
-            DenseGemm::Sm100(p) => p.workspace_bytes(),
-        }
-    }
-
-    /// Queues `D = grouped(A, B)` over `rows`' groups: [`GroupedGemm::launch`]'s operands and errors.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &impl DevicePtr<T>,
-        b: &impl DevicePtr<T>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<T>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match self {
-            DenseGemm::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
-            DenseGemm::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
-        }
-    }
-}
 
 /// The plans of one GEMM of one layout: one per tile configuration the heuristic (of the layer's arch) picks
 /// for some batch size up to the layer's maximum, so each forward runs the configuration measured best for its
@@ -80,6 +30,7 @@ pub(super) struct GemmPlans<T: Element> {
     pub(super) groups: usize,
     pub(super) n: usize,
     pub(super) sm_count: usize,
+    pub(super) arch: Arch,
 }
 
 impl LayerSizing {
@@ -96,7 +47,7 @@ impl LayerSizing {
 pub(crate) fn plan_host_bytes(sizing: &LayerSizing, plans: usize) -> usize {
     type L = MoeLayer<bf16>;
     let plan = match sizing.format {
-        WeightFormat::Fp8Block => std::mem::size_of::<Fp8Gemm>(),
+        WeightFormat::Fp8Block => std::mem::size_of::<BlockwiseFp8Gemm>(),
         WeightFormat::Mxfp4 => std::mem::size_of::<MxGemm>(),
         WeightFormat::Fp8Channel => std::mem::size_of::<GroupedGemmFp8Rowwise>(),
         _ => std::mem::size_of::<DenseGemm<bf16>>(),
@@ -112,81 +63,28 @@ impl<T: Element> GemmPlans<T> {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
         let sm_count = device.sm_count.max(1) as usize;
         let shape = GroupedGemmShape::new(spec.groups, spec.n, spec.k, spec.max_rows)?;
-        let plans = match spec.gemm {
-            LayerGemm::Sm90Dense => spec
-                .configs(sm_count)
-                .into_iter()
-                .map(|(config, r)| {
-                    let opts = GroupedGemmOptions { config: Some(config), expected_rows: Some(r) };
-                    GroupedGemm::for_device(device.clone(), shape, opts).map(DenseGemm::Sm90)
-                })
-                .collect::<Result<Vec<_>>>()?,
-            LayerGemm::Sm100Dense => spec
-                .sm100_configs(sm_count)
-                .into_iter()
-                .map(|(config, r)| {
-                    let opts = GroupedGemmSm100Options { config: Some(config), expected_rows: Some(r) };
-                    GroupedGemmSm100::for_device(device.clone(), shape, opts).map(DenseGemm::Sm100)
-                })
-                .collect::<Result<Vec<_>>>()?,
+        let configs: Vec<(DenseConfig, usize)> = match spec.gemm {
+            LayerGemm::Sm90Dense => {
+                spec.configs(sm_count).into_iter().map(|(c, r)| (DenseConfig::Sm90(c), r)).collect()
+            }
+            LayerGemm::Sm100Dense => {
+                spec.sm100_configs(sm_count).into_iter().map(|(c, r)| (DenseConfig::Sm100(c), r)).collect()
+            }
             other => {
                 return Err(Error::InvalidProblem(format!("dense GEMM plans of a {other} GEMM spec: not a dense GEMM")))
             }
         };
-        Ok(GemmPlans { plans, groups: spec.groups, n: spec.n, sm_count })
+        let plans = configs
+            .into_iter()
+            .map(|(config, r)| DenseGemm::for_device(device.clone(), shape, Some(config), Some(r)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(GemmPlans { plans, groups: spec.groups, n: spec.n, sm_count, arch: spec.gemm.arch() })
     }
 
     /// The plan for a batch of `rows` routed rows.
     pub(super) fn for_rows(&self, rows: usize) -> &DenseGemm<T> {
-        let (g, n, sm) = (self.groups, self.n, self.sm_count);
-        let picked = |p: &&DenseGemm<T>| match p {
-            DenseGemm::Sm90(p) => p.config() == TileConfig::heuristic(g, n, rows, sm),
-            DenseGemm::Sm100(p) => p.config() == Sm100TileConfig::heuristic(g, n, rows, sm),
-        };
-        self.plans.iter().find(picked).unwrap_or(&self.plans[0])
-    }
-}
-
-/// One FP8 blockwise grouped GEMM plan, of the arch the layer was planned on: both read the same operands
-/// (`Fp8Rows`, `Fp8BlockWeights`), group rows and workspace, so the layer's passes launch either alike.
-#[derive(Debug)]
-pub(super) enum Fp8Gemm {
-    Sm90(GroupedGemmFp8),
-    Sm100(GroupedGemmFp8Sm100),
-}
-
-impl Fp8Gemm {
-    pub(super) fn shape(&self) -> &GroupedGemmFp8Shape {
-        match self {
-            Fp8Gemm::Sm90(p) => p.shape(),
-            Fp8Gemm::Sm100(p) => p.shape(),
-        }
-    }
-
-    #[cfg(test)]
-    pub(super) fn workspace_bytes(&self) -> usize {
-        match self {
-            Fp8Gemm::Sm90(p) => p.workspace_bytes(),
-            Fp8Gemm::Sm100(p) => p.workspace_bytes(),
-        }
-    }
-
-    /// Queues `D = blockwise(A, B)` over `rows`' groups: [`GroupedGemmFp8::launch`]'s operands and errors.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Fp8Rows,
-        b: &Fp8BlockWeights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match self {
-            Fp8Gemm::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
-            Fp8Gemm::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
-        }
+        let config = DenseConfig::heuristic(self.arch, self.groups, self.n, rows, self.sm_count);
+        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
     }
 }
 
@@ -194,37 +92,34 @@ impl Fp8Gemm {
 /// picks, on SM100 its one compiled configuration.
 #[derive(Debug)]
 pub(super) struct Fp8Plans {
-    pub(super) plans: Vec<Fp8Gemm>,
+    pub(super) plans: Vec<BlockwiseFp8Gemm>,
     pub(super) groups: usize,
 }
 
 impl Fp8Plans {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
         let shape = spec.fp8_shape()?;
-        let plans = match spec.gemm {
-            LayerGemm::Sm100Fp8Blockwise => {
-                vec![Fp8Gemm::Sm100(GroupedGemmFp8Sm100::for_device(device.clone(), shape)?)]
+        // SM100: its one default configuration; SM90: one per configuration some batch size picks.
+        let configs: Vec<(Option<BlockwiseConfig>, Option<usize>)> = match spec.gemm {
+            LayerGemm::Sm100Fp8Blockwise => vec![(None, None)],
+            LayerGemm::Sm90Fp8Blockwise => {
+                spec.fp8_configs().into_iter().map(|(c, r)| (Some(BlockwiseConfig::Sm90(c)), Some(r))).collect()
             }
-            LayerGemm::Sm90Fp8Blockwise => spec
-                .fp8_configs()
-                .into_iter()
-                .map(|(config, r)| {
-                    let opts = GroupedGemmFp8Options { config: Some(config), expected_rows: Some(r) };
-                    GroupedGemmFp8::for_device(device.clone(), shape, opts).map(Fp8Gemm::Sm90)
-                })
-                .collect::<Result<Vec<_>>>()?,
             other => {
                 return Err(Error::InvalidProblem(format!("FP8 GEMM plans of a {other} GEMM spec: not an FP8 GEMM")))
             }
         };
+        let plans = configs
+            .into_iter()
+            .map(|(config, r)| BlockwiseFp8Gemm::for_device(device.clone(), shape, config, r))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Fp8Plans { plans, groups: spec.groups })
     }
 
     /// The plan for a batch of `rows` routed rows (SM100: its one plan).
-    pub(super) fn for_rows(&self, rows: usize) -> &Fp8Gemm {
-        let config = Fp8TileConfig::heuristic(self.groups, rows);
-        let picked = |p: &&Fp8Gemm| matches!(p, Fp8Gemm::Sm90(g) if g.config() == config);
-        self.plans.iter().find(picked).unwrap_or(&self.plans[0])
+    pub(super) fn for_rows(&self, rows: usize) -> &BlockwiseFp8Gemm {
+        let config = BlockwiseConfig::Sm90(Fp8TileConfig::heuristic(self.groups, rows));
+        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
     }
 }
 
@@ -263,60 +158,13 @@ impl RowwisePlans {
     }
 }
 
-/// One MXFP8 x MXFP4 block-scaled grouped GEMM plan of the layer's arch: SM100's CUTLASS kernel or the
-/// portable one; both read the same operands (`Mxfp8Rows`, `Mxfp4Weights`) and group rows.
-#[derive(Debug)]
-pub(super) enum MxGemm {
-    Sm100(GroupedGemmMx),
-    Portable(GroupedGemmMxPortable),
-}
-
-impl MxGemm {
-    pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
-        let (a, b) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
-        let (g, n, k, rows) = (spec.groups, spec.n, spec.k, spec.max_rows);
-        Ok(match spec.gemm {
-            LayerGemm::Sm100Mxf8f4 => MxGemm::Sm100(GroupedGemmMx::for_device(device.clone(), a, b, g, n, k, rows)?),
-            LayerGemm::PortableMxf8f4 => {
-                MxGemm::Portable(GroupedGemmMxPortable::for_device(device.clone(), a, b, g, n, k, rows)?)
-            }
-            other => {
-                return Err(Error::InvalidProblem(format!("MX GEMM plans of a {other} GEMM spec: not an MX GEMM")))
-            }
-        })
+/// The MXFP8 x MXFP4 plan of one GEMM spec: [`MxGemm`] picks SM100's kernel or the portable one for the device.
+pub(super) fn mx_plan(device: &DeviceInfo, spec: &GemmSpec) -> Result<MxGemm> {
+    if !matches!(spec.gemm, LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4) {
+        return Err(Error::InvalidProblem(format!("MX GEMM plans of a {} GEMM spec: not an MX GEMM", spec.gemm)));
     }
-
-    /// The rows of A the plan reads (`Mxfp8Rows` are reshaped to it).
-    pub(super) fn max_rows(&self) -> usize {
-        match self {
-            MxGemm::Sm100(p) => p.max_rows(),
-            MxGemm::Portable(p) => p.max_rows(),
-        }
-    }
-
-    /// Queues `D = A · Bᵀ` (block-scaled) over `rows`' groups.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Mxfp8Rows,
-        b: &Mxfp4Weights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: Option<&mut Workspace>,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let (a, b) = (MxRows::Mxfp8(a), MxWeights::Mxfp4(b));
-        match self {
-            MxGemm::Sm100(p) => {
-                let workspace = workspace.ok_or_else(|| {
-                    Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
-                })?;
-                p.launch(stream, a, b, rows, d, workspace, status)
-            }
-            MxGemm::Portable(p) => p.launch(stream, a, b, rows, d, status),
-        }
-    }
+    let (a, b) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
+    MxGemm::for_device(device.clone(), a, b, spec.groups, spec.n, spec.k, spec.max_rows)
 }
 
 /// GEMM1 (w13) and GEMM2 (w2) plans of one backend, for the weights' format.
@@ -363,9 +211,9 @@ mod tests {
         fn workspace(&self) -> usize;
     }
 
-    impl Planned for Fp8Gemm {
+    impl Planned for BlockwiseFp8Gemm {
         fn on_sm100(&self) -> bool {
-            matches!(self, Fp8Gemm::Sm100(_))
+            self.config().arch() == Arch::Sm100
         }
         fn extents(&self) -> (usize, usize, usize) {
             (self.shape().n(), self.shape().k(), self.shape().max_rows())
@@ -377,7 +225,7 @@ mod tests {
 
     impl<T: Element> Planned for DenseGemm<T> {
         fn on_sm100(&self) -> bool {
-            matches!(self, DenseGemm::Sm100(_))
+            self.config().arch() == Arch::Sm100
         }
         fn extents(&self) -> (usize, usize, usize) {
             (self.shape().n(), self.shape().k(), self.shape().max_rows())

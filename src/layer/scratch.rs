@@ -196,7 +196,7 @@ impl<T: Element> MoeScratch<T> {
             r.as_ref().map_or(0, |r| r.data().num_bytes() + r.scales().num_bytes())
         }
         fn bt(r: &Option<Fp8TokenRows>) -> usize {
-            r.as_ref().map_or(0, |r| r.q().len() + 4 * r.scales().len())
+            r.as_ref().map_or(0, Fp8TokenRows::bytes)
         }
         self.layout.as_ref().map_or(0, ExpertLayout::bytes)
             + b(&self.a)

@@ -152,7 +152,7 @@ impl Fp8Rows {
     }
 
     fn dst(&mut self) -> ffi::QuantDst<'_> {
-        ffi::QuantDst { data: &mut self.data, scales: &mut self.scales, rows: self.rows }
+        ffi::QuantDst { data: &mut self.data, scales: &mut self.scales, rows: self.rows, amax: None }
     }
 }
 

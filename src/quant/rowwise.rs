@@ -57,13 +57,20 @@ pub enum TokenScale<'a> {
     /// is: device data, so one that is not finite and positive is replaced by 1 and reported
     /// ([`crate::status::bits::BAD_STATIC_SCALE`]).
     Static(&'a CudaSlice<f32>),
+    /// One scale for every row, computed at run time: `max(amax, eps) / 448` by these options, the amax over every
+    /// row the call quantises (dynamic per-tensor scaling, vLLM's `scaled_fp8_quant` without a scale). A first
+    /// kernel reduces the amax into the rows' own device word ([`Fp8TokenRows::zeros`] allocates it).
+    DynamicTensor(GroupQuant),
 }
 
-/// Activations quantised per token on the device: e4m3 `[rows, K]` and f32 scales `[rows]`, one value.
+/// Activations quantised per token on the device: e4m3 `[rows, K]` and f32 scales `[rows]`, one value; and the
+/// device word a dynamic per-tensor scale is reduced in ([`TokenScale::DynamicTensor`]; 4 bytes, from
+/// [`Self::zeros`]).
 #[derive(Debug)]
 pub struct Fp8TokenRows {
     q: CudaSlice<F8E4M3>,
     scales: CudaSlice<f32>,
+    amax: Option<CudaSlice<u32>>,
     rows: usize,
     k: usize,
 }
@@ -79,16 +86,22 @@ impl Fp8TokenRows {
         }
         check_len("e4m3 elements", q.len(), product("FP8 rows [rows, K] =", &[rows, k])?, format!("[{rows}, {k}]"))?;
         check_len("scales", scales.len(), rows, format!("{rows} rows (one scale per token)"))?;
-        Ok(Fp8TokenRows { q, scales, rows, k })
+        Ok(Fp8TokenRows { q, scales, amax: None, rows, k })
     }
 
-    /// Zeroed rows.
+    /// Zeroed rows, with the word of a dynamic per-tensor scale.
     ///
     /// # Errors
     /// As [`Self::new`]; driver errors of the allocation.
     pub fn zeros(stream: &Arc<CudaStream>, rows: usize, k: usize) -> Result<Self> {
         let n = product("FP8 rows [rows, K] =", &[rows, k])?;
-        Self::new(stream.alloc_zeros(n)?, stream.alloc_zeros(rows)?, rows, k)
+        let rows = Self::new(stream.alloc_zeros(n)?, stream.alloc_zeros(rows)?, rows, k)?;
+        Ok(Fp8TokenRows { amax: Some(stream.alloc_zeros(1)?), ..rows })
+    }
+
+    /// Device bytes: the e4m3 rows, their scales and the amax word.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + 4 * self.scales.len() + 4 * self.amax.as_ref().map_or(0, |w| w.len())
     }
 
     /// Uploads host rows quantised per token (`1 x K` blocks) or per tensor, with F32 scales.
@@ -146,7 +159,7 @@ impl Fp8TokenRows {
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
         let desc = self.desc(scale);
-        let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
+        let dst = self.dst(scale)?;
         ffi::launch_quantize_rows(stream, &desc, &src, None, dst, status.word_mut())
     }
 
@@ -191,7 +204,7 @@ impl Fp8TokenRows {
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
         let desc = self.desc(scale);
-        let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
+        let dst = self.dst(scale)?;
         ffi::launch_quantize_gather(stream, &desc, &src, dims.top_k(), layout.positions(), dst, status.word_mut())
     }
 
@@ -226,16 +239,29 @@ impl Fp8TokenRows {
         let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
         let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
         let desc = self.desc(scale);
-        let dst = ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows };
+        let dst = self.dst(scale)?;
         ffi::launch_quantize_rows(stream, &desc, &src, Some(&mask), dst, status.word_mut())
     }
 
     /// The kernel's description of a per-token quantisation of these rows.
+    /// The destination of a quantisation under `scale`: these rows, and the amax word for a per-tensor scale.
+    fn dst(&mut self, scale: &TokenScale<'_>) -> Result<ffi::QuantDst<'_>> {
+        let amax = match scale {
+            TokenScale::DynamicTensor(_) => Some(self.amax.as_mut().ok_or_else(|| Error::Buffer {
+                name: "FP8 token rows",
+                detail: "hold no amax word for a dynamic per-tensor scale (Fp8TokenRows::zeros allocates one)".into(),
+            })?),
+            _ => None,
+        };
+        Ok(ffi::QuantDst { data: &mut self.q, scales: &mut self.scales, rows: self.rows, amax })
+    }
+
     fn desc<'s>(&self, scale: &TokenScale<'s>) -> ffi::QuantDesc<'s> {
         let (opts, static_scale) = match *scale {
             TokenScale::Dynamic(opts) => (opts, None),
             // The eps and rounding are not read: the kernel takes the scale as given.
             TokenScale::Static(s) => (GroupQuant::DEEPSEEK, Some(s)),
+            TokenScale::DynamicTensor(opts) => (opts, None),
         };
         ffi::QuantDesc {
             k: self.k,

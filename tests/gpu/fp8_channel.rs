@@ -5,7 +5,7 @@
 //!   under the FP8 layer bound (`fp8_layer_mismatch`), and
 //! * the bf16 layer over the dequantised weights under `fp8_vs_dense_tolerance(Dequantised)`,
 //!
-//! with per-token (dynamic) and static per-tensor activation scales, per-channel and per-tensor weight scales,
+//! with per-token (dynamic), dynamic per-tensor and static per-tensor activation scales, per-channel and per-tensor weight scales,
 //! the FP8 layer tests' adversarial routing (groups of 0, 1, 5 and 129 rows), passes, a scale swap caught and
 //! CUDA-graph replays bit-equal to eager. Weights are random with every row scaled by its own factor in 1/4 .. 4,
 //! so channel scales differ between rows and experts and a scale read from the wrong row or expert is seen.
@@ -14,9 +14,13 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
+use moe_gemm::experts::CHANNEL_ACT_EPS;
 use moe_gemm::experts::{Fp8ChannelExperts, StaticInputScales};
 use moe_gemm::layer::Fp8ChannelExpertWeights;
-use moe_gemm::quant::{per_row_block, ActivationScales, BlockFp8, BlockShape, ScaleFormat};
+use moe_gemm::quant::{
+    per_row_block, quantize_element, ActivationScales, BlockFp8, BlockShape, Fp8TokenRows, GroupQuant, ScaleFormat,
+    ScaleRounding, TokenScale,
+};
 use moe_gemm::reference::{fp8_layer_mismatch, fp8_vs_dense_mismatch, moe_forward_fp8_channel, DenseWeights};
 use moe_gemm::*;
 
@@ -148,6 +152,8 @@ fn fp8_channel_layer_matches_its_references_on_adversarial_routing() {
         ("channel weights, per-token activations", true, ActivationScales::DynamicToken),
         ("tensor weights, static activations", false, ActivationScales::StaticTensor),
         ("channel weights, static activations", true, ActivationScales::StaticTensor),
+        ("tensor weights, dynamic per-tensor activations", false, ActivationScales::DynamicTensor),
+        ("channel weights, dynamic per-tensor activations", true, ActivationScales::DynamicTensor),
     ] {
         let p = host_experts(e, h, i, per_row, acts, 1);
         let ids = |t: usize, k: usize, seed: u64| moe_gemm::random::topk_ids(t, k, e, seed);
@@ -160,7 +166,17 @@ fn fp8_channel_layer_matches_its_references_on_adversarial_routing() {
         check(&format!("{name}: T = 1"), &p, 160, k, &[6, 1], &[0.7, 0.3]);
         check(&format!("{name}: 5 rows on one expert"), &p, 160, 1, &[4; 5], &[1.0; 5]);
         check(&format!("{name}: 129 rows on one expert"), &p, 160, 1, &[2; 129], &weights_for(129, 1, 8));
-        check(&format!("{name}: 300 tokens in passes of 128"), &p, 128, k, &ids(300, k, 12), &weights_for(300, k, 13));
+        // A per-tensor scale is one pass's (the reference takes the whole batch's): passes only per token/static.
+        if acts != ActivationScales::DynamicTensor {
+            check(
+                &format!("{name}: 300 tokens in passes of 128"),
+                &p,
+                128,
+                k,
+                &ids(300, k, 12),
+                &weights_for(300, k, 13),
+            );
+        }
     }
 }
 
@@ -243,7 +259,7 @@ fn fp8_channel_layer_replays_in_a_graph() {
 }
 
 /// What the layer refuses of these weights, by name, before anything runs: the backends without a rowwise
-/// kernel, and dynamic per-tensor activation scales.
+/// kernel.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn fp8_channel_refusals_name_the_constraint() {
@@ -256,7 +272,89 @@ fn fp8_channel_refusals_name_the_constraint() {
     }
     let auto = MoeLayer::new(&stream, w, MoeLayerOptions::new(16, 2)).unwrap();
     assert_eq!(auto.backend_for(1), Backend::Grouped);
-    let tensor = host_experts(4, 256, 128, false, ActivationScales::DynamicTensor, 52);
-    let e = Fp8ChannelExpertWeights::upload(&stream, &tensor, Activation::SiluGated).unwrap_err().to_string();
-    assert!(e.contains("DynamicTensor") && e.contains("per-token"), "{e}");
+}
+
+/// Dynamic per-tensor scales on the device: every row takes `max(amax, 1/512) / 448` of all the rows quantised,
+/// bit for bit the host's scale, and every element the host's e4m3; a second call on a smaller tensor takes its own
+/// amax (the word is reset per call, not kept); rows that hold no amax word are refused by name. A scale taken per
+/// row, or an amax kept from the call before, fails the first two checks.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn dynamic_per_tensor_scales_are_one_amax_over_every_row() {
+    let (_ctx, stream) = gpu();
+    let (rows, k) = (37usize, 384usize);
+    let quant = GroupQuant::new(CHANNEL_ACT_EPS, ScaleRounding::Exact).unwrap();
+    let mut st = DeviceStatus::new(&stream).unwrap();
+    let mut q = Fp8TokenRows::zeros(&stream, rows, k).unwrap();
+    for (round, peak) in [(0u64, -9.5f32), (1, 2.25)] {
+        let mut x: Vec<bf16> = random_vec::<bf16>(rows * k, 61 + round, 1.0);
+        x[5 * k + 17] = bf16::from_f32(peak); // the tensor's amax, in one row only
+        let xd = stream.clone_htod(&x).unwrap();
+        let xv = MatrixView::of("x", &xd, k).unwrap();
+        q.quantize(&stream, &xv, &TokenScale::DynamicTensor(quant), &mut st).unwrap();
+        let want = quant.scale(peak.abs());
+        let scales = stream.clone_dtoh(&q.scales()).unwrap();
+        assert!(scales.iter().all(|s| s.to_bits() == want.to_bits()), "round {round}: {:?} != {want}", &scales[..4]);
+        let got = stream.clone_dtoh(&q.q()).unwrap();
+        for (n, v) in x.iter().enumerate() {
+            let e = quantize_element(v.to_f32(), want);
+            assert_eq!(got[n].to_bits(), e.to_bits(), "round {round}, element {n}: {v}");
+        }
+    }
+    st.check(&stream).unwrap();
+    let mut bare =
+        Fp8TokenRows::new(stream.alloc_zeros(rows * k).unwrap(), stream.alloc_zeros(rows).unwrap(), rows, k).unwrap();
+    let xd = stream.clone_htod(&vec![bf16::ONE; rows * k]).unwrap();
+    let xv = MatrixView::of("x", &xd, k).unwrap();
+    let e = bare.quantize(&stream, &xv, &TokenScale::DynamicTensor(quant), &mut st).unwrap_err().to_string();
+    assert!(e.contains("amax word"), "{e}");
+}
+
+/// Experts built on the device (`Fp8ChannelExpertWeights::from_device`, what a server with its own loader or the
+/// bench uses) run the same function as uploaded ones: outputs bit-equal, per-token and per-tensor scales; shapes
+/// that do not chain and static scales are refused by name.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_experts_from_the_device_equal_uploaded_ones() {
+    let (e, h, i, k, t) = (8usize, 256usize, 128usize, 2usize, 40usize);
+    let x = random_vec::<bf16>(t * h, 71, 1.0);
+    let ids = moe_gemm::random::topk_ids(t, k, e, 72);
+    let wts = weights_for(t, k, 73);
+    for acts in [ActivationScales::DynamicToken, ActivationScales::DynamicTensor] {
+        let p = host_experts(e, h, i, true, acts, 74);
+        let mut uploaded = ChannelRig::new(&p, t, k);
+        let want = uploaded.forward(Backend::Grouped, &x, &ids, &wts);
+        let s = &uploaded.stream;
+        let (w13, w2) = (
+            moe_gemm::quant::Fp8ChannelWeights::from_host(s, p.w13()).unwrap(),
+            moe_gemm::quant::Fp8ChannelWeights::from_host(s, p.w2()).unwrap(),
+        );
+        let w = Arc::new(Fp8ChannelExpertWeights::from_device(w13, w2, Activation::SiluGated, acts).unwrap());
+        let layer = MoeLayer::new(s, w, MoeLayerOptions::new(t, k).backends(Backends::FP8_CHANNEL)).unwrap();
+        let scratch = MoeScratch::for_layers(s, [&layer]).unwrap();
+        let mut rig = ChannelRig { stream: s.clone(), layer, scratch };
+        let got = rig.forward(Backend::Grouped, &x, &ids, &wts);
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{acts:?}: outputs differ");
+    }
+    let (_ctx, stream) = gpu();
+    let p = host_experts(e, h, i, true, ActivationScales::DynamicToken, 75);
+    let w = |m| moe_gemm::quant::Fp8ChannelWeights::from_host(&stream, m).unwrap();
+    let e1 = Fp8ChannelExpertWeights::from_device(
+        w(p.w2()),
+        w(p.w2()),
+        Activation::SiluGated,
+        ActivationScales::DynamicToken,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e1.contains("do not chain"), "{e1}");
+    let e2 = Fp8ChannelExpertWeights::from_device(
+        w(p.w13()),
+        w(p.w2()),
+        Activation::SiluGated,
+        ActivationScales::StaticTensor,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e2.contains("StaticTensor") && e2.contains("upload"), "{e2}");
 }

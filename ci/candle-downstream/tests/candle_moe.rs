@@ -1,7 +1,8 @@
 //! moe-gemm's candle operation against candle's own fused MoE (`candle_transformers::fused_moe::FusedMoe`, on
 //! candle-nn's `moe_gemm` kernels), built from the same random weights through a `VarBuilder`: the same routing
 //! (candle's softmax, top-k and renormalisation, computed once and given to both), outputs compared token by
-//! token, at a decode and a prefill batch. On the GPU host: `carry/candle_moe --include-ignored`.
+//! token, at a decode and a prefill batch; candle-transformers' Mixtral block through its public `Model`; the op
+//! captured in a CUDA graph. On the GPU host: `carry/candle_moe --include-ignored`.
 
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{Activation, VarBuilder, VarMap};
@@ -205,6 +206,73 @@ fn candle_moe_replays_in_a_captured_graph_bit_equal_to_eager() {
     // The routings differ from the first, so the outputs must too: a replay stuck on the captured routing fails.
     assert!(changed > 0, "no replay changed the output: the new routing did not reach the graph");
     println!("10 replays with new routing: bit-equal to eager ({changed} differ from the captured step)");
+}
+
+/// candle-transformers' own Mixtral block (`models::mixtral`, the model's `SparseMoeBlock`: softmax over the
+/// experts, top-2, renormalised, a loop over experts of `w2(silu(w1 x) * w3 x)`), which the crate's API keeps
+/// private, reached through its public `Model`: one layer whose attention output projection is zero (so the
+/// layer's output is `h + moe(norm(h))` with `h` the embeddings), the final norm's weight ones and `lm_head` the
+/// identity, fed T tokens as a batch of T one-token sequences. The same with the op in the block's place, from the
+/// same `VarMap`, must give the same hidden states token by token within a few bf16 steps of the MoE output.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_matches_candle_transformers_mixtral_block() {
+    use candle_transformers::models::mixtral;
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, k, h, i, tokens) = (8usize, 2usize, 512usize, 1024usize, 48usize);
+    let cfg: mixtral::Config = serde_json::from_str(&format!(
+        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": {i}, "num_hidden_layers": 1,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_act": "silu",
+            "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "sliding_window": 64,
+            "num_experts_per_tok": {k}, "num_local_experts": {e}, "use_flash_attn": false}}"#
+    ))
+    .unwrap();
+    let mut vars = VarMap::new();
+    let mut model = mixtral::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
+    let l = "model.layers.0";
+    let zero = Tensor::zeros((h, h), DType::BF16, &device).unwrap();
+    vars.set_one(format!("{l}.self_attn.o_proj.weight"), &zero).unwrap();
+    vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
+    let moe = format!("{l}.block_sparse_moe");
+    let (w13, w2) = (
+        Tensor::zeros((e * 2 * i, h), DType::BF16, &device).unwrap(),
+        Tensor::zeros((e * h, i), DType::BF16, &device).unwrap(),
+    );
+    for x in 0..e {
+        let get = |p: &str| weight(&vars, &format!("{moe}.experts.{x}.{p}.weight"));
+        w13.slice_set(&get("w1"), 0, x * 2 * i).unwrap(); // gate
+        w13.slice_set(&get("w3"), 0, x * 2 * i + i).unwrap(); // up
+        w2.slice_set(&get("w2"), 0, x * h).unwrap(); // down
+    }
+    let (w13, w2) = (w13.reshape((e, 2 * i, h)).unwrap(), w2.reshape((e, h, i)).unwrap());
+    let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(tokens, k)).unwrap();
+
+    let ids: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % h as u32).collect();
+    let ids = Tensor::new(ids.as_slice(), &device).unwrap();
+    let got_model = model.forward(&ids.reshape((tokens, 1)).unwrap(), 0).unwrap().reshape((tokens, h)).unwrap();
+
+    // The same layer with the op: h = embeddings, y = op(norm(h)) under the block's routing, then the final norm.
+    let hs = weight(&vars, "model.embed_tokens.weight").index_select(&ids, 0).unwrap();
+    let norm = |x: &Tensor, name: &str| candle_nn::ops::rms_norm(x, &weight(&vars, name), 1e-5).unwrap();
+    let xn = norm(&hs, &format!("{l}.post_attention_layernorm.weight"));
+    let gate = candle_nn::Linear::new(weight(&vars, &format!("{moe}.gate.weight")), None);
+    let (tk, tw) = candle_routing(&gate, &xn, k);
+    let y = op.forward(&xn, &tk, &tw).unwrap();
+    let got_op = norm(&(&hs + &y).unwrap(), "model.norm.weight");
+
+    let f = |t: &Tensor| -> Vec<Vec<f32>> { t.to_dtype(DType::F32).unwrap().to_vec2().unwrap() };
+    let (m, o, ys, pre) = (f(&got_model), f(&got_op), f(&y), f(&(&hs + &y).unwrap()));
+    for t in 0..tokens {
+        // The MoE outputs may differ by a few bf16 steps of their largest (candle rounds silu(gate) and the
+        // product separately); the final norm scales that by 1 / rms of the pre-norm row.
+        let ymax = ys[t].iter().fold(0f32, |a, v| a.max(v.abs()));
+        let rms = (pre[t].iter().map(|v| v * v).sum::<f32>() / h as f32).sqrt();
+        let bound = 4.0 * ymax / 256.0 / rms + 2.0 / 256.0;
+        let worst = m[t].iter().zip(&o[t]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= bound, "token {t}: |block - op| = {worst} > {bound} (max |y| {ymax}, rms {rms})");
+    }
+    println!("Mixtral block (one layer, {tokens} tokens): every token within its bound of the op");
 }
 
 /// Times candle's `FusedMoe.forward` (its gate, softmax, top-k and fused experts) beside the crate's op at the

@@ -1,0 +1,147 @@
+//! The block-scaled (MX) grouped GEMM of the device: one plan, [`MxGemm`], whose constructor picks SM100's
+//! CUTLASS kernel ([`GroupedGemmMx`]) on a Blackwell device and the portable one ([`GroupedGemmMxPortable`]:
+//! exact dequantisation into bf16, `wmma`) on Hopper. Both take the same operands ([`MxRows`], [`MxWeights`]) and
+//! group rows; only SM100's needs a workspace.
+//!
+//! SM100's kernel is compiled and SASS-checked, never run on hardware ([`crate::kernels::grouped_mx`]).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtrMut};
+use half::bf16;
+
+use crate::device::{Arch, DeviceInfo, KernelFamily};
+use crate::error::{Error, Result};
+use crate::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat, MxRows, MxWeights};
+use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
+use crate::kernels::plan::{self, Workspace};
+use crate::layouts::GroupRows;
+use crate::status::DeviceStatus;
+
+#[derive(Debug)]
+enum Planned {
+    Sm100(GroupedGemmMx),
+    Portable(GroupedGemmMxPortable),
+}
+
+/// A block-scaled grouped GEMM planned for one pair of formats, one shape and one device.
+#[derive(Debug)]
+pub struct MxGemm {
+    plan: Planned,
+}
+
+impl MxGemm {
+    /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the device
+    /// of `stream`.
+    ///
+    /// # Errors
+    /// As [`Self::for_device`]; driver errors of the device query.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        activations: MxFormat,
+        weights: MxFormat,
+        groups: usize,
+        n: usize,
+        k: usize,
+        max_rows: usize,
+    ) -> Result<Self> {
+        Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
+    }
+
+    /// Plans for an already queried device: SM100's kernel on compute capability 10.0 (with its default
+    /// configuration, [`MxConfig::default_for`]), the portable one on 9.0.
+    ///
+    /// # Errors
+    /// The chosen plan's: [`Error::KernelNotBuilt`] for a pair of formats no kernel computes,
+    /// [`Error::InvalidProblem`] for extents it cannot take, [`Error::UnsupportedArch`] naming the device on any
+    /// other arch.
+    pub fn for_device(
+        device: DeviceInfo,
+        activations: MxFormat,
+        weights: MxFormat,
+        groups: usize,
+        n: usize,
+        k: usize,
+        max_rows: usize,
+    ) -> Result<Self> {
+        let (a, w) = (activations, weights);
+        let plan = match plan::device_arch(&device, "grouped_gemm_mx", KernelFamily::GroupedGemmMxPortable)? {
+            Arch::Sm100 => Planned::Sm100(GroupedGemmMx::for_device(device, a, w, groups, n, k, max_rows)?),
+            Arch::Sm90 => Planned::Portable(GroupedGemmMxPortable::for_device(device, a, w, groups, n, k, max_rows)?),
+        };
+        Ok(MxGemm { plan })
+    }
+
+    /// Whether the plan runs the portable kernel (Hopper) rather than SM100's.
+    pub fn is_portable(&self) -> bool {
+        matches!(self.plan, Planned::Portable(_))
+    }
+    /// SM100's configuration (`None` for the portable kernel, which has one).
+    pub fn config(&self) -> Option<MxConfig> {
+        match &self.plan {
+            Planned::Sm100(p) => Some(p.config()),
+            Planned::Portable(_) => None,
+        }
+    }
+    /// Rows of A (and D) the plan reads.
+    pub fn max_rows(&self) -> usize {
+        match &self.plan {
+            Planned::Sm100(p) => p.max_rows(),
+            Planned::Portable(p) => p.max_rows(),
+        }
+    }
+    /// Bytes of device workspace a launch needs (0: the portable kernel takes none).
+    pub fn workspace_bytes(&self) -> usize {
+        match &self.plan {
+            Planned::Sm100(p) => p.workspace_bytes(),
+            Planned::Portable(_) => 0,
+        }
+    }
+
+    /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] (SM100) when no workspace is given; the chosen plan's launch errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch<'r>(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: MxRows<'_>,
+        b: MxWeights<'_>,
+        rows: impl Into<GroupRows<'r>>,
+        d: &mut impl DevicePtrMut<bf16>,
+        workspace: Option<&mut Workspace>,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        match &self.plan {
+            Planned::Sm100(p) => {
+                let workspace = workspace.ok_or_else(|| {
+                    Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
+                })?;
+                p.launch(stream, a, b, rows, d, workspace, status)
+            }
+            Planned::Portable(p) => p.launch(stream, a, b, rows, d, status),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_portable_kernel_on_hopper_and_sm100s_on_blackwell() {
+        let (a, w) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
+        let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
+        let p = MxGemm::for_device(h200, a, w, 128, 5760, 2944, 4096).unwrap();
+        assert!(p.is_portable() && p.config().is_none() && p.workspace_bytes() == 0);
+        assert_eq!(p.max_rows(), 4096);
+        let b200 = DeviceInfo::described("NVIDIA B200", (10, 0), 148);
+        let p = MxGemm::for_device(b200, a, w, 128, 5760, 2944, 4096).unwrap();
+        assert!(!p.is_portable() && p.config().is_some() && p.workspace_bytes() > 0);
+        let a100 = DeviceInfo::described("NVIDIA A100", (8, 0), 108);
+        let e = MxGemm::for_device(a100, a, w, 128, 5760, 2944, 4096).unwrap_err();
+        assert!(matches!(e, Error::UnsupportedArch { .. }) && e.to_string().contains("A100"), "{e}");
+    }
+}

@@ -1,0 +1,172 @@
+//! What every GEMM plan of this module shares, written once: the caller-owned workspace, the accessors of a
+//! validated shape (`groups`, `n`, `k`, `max_rows`) and those of a plan (its shape, configuration, device,
+//! workspace size and FLOP count). The families differ in what they plan and launch, not in these.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+
+use crate::error::Result;
+
+/// Caller-owned device workspace of a plan: the per-group argument arrays and CUTLASS's scratch. One workspace
+/// at least as large as a plan's [`workspace_bytes`](crate::kernels::grouped::GroupedGemm::workspace_bytes)
+/// serves any plan, of any family.
+#[derive(Debug)]
+pub struct Workspace {
+    buf: CudaSlice<u8>,
+}
+
+impl Workspace {
+    /// A zeroed workspace of `bytes` (one buffer any plan needing at most `bytes` can launch with).
+    pub(crate) fn zeroed(stream: &Arc<CudaStream>, bytes: usize) -> Result<Self> {
+        Ok(Workspace { buf: stream.alloc_zeros::<u8>(bytes)? })
+    }
+
+    /// The buffer, for the launchers of the plans that share this workspace type.
+    pub(crate) fn buf_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.buf
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+/// The getters of a shape struct with private `groups`, `n`, `k` and `max_rows` fields.
+macro_rules! shape_accessors {
+    () => {
+        /// Groups (experts) of B.
+        pub fn groups(&self) -> usize {
+            self.groups
+        }
+        /// Rows of each expert's weight (columns of D).
+        pub fn n(&self) -> usize {
+            self.n
+        }
+        /// The reduction extent.
+        pub fn k(&self) -> usize {
+            self.k
+        }
+        /// Rows of A (and D) a launch may read (and write).
+        pub fn max_rows(&self) -> usize {
+            self.max_rows
+        }
+    };
+}
+
+/// The accessors of a plan struct with `shape: $shape`, `config: $config`, `device: DeviceInfo` and
+/// `workspace_bytes: u64` fields.
+macro_rules! plan_accessors {
+    ($shape:ty, $config:ty) => {
+        /// The shape the plan was made for.
+        pub fn shape(&self) -> &$shape {
+            &self.shape
+        }
+        /// The compiled configuration a launch runs.
+        pub fn config(&self) -> $config {
+            self.config
+        }
+        /// The device the plan was made for (a launch on another device is refused).
+        pub fn device(&self) -> &$crate::device::DeviceInfo {
+            &self.device
+        }
+        /// Bytes of device workspace a launch needs.
+        pub fn workspace_bytes(&self) -> usize {
+            self.workspace_bytes as usize
+        }
+        /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path). Any
+        /// [`Workspace`](crate::kernels::plan::Workspace) at least this large serves, including one shared with
+        /// other plans.
+        ///
+        /// # Errors
+        /// Driver errors of the allocation.
+        pub fn alloc_workspace(
+            &self,
+            stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        ) -> $crate::error::Result<$crate::kernels::plan::Workspace> {
+            $crate::kernels::plan::Workspace::zeroed(stream, self.workspace_bytes())
+        }
+        /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+        pub fn flops(&self, rows: usize) -> f64 {
+            2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
+        }
+    };
+}
+
+/// The accessors of a plan over the arch plans of one family, held as `plan: Planned` with variants `Sm90` and
+/// `Sm100` (each arch plan has them too): shape, device, workspace and FLOP count, whichever arch was planned.
+macro_rules! arch_plan_accessors {
+    ($shape:ty) => {
+        /// The shape the plan was made for.
+        pub fn shape(&self) -> &$shape {
+            match &self.plan {
+                Planned::Sm90(p) => p.shape(),
+                Planned::Sm100(p) => p.shape(),
+            }
+        }
+        /// The device the plan was made for.
+        pub fn device(&self) -> &$crate::device::DeviceInfo {
+            match &self.plan {
+                Planned::Sm90(p) => p.device(),
+                Planned::Sm100(p) => p.device(),
+            }
+        }
+        /// Bytes of device workspace a launch needs.
+        pub fn workspace_bytes(&self) -> usize {
+            match &self.plan {
+                Planned::Sm90(p) => p.workspace_bytes(),
+                Planned::Sm100(p) => p.workspace_bytes(),
+            }
+        }
+        /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
+        ///
+        /// # Errors
+        /// Driver errors of the allocation.
+        pub fn alloc_workspace(
+            &self,
+            stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        ) -> $crate::error::Result<$crate::kernels::plan::Workspace> {
+            $crate::kernels::plan::Workspace::zeroed(stream, self.workspace_bytes())
+        }
+        /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
+        pub fn flops(&self, rows: usize) -> f64 {
+            2.0 * rows as f64 * self.shape().n() as f64 * self.shape().k() as f64
+        }
+    };
+}
+
+/// The arch a family plan runs on `device`, or the family's refusal naming the device: `family`'s text where the
+/// device has no arch this crate builds for.
+pub(crate) fn device_arch(
+    device: &crate::device::DeviceInfo,
+    op: &'static str,
+    family: crate::device::KernelFamily,
+) -> Result<crate::device::Arch> {
+    match device.arch {
+        Some(a) => Ok(a),
+        None => device.require(op, family).and(Err(crate::error::Error::InvalidProblem(format!(
+            "{op}: {} is of no architecture this crate builds for",
+            device.name
+        )))),
+    }
+}
+
+/// Refuses a forced configuration (`name`, of `config_arch`) of another arch than the device's, naming both.
+pub(crate) fn check_config_arch(
+    what: &str,
+    name: &str,
+    config_arch: crate::device::Arch,
+    device: &crate::device::DeviceInfo,
+    arch: crate::device::Arch,
+) -> Result<()> {
+    if config_arch == arch {
+        return Ok(());
+    }
+    Err(crate::error::Error::InvalidProblem(format!(
+        "{what}: configuration {name} is {config_arch}'s, the device ({}) is {arch}",
+        device.name
+    )))
+}
