@@ -153,6 +153,21 @@ def oom_kills():
     return [l for l in r.stdout.decode(errors="replace").splitlines() if "Killed process" in l or "Out of memory" in l]
 
 
+PAIR_LINE = re.compile(r"^\[(\w+)\] (\S+) \(([0-9.]+) s")
+
+
+def earlier_seconds(paths):
+    """(tool, test) -> the longest time one pair took in earlier outputs of this script."""
+    took = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            m = PAIR_LINE.match(line)
+            if m:
+                key = (m.group(1), m.group(2))
+                took[key] = max(took.get(key, 0.0), float(m.group(3)))
+    return took
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = Path(__file__).resolve().parent
@@ -166,6 +181,9 @@ def main():
     ap.add_argument("--logs", default="sanitize-logs")
     ap.add_argument("--allow", default=str(here / "sanitize-allow.txt"))
     ap.add_argument("--filter", action="append", default=[], help="run only tests containing one of these")
+    ap.add_argument("--longest-first", action="append", default=[], metavar="EARLIER_OUTPUT",
+                    help="start the pairs that took longest in these earlier outputs of this script first, so "
+                    "that a --deadline does not find a long pair unstarted")
     ap.add_argument("--expect-caught", action="store_true",
                     help="for a build with a planted bug (MOE_GEMM_PLANT): succeed only if every pair reports it")
     a = ap.parse_args()
@@ -182,6 +200,9 @@ def main():
         sys.exit("no tests selected")
     logs = Path(a.logs)
     jobs = [(tool, test) for test in tests for tool in tools]
+    if a.longest_first:
+        took = earlier_seconds(a.longest_first)
+        jobs.sort(key=lambda j: -took.get(j, 0.0))  # stable: unknown pairs keep their order, after the known
     results = {t: [] for t in tools}
     oom_before = len(oom_kills())
 
