@@ -1,8 +1,8 @@
 //! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. Every
 //! `unsafe` block of the crate lives under this module, each with the argument for its safety.
 //!
-//! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the
-//! bridge's shared enums, small structs of scalars and buffers defined here), which `kernels`, `layouts`,
+//! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the C++
+//! enums as `sys` generates them, small structs of scalars and buffers defined here), which `kernels`, `layouts`,
 //! `routing` and `layer` build from their validated types. Each launcher binds the stream's context to the calling thread,
 //! checks the buffer lengths and alignments its unsafe call relies on (O(1) host work: nothing is allocated,
 //! copied, read back or synchronised), holds cudarc's stream-ordering guards until the C++ call has queued its
@@ -10,7 +10,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `bridge` | the `#[cxx::bridge]`: shared enums and params, the C++ functions |
+//! | `sys` | the C++ argument structs, their enums and `Status`, generated from the headers (scripts/bindgen.sh) |
+//! | `bridge` | the `#[cxx::bridge]`s: the C++ functions, taking `sys`'s types |
 //! | `grouped` | SM90 grouped GEMM: built / workspace / launch |
 //! | `grouped_fp8` | SM90 and SM100 FP8 blockwise-scaled grouped GEMMs: built / facts / workspace / launch |
 //! | `fused` | fused MoE GEMMs: prepare (per plan) / launch |
@@ -20,7 +21,7 @@
 //! | `quant` | FP8 activation quantisation: rows, rows gathered to layout positions, rows in use |
 //! | `runtime` | driver and runtime facts, spin, read sweep, SIGPIPE, mmap of checkpoints |
 //! | `cublas` | the ceilings' cuBLAS bf16 and cuBLASLt fp8 GEMMs |
-//! | `status` | `LaunchStatus` → `Error` |
+//! | `status` | `Status` → `Error` |
 
 mod bridge;
 mod bridge_fp8;
@@ -40,21 +41,19 @@ pub(crate) mod quant;
 pub(crate) mod routing;
 pub(crate) mod runtime;
 mod status;
-// Not yet taken by the bridges, which still declare their own mirrors of these structs.
-#[allow(dead_code)]
 mod sys;
 
 use cudarc::driver::CudaStream;
 
-pub(crate) use bridge::ffi::{Activation, FusedTile, GateUp, LayoutKind, RouterKind, TileConfig};
+pub(crate) use sys::{Activation, FusedTile, GateUp, LayoutKind, RouterKind, TileConfig};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-fn dtype(d: DType) -> bridge::ffi::DType {
+fn dtype(d: DType) -> sys::DType {
     match d {
-        DType::BF16 => bridge::ffi::DType::BF16,
-        DType::F16 => bridge::ffi::DType::F16,
+        DType::BF16 => sys::DType::BF16,
+        DType::F16 => sys::DType::F16,
     }
 }
 
