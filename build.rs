@@ -65,7 +65,6 @@ fn main() {
     // The bridge first: it references the CUDA library, which must come after it on the link line.
     cxx_build::bridges(["src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"])
         .file("cpp/bridge/bridge.cc")
-        .file("cpp/bridge/bridge_quant.cc")
         .include(root.join("cpp"))
         .std("c++17")
         .flag_if_supported("-Wno-unused-parameter")

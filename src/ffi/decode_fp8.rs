@@ -3,6 +3,7 @@
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
+use super::sys;
 use super::{need_aligned, need_len, to_i32, Activation};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -137,7 +138,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     for (name, p) in [("x", x_ptr), ("w13", w13_ptr), ("w2", w2_ptr), ("h", h_ptr), ("y", y_ptr)] {
         need_aligned(name, p)?;
     }
-    let params = ffi::DecodeFp8Params {
+    let args = sys::DecodeFp8Args {
         act: w.act,
         tokens,
         top_k,
@@ -165,7 +166,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     // checked above). H and I are multiples of 128 and the bases 16-byte aligned, so every row's 16-byte loads
     // are; the shared memory fits (checked). Expert ids are device data the kernels range-check. The stream's
     // context is bound to this thread; guards outlive the call.
-    check(unsafe { ffi::decode_layer_fp8(&params) }, &Launched::op("decode_layer_fp8"))
+    check(unsafe { ffi::decode_layer_fp8(&args) }, &Launched::op("decode_layer_fp8"))
 }
 
 #[cfg(test)]

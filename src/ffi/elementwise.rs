@@ -5,11 +5,12 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
+use super::sys;
 use super::{dtype, need_aligned, need_len, need_row_len, to_i32};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::{Activation, GateUp};
+pub(crate) use sys::{Activation, GateUp};
 
 /// Columns of `d1` (and of its bias) per row: `2I` gated, `I` for the plain SiLU.
 fn d1_width(act: Activation, inter: usize) -> usize {
@@ -62,7 +63,7 @@ pub(crate) fn launch_activate<T: Element>(
     let (t_ptr, _t) = p.total.map(|t| t.device_ptr(stream)).unzip();
     let (b_ptr, _b) = p.bias.map(|b| b.device_ptr(stream)).unzip();
     let (s_ptr, _s) = status.device_ptr_mut(stream);
-    let params = ffi::ActivationParams {
+    let args = sys::ActivationArgs {
         dtype: dtype(T::DTYPE),
         act: p.act,
         gate_up: p.gate_up,
@@ -80,7 +81,7 @@ pub(crate) fn launch_activate<T: Element>(
     // SAFETY: d1 holds rows*(2I or I), h rows*I, row_experts rows, bias experts*(2I or I), I a multiple of 8, d1
     // and h 16-byte aligned (checked above); the kernel skips rows whose expert is outside [0, experts) and rows
     // at or past *total. The stream's context is bound to this thread; guards outlive the call.
-    check(unsafe { ffi::activate(&params) }, &Launched::typed("activate", T::DTYPE))
+    check(unsafe { ffi::activate(&args) }, &Launched::typed("activate", T::DTYPE))
 }
 
 /// Queues `y[t] = Σ_j pairs[t·k + j]` over the slots the layout placed (the Fused backend's combine).
@@ -178,7 +179,7 @@ pub(crate) fn launch_decode_layer<T: Element>(
     for (name, p) in [("x", x_ptr), ("w13", w13_ptr), ("w2", w2_ptr), ("h", h_ptr), ("y", y_ptr)] {
         need_aligned(name, p)?;
     }
-    let params = ffi::DecodeParams {
+    let args = sys::DecodeArgs {
         dtype: dtype(T::DTYPE),
         act: w.act,
         gate_up: w.gate_up,
@@ -203,5 +204,5 @@ pub(crate) fn launch_decode_layer<T: Element>(
     // with biases E*(2I or I) and E*H (all checked above); H and I are multiples of the element type's alignment
     // (checked) and the bases 16-byte aligned, so every row is. Expert ids are device data the kernels
     // range-check. The stream's context is bound to this thread; guards outlive the call.
-    check(unsafe { ffi::decode_layer(&params) }, &Launched::typed("decode_layer", T::DTYPE))
+    check(unsafe { ffi::decode_layer(&args) }, &Launched::typed("decode_layer", T::DTYPE))
 }

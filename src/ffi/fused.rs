@@ -8,23 +8,22 @@ use half::bf16;
 use super::bridge::ffi;
 use super::bridge_fp8::ffi as ffi8;
 use super::status::{check, Launched};
+use super::sys;
 use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::FusedTile;
-pub(crate) use ffi8::FusedFp8Tile;
+pub(crate) use sys::{FusedFp8Tile, FusedTile};
 
 /// Rows of a compiled tile (`BM` of `cpp/fused/fused_moe_sm90.cuh`'s and `cpp/fused/fused_decode.cu`'s tiles): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
-pub(crate) fn block_m(tile: FusedTile) -> Option<usize> {
+pub(crate) fn block_m(tile: FusedTile) -> usize {
     match tile {
-        FusedTile::SwapAb16 => Some(16),
-        FusedTile::SwapAb32 => Some(32),
-        FusedTile::SwapAbMerged => Some(16),
-        FusedTile::M64N128K64 => Some(64),
-        FusedTile::M128N256K64 => Some(128),
-        _ => None,
+        FusedTile::SwapAb16 => 16,
+        FusedTile::SwapAb32 => 32,
+        FusedTile::SwapAbMerged => 16,
+        FusedTile::M64N128K64 => 64,
+        FusedTile::M128N256K64 => 128,
     }
 }
 
@@ -78,11 +77,10 @@ pub(crate) struct FusedScatter<'a> {
 }
 
 /// Rows of a compiled FP8 tile (`launch_fused_fp8.h`), and its N tile (N must be whole tiles).
-pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> Option<(usize, usize)> {
+pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> (usize, usize) {
     match tile {
-        FusedFp8Tile::M64N64K128 => Some((64, 64)),
-        FusedFp8Tile::M128N128K128 => Some((128, 128)),
-        _ => None,
+        FusedFp8Tile::M64N64K128 => (64, 64),
+        FusedFp8Tile::M128N128K128 => (128, 128),
     }
 }
 
@@ -154,7 +152,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     b: &impl DevicePtr<T>,
     d: &mut impl DevicePtrMut<T>,
 ) -> Result<()> {
-    let bm = block_m(tile).ok_or_else(|| Error::InvalidProblem(format!("fused GEMM: unknown tile {tile:?}")))?;
+    let bm = block_m(tile);
     need_row_len::<T>("fused GEMM n", p.n)?;
     need_row_len::<T>("fused GEMM k", p.k)?;
     check_launch(p, bm, a.len(), b.len(), d.len())?;
@@ -177,13 +175,13 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     let bias = p.scatter.as_ref().and_then(|s| s.bias).or(p.gated.as_ref().and_then(|g| g.bias));
     let (bias_ptr, _bias) = bias.map(|b| b.device_ptr(stream)).unzip();
     let mode = match (&p.scatter, &p.gated) {
-        (Some(_), _) => ffi::FusedMode::Scatter,
-        (None, Some(_)) => ffi::FusedMode::GatherGated,
-        (None, None) => ffi::FusedMode::Gather,
+        (Some(_), _) => sys::FusedMode::Scatter,
+        (None, Some(_)) => sys::FusedMode::GatherGated,
+        (None, None) => sys::FusedMode::Gather,
     };
     let (act, gate_up) =
-        p.gated.as_ref().map_or((ffi::Activation::SiluGated, ffi::GateUp::Concatenated), |g| (g.act, g.gate_up));
-    let params = ffi::FusedGemmParams {
+        p.gated.as_ref().map_or((sys::Activation::SiluGated, sys::GateUp::Concatenated), |g| (g.act, g.gate_up));
+    let args = sys::FusedGemmArgs {
         dtype: dtype(T::DTYPE),
         tile,
         mode,
@@ -199,9 +197,6 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         d: d_ptr,
         sorted_ids: s_ptr,
         expert_ids: e_ptr,
-        offsets: o_ptr,
-        ready: r_ptr.unwrap_or(0),
-        topk_ids: k_ptr.unwrap_or(0),
         total: t_ptr,
         weights: w_ptr.unwrap_or(0),
         bias: bias_ptr.unwrap_or(0),
@@ -209,6 +204,8 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         gate_up,
         stream: stream.cu_stream() as u64,
     };
+    // Beside the args: read by the SwapAb tiles only (bridge.cc).
+    let (ready, topk_ids) = (r_ptr.unwrap_or(0), k_ptr.unwrap_or(0));
     // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), offsets (experts + 1; the
     // merged tile clamps what contradicts expert_ids to one block), block_ready (capacity / BLOCK_M, checked;
     // GEMM2 falls back to waiting for all of GEMM1 after 20 ms without its counts), topk_ids (rows, checked; its
@@ -218,7 +215,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     // id is negative or not below `experts`, zero-fills A rows whose flat row is outside [0, rows) and writes D
     // rows below capacity (gather) or flat rows in [0, rows) (scatter). The stream's context is bound to this
     // thread; guards outlive the call.
-    let status = unsafe { ffi::fused_moe_gemm(&params) };
+    let status = unsafe { ffi::fused_moe_gemm(&args, o_ptr, ready, topk_ids) };
     check(status, &Launched { config: Some(&tile), ..Launched::typed("fused_moe_gemm", T::DTYPE) })
 }
 
@@ -244,8 +241,7 @@ where
     B: DevicePtr<F8E4M3>,
     SB: DevicePtr<f32>,
 {
-    let (bm, bn) =
-        fp8_tile_mn(tile).ok_or_else(|| Error::InvalidProblem(format!("FP8 fused GEMM: unknown tile {tile:?}")))?;
+    let (bm, bn) = fp8_tile_mn(tile);
     if p.n == 0 || p.n % bn != 0 || p.k == 0 || p.k % 16 != 0 {
         return Err(Error::InvalidProblem(format!(
             "FP8 fused GEMM: n = {} must be a positive multiple of the tile's N = {bn} and k = {} of 16 (16-byte \
@@ -279,9 +275,9 @@ where
     let (t_ptr, _t) = p.total.device_ptr(stream);
     let (w_ptr, _w) = p.scatter.as_ref().map(|s| s.weights.device_ptr(stream)).unzip();
     let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
-    let params = ffi8::FusedGemmFp8Params {
+    let args = sys::FusedGemmFp8Args {
         tile,
-        mode: if p.scatter.is_some() { ffi::FusedMode::Scatter } else { ffi::FusedMode::Gather },
+        mode: if p.scatter.is_some() { sys::FusedMode::Scatter } else { sys::FusedMode::Gather },
         top_k,
         experts,
         n,
@@ -305,6 +301,6 @@ where
     // n whole N tiles (checked), and the scale grids checked above: sfa one f32 per A row per 128 of k, sfb one
     // per expert per 128 x 128 block; the kernel reads sfa only for placed rows (A rows below a_rows) and sfb
     // for live tiles (expert ids below `experts`).
-    let status = unsafe { ffi8::fused_moe_gemm_fp8(&params) };
+    let status = unsafe { ffi8::fused_moe_gemm_fp8(&args) };
     check(status, &Launched { config: Some(&tile), ..Launched::op("fused_moe_gemm_fp8") })
 }

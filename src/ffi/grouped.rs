@@ -7,11 +7,12 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
+use super::sys;
 use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
+pub(crate) use sys::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
 
 /// Whether (`dtype`, `config`) was compiled into the library.
 pub(crate) fn built(d: DType, config: TileConfig) -> bool {
@@ -118,10 +119,10 @@ pub(crate) fn launch<T: Element>(
     need_row_len::<T>("N", n)?;
     need_row_len::<T>("K", k)?;
     let (mode, offsets, counts, max_m) = match rows {
-        GroupedRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
-        GroupedRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
-        GroupedRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), max_m),
-        GroupedRows::PerRow { experts, .. } => (ffi::GroupMode::PerRow, None, Some(experts), 0),
+        GroupedRows::Offsets(o) => (sys::GroupMode::Offsets, Some(o), None, 0usize),
+        GroupedRows::Padded { offsets, counts } => (sys::GroupMode::Padded, Some(offsets), Some(counts), 0),
+        GroupedRows::Masked { masked_m, max_m } => (sys::GroupMode::Masked, None, Some(masked_m), max_m),
+        GroupedRows::PerRow { experts, .. } => (sys::GroupMode::PerRow, None, Some(experts), 0),
     };
     // What A and B must hold, and how many groups this launch runs.
     let (a_rows, b_mats, groups, a_div, num_experts) = match rows {
@@ -143,7 +144,7 @@ pub(crate) fn launch<T: Element>(
     if let Some(c) = counts {
         need_len("counts", c.len(), groups, "groups")?;
     }
-    if mode == ffi::GroupMode::Masked && groups_max * max_m > max_rows {
+    if mode == sys::GroupMode::Masked && groups_max * max_m > max_rows {
         return Err(Error::Buffer {
             name: "masked_m",
             detail: format!("G x max_m = {groups_max} x {max_m} exceeds the plan's max_rows = {max_rows}"),
@@ -181,11 +182,10 @@ pub(crate) fn launch<T: Element>(
     // base is too. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
     // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
     // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued work
-    // never outlives its buffers. The two params structs have the same fields, copied by name into C++'s
-    // (bridge.cc).
+    // never outlives its buffers. Both args structs are C++'s own (`sys`), read by the C++ side as written.
     let status = match plan.kernel {
         GroupedKernel::Sm90(config) => {
-            let params = ffi::GroupedGemmParams {
+            let args = sys::GroupedGemmArgs {
                 dtype: dtype(T::DTYPE),
                 config,
                 mode,
@@ -209,10 +209,10 @@ pub(crate) fn launch<T: Element>(
                 stream: stream_u64,
             };
             // SAFETY: the argument above, for the SM90 kernel.
-            unsafe { ffi::grouped_gemm_sm90_run(&params) }
+            unsafe { ffi::grouped_gemm_sm90_run(&args) }
         }
         GroupedKernel::Sm100(config) => {
-            let params = ffi::GroupedGemmSm100Params {
+            let args = sys::GroupedGemmSm100Args {
                 dtype: dtype(T::DTYPE),
                 config,
                 mode,
@@ -236,7 +236,7 @@ pub(crate) fn launch<T: Element>(
                 stream: stream_u64,
             };
             // SAFETY: the argument above, for the SM100 kernel (the same operands and group arrays).
-            unsafe { ffi::grouped_gemm_sm100_run(&params) }
+            unsafe { ffi::grouped_gemm_sm100_run(&args) }
         }
     };
     let config: &dyn std::fmt::Debug = match &plan.kernel {

@@ -14,10 +14,11 @@ use super::bridge::ffi;
 use super::bridge_fp8::ffi as ffi_sm100;
 use super::grouped::GroupedRows;
 use super::status::{check, Launched};
+use super::sys;
 use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::{Fp8KernelFacts, Fp8TileConfig};
+pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
 const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
 const OP_SM100: &str = "grouped_gemm_sm100_fp8_blockwise";
@@ -41,19 +42,22 @@ pub(crate) const SCALE_BLOCK: usize = 128;
 /// Whether `config` was compiled into the library.
 pub(crate) fn built(config: Fp8TileConfig) -> bool {
     if is_sm100(config) {
-        ffi_sm100::grouped_gemm_sm100_fp8_built(config)
+        ffi_sm100::grouped_gemm_sm100_fp8_blockwise_built(config)
     } else {
-        ffi::grouped_gemm_sm90_fp8_built(config)
+        ffi::grouped_gemm_sm90_fp8_blockwise_built(config)
     }
 }
 
 /// Compile-time facts of a built `config` (read from the CUTLASS types), and its kernel schedule's name.
 pub(crate) fn facts(config: Fp8TileConfig) -> Result<(Fp8KernelFacts, String)> {
     let mut f = Fp8KernelFacts::default();
+    // SAFETY: `f` is a live local, which the call may write (host only: no device, no CUDA call).
     let (s, schedule) = if is_sm100(config) {
-        (ffi_sm100::grouped_gemm_sm100_fp8_facts(config, &mut f), ffi_sm100::grouped_gemm_sm100_fp8_schedule(config))
+        let s = unsafe { ffi_sm100::grouped_gemm_sm100_fp8_blockwise_facts(config, &mut f) };
+        (s, ffi_sm100::grouped_gemm_sm100_fp8_schedule(config))
     } else {
-        (ffi::grouped_gemm_sm90_fp8_facts(config, &mut f), ffi::grouped_gemm_sm90_fp8_schedule(config))
+        let s = unsafe { ffi::grouped_gemm_sm90_fp8_blockwise_facts(config, &mut f) };
+        (s, ffi::grouped_gemm_sm90_fp8_schedule(config))
     };
     check(s, &Launched { config: Some(&config), ..Launched::op(op(config)) })?;
     Ok((f, schedule))
@@ -63,10 +67,13 @@ pub(crate) fn facts(config: Fp8TileConfig) -> Result<(Fp8KernelFacts, String)> {
 pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
     let mut bytes = 0u64;
     let groups = to_i32("groups", groups)?;
-    let s = if is_sm100(config) {
-        ffi_sm100::grouped_gemm_sm100_fp8_workspace(config, groups, sm_count, &mut bytes)
-    } else {
-        ffi::grouped_gemm_sm90_fp8_workspace(config, groups, sm_count, &mut bytes)
+    // SAFETY: `bytes` is a live local, which the call writes (host only).
+    let s = unsafe {
+        if is_sm100(config) {
+            ffi_sm100::grouped_gemm_sm100_fp8_blockwise_workspace(config, groups, sm_count, &mut bytes)
+        } else {
+            ffi::grouped_gemm_sm90_fp8_blockwise_workspace(config, groups, sm_count, &mut bytes)
+        }
     };
     check(s, &Launched { config: Some(&config), ..Launched::op(op(config)) })?;
     Ok(bytes)
@@ -102,13 +109,13 @@ where
 
 /// The FP8 GEMMs' group arrays: (mode, offsets, counts, max_m), checked against `groups` and `max_rows`
 /// (per-row groups are not offered by the FP8 families).
-pub(super) type FfiRows<'a> = (ffi::GroupMode, Option<&'a CudaView<'a, i32>>, Option<&'a CudaView<'a, i32>>, usize);
+pub(super) type FfiRows<'a> = (sys::GroupMode, Option<&'a CudaView<'a, i32>>, Option<&'a CudaView<'a, i32>>, usize);
 
 pub(super) fn group_rows<'a>(rows: GroupedRows<'a>, groups: usize, max_rows: usize) -> Result<FfiRows<'a>> {
     let (mode, offsets, counts, max_m) = match rows {
-        GroupedRows::Offsets(o) => (ffi::GroupMode::Offsets, Some(o), None, 0usize),
-        GroupedRows::Padded { offsets, counts } => (ffi::GroupMode::Padded, Some(offsets), Some(counts), 0),
-        GroupedRows::Masked { masked_m, max_m } => (ffi::GroupMode::Masked, None, Some(masked_m), max_m),
+        GroupedRows::Offsets(o) => (sys::GroupMode::Offsets, Some(o), None, 0usize),
+        GroupedRows::Padded { offsets, counts } => (sys::GroupMode::Padded, Some(offsets), Some(counts), 0),
+        GroupedRows::Masked { masked_m, max_m } => (sys::GroupMode::Masked, None, Some(masked_m), max_m),
         GroupedRows::PerRow { .. } => {
             return Err(Error::InvalidProblem(
                 "FP8 grouped GEMM: per-row groups are not offered (use offsets, padded or masked groups)".into(),
@@ -121,7 +128,7 @@ pub(super) fn group_rows<'a>(rows: GroupedRows<'a>, groups: usize, max_rows: usi
     if let Some(c) = counts {
         need_len("counts", c.len(), groups, "groups")?;
     }
-    if mode == ffi::GroupMode::Masked && groups * max_m > max_rows {
+    if mode == sys::GroupMode::Masked && groups * max_m > max_rows {
         return Err(Error::Buffer {
             name: "masked_m",
             detail: format!("G x max_m = {groups} x {max_m} exceeds the plan's max_rows = {max_rows}"),
@@ -201,7 +208,7 @@ where
             return Err(Error::Buffer { name, detail: format!("device address {p:#x} is not 4-byte aligned") });
         }
     }
-    let params = ffi::GroupedGemmFp8Params {
+    let args = sys::GroupedGemmFp8Args {
         config: plan.config,
         mode,
         max_m,
@@ -233,14 +240,14 @@ where
     // [0, max_rows]. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
     // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
     // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued
-    // work never outlives its buffers. Both units read these params alike; a unit launched on a GPU it has no
+    // work never outlives its buffers. Both units read these args alike; a unit launched on a GPU it has no
     // SASS for fails with a CUDA error (no kernel image), which `check` reports (the domain plans refuse that
     // first).
     let status = unsafe {
         if is_sm100(plan.config) {
-            ffi_sm100::grouped_gemm_sm100_fp8_run(&params)
+            ffi_sm100::grouped_gemm_sm100_fp8_blockwise_run(&args)
         } else {
-            ffi::grouped_gemm_sm90_fp8_run(&params)
+            ffi::grouped_gemm_sm90_fp8_blockwise_run(&args)
         }
     };
     check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(op(plan.config)) })

@@ -12,10 +12,11 @@ use super::bridge_fp8::ffi;
 use super::grouped::GroupedRows;
 use super::grouped_fp8::group_rows;
 use super::status::{check, Launched};
+use super::sys;
 use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::{Fp8KernelFacts, Fp8RowwiseConfig};
+pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
 
@@ -30,14 +31,17 @@ pub(crate) fn built(config: Fp8RowwiseConfig) -> bool {
 /// Compile-time facts of a built `config` and its kernel schedule's name.
 pub(crate) fn facts(config: Fp8RowwiseConfig) -> Result<(Fp8KernelFacts, String)> {
     let mut f = Fp8KernelFacts::default();
-    let s = ffi::grouped_gemm_sm90_fp8_rowwise_facts(config, &mut f);
+    // SAFETY: `f` is a live local, which the call may write (host only: no device, no CUDA call).
+    let s = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_facts(config, &mut f) };
     check(s, &Launched { config: Some(&config), ..Launched::op(OP) })?;
     Ok((f, ffi::grouped_gemm_sm90_fp8_rowwise_schedule(config)))
 }
 
 pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count: i32) -> Result<u64> {
     let mut bytes = 0u64;
-    let s = ffi::grouped_gemm_sm90_fp8_rowwise_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    let groups = to_i32("groups", groups)?;
+    // SAFETY: `bytes` is a live local, which the call writes (host only).
+    let s = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_workspace(config, groups, sm_count, &mut bytes) };
     check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm90_fp8_rowwise workspace") })?;
     Ok(bytes)
 }
@@ -128,7 +132,7 @@ where
     if sa_ptr % 4 != 0 {
         return Err(Error::Buffer { name: "sa", detail: format!("device address {sa_ptr:#x} is not 4-byte aligned") });
     }
-    let params = ffi::GroupedGemmFp8RowwiseParams {
+    let args = sys::GroupedGemmFp8RowwiseArgs {
         config: plan.config,
         mode,
         max_m,
@@ -158,6 +162,6 @@ where
     // starts the prepare kernel clamps into [0, max_rows]. The stream's context is bound to this thread; the
     // guards order the buffers on `stream` and the borrows keep them alive until this function returns
     // (cudarc frees stream-ordered).
-    let status = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_run(&params) };
+    let status = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_run(&args) };
     check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
 }

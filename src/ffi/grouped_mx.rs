@@ -11,10 +11,11 @@ use super::bridge_fp8::ffi;
 use super::grouped::GroupedRows;
 use super::grouped_fp8::group_rows;
 use super::status::{check, Launched};
+use super::sys;
 use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::Sm100MxConfig;
+pub(crate) use sys::Sm100MxConfig;
 
 const OP: &str = "grouped_gemm_sm100_mx";
 const OP_PORTABLE: &str = "grouped_gemm_mx_portable";
@@ -42,7 +43,6 @@ fn traits(config: Sm100MxConfig) -> (usize, usize, usize, bool) {
         Sm100MxConfig::Mxf8f4Mma1Sm128x128x128 => (8, 4, 32, false),
         Sm100MxConfig::Mxf4Mma1Sm128x128x256 => (4, 4, 32, false),
         Sm100MxConfig::Nvf4Mma1Sm128x128x256 => (4, 4, 16, true),
-        _ => (0, 0, 0, false),
     }
 }
 
@@ -114,10 +114,10 @@ pub(crate) fn launch(
         return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
     }
     let launched = Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) };
-    with_params(stream, plan, ops, rows, d, Some(workspace), status, &launched, |params| {
-        // SAFETY: `with_params` checked every buffer against the plan's shape (see there) and the workspace
+    with_args(stream, plan, ops, rows, d, Some(workspace), status, &launched, |args| {
+        // SAFETY: `with_args` checked every buffer against the plan's shape (see there) and the workspace
         // against the plan's size (above); the plan checked the arch (SM100).
-        unsafe { ffi::grouped_gemm_sm100_mx_run(params) }
+        unsafe { ffi::grouped_gemm_sm100_mx_run(args) }
     })
 }
 
@@ -132,17 +132,17 @@ pub(crate) fn launch_portable(
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     let launched = Launched { config: Some(&plan.config), ..Launched::op(OP_PORTABLE) };
-    with_params(stream, plan, ops, rows, d, None, status, &launched, |params| {
-        // SAFETY: `with_params` checked every buffer against the plan's shape (see there); the kernel reads no
+    with_args(stream, plan, ops, rows, d, None, status, &launched, |args| {
+        // SAFETY: `with_args` checked every buffer against the plan's shape (see there); the kernel reads no
         // workspace; the plan checked that the device is one the unit has SASS for.
-        unsafe { ffi::grouped_gemm_mx_portable_run(params) }
+        unsafe { ffi::grouped_gemm_mx_portable_run(args) }
     })
 }
 
 /// The host checks both MX launches share, then `run` with the parameters while the buffers' stream guards are
 /// held; its status as a `Result` (`launched` names the operation).
 #[allow(clippy::too_many_arguments)]
-fn with_params(
+fn with_args(
     stream: &CudaStream,
     plan: &MxPlan,
     ops: MxOperands<'_>,
@@ -151,7 +151,7 @@ fn with_params(
     workspace: Option<&mut CudaSlice<u8>>,
     status: &mut impl DevicePtrMut<u32>,
     launched: &Launched<'_>,
-    run: impl FnOnce(&ffi::GroupedGemmMxParams) -> ffi::LaunchStatus,
+    run: impl FnOnce(&sys::GroupedGemmMxArgs) -> sys::Status,
 ) -> Result<()> {
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     if n == 0 || n % plan.tile_n != 0 || k == 0 || k % 128 != 0 {
@@ -205,7 +205,7 @@ fn with_params(
             return Err(Error::Buffer { name, detail: format!("device address {p:#x} is not 128-byte aligned (TMA)") });
         }
     }
-    let params = ffi::GroupedGemmMxParams {
+    let args = sys::GroupedGemmMxArgs {
         config: plan.config,
         mode,
         max_m,
@@ -235,5 +235,5 @@ fn with_params(
     // group's atoms inside the scale buffer it sized for the worst case); the tensor scales (NVFP4 only) are one
     // f32 for A and G for B. Group rows are clamped on the device. The stream's context is bound; the guards
     // outlive the call.
-    check(run(&params), launched)
+    check(run(&args), launched)
 }

@@ -5,11 +5,12 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
+use super::sys;
 use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::LayoutKind;
+pub(crate) use sys::LayoutKind;
 
 /// Most local experts the build kernel handles (per-expert counters in shared memory).
 pub(crate) const MAX_EXPERTS: usize = 1024;
@@ -100,7 +101,7 @@ pub(crate) fn launch_build_layout(
     let (tot_ptr, _tot) = out.total.device_ptr_mut(stream);
     let (sc_ptr, _sc) = out.scratch.device_ptr_mut(stream);
     let (s_ptr, _s) = status.device_ptr_mut(stream);
-    let params = ffi::LayoutParams {
+    let args = sys::LayoutArgs {
         kind: dims.kind,
         rows,
         experts,
@@ -127,7 +128,7 @@ pub(crate) fn launch_build_layout(
     // max_tokens*k, scratch what C++ asks for these rows). Ids and map entries are device data the kernel
     // range-checks before indexing; positions past `capacity` are dropped. Local experts <= 1024 (checked) bounds
     // the kernel's shared memory. The stream's context is bound to this thread; guards outlive the call.
-    check(unsafe { ffi::build_layout(&params) }, &Launched::op("build_layout"))
+    check(unsafe { ffi::build_layout(&args) }, &Launched::op("build_layout"))
 }
 
 /// Queues `out[positions[r]] = x[r / top_k]` for `tokens * top_k` rows.

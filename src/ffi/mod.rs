@@ -1,8 +1,8 @@
 //! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. Every
 //! `unsafe` block of the crate lives under this module, each with the argument for its safety.
 //!
-//! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the
-//! bridge's shared enums, small structs of scalars and buffers defined here), which `kernels`, `layouts`,
+//! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the C++
+//! enums as `sys` generates them, small structs of scalars and buffers defined here), which `kernels`, `layouts`,
 //! `routing` and `layer` build from their validated types. Each launcher binds the stream's context to the calling thread,
 //! checks the buffer lengths and alignments its unsafe call relies on (O(1) host work: nothing is allocated,
 //! copied, read back or synchronised), holds cudarc's stream-ordering guards until the C++ call has queued its
@@ -10,7 +10,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `bridge` | the `#[cxx::bridge]`: shared enums and params, the C++ functions |
+//! | `sys` | the C++ argument structs, their enums and `Status`, generated from the headers (scripts/bindgen.sh) |
+//! | `bridge` | the `#[cxx::bridge]`s: the C++ functions, taking `sys`'s types |
 //! | `grouped` | SM90 grouped GEMM: built / workspace / launch |
 //! | `grouped_fp8` | SM90 and SM100 FP8 blockwise-scaled grouped GEMMs: built / facts / workspace / launch |
 //! | `fused` | fused MoE GEMMs: prepare (per plan) / launch |
@@ -20,7 +21,7 @@
 //! | `quant` | FP8 activation quantisation: rows, rows gathered to layout positions, rows in use |
 //! | `runtime` | driver and runtime facts, spin, read sweep, SIGPIPE, mmap of checkpoints |
 //! | `cublas` | the ceilings' cuBLAS bf16 and cuBLASLt fp8 GEMMs |
-//! | `status` | `LaunchStatus` → `Error` |
+//! | `status` | `Status` → `Error` |
 
 mod bridge;
 mod bridge_fp8;
@@ -40,18 +41,19 @@ pub(crate) mod quant;
 pub(crate) mod routing;
 pub(crate) mod runtime;
 mod status;
+mod sys;
 
 use cudarc::driver::CudaStream;
 
-pub(crate) use bridge::ffi::{Activation, FusedTile, GateUp, LayoutKind, RouterKind, TileConfig};
+pub(crate) use sys::{Activation, FusedTile, GateUp, LayoutKind, RouterKind, TileConfig};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-fn dtype(d: DType) -> bridge::ffi::DType {
+fn dtype(d: DType) -> sys::DType {
     match d {
-        DType::BF16 => bridge::ffi::DType::BF16,
-        DType::F16 => bridge::ffi::DType::F16,
+        DType::BF16 => sys::DType::BF16,
+        DType::F16 => sys::DType::F16,
     }
 }
 
@@ -96,4 +98,69 @@ fn to_i32(name: &str, v: usize) -> Result<i32> {
 /// `v` as the kernels' int64 extent named `name`.
 fn to_i64(name: &str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::InvalidProblem(format!("{name} = {v} exceeds the kernels' int64 range")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::path::Path;
+
+    /// FNV-1a (64 bits) of `bytes`, continued from `h`: scripts/bindgen.sh's hash of its inputs.
+    fn fnv1a64(h: u64, bytes: &[u8]) -> u64 {
+        bytes.iter().fold(h, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    }
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+    fn read(path: &str) -> Vec<u8> {
+        fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// The headers `text` includes by quotes (`#include "common/launch.h"`), as paths from the crate root.
+    fn quoted_includes(text: &[u8]) -> Vec<String> {
+        String::from_utf8_lossy(text)
+            .lines()
+            .filter_map(|l| l.strip_prefix("#include \"")?.strip_suffix('"').map(|h| format!("cpp/{h}")))
+            .collect()
+    }
+
+    #[test]
+    fn the_inputs_hash_is_fnv1a64() {
+        assert_eq!(fnv1a64(FNV_OFFSET, b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(FNV_OFFSET, b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    /// src/ffi/sys.rs records the inputs it was generated from and their hash; they must be as they are now.
+    #[test]
+    fn sys_rs_is_generated_from_the_headers_as_they_are() {
+        let sys = String::from_utf8(read("src/ffi/sys.rs")).unwrap();
+        let recorded =
+            sys.lines().find_map(|l| l.strip_prefix("//! inputs-fnv1a64: ")).expect("no inputs-fnv1a64 line");
+        let inputs: Vec<&str> = sys.lines().filter_map(|l| l.strip_prefix("//! input: ")).collect();
+        let wrapper = "cpp/bridge/sys.h";
+        let mut listed = vec!["scripts/bindgen.sh".to_string(), wrapper.to_string()];
+        listed.extend(quoted_includes(&read(wrapper)));
+        assert_eq!(
+            inputs, listed,
+            "{wrapper} lists other headers than src/ffi/sys.rs was generated from: run scripts/bindgen.sh"
+        );
+        for header in &listed[2..] {
+            for inc in quoted_includes(&read(header)) {
+                assert!(
+                    listed.contains(&inc),
+                    "{header} includes {inc}, which {wrapper} does not: add it there, then run scripts/bindgen.sh"
+                );
+            }
+        }
+        let hash = inputs.iter().fold(FNV_OFFSET, |h, path| {
+            let h = fnv1a64(fnv1a64(h, path.as_bytes()), &[0]);
+            fnv1a64(fnv1a64(h, &read(path)), &[0])
+        });
+        assert_eq!(
+            format!("{hash:016x}"),
+            recorded,
+            "src/ffi/sys.rs is stale: a header it was generated from (or scripts/bindgen.sh) changed since; run \
+             scripts/bindgen.sh (bindgen-cli 0.73, libclang) and commit src/ffi/sys.rs"
+        );
+    }
 }

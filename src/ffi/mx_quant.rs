@@ -10,11 +10,12 @@ use super::bridge_fp8::ffi;
 use super::grouped::GroupedRows;
 use super::grouped_fp8::group_rows;
 use super::status::{check, Launched};
+use super::sys;
 use super::{dtype, need_aligned, need_len, to_i32, to_i64};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::Fp4Format;
+pub(crate) use sys::Fp4Format;
 
 /// Elements per UE8M0 scale (MX), per UE4M3 scale (NVFP4), and bytes of one 128 x 4 scale atom.
 pub(crate) const MX_VEC: usize = 32;
@@ -89,7 +90,7 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
     if x_ptr % 2 != 0 {
         return Err(Error::Buffer { name: "x", detail: format!("device address {x_ptr:#x} is not 2-byte aligned") });
     }
-    let params = ffi::MxQuantParams {
+    let args = sys::MxQuantArgs {
         dtype: dtype(T::DTYPE),
         mode,
         groups: groups_i,
@@ -113,7 +114,7 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
     // multiple of 32: every 32-element block store is aligned), sf_bases G + 1 int64, offsets G + 1 / counts G
     // where the mode reads them (checked); the kernel clamps group rows into [0, max_rows] and never writes a
     // scale byte at or past sf.len(). The stream's context is bound; the guards outlive the call.
-    let st = unsafe { ffi::quantize_mxfp8_grouped(&params) };
+    let st = unsafe { ffi::quantize_mxfp8_grouped(&args) };
     check(st, &Launched { ..Launched::typed("quantize_mxfp8_grouped", T::DTYPE) })
 }
 
@@ -184,7 +185,7 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
     if x_ptr % 2 != 0 {
         return Err(Error::Buffer { name: "x", detail: format!("device address {x_ptr:#x} is not 2-byte aligned") });
     }
-    let params = ffi::Fp4QuantParams {
+    let args = sys::Fp4QuantArgs {
         format,
         dtype: dtype(T::DTYPE),
         mode,
@@ -212,6 +213,6 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
     // f32 where NVFP4 reads them, offsets G + 1 / counts G where the mode reads them (checked); the kernels clamp
     // group rows into [0, max_rows] and never write a scale byte at or past sf.len(). The stream's context is
     // bound; the guards outlive the call.
-    let st = unsafe { ffi::quantize_fp4_grouped(&params) };
+    let st = unsafe { ffi::quantize_fp4_grouped(&args) };
     check(st, &Launched { ..Launched::typed("quantize_fp4_grouped", T::DTYPE) })
 }

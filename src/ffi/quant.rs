@@ -7,6 +7,7 @@ use float8::F8E4M3;
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
+use super::sys;
 use super::{dtype, need_len, to_i32, to_i64};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -116,17 +117,17 @@ fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc<'_>) -> Result<(usize, usize)> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn params(
-    ty: ffi::DType,
-    source: ffi::QuantSource,
+fn quant_args(
+    ty: sys::DType,
+    source: sys::QuantSource,
     d: &QuantDesc<'_>,
     rows: usize,
     top_k: usize,
     stride: usize,
     out_rows: usize,
     experts: usize,
-) -> Result<ffi::QuantParams> {
-    Ok(ffi::QuantParams {
+) -> Result<sys::QuantArgs> {
+    Ok(sys::QuantArgs {
         dtype: ty,
         source,
         rows: to_i64("rows", rows)?,
@@ -173,7 +174,7 @@ pub(crate) fn launch_quantize_rows<T: Element>(
         }
     }
     let experts = mask.map_or(0, |m| m.experts);
-    let mut p = params(dtype(T::DTYPE), ffi::QuantSource::Rows, d, src.rows, 1, src.stride, dst.rows, experts)?;
+    let mut p = quant_args(dtype(T::DTYPE), sys::QuantSource::Rows, d, src.rows, 1, src.stride, dst.rows, experts)?;
     super::bind(stream)?;
     let (x_ptr, _x) = src.x.device_ptr(stream);
     let (scale_ptr, _scale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
@@ -226,7 +227,7 @@ pub(crate) fn launch_quantize_gather<T: Element>(
         .ok_or_else(|| Error::InvalidProblem(format!("{} tokens x top_k = {top_k} overflow", src.rows)))?;
     need_len("positions", positions.len(), slots, "tokens x top_k")?;
     to_i64("tokens x top_k", slots)?;
-    let mut p = params(dtype(T::DTYPE), ffi::QuantSource::Gather, d, src.rows, top_k, src.stride, dst.rows, 0)?;
+    let mut p = quant_args(dtype(T::DTYPE), sys::QuantSource::Gather, d, src.rows, top_k, src.stride, dst.rows, 0)?;
     super::bind(stream)?;
     let (x_ptr, _x) = src.x.device_ptr(stream);
     let (scale_ptr, _scale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
@@ -306,7 +307,7 @@ pub(crate) fn launch_quantize_weights<T: Element>(
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     check_weight_buffers(d, w.len(), q.len(), scales.len())?;
-    let mut p = ffi::WeightQuantParams {
+    let mut p = sys::WeightQuantArgs {
         dtype: dtype(T::DTYPE),
         ue8m0: d.ue8m0 as i32,
         experts: to_i64("experts", d.experts)?,

@@ -4,10 +4,11 @@ use cudarc::driver::{CudaStream, CudaView, DevicePtr, DevicePtrMut};
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
+use super::sys;
 use super::{need_len, to_i32};
 use crate::error::{Error, Result};
 
-pub(crate) use ffi::RouterKind;
+pub(crate) use sys::RouterKind;
 
 /// Most experts the router kernel handles (one row of scores per warp in shared memory).
 pub(crate) const MAX_EXPERTS: usize = 1024;
@@ -76,7 +77,7 @@ pub(crate) fn launch_router(
     let (i_ptr, _i) = ids.device_ptr_mut(stream);
     let (w_ptr, _w) = weights.device_ptr_mut(stream);
     let (s_ptr, _s) = status.device_ptr_mut(stream);
-    let params = ffi::RouterParams {
+    let args = sys::RouterArgs {
         kind: r.kind,
         tokens,
         experts: e as i32,
@@ -96,7 +97,7 @@ pub(crate) fn launch_router(
     // E <= 1024, k <= 32 and n_group <= 32 (checked), which the kernel's shared memory, lane-per-choice and
     // lane-per-group rely on. The stream's context is bound to this thread; the guards order every buffer on
     // `stream` and outlive the call that queues the kernel.
-    check(unsafe { ffi::route(&params) }, &Launched::op("route"))
+    check(unsafe { ffi::route(&args) }, &Launched::op("route"))
 }
 
 /// Routing extended by shared-expert groups (mirrors `SharedRoutingArgs` without its buffers): `top_k` routed
@@ -149,7 +150,7 @@ pub(crate) fn launch_extend_routing(
     let (s_ptr, _s) = shared_weights.map(|s| s.device_ptr(stream)).unzip();
     let (io_ptr, _io) = ids_out.device_ptr_mut(stream);
     let (wo_ptr, _wo) = weights_out.device_ptr_mut(stream);
-    let params = ffi::SharedRoutingParams {
+    let args = sys::SharedRoutingArgs {
         tokens,
         top_k: d.top_k as i32,
         shared: d.shared as i32,
@@ -166,5 +167,5 @@ pub(crate) fn launch_extend_routing(
     // (tokens*(top_k + shared) and first_shared + shared fit int32, checked). Ids are copied, not used as indices.
     // The stream's context is bound to this thread; the guards order every buffer on `stream` and outlive the
     // call that queues the kernel.
-    check(unsafe { ffi::extend_routing(&params) }, &Launched::op("extend_routing"))
+    check(unsafe { ffi::extend_routing(&args) }, &Launched::op("extend_routing"))
 }

@@ -1,8 +1,9 @@
-//! The C++ launch status (`LaunchStatus`, `Status` in `cpp/common/launch.h`) and `cudaError_t` codes as [`Error`]s.
+//! The C++ launch status (`Status` in `cpp/common/launch.h`) and `cudaError_t` codes as [`Error`]s.
 
 use std::fmt;
 
-use super::bridge::ffi::{self, LaunchStatus, StatusCode};
+use super::bridge::ffi;
+use super::sys::{Status, StatusCode};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -47,7 +48,7 @@ fn cuda_error(op: &'static str, code: i32) -> Error {
 }
 
 /// The status of a launch as a `Result`.
-pub(super) fn check(s: LaunchStatus, l: &Launched<'_>) -> Result<()> {
+pub(super) fn check(s: Status, l: &Launched<'_>) -> Result<()> {
     let op = l.op;
     let cutlass = |stage| Err(Error::Cutlass { op, stage, status: cutlass_status_name(s.detail) });
     match s.code {
@@ -63,6 +64,7 @@ pub(super) fn check(s: LaunchStatus, l: &Launched<'_>) -> Result<()> {
         StatusCode::CutlassInitialize => cutlass("initialize"),
         StatusCode::CutlassRun => cutlass("run"),
         StatusCode::Cuda => Err(cuda_error(op, s.detail)),
+        // A code this build does not know: StatusCode is a newtype, so any u32 C++ returns is a value.
         _ => Err(Error::InvalidProblem(format!("{op}: unknown launch status {:?} (detail {})", s.code, s.detail))),
     }
 }
@@ -91,8 +93,8 @@ fn cutlass_status_name(s: i32) -> String {
 mod tests {
     use super::*;
 
-    fn status(code: StatusCode, detail: i32) -> LaunchStatus {
-        LaunchStatus { code, detail }
+    fn status(code: StatusCode, detail: i32) -> Status {
+        Status { code, detail }
     }
 
     #[test]
@@ -116,7 +118,7 @@ mod tests {
         assert!(matches!(e, Error::KernelNotBuilt { op: "route", dtype: None, config: None }), "{e:?}");
         assert_eq!(e.to_string(), "kernel not built: route (see `moe-gemm info` for what was compiled)");
 
-        let config = ffi::TileConfig::Pingpong64x128x64;
+        let config = super::super::sys::TileConfig::Pingpong64x128x64;
         let l = Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm90", DType::F16) };
         let e = check(status(StatusCode::NotBuilt, 0), &l).unwrap_err();
         assert!(e.to_string().starts_with("kernel not built: grouped_gemm_sm90 for f16 with Pingpong64x128x64"), "{e}");
@@ -141,5 +143,14 @@ mod tests {
         let e = check(status(StatusCode::Cuda, 1), &Launched::op("activate")).unwrap_err();
         assert!(matches!(&e, Error::CudaRuntime { op: "activate", code: 1, name } if name == "cudaErrorInvalidValue"));
         assert_eq!(e.to_string(), "CUDA runtime error cudaErrorInvalidValue (1) in activate");
+    }
+
+    #[test]
+    fn an_unknown_status_code_is_an_error_not_undefined_behaviour() {
+        let e = check(status(StatusCode(99), 5), &Launched::op("route")).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidProblem(m) if m == "route: unknown launch status StatusCode(99) (detail 5)"),
+            "{e:?}"
+        );
     }
 }
