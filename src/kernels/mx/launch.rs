@@ -7,13 +7,14 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop}
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge_fp8::ffi;
-use super::grouped::GroupedRows;
-use super::grouped_fp8::group_rows;
-use super::status::{check, Launched};
-use super::sys;
-use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
+use crate::ffi::bridge_fp8::ffi;
+use crate::ffi::gemm::group_rows;
+use crate::ffi::gemm::GroupedRows;
+use crate::ffi::mx_quant::expert_sf_bytes;
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
 
 pub(crate) use sys::Sm100MxConfig;
 
@@ -29,11 +30,6 @@ pub(crate) fn workspace_bytes(config: Sm100MxConfig, groups: usize, sm_count: i3
     let s = ffi::grouped_gemm_sm100_mx_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
     check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm100_mx workspace") })?;
     Ok(bytes)
-}
-
-/// Bytes of one expert's scale atoms, one scale per `vec` of K: `512 · ceil(n / 128) · ceil(k / (4 vec))`.
-pub(crate) fn expert_sf_bytes(n: usize, k: usize, vec: usize) -> usize {
-    512 * n.div_ceil(128) * k.div_ceil(4 * vec)
 }
 
 /// A configuration's (A's bits, B's bits, elements per scale, tensor-scaled).
@@ -183,7 +179,7 @@ fn with_args(
     let (max_m, groups_i, n_i, k_i) =
         (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
     let max_rows_i = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     let (a_ptr, _a) = ops.a.device_ptr(stream);
     let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
     let (bases_ptr, _bases) = ops.sfa_bases.device_ptr(stream);

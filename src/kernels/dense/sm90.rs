@@ -28,11 +28,11 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 pub use crate::layouts::GroupRows;
 
+use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ffi;
 use crate::kernels::TileConfig;
 use crate::status::DeviceStatus;
 
@@ -128,7 +128,7 @@ impl<T: Element> GroupedGemm<T> {
                 config: Some(config.name().into()),
             });
         }
-        let workspace_bytes = ffi::grouped::workspace_bytes(T::DTYPE, config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = launch::workspace_bytes(T::DTYPE, config.into(), shape.groups, device.sm_count)?;
         Ok(GroupedGemm { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
@@ -153,8 +153,8 @@ impl<T: Element> GroupedGemm<T> {
         status: &mut DeviceStatus,
     ) -> Result<()> {
         let s = &self.shape;
-        let plan = ffi::grouped::GroupedPlan {
-            kernel: ffi::grouped::GroupedKernel::Sm90(self.config.into()),
+        let plan = launch::GroupedPlan {
+            kernel: launch::GroupedKernel::Sm90(self.config.into()),
             groups: s.groups,
             n: s.n,
             k: s.k,
@@ -164,7 +164,7 @@ impl<T: Element> GroupedGemm<T> {
             workspace_bytes: self.workspace_bytes,
         };
         let rows = rows.into();
-        ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
 }
 
@@ -175,7 +175,7 @@ pub(crate) fn workspace_bytes(
     groups: usize,
     sm_count: usize,
 ) -> Result<usize> {
-    Ok(ffi::grouped::workspace_bytes(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+    Ok(launch::workspace_bytes(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }
 
-pub use super::plan::Workspace;
+pub use crate::kernels::plan::Workspace;

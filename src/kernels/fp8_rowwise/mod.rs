@@ -19,22 +19,25 @@
 //! `N` and `K` positive multiples of 16 (16-byte e4m3 rows for TMA, 16-byte aligned per-expert channel scales),
 //! and the extents of every FP8 GEMM (see [`super::grouped_fp8`]).
 
+#[allow(unsafe_code)] // floor 0: the launcher over the bridge
+mod launch;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use super::grouped_fp8::{check_fp8_extents, Fp8KernelFacts};
+use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::ffi;
-pub(crate) use crate::ffi::grouped_fp8_rowwise::ROWWISE_ALIGN;
-use crate::kernels::grouped::Workspace;
+
+use crate::kernels::plan::Workspace;
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8ChannelWeights, Fp8TokenRows};
 use crate::status::DeviceStatus;
+pub(crate) use launch::ROWWISE_ALIGN;
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
 
@@ -124,7 +127,7 @@ impl Fp8RowwiseConfig {
         Fp8RowwiseConfig::ALL.into_iter().find(|c| c.name() == name)
     }
     pub fn is_built(self) -> bool {
-        ffi::grouped_fp8_rowwise::built(self.into())
+        launch::built(self.into())
     }
 
     /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
@@ -134,7 +137,7 @@ impl Fp8RowwiseConfig {
     /// # Errors
     /// [`Error::KernelNotBuilt`] when it was not compiled.
     pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = ffi::grouped_fp8_rowwise::facts(self.into())?;
+        let (f, schedule) = launch::facts(self.into())?;
         Ok(Fp8KernelFacts::from_ffi(&f, schedule))
     }
 
@@ -153,9 +156,9 @@ impl Fp8RowwiseConfig {
     }
 }
 
-impl From<Fp8RowwiseConfig> for ffi::grouped_fp8_rowwise::Fp8RowwiseConfig {
+impl From<Fp8RowwiseConfig> for launch::Fp8RowwiseConfig {
     fn from(c: Fp8RowwiseConfig) -> Self {
-        use ffi::grouped_fp8_rowwise::Fp8RowwiseConfig as F;
+        use launch::Fp8RowwiseConfig as F;
         match c {
             Fp8RowwiseConfig::FastAccumPingpong64x128x128 => F::FastAccumPingpong64x128x128,
             Fp8RowwiseConfig::FastAccumCooperative128x128x128 => F::FastAccumCooperative128x128x128,
@@ -220,7 +223,7 @@ impl GroupedGemmFp8Rowwise {
         if !config.is_built() {
             return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
         }
-        let workspace_bytes = ffi::grouped_fp8_rowwise::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = launch::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
         Ok(GroupedGemmFp8Rowwise { shape, config, device, workspace_bytes })
     }
 
@@ -265,7 +268,7 @@ impl GroupedGemmFp8Rowwise {
                 s.k
             )));
         }
-        let plan = ffi::grouped_fp8_rowwise::RowwisePlan {
+        let plan = launch::RowwisePlan {
             config: self.config.into(),
             groups: s.groups,
             n: s.n,
@@ -277,8 +280,8 @@ impl GroupedGemmFp8Rowwise {
         };
         let rows = rows.into();
         let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
-        let ops = ffi::grouped_fp8_rowwise::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
-        ffi::grouped_fp8_rowwise::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        let ops = launch::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
+        launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
 }
 
@@ -286,5 +289,5 @@ impl GroupedGemmFp8Rowwise {
 /// layer's sizing asks it without a device).
 pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count: usize) -> Result<usize> {
     let sm = sm_count.min(i32::MAX as usize) as i32;
-    Ok(ffi::grouped_fp8_rowwise::workspace_bytes(config.into(), groups, sm)? as usize)
+    Ok(launch::workspace_bytes(config.into(), groups, sm)? as usize)
 }

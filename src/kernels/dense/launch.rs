@@ -3,14 +3,15 @@
 //! for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one checked path for
 //! both families: they take the same operands and group descriptions.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::bridge::ffi;
-use super::status::{check, Launched};
-use super::sys;
-use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::ffi::bridge::ffi;
+use crate::ffi::gemm::GroupedRows;
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
 
@@ -80,21 +81,6 @@ pub(crate) struct GroupedPlan {
     pub workspace_bytes: u64,
 }
 
-/// Where each group's rows are (mirrors `GroupMode` in `cpp/common/launch.h`): device arrays the prepare kernel reads
-/// and clamps.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum GroupedRows<'a> {
-    /// int32 `[groups + 1]`: group g owns rows `offsets[g] .. offsets[g+1]`.
-    Offsets(&'a CudaView<'a, i32>),
-    /// Group g starts at `offsets[g]` (`[groups + 1]`) and holds `counts[g]` rows (`[groups]`).
-    Padded { offsets: &'a CudaView<'a, i32>, counts: &'a CudaView<'a, i32> },
-    /// Group g owns rows `g·max_m .. g·max_m + masked_m[g]` (`[groups]`).
-    Masked { masked_m: &'a CudaView<'a, i32>, max_m: usize },
-    /// One group per D row `r < rows`: A row `r / a_div` times B[`experts[r]`]ᵀ, B holding `num_experts`
-    /// matrices.
-    PerRow { experts: &'a CudaView<'a, i32>, rows: usize, a_div: usize, num_experts: usize },
-}
-
 /// Queues `prepare_groups` and the CUTLASS grouped GEMM of `plan.kernel` on `stream`.
 #[allow(clippy::too_many_arguments)] // one argument per buffer: bundling them would hide which guard is which
 pub(crate) fn launch<T: Element>(
@@ -158,7 +144,7 @@ pub(crate) fn launch<T: Element>(
     let (max_m, a_div, experts, groups) =
         (to_i32("max_m", max_m)?, to_i32("a_div", a_div)?, to_i32("experts", num_experts)?, to_i32("groups", groups)?);
     let max_rows = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
     // the C++ call that queues the kernels, so they are bound to named locals.
     let (a_ptr, _a_guard) = a.device_ptr(stream);

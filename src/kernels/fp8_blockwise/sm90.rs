@@ -36,11 +36,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
+use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::kernels::grouped::Workspace;
+use crate::kernels::plan::Workspace;
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
 use crate::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
@@ -164,7 +164,7 @@ impl Fp8TileConfig {
 
     /// Whether this configuration was compiled into the linked library.
     pub fn is_built(self) -> bool {
-        ffi::grouped_fp8::built(self.into())
+        launch::built(self.into())
     }
 
     /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
@@ -172,7 +172,7 @@ impl Fp8TileConfig {
     /// # Errors
     /// [`Error::KernelNotBuilt`] when it was not compiled.
     pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = ffi::grouped_fp8::facts(self.into())?;
+        let (f, schedule) = launch::facts(self.into())?;
         Ok(Fp8KernelFacts::from_ffi(&f, schedule))
     }
 
@@ -191,11 +191,11 @@ impl Fp8TileConfig {
     }
 }
 
-impl From<Fp8TileConfig> for ffi::grouped_fp8::Fp8TileConfig {
+impl From<Fp8TileConfig> for launch::Fp8TileConfig {
     fn from(c: Fp8TileConfig) -> Self {
         match c {
-            Fp8TileConfig::Cooperative128x128x128 => ffi::grouped_fp8::Fp8TileConfig::Cooperative128x128x128,
-            Fp8TileConfig::Pingpong64x128x128 => ffi::grouped_fp8::Fp8TileConfig::Pingpong64x128x128,
+            Fp8TileConfig::Cooperative128x128x128 => launch::Fp8TileConfig::Cooperative128x128x128,
+            Fp8TileConfig::Pingpong64x128x128 => launch::Fp8TileConfig::Pingpong64x128x128,
         }
     }
 }
@@ -207,7 +207,7 @@ impl std::fmt::Display for Fp8TileConfig {
 }
 
 impl Fp8KernelFacts {
-    pub(crate) fn from_ffi(f: &ffi::grouped_fp8::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {
+    pub(crate) fn from_ffi(f: &launch::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {
         let u = |v: i32| v.max(0) as u32;
         Fp8KernelFacts {
             schedule,
@@ -295,7 +295,7 @@ impl GroupedGemmFp8 {
         if !config.is_built() {
             return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
         }
-        let workspace_bytes = ffi::grouped_fp8::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = launch::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
         Ok(GroupedGemmFp8 { shape, config, device, workspace_bytes })
     }
 
@@ -334,7 +334,7 @@ impl GroupedGemmFp8 {
 /// What a launch of a planned FP8 blockwise GEMM needs besides its buffers: the compiled configuration (SM90 or
 /// SM100: both read the same operands), the shape, the device and the workspace size planned for it.
 pub(crate) struct Planned<'p> {
-    pub config: ffi::grouped_fp8::Fp8TileConfig,
+    pub config: launch::Fp8TileConfig,
     pub shape: &'p GroupedGemmFp8Shape,
     pub device: &'p DeviceInfo,
     pub workspace_bytes: u64,
@@ -374,7 +374,7 @@ pub(crate) fn launch_planned(
             s.k
         )));
     }
-    let plan = ffi::grouped_fp8::Fp8Plan {
+    let plan = launch::Fp8Plan {
         config: p.config,
         groups: s.groups,
         n: s.n,
@@ -385,14 +385,14 @@ pub(crate) fn launch_planned(
         workspace_bytes: p.workspace_bytes,
     };
     let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
-    let ops = ffi::grouped_fp8::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
-    ffi::grouped_fp8::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    let ops = launch::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
+    launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).
 pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: usize) -> Result<usize> {
-    Ok(ffi::grouped_fp8::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+    Ok(launch::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }
 
 #[cfg(test)]

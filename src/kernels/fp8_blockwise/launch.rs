@@ -6,17 +6,17 @@
 //! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge::ffi;
-use super::bridge_fp8::ffi as ffi_sm100;
-use super::grouped::GroupedRows;
-use super::status::{check, Launched};
-use super::sys;
-use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
+use crate::ffi::bridge::ffi;
+use crate::ffi::bridge_fp8::ffi as ffi_sm100;
+use crate::ffi::gemm::{group_rows, GroupedRows};
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
@@ -107,36 +107,6 @@ where
     pub sfb: &'a SB,
 }
 
-/// The FP8 GEMMs' group arrays: (mode, offsets, counts, max_m), checked against `groups` and `max_rows`
-/// (per-row groups are not offered by the FP8 families).
-pub(super) type FfiRows<'a> = (sys::GroupMode, Option<&'a CudaView<'a, i32>>, Option<&'a CudaView<'a, i32>>, usize);
-
-pub(super) fn group_rows<'a>(rows: GroupedRows<'a>, groups: usize, max_rows: usize) -> Result<FfiRows<'a>> {
-    let (mode, offsets, counts, max_m) = match rows {
-        GroupedRows::Offsets(o) => (sys::GroupMode::Offsets, Some(o), None, 0usize),
-        GroupedRows::Padded { offsets, counts } => (sys::GroupMode::Padded, Some(offsets), Some(counts), 0),
-        GroupedRows::Masked { masked_m, max_m } => (sys::GroupMode::Masked, None, Some(masked_m), max_m),
-        GroupedRows::PerRow { .. } => {
-            return Err(Error::InvalidProblem(
-                "FP8 grouped GEMM: per-row groups are not offered (use offsets, padded or masked groups)".into(),
-            ))
-        }
-    };
-    if let Some(o) = offsets {
-        need_len("offsets", o.len(), groups + 1, "G + 1")?;
-    }
-    if let Some(c) = counts {
-        need_len("counts", c.len(), groups, "groups")?;
-    }
-    if mode == sys::GroupMode::Masked && groups * max_m > max_rows {
-        return Err(Error::Buffer {
-            name: "masked_m",
-            detail: format!("G x max_m = {groups} x {max_m} exceeds the plan's max_rows = {max_rows}"),
-        });
-    }
-    Ok((mode, offsets, counts, max_m))
-}
-
 /// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
 pub(crate) fn launch<A, SA, B, SB>(
     stream: &CudaStream,
@@ -186,7 +156,7 @@ where
     let (max_m, groups_i, n_i, k_i) =
         (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
     let max_rows = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
     // the C++ call that queues the kernels, so they are bound to named locals.
     let (a_ptr, _a_guard) = ops.a.device_ptr(stream);

@@ -8,13 +8,13 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge_fp8::ffi;
-use super::grouped::GroupedRows;
-use super::grouped_fp8::group_rows;
-use super::status::{check, Launched};
-use super::sys;
-use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
+use crate::ffi::bridge_fp8::ffi;
+use crate::ffi::gemm::group_rows;
+use crate::ffi::gemm::GroupedRows;
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -115,7 +115,7 @@ where
     let (max_m, groups_i, n_i, k_i) =
         (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
     let max_rows = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     // Guards bound to named locals: they order the buffers on `stream` and must outlive the C++ call.
     let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
     let (sa_ptr, _sa_guard) = ops.sa.device_ptr(stream);
