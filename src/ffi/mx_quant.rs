@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 
 use super::bridge_fp8::ffi;
-use super::gemm::{group_rows, GroupedRows};
+use super::gemm::{group_rows, GroupArrays, GroupedRows};
 use super::status::{check, Launched};
 use super::sys;
 use super::{dtype, need_aligned, need_len, to_i32, to_i64};
@@ -73,7 +73,7 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
         )));
     }
     check_x_cols("MXFP8", x_cols, x_stride, k, MX_VEC)?;
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let GroupArrays { mode, offsets, counts, max_m } = group_rows(rows, groups, max_rows)?;
     if max_rows > 0 {
         need_len("x", x.len(), (max_rows - 1) * x_stride + x_cols, "(max_rows - 1) x stride + x's columns")?;
     }
@@ -157,7 +157,7 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
             "{name} quantisation: tensor scale {tensor_scale} must be finite and positive (0: derived on the device)"
         )));
     }
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let GroupArrays { mode, offsets, counts, max_m } = group_rows(rows, groups, max_rows)?;
     if max_rows > 0 {
         need_len("x", x.len(), (max_rows - 1) * x_stride + x_cols, "(max_rows - 1) x stride + x's columns")?;
     }

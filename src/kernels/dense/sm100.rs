@@ -212,7 +212,7 @@ impl<T: Element> GroupedGemmSm100<T> {
     ) -> Result<()> {
         let s = &self.shape;
         let plan = launch::GroupedPlan {
-            kernel: launch::GroupedKernel::Sm100(self.config.into()),
+            config: launch::GroupedKernel::Sm100(self.config.into()),
             groups: s.groups(),
             n: s.n(),
             k: s.k(),

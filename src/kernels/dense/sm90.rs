@@ -154,7 +154,7 @@ impl<T: Element> GroupedGemm<T> {
     ) -> Result<()> {
         let s = &self.shape;
         let plan = launch::GroupedPlan {
-            kernel: launch::GroupedKernel::Sm90(self.config.into()),
+            config: launch::GroupedKernel::Sm90(self.config.into()),
             groups: s.groups,
             n: s.n,
             k: s.k,

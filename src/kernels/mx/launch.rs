@@ -166,7 +166,7 @@ fn with_args(
             plan.config
         )));
     }
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let arrays = group_rows(rows, groups, max_rows)?;
     need_len("a", ops.a.len_bytes(), max_rows * k * a_bits / 8, "max_rows x K elements' bytes")?;
     need_len("sfa_bases", ops.sfa_bases.len(), groups + 1, "groups + 1")?;
     need_len("b", ops.b.len_bytes(), groups * n * k * b_bits / 8, "G x N x K elements' bytes")?;
@@ -177,7 +177,7 @@ fn with_args(
     }
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let (max_m, groups_i, n_i, k_i) =
-        (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
+        (to_i32("max_m", arrays.max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
     let max_rows_i = to_i64("max_rows", max_rows)?;
     crate::ffi::bind(stream)?;
     let (a_ptr, _a) = ops.a.device_ptr(stream);
@@ -187,8 +187,7 @@ fn with_args(
     let (sa_ptr, _sa) = ops.tensor_scales.map(|(sa, _)| sa.device_ptr(stream)).unzip();
     let (sb_ptr, _sb) = ops.tensor_scales.map(|(_, sb)| sb.device_ptr(stream)).unzip();
     let (sfb_ptr, _sfb) = ops.sfb.device_ptr(stream);
-    let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
-    let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let ((offsets, counts), _groups) = arrays.device_ptrs(stream);
     let (d_ptr, _d) = d.device_ptr_mut(stream);
     let workspace_bytes = workspace.as_ref().map_or(0, |w| w.len() as u64);
     let (w_ptr, _w) = workspace.map(|w| w.device_ptr_mut(stream)).unzip();
@@ -203,7 +202,7 @@ fn with_args(
     }
     let args = sys::GroupedGemmMxArgs {
         config: plan.config,
-        mode,
+        mode: arrays.mode,
         max_m,
         groups: groups_i,
         n: n_i,
@@ -217,8 +216,8 @@ fn with_args(
         a_tensor_scale: sa_ptr.unwrap_or(0),
         b_tensor_scales: sb_ptr.unwrap_or(0),
         d: d_ptr,
-        offsets: o_ptr.unwrap_or(0),
-        counts: c_ptr.unwrap_or(0),
+        offsets,
+        counts,
         workspace: w_ptr.unwrap_or(0),
         workspace_bytes,
         status: s_ptr,
