@@ -98,10 +98,9 @@ impl<T: Element> DenseGemm<T> {
         config: Option<DenseConfig>,
         expected_rows: Option<usize>,
     ) -> Result<Self> {
-        let arch = plan::device_arch(&device, "grouped_gemm", KernelFamily::GroupedGemmSm90)?;
-        if let Some(c) = config {
-            plan::check_config_arch("dense grouped GEMM", c.name(), c.arch(), &device, arch)?;
-        }
+        let forced = config.map(|c| (c.name(), c.arch()));
+        let arch =
+            plan::pick_arch(&device, "grouped_gemm", KernelFamily::GroupedGemmSm90, "dense grouped GEMM", forced)?;
         let plan = match arch {
             Arch::Sm90 => {
                 let config = config.and_then(|c| if let DenseConfig::Sm90(t) = c { Some(t) } else { None });

@@ -27,7 +27,7 @@ use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::kernels::plan::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 
@@ -176,16 +176,11 @@ impl<T: Element> GroupedGemmSm100<T> {
     /// `sm_100a` SASS runs there only); [`Error::KernelNotBuilt`] when the configuration was not compiled for `T`
     /// (f16 is not, yet).
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmSm100Options) -> Result<Self> {
-        device.require(OP, KernelFamily::GroupedGemmSm100)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows());
         let config = options.config.unwrap_or_else(|| {
             Sm100TileConfig::heuristic(shape.groups(), shape.n(), expected, device.sm_count.max(1) as usize)
         });
-        if !config.is_built(T::DTYPE) {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: Some(T::DTYPE), config: Some(config.name().into()) });
-        }
-        let workspace_bytes =
-            workspace_bytes(T::DTYPE, config, shape.groups(), device.sm_count.max(0) as usize)? as u64;
+        let workspace_bytes = plan::planned_workspace(&device, config, Some(T::DTYPE), shape.groups())?;
         Ok(GroupedGemmSm100 { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
@@ -210,19 +205,25 @@ impl<T: Element> GroupedGemmSm100<T> {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let s = &self.shape;
-        let plan = launch::GroupedPlan {
-            config: launch::GroupedKernel::Sm100(self.config.into()),
-            groups: s.groups(),
-            n: s.n(),
-            k: s.k(),
-            max_rows: s.max_rows(),
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
-            workspace_bytes: self.workspace_bytes,
-        };
+        let kernel = launch::GroupedKernel::Sm100(self.config.into());
+        let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
         let rows = rows.into();
         launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+}
+
+impl plan::ArchConfig for Sm100TileConfig {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm100;
+    fn name(self) -> &'static str {
+        Sm100TileConfig::name(self)
+    }
+    fn built(self, dtype: Option<DType>) -> bool {
+        dtype.is_some_and(|d| self.is_built(d))
+    }
+    fn workspace(self, dtype: Option<DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        let dtype = dtype.expect("the dense family plans per element type");
+        launch::workspace_bytes_sm100(dtype, self.into(), groups, sm_count)
     }
 }
 

@@ -97,10 +97,9 @@ impl BlockwiseFp8Gemm {
         config: Option<BlockwiseConfig>,
         expected_rows: Option<usize>,
     ) -> Result<Self> {
-        let arch = plan::device_arch(&device, "grouped_gemm_fp8", KernelFamily::GroupedGemmSm90Fp8)?;
-        if let Some(c) = config {
-            plan::check_config_arch("FP8 blockwise grouped GEMM", c.name(), c.arch(), &device, arch)?;
-        }
+        let (op, what) = ("grouped_gemm_fp8", "FP8 blockwise grouped GEMM");
+        let forced = config.map(|c| (c.name(), c.arch()));
+        let arch = plan::pick_arch(&device, op, KernelFamily::GroupedGemmSm90Fp8, what, forced)?;
         let plan = match arch {
             Arch::Sm90 => {
                 let config = config.and_then(|c| if let BlockwiseConfig::Sm90(t) = c { Some(t) } else { None });

@@ -31,7 +31,7 @@ use super::sm90::{launch_planned, Fp8KernelFacts, GroupedGemmFp8Shape, Planned};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::kernels::plan::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use crate::status::DeviceStatus;
@@ -194,6 +194,20 @@ impl GroupedGemmFp8Sm100 {
             workspace_bytes: self.workspace_bytes,
         };
         launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
+    }
+}
+
+impl plan::ArchConfig for Fp8Sm100Config {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm100;
+    fn name(self) -> &'static str {
+        Fp8Sm100Config::name(self)
+    }
+    fn built(self, _: Option<crate::dtype::DType>) -> bool {
+        self.is_built()
+    }
+    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        launch::workspace_bytes(self.into(), groups, sm_count)
     }
 }
 

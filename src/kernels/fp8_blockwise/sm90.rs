@@ -40,7 +40,7 @@ use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::kernels::plan::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
 use crate::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
@@ -289,13 +289,9 @@ impl GroupedGemmFp8 {
     /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0); [`Error::KernelNotBuilt`]
     /// when the configuration was not compiled.
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
-        device.require(OP, KernelFamily::GroupedGemmSm90Fp8)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config = options.config.unwrap_or_else(|| Fp8TileConfig::heuristic(shape.groups, expected));
-        if !config.is_built() {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
-        }
-        let workspace_bytes = launch::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = plan::planned_workspace(&device, config, None, shape.groups)?;
         Ok(GroupedGemmFp8 { shape, config, device, workspace_bytes })
     }
 
@@ -353,40 +349,26 @@ pub(crate) fn launch_planned(
     workspace: &mut Workspace,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    let s = p.shape;
-    if a.k() != s.k || a.rows() < s.max_rows {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
-            a.rows(),
-            a.k(),
-            s.k,
-            s.max_rows
-        )));
-    }
-    if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
-            b.experts(),
-            b.n(),
-            b.k(),
-            s.groups,
-            s.n,
-            s.k
-        )));
-    }
-    let plan = launch::Fp8Plan {
-        config: p.config,
-        groups: s.groups,
-        n: s.n,
-        k: s.k,
-        max_rows: s.max_rows,
-        device: p.device.ordinal as i32,
-        sm_count: p.device.sm_count,
-        workspace_bytes: p.workspace_bytes,
-    };
+    let dims = p.shape.dims();
+    plan::check_operand_shapes(("FP8 rows", a.rows(), a.k()), ("FP8 weights", (b.experts(), b.n(), b.k())), dims)?;
+    let plan = plan::launch_plan(p.config, dims, p.device, p.workspace_bytes);
     let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
     let ops = launch::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
     launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+}
+
+impl plan::ArchConfig for Fp8TileConfig {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
+    fn name(self) -> &'static str {
+        Fp8TileConfig::name(self)
+    }
+    fn built(self, _: Option<crate::dtype::DType>) -> bool {
+        self.is_built()
+    }
+    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        launch::workspace_bytes(self.into(), groups, sm_count)
+    }
 }
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the

@@ -32,7 +32,7 @@ use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 
-use crate::kernels::plan::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8ChannelWeights, Fp8TokenRows};
@@ -216,14 +216,10 @@ impl GroupedGemmFp8Rowwise {
         shape: GroupedGemmFp8RowwiseShape,
         options: GroupedGemmFp8RowwiseOptions,
     ) -> Result<Self> {
-        device.require(OP, KernelFamily::GroupedGemmSm90Fp8)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config =
             options.config.unwrap_or_else(|| Fp8RowwiseConfig::heuristic(options.accumulation, shape.groups, expected));
-        if !config.is_built() {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
-        }
-        let workspace_bytes = launch::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = plan::planned_workspace(&device, config, None, shape.groups)?;
         Ok(GroupedGemmFp8Rowwise { shape, config, device, workspace_bytes })
     }
 
@@ -247,41 +243,28 @@ impl GroupedGemmFp8Rowwise {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let s = &self.shape;
-        if a.k() != s.k || a.rows() < s.max_rows {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 token rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
-                a.rows(),
-                a.k(),
-                s.k,
-                s.max_rows
-            )));
-        }
-        if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 channel weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
-                b.experts(),
-                b.n(),
-                b.k(),
-                s.groups,
-                s.n,
-                s.k
-            )));
-        }
-        let plan = launch::RowwisePlan {
-            config: self.config.into(),
-            groups: s.groups,
-            n: s.n,
-            k: s.k,
-            max_rows: s.max_rows,
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
-            workspace_bytes: self.workspace_bytes,
-        };
+        let dims = self.shape.dims();
+        let b_dims = (b.experts(), b.n(), b.k());
+        plan::check_operand_shapes(("FP8 token rows", a.rows(), a.k()), ("FP8 channel weights", b_dims), dims)?;
+        let plan = plan::launch_plan(self.config.into(), dims, &self.device, self.workspace_bytes);
         let rows = rows.into();
         let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
         let ops = launch::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
         launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+}
+
+impl plan::ArchConfig for Fp8RowwiseConfig {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
+    fn name(self) -> &'static str {
+        Fp8RowwiseConfig::name(self)
+    }
+    fn built(self, _: Option<crate::dtype::DType>) -> bool {
+        self.is_built()
+    }
+    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        launch::workspace_bytes(self.into(), groups, sm_count)
     }
 }
 
