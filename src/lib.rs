@@ -15,7 +15,7 @@
 //! | floor | module | what it holds |
 //! |---|---|---|
 //! | 0 | [`dtype`], [`error`] | element types ([`DType`], [`Element`]); the one [`Error`] type |
-//! | 1 | `ffi` (private) | the cxx bridge and launch layer: all the `unsafe` code, no domain types |
+//! | 1 | `ffi` (private) | the cxx bridge and launch layer, with each GEMM family's launcher (`kernels::<family>::launch`, private): all the `unsafe` code, no domain types |
 //! | 2 | [`device`], [`status`], [`view`] | arch and device facts ([`Arch`], [`DeviceInfo`], [`KernelFamily`]); the device status word ([`DeviceStatus`]); 2-D device views ([`MatrixView`]) |
 //! | 3 | [`layouts`], [`routing`] | expert layouts and the group forms the GEMMs read ([`GroupRows`]); routers ([`RouterConfig`]) |
 //! | 4 | [`quant`] | FP8 and MX / NV block formats, their device types and quantisers |
@@ -42,8 +42,9 @@
 //!
 //! # Safety
 //!
-//! - All `unsafe` code and the cxx bridge are confined to the private `ffi` module, each unsafe block with its
-//!   argument; `tests/layering.rs` fails if `unsafe` appears outside it.
+//! - All `unsafe` code and the cxx bridge are confined to the bottom floor: the private `ffi` module and each
+//!   GEMM family's private `launch` module, each unsafe block with its argument. The crate denies `unsafe_code`
+//!   but there, and `tests/layering.rs` fails if `unsafe` appears elsewhere.
 //! - Validation before launch: plans check shapes once; every launch checks buffer lengths, alignments and its
 //!   stream before it queues anything. C++ never prints, aborts or synchronises to report an error: it returns a
 //!   status that becomes one [`Error`] variant naming the constraint.
@@ -126,7 +127,7 @@
 //! The repository's `README.md` and `docs/` hold the build (features, link modes, next to candle), the support
 //! matrix, the layer's backends and memory, benchmarks and the roadmap.
 
-#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
 pub mod backend;
@@ -137,6 +138,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod experts;
+#[allow(unsafe_code)] // the bottom floor, with the families' `kernels::<family>::launch`
 mod ffi;
 pub mod kernels;
 pub mod layer;

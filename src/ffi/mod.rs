@@ -1,5 +1,8 @@
-//! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. Every
-//! `unsafe` block of the crate lives under this module, each with the argument for its safety.
+//! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. The floor is
+//! this module and the launchers of the GEMM families, each in its family's folder
+//! (`crate::kernels::<family>::launch`: `dense`, `fp8_blockwise`, `fp8_rowwise`, `mx`, `fused`), which use the
+//! bridge and the checks here and are part of this floor (`tests/layering.rs`). Every `unsafe` block of the crate
+//! lives in these files, each with the argument for its safety; the crate denies `unsafe_code` everywhere else.
 //!
 //! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the C++
 //! enums as `sys` generates them, small structs of scalars and buffers defined here), which `kernels`, `layouts`,
@@ -12,9 +15,7 @@
 //! |---|---|
 //! | `sys` | the C++ argument structs, their enums and `Status`, generated from the headers (scripts/bindgen.sh) |
 //! | `bridge` | the `#[cxx::bridge]`s: the C++ functions, taking `sys`'s types |
-//! | `grouped` | SM90 grouped GEMM: built / workspace / launch |
-//! | `grouped_fp8` | SM90 and SM100 FP8 blockwise-scaled grouped GEMMs: built / facts / workspace / launch |
-//! | `fused` | fused MoE GEMMs: prepare (per plan) / launch |
+//! | `gemm` | what the grouped GEMM launchers share: the group arrays, the plan descriptor, the launch checks |
 //! | `routing` | routers |
 //! | `layouts` | layout build, gather, combine |
 //! | `elementwise` | activation, the fused backend's sum over slots, the batched decode layer |
@@ -23,25 +24,21 @@
 //! | `cublas` | the ceilings' cuBLAS bf16 and cuBLASLt fp8 GEMMs |
 //! | `status` | `Status` → `Error` |
 
-mod bridge;
-mod bridge_fp8;
+pub(crate) mod bridge;
+pub(crate) mod bridge_fp8;
 #[cfg(feature = "cli")]
 pub(crate) mod cublas;
 pub(crate) mod decode_fp8;
 pub(crate) mod elementwise;
 pub(crate) mod ep;
-pub(crate) mod fused;
-pub(crate) mod grouped;
-pub(crate) mod grouped_fp8;
-pub(crate) mod grouped_fp8_rowwise;
-pub(crate) mod grouped_mx;
+pub(crate) mod gemm;
 pub(crate) mod layouts;
 pub(crate) mod mx_quant;
 pub(crate) mod quant;
 pub(crate) mod routing;
 pub(crate) mod runtime;
-mod status;
-mod sys;
+pub(crate) mod status;
+pub(crate) mod sys;
 
 use cudarc::driver::CudaStream;
 
@@ -50,7 +47,7 @@ pub(crate) use sys::{Activation, FusedTile, GateUp, LayoutKind, RouterKind, Tile
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
-fn dtype(d: DType) -> sys::DType {
+pub(crate) fn dtype(d: DType) -> sys::DType {
     match d {
         DType::BF16 => sys::DType::BF16,
         DType::F16 => sys::DType::F16,
@@ -59,18 +56,18 @@ fn dtype(d: DType) -> sys::DType {
 
 /// Makes the stream's context current on this thread: a fresh thread, or one that last worked on another
 /// device, then launches on the stream's device. Cheap when it already is current (one driver query).
-fn bind(stream: &CudaStream) -> Result<()> {
+pub(crate) fn bind(stream: &CudaStream) -> Result<()> {
     Ok(stream.context().bind_to_thread()?)
 }
 
-fn need_len(name: &'static str, len: usize, need: usize, what: &str) -> Result<()> {
+pub(crate) fn need_len(name: &'static str, len: usize, need: usize, what: &str) -> Result<()> {
     if len < need {
         return Err(Error::Buffer { name, detail: format!("holds {len} elements, needs {need} ({what})") });
     }
     Ok(())
 }
 
-fn need_aligned(name: &'static str, ptr: u64) -> Result<()> {
+pub(crate) fn need_aligned(name: &'static str, ptr: u64) -> Result<()> {
     if ptr % 16 != 0 {
         return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 16-byte aligned (TMA)") });
     }
@@ -79,7 +76,7 @@ fn need_aligned(name: &'static str, ptr: u64) -> Result<()> {
 
 /// A row length (in elements of `T`) whose rows start on 16-byte boundaries when the base does: the element
 /// type's TMA alignment, which the kernels' vector loads and TMA descriptors need. Positive and within int32.
-fn need_row_len<T: Element>(name: &'static str, len: usize) -> Result<()> {
+pub(crate) fn need_row_len<T: Element>(name: &'static str, len: usize) -> Result<()> {
     let align = T::DTYPE.tma_alignment();
     if len == 0 || len % align != 0 || len > i32::MAX as usize {
         return Err(Error::InvalidProblem(format!(
@@ -91,12 +88,12 @@ fn need_row_len<T: Element>(name: &'static str, len: usize) -> Result<()> {
 }
 
 /// `v` as the kernels' int32 extent named `name`.
-fn to_i32(name: &str, v: usize) -> Result<i32> {
+pub(crate) fn to_i32(name: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| Error::InvalidProblem(format!("{name} = {v} exceeds the kernels' int32 range")))
 }
 
 /// `v` as the kernels' int64 extent named `name`.
-fn to_i64(name: &str, v: usize) -> Result<i64> {
+pub(crate) fn to_i64(name: &str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::InvalidProblem(format!("{name} = {v} exceeds the kernels' int64 range")))
 }
 

@@ -7,8 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 
 use super::bridge_fp8::ffi;
-use super::grouped::GroupedRows;
-use super::grouped_fp8::group_rows;
+use super::gemm::{group_rows, GroupArrays, GroupedRows};
 use super::status::{check, Launched};
 use super::sys;
 use super::{dtype, need_aligned, need_len, to_i32, to_i64};
@@ -21,6 +20,11 @@ pub(crate) use sys::Fp4Format;
 pub(crate) const MX_VEC: usize = 32;
 pub(crate) const NV_VEC: usize = 16;
 pub(crate) const SF_ATOM_BYTES: usize = 512;
+
+/// Bytes of one expert's scale atoms, one scale per `vec` of K: `512 · ceil(n / 128) · ceil(k / (4 vec))`.
+pub(crate) fn expert_sf_bytes(n: usize, k: usize, vec: usize) -> usize {
+    512 * n.div_ceil(128) * k.div_ceil(4 * vec)
+}
 
 /// Bytes of scale atoms `groups` groups over at most `max_rows` rows of `k_blocks` scales each need at most:
 /// every group pads its rows to 128, so `512 · ceil(k_blocks / 4) · (ceil(max_rows / 128) + groups)`.
@@ -69,7 +73,7 @@ pub(crate) fn launch_quantize_mxfp8<T: Element>(
         )));
     }
     check_x_cols("MXFP8", x_cols, x_stride, k, MX_VEC)?;
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let GroupArrays { mode, offsets, counts, max_m } = group_rows(rows, groups, max_rows)?;
     if max_rows > 0 {
         need_len("x", x.len(), (max_rows - 1) * x_stride + x_cols, "(max_rows - 1) x stride + x's columns")?;
     }
@@ -153,7 +157,7 @@ pub(crate) fn launch_quantize_fp4<T: Element>(
             "{name} quantisation: tensor scale {tensor_scale} must be finite and positive (0: derived on the device)"
         )));
     }
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let GroupArrays { mode, offsets, counts, max_m } = group_rows(rows, groups, max_rows)?;
     if max_rows > 0 {
         need_len("x", x.len(), (max_rows - 1) * x_stride + x_cols, "(max_rows - 1) x stride + x's columns")?;
     }

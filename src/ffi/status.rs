@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 
 /// What a launch was, for the error its status becomes.
 #[derive(Clone, Copy)]
-pub(super) struct Launched<'a> {
+pub(crate) struct Launched<'a> {
     pub op: &'static str,
     pub dtype: Option<DType>,
     /// The tile configuration (a bridge enum, named by its `Debug`), where the operation has one.
@@ -31,12 +31,12 @@ impl Launched<'_> {
 }
 
 /// `cudaGetErrorName` of a `cudaError_t` code, e.g. `cudaErrorInvalidValue` for 1 (no device needed).
-pub(super) fn cuda_error_name(code: i32) -> String {
+pub(crate) fn cuda_error_name(code: i32) -> String {
     ffi::cuda_error_name(code)
 }
 
 /// A `cudaError_t` returned by `op`: `Ok` for `cudaSuccess` (0).
-pub(super) fn cuda_result(op: &'static str, code: i32) -> Result<()> {
+pub(crate) fn cuda_result(op: &'static str, code: i32) -> Result<()> {
     match code {
         0 => Ok(()),
         code => Err(cuda_error(op, code)),
@@ -48,7 +48,7 @@ fn cuda_error(op: &'static str, code: i32) -> Error {
 }
 
 /// The status of a launch as a `Result`.
-pub(super) fn check(s: Status, l: &Launched<'_>) -> Result<()> {
+pub(crate) fn check(s: Status, l: &Launched<'_>) -> Result<()> {
     let op = l.op;
     let cutlass = |stage| Err(Error::Cutlass { op, stage, status: cutlass_status_name(s.detail) });
     match s.code {

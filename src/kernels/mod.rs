@@ -1,38 +1,48 @@
-//! Kernel families and their configurations.
+//! Kernel families and their configurations, one folder per family (as `cpp/` has): `dense` (bf16 / f16),
+//! `fp8_blockwise`, `fp8_rowwise`, `mx` (block-scaled) and `fused`. A family's folder holds its per-arch plans
+//! (`sm90.rs`, `sm100.rs`, `portable.rs`), its plan that picks the arch (`mod.rs`) and its launcher over the cxx
+//! bridge (`launch.rs`: part of the bottom floor with `crate::ffi`, the only files here with `unsafe` code).
+//! `plan.rs` holds what every plan shares.
 //!
 //! | family | arch | dtypes | layout |
 //! |---|---|---|---|
-//! | [`grouped::GroupedGemm`] | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | A `[rows, K]` grouped by device offsets, B `[G, N, K]`, D `[rows, N]` |
-//! | [`grouped_fp8::GroupedGemmFp8`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 1x128 / 128x128 block scales, bf16 out (fp32 two-level accumulation) | A [`crate::quant::Fp8Rows`] grouped by device offsets (or padded, masked), B [`crate::quant::Fp8BlockWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
-//! | [`grouped_fp8_rowwise::GroupedGemmFp8Rowwise`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 per-token x per-channel scales (per-tensor as a special case), bf16 out (fast or promoted fp32 accumulation) | A [`crate::quant::Fp8TokenRows`] grouped as above, B [`crate::quant::Fp8ChannelWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
+//! | [`dense::sm90::GroupedGemm`] | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | A `[rows, K]` grouped by device offsets, B `[G, N, K]`, D `[rows, N]` |
+//! | [`fp8_blockwise::sm90::GroupedGemmFp8`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 1x128 / 128x128 block scales, bf16 out (fp32 two-level accumulation) | A [`crate::quant::Fp8Rows`] grouped by device offsets (or padded, masked), B [`crate::quant::Fp8BlockWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
+//! | [`fp8_rowwise::GroupedGemmFp8Rowwise`] | SM90 (`sm_90a`) | e4m3 x e4m3 with f32 per-token x per-channel scales (per-tensor as a special case), bf16 out (fast or promoted fp32 accumulation) | A [`crate::quant::Fp8TokenRows`] grouped as above, B [`crate::quant::Fp8ChannelWeights`] `[G, N, K]`, D bf16 `[rows, N]` |
 //! | [`fused::FusedGemm`] (`gemm1_gather`, `gemm2_scatter`) | SM90 (`sm_90a`) | bf16, f16 (fp32 accumulation) | aligned layout: A rows gathered through `sorted_ids`, D scattered to flat rows with the router weight |
-//! | [`grouped_sm100::GroupedGemmSm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | bf16 (fp32 accumulation in tensor memory) | as [`grouped::GroupedGemm`] |
-//! | [`grouped_fp8_sm100::GroupedGemmFp8Sm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | as [`grouped_fp8::GroupedGemmFp8`] (tcgen05 MMA, fp32 two-level accumulation) | as [`grouped_fp8::GroupedGemmFp8`]: the same operands and groups |
-//! | [`grouped_mx::GroupedGemmMx`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | block-scaled: MXFP8 x MXFP8, MXFP8 x MXFP4, MXFP4 x MXFP4, NVFP4 x NVFP4 (not FP8 x NVFP4), bf16 out | A [`crate::quant::Mxfp8Rows`] / [`crate::quant::Mxfp4Rows`] / [`crate::quant::Nvfp4Rows`] grouped by device offsets (or padded, masked), B `[G, N, K]` with per-expert scale atoms, D bf16 `[rows, N]` |
-//! | [`grouped_mx_portable::GroupedGemmMxPortable`] | SM90 and SM100 (`sm_90a`, `sm_100a`; `wmma`, not tuned) | as [`grouped_mx::GroupedGemmMx`], dequantised exactly into bf16, fp32 accumulation | as [`grouped_mx::GroupedGemmMx`]: the same operands and groups |
+//! | [`dense::sm100::GroupedGemmSm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | bf16 (fp32 accumulation in tensor memory) | as [`dense::sm90::GroupedGemm`] |
+//! | [`fp8_blockwise::sm100::GroupedGemmFp8Sm100`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | as [`fp8_blockwise::sm90::GroupedGemmFp8`] (tcgen05 MMA, fp32 two-level accumulation) | as [`fp8_blockwise::sm90::GroupedGemmFp8`]: the same operands and groups |
+//! | [`mx::sm100::GroupedGemmMx`] | SM100 (`sm_100a`), **compiled and SASS-checked only, never run on hardware** | block-scaled: MXFP8 x MXFP8, MXFP8 x MXFP4, MXFP4 x MXFP4, NVFP4 x NVFP4 (not FP8 x NVFP4), bf16 out | A [`crate::quant::Mxfp8Rows`] / [`crate::quant::Mxfp4Rows`] / [`crate::quant::Nvfp4Rows`] grouped by device offsets (or padded, masked), B `[G, N, K]` with per-expert scale atoms, D bf16 `[rows, N]` |
+//! | [`mx::portable::GroupedGemmMxPortable`] | SM90 and SM100 (`sm_90a`, `sm_100a`; `wmma`, not tuned) | as [`mx::sm100::GroupedGemmMx`], dequantised exactly into bf16, fp32 accumulation | as [`mx::sm100::GroupedGemmMx`]: the same operands and groups |
 //!
 //! Three plans pick the kernel for their device themselves, so that a caller names no arch:
-//! [`dense::DenseGemm`] (SM90's or SM100's dense kernel), [`blockwise::BlockwiseFp8Gemm`] (SM90's or SM100's FP8
-//! blockwise kernel) and [`block_scaled::MxGemm`] (SM100's block-scaled kernel or the portable one); the layer
-//! plans through them. The per-arch plans above remain for callers that want one arch's kernel by name.
+//! [`dense::DenseGemm`] (SM90's or SM100's dense kernel), [`fp8_blockwise::BlockwiseFp8Gemm`] (SM90's or SM100's
+//! FP8 blockwise kernel) and [`mx::MxGemm`] (SM100's block-scaled kernel or the portable one); the layer plans
+//! through them. The per-arch plans above remain for callers that want one arch's kernel by name. The modules'
+//! earlier names (`grouped`, `grouped_fp8`, `blockwise`, `block_scaled`, ...) are re-exported.
 //!
 //! Which targets each family was compiled for is [`KernelFamily`]'s to say (the build's gencode table); plans
 //! refuse a device their family has no SASS for.
 
 #[macro_use]
 pub mod plan;
-pub mod block_scaled;
-pub mod blockwise;
 pub mod dense;
 pub(crate) mod elementwise;
+pub mod fp8_blockwise;
+pub mod fp8_rowwise;
 pub mod fused;
-pub mod grouped;
-pub mod grouped_fp8;
-pub mod grouped_fp8_rowwise;
-pub mod grouped_fp8_sm100;
-pub mod grouped_mx;
-pub mod grouped_mx_portable;
-pub mod grouped_sm100;
+pub mod mx;
+
+// The modules' names before the families had folders, kept for callers: each is the family's arch module now.
+pub use dense::sm100 as grouped_sm100;
+pub use dense::sm90 as grouped;
+pub use fp8_blockwise as blockwise;
+pub use fp8_blockwise::sm100 as grouped_fp8_sm100;
+pub use fp8_blockwise::sm90 as grouped_fp8;
+pub use fp8_rowwise as grouped_fp8_rowwise;
+pub use mx as block_scaled;
+pub use mx::portable as grouped_mx_portable;
+pub use mx::sm100 as grouped_mx;
 
 pub use crate::device::KernelFamily;
 
@@ -116,7 +126,7 @@ impl TileConfig {
 
     /// Whether this configuration was compiled for `dtype` into the linked library.
     pub fn is_built(self, dtype: DType) -> bool {
-        ffi::grouped::built(dtype, self.into())
+        dense::launch::built(dtype, self.into())
     }
 
     /// The default choice for `groups` groups of an `[n, k]` weight over about `expected_rows` rows in all,

@@ -54,6 +54,10 @@ macro_rules! shape_accessors {
         pub fn max_rows(&self) -> usize {
             self.max_rows
         }
+        /// (groups, N, K, max_rows).
+        pub(crate) fn dims(&self) -> (usize, usize, usize, usize) {
+            (self.groups, self.n, self.k, self.max_rows)
+        }
     };
 }
 
@@ -169,4 +173,93 @@ pub(crate) fn check_config_arch(
         "{what}: configuration {name} is {config_arch}'s, the device ({}) is {arch}",
         device.name
     )))
+}
+
+/// A compiled configuration of one arch's kernel of a family: what planning it needs to know, written once for
+/// every per-arch plan ([`planned_workspace`]).
+pub(crate) trait ArchConfig: Copy {
+    /// The operation's name in errors.
+    const OP: &'static str;
+    /// The family whose SASS the device must have.
+    const FAMILY: crate::device::KernelFamily;
+    fn name(self) -> &'static str;
+    /// Whether it was compiled (for `dtype`, where the family has several).
+    fn built(self, dtype: Option<crate::dtype::DType>) -> bool;
+    /// Bytes of workspace a launch over `groups` groups needs on a device of `sm_count` SMs (asks C++).
+    fn workspace(self, dtype: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64>;
+}
+
+/// What planning `config` on `device` checks, for every per-arch plan: the device has the family's SASS
+/// ([`Error::UnsupportedArch`](crate::error::Error::UnsupportedArch)), the configuration was compiled
+/// ([`Error::KernelNotBuilt`](crate::error::Error::KernelNotBuilt)); then the workspace `groups` groups need.
+pub(crate) fn planned_workspace<C: ArchConfig>(
+    device: &crate::device::DeviceInfo,
+    config: C,
+    dtype: Option<crate::dtype::DType>,
+    groups: usize,
+) -> Result<u64> {
+    device.require(C::OP, C::FAMILY)?;
+    built_workspace(config, dtype, groups, device.sm_count)
+}
+
+/// [`planned_workspace`] but for the device: a plan that changes its configuration keeps its device.
+pub(crate) fn built_workspace<C: ArchConfig>(
+    config: C,
+    dtype: Option<crate::dtype::DType>,
+    groups: usize,
+    sm_count: i32,
+) -> Result<u64> {
+    if !config.built(dtype) {
+        return Err(crate::error::Error::KernelNotBuilt { op: C::OP, dtype, config: Some(config.name().into()) });
+    }
+    config.workspace(dtype, groups, sm_count)
+}
+
+/// The launch descriptor of a plan of `config` over `groups` experts of `[n, k]` and `max_rows` rows on `device`.
+pub(crate) fn launch_plan<K>(
+    config: K,
+    (groups, n, k, max_rows): (usize, usize, usize, usize),
+    device: &crate::device::DeviceInfo,
+    workspace_bytes: u64,
+) -> crate::ffi::gemm::GemmPlan<K> {
+    let (device, sm_count) = (device.ordinal as i32, device.sm_count);
+    crate::ffi::gemm::GemmPlan { config, groups, n, k, max_rows, device, sm_count, workspace_bytes }
+}
+
+/// Refuses FP8 operands of another shape than the plan's: `a` (its rows and K, named `a_name`) needs the plan's
+/// K and at least `max_rows` rows, `b` (`[G, N, K]`, named `b_name`) exactly the plan's.
+pub(crate) fn check_operand_shapes(
+    (a_name, a_rows, a_k): (&str, usize, usize),
+    (b_name, b): (&str, (usize, usize, usize)),
+    (groups, n, k, max_rows): (usize, usize, usize, usize),
+) -> Result<()> {
+    if a_k != k || a_rows < max_rows {
+        return Err(crate::error::Error::InvalidProblem(format!(
+            "{a_name} [{a_rows}, {a_k}] for a plan of K = {k} over max_rows = {max_rows}: need K equal and at least \
+             max_rows rows"
+        )));
+    }
+    if b != (groups, n, k) {
+        return Err(crate::error::Error::InvalidProblem(format!(
+            "{b_name} [G, N, K] = [{}, {}, {}] for a plan of [{groups}, {n}, {k}]",
+            b.0, b.1, b.2
+        )));
+    }
+    Ok(())
+}
+
+/// The arch of `device` for a family plan, and a forced configuration (`config`: its name and arch) checked
+/// against it: [`device_arch`] then [`check_config_arch`].
+pub(crate) fn pick_arch(
+    device: &crate::device::DeviceInfo,
+    op: &'static str,
+    family: crate::device::KernelFamily,
+    what: &str,
+    config: Option<(&str, crate::device::Arch)>,
+) -> Result<crate::device::Arch> {
+    let arch = device_arch(device, op, family)?;
+    if let Some((name, config_arch)) = config {
+        check_config_arch(what, name, config_arch, device, arch)?;
+    }
+    Ok(arch)
 }

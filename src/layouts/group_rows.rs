@@ -23,8 +23,8 @@ pub enum GroupRows<'a> {
 }
 
 impl GroupRows<'_> {
-    pub(crate) fn to_ffi(&self) -> ffi::grouped::GroupedRows<'_> {
-        use ffi::grouped::GroupedRows as F;
+    pub(crate) fn to_ffi(&self) -> ffi::gemm::GroupedRows<'_> {
+        use ffi::gemm::GroupedRows as F;
         match self {
             GroupRows::Offsets(o) => F::Offsets(o),
             GroupRows::Padded { offsets, counts } => F::Padded { offsets, counts },

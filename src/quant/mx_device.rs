@@ -193,7 +193,7 @@ impl Mxfp8Weights {
             }
             q.extend_from_slice(e.data());
             let atoms = e.sf_atoms();
-            debug_assert_eq!(atoms.len(), ffi::grouped_mx::expert_sf_bytes(n, k, ffi::mx_quant::MX_VEC));
+            debug_assert_eq!(atoms.len(), ffi::mx_quant::expert_sf_bytes(n, k, ffi::mx_quant::MX_VEC));
             sf.extend(atoms);
         }
         Ok(Mxfp8Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })

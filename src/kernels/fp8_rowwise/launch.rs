@@ -8,13 +8,13 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge_fp8::ffi;
-use super::grouped::GroupedRows;
-use super::grouped_fp8::group_rows;
-use super::status::{check, Launched};
-use super::sys;
-use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
+use crate::ffi::bridge_fp8::ffi;
+use crate::ffi::gemm::GroupedRows;
+use crate::ffi::gemm::{group_rows, GemmPlan};
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{need_aligned, need_len, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -46,18 +46,8 @@ pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count:
     Ok(bytes)
 }
 
-/// What a plan fixes: the shape, the configuration and the device.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RowwisePlan {
-    pub config: Fp8RowwiseConfig,
-    pub groups: usize,
-    pub n: usize,
-    pub k: usize,
-    pub max_rows: usize,
-    pub device: i32,
-    pub sm_count: i32,
-    pub workspace_bytes: u64,
-}
+/// What a rowwise launch needs besides its buffers, fixed by a plan.
+pub(crate) type RowwisePlan = GemmPlan<Fp8RowwiseConfig>;
 
 /// The buffers of one launch: e4m3 data and f32 dequantisation multipliers.
 pub(crate) struct RowwiseOperands<'a, A, SA, B, SB>
@@ -89,40 +79,28 @@ where
     B: DevicePtr<F8E4M3>,
     SB: DevicePtr<f32>,
 {
-    let ordinal = stream.context().ordinal();
-    if ordinal as i64 != plan.device as i64 {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 rowwise grouped GEMM planned for device {} launched on a stream of device {ordinal}",
-            plan.device
-        )));
-    }
+    plan.check_device(stream, format_args!("FP8 rowwise grouped GEMM"))?;
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     if n == 0 || n % ROWWISE_ALIGN != 0 || k == 0 || k % ROWWISE_ALIGN != 0 {
         return Err(Error::InvalidProblem(format!(
             "FP8 rowwise grouped GEMM: N = {n} and K = {k} must be positive multiples of {ROWWISE_ALIGN}"
         )));
     }
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let arrays = group_rows(rows, groups, max_rows)?;
     need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
     need_len("sa", ops.sa.len(), max_rows, "max_rows (one scale per row)")?;
     need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
     need_len("sb", ops.sb.len(), groups * n, "G x N (one scale per output channel)")?;
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
-    let workspace_bytes = workspace.len() as u64;
-    if workspace_bytes < plan.workspace_bytes {
-        return Err(Error::WorkspaceTooSmall { op: OP, needed: plan.workspace_bytes, got: workspace_bytes });
-    }
-    let (max_m, groups_i, n_i, k_i) =
-        (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
-    let max_rows = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    let workspace_bytes = plan.check_workspace(OP, workspace)?;
+    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
+    crate::ffi::bind(stream)?;
     // Guards bound to named locals: they order the buffers on `stream` and must outlive the C++ call.
     let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
     let (sa_ptr, _sa_guard) = ops.sa.device_ptr(stream);
     let (b_ptr, _b_guard) = ops.b.device_ptr(stream);
     let (sb_ptr, _sb_guard) = ops.sb.device_ptr(stream);
-    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
-    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let ((offsets, counts), _group_guards) = arrays.device_ptrs(stream);
     let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
     let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
     let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
@@ -134,7 +112,7 @@ where
     }
     let args = sys::GroupedGemmFp8RowwiseArgs {
         config: plan.config,
-        mode,
+        mode: arrays.mode,
         max_m,
         groups: groups_i,
         n: n_i,
@@ -145,8 +123,8 @@ where
         b: b_ptr,
         sb: sb_ptr,
         d: d_ptr,
-        offsets: o_ptr.unwrap_or(0),
-        counts: c_ptr.unwrap_or(0),
+        offsets,
+        counts,
         workspace: w_ptr,
         workspace_bytes,
         status: s_ptr,

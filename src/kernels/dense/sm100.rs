@@ -21,12 +21,13 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
+use super::launch;
+use super::sm90::GroupedGemmShape;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::kernels::grouped::{GroupedGemmShape, Workspace};
+use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 
@@ -72,7 +73,7 @@ impl Sm100TileConfig {
 
     /// Whether this configuration was compiled for `dtype` into the linked library (bf16 only so far).
     pub fn is_built(self, dtype: DType) -> bool {
-        ffi::grouped::built_sm100(dtype, self.into())
+        launch::built_sm100(dtype, self.into())
     }
 
     /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
@@ -80,7 +81,7 @@ impl Sm100TileConfig {
     /// # Errors
     /// [`Error::KernelNotBuilt`] when it was not compiled for `dtype`.
     pub fn facts(self, dtype: DType) -> Result<Sm100KernelFacts> {
-        let f = ffi::grouped::facts_sm100(dtype, self.into())?;
+        let f = launch::facts_sm100(dtype, self.into())?;
         let u = |v: i32| v.max(0) as u32;
         Ok(Sm100KernelFacts {
             tile: (u(f.tile_m), u(f.tile_n), u(f.tile_k)),
@@ -106,11 +107,11 @@ impl Sm100TileConfig {
     }
 }
 
-impl From<Sm100TileConfig> for ffi::grouped::Sm100TileConfig {
+impl From<Sm100TileConfig> for launch::Sm100TileConfig {
     fn from(c: Sm100TileConfig) -> Self {
         match c {
-            Sm100TileConfig::Mma1Sm128x256x64 => ffi::grouped::Sm100TileConfig::Mma1Sm128x256x64,
-            Sm100TileConfig::Mma1Sm128x128x64 => ffi::grouped::Sm100TileConfig::Mma1Sm128x128x64,
+            Sm100TileConfig::Mma1Sm128x256x64 => launch::Sm100TileConfig::Mma1Sm128x256x64,
+            Sm100TileConfig::Mma1Sm128x128x64 => launch::Sm100TileConfig::Mma1Sm128x128x64,
         }
     }
 }
@@ -175,16 +176,11 @@ impl<T: Element> GroupedGemmSm100<T> {
     /// `sm_100a` SASS runs there only); [`Error::KernelNotBuilt`] when the configuration was not compiled for `T`
     /// (f16 is not, yet).
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmSm100Options) -> Result<Self> {
-        device.require(OP, KernelFamily::GroupedGemmSm100)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows());
         let config = options.config.unwrap_or_else(|| {
             Sm100TileConfig::heuristic(shape.groups(), shape.n(), expected, device.sm_count.max(1) as usize)
         });
-        if !config.is_built(T::DTYPE) {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: Some(T::DTYPE), config: Some(config.name().into()) });
-        }
-        let workspace_bytes =
-            workspace_bytes(T::DTYPE, config, shape.groups(), device.sm_count.max(0) as usize)? as u64;
+        let workspace_bytes = plan::planned_workspace(&device, config, Some(T::DTYPE), shape.groups())?;
         Ok(GroupedGemmSm100 { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
@@ -209,19 +205,25 @@ impl<T: Element> GroupedGemmSm100<T> {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let s = &self.shape;
-        let plan = ffi::grouped::GroupedPlan {
-            kernel: ffi::grouped::GroupedKernel::Sm100(self.config.into()),
-            groups: s.groups(),
-            n: s.n(),
-            k: s.k(),
-            max_rows: s.max_rows(),
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
-            workspace_bytes: self.workspace_bytes,
-        };
+        let kernel = launch::GroupedKernel::Sm100(self.config.into());
+        let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
         let rows = rows.into();
-        ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+}
+
+impl plan::ArchConfig for Sm100TileConfig {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm100;
+    fn name(self) -> &'static str {
+        Sm100TileConfig::name(self)
+    }
+    fn built(self, dtype: Option<DType>) -> bool {
+        dtype.is_some_and(|d| self.is_built(d))
+    }
+    fn workspace(self, dtype: Option<DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        let dtype = dtype.expect("the dense family plans per element type");
+        launch::workspace_bytes_sm100(dtype, self.into(), groups, sm_count)
     }
 }
 
@@ -233,6 +235,5 @@ pub(crate) fn workspace_bytes(dtype: DType, config: Sm100TileConfig, groups: usi
     if !config.is_built(dtype) {
         return Err(Error::KernelNotBuilt { op: OP, dtype: Some(dtype), config: Some(config.name().into()) });
     }
-    Ok(ffi::grouped::workspace_bytes_sm100(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)?
-        as usize)
+    Ok(launch::workspace_bytes_sm100(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }

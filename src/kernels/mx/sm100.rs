@@ -41,13 +41,13 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use super::grouped_fp8::check_fp8_extents;
+use super::launch;
+use super::launch::MxData;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::ffi::grouped_mx::MxData;
-use crate::kernels::grouped::Workspace;
+use crate::kernels::fp8_blockwise::sm90::check_fp8_extents;
+use crate::kernels::plan::Workspace;
 use crate::layouts::GroupRows;
 use crate::quant::{Mxfp4Rows, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights, Nvfp4Rows, Nvfp4Weights};
 use crate::status::DeviceStatus;
@@ -203,13 +203,13 @@ impl MxConfig {
         })
     }
     pub fn is_built(self) -> bool {
-        ffi::grouped_mx::built(self.into())
+        launch::built(self.into())
     }
 }
 
-impl From<MxConfig> for ffi::grouped_mx::Sm100MxConfig {
+impl From<MxConfig> for launch::Sm100MxConfig {
     fn from(c: MxConfig) -> Self {
-        use ffi::grouped_mx::Sm100MxConfig as C;
+        use launch::Sm100MxConfig as C;
         match c {
             MxConfig::Mxf8Mma1Sm128x128x128 => C::Mxf8Mma1Sm128x128x128,
             MxConfig::Mxf8f4Mma1Sm128x128x128 => C::Mxf8f4Mma1Sm128x128x128,
@@ -268,20 +268,10 @@ impl MxShape {
         tile_n: usize,
         device: &DeviceInfo,
         workspace_bytes: u64,
-    ) -> ffi::grouped_mx::MxPlan {
+    ) -> launch::MxPlan {
         let MxShape { groups, n, k, max_rows } = self;
         let (device, sm_count) = (device.ordinal as i32, device.sm_count);
-        ffi::grouped_mx::MxPlan {
-            config: config.into(),
-            groups,
-            n,
-            k,
-            max_rows,
-            tile_n,
-            device,
-            sm_count,
-            workspace_bytes,
-        }
+        launch::MxPlan { config: config.into(), groups, n, k, max_rows, tile_n, device, sm_count, workspace_bytes }
     }
 }
 
@@ -294,7 +284,7 @@ pub(super) fn operands<'a>(
     shape: MxShape,
     a: MxRows<'a>,
     b: MxWeights<'a>,
-) -> Result<ffi::grouped_mx::MxOperands<'a>> {
+) -> Result<launch::MxOperands<'a>> {
     if (a.format(), b.format()) != formats {
         return Err(Error::InvalidProblem(format!(
             "MX grouped GEMM planned for {:?} x {:?}, launched with {:?} x {:?}",
@@ -324,7 +314,7 @@ pub(super) fn operands<'a>(
         MxWeights::Nvfp4(w) => (MxData::E2m1(w.q()), w.sf(), Some(w.tensor_scales())),
     };
     let tensor_scales = sa.zip(sb);
-    Ok(ffi::grouped_mx::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales })
+    Ok(launch::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales })
 }
 
 /// The activations of a launch.
@@ -470,7 +460,7 @@ impl GroupedGemmMx {
         if !p.config.is_built() {
             return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(p.config.name().into()) });
         }
-        p.workspace_bytes = ffi::grouped_mx::workspace_bytes(p.config.into(), p.groups, p.device.sm_count)?;
+        p.workspace_bytes = launch::workspace_bytes(p.config.into(), p.groups, p.device.sm_count)?;
         Ok(p)
     }
 
@@ -512,7 +502,7 @@ impl GroupedGemmMx {
         let ops = operands(self.config.formats(), shape, a, b)?;
         let plan = shape.plan(self.config, self.config.tile().1, &self.device, self.workspace_bytes);
         let rows = rows.into();
-        ffi::grouped_mx::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
     }
 }
 
@@ -525,7 +515,7 @@ pub(crate) fn workspace_bytes(config: MxConfig, groups: usize, sm_count: usize) 
         return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
     }
     let sm = sm_count.min(i32::MAX as usize) as i32;
-    Ok(ffi::grouped_mx::workspace_bytes(config.into(), groups, sm)? as usize)
+    Ok(launch::workspace_bytes(config.into(), groups, sm)? as usize)
 }
 
 #[cfg(test)]

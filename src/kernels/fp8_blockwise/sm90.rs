@@ -36,11 +36,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
+use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::kernels::grouped::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
 use crate::quant::{scale_blocks, Fp8BlockWeights, Fp8Rows, SCALE_BLOCK};
@@ -164,7 +164,7 @@ impl Fp8TileConfig {
 
     /// Whether this configuration was compiled into the linked library.
     pub fn is_built(self) -> bool {
-        ffi::grouped_fp8::built(self.into())
+        launch::built(self.into())
     }
 
     /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
@@ -172,7 +172,7 @@ impl Fp8TileConfig {
     /// # Errors
     /// [`Error::KernelNotBuilt`] when it was not compiled.
     pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = ffi::grouped_fp8::facts(self.into())?;
+        let (f, schedule) = launch::facts(self.into())?;
         Ok(Fp8KernelFacts::from_ffi(&f, schedule))
     }
 
@@ -191,11 +191,11 @@ impl Fp8TileConfig {
     }
 }
 
-impl From<Fp8TileConfig> for ffi::grouped_fp8::Fp8TileConfig {
+impl From<Fp8TileConfig> for launch::Fp8TileConfig {
     fn from(c: Fp8TileConfig) -> Self {
         match c {
-            Fp8TileConfig::Cooperative128x128x128 => ffi::grouped_fp8::Fp8TileConfig::Cooperative128x128x128,
-            Fp8TileConfig::Pingpong64x128x128 => ffi::grouped_fp8::Fp8TileConfig::Pingpong64x128x128,
+            Fp8TileConfig::Cooperative128x128x128 => launch::Fp8TileConfig::Cooperative128x128x128,
+            Fp8TileConfig::Pingpong64x128x128 => launch::Fp8TileConfig::Pingpong64x128x128,
         }
     }
 }
@@ -207,7 +207,7 @@ impl std::fmt::Display for Fp8TileConfig {
 }
 
 impl Fp8KernelFacts {
-    pub(crate) fn from_ffi(f: &ffi::grouped_fp8::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {
+    pub(crate) fn from_ffi(f: &launch::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {
         let u = |v: i32| v.max(0) as u32;
         Fp8KernelFacts {
             schedule,
@@ -289,13 +289,9 @@ impl GroupedGemmFp8 {
     /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0); [`Error::KernelNotBuilt`]
     /// when the configuration was not compiled.
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
-        device.require(OP, KernelFamily::GroupedGemmSm90Fp8)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config = options.config.unwrap_or_else(|| Fp8TileConfig::heuristic(shape.groups, expected));
-        if !config.is_built() {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
-        }
-        let workspace_bytes = ffi::grouped_fp8::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = plan::planned_workspace(&device, config, None, shape.groups)?;
         Ok(GroupedGemmFp8 { shape, config, device, workspace_bytes })
     }
 
@@ -334,7 +330,7 @@ impl GroupedGemmFp8 {
 /// What a launch of a planned FP8 blockwise GEMM needs besides its buffers: the compiled configuration (SM90 or
 /// SM100: both read the same operands), the shape, the device and the workspace size planned for it.
 pub(crate) struct Planned<'p> {
-    pub config: ffi::grouped_fp8::Fp8TileConfig,
+    pub config: launch::Fp8TileConfig,
     pub shape: &'p GroupedGemmFp8Shape,
     pub device: &'p DeviceInfo,
     pub workspace_bytes: u64,
@@ -353,46 +349,32 @@ pub(crate) fn launch_planned(
     workspace: &mut Workspace,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    let s = p.shape;
-    if a.k() != s.k || a.rows() < s.max_rows {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
-            a.rows(),
-            a.k(),
-            s.k,
-            s.max_rows
-        )));
-    }
-    if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
-            b.experts(),
-            b.n(),
-            b.k(),
-            s.groups,
-            s.n,
-            s.k
-        )));
-    }
-    let plan = ffi::grouped_fp8::Fp8Plan {
-        config: p.config,
-        groups: s.groups,
-        n: s.n,
-        k: s.k,
-        max_rows: s.max_rows,
-        device: p.device.ordinal as i32,
-        sm_count: p.device.sm_count,
-        workspace_bytes: p.workspace_bytes,
-    };
+    let dims = p.shape.dims();
+    plan::check_operand_shapes(("FP8 rows", a.rows(), a.k()), ("FP8 weights", (b.experts(), b.n(), b.k())), dims)?;
+    let plan = plan::launch_plan(p.config, dims, p.device, p.workspace_bytes);
     let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
-    let ops = ffi::grouped_fp8::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
-    ffi::grouped_fp8::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    let ops = launch::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
+    launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+}
+
+impl plan::ArchConfig for Fp8TileConfig {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
+    fn name(self) -> &'static str {
+        Fp8TileConfig::name(self)
+    }
+    fn built(self, _: Option<crate::dtype::DType>) -> bool {
+        self.is_built()
+    }
+    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        launch::workspace_bytes(self.into(), groups, sm_count)
+    }
 }
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).
 pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: usize) -> Result<usize> {
-    Ok(ffi::grouped_fp8::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+    Ok(launch::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }
 
 #[cfg(test)]

@@ -29,11 +29,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use super::grouped_mx::{check_plan, operands, MxConfig, MxFormat, MxRows, MxShape, MxWeights, MX_K_MULTIPLE};
+use super::launch;
+use super::sm100::{check_plan, operands, MxConfig, MxFormat, MxRows, MxShape, MxWeights, MX_K_MULTIPLE};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::Result;
-use crate::ffi;
 use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 
@@ -129,16 +129,16 @@ impl GroupedGemmMxPortable {
         let ops = operands(self.config.formats(), self.shape, a, b)?;
         let plan = self.shape.plan(self.config, MX_K_MULTIPLE, &self.device, 0);
         let rows = rows.into();
-        ffi::grouped_mx::launch_portable(stream, &plan, ops, rows.to_ffi(), d, status.word_mut())
+        launch::launch_portable(stream, &plan, ops, rows.to_ffi(), d, status.word_mut())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::sm100::tests::device;
     use super::*;
     use crate::error::Error;
-    use crate::kernels::grouped_mx::tests::device;
-    use crate::kernels::grouped_mx::GroupedGemmMx;
+    use crate::kernels::mx::sm100::GroupedGemmMx;
 
     #[test]
     fn plans_the_four_pairs_on_hopper_and_blackwell() {

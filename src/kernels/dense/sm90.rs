@@ -28,11 +28,12 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 pub use crate::layouts::GroupRows;
 
+use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::kernels::plan;
 use crate::kernels::TileConfig;
 use crate::status::DeviceStatus;
 
@@ -116,19 +117,11 @@ impl<T: Element> GroupedGemm<T> {
 
     /// Plans for an already queried device (no driver call).
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmShape, options: GroupedGemmOptions) -> Result<Self> {
-        device.require("grouped_gemm_sm90", KernelFamily::GroupedGemmSm90)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config = options
             .config
             .unwrap_or_else(|| TileConfig::heuristic(shape.groups, shape.n, expected, device.sm_count.max(1) as usize));
-        if !config.is_built(T::DTYPE) {
-            return Err(Error::KernelNotBuilt {
-                op: "grouped_gemm_sm90",
-                dtype: Some(T::DTYPE),
-                config: Some(config.name().into()),
-            });
-        }
-        let workspace_bytes = ffi::grouped::workspace_bytes(T::DTYPE, config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = plan::planned_workspace(&device, config, Some(T::DTYPE), shape.groups)?;
         Ok(GroupedGemm { shape, config, device, workspace_bytes, _t: PhantomData })
     }
 
@@ -152,19 +145,25 @@ impl<T: Element> GroupedGemm<T> {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let s = &self.shape;
-        let plan = ffi::grouped::GroupedPlan {
-            kernel: ffi::grouped::GroupedKernel::Sm90(self.config.into()),
-            groups: s.groups,
-            n: s.n,
-            k: s.k,
-            max_rows: s.max_rows,
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
-            workspace_bytes: self.workspace_bytes,
-        };
+        let kernel = launch::GroupedKernel::Sm90(self.config.into());
+        let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
         let rows = rows.into();
-        ffi::grouped::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+}
+
+impl plan::ArchConfig for TileConfig {
+    const OP: &'static str = "grouped_gemm_sm90";
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90;
+    fn name(self) -> &'static str {
+        TileConfig::name(self)
+    }
+    fn built(self, dtype: Option<crate::dtype::DType>) -> bool {
+        dtype.is_some_and(|d| self.is_built(d))
+    }
+    fn workspace(self, dtype: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        let dtype = dtype.expect("the dense family plans per element type");
+        launch::workspace_bytes(dtype, self.into(), groups, sm_count)
     }
 }
 
@@ -175,7 +174,7 @@ pub(crate) fn workspace_bytes(
     groups: usize,
     sm_count: usize,
 ) -> Result<usize> {
-    Ok(ffi::grouped::workspace_bytes(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+    Ok(launch::workspace_bytes(dtype, config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }
 
-pub use super::plan::Workspace;
+pub use crate::kernels::plan::Workspace;

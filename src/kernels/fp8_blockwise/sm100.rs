@@ -26,12 +26,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use super::grouped_fp8::{launch_planned, Fp8KernelFacts, GroupedGemmFp8Shape, Planned};
+use super::launch;
+use super::sm90::{launch_planned, Fp8KernelFacts, GroupedGemmFp8Shape, Planned};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::kernels::grouped::Workspace;
+use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use crate::status::DeviceStatus;
@@ -98,7 +98,7 @@ impl Fp8Sm100Config {
 
     /// Whether this configuration was compiled into the linked library.
     pub fn is_built(self) -> bool {
-        ffi::grouped_fp8::built(self.into())
+        launch::built(self.into())
     }
 
     /// What the compiled kernel is, read from its CUTLASS types (host only; no GPU needed).
@@ -106,16 +106,16 @@ impl Fp8Sm100Config {
     /// # Errors
     /// [`Error::KernelNotBuilt`] when it was not compiled.
     pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = ffi::grouped_fp8::facts(self.into())?;
+        let (f, schedule) = launch::facts(self.into())?;
         Ok(Fp8KernelFacts::from_ffi(&f, schedule))
     }
 }
 
-impl From<Fp8Sm100Config> for ffi::grouped_fp8::Fp8TileConfig {
+impl From<Fp8Sm100Config> for launch::Fp8TileConfig {
     fn from(c: Fp8Sm100Config) -> Self {
         match c {
-            Fp8Sm100Config::Blockwise1Sm128x128x128 => ffi::grouped_fp8::Fp8TileConfig::Sm100Blockwise1Sm128x128x128,
-            Fp8Sm100Config::Blockwise2Sm256x128x128 => ffi::grouped_fp8::Fp8TileConfig::Sm100Blockwise2Sm256x128x128,
+            Fp8Sm100Config::Blockwise1Sm128x128x128 => launch::Fp8TileConfig::Sm100Blockwise1Sm128x128x128,
+            Fp8Sm100Config::Blockwise2Sm256x128x128 => launch::Fp8TileConfig::Sm100Blockwise2Sm256x128x128,
         }
     }
 }
@@ -165,8 +165,7 @@ impl GroupedGemmFp8Sm100 {
         if !config.is_built() {
             return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
         }
-        let workspace_bytes =
-            ffi::grouped_fp8::workspace_bytes(config.into(), self.shape.groups(), self.device.sm_count)?;
+        let workspace_bytes = launch::workspace_bytes(config.into(), self.shape.groups(), self.device.sm_count)?;
         Ok(GroupedGemmFp8Sm100 { config, workspace_bytes, ..self })
     }
 
@@ -198,8 +197,22 @@ impl GroupedGemmFp8Sm100 {
     }
 }
 
+impl plan::ArchConfig for Fp8Sm100Config {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm100;
+    fn name(self) -> &'static str {
+        Fp8Sm100Config::name(self)
+    }
+    fn built(self, _: Option<crate::dtype::DType>) -> bool {
+        self.is_built()
+    }
+    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        launch::workspace_bytes(self.into(), groups, sm_count)
+    }
+}
+
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).
 pub(crate) fn workspace_bytes(config: Fp8Sm100Config, groups: usize, sm_count: usize) -> Result<usize> {
-    Ok(ffi::grouped_fp8::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
+    Ok(launch::workspace_bytes(config.into(), groups, sm_count.min(i32::MAX as usize) as i32)? as usize)
 }

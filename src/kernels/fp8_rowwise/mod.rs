@@ -19,22 +19,25 @@
 //! `N` and `K` positive multiples of 16 (16-byte e4m3 rows for TMA, 16-byte aligned per-expert channel scales),
 //! and the extents of every FP8 GEMM (see [`super::grouped_fp8`]).
 
+#[allow(unsafe_code)] // floor 0: the launcher over the bridge
+mod launch;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use super::grouped_fp8::{check_fp8_extents, Fp8KernelFacts};
+use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::ffi;
-pub(crate) use crate::ffi::grouped_fp8_rowwise::ROWWISE_ALIGN;
-use crate::kernels::grouped::Workspace;
+
+use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8ChannelWeights, Fp8TokenRows};
 use crate::status::DeviceStatus;
+pub(crate) use launch::ROWWISE_ALIGN;
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
 
@@ -124,7 +127,7 @@ impl Fp8RowwiseConfig {
         Fp8RowwiseConfig::ALL.into_iter().find(|c| c.name() == name)
     }
     pub fn is_built(self) -> bool {
-        ffi::grouped_fp8_rowwise::built(self.into())
+        launch::built(self.into())
     }
 
     /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
@@ -134,7 +137,7 @@ impl Fp8RowwiseConfig {
     /// # Errors
     /// [`Error::KernelNotBuilt`] when it was not compiled.
     pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = ffi::grouped_fp8_rowwise::facts(self.into())?;
+        let (f, schedule) = launch::facts(self.into())?;
         Ok(Fp8KernelFacts::from_ffi(&f, schedule))
     }
 
@@ -153,9 +156,9 @@ impl Fp8RowwiseConfig {
     }
 }
 
-impl From<Fp8RowwiseConfig> for ffi::grouped_fp8_rowwise::Fp8RowwiseConfig {
+impl From<Fp8RowwiseConfig> for launch::Fp8RowwiseConfig {
     fn from(c: Fp8RowwiseConfig) -> Self {
-        use ffi::grouped_fp8_rowwise::Fp8RowwiseConfig as F;
+        use launch::Fp8RowwiseConfig as F;
         match c {
             Fp8RowwiseConfig::FastAccumPingpong64x128x128 => F::FastAccumPingpong64x128x128,
             Fp8RowwiseConfig::FastAccumCooperative128x128x128 => F::FastAccumCooperative128x128x128,
@@ -213,14 +216,10 @@ impl GroupedGemmFp8Rowwise {
         shape: GroupedGemmFp8RowwiseShape,
         options: GroupedGemmFp8RowwiseOptions,
     ) -> Result<Self> {
-        device.require(OP, KernelFamily::GroupedGemmSm90Fp8)?;
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config =
             options.config.unwrap_or_else(|| Fp8RowwiseConfig::heuristic(options.accumulation, shape.groups, expected));
-        if !config.is_built() {
-            return Err(Error::KernelNotBuilt { op: OP, dtype: None, config: Some(config.name().into()) });
-        }
-        let workspace_bytes = ffi::grouped_fp8_rowwise::workspace_bytes(config.into(), shape.groups, device.sm_count)?;
+        let workspace_bytes = plan::planned_workspace(&device, config, None, shape.groups)?;
         Ok(GroupedGemmFp8Rowwise { shape, config, device, workspace_bytes })
     }
 
@@ -244,41 +243,28 @@ impl GroupedGemmFp8Rowwise {
         workspace: &mut Workspace,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let s = &self.shape;
-        if a.k() != s.k || a.rows() < s.max_rows {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 token rows [{}, {}] for a plan of K = {} over max_rows = {}: need K equal and at least max_rows rows",
-                a.rows(),
-                a.k(),
-                s.k,
-                s.max_rows
-            )));
-        }
-        if (b.experts(), b.n(), b.k()) != (s.groups, s.n, s.k) {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 channel weights [G, N, K] = [{}, {}, {}] for a plan of [{}, {}, {}]",
-                b.experts(),
-                b.n(),
-                b.k(),
-                s.groups,
-                s.n,
-                s.k
-            )));
-        }
-        let plan = ffi::grouped_fp8_rowwise::RowwisePlan {
-            config: self.config.into(),
-            groups: s.groups,
-            n: s.n,
-            k: s.k,
-            max_rows: s.max_rows,
-            device: self.device.ordinal as i32,
-            sm_count: self.device.sm_count,
-            workspace_bytes: self.workspace_bytes,
-        };
+        let dims = self.shape.dims();
+        let b_dims = (b.experts(), b.n(), b.k());
+        plan::check_operand_shapes(("FP8 token rows", a.rows(), a.k()), ("FP8 channel weights", b_dims), dims)?;
+        let plan = plan::launch_plan(self.config.into(), dims, &self.device, self.workspace_bytes);
         let rows = rows.into();
         let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
-        let ops = ffi::grouped_fp8_rowwise::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
-        ffi::grouped_fp8_rowwise::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        let ops = launch::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
+        launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    }
+}
+
+impl plan::ArchConfig for Fp8RowwiseConfig {
+    const OP: &'static str = OP;
+    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
+    fn name(self) -> &'static str {
+        Fp8RowwiseConfig::name(self)
+    }
+    fn built(self, _: Option<crate::dtype::DType>) -> bool {
+        self.is_built()
+    }
+    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
+        launch::workspace_bytes(self.into(), groups, sm_count)
     }
 }
 
@@ -286,5 +272,5 @@ impl GroupedGemmFp8Rowwise {
 /// layer's sizing asks it without a device).
 pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count: usize) -> Result<usize> {
     let sm = sm_count.min(i32::MAX as usize) as i32;
-    Ok(ffi::grouped_fp8_rowwise::workspace_bytes(config.into(), groups, sm)? as usize)
+    Ok(launch::workspace_bytes(config.into(), groups, sm)? as usize)
 }

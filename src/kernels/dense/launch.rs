@@ -3,14 +3,15 @@
 //! for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one checked path for
 //! both families: they take the same operands and group descriptions.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::bridge::ffi;
-use super::status::{check, Launched};
-use super::sys;
-use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::ffi::bridge::ffi;
+use crate::ffi::gemm::{GemmPlan, GroupArrays, GroupedRows};
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
 
@@ -66,34 +67,8 @@ pub(crate) fn workspace_bytes(d: DType, config: TileConfig, groups: usize, sm_co
     Ok(bytes)
 }
 
-/// Everything a launch needs besides its buffers, fixed by a plan: the shape (`groups` matrices `[n, k]` of B,
-/// at most `max_rows` rows of A and D), the kernel and configuration, and the device it was planned for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct GroupedPlan {
-    pub kernel: GroupedKernel,
-    pub groups: usize,
-    pub n: usize,
-    pub k: usize,
-    pub max_rows: usize,
-    pub device: i32,
-    pub sm_count: i32,
-    pub workspace_bytes: u64,
-}
-
-/// Where each group's rows are (mirrors `GroupMode` in `cpp/common/launch.h`): device arrays the prepare kernel reads
-/// and clamps.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum GroupedRows<'a> {
-    /// int32 `[groups + 1]`: group g owns rows `offsets[g] .. offsets[g+1]`.
-    Offsets(&'a CudaView<'a, i32>),
-    /// Group g starts at `offsets[g]` (`[groups + 1]`) and holds `counts[g]` rows (`[groups]`).
-    Padded { offsets: &'a CudaView<'a, i32>, counts: &'a CudaView<'a, i32> },
-    /// Group g owns rows `g·max_m .. g·max_m + masked_m[g]` (`[groups]`).
-    Masked { masked_m: &'a CudaView<'a, i32>, max_m: usize },
-    /// One group per D row `r < rows`: A row `r / a_div` times B[`experts[r]`]ᵀ, B holding `num_experts`
-    /// matrices.
-    PerRow { experts: &'a CudaView<'a, i32>, rows: usize, a_div: usize, num_experts: usize },
-}
+/// What a dense launch needs besides its buffers, fixed by a plan.
+pub(crate) type GroupedPlan = GemmPlan<GroupedKernel>;
 
 /// Queues `prepare_groups` and the CUTLASS grouped GEMM of `plan.kernel` on `stream`.
 #[allow(clippy::too_many_arguments)] // one argument per buffer: bundling them would hide which guard is which
@@ -107,22 +82,24 @@ pub(crate) fn launch<T: Element>(
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    let op = plan.kernel.op();
-    let ordinal = stream.context().ordinal();
-    if ordinal as i64 != plan.device as i64 {
-        return Err(Error::InvalidProblem(format!(
-            "{op}: planned for device {} launched on a stream of device {ordinal}",
-            plan.device
-        )));
-    }
+    let op = plan.config.op();
+    plan.check_device(stream, format_args!("{op}:"))?;
     let (groups_max, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     need_row_len::<T>("N", n)?;
     need_row_len::<T>("K", k)?;
-    let (mode, offsets, counts, max_m) = match rows {
-        GroupedRows::Offsets(o) => (sys::GroupMode::Offsets, Some(o), None, 0usize),
-        GroupedRows::Padded { offsets, counts } => (sys::GroupMode::Padded, Some(offsets), Some(counts), 0),
-        GroupedRows::Masked { masked_m, max_m } => (sys::GroupMode::Masked, None, Some(masked_m), max_m),
-        GroupedRows::PerRow { experts, .. } => (sys::GroupMode::PerRow, None, Some(experts), 0),
+    let arrays = match rows {
+        GroupedRows::Offsets(o) => {
+            GroupArrays { mode: sys::GroupMode::Offsets, offsets: Some(o), counts: None, max_m: 0 }
+        }
+        GroupedRows::Padded { offsets, counts } => {
+            GroupArrays { mode: sys::GroupMode::Padded, offsets: Some(offsets), counts: Some(counts), max_m: 0 }
+        }
+        GroupedRows::Masked { masked_m, max_m } => {
+            GroupArrays { mode: sys::GroupMode::Masked, offsets: None, counts: Some(masked_m), max_m }
+        }
+        GroupedRows::PerRow { experts, .. } => {
+            GroupArrays { mode: sys::GroupMode::PerRow, offsets: None, counts: Some(experts), max_m: 0 }
+        }
     };
     // What A and B must hold, and how many groups this launch runs.
     let (a_rows, b_mats, groups, a_div, num_experts) = match rows {
@@ -138,33 +115,22 @@ pub(crate) fn launch<T: Element>(
     };
     need_len("a", a.len(), a_rows * k, "rows of A x K")?;
     need_len("b", b.len(), b_mats * n * k, "matrices x N x K")?;
-    if let Some(o) = offsets {
-        need_len("offsets", o.len(), groups_max + 1, "G + 1")?;
-    }
-    if let Some(c) = counts {
-        need_len("counts", c.len(), groups, "groups")?;
-    }
-    if mode == sys::GroupMode::Masked && groups_max * max_m > max_rows {
-        return Err(Error::Buffer {
-            name: "masked_m",
-            detail: format!("G x max_m = {groups_max} x {max_m} exceeds the plan's max_rows = {max_rows}"),
-        });
-    }
+    arrays.check(groups_max, groups, max_rows)?;
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
-    let workspace_bytes = workspace.len() as u64;
-    if workspace_bytes < plan.workspace_bytes {
-        return Err(Error::WorkspaceTooSmall { op, needed: plan.workspace_bytes, got: workspace_bytes });
-    }
-    let (max_m, a_div, experts, groups) =
-        (to_i32("max_m", max_m)?, to_i32("a_div", a_div)?, to_i32("experts", num_experts)?, to_i32("groups", groups)?);
+    let workspace_bytes = plan.check_workspace(op, workspace)?;
+    let (max_m, a_div, experts, groups) = (
+        to_i32("max_m", arrays.max_m)?,
+        to_i32("a_div", a_div)?,
+        to_i32("experts", num_experts)?,
+        to_i32("groups", groups)?,
+    );
     let max_rows = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
     // the C++ call that queues the kernels, so they are bound to named locals.
     let (a_ptr, _a_guard) = a.device_ptr(stream);
     let (b_ptr, _b_guard) = b.device_ptr(stream);
-    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
-    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let ((offsets, counts), _group_guards) = arrays.device_ptrs(stream);
     let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
     let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
     let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
@@ -172,8 +138,35 @@ pub(crate) fn launch<T: Element>(
         need_aligned(name, p)?;
     }
     let (n, k, stream_u64) = (to_i32("n", n)?, to_i32("k", k)?, stream.cu_stream() as u64);
-    let (offsets, counts) = (o_ptr.unwrap_or(0), c_ptr.unwrap_or(0));
-    let (device, sm_count) = (plan.device, plan.sm_count);
+    let (device, sm_count, mode) = (plan.device, plan.sm_count, arrays.mode);
+    // The SM90 and SM100 argument structs: C++'s own (`sys`), the same fields, read by the C++ side as written.
+    macro_rules! args {
+        ($args:ident, $config:expr) => {
+            sys::$args {
+                dtype: dtype(T::DTYPE),
+                config: $config,
+                mode,
+                max_m,
+                a_div,
+                experts,
+                groups,
+                n,
+                k,
+                max_rows,
+                a: a_ptr,
+                b: b_ptr,
+                d: d_ptr,
+                offsets,
+                counts,
+                workspace: w_ptr,
+                workspace_bytes,
+                status: s_ptr,
+                device,
+                sm_count,
+                stream: stream_u64,
+            }
+        };
+    }
     // Why both calls below are sound: every address is a live cudarc allocation, checked above to hold what the
     // plan's shape implies (A max_rows*K or the per-row tokens, B G*N*K or num_experts matrices, D max_rows*N,
     // offsets G+1 / counts per group where the mode reads them, G*max_m <= max_rows, per-row groups <= G and
@@ -182,64 +175,20 @@ pub(crate) fn launch<T: Element>(
     // base is too. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
     // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
     // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued work
-    // never outlives its buffers. Both args structs are C++'s own (`sys`), read by the C++ side as written.
-    let status = match plan.kernel {
+    // never outlives its buffers.
+    let status = match plan.config {
         GroupedKernel::Sm90(config) => {
-            let args = sys::GroupedGemmArgs {
-                dtype: dtype(T::DTYPE),
-                config,
-                mode,
-                max_m,
-                a_div,
-                experts,
-                groups,
-                n,
-                k,
-                max_rows,
-                a: a_ptr,
-                b: b_ptr,
-                d: d_ptr,
-                offsets,
-                counts,
-                workspace: w_ptr,
-                workspace_bytes,
-                status: s_ptr,
-                device,
-                sm_count,
-                stream: stream_u64,
-            };
+            let args = args!(GroupedGemmArgs, config);
             // SAFETY: the argument above, for the SM90 kernel.
             unsafe { ffi::grouped_gemm_sm90_run(&args) }
         }
         GroupedKernel::Sm100(config) => {
-            let args = sys::GroupedGemmSm100Args {
-                dtype: dtype(T::DTYPE),
-                config,
-                mode,
-                max_m,
-                a_div,
-                experts,
-                groups,
-                n,
-                k,
-                max_rows,
-                a: a_ptr,
-                b: b_ptr,
-                d: d_ptr,
-                offsets,
-                counts,
-                workspace: w_ptr,
-                workspace_bytes,
-                status: s_ptr,
-                device,
-                sm_count,
-                stream: stream_u64,
-            };
+            let args = args!(GroupedGemmSm100Args, config);
             // SAFETY: the argument above, for the SM100 kernel (the same operands and group arrays).
             unsafe { ffi::grouped_gemm_sm100_run(&args) }
         }
     };
-    let config: &dyn std::fmt::Debug = match &plan.kernel {
+    let config: &dyn std::fmt::Debug = match &plan.config {
         GroupedKernel::Sm90(c) => c,
         GroupedKernel::Sm100(c) => c,
     };

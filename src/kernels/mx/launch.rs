@@ -7,13 +7,14 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop}
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge_fp8::ffi;
-use super::grouped::GroupedRows;
-use super::grouped_fp8::group_rows;
-use super::status::{check, Launched};
-use super::sys;
-use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
+use crate::ffi::bridge_fp8::ffi;
+use crate::ffi::gemm::group_rows;
+use crate::ffi::gemm::GroupedRows;
+use crate::ffi::mx_quant::expert_sf_bytes;
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
 
 pub(crate) use sys::Sm100MxConfig;
 
@@ -29,11 +30,6 @@ pub(crate) fn workspace_bytes(config: Sm100MxConfig, groups: usize, sm_count: i3
     let s = ffi::grouped_gemm_sm100_mx_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
     check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm100_mx workspace") })?;
     Ok(bytes)
-}
-
-/// Bytes of one expert's scale atoms, one scale per `vec` of K: `512 · ceil(n / 128) · ceil(k / (4 vec))`.
-pub(crate) fn expert_sf_bytes(n: usize, k: usize, vec: usize) -> usize {
-    512 * n.div_ceil(128) * k.div_ceil(4 * vec)
 }
 
 /// A configuration's (A's bits, B's bits, elements per scale, tensor-scaled).
@@ -170,7 +166,7 @@ fn with_args(
             plan.config
         )));
     }
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let arrays = group_rows(rows, groups, max_rows)?;
     need_len("a", ops.a.len_bytes(), max_rows * k * a_bits / 8, "max_rows x K elements' bytes")?;
     need_len("sfa_bases", ops.sfa_bases.len(), groups + 1, "groups + 1")?;
     need_len("b", ops.b.len_bytes(), groups * n * k * b_bits / 8, "G x N x K elements' bytes")?;
@@ -181,9 +177,9 @@ fn with_args(
     }
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
     let (max_m, groups_i, n_i, k_i) =
-        (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
+        (to_i32("max_m", arrays.max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
     let max_rows_i = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     let (a_ptr, _a) = ops.a.device_ptr(stream);
     let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
     let (bases_ptr, _bases) = ops.sfa_bases.device_ptr(stream);
@@ -191,8 +187,7 @@ fn with_args(
     let (sa_ptr, _sa) = ops.tensor_scales.map(|(sa, _)| sa.device_ptr(stream)).unzip();
     let (sb_ptr, _sb) = ops.tensor_scales.map(|(_, sb)| sb.device_ptr(stream)).unzip();
     let (sfb_ptr, _sfb) = ops.sfb.device_ptr(stream);
-    let (o_ptr, _o) = offsets.map(|o| o.device_ptr(stream)).unzip();
-    let (c_ptr, _c) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let ((offsets, counts), _groups) = arrays.device_ptrs(stream);
     let (d_ptr, _d) = d.device_ptr_mut(stream);
     let workspace_bytes = workspace.as_ref().map_or(0, |w| w.len() as u64);
     let (w_ptr, _w) = workspace.map(|w| w.device_ptr_mut(stream)).unzip();
@@ -207,7 +202,7 @@ fn with_args(
     }
     let args = sys::GroupedGemmMxArgs {
         config: plan.config,
-        mode,
+        mode: arrays.mode,
         max_m,
         groups: groups_i,
         n: n_i,
@@ -221,8 +216,8 @@ fn with_args(
         a_tensor_scale: sa_ptr.unwrap_or(0),
         b_tensor_scales: sb_ptr.unwrap_or(0),
         d: d_ptr,
-        offsets: o_ptr.unwrap_or(0),
-        counts: c_ptr.unwrap_or(0),
+        offsets,
+        counts,
         workspace: w_ptr.unwrap_or(0),
         workspace_bytes,
         status: s_ptr,

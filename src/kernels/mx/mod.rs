@@ -5,6 +5,11 @@
 //!
 //! SM100's kernel is compiled and SASS-checked, never run on hardware ([`crate::kernels::grouped_mx`]).
 
+#[allow(unsafe_code)] // floor 0: the launcher over the bridge
+mod launch;
+pub mod portable;
+pub mod sm100;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
@@ -12,11 +17,11 @@ use half::bf16;
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::error::{Error, Result};
-use crate::kernels::grouped_mx::{GroupedGemmMx, MxConfig, MxFormat, MxRows, MxWeights};
-use crate::kernels::grouped_mx_portable::GroupedGemmMxPortable;
 use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
+use portable::GroupedGemmMxPortable;
+use sm100::{GroupedGemmMx, MxConfig, MxFormat, MxRows, MxWeights};
 
 #[derive(Debug)]
 enum Planned {

@@ -18,6 +18,9 @@
 //! the epilogue straight from the accumulators while the producer runs into the next tile. Tiles past the batch
 //! (read from the layout's device `total`) are skipped, so a captured CUDA graph replays for any routing.
 
+#[allow(unsafe_code)] // floor 0: the launcher over the bridge
+mod launch;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
@@ -160,10 +163,10 @@ impl FusedTile {
             FusedTile::Decode16 | FusedTile::Decode32 | FusedTile::DecodeMerged => None,
         }
     }
-    fn fp8(self) -> Result<ffi::fused::FusedFp8Tile> {
+    fn fp8(self) -> Result<launch::FusedFp8Tile> {
         match self {
-            FusedTile::M64N128K64 => Ok(ffi::fused::FusedFp8Tile::M64N64K128),
-            FusedTile::M128N256K64 => Ok(ffi::fused::FusedFp8Tile::M128N128K128),
+            FusedTile::M64N128K64 => Ok(launch::FusedFp8Tile::M64N64K128),
+            FusedTile::M128N256K64 => Ok(launch::FusedFp8Tile::M128N128K128),
             FusedTile::Decode16 | FusedTile::Decode32 | FusedTile::DecodeMerged => Err(Error::InvalidProblem(format!(
                 "{}: the decode tiles are bf16/f16 only; the FP8 fused GEMMs have the 64- and 128-row tiles",
                 self.name()
@@ -260,10 +263,10 @@ impl FusedGemm {
         device.require("fused_moe_gemm", KernelFamily::FusedMoeSm90)?;
         for tile in FusedTile::ALL {
             for dtype in [DType::BF16, DType::F16] {
-                ffi::fused::prepare(stream, dtype, tile.into())?;
+                launch::prepare(stream, dtype, tile.into())?;
             }
             if tile.has_fp8() {
-                ffi::fused::prepare_fp8(stream, tile.fp8()?)?;
+                launch::prepare_fp8(stream, tile.fp8()?)?;
             }
         }
         Ok(FusedGemm { device })
@@ -290,7 +293,7 @@ impl FusedGemm {
     ) -> Result<()> {
         self.check(&b, n, kdim)?;
         let launch = self.launch_params(&b, n, kdim, None);
-        ffi::fused::launch_fused_gemm(b.stream, b.tile.into(), &launch, x, w, d1)
+        launch::launch_fused_gemm(b.stream, b.tile.into(), &launch, x, w, d1)
     }
 
     /// [`Self::gemm1_gather`] over `w13` (`n = 2I` rows per expert, `gate_up` their order) with the gated
@@ -317,8 +320,8 @@ impl FusedGemm {
             )));
         }
         let mut launch = self.launch_params(&b, n, kdim, None);
-        launch.gated = Some(ffi::fused::FusedGated { act: act.into(), gate_up: gate_up.into(), bias: b13 });
-        ffi::fused::launch_fused_gemm(b.stream, b.tile.into(), &launch, x, w13, h)
+        launch.gated = Some(launch::FusedGated { act: act.into(), gate_up: gate_up.into(), bias: b13 });
+        launch::launch_fused_gemm(b.stream, b.tile.into(), &launch, x, w13, h)
     }
 
     /// [`Self::gemm1_gather_gated`] then [`Self::gemm2_scatter`] over one layout, with nothing between (the
@@ -361,9 +364,9 @@ impl FusedGemm {
         pairs: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
         self.check(&b, n, kdim)?;
-        let scatter = Some(ffi::fused::FusedScatter { weights, bias });
+        let scatter = Some(launch::FusedScatter { weights, bias });
         let launch = self.launch_params(&b, n, kdim, scatter);
-        ffi::fused::launch_fused_gemm(b.stream, b.tile.into(), &launch, h, w, pairs)
+        launch::launch_fused_gemm(b.stream, b.tile.into(), &launch, h, w, pairs)
     }
 
     /// [`Self::gemm1_gather`] over block-FP8 operands: `x` quantised per token in 1 x 128 groups
@@ -383,8 +386,8 @@ impl FusedGemm {
         check_fp8_operands(x, w, b.tokens, "x")?;
         let launch = self.launch_params(&b, w.n(), w.k(), None);
         let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
-        let ops = ffi::fused::FusedFp8Operands { a: &xq, sfa: &xs, b: &wq, sfb: &ws };
-        ffi::fused::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, d1)
+        let ops = launch::FusedFp8Operands { a: &xq, sfa: &xs, b: &wq, sfb: &ws };
+        launch::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, d1)
     }
 
     /// [`Self::gemm2_scatter`] over block-FP8 operands: `h` requantised per 1 x 128 in position order
@@ -402,11 +405,11 @@ impl FusedGemm {
     ) -> Result<()> {
         self.check_batch(&b)?;
         check_fp8_operands(h, w, b.layout.dims().capacity(), "h")?;
-        let scatter = Some(ffi::fused::FusedScatter { weights, bias });
+        let scatter = Some(launch::FusedScatter { weights, bias });
         let launch = self.launch_params(&b, w.n(), w.k(), scatter);
         let (hq, hs, wq, ws) = (h.q(), h.scales().as_view(), w.q(), w.scales());
-        let ops = ffi::fused::FusedFp8Operands { a: &hq, sfa: &hs, b: &wq, sfb: &ws };
-        ffi::fused::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, pairs)
+        let ops = launch::FusedFp8Operands { a: &hq, sfa: &hs, b: &wq, sfb: &ws };
+        launch::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, pairs)
     }
 
     fn check(&self, b: &FusedBatch<'_>, n: usize, kdim: usize) -> Result<()> {
@@ -435,10 +438,10 @@ impl FusedGemm {
         b: &FusedBatch<'a>,
         n: usize,
         kdim: usize,
-        scatter: Option<ffi::fused::FusedScatter<'a>>,
-    ) -> ffi::fused::FusedLaunch<'a> {
+        scatter: Option<launch::FusedScatter<'a>>,
+    ) -> launch::FusedLaunch<'a> {
         let (layout, dims) = (b.layout, b.layout.dims());
-        ffi::fused::FusedLaunch {
+        launch::FusedLaunch {
             scatter,
             gated: None,
             top_k: dims.top_k(),
@@ -495,7 +498,7 @@ mod tests {
     #[test]
     fn tiles_agree_with_the_compiled_kernels() {
         for t in FusedTile::ALL {
-            assert_eq!(ffi::fused::block_m(t.into()), t.block_m(), "{}", t.name());
+            assert_eq!(launch::block_m(t.into()), t.block_m(), "{}", t.name());
         }
     }
 }

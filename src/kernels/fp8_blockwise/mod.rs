@@ -6,6 +6,11 @@
 //!
 //! SM100's kernel is compiled and SASS-checked, never run on hardware ([`crate::kernels::grouped_fp8_sm100`]).
 
+#[allow(unsafe_code)] // floor 0: the launcher over the bridge
+mod launch;
+pub mod sm100;
+pub mod sm90;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
@@ -13,12 +18,12 @@ use half::bf16;
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::error::Result;
-use crate::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
-use crate::kernels::grouped_fp8_sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
 use crate::kernels::plan::{self, Workspace};
 use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 use crate::status::DeviceStatus;
+use sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
+use sm90::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 
 /// A compiled configuration of the FP8 blockwise grouped GEMM, of one arch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -92,10 +97,9 @@ impl BlockwiseFp8Gemm {
         config: Option<BlockwiseConfig>,
         expected_rows: Option<usize>,
     ) -> Result<Self> {
-        let arch = plan::device_arch(&device, "grouped_gemm_fp8", KernelFamily::GroupedGemmSm90Fp8)?;
-        if let Some(c) = config {
-            plan::check_config_arch("FP8 blockwise grouped GEMM", c.name(), c.arch(), &device, arch)?;
-        }
+        let (op, what) = ("grouped_gemm_fp8", "FP8 blockwise grouped GEMM");
+        let forced = config.map(|c| (c.name(), c.arch()));
+        let arch = plan::pick_arch(&device, op, KernelFamily::GroupedGemmSm90Fp8, what, forced)?;
         let plan = match arch {
             Arch::Sm90 => {
                 let config = config.and_then(|c| if let BlockwiseConfig::Sm90(t) = c { Some(t) } else { None });

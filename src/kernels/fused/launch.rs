@@ -5,13 +5,13 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge::ffi;
-use super::bridge_fp8::ffi as ffi8;
-use super::status::{check, Launched};
-use super::sys;
-use super::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::ffi::bridge::ffi;
+use crate::ffi::bridge_fp8::ffi as ffi8;
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{FusedFp8Tile, FusedTile};
 
@@ -30,7 +30,7 @@ pub(crate) fn block_m(tile: FusedTile) -> usize {
 /// Opts the kernel of (`dtype`, `tile`) into its dynamic shared memory on `stream`'s device: once per plan,
 /// before its first launch (launches set no attribute).
 pub(crate) fn prepare(stream: &CudaStream, d: DType, tile: FusedTile) -> Result<()> {
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     check(
         ffi::fused_moe_prepare(dtype(d), tile),
         &Launched { config: Some(&tile), ..Launched::typed("fused_moe_prepare", d) },
@@ -65,8 +65,8 @@ pub(crate) struct FusedLaunch<'a> {
 
 /// The gated epilogue's activation, gate/up row order and `b13` bias `[experts, n]`.
 pub(crate) struct FusedGated<'a> {
-    pub act: super::elementwise::Activation,
-    pub gate_up: super::elementwise::GateUp,
+    pub act: crate::ffi::elementwise::Activation,
+    pub gate_up: crate::ffi::elementwise::GateUp,
     pub bias: Option<&'a CudaSlice<f32>>,
 }
 
@@ -86,7 +86,7 @@ pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> (usize, usize) {
 
 /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on `stream`'s device (once per plan).
 pub(crate) fn prepare_fp8(stream: &CudaStream, tile: FusedFp8Tile) -> Result<()> {
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     check(ffi8::fused_moe_prepare_fp8(tile), &Launched { config: Some(&tile), ..Launched::op("fused_moe_prepare_fp8") })
 }
 
@@ -120,7 +120,7 @@ fn check_launch(p: &FusedLaunch<'_>, bm: usize, a_len: usize, b_len: usize, d_le
     match &p.gated {
         None => need_len("D", d_len, d_rows * p.n, "its rows x n")?,
         Some(g) => {
-            if p.scatter.is_some() || p.n % 2 != 0 || g.act == super::elementwise::Activation::Silu {
+            if p.scatter.is_some() || p.n % 2 != 0 || g.act == crate::ffi::elementwise::Activation::Silu {
                 return Err(Error::InvalidProblem(format!(
                     "fused GEMM: the gated epilogue is a gather over w13 with n = 2I = {} even and a gated \
                      activation (got {:?})",
@@ -158,7 +158,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     check_launch(p, bm, a.len(), b.len(), d.len())?;
     let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
     let capacity = to_i64("capacity", p.capacity)?;
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     let (a_ptr, _a) = a.device_ptr(stream);
     let (b_ptr, _b) = b.device_ptr(stream);
     let (d_ptr, _d) = d.device_ptr_mut(stream);
@@ -256,7 +256,7 @@ where
     let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
     let capacity = to_i64("capacity", p.capacity)?;
     let (n, k) = (to_i32("n", p.n)?, to_i32("k", p.k)?);
-    super::bind(stream)?;
+    crate::ffi::bind(stream)?;
     let (a_ptr, _a) = ops.a.device_ptr(stream);
     let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
     let (b_ptr, _b) = ops.b.device_ptr(stream);

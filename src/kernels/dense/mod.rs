@@ -5,6 +5,11 @@
 //!
 //! SM100's kernel is compiled and SASS-checked, never run on hardware ([`crate::kernels::grouped_sm100`]).
 
+#[allow(unsafe_code)] // floor 0: the launcher over the bridge
+pub(super) mod launch;
+pub mod sm100;
+pub mod sm90;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
@@ -12,12 +17,12 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::dtype::Element;
 use crate::error::Result;
-use crate::kernels::grouped::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
-use crate::kernels::grouped_sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use crate::kernels::plan::{self, Workspace};
 use crate::kernels::TileConfig;
 use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
+use sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
+use sm90::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
 
 /// A compiled tile configuration of the dense grouped GEMM, of one arch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -93,10 +98,9 @@ impl<T: Element> DenseGemm<T> {
         config: Option<DenseConfig>,
         expected_rows: Option<usize>,
     ) -> Result<Self> {
-        let arch = plan::device_arch(&device, "grouped_gemm", KernelFamily::GroupedGemmSm90)?;
-        if let Some(c) = config {
-            plan::check_config_arch("dense grouped GEMM", c.name(), c.arch(), &device, arch)?;
-        }
+        let forced = config.map(|c| (c.name(), c.arch()));
+        let arch =
+            plan::pick_arch(&device, "grouped_gemm", KernelFamily::GroupedGemmSm90, "dense grouped GEMM", forced)?;
         let plan = match arch {
             Arch::Sm90 => {
                 let config = config.and_then(|c| if let DenseConfig::Sm90(t) = c { Some(t) } else { None });

@@ -6,17 +6,17 @@
 //! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use float8::F8E4M3;
 use half::bf16;
 
-use super::bridge::ffi;
-use super::bridge_fp8::ffi as ffi_sm100;
-use super::grouped::GroupedRows;
-use super::status::{check, Launched};
-use super::sys;
-use super::{need_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
+use crate::ffi::bridge::ffi;
+use crate::ffi::bridge_fp8::ffi as ffi_sm100;
+use crate::ffi::gemm::{group_rows, GemmPlan, GroupedRows};
+use crate::ffi::status::{check, Launched};
+use crate::ffi::sys;
+use crate::ffi::{need_aligned, need_len, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
@@ -79,19 +79,8 @@ pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i3
     Ok(bytes)
 }
 
-/// Everything a launch needs besides its buffers, fixed by a plan: the shape (`groups` experts of `[n, k]`, at
-/// most `max_rows` rows of A and D), the configuration and the device it was planned for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Fp8Plan {
-    pub config: Fp8TileConfig,
-    pub groups: usize,
-    pub n: usize,
-    pub k: usize,
-    pub max_rows: usize,
-    pub device: i32,
-    pub sm_count: i32,
-    pub workspace_bytes: u64,
-}
+/// What an FP8 blockwise launch needs besides its buffers, fixed by a plan.
+pub(crate) type Fp8Plan = GemmPlan<Fp8TileConfig>;
 
 /// The buffers of one launch. Scales are f32 dequantisation multipliers in the grids of the module docs.
 pub(crate) struct Fp8Operands<'a, A, SA, B, SB>
@@ -105,36 +94,6 @@ where
     pub sfa: &'a SA,
     pub b: &'a B,
     pub sfb: &'a SB,
-}
-
-/// The FP8 GEMMs' group arrays: (mode, offsets, counts, max_m), checked against `groups` and `max_rows`
-/// (per-row groups are not offered by the FP8 families).
-pub(super) type FfiRows<'a> = (sys::GroupMode, Option<&'a CudaView<'a, i32>>, Option<&'a CudaView<'a, i32>>, usize);
-
-pub(super) fn group_rows<'a>(rows: GroupedRows<'a>, groups: usize, max_rows: usize) -> Result<FfiRows<'a>> {
-    let (mode, offsets, counts, max_m) = match rows {
-        GroupedRows::Offsets(o) => (sys::GroupMode::Offsets, Some(o), None, 0usize),
-        GroupedRows::Padded { offsets, counts } => (sys::GroupMode::Padded, Some(offsets), Some(counts), 0),
-        GroupedRows::Masked { masked_m, max_m } => (sys::GroupMode::Masked, None, Some(masked_m), max_m),
-        GroupedRows::PerRow { .. } => {
-            return Err(Error::InvalidProblem(
-                "FP8 grouped GEMM: per-row groups are not offered (use offsets, padded or masked groups)".into(),
-            ))
-        }
-    };
-    if let Some(o) = offsets {
-        need_len("offsets", o.len(), groups + 1, "G + 1")?;
-    }
-    if let Some(c) = counts {
-        need_len("counts", c.len(), groups, "groups")?;
-    }
-    if mode == sys::GroupMode::Masked && groups * max_m > max_rows {
-        return Err(Error::Buffer {
-            name: "masked_m",
-            detail: format!("G x max_m = {groups} x {max_m} exceeds the plan's max_rows = {max_rows}"),
-        });
-    }
-    Ok((mode, offsets, counts, max_m))
 }
 
 /// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
@@ -153,13 +112,7 @@ where
     B: DevicePtr<F8E4M3>,
     SB: DevicePtr<f32>,
 {
-    let ordinal = stream.context().ordinal();
-    if ordinal as i64 != plan.device as i64 {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 grouped GEMM planned for device {} launched on a stream of device {ordinal}",
-            plan.device
-        )));
-    }
+    plan.check_device(stream, format_args!("FP8 grouped GEMM"))?;
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     // What the C++ side (and the TMA descriptors and scale grids) rely on; the domain plan guarantees it, this
     // keeps the floor sound on its own.
@@ -168,33 +121,23 @@ where
             "FP8 grouped GEMM: N = {n} must be a positive multiple of {SCALE_BLOCK} and K = {k} a positive multiple of 16"
         )));
     }
-    let (mode, offsets, counts, max_m) = group_rows(rows, groups, max_rows)?;
+    let arrays = group_rows(rows, groups, max_rows)?;
     let (kb, nb) = (k.div_ceil(SCALE_BLOCK), n.div_ceil(SCALE_BLOCK));
     need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
     need_len("sfa", ops.sfa.len(), max_rows * kb, "max_rows x ceil(K/128)")?;
     need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
     need_len("sfb", ops.sfb.len(), groups * nb * kb, "G x ceil(N/128) x ceil(K/128)")?;
     need_len("d", d.len(), max_rows * n, "max_rows x N")?;
-    let workspace_bytes = workspace.len() as u64;
-    if workspace_bytes < plan.workspace_bytes {
-        return Err(Error::WorkspaceTooSmall {
-            op: op(plan.config),
-            needed: plan.workspace_bytes,
-            got: workspace_bytes,
-        });
-    }
-    let (max_m, groups_i, n_i, k_i) =
-        (to_i32("max_m", max_m)?, to_i32("groups", groups)?, to_i32("N", n)?, to_i32("K", k)?);
-    let max_rows = to_i64("max_rows", max_rows)?;
-    super::bind(stream)?;
+    let workspace_bytes = plan.check_workspace(op(plan.config), workspace)?;
+    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
+    crate::ffi::bind(stream)?;
     // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
     // the C++ call that queues the kernels, so they are bound to named locals.
     let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
     let (sfa_ptr, _sfa_guard) = ops.sfa.device_ptr(stream);
     let (b_ptr, _b_guard) = ops.b.device_ptr(stream);
     let (sfb_ptr, _sfb_guard) = ops.sfb.device_ptr(stream);
-    let (o_ptr, _o_guard) = offsets.map(|o| o.device_ptr(stream)).unzip();
-    let (c_ptr, _c_guard) = counts.map(|c| c.device_ptr(stream)).unzip();
+    let ((offsets, counts), _group_guards) = arrays.device_ptrs(stream);
     let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
     let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
     let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
@@ -210,7 +153,7 @@ where
     }
     let args = sys::GroupedGemmFp8Args {
         config: plan.config,
-        mode,
+        mode: arrays.mode,
         max_m,
         groups: groups_i,
         n: n_i,
@@ -221,8 +164,8 @@ where
         b: b_ptr,
         sfb: sfb_ptr,
         d: d_ptr,
-        offsets: o_ptr.unwrap_or(0),
-        counts: c_ptr.unwrap_or(0),
+        offsets,
+        counts,
         workspace: w_ptr,
         workspace_bytes,
         status: s_ptr,
