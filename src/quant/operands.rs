@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 
-use super::{BlockFp8, BlockShape, Fp8Rows, Scales, F8E4M3};
+use super::{for_each_expert, rows_cols, BlockFp8, BlockShape, Fp8Rows, Scales, F8E4M3};
 use crate::error::{Error, Result};
 
 /// Elements per scale block along K (both operands) and along N (weights).
@@ -194,17 +194,17 @@ impl Fp8BlockWeights {
         let (nq, ns) = weight_lengths(experts.len(), n, k)?;
         let mut q = Vec::with_capacity(nq);
         let mut s = Vec::with_capacity(ns);
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.cols()) != (n, k) {
-                return Err(Error::InvalidProblem(format!(
-                    "FP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
-                    e.rows(),
-                    e.cols()
-                )));
-            }
-            s.extend_from_slice(f32_scales(e, BlockShape::DEEPSEEK, &format!("FP8 expert {g}"))?);
-            q.extend_from_slice(e.q());
-        }
+        for_each_expert(
+            "FP8",
+            "one shape",
+            experts,
+            |e| rows_cols(e.rows(), e.cols()),
+            |g, e| {
+                s.extend_from_slice(f32_scales(e, BlockShape::DEEPSEEK, &format!("FP8 expert {g}"))?);
+                q.extend_from_slice(e.q());
+                Ok(())
+            },
+        )?;
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use super::device::RowsInUse;
 use super::group::{GroupQuant, ScaleRounding};
 use super::operands::{check_len, product};
-use super::{BlockFp8, BlockShape, Scales, F8E4M3};
+use super::{for_each_expert, rows_cols, BlockFp8, BlockShape, Scales, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::quant as ffi;
@@ -313,17 +313,17 @@ impl Fp8ChannelWeights {
         let (n, k) = (first.rows(), first.cols());
         let mut q = Vec::with_capacity(product("FP8 weights [G, N, K] =", &[experts.len(), n, k])?);
         let mut s = Vec::with_capacity(experts.len() * n);
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.cols()) != (n, k) {
-                return Err(Error::InvalidProblem(format!(
-                    "FP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
-                    e.rows(),
-                    e.cols()
-                )));
-            }
-            s.extend(row_scales(e, &format!("FP8 expert {g}"))?);
-            q.extend_from_slice(e.q());
-        }
+        for_each_expert(
+            "FP8",
+            "one shape",
+            experts,
+            |e| rows_cols(e.rows(), e.cols()),
+            |g, e| {
+                s.extend(row_scales(e, &format!("FP8 expert {g}"))?);
+                q.extend_from_slice(e.q());
+                Ok(())
+            },
+        )?;
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 
