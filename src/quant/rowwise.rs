@@ -144,18 +144,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        if x.cols() != self.k || x.rows() > self.rows {
-            return Err(Error::Buffer {
-                name: x.name(),
-                detail: format!(
-                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
-                    x.rows(),
-                    x.cols(),
-                    self.rows,
-                    self.k
-                ),
-            });
-        }
+        self.check_fits(x)?;
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
         let desc = self.desc(scale);
@@ -179,14 +168,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let dims = layout.dims();
-        if x.rows() > dims.max_tokens() {
-            return Err(Error::InvalidProblem(format!(
-                "tokens = {} exceeds the layout's max_tokens = {}",
-                x.rows(),
-                dims.max_tokens()
-            )));
-        }
+        let dims = super::device::check_tokens(layout, x)?;
         if x.cols() != self.k || self.rows < dims.capacity() {
             return Err(Error::Buffer {
                 name: "FP8 token rows",
@@ -223,18 +205,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        if h.cols() != self.k || h.rows() > self.rows {
-            return Err(Error::Buffer {
-                name: h.name(),
-                detail: format!(
-                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
-                    h.rows(),
-                    h.cols(),
-                    self.rows,
-                    self.k
-                ),
-            });
-        }
+        self.check_fits(h)?;
         let view = h.as_view();
         let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
         let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
@@ -243,7 +214,23 @@ impl Fp8TokenRows {
         ffi::launch_quantize_rows(stream, &desc, &src, Some(&mask), dst, status.word_mut())
     }
 
-    /// The kernel's description of a per-token quantisation of these rows.
+    /// That `x` has these rows' `K` and no more rows than they.
+    fn check_fits<T>(&self, x: &MatrixView<'_, T>) -> Result<()> {
+        if x.cols() != self.k || x.rows() > self.rows {
+            return Err(Error::Buffer {
+                name: x.name(),
+                detail: format!(
+                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
+                    x.rows(),
+                    x.cols(),
+                    self.rows,
+                    self.k
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The destination of a quantisation under `scale`: these rows, and the amax word for a per-tensor scale.
     fn dst(&mut self, scale: &TokenScale<'_>) -> Result<ffi::QuantDst<'_>> {
         let amax = match scale {
