@@ -13,8 +13,8 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
 use super::device::RowsInUse;
 use super::group::{GroupQuant, ScaleRounding};
-use super::operands::{check_len, product};
-use super::{for_each_expert, rows_cols, BlockFp8, BlockShape, Scales, F8E4M3};
+use super::operands::{check_len, product, stack_fp8};
+use super::{BlockFp8, BlockShape, Scales, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::quant as ffi;
@@ -298,19 +298,11 @@ impl Fp8ChannelWeights {
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[BlockFp8]) -> Result<Self> {
         let first = experts.first().ok_or_else(|| Error::InvalidProblem("FP8 weights of 0 experts".into()))?;
         let (n, k) = (first.rows(), first.cols());
-        let mut q = Vec::with_capacity(product("FP8 weights [G, N, K] =", &[experts.len(), n, k])?);
-        let mut s = Vec::with_capacity(experts.len() * n);
-        for_each_expert(
-            "FP8",
-            "one shape",
-            experts,
-            |e| rows_cols(e.rows(), e.cols()),
-            |g, e| {
-                s.extend(row_scales(e, &format!("FP8 expert {g}"))?);
-                q.extend_from_slice(e.q());
-                Ok(())
-            },
-        )?;
+        let lengths = (product("FP8 weights [G, N, K] =", &[experts.len(), n, k])?, experts.len() * n);
+        let (q, s) = stack_fp8(experts, lengths, |e, what, s| {
+            s.extend(row_scales(e, what)?);
+            Ok(())
+        })?;
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 
