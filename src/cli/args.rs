@@ -3,8 +3,10 @@
 //! on none of them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
+use cudarc::driver::{CudaSlice, CudaStream};
 use moe_gemm::{Error, Result};
 
 /// The element type of GEMM mode.
@@ -143,6 +145,32 @@ pub struct BenchArgs {
     /// Write every point as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Bytes written before each timed rep to flush L2.
+const FLUSH_BYTES: usize = 512 << 20;
+
+impl BenchArgs {
+    /// How the reps meet L2, for a bench's header.
+    pub fn l2(&self) -> &'static str {
+        if self.no_flush {
+            "not flushed"
+        } else {
+            "flushed before each rep"
+        }
+    }
+    /// The buffer written before each rep to flush L2 on `stream` (`None` with `--no-flush`).
+    pub fn flush_buffer(&self, stream: &Arc<CudaStream>) -> Result<Option<CudaSlice<u8>>> {
+        Ok(if self.no_flush { None } else { Some(stream.alloc_zeros::<u8>(FLUSH_BYTES)?) })
+    }
+    /// The bytes of [`Self::flush_buffer`] (0 with `--no-flush`), for a results file.
+    pub fn flush_bytes(&self) -> usize {
+        if self.no_flush {
+            0
+        } else {
+            FLUSH_BYTES
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

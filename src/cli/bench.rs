@@ -184,9 +184,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         info.name,
         info.sm_count,
         args.reps,
-        if args.no_flush { "not flushed" } else { "flushed before each rep" }
+        args.l2()
     );
-    let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
+    let mut flush = args.flush_buffer(&stream)?;
 
     let mut rows: Vec<Row> = Vec::new();
     // Points sharing a weight shape reuse one B; A is sized for the largest row count of that shape.
@@ -279,7 +279,7 @@ fn run_peer(args: &BenchArgs, pts: &[Point]) -> std::result::Result<PeerResults,
         "reps": args.reps,
         "warmup": args.warmup,
         "fp8": args.fp8_peer,
-        "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
+        "flush_bytes": args.flush_bytes(),
         "points": pts.iter().map(|p| serde_json::json!({
             "name": p.name, "dtype": "bf16", "groups": p.groups, "n": p.n, "k": p.k, "sizes": p.sizes,
         })).collect::<Vec<_>>(),

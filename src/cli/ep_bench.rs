@@ -78,7 +78,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "NCCL expert-parallel step over {w} x {} (one communicator per device, one thread per rank); {} reps, median; L2 {}",
         info.name,
         args.reps,
-        if args.no_flush { "not flushed" } else { "flushed before each rep" }
+        args.l2()
     );
     let points: Vec<(&Model, usize)> =
         models.iter().flat_map(|&m| args.layer_tokens.iter().map(move |&t| (m, t))).collect();
@@ -226,7 +226,7 @@ fn rank_point(
     let ids: CudaSlice<i32> = stream.clone_htod(&topk_ids(t, k, e, 200 + r as u64))?;
     let wts: CudaSlice<f32> = stream.clone_htod(&vec![1.0 / k as f32; t * k])?;
     let mut y = stream.alloc_zeros::<bf16>(t * h)?;
-    let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
+    let mut flush = args.flush_buffer(&stream)?;
     let (reps, warmup) = (args.reps, args.warmup);
     let xv = MatrixView::new("x", x.as_view(), t, h)?;
     let iv = MatrixView::new("topk_ids", ids.as_view(), t, k)?;

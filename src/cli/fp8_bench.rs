@@ -143,9 +143,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         info.name,
         info.sm_count,
         args.reps,
-        if args.no_flush { "not flushed" } else { "flushed before each rep" }
+        args.l2()
     );
-    let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
+    let mut flush = args.flush_buffer(stream)?;
     let mut rows: Vec<Row> = Vec::new();
     for (j, p) in pts.iter().enumerate() {
         let (gn, gk) = (scale_blocks(p.n), scale_blocks(p.k));
@@ -276,7 +276,7 @@ fn run_peer(args: &BenchArgs, pts: &[Fp8Point]) -> std::result::Result<super::pe
         "reps": args.reps,
         "warmup": args.warmup,
         "fp8": true,
-        "flush_bytes": if args.no_flush { 0 } else { 512usize << 20 },
+        "flush_bytes": args.flush_bytes(),
         "points": pts.iter().map(|p| serde_json::json!({
             "name": p.name, "dtype": "bf16", "groups": p.groups, "n": p.n, "k": p.k, "sizes": vec![p.m; p.groups],
         })).collect::<Vec<_>>(),

@@ -177,7 +177,7 @@ impl MoeLayerOptions {
 /// `Auto`'s choice for `tokens` tokens of a layer of `experts` experts of `[hidden, inter]` with top-`top_k`
 /// routing (see [`MoeLayer::backend_for`]): a pure function, so the policy can be checked without a GPU.
 pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
-    pick::dense_cost_pick(Backends::AUTO, experts, top_k, hidden, inter, tokens)
+    pick::dense_cost_pick(Backends::AUTO, (experts, top_k, hidden, inter), tokens)
 }
 
 /// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
@@ -187,7 +187,7 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 /// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
 /// activation and combine. A pure function, so the policy can be checked without a GPU.
 pub fn auto_backend_fp8(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
-    pick::fp8_cost_pick(Backends::FP8_AUTO, experts, top_k, hidden, inter, tokens)
+    pick::fp8_cost_pick(Backends::FP8_AUTO, (experts, top_k, hidden, inter), tokens)
 }
 
 /// The plan of one MoE expert layer on one device: shapes, format, expert map, tile choices and GEMM plans

@@ -225,32 +225,14 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     pub(super) fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let tokens = p.x.rows();
         let Buffers { h, status, .. } = p.scratch.buffers()?;
+        let (slots, x, ids, weights) = (self.sizing.shape.slots(), p.x.as_view(), p.ids.as_view(), p.weights.as_view());
+        let (y, word) = (&mut y.as_view_mut(), status.word_mut());
         if let Parts::Fp8(w, _) = self.weights.parts() {
-            return elementwise::launch_decode_layer_fp8(
-                p.stream,
-                &w.decode_experts(),
-                tokens,
-                self.sizing.shape.slots(),
-                &p.x.as_view(),
-                &p.ids.as_view(),
-                &p.weights.as_view(),
-                h,
-                &mut y.as_view_mut(),
-                status.word_mut(),
-            );
+            let w = w.decode_experts();
+            return elementwise::launch_decode_layer_fp8(p.stream, &w, tokens, slots, &x, &ids, &weights, h, y, word);
         }
-        elementwise::launch_decode_layer(
-            p.stream,
-            &self.dense(Backend::Batched)?.decode_experts(),
-            tokens,
-            self.sizing.shape.slots(),
-            &p.x.as_view(),
-            &p.ids.as_view(),
-            &p.weights.as_view(),
-            h,
-            &mut y.as_view_mut(),
-            status.word_mut(),
-        )
+        let w = self.dense(Backend::Batched)?.decode_experts();
+        elementwise::launch_decode_layer(p.stream, &w, tokens, slots, &x, &ids, &weights, h, y, word)
     }
 
     /// The oracle: the grouped layout, then one single-group GEMM per expert that received rows (the counts

@@ -40,11 +40,11 @@ pub(crate) fn auto_pick(
         return first_in(set, &GROUPED_FIRST);
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
-    let (e, k, h, i) = (shape.groups(), shape.slots(), shape.hidden, shape.inter);
+    let dims = (shape.groups(), shape.slots(), shape.hidden, shape.inter);
     if gemm.is_fp8() {
-        fp8_cost_pick(set, e, k, h, i, tokens)
+        fp8_cost_pick(set, dims, tokens)
     } else {
-        dense_cost_pick(set, e, k, h, i, tokens)
+        dense_cost_pick(set, dims, tokens)
     }
 }
 
@@ -104,16 +104,10 @@ fn batched_wins(c: &Costs, set: Backends, s: (usize, usize, usize, usize), token
     (wins, rows, active)
 }
 
-/// [`super::auto_backend`] among `set` (its docs give the costs).
-pub(crate) fn dense_cost_pick(
-    set: Backends,
-    experts: usize,
-    top_k: usize,
-    hidden: usize,
-    inter: usize,
-    tokens: usize,
-) -> Backend {
-    let (batched, rows, active) = batched_wins(&DENSE_COSTS, set, (experts, top_k, hidden, inter), tokens);
+/// [`super::auto_backend`] among `set` for a layer of `(experts, top_k, hidden, inter)` (its docs give the costs).
+pub(crate) fn dense_cost_pick(set: Backends, dims: (usize, usize, usize, usize), tokens: usize) -> Backend {
+    let (experts, _, _, inter) = dims;
+    let (batched, rows, active) = batched_wins(&DENSE_COSTS, set, dims, tokens);
     if batched {
         return Backend::Batched;
     }
@@ -121,16 +115,10 @@ pub(crate) fn dense_cost_pick(
     first_in(set, if fused { &FUSED_FIRST } else { &GROUPED_FIRST })
 }
 
-/// [`super::auto_backend_fp8`] among `set` (its docs give the costs).
-pub(crate) fn fp8_cost_pick(
-    set: Backends,
-    experts: usize,
-    top_k: usize,
-    hidden: usize,
-    inter: usize,
-    tokens: usize,
-) -> Backend {
-    if batched_wins(&FP8_COSTS, set, (experts, top_k, hidden, inter), tokens).0 {
+/// [`super::auto_backend_fp8`] among `set` for a layer of `(experts, top_k, hidden, inter)` (its docs give the
+/// costs).
+pub(crate) fn fp8_cost_pick(set: Backends, dims: (usize, usize, usize, usize), tokens: usize) -> Backend {
+    if batched_wins(&FP8_COSTS, set, dims, tokens).0 {
         return Backend::Batched;
     }
     first_in(set, &GROUPED_FIRST)

@@ -84,7 +84,7 @@ impl<T: Element> GemmPlans<T> {
     /// The plan for a batch of `rows` routed rows.
     pub(super) fn for_rows(&self, rows: usize) -> &DenseGemm<T> {
         let config = DenseConfig::heuristic(self.arch, self.groups, self.n, rows, self.sm_count);
-        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+        plan_for(&self.plans, config, |p| p.config())
     }
 }
 
@@ -119,7 +119,7 @@ impl Fp8Plans {
     /// The plan for a batch of `rows` routed rows (SM100: its one plan).
     pub(super) fn for_rows(&self, rows: usize) -> &BlockwiseFp8Gemm {
         let config = BlockwiseConfig::Sm90(Fp8TileConfig::heuristic(self.groups, rows));
-        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+        plan_for(&self.plans, config, |p| p.config())
     }
 }
 
@@ -154,8 +154,14 @@ impl RowwisePlans {
     /// The plan for a batch of `rows` routed rows.
     pub(super) fn for_rows(&self, rows: usize) -> &GroupedGemmFp8Rowwise {
         let config = Fp8RowwiseConfig::heuristic(Fp8Accumulation::Fast, self.groups, rows);
-        self.plans.iter().find(|p| p.config() == config).unwrap_or(&self.plans[0])
+        plan_for(&self.plans, config, |p| p.config())
     }
+}
+
+/// The plan of `plans` made for `config` (`config_of` reads a plan's), else the first: what every GEMM's plans
+/// run for a batch.
+fn plan_for<P, C: PartialEq>(plans: &[P], config: C, config_of: impl Fn(&P) -> C) -> &P {
+    plans.iter().find(|p| config_of(p) == config).unwrap_or(&plans[0])
 }
 
 /// The MXFP8 x MXFP4 plan of one GEMM spec: [`MxGemm`] picks SM100's kernel or the portable one for the device.

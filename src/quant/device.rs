@@ -44,7 +44,7 @@ use super::{Fp8BlockWeights, ScaleFormat, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi::quant as ffi;
-use crate::layouts::ExpertLayout;
+use crate::layouts::{ExpertLayout, LayoutDims};
 use crate::status::DeviceStatus;
 use crate::view::MatrixView;
 
@@ -256,6 +256,17 @@ pub fn quantize_gather<T: Element>(
     opts: &GroupQuant,
     status: &mut DeviceStatus,
 ) -> Result<()> {
+    let dims = check_tokens(layout, x)?;
+    same_k(x, out)?;
+    fits_rows(out, dims.capacity(), "the layout's capacity")?;
+    let view = x.as_view();
+    let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
+    let d = desc(x.cols(), opts);
+    ffi::launch_quantize_gather(stream, &d, &src, dims.top_k(), layout.positions(), out.dst(), status.word_mut())
+}
+
+/// `layout`'s extents, after checking that `x` holds no more tokens than it was built for.
+pub(super) fn check_tokens<'l, T>(layout: &'l ExpertLayout, x: &MatrixView<'_, T>) -> Result<&'l LayoutDims> {
     let dims = layout.dims();
     if x.rows() > dims.max_tokens() {
         return Err(Error::InvalidProblem(format!(
@@ -264,12 +275,7 @@ pub fn quantize_gather<T: Element>(
             dims.max_tokens()
         )));
     }
-    same_k(x, out)?;
-    fits_rows(out, dims.capacity(), "the layout's capacity")?;
-    let view = x.as_view();
-    let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
-    let d = desc(x.cols(), opts);
-    ffi::launch_quantize_gather(stream, &d, &src, dims.top_k(), layout.positions(), out.dst(), status.word_mut())
+    Ok(dims)
 }
 
 /// The kernel's description of `experts` weights `[n, k]` with scales in `format`.

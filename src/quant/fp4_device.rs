@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
+use super::{for_each_expert, rows_cols};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -69,17 +70,36 @@ impl Fp4Buffers {
     }
 
     fn check_x<T: Element>(&self, what: &str, x: &MatrixView<'_, T>) -> Result<()> {
-        if x.rows() != self.max_rows || x.cols() > self.k {
-            return Err(Error::InvalidProblem(format!(
-                "{what} quantisation: x [{}, {}] for rows of [{}, {}] (x's columns at most K: the rest is the zero \
-                 pad)",
-                x.rows(),
-                x.cols(),
-                self.max_rows,
-                self.k
-            )));
-        }
-        Ok(())
+        super::mx_device::check_grouped_x(what, x, self.max_rows, self.k)
+    }
+
+    /// Quantises the grouped rows of `x` into these buffers as `format`; `tensor` is NVFP4's tensor scale word
+    /// (`t`: the given scale, 0 to derive it).
+    #[allow(clippy::too_many_arguments)]
+    fn quantize<T: Element>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        format: Fp4Format,
+        x: &MatrixView<'_, T>,
+        rows: GroupRows<'_>,
+        t: f32,
+        tensor: Option<&mut CudaSlice<f32>>,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        let view = x.as_view();
+        let dst = ffi::mx_quant::Fp4Dst { out: &mut self.q, sf: &mut self.sf, sf_bases: &mut self.sf_bases, tensor };
+        let shape = (self.max_rows, self.k, self.groups);
+        ffi::mx_quant::launch_quantize_fp4(
+            stream,
+            format,
+            &view,
+            (x.stride(), x.cols()),
+            shape,
+            rows.to_ffi(),
+            t,
+            dst,
+            status.word_mut(),
+        )
     }
 }
 
@@ -193,20 +213,7 @@ pub fn quantize_mxfp4_grouped<'r, T: Element>(
     status: &mut DeviceStatus,
 ) -> Result<()> {
     out.buf.check_x("MXFP4", x)?;
-    let (rows, view, b) = (rows.into(), x.as_view(), &mut out.buf);
-    let dst = ffi::mx_quant::Fp4Dst { out: &mut b.q, sf: &mut b.sf, sf_bases: &mut b.sf_bases, tensor: None };
-    let shape = (b.max_rows, b.k, b.groups);
-    ffi::mx_quant::launch_quantize_fp4(
-        stream,
-        Fp4Format::Mxfp4,
-        &view,
-        (x.stride(), x.cols()),
-        shape,
-        rows.to_ffi(),
-        0.0,
-        dst,
-        status.word_mut(),
-    )
+    out.buf.quantize(stream, Fp4Format::Mxfp4, x, rows.into(), 0.0, None, status)
 }
 
 /// Quantises the rows of `x [max_rows, K_x]` that `rows` places in a group into `out` (NVFP4, per group in the
@@ -233,25 +240,7 @@ pub fn quantize_nvfp4_grouped<'r, T: Element>(
         }
         NvTensorScale::FromAmax => 0.0,
     };
-    let (rows, view, b) = (rows.into(), x.as_view(), &mut out.buf);
-    let dst = ffi::mx_quant::Fp4Dst {
-        out: &mut b.q,
-        sf: &mut b.sf,
-        sf_bases: &mut b.sf_bases,
-        tensor: Some(&mut out.tensor),
-    };
-    let shape = (b.max_rows, b.k, b.groups);
-    ffi::mx_quant::launch_quantize_fp4(
-        stream,
-        Fp4Format::Nvfp4,
-        &view,
-        (x.stride(), x.cols()),
-        shape,
-        rows.to_ffi(),
-        t,
-        dst,
-        status.word_mut(),
-    )
+    out.buf.quantize(stream, Fp4Format::Nvfp4, x, rows.into(), t, Some(&mut out.tensor), status)
 }
 
 /// NVFP4 expert weights on the device for the SM100 NVFP4 grouped GEMM: e2m1 `[G, N, K]` packed two per byte
@@ -275,21 +264,20 @@ impl Nvfp4Weights {
     /// [`Error::InvalidProblem`] for no experts or experts of different shapes (the expert named); driver
     /// errors of the copies.
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Nvfp4]) -> Result<Nvfp4Weights> {
-        let first = experts.first().ok_or_else(|| Error::InvalidProblem("NVFP4 weights of 0 experts".into()))?;
-        let (n, k) = (first.rows(), first.k());
         let (mut q, mut sf, mut ts) = (Vec::new(), Vec::new(), Vec::new());
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.k()) != (n, k) {
-                return Err(Error::InvalidProblem(format!(
-                    "NVFP4 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
-                    e.rows(),
-                    e.k()
-                )));
-            }
-            q.extend_from_slice(e.data());
-            sf.extend(e.sf_atoms());
-            ts.push(e.tensor_scale());
-        }
+        let first = for_each_expert(
+            "NVFP4",
+            "one shape",
+            experts,
+            |e| rows_cols(e.rows(), e.k()),
+            |_, e| {
+                q.extend_from_slice(e.data());
+                sf.extend(e.sf_atoms());
+                ts.push(e.tensor_scale());
+                Ok(())
+            },
+        )?;
+        let (n, k) = (first.rows(), first.k());
         Ok(Nvfp4Weights {
             q: stream.clone_htod(&q)?,
             sf: stream.clone_htod(&sf)?,

@@ -146,6 +146,38 @@ fn elements(rows: usize, cols: usize) -> Result<usize> {
         .ok_or_else(|| Error::InvalidProblem(format!("a [{rows}, {cols}] weight: rows x cols overflows usize")))
 }
 
+/// Hands each of `experts` to `each` in order, after checking it has the first one's shape (`shape` reads it,
+/// `show` writes it for the error): what every upload of stacked host experts does. Returns the first expert.
+/// `what` names the format (`"FP8"`, `"MXFP4"`), `one` what all must share (`"one shape"`).
+///
+/// # Errors
+/// [`Error::InvalidProblem`] for no experts or an expert of another shape (the expert named); those of `each`.
+pub(crate) fn for_each_expert<'e, E, S: PartialEq>(
+    what: &str,
+    one: &str,
+    experts: &'e [E],
+    shape: impl Fn(&E) -> (S, String),
+    mut each: impl FnMut(usize, &E) -> Result<()>,
+) -> Result<&'e E> {
+    let first = experts.first().ok_or_else(|| Error::InvalidProblem(format!("{what} weights of 0 experts")))?;
+    let (want, shown) = shape(first);
+    for (g, e) in experts.iter().enumerate() {
+        let (got, is) = shape(e);
+        if got != want {
+            return Err(Error::InvalidProblem(format!(
+                "{what} expert {g} is {is}, expert 0 {shown}: all experts must have {one}"
+            )));
+        }
+        each(g, e)?;
+    }
+    Ok(first)
+}
+
+/// `(rows, cols)` and `[rows, cols]`: the shape of an expert for [`for_each_expert`].
+pub(crate) fn rows_cols(rows: usize, cols: usize) -> ((usize, usize), String) {
+    ((rows, cols), format!("[{rows}, {cols}]"))
+}
+
 /// A scale grid in its format: one variant per [`ScaleFormat`], growing with it.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]

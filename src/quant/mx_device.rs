@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::F8E4M3;
+use super::{for_each_expert, rows_cols, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -117,6 +117,20 @@ impl Mxfp8Rows {
     }
 }
 
+/// That `x` fits grouped rows `[max_rows, k]` of `what` (`"MXFP8"`): all their rows, at most `k` columns (the
+/// rest is the zero pad).
+pub(super) fn check_grouped_x<T>(what: &str, x: &MatrixView<'_, T>, max_rows: usize, k: usize) -> Result<()> {
+    if x.rows() != max_rows || x.cols() > k {
+        return Err(Error::InvalidProblem(format!(
+            "{what} quantisation: x [{}, {}] for rows of [{max_rows}, {k}] (x's columns at most K: the rest is the \
+             zero pad)",
+            x.rows(),
+            x.cols(),
+        )));
+    }
+    Ok(())
+}
+
 /// Quantises the rows of `x [max_rows, K_x]` that `rows` places in a group into `out` (MXFP8, per group in the
 /// SM100 scale layout), and writes each group's base. Rows in no group are left as they were. `K_x` may be
 /// less than `out.k()` (a multiple of 32): the columns past it are the zero pad of a K padded for the SM100
@@ -136,15 +150,7 @@ pub fn quantize_mxfp8_grouped<'r, T: Element>(
     out: &mut Mxfp8Rows,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    if x.rows() != out.max_rows || x.cols() > out.k {
-        return Err(Error::InvalidProblem(format!(
-            "MXFP8 quantisation: x [{}, {}] for rows of [{}, {}] (x's columns at most K: the rest is the zero pad)",
-            x.rows(),
-            x.cols(),
-            out.max_rows,
-            out.k
-        )));
-    }
+    check_grouped_x("MXFP8", x, out.max_rows, out.k)?;
     let rows = rows.into();
     let view = x.as_view();
     let dst = ffi::mx_quant::MxDst { out: &mut out.q, sf: &mut out.sf, sf_bases: &mut out.sf_bases };
@@ -180,22 +186,16 @@ impl Mxfp8Weights {
     /// [`Error::InvalidProblem`] for no experts or experts of different shapes (the expert named); driver
     /// errors of the copies.
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Mxfp8]) -> Result<Mxfp8Weights> {
-        let first = experts.first().ok_or_else(|| Error::InvalidProblem("MXFP8 weights of 0 experts".into()))?;
-        let (n, k) = (first.rows(), first.k());
+        let shape = |e: &super::mx::Mxfp8| rows_cols(e.rows(), e.k());
         let (mut q, mut sf) = (Vec::new(), Vec::new());
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.k()) != (n, k) {
-                return Err(Error::InvalidProblem(format!(
-                    "MXFP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
-                    e.rows(),
-                    e.k()
-                )));
-            }
+        let first = for_each_expert("MXFP8", "one shape", experts, shape, |_, e| {
             q.extend_from_slice(e.data());
             let atoms = e.sf_atoms();
-            debug_assert_eq!(atoms.len(), ffi::mx_quant::expert_sf_bytes(n, k, ffi::mx_quant::MX_VEC));
+            debug_assert_eq!(atoms.len(), ffi::mx_quant::expert_sf_bytes(e.rows(), e.k(), ffi::mx_quant::MX_VEC));
             sf.extend(atoms);
-        }
+            Ok(())
+        })?;
+        let (n, k) = (first.rows(), first.k());
         Ok(Mxfp8Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })
     }
 
@@ -242,23 +242,17 @@ impl Mxfp4Weights {
     /// [`Error::InvalidProblem`] for no experts or experts of different shapes or padding (the expert named);
     /// driver errors of the copies.
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[super::mx::Mxfp4]) -> Result<Mxfp4Weights> {
-        let first = experts.first().ok_or_else(|| Error::InvalidProblem("MXFP4 weights of 0 experts".into()))?;
-        let (n, k, logical_k) = (first.rows(), first.k_padded(), first.k());
+        let shape = |e: &super::mx::Mxfp4| {
+            let (n, k, logical_k) = (e.rows(), e.k_padded(), e.k());
+            ((n, k, logical_k), format!("[{n}, {logical_k}] stored [{n}, {k}]"))
+        };
         let (mut q, mut sf) = (Vec::new(), Vec::new());
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.k_padded(), e.k()) != (n, k, logical_k) {
-                return Err(Error::InvalidProblem(format!(
-                    "MXFP4 expert {g} is [{}, {}] stored [{}, {}], expert 0 [{n}, {logical_k}] stored [{n}, {k}]: all \
-                     experts must have one shape and padding",
-                    e.rows(),
-                    e.k(),
-                    e.rows(),
-                    e.k_padded()
-                )));
-            }
+        let first = for_each_expert("MXFP4", "one shape and padding", experts, shape, |_, e| {
             q.extend_from_slice(e.data());
             sf.extend(e.sf_atoms());
-        }
+            Ok(())
+        })?;
+        let (n, k, logical_k) = (first.rows(), first.k_padded(), first.k());
         let (q, sf) = (stream.clone_htod(&q)?, stream.clone_htod(&sf)?);
         Ok(Mxfp4Weights { q, sf, experts: experts.len(), n, k, logical_k })
     }

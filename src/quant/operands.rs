@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 
-use super::{BlockFp8, BlockShape, Fp8Rows, Scales, F8E4M3};
+use super::{for_each_expert, rows_cols, BlockFp8, BlockShape, Fp8Rows, Scales, F8E4M3};
 use crate::error::{Error, Result};
 
 /// Elements per scale block along K (both operands) and along N (weights).
@@ -74,6 +74,31 @@ pub(super) fn check_len(what: &str, got: usize, want: usize, shape: String) -> R
         return Err(Error::InvalidProblem(format!("{got} {what} for {shape}: expected {want}")));
     }
     Ok(())
+}
+
+/// Host block-FP8 experts of one shape stacked in order: their e4m3 elements and the f32 scales `scales` takes
+/// of each (`scales(expert, its name for errors, into)`), in room for `(elements, scales)`.
+///
+/// # Errors
+/// As [`for_each_expert`]; those of `scales`.
+pub(super) fn stack_fp8(
+    experts: &[BlockFp8],
+    (nq, ns): (usize, usize),
+    scales: impl Fn(&BlockFp8, &str, &mut Vec<f32>) -> Result<()>,
+) -> Result<(Vec<F8E4M3>, Vec<f32>)> {
+    let (mut q, mut s) = (Vec::with_capacity(nq), Vec::with_capacity(ns));
+    for_each_expert(
+        "FP8",
+        "one shape",
+        experts,
+        |e| rows_cols(e.rows(), e.cols()),
+        |g, e| {
+            scales(e, &format!("FP8 expert {g}"), &mut s)?;
+            q.extend_from_slice(e.q());
+            Ok(())
+        },
+    )?;
+    Ok((q, s))
 }
 
 /// The f32 scales of a host block-quantized matrix in `block`, or the error naming what differs.
@@ -191,20 +216,11 @@ impl Fp8BlockWeights {
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[BlockFp8]) -> Result<Self> {
         let first = experts.first().ok_or_else(|| Error::InvalidProblem("FP8 weights of 0 experts".into()))?;
         let (n, k) = (first.rows(), first.cols());
-        let (nq, ns) = weight_lengths(experts.len(), n, k)?;
-        let mut q = Vec::with_capacity(nq);
-        let mut s = Vec::with_capacity(ns);
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.cols()) != (n, k) {
-                return Err(Error::InvalidProblem(format!(
-                    "FP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
-                    e.rows(),
-                    e.cols()
-                )));
-            }
-            s.extend_from_slice(f32_scales(e, BlockShape::DEEPSEEK, &format!("FP8 expert {g}"))?);
-            q.extend_from_slice(e.q());
-        }
+        let lengths = weight_lengths(experts.len(), n, k)?;
+        let (q, s) = stack_fp8(experts, lengths, |e, what, s| {
+            s.extend_from_slice(f32_scales(e, BlockShape::DEEPSEEK, what)?);
+            Ok(())
+        })?;
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 

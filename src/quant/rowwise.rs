@@ -13,7 +13,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
 use super::device::RowsInUse;
 use super::group::{GroupQuant, ScaleRounding};
-use super::operands::{check_len, product};
+use super::operands::{check_len, product, stack_fp8};
 use super::{BlockFp8, BlockShape, Scales, F8E4M3};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -144,18 +144,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        if x.cols() != self.k || x.rows() > self.rows {
-            return Err(Error::Buffer {
-                name: x.name(),
-                detail: format!(
-                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
-                    x.rows(),
-                    x.cols(),
-                    self.rows,
-                    self.k
-                ),
-            });
-        }
+        self.check_fits(x)?;
         let view = x.as_view();
         let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
         let desc = self.desc(scale);
@@ -179,14 +168,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        let dims = layout.dims();
-        if x.rows() > dims.max_tokens() {
-            return Err(Error::InvalidProblem(format!(
-                "tokens = {} exceeds the layout's max_tokens = {}",
-                x.rows(),
-                dims.max_tokens()
-            )));
-        }
+        let dims = super::device::check_tokens(layout, x)?;
         if x.cols() != self.k || self.rows < dims.capacity() {
             return Err(Error::Buffer {
                 name: "FP8 token rows",
@@ -223,18 +205,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        if h.cols() != self.k || h.rows() > self.rows {
-            return Err(Error::Buffer {
-                name: h.name(),
-                detail: format!(
-                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
-                    h.rows(),
-                    h.cols(),
-                    self.rows,
-                    self.k
-                ),
-            });
-        }
+        self.check_fits(h)?;
         let view = h.as_view();
         let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
         let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
@@ -243,7 +214,23 @@ impl Fp8TokenRows {
         ffi::launch_quantize_rows(stream, &desc, &src, Some(&mask), dst, status.word_mut())
     }
 
-    /// The kernel's description of a per-token quantisation of these rows.
+    /// That `x` has these rows' `K` and no more rows than they.
+    fn check_fits<T>(&self, x: &MatrixView<'_, T>) -> Result<()> {
+        if x.cols() != self.k || x.rows() > self.rows {
+            return Err(Error::Buffer {
+                name: x.name(),
+                detail: format!(
+                    "is [{}, {}]; the FP8 token rows are [{}, {}]: K must match and the rows fit",
+                    x.rows(),
+                    x.cols(),
+                    self.rows,
+                    self.k
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The destination of a quantisation under `scale`: these rows, and the amax word for a per-tensor scale.
     fn dst(&mut self, scale: &TokenScale<'_>) -> Result<ffi::QuantDst<'_>> {
         let amax = match scale {
@@ -311,19 +298,11 @@ impl Fp8ChannelWeights {
     pub fn from_host(stream: &Arc<CudaStream>, experts: &[BlockFp8]) -> Result<Self> {
         let first = experts.first().ok_or_else(|| Error::InvalidProblem("FP8 weights of 0 experts".into()))?;
         let (n, k) = (first.rows(), first.cols());
-        let mut q = Vec::with_capacity(product("FP8 weights [G, N, K] =", &[experts.len(), n, k])?);
-        let mut s = Vec::with_capacity(experts.len() * n);
-        for (g, e) in experts.iter().enumerate() {
-            if (e.rows(), e.cols()) != (n, k) {
-                return Err(Error::InvalidProblem(format!(
-                    "FP8 expert {g} is [{}, {}], expert 0 [{n}, {k}]: all experts must have one shape",
-                    e.rows(),
-                    e.cols()
-                )));
-            }
-            s.extend(row_scales(e, &format!("FP8 expert {g}"))?);
-            q.extend_from_slice(e.q());
-        }
+        let lengths = (product("FP8 weights [G, N, K] =", &[experts.len(), n, k])?, experts.len() * n);
+        let (q, s) = stack_fp8(experts, lengths, |e, what, s| {
+            s.extend(row_scales(e, what)?);
+            Ok(())
+        })?;
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 

@@ -79,7 +79,6 @@ fn forward<T: Element>(
 ) -> Vec<T> {
     let (h, i) = (p.hidden, p.inter);
     let r13 = p.w13_rows();
-    let tokens = x.len() / h;
     // Weight accessors in [out, in] terms whatever the storage.
     let w13 = |e: usize, o: usize, c: usize| -> f32 {
         match p.format.storage {
@@ -94,39 +93,48 @@ fn forward<T: Element>(
         }
     };
     let round = |v: f32| T::from_f32(v).to_f32();
+    per_token(x, h, |t, xr| {
+        let mut acc = vec![0f32; h];
+        for j in 0..k {
+            let e = ids[t * k + j] as usize;
+            let d1: Vec<f32> = (0..r13)
+                .map(|o| {
+                    let dot: f32 = (0..h).map(|c| xr[c] * w13(e, o, c)).sum();
+                    round(dot)
+                })
+                .collect();
+            let b13 = |o: usize| p.b13.as_ref().map_or(0.0, |b| b[e * r13 + o]);
+            let act: Vec<f32> =
+                (0..i).map(|n| round(activate(p.format.activation, p.format.gate_up, i, &d1, &b13, n))).collect();
+            for (o, a) in acc.iter_mut().enumerate() {
+                let dot: f32 = (0..i).map(|n| act[n] * w2(e, o, n)).sum();
+                let b2 = p.b2.as_ref().map_or(0.0, |b| b[e * h + o]);
+                *a += weights[t * k + j] * (round(dot) + b2);
+            }
+        }
+        if let Some((s, sw)) = shared {
+            add_shared(s, sw.map_or(1.0, |w| w[t]), i, xr, &mut acc);
+        }
+        acc
+    })
+}
+
+/// A layer's `y [T, H]` from `x [T, H]`, token by token over the host's threads: `token(t, x_t)` gives token
+/// `t`'s output row in f32 from its input row widened to f32; each element is rounded to `T` once.
+pub(super) fn per_token<T: Element>(x: &[T], h: usize, token: impl Fn(usize, &[f32]) -> Vec<f32> + Sync) -> Vec<T> {
+    let tokens = x.len() / h;
     let mut y = vec![T::from_f32(0.0); tokens * h];
     let threads = thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let chunk = tokens.div_ceil(threads).max(1);
+    let token = &token;
     thread::scope(|s| {
         for (c, out) in y.chunks_mut(chunk * h).enumerate() {
             s.spawn(move || {
                 for (tt, yrow) in out.chunks_mut(h).enumerate() {
                     let t = c * chunk + tt;
                     let xr: Vec<f32> = x[t * h..(t + 1) * h].iter().map(|v| v.to_f32()).collect();
-                    let mut acc = vec![0f32; h];
-                    for j in 0..k {
-                        let e = ids[t * k + j] as usize;
-                        let d1: Vec<f32> = (0..r13)
-                            .map(|o| {
-                                let dot: f32 = (0..h).map(|c| xr[c] * w13(e, o, c)).sum();
-                                round(dot)
-                            })
-                            .collect();
-                        let b13 = |o: usize| p.b13.as_ref().map_or(0.0, |b| b[e * r13 + o]);
-                        let act: Vec<f32> = (0..i)
-                            .map(|n| round(activate(p.format.activation, p.format.gate_up, i, &d1, &b13, n)))
-                            .collect();
-                        for (o, a) in acc.iter_mut().enumerate() {
-                            let dot: f32 = (0..i).map(|n| act[n] * w2(e, o, n)).sum();
-                            let b2 = p.b2.as_ref().map_or(0.0, |b| b[e * h + o]);
-                            *a += weights[t * k + j] * (round(dot) + b2);
-                        }
-                    }
-                    if let Some((s, sw)) = shared {
-                        add_shared(s, sw.map_or(1.0, |w| w[t]), i, &xr, &mut acc);
-                    }
-                    for (o, v) in yrow.iter_mut().enumerate() {
-                        *v = T::from_f32(acc[o]);
+                    for (v, a) in yrow.iter_mut().zip(token(t, &xr)) {
+                        *v = T::from_f32(a);
                     }
                 }
             });

@@ -1,11 +1,9 @@
 //! The FP8 layer's CPU reference: [`moe_forward_fp8`] (with a shared expert: [`moe_forward_fp8_with_shared`]) over
 //! the same quantised operands the device reads, and the bounds the GPU tests hold the layer to.
 
-use std::thread;
-
 use half::bf16;
 
-use super::activate;
+use super::{activate, per_token};
 use crate::experts::{Activation, GateUp, PackedFp8Experts, SharedFp8Expert};
 use crate::quant::{per_token_group_quant, GroupQuant, SCALE_BLOCK};
 use crate::reference::Tolerance;
@@ -320,67 +318,50 @@ fn fp8_forward(
     let (host_shared, shared_weights) = (host_shared.as_ref(), shared.and_then(|(_, w)| w));
     let quant = l.quant;
     let round = |v: f32| bf16::from_f32(v).to_f32();
-    let mut y = vec![bf16::ZERO; tokens * h];
-    let threads = thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let chunk = tokens.div_ceil(threads).max(1);
-    let experts = &experts;
-    thread::scope(|s| {
-        for (c, out) in y.chunks_mut(chunk * h).enumerate() {
-            s.spawn(move || {
-                for (tt, yrow) in out.chunks_mut(h).enumerate() {
-                    let t = c * chunk + tt;
-                    let xr: Vec<f32> = x[t * h..(t + 1) * h].iter().map(|v| v.to_f32()).collect();
-                    let (xq, xs) = per_token_group_quant(&xr, 1, h, &quant).expect("x row quantises");
-                    let xq: Vec<f32> = xq.iter().map(|v| v.to_f32()).collect();
-                    let mut acc = vec![0f32; h];
-                    for j in 0..k {
-                        let slot = (t * k + j) as u64;
-                        let ex = ids[t * k + j] as usize;
-                        let (w13, w2) = experts[ex].as_ref().expect("dequantised for every used expert");
-                        let seed = |g: u64| noise.map(|(s, r)| (s ^ slot.wrapping_mul(0x1000_0001) ^ g << 40, r));
-                        let d1: Vec<f32> = w13.gemm(&xq, &xs, seed(1)).into_iter().map(round).collect();
-                        let b13 = |o: usize| l.b13.map_or(0.0, |b| b[ex * r13 + o]);
-                        let act: Vec<f32> = (0..i)
-                            .map(|n| round(activate(l.activation, GateUp::Concatenated, i, &d1, &b13, n)))
-                            .collect();
-                        let (hq, hs) = per_token_group_quant(&act, 1, i, &quant).expect("h row quantises");
-                        let hq: Vec<f32> = hq.iter().map(|v| v.to_f32()).collect();
-                        let d2 = w2.gemm(&hq, &hs, seed(2));
-                        for (o, a) in acc.iter_mut().enumerate() {
-                            let b2 = l.b2.map_or(0.0, |b| b[ex * h + o]);
-                            *a += weights[t * k + j] * (round(d2[o]) + b2);
-                        }
-                    }
-                    if let Some(sh) = host_shared {
-                        // The accumulation model's seeds, apart from the routed slots' (1 and 2).
-                        let seed = |g: u64| noise.map(|(s, r)| (s ^ (t as u64).wrapping_mul(0x2000_0003) ^ g << 40, r));
-                        let g: Vec<f32> = sh.gate.gemm(&xq, &xs, seed(3)).into_iter().map(round).collect();
-                        let u = sh.up.gemm(&xq, &xs, seed(4)).into_iter().map(round);
-                        let is = g.len();
-                        let d1: Vec<f32> = g.iter().copied().chain(u).collect();
-                        let act: Vec<f32> = (0..is)
-                            .map(|n| round(activate(l.activation, GateUp::Concatenated, is, &d1, &|_| 0.0, n)))
-                            .collect();
-                        let (hq, hs) = per_token_group_quant(&act, 1, is, &quant).expect("h row quantises");
-                        let hq: Vec<f32> = hq.iter().map(|v| v.to_f32()).collect();
-                        let st = shared_weights.map_or(1.0, |w| w[t]);
-                        // One partial GEMM2 per device group, each rounded on its own.
-                        let per = i / SCALE_BLOCK;
-                        for (gi, b0) in (0..is / SCALE_BLOCK).step_by(per).enumerate() {
-                            let d2 = sh.down.gemm_blocks(&hq, &hs, b0..b0 + per, seed(5 + gi as u64));
-                            for (a, d) in acc.iter_mut().zip(d2) {
-                                *a += st * round(d);
-                            }
-                        }
-                    }
-                    for (o, v) in yrow.iter_mut().enumerate() {
-                        *v = bf16::from_f32(acc[o]);
-                    }
-                }
-            });
+    per_token(x, h, |t, xr| {
+        let (xq, xs) = per_token_group_quant(xr, 1, h, &quant).expect("x row quantises");
+        let xq: Vec<f32> = xq.iter().map(|v| v.to_f32()).collect();
+        let mut acc = vec![0f32; h];
+        for j in 0..k {
+            let slot = (t * k + j) as u64;
+            let ex = ids[t * k + j] as usize;
+            let (w13, w2) = experts[ex].as_ref().expect("dequantised for every used expert");
+            let seed = |g: u64| noise.map(|(s, r)| (s ^ slot.wrapping_mul(0x1000_0001) ^ g << 40, r));
+            let d1: Vec<f32> = w13.gemm(&xq, &xs, seed(1)).into_iter().map(round).collect();
+            let b13 = |o: usize| l.b13.map_or(0.0, |b| b[ex * r13 + o]);
+            let act: Vec<f32> =
+                (0..i).map(|n| round(activate(l.activation, GateUp::Concatenated, i, &d1, &b13, n))).collect();
+            let (hq, hs) = per_token_group_quant(&act, 1, i, &quant).expect("h row quantises");
+            let hq: Vec<f32> = hq.iter().map(|v| v.to_f32()).collect();
+            let d2 = w2.gemm(&hq, &hs, seed(2));
+            for (o, a) in acc.iter_mut().enumerate() {
+                let b2 = l.b2.map_or(0.0, |b| b[ex * h + o]);
+                *a += weights[t * k + j] * (round(d2[o]) + b2);
+            }
         }
-    });
-    y
+        if let Some(sh) = host_shared {
+            // The accumulation model's seeds, apart from the routed slots' (1 and 2).
+            let seed = |g: u64| noise.map(|(s, r)| (s ^ (t as u64).wrapping_mul(0x2000_0003) ^ g << 40, r));
+            let g: Vec<f32> = sh.gate.gemm(&xq, &xs, seed(3)).into_iter().map(round).collect();
+            let u = sh.up.gemm(&xq, &xs, seed(4)).into_iter().map(round);
+            let is = g.len();
+            let d1: Vec<f32> = g.iter().copied().chain(u).collect();
+            let act: Vec<f32> =
+                (0..is).map(|n| round(activate(l.activation, GateUp::Concatenated, is, &d1, &|_| 0.0, n))).collect();
+            let (hq, hs) = per_token_group_quant(&act, 1, is, &quant).expect("h row quantises");
+            let hq: Vec<f32> = hq.iter().map(|v| v.to_f32()).collect();
+            let st = shared_weights.map_or(1.0, |w| w[t]);
+            // One partial GEMM2 per device group, each rounded on its own.
+            let per = i / SCALE_BLOCK;
+            for (gi, b0) in (0..is / SCALE_BLOCK).step_by(per).enumerate() {
+                let d2 = sh.down.gemm_blocks(&hq, &hs, b0..b0 + per, seed(5 + gi as u64));
+                for (a, d) in acc.iter_mut().zip(d2) {
+                    *a += st * round(d);
+                }
+            }
+        }
+        acc
+    })
 }
 
 #[cfg(all(test, feature = "cli"))]

@@ -1,10 +1,8 @@
 //! The MXFP4 layer on the host ([`moe_forward_mx`]), step for step as the device runs it (`layer/mx.rs`).
 
-use std::thread;
-
 use half::bf16;
 
-use super::activate;
+use super::{activate, per_token};
 use crate::experts::GptOssMxfp4Experts;
 use crate::experts::{Activation, GateUp};
 use crate::quant::{Mxfp4, Mxfp8};
@@ -75,36 +73,21 @@ pub fn moe_forward_mx(l: &MxHostLayer<'_>, x: &[bf16], ids: &[i32], weights: &[f
     let (w13, w2) = (l.gate_up.dequantize(), l.down.dequantize());
     let (w13, w2) = (&w13, &w2);
     let round = |v: f32| bf16::from_f32(v).to_f32();
-    let mut y = vec![bf16::ZERO; tokens * h];
-    let threads = thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let chunk = tokens.div_ceil(threads).max(1);
-    thread::scope(|s| {
-        for (c, out) in y.chunks_mut(chunk * h).enumerate() {
-            s.spawn(move || {
-                for (tt, yrow) in out.chunks_mut(h).enumerate() {
-                    let t = c * chunk + tt;
-                    let xr: Vec<f32> = x[t * h..(t + 1) * h].iter().map(|v| v.to_f32()).collect();
-                    let xq = mxfp8_row(&xr);
-                    let mut acc = vec![0f32; h];
-                    for j in 0..k {
-                        let ex = ids[t * k + j] as usize;
-                        let d1: Vec<f32> = (0..r13).map(|o| dot_bf16(&xq, &w13[(ex * r13 + o) * h..][..h])).collect();
-                        let b13 = |o: usize| l.b13.map_or(0.0, |b| b[ex * r13 + o]);
-                        let act: Vec<f32> =
-                            (0..i).map(|n| round(activate(l.activation, l.order, i, &d1, &b13, n))).collect();
-                        let hq = mxfp8_row(&act);
-                        for (o, a) in acc.iter_mut().enumerate() {
-                            let d2 = dot_bf16(&hq, &w2[(ex * h + o) * i..][..i]);
-                            let b2 = l.b2.map_or(0.0, |b| b[ex * h + o]);
-                            *a += weights[t * k + j] * (d2 + b2);
-                        }
-                    }
-                    for (o, v) in yrow.iter_mut().enumerate() {
-                        *v = bf16::from_f32(acc[o]);
-                    }
-                }
-            });
+    per_token(x, h, |t, xr| {
+        let xq = mxfp8_row(xr);
+        let mut acc = vec![0f32; h];
+        for j in 0..k {
+            let ex = ids[t * k + j] as usize;
+            let d1: Vec<f32> = (0..r13).map(|o| dot_bf16(&xq, &w13[(ex * r13 + o) * h..][..h])).collect();
+            let b13 = |o: usize| l.b13.map_or(0.0, |b| b[ex * r13 + o]);
+            let act: Vec<f32> = (0..i).map(|n| round(activate(l.activation, l.order, i, &d1, &b13, n))).collect();
+            let hq = mxfp8_row(&act);
+            for (o, a) in acc.iter_mut().enumerate() {
+                let d2 = dot_bf16(&hq, &w2[(ex * h + o) * i..][..i]);
+                let b2 = l.b2.map_or(0.0, |b| b[ex * h + o]);
+                *a += weights[t * k + j] * (d2 + b2);
+            }
         }
-    });
-    y
+        acc
+    })
 }
