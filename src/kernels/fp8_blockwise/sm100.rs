@@ -1,6 +1,6 @@
 //! SM100 FP8 blockwise-scaled grouped GEMM with device-side groups: DeepSeek-V3's recipe on Blackwell.
 //!
-//! The same GEMM as [`super::grouped_fp8::GroupedGemmFp8`] (SM90), over the same operands, shape rules and group
+//! The same GEMM as [`super::sm90::GroupedGemmFp8`] (SM90), over the same operands, shape rules and group
 //! forms: [`Fp8Rows`] (e4m3 and f32 scales per row per 128 of K, K-major), [`Fp8BlockWeights`] (e4m3 `[G, N, K]`
 //! and f32 scales per 128 × 128 block) and the [`GroupRows`] of the bf16 GEMM, bf16 D. A caller switches arch by
 //! switching plan type, without requantising: both plans take a [`GroupedGemmFp8Shape`] and launch through one
@@ -172,10 +172,10 @@ impl GroupedGemmFp8Sm100 {
     plan_accessors!(GroupedGemmFp8Shape, Fp8Sm100Config);
 
     /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: the operands and errors of
-    /// [`super::grouped_fp8::GroupedGemmFp8::launch`].
+    /// [`super::sm90::GroupedGemmFp8::launch`].
     ///
     /// # Errors
-    /// As [`super::grouped_fp8::GroupedGemmFp8::launch`].
+    /// As [`super::sm90::GroupedGemmFp8::launch`].
     #[allow(clippy::too_many_arguments)]
     pub fn launch<'r>(
         &self,

@@ -29,7 +29,7 @@
 //! allocation, copy or synchronisation.
 //!
 //! On SM100 the same GEMM over the same operands and [`GroupedGemmFp8Shape`] is
-//! [`super::grouped_fp8_sm100::GroupedGemmFp8Sm100`] (compiled and SASS-checked only): one plan type per arch.
+//! [`super::sm100::GroupedGemmFp8Sm100`] (compiled and SASS-checked only): one plan type per arch.
 
 use std::sync::Arc;
 
@@ -225,7 +225,7 @@ impl Fp8KernelFacts {
     }
 }
 
-/// Compile-time facts of a built [`Fp8TileConfig`] (or [`super::grouped_fp8_rowwise::Fp8RowwiseConfig`]), read
+/// Compile-time facts of a built [`Fp8TileConfig`] (or [`crate::kernels::fp8_rowwise::Fp8RowwiseConfig`]), read
 /// from the CUTLASS types of the compiled kernel.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The portable block-scaled grouped GEMM: the function of the SM100 block-scaled GEMMs
-//! ([`GroupedGemmMx`](super::grouped_mx::GroupedGemmMx)) over exactly their operand buffers, on any GPU this
+//! ([`GroupedGemmMx`](super::sm100::GroupedGemmMx)) over exactly their operand buffers, on any GPU this
 //! family has SASS for (`sm_90a`, `sm_100a`), so that
 //!
 //! * MXFP4 checkpoints (gpt-oss) run on Hopper with their 4-bit weights kept 4-bit in memory, and
@@ -70,7 +70,7 @@ impl GroupedGemmMxPortable {
     /// Plans for an already queried device.
     ///
     /// # Errors
-    /// As [`GroupedGemmMx::for_device`](super::grouped_mx::GroupedGemmMx::for_device), with the same texts:
+    /// As [`GroupedGemmMx::for_device`](super::sm100::GroupedGemmMx::for_device), with the same texts:
     /// [`Error::KernelNotBuilt`](crate::Error::KernelNotBuilt) for a pair of formats the SM100 kernels do not
     /// compute (FP8 x NVFP4 among them); [`Error::InvalidProblem`](crate::Error::InvalidProblem) for `n` or `k`
     /// not positive multiples of 128 and the extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`];
@@ -109,7 +109,7 @@ impl GroupedGemmMxPortable {
     }
 
     /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes: the
-    /// launch of [`GroupedGemmMx::launch`](super::grouped_mx::GroupedGemmMx::launch) without a workspace. Rows
+    /// launch of [`GroupedGemmMx::launch`](super::sm100::GroupedGemmMx::launch) without a workspace. Rows
     /// past a group's count are neither read (A) nor written (D); invalid group arrays are clamped and reported
     /// in `status` (as the other grouped GEMMs: [`DeviceStatus::check`]).
     ///
