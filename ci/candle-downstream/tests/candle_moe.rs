@@ -228,19 +228,22 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
             "num_experts_per_tok": {k}, "num_local_experts": {e}, "use_flash_attn": false}}"#
     ))
     .unwrap();
+    // candle-transformers 0.11.1's Mixtral block runs in F32 only: its SparseMoeBlock multiplies the experts'
+    // outputs by an F32 tensor of routing weights ("dtype mismatch in mul" in BF16). So the model is built in
+    // F32 and the op, which is bf16, takes the same weights rounded to bf16.
     let mut vars = VarMap::new();
-    let mut model = mixtral::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
+    let mut model = mixtral::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::F32, &device)).unwrap();
     let l = "model.layers.0";
-    let zero = Tensor::zeros((h, h), DType::BF16, &device).unwrap();
+    let zero = Tensor::zeros((h, h), DType::F32, &device).unwrap();
     vars.set_one(format!("{l}.self_attn.o_proj.weight"), &zero).unwrap();
-    vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
+    vars.set_one("lm_head.weight", Tensor::eye(h, DType::F32, &device).unwrap()).unwrap();
     let moe = format!("{l}.block_sparse_moe");
     let (w13, w2) = (
         Tensor::zeros((e * 2 * i, h), DType::BF16, &device).unwrap(),
         Tensor::zeros((e * h, i), DType::BF16, &device).unwrap(),
     );
     for x in 0..e {
-        let get = |p: &str| weight(&vars, &format!("{moe}.experts.{x}.{p}.weight"));
+        let get = |p: &str| weight(&vars, &format!("{moe}.experts.{x}.{p}.weight")).to_dtype(DType::BF16).unwrap();
         w13.slice_set(&get("w1"), 0, x * 2 * i).unwrap(); // gate
         w13.slice_set(&get("w3"), 0, x * 2 * i + i).unwrap(); // up
         w2.slice_set(&get("w2"), 0, x * h).unwrap(); // down
@@ -252,20 +255,23 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
     let ids = Tensor::new(ids.as_slice(), &device).unwrap();
     let got_model = model.forward(&ids.reshape((tokens, 1)).unwrap(), 0).unwrap().reshape((tokens, h)).unwrap();
 
-    // The same layer with the op: h = embeddings, y = op(norm(h)) under the block's routing, then the final norm.
+    // The same layer with the op: h = embeddings, y = op(norm(h)) under the block's routing (softmax over the
+    // experts, top-k, renormalised: computed in F32 from the same normed rows), then the final norm, in F32.
     let hs = weight(&vars, "model.embed_tokens.weight").index_select(&ids, 0).unwrap();
     let norm = |x: &Tensor, name: &str| candle_nn::ops::rms_norm(x, &weight(&vars, name), 1e-5).unwrap();
     let xn = norm(&hs, &format!("{l}.post_attention_layernorm.weight"));
     let gate = candle_nn::Linear::new(weight(&vars, &format!("{moe}.gate.weight")), None);
     let (tk, tw) = candle_routing(&gate, &xn, k);
-    let y = op.forward(&xn, &tk, &tw).unwrap();
-    let got_op = norm(&(&hs + &y).unwrap(), "model.norm.weight");
+    let y = op.forward(&xn.to_dtype(DType::BF16).unwrap(), &tk, &tw).unwrap().to_dtype(DType::F32).unwrap();
+    let pre = (&hs + &y).unwrap();
+    let got_op = norm(&pre, "model.norm.weight");
 
     let f = |t: &Tensor| -> Vec<Vec<f32>> { t.to_dtype(DType::F32).unwrap().to_vec2().unwrap() };
-    let (m, o, ys, pre) = (f(&got_model), f(&got_op), f(&y), f(&(&hs + &y).unwrap()));
+    let (m, o, ys, pre) = (f(&got_model), f(&got_op), f(&y), f(&pre));
     for t in 0..tokens {
-        // The MoE outputs may differ by a few bf16 steps of their largest (candle rounds silu(gate) and the
-        // product separately); the final norm scales that by 1 / rms of the pre-norm row.
+        // The op's MoE output carries the bf16 rounding of its inputs, weights, h and y against the F32 block:
+        // a few bf16 steps (2^-8 relative) of its largest entry; the final norm scales that by 1 / rms of the
+        // pre-norm row (its weight is 1).
         let ymax = ys[t].iter().fold(0f32, |a, v| a.max(v.abs()));
         let rms = (pre[t].iter().map(|v| v * v).sum::<f32>() / h as f32).sqrt();
         let bound = 4.0 * ymax / 256.0 / rms + 2.0 / 256.0;
