@@ -48,8 +48,11 @@ fi
 # SANITIZE=<seconds>: every GPU test under compute-sanitizer's four tools too, within that many seconds
 # (scripts/sanitize.py; its last lines are one summary per tool; the logs go to $out/sanitize).
 if [ -n "${SANITIZE:-}" ]; then
-  python3 scripts/sanitize.py --binary carry/gpu -j 14 --timeout 300 --deadline "$SANITIZE" --logs "$out/sanitize" \
-    > "$out/sanitize.txt" 2>&1
+  # The long pairs first, by the times of the committed earlier runs, so that the deadline finds none unstarted.
+  earlier=(); for f in benches/results/*/sanitize*.txt benches/results/*/racecheck*.txt benches/results/*/memcheck*.txt; do
+    [ -f "$f" ] && earlier+=(--longest-first "$f"); done
+  python3 scripts/sanitize.py --binary carry/gpu -j 15 --timeout 330 --deadline "$SANITIZE" "${earlier[@]}" \
+    --logs "$out/sanitize" > "$out/sanitize.txt" 2>&1
   echo "sanitize.py rc=$?"; grep -v ": ok$" "$out/sanitize.txt" | tail -30
   tar czf "$out/sanitize-logs.tgz" -C "$out" sanitize && rm -rf "$out/sanitize"
 fi
