@@ -1,8 +1,8 @@
 //! moe-gemm's candle operation against candle's own fused MoE (`candle_transformers::fused_moe::FusedMoe`, on
 //! candle-nn's `moe_gemm` kernels), built from the same random weights through a `VarBuilder`: the same routing
 //! (candle's softmax, top-k and renormalisation, computed once and given to both), outputs compared token by
-//! token, at a decode and a prefill batch; candle-transformers' Mixtral block through its public `Model`; the op
-//! captured in a CUDA graph. On the GPU host: `carry/candle_moe --include-ignored`.
+//! token, at a decode and a prefill batch; candle-transformers' Mixtral, Qwen2-MoE and Qwen3-MoE blocks through
+//! their public `Model`s; the op captured in a CUDA graph. On the GPU host: `carry/candle_moe --include-ignored`.
 
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{Activation, VarBuilder, VarMap};
@@ -208,12 +208,106 @@ fn candle_moe_replays_in_a_captured_graph_bit_equal_to_eager() {
     println!("10 replays with new routing: bit-equal to eager ({changed} differ from the captured step)");
 }
 
-/// candle-transformers' own Mixtral block (`models::mixtral`, the model's `SparseMoeBlock`: softmax over the
-/// experts, top-2, renormalised, a loop over experts of `w2(silu(w1 x) * w3 x)`), which the crate's API keeps
-/// private, reached through its public `Model`: one layer whose attention output projection is zero (so the
-/// layer's output is `h + moe(norm(h))` with `h` the embeddings), the final norm's weight ones and `lm_head` the
-/// identity, fed T tokens as a batch of T one-token sequences. The same with the op in the block's place, from the
-/// same `VarMap`, must give the same hidden states token by token within a few bf16 steps of the MoE output.
+/// A one-layer candle-transformers model reached through its public `Model` (the MoE blocks are private): its
+/// attention's output projection zeroed, so that the layer's output is `h + moe(norm(h))` with `h` the embeddings,
+/// the final norm's weight ones (and `lm_head`, where the model has one, the identity), fed T tokens as a batch
+/// of T one-token sequences. The same layer with the op in the block's place, from the same `VarMap`, must give
+/// the same hidden states token by token within a few bf16 steps of the MoE output.
+struct OneLayer<'a> {
+    vars: &'a VarMap,
+    /// The MoE block's prefix (`model.layers.0.block_sparse_moe`, `model.layers.0.mlp`).
+    moe: String,
+    /// The experts' gate, up and down projections under `{moe}.experts.{x}`.
+    names: [&'a str; 3],
+    /// Renormalise the top-k routing weights (Mixtral, Qwen3-MoE) or not (Qwen2-MoE's `norm_topk_prob: false`).
+    renormalise: bool,
+    /// The model's dtype, in which the op's side computes everything but the op (F32 or BF16).
+    dtype: DType,
+    /// The block's softmax runs in the model's dtype (Qwen2-MoE's block), not in F32 (FusedMoe, Mixtral in F32):
+    /// the routing must be the block's bit for bit, or a near tie picks another expert.
+    softmax_in_dtype: bool,
+    /// (E, k, H, I, T).
+    dims: (usize, usize, usize, usize, usize),
+}
+
+impl OneLayer<'_> {
+    /// Zeroes every variable whose name contains `part` (the attention's `o_proj`, its bias too where it has one).
+    fn zero(vars: &mut VarMap, part: &str) {
+        let names: Vec<String> = vars.data().lock().unwrap().keys().filter(|n| n.contains(part)).cloned().collect();
+        assert!(!names.is_empty(), "no variable named *{part}*");
+        for n in names {
+            let t = weight(vars, &n);
+            vars.set_one(&n, t.zeros_like().unwrap()).unwrap();
+        }
+    }
+
+    /// The token ids fed to the model: T distinct rows of the embedding.
+    fn ids(&self, device: &Device) -> Tensor {
+        let (_, _, h, _, tokens) = self.dims;
+        let ids: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % h as u32).collect();
+        Tensor::new(ids.as_slice(), device).unwrap()
+    }
+
+    /// Checks `got_model` (`[T, H]`, the model's output for [`Self::ids`]) against the op in the block's place.
+    fn check(&self, name: &str, cuda: &candle_core::CudaDevice, device: &Device, got_model: &Tensor) {
+        let (e, k, h, i, tokens) = self.dims;
+        let (moe, [g, u, d]) = (&self.moe, self.names);
+        let (w13, w2) = (
+            Tensor::zeros((e * 2 * i, h), DType::BF16, device).unwrap(),
+            Tensor::zeros((e * h, i), DType::BF16, device).unwrap(),
+        );
+        for x in 0..e {
+            let get =
+                |p: &str| weight(self.vars, &format!("{moe}.experts.{x}.{p}.weight")).to_dtype(DType::BF16).unwrap();
+            w13.slice_set(&get(g), 0, x * 2 * i).unwrap();
+            w13.slice_set(&get(u), 0, x * 2 * i + i).unwrap();
+            w2.slice_set(&get(d), 0, x * h).unwrap();
+        }
+        let (w13, w2) = (w13.reshape((e, 2 * i, h)).unwrap(), w2.reshape((e, h, i)).unwrap());
+        let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(tokens, k)).unwrap();
+
+        // h = embeddings, y = op(norm(h)) under the block's routing, then the final norm: each step as the model
+        // takes it, in its dtype (the op's input and output converted to and from bf16).
+        let (layer, dt) = (moe.rsplit_once('.').unwrap().0, self.dtype);
+        let hs = weight(self.vars, "model.embed_tokens.weight").index_select(&self.ids(device), 0).unwrap();
+        let norm = |x: &Tensor, name: &str| candle_nn::ops::rms_norm(x, &weight(self.vars, name), 1e-6).unwrap();
+        let xn = norm(&hs, &format!("{layer}.post_attention_layernorm.weight"));
+        let logits =
+            candle_nn::Linear::new(weight(self.vars, &format!("{moe}.gate.weight")), None).forward(&xn).unwrap();
+        let probs = if self.softmax_in_dtype {
+            candle_nn::ops::softmax_last_dim(&logits).unwrap()
+        } else {
+            candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32).unwrap()).unwrap()
+        };
+        let tk = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
+        let tw = probs.gather(&tk, D::Minus1).unwrap().to_dtype(DType::F32).unwrap();
+        let tw = if self.renormalise { tw.broadcast_div(&tw.sum_keepdim(D::Minus1).unwrap()).unwrap() } else { tw };
+        let y = op.forward(&xn.to_dtype(DType::BF16).unwrap(), &tk, &tw.contiguous().unwrap()).unwrap();
+        let y = y.to_dtype(dt).unwrap();
+        let pre = (&hs + &y).unwrap();
+        let got_op = norm(&pre, "model.norm.weight");
+
+        let f = |t: &Tensor| -> Vec<Vec<f32>> { t.to_dtype(DType::F32).unwrap().to_vec2().unwrap() };
+        let (m, o, ys, pre) = (f(got_model), f(&got_op), f(&y), f(&pre));
+        for t in 0..tokens {
+            // The op's MoE output carries the bf16 rounding of its inputs, weights, h and y (and the block its
+            // own, in a bf16 model): a few bf16 steps (2^-8 relative) of its largest entry; the final norm
+            // scales that by 1 / rms of the pre-norm row (its weight is 1); the model's own output rounding in
+            // a bf16 model is the last term.
+            let ymax = ys[t].iter().fold(0f32, |a, v| a.max(v.abs()));
+            let rms = (pre[t].iter().map(|v| v * v).sum::<f32>() / h as f32).sqrt();
+            let bound = 4.0 * ymax / 256.0 / rms + 2.0 / 256.0;
+            let worst = m[t].iter().zip(&o[t]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst <= bound, "{name}, token {t}: |block - op| = {worst} > {bound} (max |y| {ymax}, rms {rms})");
+        }
+        println!("{name} block (one layer, {tokens} tokens): every token within its bound of the op");
+    }
+}
+
+/// candle-transformers' Mixtral (`models::mixtral`: softmax over the experts, top-2, renormalised, a loop over the
+/// experts of `w2(silu(w1 x) * w3 x)`). Its block runs in F32 only in candle-transformers 0.11.1 (it multiplies
+/// the experts' outputs by an F32 tensor of routing weights: "dtype mismatch in mul" in BF16), so the model is
+/// F32 and the op, which is bf16, takes the same weights rounded to bf16.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn candle_moe_matches_candle_transformers_mixtral_block() {
@@ -224,61 +318,96 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
     let cfg: mixtral::Config = serde_json::from_str(&format!(
         r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": {i}, "num_hidden_layers": 1,
             "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_act": "silu",
-            "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "sliding_window": 64,
+            "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "sliding_window": 64,
             "num_experts_per_tok": {k}, "num_local_experts": {e}, "use_flash_attn": false}}"#
     ))
     .unwrap();
-    // candle-transformers 0.11.1's Mixtral block runs in F32 only: its SparseMoeBlock multiplies the experts'
-    // outputs by an F32 tensor of routing weights ("dtype mismatch in mul" in BF16). So the model is built in
-    // F32 and the op, which is bf16, takes the same weights rounded to bf16.
     let mut vars = VarMap::new();
     let mut model = mixtral::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::F32, &device)).unwrap();
-    let l = "model.layers.0";
-    let zero = Tensor::zeros((h, h), DType::F32, &device).unwrap();
-    vars.set_one(format!("{l}.self_attn.o_proj.weight"), &zero).unwrap();
+    OneLayer::zero(&mut vars, "self_attn.o_proj");
     vars.set_one("lm_head.weight", Tensor::eye(h, DType::F32, &device).unwrap()).unwrap();
-    let moe = format!("{l}.block_sparse_moe");
-    let (w13, w2) = (
-        Tensor::zeros((e * 2 * i, h), DType::BF16, &device).unwrap(),
-        Tensor::zeros((e * h, i), DType::BF16, &device).unwrap(),
-    );
-    for x in 0..e {
-        let get = |p: &str| weight(&vars, &format!("{moe}.experts.{x}.{p}.weight")).to_dtype(DType::BF16).unwrap();
-        w13.slice_set(&get("w1"), 0, x * 2 * i).unwrap(); // gate
-        w13.slice_set(&get("w3"), 0, x * 2 * i + i).unwrap(); // up
-        w2.slice_set(&get("w2"), 0, x * h).unwrap(); // down
-    }
-    let (w13, w2) = (w13.reshape((e, 2 * i, h)).unwrap(), w2.reshape((e, h, i)).unwrap());
-    let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(tokens, k)).unwrap();
+    let block = OneLayer {
+        vars: &vars,
+        moe: "model.layers.0.block_sparse_moe".into(),
+        names: ["w1", "w3", "w2"],
+        renormalise: true,
+        dtype: DType::F32,
+        softmax_in_dtype: false,
+        dims: (e, k, h, i, tokens),
+    };
+    let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
+    block.check("Mixtral", cuda, &device, &got.reshape((tokens, h)).unwrap());
+}
 
-    let ids: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % h as u32).collect();
-    let ids = Tensor::new(ids.as_slice(), &device).unwrap();
-    let got_model = model.forward(&ids.reshape((tokens, 1)).unwrap(), 0).unwrap().reshape((tokens, h)).unwrap();
+/// candle-transformers' Qwen2-MoE (`models::qwen2_moe`, bf16: softmax, top-4, not renormalised, as Qwen2-MoE's
+/// `norm_topk_prob: false`), its shared expert zeroed (`down_proj`), since the op's candle API takes routed
+/// experts only; the gated shared expert is the layer's own test (`tests/gpu/shared_layer.rs`).
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_matches_candle_transformers_qwen2_moe_block() {
+    use candle_transformers::models::qwen2_moe;
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, k, h, i, tokens) = (16usize, 4usize, 512usize, 256usize, 40usize);
+    let cfg: qwen2_moe::Config = serde_json::from_str(&format!(
+        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": 1024, "num_hidden_layers": 1,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 64,
+            "sliding_window": 64, "max_window_layers": 1, "tie_word_embeddings": false, "rope_theta": 1e6,
+            "rms_norm_eps": 1e-6, "use_sliding_window": false, "hidden_act": "silu", "decoder_sparse_step": 1,
+            "moe_intermediate_size": {i}, "shared_expert_intermediate_size": 512, "num_experts_per_tok": {k},
+            "num_experts": {e}, "norm_topk_prob": false}}"#
+    ))
+    .unwrap();
+    let mut vars = VarMap::new();
+    let mut model = qwen2_moe::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
+    OneLayer::zero(&mut vars, "self_attn.o_proj");
+    OneLayer::zero(&mut vars, "mlp.shared_expert.down_proj");
+    vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
+    let block = OneLayer {
+        vars: &vars,
+        moe: "model.layers.0.mlp".into(),
+        names: ["gate_proj", "up_proj", "down_proj"],
+        renormalise: false,
+        dtype: DType::BF16,
+        softmax_in_dtype: true,
+        dims: (e, k, h, i, tokens),
+    };
+    let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
+    block.check("Qwen2-MoE", cuda, &device, &got.reshape((tokens, h)).unwrap());
+}
 
-    // The same layer with the op: h = embeddings, y = op(norm(h)) under the block's routing (softmax over the
-    // experts, top-k, renormalised: computed in F32 from the same normed rows), then the final norm, in F32.
-    let hs = weight(&vars, "model.embed_tokens.weight").index_select(&ids, 0).unwrap();
-    let norm = |x: &Tensor, name: &str| candle_nn::ops::rms_norm(x, &weight(&vars, name), 1e-5).unwrap();
-    let xn = norm(&hs, &format!("{l}.post_attention_layernorm.weight"));
-    let gate = candle_nn::Linear::new(weight(&vars, &format!("{moe}.gate.weight")), None);
-    let (tk, tw) = candle_routing(&gate, &xn, k);
-    let y = op.forward(&xn.to_dtype(DType::BF16).unwrap(), &tk, &tw).unwrap().to_dtype(DType::F32).unwrap();
-    let pre = (&hs + &y).unwrap();
-    let got_op = norm(&pre, "model.norm.weight");
-
-    let f = |t: &Tensor| -> Vec<Vec<f32>> { t.to_dtype(DType::F32).unwrap().to_vec2().unwrap() };
-    let (m, o, ys, pre) = (f(&got_model), f(&got_op), f(&y), f(&pre));
-    for t in 0..tokens {
-        // The op's MoE output carries the bf16 rounding of its inputs, weights, h and y against the F32 block:
-        // a few bf16 steps (2^-8 relative) of its largest entry; the final norm scales that by 1 / rms of the
-        // pre-norm row (its weight is 1).
-        let ymax = ys[t].iter().fold(0f32, |a, v| a.max(v.abs()));
-        let rms = (pre[t].iter().map(|v| v * v).sum::<f32>() / h as f32).sqrt();
-        let bound = 4.0 * ymax / 256.0 / rms + 2.0 / 256.0;
-        let worst = m[t].iter().zip(&o[t]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst <= bound, "token {t}: |block - op| = {worst} > {bound} (max |y| {ymax}, rms {rms})");
-    }
-    println!("Mixtral block (one layer, {tokens} tokens): every token within its bound of the op");
+/// candle-transformers' Qwen3-MoE (`models::qwen3_moe`, bf16: on CUDA its layer runs candle's `FusedMoe`; softmax,
+/// top-8, renormalised).
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_matches_candle_transformers_qwen3_moe_block() {
+    use candle_transformers::models::qwen3_moe;
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, k, h, i, tokens) = (32usize, 8usize, 512usize, 256usize, 40usize);
+    let cfg: qwen3_moe::Config = serde_json::from_str(&format!(
+        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": 1024, "num_hidden_layers": 1,
+            "num_attention_heads": 8, "head_dim": 64, "attention_bias": false, "num_key_value_heads": 2,
+            "max_position_embeddings": 64, "sliding_window": null, "max_window_layers": 1,
+            "tie_word_embeddings": false, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "use_sliding_window": false,
+            "hidden_act": "silu", "decoder_sparse_step": 1, "moe_intermediate_size": {i},
+            "num_experts_per_tok": {k}, "num_experts": {e}, "norm_topk_prob": true}}"#
+    ))
+    .unwrap();
+    let mut vars = VarMap::new();
+    let mut model = qwen3_moe::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
+    OneLayer::zero(&mut vars, "self_attn.o_proj");
+    let block = OneLayer {
+        vars: &vars,
+        moe: "model.layers.0.mlp".into(),
+        names: ["gate_proj", "up_proj", "down_proj"],
+        renormalise: true,
+        dtype: DType::BF16,
+        softmax_in_dtype: false,
+        dims: (e, k, h, i, tokens),
+    };
+    let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
+    block.check("Qwen3-MoE", cuda, &device, &got.reshape((tokens, h)).unwrap());
 }
 
 /// Times candle's `FusedMoe.forward` (its gate, softmax, top-k and fused experts) beside the crate's op at the
