@@ -96,7 +96,51 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
         self.check(topk_weights, "topk_weights", &[DType::F32], Some(t), k)?;
         // topk_weights (F32) cannot share candle storage with y (BF16): reading it inside the in-place op, whose
         // lock on y is held, cannot wait on that lock.
-        y.inplace_op3(x, topk_ids, &Forward { moe: self, topk_weights, tokens: t })
+        y.inplace_op3(x, topk_ids, &Forward { moe: self, topk_weights, shared_weights: None, tokens: t })
+    }
+
+    /// As [`Self::forward`], for a layer whose shared expert has a weight per token (Qwen2-MoE:
+    /// `shared_weights [T, 1]` F32 `= sigmoid(x · shared_expert_gate)`):
+    /// `y = Σ_j w[t,j] · expert_j(x) + shared_weights[t] · shared(x)`.
+    ///
+    /// # Errors
+    /// As [`Self::forward_with_shared_into`].
+    pub fn forward_with_shared(
+        &self,
+        x: &Tensor,
+        topk_ids: &Tensor,
+        topk_weights: &Tensor,
+        shared_weights: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let h = self.layer.sizing().shape().hidden;
+        let t = self.check(x, "x", &[DType::BF16], None, h)?;
+        let y = Tensor::zeros((t, h), DType::BF16, x.device())?;
+        self.forward_with_shared_into(&y, x, topk_ids, topk_weights, shared_weights)?;
+        Ok(y)
+    }
+
+    /// As [`Self::forward_into`], with the shared expert's weight per token.
+    ///
+    /// # Errors
+    /// As [`Self::forward_into`]; `shared_weights` not a contiguous F32 `[T, 1]` on the op's device; the layer's
+    /// error for weights that hold no shared expert.
+    pub fn forward_with_shared_into(
+        &self,
+        y: &Tensor,
+        x: &Tensor,
+        topk_ids: &Tensor,
+        topk_weights: &Tensor,
+        shared_weights: &Tensor,
+    ) -> candle_core::Result<()> {
+        let shape = self.layer.sizing().shape();
+        let (h, k) = (shape.hidden, shape.top_k);
+        let t = self.check(x, "x", &[DType::BF16], None, h)?;
+        self.check(y, "y", &[DType::BF16], Some(t), h)?;
+        self.check(topk_ids, "topk_ids", &[DType::I32, DType::U32], Some(t), k)?;
+        self.check(topk_weights, "topk_weights", &[DType::F32], Some(t), k)?;
+        self.check(shared_weights, "shared_weights", &[DType::F32], Some(t), 1)?;
+        let op = Forward { moe: self, topk_weights, shared_weights: Some(shared_weights), tokens: t };
+        y.inplace_op3(x, topk_ids, &op)
     }
 
     /// `t`'s rows (`rows` if given, else its own), after checking device, layout, dtype and columns.
@@ -147,25 +191,13 @@ impl CandleMoe<ExpertWeights<bf16>> {
         w2: &Tensor,
         options: MoeLayerOptions,
     ) -> candle_core::Result<Self> {
-        let on_device = |t: &Tensor, name: &str| match t.device() {
-            Device::Cuda(d) if d.same_device(device) && t.is_contiguous() && t.dtype() == DType::BF16 => Ok(()),
-            _ => Err(err(format!("{name} must be a contiguous BF16 tensor on the op's CUDA device"))),
-        };
-        on_device(w13, "w13")?;
-        on_device(w2, "w2")?;
-        let (e, i2, h) =
-            w13.dims3().map_err(|_| err(format!("w13 has shape {:?}, expected [E, 2I, H]", w13.dims())))?;
-        let dims2 = w2.dims3().map_err(|_| err(format!("w2 has shape {:?}, expected [E, H, I]", w2.dims())))?;
-        if i2 % 2 != 0 || dims2 != (e, h, i2 / 2) {
-            return Err(err(format!("w13 {:?} and w2 {:?}: expected [E, 2I, H] and [E, H, I]", w13.dims(), w2.dims())));
-        }
+        let (e, h, i) = routed_dims(device, w13, w2)?;
         let stream = device.cuda_stream();
         let copy = |t: &Tensor| copy_to::<bf16>(&stream, t);
-        let to = |e: crate::Error| err(e.to_string());
         let weights = ExpertWeights::from_device(
             e,
             h,
-            i2 / 2,
+            i,
             GateUp::Concatenated,
             Activation::SiluGated,
             copy(w13)?,
@@ -173,10 +205,106 @@ impl CandleMoe<ExpertWeights<bf16>> {
             None,
             None,
         )
-        .map_err(to)?;
-        let layer = MoeLayer::new(&stream, Arc::new(weights), options).map_err(to)?;
+        .map_err(|e| err(e.to_string()))?;
+        Self::with_weights(device, weights, options)
+    }
+
+    /// As [`Self::from_tensors`], with a shared SwiGLU expert beside the routed ones (DeepSeek-V3's, Qwen2-MoE's):
+    /// `shared_gate` and `shared_up` `[I_s, H]`, `shared_down` `[H, I_s]` (nn.Linear weights), `I_s` a multiple
+    /// of the routed experts' `I`. The layer holds it as `I_s / I` more experts of the routed width (stacked
+    /// here, once), which [`Self::forward`] adds with weight 1 (DeepSeek-V3) and [`Self::forward_with_shared`]
+    /// with a weight per token (Qwen2-MoE's gate).
+    ///
+    /// # Errors
+    /// As [`Self::from_tensors`]; a shared tensor not on `device`, not contiguous, not BF16, or of a shape that
+    /// does not match (`[I_s, H]`, `[I_s, H]`, `[H, I_s]` with the routed `H`; `I_s` a positive multiple of `I`).
+    pub fn from_tensors_with_shared(
+        device: &CudaDevice,
+        w13: &Tensor,
+        w2: &Tensor,
+        (shared_gate, shared_up, shared_down): (&Tensor, &Tensor, &Tensor),
+        options: MoeLayerOptions,
+    ) -> candle_core::Result<Self> {
+        let (e, h, i) = routed_dims(device, w13, w2)?;
+        for (t, name) in [(shared_gate, "shared_gate"), (shared_up, "shared_up"), (shared_down, "shared_down")] {
+            bf16_on(device, t, name)?;
+        }
+        let is = shared_gate.dims2().map(|(r, _)| r).unwrap_or(0);
+        for (t, name, want) in [
+            (shared_gate, "shared_gate", (is, h)),
+            (shared_up, "shared_up", (is, h)),
+            (shared_down, "shared_down", (h, is)),
+        ] {
+            if t.dims2().ok() != Some(want) {
+                return Err(err(format!(
+                    "{name} has shape {:?}, expected {want:?} ([I_s, H] or [H, I_s], H = {h})",
+                    t.dims()
+                )));
+            }
+        }
+        if is == 0 || is % i != 0 {
+            return Err(err(format!(
+                "the shared expert's I_s = {is} is not a positive multiple of the routed experts' I = {i}: its I_s / I \
+                 groups must have the routed width"
+            )));
+        }
+        let m = is / i;
+        // Each group j is one more expert: w13 rows [gate rows jI..(j+1)I; up rows jI..(j+1)I], w2 the down
+        // columns jI..(j+1)I.
+        let (mut p13, mut p2) = (vec![w13.reshape((e * 2 * i, h))?], vec![w2.reshape((e * h, i))?]);
+        for j in 0..m {
+            p13.push(shared_gate.narrow(0, j * i, i)?);
+            p13.push(shared_up.narrow(0, j * i, i)?);
+            p2.push(shared_down.narrow(1, j * i, i)?.contiguous()?);
+        }
+        let (w13, w2) = (Tensor::cat(&p13, 0)?, Tensor::cat(&p2, 0)?);
+        let stream = device.cuda_stream();
+        let copy = |t: &Tensor| copy_to::<bf16>(&stream, t);
+        let mut weights = ExpertWeights::from_device(
+            e + m,
+            h,
+            i,
+            GateUp::Concatenated,
+            Activation::SiluGated,
+            copy(&w13)?,
+            copy(&w2)?,
+            None,
+            None,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        weights.experts = e;
+        weights.shared_groups = m;
+        Self::with_weights(device, weights, options)
+    }
+
+    fn with_weights(
+        device: &CudaDevice,
+        weights: ExpertWeights<bf16>,
+        options: MoeLayerOptions,
+    ) -> candle_core::Result<Self> {
+        let layer = MoeLayer::new(&device.cuda_stream(), Arc::new(weights), options).map_err(|e| err(e.to_string()))?;
         CandleMoe::new(device, layer)
     }
+}
+
+/// `t` is a contiguous BF16 tensor on `device`.
+fn bf16_on(device: &CudaDevice, t: &Tensor, name: &str) -> candle_core::Result<()> {
+    match t.device() {
+        Device::Cuda(d) if d.same_device(device) && t.is_contiguous() && t.dtype() == DType::BF16 => Ok(()),
+        _ => Err(err(format!("{name} must be a contiguous BF16 tensor on the op's CUDA device"))),
+    }
+}
+
+/// (E, H, I) of routed SwiGLU experts `w13 [E, 2I, H]`, `w2 [E, H, I]`, after checking device, layout and dtype.
+fn routed_dims(device: &CudaDevice, w13: &Tensor, w2: &Tensor) -> candle_core::Result<(usize, usize, usize)> {
+    bf16_on(device, w13, "w13")?;
+    bf16_on(device, w2, "w2")?;
+    let (e, i2, h) = w13.dims3().map_err(|_| err(format!("w13 has shape {:?}, expected [E, 2I, H]", w13.dims())))?;
+    let dims2 = w2.dims3().map_err(|_| err(format!("w2 has shape {:?}, expected [E, H, I]", w2.dims())))?;
+    if i2 % 2 != 0 || dims2 != (e, h, i2 / 2) {
+        return Err(err(format!("w13 {:?} and w2 {:?}: expected [E, 2I, H] and [E, H, I]", w13.dims(), w2.dims())));
+    }
+    Ok((e, h, i2 / 2))
 }
 
 impl CandleMoe<Fp8ExpertWeights> {
@@ -236,10 +364,12 @@ fn copy_to<T: candle_core::cuda_backend::CudaDType + cudarc::driver::DeviceRepr>
     stream.clone_dtod(&view).map_err(|e| err(e.to_string()))
 }
 
-/// The in-place op: `y` (dst) written from `x`, `topk_ids` (sources) and `topk_weights` (read here).
+/// The in-place op: `y` (dst) written from `x`, `topk_ids` (sources), `topk_weights` and the shared expert's
+/// per-token weights, if given (read here).
 struct Forward<'a, W: LayerWeights<bf16>> {
     moe: &'a CandleMoe<W>,
     topk_weights: &'a Tensor,
+    shared_weights: Option<&'a Tensor>,
     tokens: usize,
 }
 
@@ -288,6 +418,13 @@ impl<W: LayerWeights<bf16>> InplaceOp3 for Forward<'_, W> {
         let wv = MatrixView::new("topk_weights", wv, t, k).map_err(to)?;
         let mut yv = MatrixViewMut::new("y", ys, t, h).map_err(to)?;
         let mut scratch = moe.scratch.lock().map_err(|_| err("the op's scratch lock is poisoned".into()))?;
-        moe.layer.forward(&moe.stream, &mut scratch, &xv, &iv, &wv, &mut yv).map_err(to)
+        let Some(sw) = self.shared_weights else {
+            return moe.layer.forward(&moe.stream, &mut scratch, &xv, &iv, &wv, &mut yv).map_err(to);
+        };
+        let (ss, sl) = sw.storage_and_layout();
+        let Storage::Cuda(ss) = &*ss else { return Err(err("shared_weights is not on a CUDA device".into())) };
+        let sv =
+            MatrixView::new("shared_weights", ss.as_cuda_slice::<f32>()?.slice(range(&sl, t)), t, 1).map_err(to)?;
+        moe.layer.forward_with_shared_weights(&moe.stream, &mut scratch, &xv, &iv, &wv, &sv, &mut yv).map_err(to)
     }
 }

@@ -226,6 +226,9 @@ struct OneLayer<'a> {
     /// The block's softmax runs in the model's dtype (Qwen2-MoE's block), not in F32 (FusedMoe, Mixtral in F32):
     /// the routing must be the block's bit for bit, or a near tie picks another expert.
     softmax_in_dtype: bool,
+    /// Qwen2-MoE's shared expert: `{moe}.shared_expert.{gate,up,down}_proj` weighted per token by
+    /// `sigmoid(x · {moe}.shared_expert_gate)`.
+    gated_shared: bool,
     /// (E, k, H, I, T).
     dims: (usize, usize, usize, usize, usize),
 }
@@ -264,7 +267,15 @@ impl OneLayer<'_> {
             w2.slice_set(&get(d), 0, x * h).unwrap();
         }
         let (w13, w2) = (w13.reshape((e, 2 * i, h)).unwrap(), w2.reshape((e, h, i)).unwrap());
-        let op = CandleMoe::from_tensors(cuda, &w13, &w2, MoeLayerOptions::new(tokens, k)).unwrap();
+        let options = MoeLayerOptions::new(tokens, k);
+        let shared =
+            |p: &str| weight(self.vars, &format!("{moe}.shared_expert.{p}.weight")).to_dtype(DType::BF16).unwrap();
+        let op = if self.gated_shared {
+            let (sg, su, sd) = (shared("gate_proj"), shared("up_proj"), shared("down_proj"));
+            CandleMoe::from_tensors_with_shared(cuda, &w13, &w2, (&sg, &su, &sd), options).unwrap()
+        } else {
+            CandleMoe::from_tensors(cuda, &w13, &w2, options).unwrap()
+        };
 
         // h = embeddings, y = op(norm(h)) under the block's routing, then the final norm: each step as the model
         // takes it, in its dtype (the op's input and output converted to and from bf16).
@@ -282,7 +293,15 @@ impl OneLayer<'_> {
         let tk = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
         let tw = probs.gather(&tk, D::Minus1).unwrap().to_dtype(DType::F32).unwrap();
         let tw = if self.renormalise { tw.broadcast_div(&tw.sum_keepdim(D::Minus1).unwrap()).unwrap() } else { tw };
-        let y = op.forward(&xn.to_dtype(DType::BF16).unwrap(), &tk, &tw.contiguous().unwrap()).unwrap();
+        let (x_op, tw) = (xn.to_dtype(DType::BF16).unwrap(), tw.contiguous().unwrap());
+        let y = if self.gated_shared {
+            // The block's gate: sigmoid(x · shared_expert_gate) in the model's dtype, given to the op in F32.
+            let sg = candle_nn::Linear::new(weight(self.vars, &format!("{moe}.shared_expert_gate.weight")), None);
+            let sw = candle_nn::ops::sigmoid(&sg.forward(&xn).unwrap()).unwrap().to_dtype(DType::F32).unwrap();
+            op.forward_with_shared(&x_op, &tk, &tw, &sw.contiguous().unwrap()).unwrap()
+        } else {
+            op.forward(&x_op, &tk, &tw).unwrap()
+        };
         let y = y.to_dtype(dt).unwrap();
         let pre = (&hs + &y).unwrap();
         let got_op = norm(&pre, "model.norm.weight");
@@ -333,6 +352,7 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
         renormalise: true,
         dtype: DType::F32,
         softmax_in_dtype: false,
+        gated_shared: false,
         dims: (e, k, h, i, tokens),
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
@@ -340,8 +360,8 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
 }
 
 /// candle-transformers' Qwen2-MoE (`models::qwen2_moe`, bf16: softmax, top-4, not renormalised, as Qwen2-MoE's
-/// `norm_topk_prob: false`), its shared expert zeroed (`down_proj`), since the op's candle API takes routed
-/// experts only; the gated shared expert is the layer's own test (`tests/gpu/shared_layer.rs`).
+/// `norm_topk_prob: false`, and its shared expert weighted per token by `sigmoid(x · shared_expert_gate)`),
+/// through `CandleMoe::from_tensors_with_shared` and `forward_with_shared`.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn candle_moe_matches_candle_transformers_qwen2_moe_block() {
@@ -361,7 +381,6 @@ fn candle_moe_matches_candle_transformers_qwen2_moe_block() {
     let mut vars = VarMap::new();
     let mut model = qwen2_moe::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
     OneLayer::zero(&mut vars, "self_attn.o_proj");
-    OneLayer::zero(&mut vars, "mlp.shared_expert.down_proj");
     vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
     let block = OneLayer {
         vars: &vars,
@@ -370,6 +389,7 @@ fn candle_moe_matches_candle_transformers_qwen2_moe_block() {
         renormalise: false,
         dtype: DType::BF16,
         softmax_in_dtype: true,
+        gated_shared: true,
         dims: (e, k, h, i, tokens),
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
@@ -404,6 +424,7 @@ fn candle_moe_matches_candle_transformers_qwen3_moe_block() {
         renormalise: true,
         dtype: DType::BF16,
         softmax_in_dtype: false,
+        gated_shared: false,
         dims: (e, k, h, i, tokens),
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
