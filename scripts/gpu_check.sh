@@ -15,14 +15,17 @@ if [ -n "$nccl" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 ./carry/moe-gemm info | tail -3
+sha256sum carry/gpu
 ./carry/gpu --include-ignored --test-threads=1 > "$out/gpu.log" 2>&1; grep -E "test result|FAILED|panicked" "$out/gpu.log"
+# OPS=0 leaves out the PyTorch op, the candle op and the examples (a call that must hold the sanitizers).
+ops=${OPS:-1}
 # The PyTorch op (CARRY_TORCH=1 scripts/carry.sh): its tests against a torch reference, with the host's PyTorch.
-if [ -d carry/torch ]; then
+if [ "$ops" = 1 ] && [ -d carry/torch ]; then
   PYTHONPATH=carry/torch python3 carry/torch/test_op.py > "$out/torch.log" 2>&1; tail -1 "$out/torch.log"
 fi
 # The candle op against candle's own FusedMoe (`CARRY_CANDLE=1 scripts/carry.sh`): it links libcublas and
 # libcurand, which PyTorch's nvidia wheels provide (their folders are on LD_LIBRARY_PATH above).
-if [ -f carry/candle_moe.xz ]; then
+if [ "$ops" = 1 ] && [ -f carry/candle_moe.xz ]; then
   curand=$(python3 -c "import os,glob,nvidia; print(':'.join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d+'/**/libcurand.so*', recursive=True)})))" 2>/dev/null)
   xz -dc carry/candle_moe.xz > "$out/candle_moe" && chmod +x "$out/candle_moe"
   # The timing test (minutes) only with CANDLE_TIMING=1: its CSV goes to $out/candle-vs-fusedmoe.csv.
@@ -31,9 +34,11 @@ if [ -f carry/candle_moe.xz ]; then
     "$out/candle_moe" --include-ignored --test-threads=1 --nocapture "${skip[@]}" > "$out/candle.log" 2>&1
   grep -E "test result|FAILED|panicked" "$out/candle.log"; rm -f "$out/candle_moe"
 fi
-mkdir -p "$out/bin" && tar xJf carry/examples.tar.xz -C "$out/bin"
-for ex in "$out"/bin/examples/*; do echo "== $(basename "$ex")"; "$ex"; echo "rc=$?"; done 2>&1 | tee "$out/examples.log"
-rm -rf "$out/bin"
+if [ "$ops" = 1 ]; then
+  mkdir -p "$out/bin" && tar xJf carry/examples.tar.xz -C "$out/bin"
+  for ex in "$out"/bin/examples/*; do echo "== $(basename "$ex")"; "$ex"; echo "rc=$?"; done 2>&1 | tee "$out/examples.log"
+  rm -rf "$out/bin"
+fi
 # BENCHES=0 leaves out the two short benches (expert-parallel layer, FP8 against its scaled-GEMM peer).
 if [ "${BENCHES:-1}" = 1 ]; then
   ./carry/moe-gemm bench --layer --layer-tokens 1,64,4096 --models deepseek-v3 --ep 8 --peer none > "$out/ep.log" 2>&1
