@@ -1,8 +1,8 @@
 // moe-gemm: the plain C++17 surface between the cxx bridge (bridge.cc, host compiler) and the CUDA translation
 // units (*.cu, nvcc). No CUTLASS, no CUDA and no cxx headers here: both sides include it.
 //
-// The enums are the source of truth; src/ffi/bridge.rs redeclares them and cxx static_asserts that the
-// discriminants agree.
+// The enums and structs here are the source of truth: scripts/bindgen.sh generates their Rust types
+// (src/ffi/sys.rs), which the cxx bridges take as trivial extern types.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // (bridge.cc) and grouped_gemm_sm100_<dtype>.cu. No CUTLASS, CUDA or cxx headers. A header of its own, so that
 // adding to it does not change launch.h, which the SM90 CUTLASS units hash and would recompile for.
 //
-// The enum is the source of truth; src/ffi/bridge.rs redeclares it and cxx static_asserts the discriminants.
+// Its types are the source of truth for src/ffi/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>

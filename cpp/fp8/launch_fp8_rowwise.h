@@ -2,7 +2,7 @@
 // (bridge.cc) and grouped_gemm_sm90_fp8_rowwise.inl. No CUTLASS, CUDA or cxx headers; a header of its own so that
 // the other CUTLASS units, which hash the headers they include, do not recompile for it.
 //
-// The enum is the source of truth; src/ffi/bridge.rs redeclares it and cxx static_asserts the discriminants.
+// Its types are the source of truth for src/ffi/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // moe-gemm: the plain C++17 surface of the SM90 fused MoE GEMMs over block-FP8 operands
 // (fused_moe_sm90_fp8.inl), between the cxx bridge and the kernel. A header of its own, so that the units
-// including moe_ops.h do not recompile for it. The enum is the source of truth; src/ffi/bridge.rs redeclares it.
+// including moe_ops.h do not recompile for it. Its types are the source of
+// truth for src/ffi/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>

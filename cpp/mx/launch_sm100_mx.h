@@ -1,6 +1,6 @@
 // moe-gemm: the plain C++17 surface of the SM100 block-scaled grouped GEMMs (grouped_gemm_sm100_mxfp8.inl,
-// grouped_gemm_sm100_fp4.inl). No CUTLASS, CUDA or cxx headers. The enum is the source of truth;
-// src/ffi/bridge_fp8.rs redeclares it.
+// grouped_gemm_sm100_fp4.inl). No CUTLASS, CUDA or cxx headers. Its types are the source of truth
+// for src/ffi/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>
