@@ -1,5 +1,5 @@
-//! What the grouped GEMM families' launchers (`crate::kernels::<family>::launch`, floor 0 with this module) and
-//! the grouped quantisers share: the group arrays a launch reads, and their checks.
+//! What every grouped GEMM launch and the grouped quantisers share: the group arrays a launch reads, and their
+//! checks. Plain descriptors of device buffers and extents; the callers build them from their own types.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, SyncOnDrop};
 

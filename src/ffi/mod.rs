@@ -1,7 +1,6 @@
-//! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. The floor is
-//! this module and the launchers of the GEMM families, each in its family's folder
-//! (`crate::kernels::<family>::launch`: `dense`, `fp8_blockwise`, `fp8_rowwise`, `mx`, `fused`), which use the
-//! bridge and the checks here and are part of this floor (`tests/layering.rs`). Every `unsafe` block of the crate
+//! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. The GEMM
+//! families' launchers, each a `launch.rs` in its family's folder, stand on this floor too (`tests/layering.rs`
+//! lists them): they use the bridge and the checks here, and nothing here names them. Every `unsafe` block of the crate
 //! lives in these files, each with the argument for its safety; the crate denies `unsafe_code` everywhere else.
 //!
 //! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the C++
@@ -39,6 +38,7 @@ pub(crate) mod routing;
 pub(crate) mod runtime;
 pub(crate) mod status;
 pub(crate) mod sys;
+mod sys_layout;
 
 use cudarc::driver::CudaStream;
 
