@@ -6,7 +6,9 @@ start event, the median of the replays): the figures a vLLM or SGLang user would
 Run on the GPU host from the folder `../shared/peers/vllm/make_vllmrun.sh` builds (its `benches/peers/` holds
 `vllm_extracted.py`, vLLM's `_moe_C` and the peer `moe_layer_peer.py`), with this package on the path:
 
-    PYTHONPATH=carry/torch:devrun/vllmrun/benches/peers python3 python/bench_vs_vllm.py --csv vs-vllm.csv
+    PYTHONPATH=carry/torch:devrun/vllmrun/benches/peers python3 -P python/bench_vs_vllm.py --csv vs-vllm.csv
+
+(`-P`: not this folder's `moe_gemm_torch`, which has no compiled module, but the carried one.)
 
 Per point (model shape, T, bf16 or block FP8, uniform routing): both outputs are compared first (max |diff| /
 max |vLLM|, in the CSV), then each is timed. Weights are random, one set per model, block FP8 quantised by the
@@ -71,6 +73,13 @@ def main():
                     args, kw = (q13, q2), dict(use_fp8_w8a8=True, w1_scale=s13, w2_scale=s2, block_shape=[128, 128])
                 # The crate plans once for the largest batch (an allocation: outside every timed region).
                 mgt.plan_for(args[0], args[1], k, max(tokens), kw.get("w1_scale"), kw.get("w2_scale"))
+                # peer.timed captures on torch.cuda.graph's default side stream, and the op keeps one scratch
+                # per stream, made outside capture: make that stream's now, or the capture fails and the op is
+                # timed eagerly (`crate_graph` False).
+                if torch.cuda.graphs.graph.default_capture_stream is None:
+                    torch.cuda.graphs.graph.default_capture_stream = torch.cuda.Stream()
+                cs = torch.cuda.graphs.graph.default_capture_stream
+                mgt.plan_for(args[0], args[1], k, max(tokens), kw.get("w1_scale"), kw.get("w2_scale"), cs)
                 for t in tokens:
                     x = torch.randn(t, h, device="cuda", generator=g).to(torch.bfloat16)
                     ids, wt = routing(t, e, k, 1000 + t)
