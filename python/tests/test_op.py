@@ -59,6 +59,12 @@ def reference(x, w1, w2, wts, ids, fp8=False, s1=None, s2=None):
     return y
 
 
+def activations(t, h, seed):
+    """Seeded bf16 activations [T, H] (the same on every run, so a failing case can be run again)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(t, h, generator=g).to(torch.bfloat16).to(DEV)
+
+
 def weights(e, h, i, fp8, seed):
     g = torch.Generator(device="cpu").manual_seed(seed)
     w1 = (torch.randn(e, 2 * i, h, generator=g) / h ** 0.5).to(DEV)
@@ -116,7 +122,7 @@ def test_bf16_matches_the_torch_reference():
         w1, w2, _, _ = weights(e, h, i, False, 1)
         for t in (1, 7, 64, 1000):
             for kind in ("uniform", "one-hot"):
-                x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
+                x = activations(t, h, 10 + t)
                 ids, wts = routing(t, e, k, kind, 10 + t)
                 y = mgt.fused_experts(x, w1, w2, wts, ids)
                 close(y, reference(x, w1, w2, wts, ids), f"bf16 T={t} {kind}", 2e-2, 1e-2)
@@ -128,11 +134,33 @@ def test_block_fp8_matches_the_torch_reference():
         w1, w2, s1, s2 = weights(e, h, i, True, 2)
         for t in (1, 7, 64, 1000):
             for kind in ("uniform", "one-hot"):
-                x = torch.randn(t, h, device=DEV).to(torch.bfloat16)
+                x = activations(t, h, 20 + t)
                 ids, wts = routing(t, e, k, kind, 20 + t)
                 y = mgt.fused_experts(x, w1, w2, wts, ids, use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2,
                                       block_shape=[128, 128])
                 close_fp8(y, reference(x, w1, w2, wts, ids, True, s1, s2), f"fp8 T={t} {kind}")
+    mgt.check_device_status()
+
+
+def test_outputs_are_a_function_of_the_inputs():
+    # The op sums in a fixed order (no atomics on values): one input, run 10 times, gives the same bits each
+    # time, at every batch and routing of the accuracy tests. A race on a buffer, or a read of memory another
+    # kernel is still writing, shows here as runs that differ.
+    e, h, i, k = SHAPES[0]
+    for fp8 in (False, True):
+        w1, w2, s1, s2 = weights(e, h, i, fp8, 2)
+        kw = dict(use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2, block_shape=[128, 128]) if fp8 else {}
+        for t in (1, 7, 64, 1000):
+            for kind in ("uniform", "one-hot"):
+                x = activations(t, h, 30 + t)
+                ids, wts = routing(t, e, k, kind, 30 + t)
+                first = mgt.fused_experts(x, w1, w2, wts, ids, **kw).clone()
+                for r in range(10):
+                    y = mgt.fused_experts(x, w1, w2, wts, ids, **kw)
+                    if not torch.equal(y.view(torch.int16), first.view(torch.int16)):
+                        n = int((y.view(torch.int16) != first.view(torch.int16)).sum())
+                        raise AssertionError(f"fp8={fp8} T={t} {kind}: run {r + 1} differs from the first "
+                                             f"in {n} elements")
     mgt.check_device_status()
 
 
@@ -318,7 +346,8 @@ def test_bad_arguments_are_named_before_any_launch():
 
 
 GPU_TESTS = [test_bf16_matches_the_torch_reference, test_block_fp8_matches_the_torch_reference,
-             test_swapped_scales_are_caught, test_graph_replays_are_bit_equal_to_eager,
+             test_outputs_are_a_function_of_the_inputs, test_swapped_scales_are_caught,
+             test_graph_replays_are_bit_equal_to_eager,
              test_out_of_range_ids_are_reported, test_routers_match_the_torch_references,
              test_route_and_experts_replay_in_a_graph]
 if not GPU and "pytest" in sys.modules:
