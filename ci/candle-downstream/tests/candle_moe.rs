@@ -1,8 +1,9 @@
 //! moe-gemm's candle operation against candle's own fused MoE (`candle_transformers::fused_moe::FusedMoe`, on
 //! candle-nn's `moe_gemm` kernels), built from the same random weights through a `VarBuilder`: the same routing
 //! (candle's softmax, top-k and renormalisation, computed once and given to both), outputs compared token by
-//! token, at a decode and a prefill batch; candle-transformers' Mixtral, Qwen2-MoE and Qwen3-MoE blocks through
-//! their public `Model`s; the op captured in a CUDA graph. On the GPU host: `carry/candle_moe --include-ignored`.
+//! token, at a decode and a prefill batch; candle-transformers' Mixtral, Qwen2-MoE, Qwen3-MoE (bf16 and over
+//! block-FP8 experts) and DeepSeek-V2 blocks through their public `Model`s; the op captured in a CUDA graph. On
+//! the GPU host: `carry/candle_moe --include-ignored`.
 
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{Activation, VarBuilder, VarMap};
@@ -213,22 +214,42 @@ fn candle_moe_replays_in_a_captured_graph_bit_equal_to_eager() {
 /// the final norm's weight ones (and `lm_head`, where the model has one, the identity), fed T tokens as a batch
 /// of T one-token sequences. The same layer with the op in the block's place, from the same `VarMap`, must give
 /// the same hidden states token by token within a few bf16 steps of the MoE output.
+/// How a block weights its top-k experts.
+#[derive(Clone, Copy)]
+enum Weights {
+    Renormalised,
+    Scaled(f64),
+}
+
+/// A block's shared expert.
+#[derive(Clone, Copy, PartialEq)]
+enum Shared {
+    None,
+    /// Qwen2-MoE's: `{moe}.shared_expert.{gate,up,down}_proj`, weighted per token by
+    /// `sigmoid(x · {moe}.shared_expert_gate)`.
+    Gated,
+    /// DeepSeek-V2's: `{moe}.shared_experts.{gate,up,down}_proj` (`n_shared_experts` experts as one MLP), added.
+    Plain,
+}
+
 struct OneLayer<'a> {
     vars: &'a VarMap,
     /// The MoE block's prefix (`model.layers.0.block_sparse_moe`, `model.layers.0.mlp`).
     moe: String,
     /// The experts' gate, up and down projections under `{moe}.experts.{x}`.
     names: [&'a str; 3],
-    /// Renormalise the top-k routing weights (Mixtral, Qwen3-MoE) or not (Qwen2-MoE's `norm_topk_prob: false`).
-    renormalise: bool,
+    /// Renormalise the top-k routing weights (Mixtral, Qwen3-MoE), or scale them by this factor (Qwen2-MoE's
+    /// `norm_topk_prob: false`: 1; DeepSeek-V2's `routed_scaling_factor`).
+    routing: Weights,
+    /// The gate's logits in F32 from the bf16 input (DeepSeek-V2's `MoeGate`), not in the model's dtype.
+    gate_f32: bool,
     /// The model's dtype, in which the op's side computes everything but the op (F32 or BF16).
     dtype: DType,
     /// The block's softmax runs in the model's dtype (Qwen2-MoE's block), not in F32 (FusedMoe, Mixtral in F32):
     /// the routing must be the block's bit for bit, or a near tie picks another expert.
     softmax_in_dtype: bool,
-    /// Qwen2-MoE's shared expert: `{moe}.shared_expert.{gate,up,down}_proj` weighted per token by
-    /// `sigmoid(x · {moe}.shared_expert_gate)`.
-    gated_shared: bool,
+    /// The block's shared expert, if it has one.
+    shared: Shared,
     /// (E, k, H, I, T).
     dims: (usize, usize, usize, usize, usize),
     /// Block-FP8 experts whose dequantised weights the model holds: the op runs on these, not on the model's bf16
@@ -271,8 +292,9 @@ impl OneLayer<'_> {
         }
         let (w13, w2) = (w13.reshape((e, 2 * i, h)).unwrap(), w2.reshape((e, h, i)).unwrap());
         let options = MoeLayerOptions::new(tokens, k);
+        let shared_name = if self.shared == Shared::Plain { "shared_experts" } else { "shared_expert" };
         let shared =
-            |p: &str| weight(self.vars, &format!("{moe}.shared_expert.{p}.weight")).to_dtype(DType::BF16).unwrap();
+            |p: &str| weight(self.vars, &format!("{moe}.{shared_name}.{p}.weight")).to_dtype(DType::BF16).unwrap();
         let op_fp8 = self.fp8.map(|fp8| {
             let ((g13r, g13c), (g2r, g2c)) = fp8.grids();
             let scales = |s: &moe_gemm::quant::Scales| (0..s.len()).map(|j| s.get(j).unwrap()).collect::<Vec<f32>>();
@@ -282,7 +304,7 @@ impl OneLayer<'_> {
             let s2 = Tensor::from_vec(scales(fp8.w2_scales()), (e, g2r, g2c), device).unwrap();
             CandleMoe::from_fp8_tensors(cuda, (&w13, &s13), (&w2, &s2), fp8.activation_quant(), options).unwrap()
         });
-        let op = if self.gated_shared {
+        let op = if self.shared != Shared::None {
             let (sg, su, sd) = (shared("gate_proj"), shared("up_proj"), shared("down_proj"));
             CandleMoe::from_tensors_with_shared(cuda, &w13, &w2, (&sg, &su, &sd), options).unwrap()
         } else {
@@ -295,8 +317,12 @@ impl OneLayer<'_> {
         let hs = weight(self.vars, "model.embed_tokens.weight").index_select(&self.ids(device), 0).unwrap();
         let norm = |x: &Tensor, name: &str| candle_nn::ops::rms_norm(x, &weight(self.vars, name), 1e-6).unwrap();
         let xn = norm(&hs, &format!("{layer}.post_attention_layernorm.weight"));
-        let logits =
-            candle_nn::Linear::new(weight(self.vars, &format!("{moe}.gate.weight")), None).forward(&xn).unwrap();
+        let gate = weight(self.vars, &format!("{moe}.gate.weight"));
+        let logits = if self.gate_f32 {
+            xn.to_dtype(DType::F32).unwrap().matmul(&gate.t().unwrap().to_dtype(DType::F32).unwrap()).unwrap()
+        } else {
+            candle_nn::Linear::new(gate, None).forward(&xn).unwrap()
+        };
         let probs = if self.softmax_in_dtype {
             candle_nn::ops::softmax_last_dim(&logits).unwrap()
         } else {
@@ -304,11 +330,17 @@ impl OneLayer<'_> {
         };
         let tk = probs.arg_sort_last_dim(false).unwrap().narrow(D::Minus1, 0, k).unwrap().contiguous().unwrap();
         let tw = probs.gather(&tk, D::Minus1).unwrap().to_dtype(DType::F32).unwrap();
-        let tw = if self.renormalise { tw.broadcast_div(&tw.sum_keepdim(D::Minus1).unwrap()).unwrap() } else { tw };
+        let tw = match self.routing {
+            Weights::Renormalised => tw.broadcast_div(&tw.sum_keepdim(D::Minus1).unwrap()).unwrap(),
+            Weights::Scaled(f) => (tw * f).unwrap(),
+        };
         let (x_op, tw) = (xn.to_dtype(DType::BF16).unwrap(), tw.contiguous().unwrap());
         let y = if let Some(op) = &op_fp8 {
             op.forward(&x_op, &tk, &tw).unwrap()
-        } else if self.gated_shared {
+        } else if self.shared == Shared::Plain {
+            let ones = Tensor::ones((tokens, 1), DType::F32, device).unwrap();
+            op.forward_with_shared(&x_op, &tk, &tw, &ones).unwrap()
+        } else if self.shared == Shared::Gated {
             // The block's gate: sigmoid(x · shared_expert_gate) in the model's dtype, given to the op in F32.
             let sg = candle_nn::Linear::new(weight(self.vars, &format!("{moe}.shared_expert_gate.weight")), None);
             let sw = candle_nn::ops::sigmoid(&sg.forward(&xn).unwrap()).unwrap().to_dtype(DType::F32).unwrap();
@@ -371,10 +403,11 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
         vars: &vars,
         moe: "model.layers.0.block_sparse_moe".into(),
         names: ["w1", "w3", "w2"],
-        renormalise: true,
+        routing: Weights::Renormalised,
+        gate_f32: false,
         dtype: DType::F32,
         softmax_in_dtype: false,
-        gated_shared: false,
+        shared: Shared::None,
         dims: (e, k, h, i, tokens),
         fp8: None,
     };
@@ -409,15 +442,62 @@ fn candle_moe_matches_candle_transformers_qwen2_moe_block() {
         vars: &vars,
         moe: "model.layers.0.mlp".into(),
         names: ["gate_proj", "up_proj", "down_proj"],
-        renormalise: false,
+        routing: Weights::Scaled(1.0),
+        gate_f32: false,
         dtype: DType::BF16,
         softmax_in_dtype: true,
-        gated_shared: true,
+        shared: Shared::Gated,
         dims: (e, k, h, i, tokens),
         fp8: None,
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
     block.check("Qwen2-MoE", cuda, &device, &got.reshape((tokens, h)).unwrap());
+}
+
+/// candle-transformers' DeepSeek-V2 (`models::deepseek2`, bf16: a gate in F32, softmax, top-4 by greedy selection,
+/// weights times `routed_scaling_factor`, not renormalised; two shared experts as one MLP of twice the width,
+/// added unweighted), through `CandleMoe::from_tensors_with_shared` with a shared weight of 1. Greedy, as
+/// DeepSeek-V2-Lite routes: candle-transformers 0.11.1's `group_limited_greedy` is not DeepSeek-V2's grouped
+/// routing (it takes the top `topk_group` of the expert scores as group indices and then ranks the 0/1 group
+/// mask, not the scores), so a block in that mode is not a reference for the crate's grouped router.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn candle_moe_matches_candle_transformers_deepseek_v2_block() {
+    use candle_transformers::models::deepseek2;
+    let device = Device::new_cuda(0).unwrap();
+    let Device::Cuda(cuda) = &device else { unreachable!() };
+    let (e, k, h, i, tokens) = (16usize, 4usize, 512usize, 256usize, 40usize);
+    let cfg: deepseek2::DeepSeekV2Config = serde_json::from_str(&format!(
+        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": 1024, "moe_intermediate_size": {i},
+            "num_hidden_layers": 1, "num_attention_heads": 4, "n_shared_experts": 2, "n_routed_experts": {e},
+            "routed_scaling_factor": 2.0, "topk_method": "greedy", "num_experts_per_tok": {k},
+            "moe_layer_freq": 1, "first_k_dense_replace": 0, "norm_topk_prob": false, "scoring_func": "softmax",
+            "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": false, "rope_theta": 10000.0, "rope_scaling": null, "attention_bias": false,
+            "q_lora_rank": null, "qk_rope_head_dim": 16, "kv_lora_rank": 64, "v_head_dim": 32,
+            "qk_nope_head_dim": 32, "n_group": 1, "topk_group": 1}}"#
+    ))
+    .unwrap();
+    let mut vars = VarMap::new();
+    let mut model = deepseek2::DeepSeekV2::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
+    OneLayer::zero(&mut vars, "self_attn.o_proj");
+    // The model returns the logits of each sequence's last position: one token per sequence, through an
+    // identity head, are the final norm's rows.
+    vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
+    let block = OneLayer {
+        vars: &vars,
+        moe: "model.layers.0.mlp".into(),
+        names: ["gate_proj", "up_proj", "down_proj"],
+        routing: Weights::Scaled(2.0),
+        gate_f32: true,
+        dtype: DType::BF16,
+        softmax_in_dtype: false,
+        shared: Shared::Plain,
+        dims: (e, k, h, i, tokens),
+        fp8: None,
+    };
+    let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
+    block.check("DeepSeek-V2", cuda, &device, &got.reshape((tokens, h)).unwrap());
 }
 
 /// candle-transformers' Qwen3-MoE (`models::qwen3_moe`, bf16: on CUDA its layer runs candle's `FusedMoe`; softmax,
@@ -445,10 +525,11 @@ fn candle_moe_matches_candle_transformers_qwen3_moe_block() {
         vars: &vars,
         moe: "model.layers.0.mlp".into(),
         names: ["gate_proj", "up_proj", "down_proj"],
-        renormalise: true,
+        routing: Weights::Renormalised,
+        gate_f32: false,
         dtype: DType::BF16,
         softmax_in_dtype: false,
-        gated_shared: false,
+        shared: Shared::None,
         dims: (e, k, h, i, tokens),
         fp8: None,
     };
@@ -521,10 +602,11 @@ fn candle_moe_over_fp8_experts_matches_candle_transformers_qwen3_moe_block() {
         vars: &vars,
         moe: moe.into(),
         names: ["gate_proj", "up_proj", "down_proj"],
-        renormalise: true,
+        routing: Weights::Renormalised,
+        gate_f32: false,
         dtype: DType::BF16,
         softmax_in_dtype: false,
-        gated_shared: false,
+        shared: Shared::None,
         dims: (e, k, h, i, tokens),
         fp8: Some(&fp8),
     };
