@@ -54,6 +54,37 @@ fn candle_routing(router: &candle_nn::Linear, x: &Tensor, k: usize) -> (Tensor, 
     (ids, w.broadcast_div(&w.sum_keepdim(D::Minus1).unwrap()).unwrap().contiguous().unwrap())
 }
 
+/// The op over `fp8`'s experts given as candle tensors: e4m3 weights as F8E4M3, their block scales as F32.
+fn fp8_op(
+    cuda: &candle_core::CudaDevice,
+    device: &Device,
+    fp8: &moe_gemm::checkpoint::PackedFp8Experts,
+    quant: moe_gemm::quant::GroupQuant,
+    options: MoeLayerOptions,
+) -> CandleMoe<moe_gemm::layer::Fp8ExpertWeights> {
+    let (e, h, i) = (fp8.experts(), fp8.hidden(), fp8.inter());
+    let ((g13r, g13c), (g2r, g2c)) = fp8.grids();
+    let scales = |s: &moe_gemm::quant::Scales| (0..s.len()).map(|j| s.get(j).unwrap()).collect::<Vec<f32>>();
+    let w13 = Tensor::from_vec(fp8.w13().to_vec(), (e, 2 * i, h), device).unwrap();
+    let s13 = Tensor::from_vec(scales(fp8.w13_scales()), (e, g13r, g13c), device).unwrap();
+    let w2 = Tensor::from_vec(fp8.w2().to_vec(), (e, h, i), device).unwrap();
+    let s2 = Tensor::from_vec(scales(fp8.w2_scales()), (e, g2r, g2c), device).unwrap();
+    CandleMoe::from_fp8_tensors(cuda, (&w13, &s13), (&w2, &s2), quant, options).unwrap()
+}
+
+/// A one-layer Qwen3-MoE of E experts, top-k, hidden H, expert width I (renormalised top-k).
+fn qwen3_config(e: usize, k: usize, h: usize, i: usize) -> candle_transformers::models::qwen3_moe::Config {
+    serde_json::from_str(&format!(
+        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": 1024, "num_hidden_layers": 1,
+            "num_attention_heads": 8, "head_dim": 64, "attention_bias": false, "num_key_value_heads": 2,
+            "max_position_embeddings": 64, "sliding_window": null, "max_window_layers": 1,
+            "tie_word_embeddings": false, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "use_sliding_window": false,
+            "hidden_act": "silu", "decoder_sparse_step": 1, "moe_intermediate_size": {i},
+            "num_experts_per_tok": {k}, "num_experts": {e}, "norm_topk_prob": true}}"#
+    ))
+    .unwrap()
+}
+
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn candle_moe_matches_candles_fused_moe() {
@@ -138,20 +169,7 @@ fn candle_moe_over_fp8_tensors_matches_the_fp8_reference() {
     .unwrap();
     let config = Fp8Config::DEEPSEEK_V3;
     let fp8 = PackedFp8Experts::quantize(&dense, &config).unwrap();
-    let ((g13r, g13c), (g2r, g2c)) = fp8.grids();
-    let scales = |s: &moe_gemm::quant::Scales| (0..s.len()).map(|j| s.get(j).unwrap()).collect::<Vec<f32>>();
-    let w13 = Tensor::from_vec(fp8.w13().to_vec(), (e, 2 * i, h), &device).unwrap();
-    let s13 = Tensor::from_vec(scales(fp8.w13_scales()), (e, g13r, g13c), &device).unwrap();
-    let w2 = Tensor::from_vec(fp8.w2().to_vec(), (e, h, i), &device).unwrap();
-    let s2 = Tensor::from_vec(scales(fp8.w2_scales()), (e, g2r, g2c), &device).unwrap();
-    let op = CandleMoe::from_fp8_tensors(
-        cuda,
-        (&w13, &s13),
-        (&w2, &s2),
-        config.activation_quant(),
-        MoeLayerOptions::new(tokens, k),
-    )
-    .unwrap();
+    let op = fp8_op(cuda, &device, &fp8, config.activation_quant(), MoeLayerOptions::new(tokens, k));
     let x_host = random_vec(tokens * h, 3, 1.0);
     // k distinct experts per token.
     let ids_host: Vec<i32> = (0..tokens * k).map(|n| ((n / k + (n % k) * (e / k)) % e) as i32).collect();
@@ -214,6 +232,9 @@ fn candle_moe_replays_in_a_captured_graph_bit_equal_to_eager() {
 /// the final norm's weight ones (and `lm_head`, where the model has one, the identity), fed T tokens as a batch
 /// of T one-token sequences. The same layer with the op in the block's place, from the same `VarMap`, must give
 /// the same hidden states token by token within a few bf16 steps of the MoE output.
+/// The experts' gate, up and down projections of the Qwen and DeepSeek blocks (Mixtral's: `w1`, `w3`, `w2`).
+const PROJ: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
+
 /// How a block weights its top-k experts.
 #[derive(Clone, Copy)]
 enum Weights {
@@ -257,7 +278,24 @@ struct OneLayer<'a> {
     fp8: Option<&'a moe_gemm::checkpoint::PackedFp8Experts>,
 }
 
-impl OneLayer<'_> {
+impl<'a> OneLayer<'a> {
+    /// A block under `moe` with experts' projections `names` (gate, up, down): renormalised top-k, the gate and
+    /// softmax as FusedMoe computes them, bf16, no shared expert, bf16 experts; the tests change what differs.
+    fn new(vars: &'a VarMap, moe: &str, names: [&'a str; 3], dims: (usize, usize, usize, usize, usize)) -> Self {
+        OneLayer {
+            vars,
+            moe: moe.into(),
+            names,
+            routing: Weights::Renormalised,
+            gate_f32: false,
+            dtype: DType::BF16,
+            softmax_in_dtype: false,
+            shared: Shared::None,
+            dims,
+            fp8: None,
+        }
+    }
+
     /// Zeroes every variable whose name contains `part` (the attention's `o_proj`, its bias too where it has one).
     fn zero(vars: &mut VarMap, part: &str) {
         let names: Vec<String> = vars.data().lock().unwrap().keys().filter(|n| n.contains(part)).cloned().collect();
@@ -295,21 +333,16 @@ impl OneLayer<'_> {
         let shared_name = if self.shared == Shared::Plain { "shared_experts" } else { "shared_expert" };
         let shared =
             |p: &str| weight(self.vars, &format!("{moe}.{shared_name}.{p}.weight")).to_dtype(DType::BF16).unwrap();
-        let op_fp8 = self.fp8.map(|fp8| {
-            let ((g13r, g13c), (g2r, g2c)) = fp8.grids();
-            let scales = |s: &moe_gemm::quant::Scales| (0..s.len()).map(|j| s.get(j).unwrap()).collect::<Vec<f32>>();
-            let w13 = Tensor::from_vec(fp8.w13().to_vec(), (e, 2 * i, h), device).unwrap();
-            let s13 = Tensor::from_vec(scales(fp8.w13_scales()), (e, g13r, g13c), device).unwrap();
-            let w2 = Tensor::from_vec(fp8.w2().to_vec(), (e, h, i), device).unwrap();
-            let s2 = Tensor::from_vec(scales(fp8.w2_scales()), (e, g2r, g2c), device).unwrap();
-            CandleMoe::from_fp8_tensors(cuda, (&w13, &s13), (&w2, &s2), fp8.activation_quant(), options).unwrap()
+        // Over FP8 experts the op runs on them; else on the model's bf16 experts (with its shared expert).
+        let op_fp8 = self.fp8.map(|fp8| fp8_op(cuda, device, fp8, fp8.activation_quant(), options));
+        let op = op_fp8.is_none().then(|| {
+            if self.shared != Shared::None {
+                let (sg, su, sd) = (shared("gate_proj"), shared("up_proj"), shared("down_proj"));
+                CandleMoe::from_tensors_with_shared(cuda, &w13, &w2, (&sg, &su, &sd), options).unwrap()
+            } else {
+                CandleMoe::from_tensors(cuda, &w13, &w2, options).unwrap()
+            }
         });
-        let op = if self.shared != Shared::None {
-            let (sg, su, sd) = (shared("gate_proj"), shared("up_proj"), shared("down_proj"));
-            CandleMoe::from_tensors_with_shared(cuda, &w13, &w2, (&sg, &su, &sd), options).unwrap()
-        } else {
-            CandleMoe::from_tensors(cuda, &w13, &w2, options).unwrap()
-        };
 
         // h = embeddings, y = op(norm(h)) under the block's routing, then the final norm: each step as the model
         // takes it, in its dtype (the op's input and output converted to and from bf16).
@@ -335,18 +368,20 @@ impl OneLayer<'_> {
             Weights::Scaled(f) => (tw * f).unwrap(),
         };
         let (x_op, tw) = (xn.to_dtype(DType::BF16).unwrap(), tw.contiguous().unwrap());
-        let y = if let Some(op) = &op_fp8 {
-            op.forward(&x_op, &tk, &tw).unwrap()
-        } else if self.shared == Shared::Plain {
-            let ones = Tensor::ones((tokens, 1), DType::F32, device).unwrap();
-            op.forward_with_shared(&x_op, &tk, &tw, &ones).unwrap()
-        } else if self.shared == Shared::Gated {
-            // The block's gate: sigmoid(x · shared_expert_gate) in the model's dtype, given to the op in F32.
-            let sg = candle_nn::Linear::new(weight(self.vars, &format!("{moe}.shared_expert_gate.weight")), None);
-            let sw = candle_nn::ops::sigmoid(&sg.forward(&xn).unwrap()).unwrap().to_dtype(DType::F32).unwrap();
-            op.forward_with_shared(&x_op, &tk, &tw, &sw.contiguous().unwrap()).unwrap()
-        } else {
-            op.forward(&x_op, &tk, &tw).unwrap()
+        let y = match (&op_fp8, &op, self.shared) {
+            (Some(op), _, _) => op.forward(&x_op, &tk, &tw).unwrap(),
+            (None, Some(op), Shared::Plain) => {
+                let ones = Tensor::ones((tokens, 1), DType::F32, device).unwrap();
+                op.forward_with_shared(&x_op, &tk, &tw, &ones).unwrap()
+            }
+            (None, Some(op), Shared::Gated) => {
+                // The block's gate: sigmoid(x · shared_expert_gate) in the model's dtype, given to the op in F32.
+                let sg = candle_nn::Linear::new(weight(self.vars, &format!("{moe}.shared_expert_gate.weight")), None);
+                let sw = candle_nn::ops::sigmoid(&sg.forward(&xn).unwrap()).unwrap().to_dtype(DType::F32).unwrap();
+                op.forward_with_shared(&x_op, &tk, &tw, &sw.contiguous().unwrap()).unwrap()
+            }
+            (None, Some(op), Shared::None) => op.forward(&x_op, &tk, &tw).unwrap(),
+            (None, None, _) => unreachable!("the bf16 op is built when there are no FP8 experts"),
         };
         let y = y.to_dtype(dt).unwrap();
         let pre = (&hs + &y).unwrap();
@@ -400,16 +435,8 @@ fn candle_moe_matches_candle_transformers_mixtral_block() {
     OneLayer::zero(&mut vars, "self_attn.o_proj");
     vars.set_one("lm_head.weight", Tensor::eye(h, DType::F32, &device).unwrap()).unwrap();
     let block = OneLayer {
-        vars: &vars,
-        moe: "model.layers.0.block_sparse_moe".into(),
-        names: ["w1", "w3", "w2"],
-        routing: Weights::Renormalised,
-        gate_f32: false,
         dtype: DType::F32,
-        softmax_in_dtype: false,
-        shared: Shared::None,
-        dims: (e, k, h, i, tokens),
-        fp8: None,
+        ..OneLayer::new(&vars, "model.layers.0.block_sparse_moe", ["w1", "w3", "w2"], (e, k, h, i, tokens))
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
     block.check("Mixtral", cuda, &device, &got.reshape((tokens, h)).unwrap());
@@ -439,16 +466,10 @@ fn candle_moe_matches_candle_transformers_qwen2_moe_block() {
     OneLayer::zero(&mut vars, "self_attn.o_proj");
     vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
     let block = OneLayer {
-        vars: &vars,
-        moe: "model.layers.0.mlp".into(),
-        names: ["gate_proj", "up_proj", "down_proj"],
         routing: Weights::Scaled(1.0),
-        gate_f32: false,
-        dtype: DType::BF16,
         softmax_in_dtype: true,
         shared: Shared::Gated,
-        dims: (e, k, h, i, tokens),
-        fp8: None,
+        ..OneLayer::new(&vars, "model.layers.0.mlp", PROJ, (e, k, h, i, tokens))
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
     block.check("Qwen2-MoE", cuda, &device, &got.reshape((tokens, h)).unwrap());
@@ -485,16 +506,10 @@ fn candle_moe_matches_candle_transformers_deepseek_v2_block() {
     // identity head, are the final norm's rows.
     vars.set_one("lm_head.weight", Tensor::eye(h, DType::BF16, &device).unwrap()).unwrap();
     let block = OneLayer {
-        vars: &vars,
-        moe: "model.layers.0.mlp".into(),
-        names: ["gate_proj", "up_proj", "down_proj"],
         routing: Weights::Scaled(2.0),
         gate_f32: true,
-        dtype: DType::BF16,
-        softmax_in_dtype: false,
         shared: Shared::Plain,
-        dims: (e, k, h, i, tokens),
-        fp8: None,
+        ..OneLayer::new(&vars, "model.layers.0.mlp", PROJ, (e, k, h, i, tokens))
     };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
     block.check("DeepSeek-V2", cuda, &device, &got.reshape((tokens, h)).unwrap());
@@ -509,30 +524,11 @@ fn candle_moe_matches_candle_transformers_qwen3_moe_block() {
     let device = Device::new_cuda(0).unwrap();
     let Device::Cuda(cuda) = &device else { unreachable!() };
     let (e, k, h, i, tokens) = (32usize, 8usize, 512usize, 256usize, 40usize);
-    let cfg: qwen3_moe::Config = serde_json::from_str(&format!(
-        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": 1024, "num_hidden_layers": 1,
-            "num_attention_heads": 8, "head_dim": 64, "attention_bias": false, "num_key_value_heads": 2,
-            "max_position_embeddings": 64, "sliding_window": null, "max_window_layers": 1,
-            "tie_word_embeddings": false, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "use_sliding_window": false,
-            "hidden_act": "silu", "decoder_sparse_step": 1, "moe_intermediate_size": {i},
-            "num_experts_per_tok": {k}, "num_experts": {e}, "norm_topk_prob": true}}"#
-    ))
-    .unwrap();
+    let cfg = qwen3_config(e, k, h, i);
     let mut vars = VarMap::new();
     let mut model = qwen3_moe::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
     OneLayer::zero(&mut vars, "self_attn.o_proj");
-    let block = OneLayer {
-        vars: &vars,
-        moe: "model.layers.0.mlp".into(),
-        names: ["gate_proj", "up_proj", "down_proj"],
-        routing: Weights::Renormalised,
-        gate_f32: false,
-        dtype: DType::BF16,
-        softmax_in_dtype: false,
-        shared: Shared::None,
-        dims: (e, k, h, i, tokens),
-        fp8: None,
-    };
+    let block = OneLayer::new(&vars, "model.layers.0.mlp", PROJ, (e, k, h, i, tokens));
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
     block.check("Qwen3-MoE", cuda, &device, &got.reshape((tokens, h)).unwrap());
 }
@@ -551,15 +547,7 @@ fn candle_moe_over_fp8_experts_matches_candle_transformers_qwen3_moe_block() {
     let device = Device::new_cuda(0).unwrap();
     let Device::Cuda(cuda) = &device else { unreachable!() };
     let (e, k, h, i, tokens) = (16usize, 4usize, 512usize, 256usize, 40usize);
-    let cfg: qwen3_moe::Config = serde_json::from_str(&format!(
-        r#"{{"vocab_size": {h}, "hidden_size": {h}, "intermediate_size": 1024, "num_hidden_layers": 1,
-            "num_attention_heads": 8, "head_dim": 64, "attention_bias": false, "num_key_value_heads": 2,
-            "max_position_embeddings": 64, "sliding_window": null, "max_window_layers": 1,
-            "tie_word_embeddings": false, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "use_sliding_window": false,
-            "hidden_act": "silu", "decoder_sparse_step": 1, "moe_intermediate_size": {i},
-            "num_experts_per_tok": {k}, "num_experts": {e}, "norm_topk_prob": true}}"#
-    ))
-    .unwrap();
+    let cfg = qwen3_config(e, k, h, i);
     // A first model creates the random variables; the second, built after they are replaced, is the one run
     // (on CUDA the block's FusedMoe stacks the experts when it is built, so later writes would not reach it).
     let mut vars = VarMap::new();
@@ -598,18 +586,7 @@ fn candle_moe_over_fp8_experts_matches_candle_transformers_qwen3_moe_block() {
         vars.set_one(name(x, "down_proj"), bf(b.dequantize(), (h, i))).unwrap();
     }
     let mut model = qwen3_moe::Model::new(&cfg, VarBuilder::from_varmap(&vars, DType::BF16, &device)).unwrap();
-    let block = OneLayer {
-        vars: &vars,
-        moe: moe.into(),
-        names: ["gate_proj", "up_proj", "down_proj"],
-        routing: Weights::Renormalised,
-        gate_f32: false,
-        dtype: DType::BF16,
-        softmax_in_dtype: false,
-        shared: Shared::None,
-        dims: (e, k, h, i, tokens),
-        fp8: Some(&fp8),
-    };
+    let block = OneLayer { fp8: Some(&fp8), ..OneLayer::new(&vars, moe, PROJ, (e, k, h, i, tokens)) };
     let got = model.forward(&block.ids(&device).reshape((tokens, 1)).unwrap(), 0).unwrap();
     block.check("Qwen3-MoE", cuda, &device, &got.reshape((tokens, h)).unwrap());
 }
