@@ -7,6 +7,9 @@
 //           memory, warps per slot (and per share of K for small k) stream w2's rows, the block sums in a
 //           fixed order.
 // Splitting K is what keeps enough loads in flight at T = 1 (DeepSeek-V3: 8 rows x 64 blocks of 8 warps).
+// Both grids put the rows (tokens) in x, the fastest: the blocks of one output tile for every row run side by side,
+// so rows that share an expert read its weight tile while another row's read holds it in L2 (T = 4 to 64: 3-36%
+// faster on an H200 than tiles in x, benches/results/h200-2026-12-06-fp8-decode-grid-order).
 // The MMA is mma.sync m16n8k32 (e4m3 x e4m3, f32 accumulate): the weights are the 16-row A side, the one
 // activation row the B side's column 0 (columns 1..7 are zero), so a 16-byte load of each weight row feeds two
 // MMAs and nothing is converted on the CUDA cores. The K order inside a 64-byte chunk is permuted alike for A
@@ -154,7 +157,7 @@ __device__ __forceinline__ float activate(Activation act, float g, float u) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// grid (I / 32, rows); block: 2 tiles of 16 outputs x 4 warps splitting K. Dynamic shared memory: x staged
+// grid (rows, I / 32); block: 2 tiles of 16 outputs x 4 warps splitting K. Dynamic shared memory: x staged
 // (H bf16), x_q (H bytes), its scales (H / 128 f32), the partial sums [tiles][splits][gate, up][16].
 __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const DecodeFp8Args a) {
   extern __shared__ uint4 smem[];
@@ -163,15 +166,15 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   uint8_t* xq = reinterpret_cast<uint8_t*>(xb + H);
   float* xs = reinterpret_cast<float*>(xq + H);
   float* part = xs + H / kBlock;
-  const int r = blockIdx.y;
+  const int r = blockIdx.x;
   const int e = reinterpret_cast<const int32_t*>(a.ids)[r];
   if (e < 0 || e >= a.experts) {  // block-uniform: no thread reaches the barrier
-    if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), kErrExpertIdOutOfRange);
+    if (threadIdx.x == 0 && blockIdx.y == 0) atomicOr(reinterpret_cast<uint32_t*>(a.status), kErrExpertIdOutOfRange);
     return;
   }
   const int warp = threadIdx.x / 32;
   const int tile = warp / kExpandSplits, split = warp % kExpandSplits;
-  const int i0 = (blockIdx.x * kExpandTiles + tile) * kTile;
+  const int i0 = (blockIdx.y * kExpandTiles + tile) * kTile;
   const int kb = H / kBlock;
   const uint8_t* w13 = reinterpret_cast<const uint8_t*>(a.w13) + static_cast<int64_t>(e) * 2 * I * H;
   const float* s13 = reinterpret_cast<const float*>(a.w13_scales) + static_cast<int64_t>(e) * (2 * I / kBlock) * kb;
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   __syncthreads();
   uint32_t err = 0;
   for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group(xb, g, xq, xs, a.eps, a.ue8m0 != 0);
-  if (blockIdx.x == 0) report(a.status, err);  // every block of the row finds the same
+  if (blockIdx.y == 0) report(a.status, err);  // every block of the row finds the same: the first tile's reports
   __syncthreads();
   float d[2][2];
   tile_dots<2>(w, ws, xq, xs, H, split, kExpandSplits, d);
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   }
   __syncthreads();
   if (threadIdx.x >= kExpandTiles * kTile) return;
-  const int t2 = threadIdx.x / kTile, row = threadIdx.x % kTile, i = (blockIdx.x * kExpandTiles + t2) * kTile + row;
+  const int t2 = threadIdx.x / kTile, row = threadIdx.x % kTile, i = (blockIdx.y * kExpandTiles + t2) * kTile + row;
   float gate = 0.f, up = 0.f;
   for (int p = 0; p < kExpandSplits; ++p) {  // in order: the same bits in every run
     gate += part[((t2 * kExpandSplits + p) * 2 + 0) * kTile + row];
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   reinterpret_cast<bf16*>(a.h)[static_cast<int64_t>(r) * I + i] = __float2bfloat16(activate(a.act, g, u));
 }
 
-// grid (H / 16, tokens), block = top_k * splits warps (splits = max(1, 16 / top_k), at most I / 128): warp
+// grid (tokens, H / 16), block = top_k * splits warps (splits = max(1, 16 / top_k), at most I / 128): warp
 // (j, split) streams the 16 rows of w2[e_j] over the K blocks split, split + splits, ...; the block adds the
 // splits, then the slots, in order. Dynamic shared memory: the k rows of h staged (bf16), h_q (I bytes each),
 // their scales, the partial sums [k][splits][16]. kThreads: the largest block this instantiation takes.
@@ -219,11 +222,11 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
   uint8_t* hq = reinterpret_cast<uint8_t*>(hb + static_cast<int64_t>(k) * I);
   float* hs = reinterpret_cast<float*>(hq + static_cast<int64_t>(k) * I);
   float* part = hs + k * groups;
-  const int t = blockIdx.y;
+  const int t = blockIdx.x;
   const int32_t* ids = reinterpret_cast<const int32_t*>(a.ids) + static_cast<int64_t>(t) * k;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int j = warp % k, split = warp / k;
-  const int o0 = blockIdx.x * kTile;
+  const int o0 = blockIdx.y * kTile;
   const int e = ids[j];
   const uint8_t* w[1] = {nullptr};
   if (e >= 0 && e < a.experts) {
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
     if (e < 0 || e >= a.experts) continue;  // reported by expand
     err |= quantize_group(hb + j * I, g, hq + j * I, hs + j * groups, a.eps, a.ue8m0 != 0);
   }
-  if (blockIdx.x == 0) report(a.status, err);
+  if (blockIdx.y == 0) report(a.status, err);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   if (e >= 0 && e < a.experts) {
@@ -303,8 +306,8 @@ Status decode_layer_fp8(const DecodeFp8Args& a) {
   cudaError_t e = allow_smem(expand_kernel, smem1);
   if (e == cudaSuccess) e = threads2 <= 512 ? allow_smem(reduce_kernel<512>, smem2) : allow_smem(reduce_kernel<1024>, smem2);
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  expand_kernel<<<dim3(a.inter / (kTile * kExpandTiles), a.tokens * a.top_k), 32 * kExpandWarps, smem1, s>>>(a);
-  const dim3 grid2(a.hidden / kTile, a.tokens);
+  expand_kernel<<<dim3(a.tokens * a.top_k, a.inter / (kTile * kExpandTiles)), 32 * kExpandWarps, smem1, s>>>(a);
+  const dim3 grid2(a.tokens, a.hidden / kTile);
   if (threads2 <= 512)
     reduce_kernel<512><<<grid2, threads2, smem2, s>>>(a, splits);
   else

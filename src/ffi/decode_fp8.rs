@@ -49,7 +49,7 @@ pub(crate) fn reduce_smem_bytes(top_k: usize, inter: usize) -> usize {
 }
 
 /// Checks what the kernels assume of the shapes, naming the constraint.
-pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize, rows: usize) -> Result<()> {
+pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize) -> Result<()> {
     let bad = |s: String| Err(Error::InvalidProblem(s));
     for (name, v) in [("H", hidden), ("I", inter)] {
         if v == 0 || v % BLOCK != 0 {
@@ -73,9 +73,8 @@ pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize, rows: usize
              memory, more than {MAX_SMEM}"
         ));
     }
-    if rows > u16::MAX as usize {
-        return bad(format!("FP8 decode: {rows} (token, slot) rows exceed the grid's 65535"));
-    }
+    // The grid's rows are its x extent (up to 2^31 - 1, the i32 check at launch); its y extents, I / 32 and H / 16,
+    // are far inside 65535 wherever the shared memory above fits.
     Ok(())
 }
 
@@ -99,7 +98,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     }
     let (hid, inter, e) = (w.hidden, w.inter, w.experts);
     let rows = tokens * top_k;
-    check_shape(hid, inter, top_k, rows)?;
+    check_shape(hid, inter, top_k)?;
     if w.act == Activation::Silu {
         return Err(Error::InvalidProblem("FP8 decode: the activation must be gated (w13 holds gate and up)".into()));
     }
@@ -121,6 +120,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
     need_len("h", h.len(), rows * inter, "rows x I")?;
     need_len("y", y.len(), tokens * hid, "tokens x hidden")?;
+    to_i32("(token, slot) rows", rows)?; // the expand grid's x extent
     let (tokens, top_k, experts) = (to_i32("tokens", tokens)?, to_i32("top_k", top_k)?, to_i32("experts", e)?);
     super::bind(stream)?;
     let (x_ptr, _x) = x.device_ptr(stream);
@@ -182,16 +182,21 @@ mod tests {
 
     #[test]
     fn shapes_name_their_constraint() {
-        assert!(check_shape(7168, 2048, 8, 8).is_ok());
-        assert!(check_shape(4096, 14336, 2, 2).is_ok());
-        assert!(msg(check_shape(2880, 2048, 8, 8)).contains("H = 2880"));
-        assert!(msg(check_shape(7168, 192, 8, 8)).contains("I = 192"));
-        assert!(msg(check_shape(7168, 2048, 0, 8)).contains("top_k = 0"));
-        assert!(msg(check_shape(7168, 2048, 33, 33)).contains("top_k = 33"));
-        assert!(msg(check_shape(131072, 2048, 8, 8)).contains("H = 131072"));
-        let m = msg(check_shape(4096, 16384, 8, 8));
+        assert!(check_shape(7168, 2048, 8).is_ok());
+        assert!(check_shape(4096, 14336, 2).is_ok());
+        assert!(msg(check_shape(2880, 2048, 8)).contains("H = 2880"));
+        assert!(msg(check_shape(7168, 192, 8)).contains("I = 192"));
+        assert!(msg(check_shape(7168, 2048, 0)).contains("top_k = 0"));
+        assert!(msg(check_shape(7168, 2048, 33)).contains("top_k = 33"));
+        assert!(msg(check_shape(131072, 2048, 8)).contains("H = 131072"));
+        let m = msg(check_shape(4096, 16384, 8));
         assert!(m.contains("8 x 16384") && m.contains("shared"), "{m}");
-        assert!(msg(check_shape(7168, 2048, 8, 70000)).contains("65535"));
+        // Whatever the shared memory admits keeps the grid's y extents (I / 32, H / 16) under 65535.
+        let (h_max, i_max) = (
+            (1..).map(|n| n * BLOCK).take_while(|&h| expand_smem_bytes(h) <= MAX_SMEM).last().unwrap(),
+            (1..).map(|n| n * BLOCK).take_while(|&i| reduce_smem_bytes(1, i) <= MAX_SMEM).last().unwrap(),
+        );
+        assert!(h_max / 16 <= 65535 && i_max / 32 <= 65535, "H {h_max}, I {i_max}");
     }
 
     #[test]
