@@ -222,29 +222,19 @@ impl Fp8ExpertWeights {
     pub fn activation_quant(&self) -> GroupQuant {
         self.quant
     }
-    /// Routed experts (the tensors hold [`Self::groups`]).
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    /// The shared expert's groups after the routed experts (0 without one).
-    pub fn shared_groups(&self) -> usize {
-        self.shared_groups
-    }
+    getters!(
+        /// Routed experts (the tensors hold [`Self::groups`]).
+        experts: usize,
+        /// The shared expert's groups after the routed experts (0 without one).
+        shared_groups: usize,
+        hidden: usize,
+        inter: usize,
+        gate_up: GateUp,
+        activation: Activation,
+    );
     /// Experts in every tensor: routed and shared groups.
     pub fn groups(&self) -> usize {
         self.experts + self.shared_groups
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn gate_up(&self) -> GateUp {
-        self.gate_up
-    }
-    pub fn activation(&self) -> Activation {
-        self.activation
     }
     /// Gives the device buffers back, `(w13, w2, b13, b2)` (see [`ExpertWeights::into_device`](super::ExpertWeights::into_device)).
     #[allow(clippy::type_complexity)]

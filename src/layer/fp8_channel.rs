@@ -156,18 +156,7 @@ impl Fp8ChannelExpertWeights {
         check_channel_shape(hidden, inter)
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn activation(&self) -> Activation {
-        self.activation
-    }
+    getters!(experts: usize, hidden: usize, inter: usize, activation: Activation);
     /// How the checkpoint scales the activations (per token at run time, or static per tensor).
     pub fn activation_scales(&self) -> ActivationScales {
         self.declared

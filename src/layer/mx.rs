@@ -174,15 +174,7 @@ impl Mxfp4ExpertWeights {
         check_mx_shape(hidden, inter)
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
+    getters!(experts: usize, hidden: usize, inter: usize);
     /// `w13` on the device: `[E, 2I, K1]`.
     pub fn w13(&self) -> &Mxfp4Weights {
         &self.w13

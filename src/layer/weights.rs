@@ -149,29 +149,19 @@ impl<T: Element> ExpertWeights<T> {
         (self.w13, self.w2, self.b13, self.b2)
     }
 
-    /// Routed experts (without the shared-expert groups).
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
-    pub fn shared_groups(&self) -> usize {
-        self.shared_groups
-    }
+    getters!(
+        /// Routed experts (without the shared-expert groups).
+        experts: usize,
+        /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
+        shared_groups: usize,
+        hidden: usize,
+        inter: usize,
+        gate_up: GateUp,
+        activation: Activation,
+    );
     /// Experts every tensor holds: the routed ones and the shared groups.
     pub(crate) fn groups(&self) -> usize {
         self.experts + self.shared_groups
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn gate_up(&self) -> GateUp {
-        self.gate_up
-    }
-    pub fn activation(&self) -> Activation {
-        self.activation
     }
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {
