@@ -282,19 +282,8 @@ pub(super) fn same(s: &mut CudaSlice<bf16>) -> &mut CudaSlice<bf16> {
 
 impl Sealed<bf16> for Fp8ExpertWeights {
     fn common(&self) -> Common<'_> {
-        Common {
-            format: WeightFormat::Fp8Block,
-            experts: self.experts,
-            shared_groups: self.shared_groups,
-            hidden: self.hidden,
-            inter: self.inter,
-            gate_up: self.gate_up,
-            activation: self.activation,
-            b13: self.b13.as_ref(),
-            b2: self.b2.as_ref(),
-            device: self.device(),
-            bytes: self.bytes(),
-        }
+        weights_common!(self, WeightFormat::Fp8Block, shared_groups: self.shared_groups, gate_up: self.gate_up,
+            b13: self.b13.as_ref(), b2: self.b2.as_ref())
     }
     fn parts(&self) -> Parts<'_, bf16> {
         Parts::Fp8(self, IsBf16(same))

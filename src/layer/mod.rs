@@ -57,6 +57,30 @@
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
 //! graph, many layers back to back.
 
+/// The [`weights::sealed::Common`] facts of a weights type whose fields are named as [`ExpertWeights`]'s (`experts`,
+/// `hidden`, `inter`, `activation`, `device()`, `bytes()`), with its `format`; the other facts (no shared groups,
+/// concatenated gate/up, no biases unless given) as `field: value` overrides.
+macro_rules! weights_common {
+    ($w:expr, $format:expr $(, $field:ident: $value:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut c = Common {
+            format: $format,
+            experts: $w.experts,
+            shared_groups: 0,
+            hidden: $w.hidden,
+            inter: $w.inter,
+            gate_up: GateUp::Concatenated,
+            activation: $w.activation,
+            b13: None,
+            b2: None,
+            device: $w.device(),
+            bytes: $w.bytes(),
+        };
+        $(c.$field = $value;)*
+        c
+    }};
+}
+
 mod arch;
 mod fp8;
 mod fp8_channel;

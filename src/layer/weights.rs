@@ -366,19 +366,8 @@ pub(super) mod sealed {
 
     impl<T: Element> Sealed<T> for ExpertWeights<T> {
         fn common(&self) -> Common<'_> {
-            Common {
-                format: WeightFormat::Dense,
-                experts: self.experts,
-                shared_groups: self.shared_groups,
-                hidden: self.hidden,
-                inter: self.inter,
-                gate_up: self.gate_up,
-                activation: self.activation,
-                b13: self.b13.as_ref(),
-                b2: self.b2.as_ref(),
-                device: self.device(),
-                bytes: self.bytes(),
-            }
+            weights_common!(self, WeightFormat::Dense, shared_groups: self.shared_groups, gate_up: self.gate_up,
+                b13: self.b13.as_ref(), b2: self.b2.as_ref())
         }
         fn parts(&self) -> Parts<'_, T> {
             Parts::Dense(self)
