@@ -206,10 +206,11 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 
 /// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
 /// Grouped, by costs fitted to the H200 under uniform routing (`moe-gemm bench --layer --dtype fp8`,
-/// benches/results/h200-2026-12-01-fp8-layer): Batched streams one expert's e4m3 weights per (token, slot) row at about
-/// 2.98 TB/s plus 16 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B at T = 1 fit within 3%); Grouped streams
-/// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
-/// activation and combine. A pure function, so the policy can be checked without a GPU.
+/// benches/results/h200-2026-12-06-fp8-decode-grid-order, T = 1 to 16): Batched streams each active expert's e4m3
+/// weights once and half of them again for every further row that repeats an expert, at about 3.3 TB/s plus
+/// 18 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B fit within 9%); Grouped streams each active expert once
+/// at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation, activation and combine. A
+/// pure function, so the policy can be checked without a GPU.
 pub fn auto_backend_fp8(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
     pick::fp8_cost_pick(Backends::FP8_AUTO, (experts, top_k, hidden, inter), tokens)
 }
