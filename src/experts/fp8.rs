@@ -117,7 +117,15 @@ impl PackedFp8Experts {
         activation_quant(self.act_eps, self.scale_format())
     }
 
-    getters!(experts: usize, hidden: usize, inter: usize);
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
     pub fn block(&self) -> BlockShape {
         self.block
     }

@@ -148,7 +148,12 @@ impl Fp8ChannelExperts {
     pub fn experts(&self) -> usize {
         self.w13.len()
     }
-    getters!(hidden: usize, inter: usize);
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
     /// Per expert, `[2I, H]` with one scale per row.
     pub fn w13(&self) -> &[BlockFp8] {
         &self.w13

@@ -22,7 +22,15 @@ pub struct GptOssMxfp4Experts {
 }
 
 impl GptOssMxfp4Experts {
-    getters!(experts: usize, hidden: usize, inter: usize);
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
     /// `[E · 2I, H]`, expert `e`'s rows at `e · 2I ..`, even rows gate, odd rows up.
     pub fn gate_up(&self) -> &Mxfp4 {
         &self.gate_up

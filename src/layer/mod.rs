@@ -57,30 +57,6 @@
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
 //! graph, many layers back to back.
 
-/// The [`weights::sealed::Common`] facts of a weights type whose fields are named as [`ExpertWeights`]'s (`experts`,
-/// `hidden`, `inter`, `activation`, `device()`, `bytes()`), with its `format`; the other facts (no shared groups,
-/// concatenated gate/up, no biases unless given) as `field: value` overrides.
-macro_rules! weights_common {
-    ($w:expr, $format:expr $(, $field:ident: $value:expr)* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut c = Common {
-            format: $format,
-            experts: $w.experts,
-            shared_groups: 0,
-            hidden: $w.hidden,
-            inter: $w.inter,
-            gate_up: GateUp::Concatenated,
-            activation: $w.activation,
-            b13: None,
-            b2: None,
-            device: $w.device(),
-            bytes: $w.bytes(),
-        };
-        $(c.$field = $value;)*
-        c
-    }};
-}
-
 mod arch;
 mod fp8;
 mod fp8_channel;
@@ -206,11 +182,10 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 
 /// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
 /// Grouped, by costs fitted to the H200 under uniform routing (`moe-gemm bench --layer --dtype fp8`,
-/// benches/results/h200-2026-12-06-fp8-decode-grid-order, T = 1 to 16): Batched streams each active expert's e4m3
-/// weights once and half of them again for every further row that repeats an expert, at about 3.3 TB/s plus
-/// 18 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B fit within 9%); Grouped streams each active expert once
-/// at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation, activation and combine. A
-/// pure function, so the policy can be checked without a GPU.
+/// benches/results/h200-2026-12-01-fp8-layer): Batched streams one expert's e4m3 weights per (token, slot) row at about
+/// 2.98 TB/s plus 16 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B at T = 1 fit within 3%); Grouped streams
+/// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
+/// activation and combine. A pure function, so the policy can be checked without a GPU.
 pub fn auto_backend_fp8(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
     pick::fp8_cost_pick(Backends::FP8_AUTO, (experts, top_k, hidden, inter), tokens)
 }

@@ -174,7 +174,15 @@ impl Mxfp4ExpertWeights {
         check_mx_shape(hidden, inter)
     }
 
-    getters!(experts: usize, hidden: usize, inter: usize);
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
     /// `w13` on the device: `[E, 2I, K1]`.
     pub fn w13(&self) -> &Mxfp4Weights {
         &self.w13
@@ -198,7 +206,19 @@ impl Mxfp4ExpertWeights {
 
 impl Sealed<bf16> for Mxfp4ExpertWeights {
     fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Mxfp4, gate_up: self.gate_up, b13: self.b13.as_ref(), b2: self.b2.as_ref())
+        Common {
+            format: WeightFormat::Mxfp4,
+            experts: self.experts,
+            shared_groups: 0,
+            hidden: self.hidden,
+            inter: self.inter,
+            gate_up: self.gate_up,
+            activation: self.activation,
+            b13: self.b13.as_ref(),
+            b2: self.b2.as_ref(),
+            device: self.device(),
+            bytes: self.bytes(),
+        }
     }
     fn parts(&self) -> Parts<'_, bf16> {
         Parts::Mx(self, IsBf16(same))

@@ -80,21 +80,16 @@ fn layout_bandwidth(active: f64) -> f64 {
 }
 
 /// The cost model's constants for one weight format: bytes per weight, Batched's streaming rate and fixed cost,
-/// the share of a repeated expert's bytes Batched reads again (1: every (token, slot) row streams its expert; the
-/// FP8 decode kernels run a tile's rows side by side, so a row whose expert another row has read finds about half
-/// of it in L2), the layout backends' fixed cost (their rate is [`layout_bandwidth`]).
+/// the layout backends' fixed cost (their rate is [`layout_bandwidth`]).
 struct Costs {
     weight_bytes: f64,
     batched_bw: f64,
     batched_us: f64,
-    repeat_share: f64,
     layout_us: f64,
 }
 
-const DENSE_COSTS: Costs =
-    Costs { weight_bytes: 2.0, batched_bw: 4.05e12, batched_us: 12.0, repeat_share: 1.0, layout_us: 50.0 };
-const FP8_COSTS: Costs =
-    Costs { weight_bytes: 1.0, batched_bw: 3.3e12, batched_us: 18.0, repeat_share: 0.5, layout_us: 44.0 };
+const DENSE_COSTS: Costs = Costs { weight_bytes: 2.0, batched_bw: 4.05e12, batched_us: 12.0, layout_us: 50.0 };
+const FP8_COSTS: Costs = Costs { weight_bytes: 1.0, batched_bw: 2.98e12, batched_us: 16.0, layout_us: 44.0 };
 
 /// Whether `set` holds Batched, the batch fits it, and it streams cheaper than the layout backends; with the
 /// batch's (token, slot) rows and active experts.
@@ -103,8 +98,7 @@ fn batched_wins(c: &Costs, set: Backends, s: (usize, usize, usize, usize), token
     let rows = (tokens * top_k) as f64;
     let active = active_experts(experts, top_k, tokens);
     let expert_bytes = 3.0 * (hidden * inter) as f64 * c.weight_bytes;
-    let streamed = active + c.repeat_share * (rows - active).max(0.0);
-    let batched_us = streamed * expert_bytes / c.batched_bw * 1e6 + c.batched_us;
+    let batched_us = rows * expert_bytes / c.batched_bw * 1e6 + c.batched_us;
     let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + c.layout_us;
     let wins = set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us;
     (wins, rows, active)

@@ -149,19 +149,29 @@ impl<T: Element> ExpertWeights<T> {
         (self.w13, self.w2, self.b13, self.b2)
     }
 
-    getters!(
-        /// Routed experts (without the shared-expert groups).
-        experts: usize,
-        /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
-        shared_groups: usize,
-        hidden: usize,
-        inter: usize,
-        gate_up: GateUp,
-        activation: Activation,
-    );
+    /// Routed experts (without the shared-expert groups).
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
+    pub fn shared_groups(&self) -> usize {
+        self.shared_groups
+    }
     /// Experts every tensor holds: the routed ones and the shared groups.
     pub(crate) fn groups(&self) -> usize {
         self.experts + self.shared_groups
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+    pub fn inter(&self) -> usize {
+        self.inter
+    }
+    pub fn gate_up(&self) -> GateUp {
+        self.gate_up
+    }
+    pub fn activation(&self) -> Activation {
+        self.activation
     }
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {
@@ -366,8 +376,19 @@ pub(super) mod sealed {
 
     impl<T: Element> Sealed<T> for ExpertWeights<T> {
         fn common(&self) -> Common<'_> {
-            weights_common!(self, WeightFormat::Dense, shared_groups: self.shared_groups, gate_up: self.gate_up,
-                b13: self.b13.as_ref(), b2: self.b2.as_ref())
+            Common {
+                format: WeightFormat::Dense,
+                experts: self.experts,
+                shared_groups: self.shared_groups,
+                hidden: self.hidden,
+                inter: self.inter,
+                gate_up: self.gate_up,
+                activation: self.activation,
+                b13: self.b13.as_ref(),
+                b2: self.b2.as_ref(),
+                device: self.device(),
+                bytes: self.bytes(),
+            }
         }
         fn parts(&self) -> Parts<'_, T> {
             Parts::Dense(self)
