@@ -89,6 +89,7 @@ mod mx;
 mod needs;
 mod passes;
 mod pick;
+pub use pick::AutoSource;
 mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
@@ -144,9 +145,9 @@ pub struct MoeLayerOptions {
     pub fused_tile: Option<FusedTile>,
     /// `Auto`'s measured choice per token bucket ([`TunedBackends`]; `None`: the cost model alone).
     pub tuned: Option<TunedBackends>,
-    /// Where `tuned` is `None`, take the table this crate ships for the layer's `E`, `N` and GPU
-    /// ([`TunedBackends::shipped`], 16-bit weights only; with `backends` given, its buckets of those backends
-    /// only); `false` keeps the cost model alone.
+    /// Where `tuned` is `None`, take the table this crate ships for the layer's `E`, `N`, weight format and GPU
+    /// ([`TunedBackends::shipped`]: 16-bit and block-FP8 weights; with `backends` given, its buckets of those
+    /// backends only); `false` keeps the cost model alone.
     pub shipped_tuning: bool,
 }
 
@@ -186,7 +187,8 @@ impl MoeLayerOptions {
     }
     /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
     /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
-    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size.
+    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size, its
+    /// format the weights' ([`TunedBackends::format`]).
     pub fn tuned(mut self, tuned: TunedBackends) -> Self {
         self.tuned = Some(tuned);
         self
@@ -297,21 +299,10 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             inter: c.inter,
             gated: c.activation.gated(),
         };
-        let shipped = (options.tuned.is_none() && options.shipped_tuning && c.format == WeightFormat::Dense)
-            .then(|| TunedBackends::shipped(&device.name, shape.global_experts, shape.inter))
+        let shipped = (options.tuned.is_none() && options.shipped_tuning)
+            .then(|| TunedBackends::shipped(&device.name, c.format, shape.global_experts, shape.inter))
             .flatten()
             .and_then(|t| options.backends.map_or(Some(t), |set| t.restricted_to(set)));
-        if let Some(t) = &options.tuned {
-            if t.shape() != (shape.global_experts, shape.inter) {
-                return Err(Error::InvalidProblem(format!(
-                    "tuned backends for E = {}, N = {}: this layer has E = {} experts (global), I = {}",
-                    t.shape().0,
-                    t.shape().1,
-                    shape.global_experts,
-                    shape.inter
-                )));
-            }
-        }
         let sizing = LayerSizing::for_device(
             &device,
             shape,
@@ -432,6 +423,12 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// this layer's shape and GPU ([`TunedBackends::shipped`]). `None`: the cost model alone.
     pub fn tuned(&self) -> Option<&TunedBackends> {
         self.sizing.tuned.as_ref()
+    }
+
+    /// Where `Auto`'s choices come from on this layer: the table given or shipped, the cost model, or Grouped
+    /// alone (its `Display` is a line for a server's log).
+    pub fn auto_source(&self) -> AutoSource {
+        self.sizing.auto_source()
     }
 
     /// The backend a pass of `tokens` tokens runs. `Auto` takes the nearest bucket of its tuned table

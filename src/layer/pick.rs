@@ -6,6 +6,7 @@ use crate::tuning::TunedBackends;
 
 use super::arch::LayerGemm;
 use super::shape::LayerShape;
+use super::sizing::LayerSizing;
 use super::weights::WeightFormat;
 use crate::backend::{Backend, Backends, BATCHED_MAX_ROWS};
 
@@ -45,6 +46,49 @@ pub(crate) fn auto_pick(
         fp8_cost_pick(set, dims, tokens)
     } else {
         dense_cost_pick(set, dims, tokens)
+    }
+}
+
+/// Where a layer's `Auto` takes its choices from ([`MoeLayer::auto_source`](super::MoeLayer::auto_source)).
+/// `Display` writes a line for a server's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoSource {
+    /// A tuned table the caller gave ([`MoeLayerOptions::tuned`](super::MoeLayerOptions::tuned)).
+    GivenTable,
+    /// The table this crate ships for the layer's shape, weight format and GPU: its file under `configs/`.
+    ShippedTable(&'static str),
+    /// The cost model fitted to the H200 suite: no table for this GPU, shape and format (or the plan asked for
+    /// the cost model alone).
+    CostModel,
+    /// Grouped, or the nearest planned backend: under expert parallelism, over weights whose only backends are
+    /// the layout ones (MXFP4, per-channel FP8), or on an arch no cost model was measured on (SM100).
+    GroupedOnly,
+}
+
+impl std::fmt::Display for AutoSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AutoSource::GivenTable => f.write_str("Auto from the tuned table given"),
+            AutoSource::ShippedTable(file) => write!(f, "Auto from the shipped table {file}"),
+            AutoSource::CostModel => {
+                f.write_str("Auto from the cost model (no table shipped for this GPU, shape and weight format)")
+            }
+            AutoSource::GroupedOnly => {
+                f.write_str("Auto runs Grouped (no cost model for this layer's weights, arch or expert map)")
+            }
+        }
+    }
+}
+
+/// Where `Auto` takes its choices from for a layer so sized, in the order [`auto_pick`] consults them.
+pub(crate) fn auto_source(sizing: &LayerSizing) -> AutoSource {
+    if sizing.expert_parallel {
+        return AutoSource::GroupedOnly;
+    }
+    match &sizing.tuned {
+        Some(t) => t.shipped_file().map_or(AutoSource::GivenTable, AutoSource::ShippedTable),
+        None if sizing.gemm.auto_cost_model_fits() => AutoSource::CostModel,
+        None => AutoSource::GroupedOnly,
     }
 }
 
