@@ -144,3 +144,53 @@ impl fmt::Display for Backends {
         f.pad(&names.join(","))
     }
 }
+
+/// How a layer's expert weights are stored, and so which GEMMs multiply them. More may come (FP4, MXFP8):
+/// match with a wildcard arm.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// In the layer's element type (bf16 or f16): [`ExpertWeights`](crate::layer::ExpertWeights), the bf16/f16 grouped and fused GEMMs.
+    Dense,
+    /// e4m3 with one f32 scale per 128 × 128 block (DeepSeek-V3's recipe), the activations quantised per token
+    /// per 128 columns on the device before each GEMM: [`Fp8ExpertWeights`](crate::layer::Fp8ExpertWeights), the FP8
+    /// blockwise grouped GEMM of the device's arch (SM90 or SM100), or the FP8 decode kernels. Runs the Batched,
+    /// Grouped, Contiguous, Masked and (SM90 only) Fused backends (`Auto`: Batched or Grouped; Grouped on SM100).
+    Fp8Block,
+    /// e2m1 with one UE8M0 scale per 32 (gpt-oss's MXFP4), the activations quantised to MXFP8 on the device
+    /// before each GEMM: [`Mxfp4ExpertWeights`](crate::layer::Mxfp4ExpertWeights), the block-scaled grouped GEMM of the
+    /// device's arch (SM100 CUTLASS, or the portable kernel). Runs Grouped, Contiguous and Masked (`Auto`:
+    /// Grouped).
+    Mxfp4,
+    /// e4m3 with one f32 scale per output channel (a per-tensor scale repeated over its rows), the activations
+    /// quantised per token (at run time, or by the checkpoint's static `input_scale`): [`Fp8ChannelExpertWeights`](crate::layer::Fp8ChannelExpertWeights),
+    /// the SM90 FP8 rowwise grouped GEMM. Runs Grouped, Contiguous and Masked (`Auto`: Grouped).
+    Fp8Channel,
+}
+
+impl WeightFormat {
+    pub const fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Dense => "dense",
+            WeightFormat::Fp8Block => "fp8 block 128x128",
+            WeightFormat::Mxfp4 => "mxfp4 (e2m1, ue8m0 per 32)",
+            WeightFormat::Fp8Channel => "fp8 per channel (per-token activations)",
+        }
+    }
+
+    /// The backends a layer over weights of this format runs (on an arch that has their kernels).
+    pub const fn backends(self) -> Backends {
+        match self {
+            WeightFormat::Dense => Backends::ALL,
+            WeightFormat::Fp8Block => Backends::FP8,
+            WeightFormat::Mxfp4 => Backends::MX,
+            WeightFormat::Fp8Channel => Backends::FP8_CHANNEL,
+        }
+    }
+}
+
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}

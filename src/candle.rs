@@ -87,13 +87,7 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
         topk_ids: &Tensor,
         topk_weights: &Tensor,
     ) -> candle_core::Result<()> {
-        let shape = self.layer.sizing().shape();
-        let (h, k) = (shape.hidden, shape.top_k);
-        let t = self.check(x, "x", &[DType::BF16], None, h)?;
-        self.check(y, "y", &[DType::BF16], Some(t), h)?;
-        // U32 as candle's arg-sort gives top-k ids, or I32.
-        self.check(topk_ids, "topk_ids", &[DType::I32, DType::U32], Some(t), k)?;
-        self.check(topk_weights, "topk_weights", &[DType::F32], Some(t), k)?;
+        let t = self.check_routed(y, x, topk_ids, topk_weights)?;
         // topk_weights (F32) cannot share candle storage with y (BF16): reading it inside the in-place op, whose
         // lock on y is held, cannot wait on that lock.
         y.inplace_op3(x, topk_ids, &Forward { moe: self, topk_weights, shared_weights: None, tokens: t })
@@ -132,15 +126,28 @@ impl<W: LayerWeights<bf16>> CandleMoe<W> {
         topk_weights: &Tensor,
         shared_weights: &Tensor,
     ) -> candle_core::Result<()> {
+        let t = self.check_routed(y, x, topk_ids, topk_weights)?;
+        self.check(shared_weights, "shared_weights", &[DType::F32], Some(t), 1)?;
+        let op = Forward { moe: self, topk_weights, shared_weights: Some(shared_weights), tokens: t };
+        y.inplace_op3(x, topk_ids, &op)
+    }
+
+    /// The batch `T` of `x`, after checking `x` and `y` (BF16 `[T, H]`), `topk_ids` (I32, or U32 as candle's
+    /// arg-sort gives top-k ids) and `topk_weights` (F32), both `[T, k]`.
+    fn check_routed(
+        &self,
+        y: &Tensor,
+        x: &Tensor,
+        topk_ids: &Tensor,
+        topk_weights: &Tensor,
+    ) -> candle_core::Result<usize> {
         let shape = self.layer.sizing().shape();
         let (h, k) = (shape.hidden, shape.top_k);
         let t = self.check(x, "x", &[DType::BF16], None, h)?;
         self.check(y, "y", &[DType::BF16], Some(t), h)?;
         self.check(topk_ids, "topk_ids", &[DType::I32, DType::U32], Some(t), k)?;
         self.check(topk_weights, "topk_weights", &[DType::F32], Some(t), k)?;
-        self.check(shared_weights, "shared_weights", &[DType::F32], Some(t), 1)?;
-        let op = Forward { moe: self, topk_weights, shared_weights: Some(shared_weights), tokens: t };
-        y.inplace_op3(x, topk_ids, &op)
+        Ok(t)
     }
 
     /// `t`'s rows (`rows` if given, else its own), after checking device, layout, dtype and columns.

@@ -130,6 +130,19 @@
 #![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
+/// Plain getters, `pub fn field(&self) -> Type { self.field }` with their docs, written once for the weight and
+/// plan types that expose their small `Copy` fields (experts, N, K, H, I): `getters!(experts: usize, n: usize)`.
+macro_rules! getters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(&self) -> $ty {
+                self.$field
+            }
+        )*
+    };
+}
+
 pub mod backend;
 #[cfg(feature = "candle")]
 pub mod candle;

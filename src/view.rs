@@ -64,30 +64,6 @@ pub struct MatrixView<'a, T> {
 }
 
 impl<'a, T> MatrixView<'a, T> {
-    /// `[rows, cols]` packed rows (stride = cols) at the start of `view`. `name` appears in error messages
-    /// (`"x"`, `"topk_ids"`).
-    ///
-    /// # Errors
-    /// [`Error::Buffer`] if `view` is shorter than `rows·cols` or `cols == 0`.
-    pub fn new(name: &'static str, view: CudaView<'a, T>, rows: usize, cols: usize) -> Result<Self> {
-        Self::with_stride(name, view, rows, cols, cols)
-    }
-
-    /// `[rows, cols]` with rows `stride` elements apart.
-    ///
-    /// # Errors
-    /// [`Error::Buffer`] if `stride < cols`, `cols == 0` or `view` ends before the last row.
-    pub fn with_stride(
-        name: &'static str,
-        view: CudaView<'a, T>,
-        rows: usize,
-        cols: usize,
-        stride: usize,
-    ) -> Result<Self> {
-        check_extent(name, view.len(), rows, cols, stride)?;
-        Ok(MatrixView { name, view, rows, cols, stride })
-    }
-
     /// The whole of `slice` as `[len / cols, cols]`.
     ///
     /// # Errors
@@ -96,21 +72,6 @@ impl<'a, T> MatrixView<'a, T> {
         whole(name, slice.len(), cols).and_then(|rows| Self::new(name, slice.as_view(), rows, cols))
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-    pub fn shape(&self) -> ViewShape {
-        ViewShape { rows: self.rows, cols: self.cols, stride: self.stride }
-    }
     /// The underlying elements from the first row's start.
     pub fn as_view(&self) -> CudaView<'_, T> {
         self.view.slice(..)
@@ -118,9 +79,7 @@ impl<'a, T> MatrixView<'a, T> {
 
     /// Rows `lo..hi` as a view of their own.
     pub(crate) fn row_range(&self, lo: usize, hi: usize) -> MatrixView<'_, T> {
-        assert!(lo <= hi && hi <= self.rows, "row range {lo}..{hi} of {} rows", self.rows);
-        let end = if hi == lo { lo * self.stride } else { (hi - 1) * self.stride + self.cols };
-        let start = (lo * self.stride).min(end);
+        let (start, end) = row_span(lo, hi, self.rows, self.cols, self.stride);
         MatrixView {
             name: self.name,
             view: self.view.slice(start..end),
@@ -142,29 +101,6 @@ pub struct MatrixViewMut<'a, T> {
 }
 
 impl<'a, T> MatrixViewMut<'a, T> {
-    /// `[rows, cols]` packed rows at the start of `view`.
-    ///
-    /// # Errors
-    /// [`Error::Buffer`] if `view` is shorter than `rows·cols` or `cols == 0`.
-    pub fn new(name: &'static str, view: CudaViewMut<'a, T>, rows: usize, cols: usize) -> Result<Self> {
-        Self::with_stride(name, view, rows, cols, cols)
-    }
-
-    /// `[rows, cols]` with rows `stride` elements apart.
-    ///
-    /// # Errors
-    /// [`Error::Buffer`] if `stride < cols`, `cols == 0` or `view` ends before the last row.
-    pub fn with_stride(
-        name: &'static str,
-        view: CudaViewMut<'a, T>,
-        rows: usize,
-        cols: usize,
-        stride: usize,
-    ) -> Result<Self> {
-        check_extent(name, view.len(), rows, cols, stride)?;
-        Ok(MatrixViewMut { name, view, rows, cols, stride })
-    }
-
     /// The whole of `slice` as `[len / cols, cols]`.
     ///
     /// # Errors
@@ -174,21 +110,6 @@ impl<'a, T> MatrixViewMut<'a, T> {
         Self::new(name, slice.as_view_mut(), rows, cols)
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-    pub fn shape(&self) -> ViewShape {
-        ViewShape { rows: self.rows, cols: self.cols, stride: self.stride }
-    }
     /// The underlying elements from the first row's start.
     pub fn as_view_mut(&mut self) -> CudaViewMut<'_, T> {
         self.view.slice_mut(..)
@@ -196,13 +117,68 @@ impl<'a, T> MatrixViewMut<'a, T> {
 
     /// Rows `lo..hi` as a view of their own.
     pub(crate) fn row_range_mut(&mut self, lo: usize, hi: usize) -> MatrixViewMut<'_, T> {
-        assert!(lo <= hi && hi <= self.rows, "row range {lo}..{hi} of {} rows", self.rows);
-        let end = if hi == lo { lo * self.stride } else { (hi - 1) * self.stride + self.cols };
-        let start = (lo * self.stride).min(end);
+        let (start, end) = row_span(lo, hi, self.rows, self.cols, self.stride);
         let (name, rows, cols, stride) = (self.name, hi - lo, self.cols, self.stride);
         MatrixViewMut { name, view: self.view.slice_mut(start..end), rows, cols, stride }
     }
 }
+
+/// The element range `start..end` of rows `lo..hi` (checked against `rows`) at `stride`, `cols` long each.
+fn row_span(lo: usize, hi: usize, rows: usize, cols: usize, stride: usize) -> (usize, usize) {
+    assert!(lo <= hi && hi <= rows, "row range {lo}..{hi} of {rows} rows");
+    let end = if hi == lo { lo * stride } else { (hi - 1) * stride + cols };
+    ((lo * stride).min(end), end)
+}
+
+/// The constructors and extent getters both views share (`$view`: the cudarc view type they hold).
+macro_rules! matrix_view_common {
+    ($ty:ident, $view:ident) => {
+        impl<'a, T> $ty<'a, T> {
+            /// `[rows, cols]` packed rows (stride = cols) at the start of `view`. `name` appears in error
+            /// messages (`"x"`, `"topk_ids"`).
+            ///
+            /// # Errors
+            /// [`Error::Buffer`] if `view` is shorter than `rows·cols` or `cols == 0`.
+            pub fn new(name: &'static str, view: $view<'a, T>, rows: usize, cols: usize) -> Result<Self> {
+                Self::with_stride(name, view, rows, cols, cols)
+            }
+
+            /// `[rows, cols]` with rows `stride` elements apart.
+            ///
+            /// # Errors
+            /// [`Error::Buffer`] if `stride < cols`, `cols == 0` or `view` ends before the last row.
+            pub fn with_stride(
+                name: &'static str,
+                view: $view<'a, T>,
+                rows: usize,
+                cols: usize,
+                stride: usize,
+            ) -> Result<Self> {
+                check_extent(name, view.len(), rows, cols, stride)?;
+                Ok($ty { name, view, rows, cols, stride })
+            }
+
+            pub fn rows(&self) -> usize {
+                self.rows
+            }
+            pub fn cols(&self) -> usize {
+                self.cols
+            }
+            pub fn stride(&self) -> usize {
+                self.stride
+            }
+            pub fn name(&self) -> &'static str {
+                self.name
+            }
+            pub fn shape(&self) -> ViewShape {
+                ViewShape { rows: self.rows, cols: self.cols, stride: self.stride }
+            }
+        }
+    };
+}
+
+matrix_view_common!(MatrixView, CudaView);
+matrix_view_common!(MatrixViewMut, CudaViewMut);
 
 fn whole(name: &'static str, len: usize, cols: usize) -> Result<usize> {
     if cols == 0 || len % cols != 0 {

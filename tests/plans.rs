@@ -38,7 +38,7 @@ fn tokens() -> impl Iterator<Item = usize> {
 
 /// A plan on an H200 with its shipped tuned table (where one was tuned for the shape).
 fn size(s: LayerShape, format: WeightFormat, max: usize, backend: Backend, set: Option<Backends>) -> LayerSizing {
-    let tuned = TunedBackends::shipped("NVIDIA H200", s.global_experts, s.inter);
+    let tuned = TunedBackends::shipped("NVIDIA H200", format, s.global_experts, s.inter);
     LayerSizing::for_device(&h200(), s, DType::BF16, format, max, backend, set, None, None, false, tuned).unwrap()
 }
 
@@ -162,4 +162,37 @@ fn tokens_per_pass_is_the_number_the_refusal_names() {
     }
     assert_eq!(z.tokens_per_pass(Backend::Grouped), 4096);
     assert_eq!(z.tokens_per_pass(Backend::Masked), 0, "no room: not in the plan");
+}
+
+/// A tuned table applies to layers of its own weight format and shape only: a bf16 table given to a block-FP8
+/// plan (or the reverse) is refused, naming both formats, as is a table of another `E` or `N`; the plan's
+/// Auto source says where its choices come from (a given table, the cost model, Grouped alone).
+#[test]
+fn plans_refuse_a_table_of_another_format_or_shape_and_say_what_auto_follows() {
+    use moe_gemm::layer::AutoSource;
+    let s = shape(256, 8, 7168, 2048);
+    let plan = |format, tuned| {
+        LayerSizing::for_device(&h200(), s, DType::BF16, format, 64, Backend::Auto, None, None, None, false, tuned)
+    };
+    let bf16 = TunedBackends::new(256, 2048, &[(1, Backend::Batched), (64, Backend::Grouped)]).unwrap();
+    let fp8 = bf16.with_format(WeightFormat::Fp8Block).unwrap();
+    let err = plan(WeightFormat::Fp8Block, Some(bf16)).unwrap_err().to_string();
+    assert!(err.contains("measured over dense experts") && err.contains("fp8 block"), "{err}");
+    let err = plan(WeightFormat::Dense, Some(fp8)).unwrap_err().to_string();
+    assert!(err.contains("measured over fp8 block") && err.contains("are dense"), "{err}");
+    let wide = TunedBackends::new(256, 4096, &[(1, Backend::Grouped)]).unwrap();
+    let err = plan(WeightFormat::Dense, Some(wide)).unwrap_err().to_string();
+    assert!(err.contains("tuned backends for E = 256, N = 4096"), "{err}");
+    let p = plan(WeightFormat::Fp8Block, Some(fp8)).unwrap();
+    assert_eq!(
+        (p.backend_for(Backend::Auto, 1), p.backend_for(Backend::Auto, 64)),
+        (Backend::Batched, Backend::Grouped)
+    );
+    assert_eq!(p.auto_source(), AutoSource::GivenTable);
+    assert_eq!(plan(WeightFormat::Fp8Block, None).unwrap().auto_source(), AutoSource::CostModel);
+    assert_eq!(plan(WeightFormat::Fp8Channel, None).unwrap().auto_source(), AutoSource::GroupedOnly);
+    let shipped = TunedBackends::shipped("NVIDIA H200", WeightFormat::Dense, 256, 2048).unwrap();
+    let p = plan(WeightFormat::Dense, Some(shipped)).unwrap();
+    assert_eq!(p.auto_source(), AutoSource::ShippedTable("E=256,N=2048,device_name=NVIDIA_H200,dtype=bf16.json"));
+    assert!(p.auto_source().to_string().contains("shipped table E=256,N=2048"), "{}", p.auto_source());
 }

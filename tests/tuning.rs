@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use moe_gemm::layer::WeightFormat;
 use moe_gemm::tuning::{ConfigFile, ConfigName, TunedBackends};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/configs");
@@ -79,6 +80,7 @@ fn qwen3_30b_choice(
     moe_gemm::tuning::LayerChoice {
         backend,
         auto: moe_gemm::Backend::Grouped,
+        fp8: false,
         experts: 128,
         hidden: 2048,
         inter: 768,
@@ -145,6 +147,7 @@ fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
         LayerChoice {
             backend,
             auto: Grouped,
+            fp8: false,
             experts: 8,
             hidden: 4096,
             inter: 14336,
@@ -197,11 +200,25 @@ fn tuned_sizing_gives_room_to_the_tuned_backends() {
     // Masked for T <= 24 (nearest bucket 1), Grouped from 25 (nearest 48) to 64.
     assert_eq!((of(Masked), of(Grouped)), (Some(24), Some(64)));
     assert_eq!(size(WeightFormat::Dense, 64, None).backends(), Backends::AUTO, "untuned: Auto's three");
-    // Eager synchronises and has no FP8 form: an Eager table changes nothing.
+    // A 16-bit table is no FP8 one: an FP8 plan refuses it; Eager synchronises and has no FP8 form, so a table
+    // naming it cannot become an FP8 one.
     let eager = TunedBackends::new(8, 14336, &[(1, Eager)]).unwrap();
-    let fp8 = size(WeightFormat::Fp8Block, 64, Some(eager));
-    assert_eq!(fp8.backends(), Backends::FP8_AUTO);
-    assert_eq!(fp8.pass_tokens(), size(WeightFormat::Fp8Block, 64, None).pass_tokens());
+    let fp8 = LayerSizing::for_format_tuned(
+        mixtral,
+        DType::BF16,
+        WeightFormat::Fp8Block,
+        64,
+        Auto,
+        None,
+        None,
+        None,
+        false,
+        132,
+        Some(eager),
+    );
+    assert!(fp8.unwrap_err().to_string().contains("measured over dense experts"));
+    assert!(eager.with_format(WeightFormat::Fp8Block).unwrap_err().to_string().contains("bucket 1: eager"));
+    assert_eq!(size(WeightFormat::Fp8Block, 64, None).backends(), Backends::FP8_AUTO);
 }
 
 /// Fused tiles in a tuned table: read from each bucket's `"fused_tile"`, taken by a 16-bit layer's Fused passes
@@ -254,7 +271,7 @@ fn tuned_fused_tiles_follow_the_nearest_bucket() {
         (Decode16, FusedTile::for_rows(8, 128), M64N128K64)
     );
     assert_eq!(size(WeightFormat::Dense, Some(M128N256K64), Some(t)).fused_tile(40), M128N256K64, "a fixed tile wins");
-    let fp8 = size(WeightFormat::Fp8Block, None, Some(t));
+    let fp8 = size(WeightFormat::Fp8Block, None, Some(t.with_format(WeightFormat::Fp8Block).unwrap()));
     assert_eq!(fp8.fused_tile(40), FusedTile::for_rows_fp8(40 * 8, 128), "FP8 keeps its rule");
 
     let bad = TunedBackends::from_json(&name, r#"{"1": {"backend": "Fused", "fused_tile": "fused-16x16"}}"#);
@@ -268,18 +285,22 @@ fn tuned_fused_tiles_follow_the_nearest_bucket() {
     assert!(stray.contains("token count 2, which is no bucket"), "{stray}");
 }
 
-/// The shipped H200 tables (`configs/h200/`, compiled in): each parses, covers the suite's token buckets 1 ...
-/// 16384, is found by its own shape on a GPU named as the driver names it, and by nothing else; every bucket's
-/// backend is the one its file says (a table compiled from the wrong file, or read with the wrong key, fails).
+/// The shipped tables (`configs/<gpu>/`, compiled in): each parses, names its format, covers the suite's token
+/// buckets 1 ... 16384, is found by its own GPU, format and shape (as the driver names the GPU), and by nothing
+/// else; every bucket's backend is the one its file says (a table compiled from the wrong file, or read with the
+/// wrong key, fails). The H200's 16-bit tables cover every suite model.
 #[test]
-fn shipped_tables_cover_the_suite_models_on_h200() {
-    use moe_gemm::tuning::SHIPPED;
+fn shipped_tables_cover_the_suite_models() {
+    use moe_gemm::tuning::{table_format, SHIPPED};
     let suite = [(8, 14336), (128, 768), (128, 1536), (128, 2880), (256, 2048)];
+    let gpus = [("NVIDIA_H200", "NVIDIA H200"), ("NVIDIA_H100_80GB_HBM3", "NVIDIA H100 80GB HBM3")];
     for (file, text) in SHIPPED {
         let name = ConfigName::parse(file).unwrap();
+        let format = table_format(&name).unwrap();
         assert!(suite.contains(&(name.experts, name.n)), "{file}: not a suite model's E, N");
-        let t = TunedBackends::shipped("NVIDIA H200", name.experts, name.n).unwrap_or_else(|| panic!("{file}"));
-        assert_eq!(t.shape(), (name.experts, name.n));
+        let &(_, gpu) = gpus.iter().find(|g| g.0 == name.device_name).unwrap_or_else(|| panic!("{file}: GPU"));
+        let t = TunedBackends::shipped(gpu, format, name.experts, name.n).unwrap_or_else(|| panic!("{file}"));
+        assert_eq!((t.shape(), t.format(), t.shipped_file()), ((name.experts, name.n), format, Some(file)));
         let json: serde_json::Value = serde_json::from_str(text).unwrap();
         let tokens: Vec<usize> = t.buckets().iter().map(|b| b.0).collect();
         assert_eq!(tokens, (0..15).map(|i| 1usize << i).collect::<Vec<_>>(), "{file}: buckets");
@@ -287,8 +308,76 @@ fn shipped_tables_cover_the_suite_models_on_h200() {
             let named = json[tokens.to_string()]["backend"].as_str().unwrap();
             assert!(backend.name().eq_ignore_ascii_case(named), "{file}: bucket {tokens}: {backend:?} vs {named}");
         }
-        assert!(TunedBackends::shipped("NVIDIA H100 80GB HBM3", name.experts, name.n).is_none(), "{file}");
-        assert!(TunedBackends::shipped("NVIDIA H200", name.experts, name.n + 128).is_none(), "{file}");
+        for &(_, other) in gpus.iter().filter(|g| g.1 != gpu) {
+            let found = TunedBackends::shipped(other, format, name.experts, name.n);
+            assert!(found.is_none_or(|o| o.shipped_file() != Some(file)), "{file} found for {other}");
+        }
+        let other_format = if format == WeightFormat::Dense { WeightFormat::Fp8Block } else { WeightFormat::Dense };
+        let found = TunedBackends::shipped(gpu, other_format, name.experts, name.n);
+        assert!(found.is_none_or(|o| o.shipped_file() != Some(file)), "{file} found for {other_format}");
+        assert!(TunedBackends::shipped(gpu, format, name.experts, name.n + 128).is_none(), "{file}");
+        assert!(TunedBackends::shipped(gpu, WeightFormat::Mxfp4, name.experts, name.n).is_none(), "{file}");
     }
-    assert_eq!(SHIPPED.len(), suite.len(), "one table per suite shape");
+    for (e, n) in suite {
+        assert!(TunedBackends::shipped("NVIDIA H200", WeightFormat::Dense, e, n).is_some(), "H200 bf16 E={e} N={n}");
+    }
+}
+
+/// Block-FP8 tables: the name says the format (vLLM's `dtype=fp8_w8a8,block_shape=[128, 128]`) and the table
+/// keeps it; a bf16 table is not an FP8 one; formats no table is tuned for, and a bucket whose backend has no FP8
+/// kernels, are refused by name; an FP8 entry names the FP8 blockwise GEMM's tile, not the bf16 GEMM's.
+#[test]
+fn fp8_tables_carry_their_format_and_refuse_what_fp8_does_not_run() {
+    use moe_gemm::tuning::{table_format, LayerChoice};
+    use moe_gemm::Backend::{Batched, Eager, Grouped};
+    let name = ConfigName::for_table("NVIDIA H100 80GB HBM3", WeightFormat::Fp8Block, 256, 2048).unwrap();
+    assert_eq!(
+        name.to_string(),
+        "E=256,N=2048,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    );
+    assert_eq!(ConfigName::parse(&name.to_string()).unwrap(), name);
+    assert_eq!(table_format(&name).unwrap(), WeightFormat::Fp8Block);
+    let text = r#"{"1": {"backend": "Batched"}, "64": {"backend": "Grouped"}}"#;
+    let t = TunedBackends::from_json(&name, text).unwrap();
+    assert_eq!(
+        (t.format(), t.pick(2), t.pick(100), t.shipped_file()),
+        (WeightFormat::Fp8Block, Batched, Grouped, None)
+    );
+    let bf16 = ConfigName::for_table("NVIDIA H200", WeightFormat::Dense, 256, 2048).unwrap();
+    assert_eq!(TunedBackends::from_json(&bf16, text).unwrap().format(), WeightFormat::Dense);
+    // vLLM's bf16 files carry no dtype.
+    let plain = ConfigName::parse("E=8,N=14336,device_name=NVIDIA_H200.json").unwrap();
+    assert_eq!(table_format(&plain).unwrap(), WeightFormat::Dense);
+    for file in [
+        "E=8,N=14336,device_name=NVIDIA_H200,dtype=fp8_w8a8.json",
+        "E=8,N=14336,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[64, 128].json",
+        "E=8,N=14336,device_name=NVIDIA_H200,dtype=int8_w8a16.json",
+    ] {
+        let err = table_format(&ConfigName::parse(file).unwrap()).unwrap_err().to_string();
+        assert!(err.contains("dtype") && err.contains("block_shape"), "{file}: {err}");
+    }
+    let err = ConfigName::for_table("NVIDIA H200", WeightFormat::Mxfp4, 128, 2880).unwrap_err().to_string();
+    assert!(err.contains("mxfp4"), "{err}");
+    let eager = TunedBackends::from_json(&name, r#"{"1": {"backend": "Eager"}}"#).unwrap_err().to_string();
+    assert!(eager.contains("bucket 1: eager") && eager.contains("fp8 block"), "{eager}");
+    assert!(TunedBackends::new(256, 2048, &[(1, Eager)]).unwrap().with_format(WeightFormat::Fp8Block).is_err());
+    assert!(TunedBackends::new(256, 2048, &[(1, Grouped)]).unwrap().with_format(WeightFormat::Fp8Channel).is_err());
+    let entry = |fp8| {
+        LayerChoice {
+            backend: Grouped,
+            auto: Grouped,
+            fp8,
+            experts: 256,
+            hidden: 7168,
+            inter: 2048,
+            top_k: 8,
+            tokens: 64,
+            sm_count: 132,
+            fused_tile: None,
+            median_us: Some(1.0),
+        }
+        .entry()
+    };
+    assert!(entry(true)["w13"]["config"].as_str().unwrap().starts_with("fp8-"), "{}", entry(true));
+    assert!(!entry(false)["w13"]["config"].as_str().unwrap().starts_with("fp8-"), "{}", entry(false));
 }

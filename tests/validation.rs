@@ -202,28 +202,29 @@ fn auto_policy_matches_the_measured_suite() {
 fn fp8_auto_policy_matches_the_measured_decode_points() {
     use moe_gemm::layer::auto_backend_fp8;
     use moe_gemm::Backend::*;
-    // (E, k, H, I, T, the pick): the faster of FP8 Batched and Grouped under uniform routing in
-    // benches/results/h200-2026-12-01-fp8-layer/fp8-decode.csv (median µs, Batched vs Grouped).
+    // (E, k, H, I, T, the pick): the faster of FP8 Batched and Grouped under uniform routing, the rows-in-x runs of
+    // benches/results/h200-2026-12-06-fp8-decode-grid-order/compare.txt (lower median µs, Batched vs Grouped).
     let cases = [
-        (256, 8, 7168, 2048, 1, Batched),    // 133.7 vs 150.9
-        (256, 8, 7168, 2048, 2, Batched),    // 241.8 vs 243.0 (tie)
-        (256, 8, 7168, 2048, 4, Grouped),    // 438.1 vs 390.6
-        (256, 8, 7168, 2048, 32, Grouped),   // 3138 vs 1720
-        (128, 8, 4096, 1536, 1, Batched),    // 65.8 vs 88.3
-        (128, 8, 4096, 1536, 2, Batched),    // 114.1 vs 129.0
-        (128, 8, 4096, 1536, 4, Grouped),    // 206.2 vs 189.7
-        (8, 2, 4096, 14336, 1, Batched),     // 130.9 vs 182.5
-        (8, 2, 4096, 14336, 4, Grouped),     // 433.1 vs 370.2
-        (128, 8, 2048, 768, 1, Batched),     // 28.7 vs 49.7
-        (128, 8, 2048, 768, 4, Batched),     // 64.6 vs 80.2
-        (128, 8, 2048, 768, 16, Grouped),    // 203.6 vs 155.3
+        (256, 8, 7168, 2048, 1, Batched),    // 133.1 vs 143.6
+        (256, 8, 7168, 2048, 4, Grouped),    // 420.2 vs 389.3
+        (256, 8, 7168, 2048, 8, Grouped),    // 766.0 vs 627.3
+        (128, 8, 4096, 1536, 1, Batched),    // 67.1 vs 85.4
+        (128, 8, 4096, 1536, 2, Batched),    // 112.2 vs 124.2
+        (128, 8, 4096, 1536, 4, Grouped),    // 189.3 vs 182.0
+        (8, 2, 4096, 14336, 1, Batched),     // 130.1 vs 155.2
+        (8, 2, 4096, 14336, 2, Batched),     // 226.7 vs 230.6
+        (8, 2, 4096, 14336, 4, Grouped),     // 366.8 vs 338.1
+        (128, 8, 2048, 768, 1, Batched),     // 28.0 vs 47.8
+        (128, 8, 2048, 768, 4, Batched),     // 60.5 vs 77.5
+        (128, 8, 2048, 768, 8, Batched),     // 105.0 vs 105.0 (tie)
+        (128, 8, 2048, 768, 16, Grouped),    // 182.3 vs 152.7
         (256, 8, 7168, 2048, 4096, Grouped), // past Batched's 4096 rows
     ];
     for (e, k, h, i, t, want) in cases {
         assert_eq!(auto_backend_fp8(e, k, h, i, t), want, "E={e} k={k} H={h} I={i} T={t}");
     }
-    // The one measured miss: Mixtral at T = 2 (Batched 235.7 vs Grouped 256.4) is predicted Grouped.
-    assert_eq!(auto_backend_fp8(8, 2, 4096, 14336, 2), Grouped);
+    // The one measured miss: DeepSeek-V3 at T = 2 (Batched 237.9 vs Grouped 234.4) is predicted Batched.
+    assert_eq!(auto_backend_fp8(256, 8, 7168, 2048, 2), Batched);
 }
 
 /// The fused backend's tile follows rows per active expert (thresholds measured on the H200: see

@@ -276,44 +276,41 @@ impl Checkpoint {
         naming: ExpertNaming,
         config: &Fp8Config,
     ) -> Result<PackedFp8Experts> {
-        self.pack_fp8_experts_in_file(prefix, experts, naming, config).map_err(self.located(prefix))
-    }
-
-    fn pack_fp8_experts_in_file(
-        &self,
-        prefix: &str,
-        experts: usize,
-        naming: ExpertNaming,
-        config: &Fp8Config,
-    ) -> Result<PackedFp8Experts> {
-        // Grown as experts are read, not reserved: `experts` may come from an untrusted config.json.
-        let mut per_expert = Vec::new();
-        for e in 0..experts {
-            let [gn, un, dn] = naming.names(prefix, e);
-            let g = self.fp8_block_weight(&gn, config)?;
-            let u = self.fp8_block_weight(&un, config)?;
-            let d = self.fp8_block_weight(&dn, config)?;
-            let (i, h) = (g.rows(), g.cols());
-            if (u.rows(), u.cols()) != (i, h) {
-                return Err(bad(&un, format!("shape [{}, {}], expected [{i}, {h}] like `{gn}`", u.rows(), u.cols())));
-            }
-            if (d.rows(), d.cols()) != (h, i) {
-                return Err(bad(&dn, format!("shape [{}, {}], expected [{h}, {i}]", d.rows(), d.cols())));
-            }
-            if let Some((w13, _)) = per_expert.first() {
-                let w13: &BlockFp8 = w13;
-                if (w13.rows(), w13.cols()) != (2 * i, h) {
+        // In a closure, so that every error of the reading is located in the file.
+        let read = || -> Result<PackedFp8Experts> {
+            // Grown as experts are read, not reserved: `experts` may come from an untrusted config.json.
+            let mut per_expert = Vec::new();
+            for e in 0..experts {
+                let [gn, un, dn] = naming.names(prefix, e);
+                let g = self.fp8_block_weight(&gn, config)?;
+                let u = self.fp8_block_weight(&un, config)?;
+                let d = self.fp8_block_weight(&dn, config)?;
+                let (i, h) = (g.rows(), g.cols());
+                if (u.rows(), u.cols()) != (i, h) {
                     return Err(bad(
-                        &gn,
-                        format!("shape [{i}, {h}], expert 0 has [{}, {}]", w13.rows() / 2, w13.cols()),
+                        &un,
+                        format!("shape [{}, {}], expected [{i}, {h}] like `{gn}`", u.rows(), u.cols()),
                     ));
                 }
+                if (d.rows(), d.cols()) != (h, i) {
+                    return Err(bad(&dn, format!("shape [{}, {}], expected [{h}, {i}]", d.rows(), d.cols())));
+                }
+                if let Some((w13, _)) = per_expert.first() {
+                    let w13: &BlockFp8 = w13;
+                    if (w13.rows(), w13.cols()) != (2 * i, h) {
+                        return Err(bad(
+                            &gn,
+                            format!("shape [{i}, {h}], expert 0 has [{}, {}]", w13.rows() / 2, w13.cols()),
+                        ));
+                    }
+                }
+                per_expert.push((stack_gate_up(&g, &u, &gn, &un)?, d));
             }
-            per_expert.push((stack_gate_up(&g, &u, &gn, &un)?, d));
-        }
-        PackedFp8Experts::from_experts(per_expert)
-            .and_then(|p| p.with_activation_eps(config.activation_eps()))
-            .map_err(|e| bad(prefix, e.to_string()))
+            PackedFp8Experts::from_experts(per_expert)
+                .and_then(|p| p.with_activation_eps(config.activation_eps()))
+                .map_err(|e| bad(prefix, e.to_string()))
+        };
+        read().map_err(self.located(prefix))
     }
 }
 

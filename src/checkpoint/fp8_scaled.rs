@@ -111,36 +111,30 @@ impl Checkpoint {
         naming: ExpertNaming,
         scheme: &Fp8Scheme,
     ) -> Result<Fp8ChannelExperts> {
-        self.pack_fp8_channel_experts_in_file(prefix, experts, naming, scheme).map_err(self.located(prefix))
-    }
-
-    fn pack_fp8_channel_experts_in_file(
-        &self,
-        prefix: &str,
-        experts: usize,
-        naming: ExpertNaming,
-        scheme: &Fp8Scheme,
-    ) -> Result<Fp8ChannelExperts> {
-        if matches!(scheme.weights(), WeightScales::Block(_)) {
-            return Err(bad(prefix, format!("{scheme}: block-scaled experts are read by pack_fp8_experts")));
-        }
-        let is_static = scheme.activations() == ActivationScales::StaticTensor;
-        // Grown as the tensors are read: `experts` may come from an untrusted config.json.
-        let mut per = Vec::new();
-        let (mut s13, mut s2) = (Vec::new(), Vec::new());
-        for e in 0..experts {
-            let [g, u, d] = naming.names(prefix, e);
-            let w = |n: &str| self.fp8_scaled_weight(n, scheme.weights());
-            per.push((w(&g)?, w(&u)?, w(&d)?));
-            if is_static {
-                s13.push(self.fp8_input_scale(&g)?.max(self.fp8_input_scale(&u)?));
-                s2.push(self.fp8_input_scale(&d)?);
+        // In a closure, so that every error of the reading is located in the file.
+        let read = || -> Result<Fp8ChannelExperts> {
+            if matches!(scheme.weights(), WeightScales::Block(_)) {
+                return Err(bad(prefix, format!("{scheme}: block-scaled experts are read by pack_fp8_experts")));
             }
-        }
-        let statics = if is_static { Some(StaticInputScales::new(s13, s2)?) } else { None };
-        Fp8ChannelExperts::new(per, scheme.activations(), statics).map_err(|e| match e {
-            Error::InvalidProblem(m) => bad(prefix, m),
-            e => e,
-        })
+            let is_static = scheme.activations() == ActivationScales::StaticTensor;
+            // Grown as the tensors are read: `experts` may come from an untrusted config.json.
+            let mut per = Vec::new();
+            let (mut s13, mut s2) = (Vec::new(), Vec::new());
+            for e in 0..experts {
+                let [g, u, d] = naming.names(prefix, e);
+                let w = |n: &str| self.fp8_scaled_weight(n, scheme.weights());
+                per.push((w(&g)?, w(&u)?, w(&d)?));
+                if is_static {
+                    s13.push(self.fp8_input_scale(&g)?.max(self.fp8_input_scale(&u)?));
+                    s2.push(self.fp8_input_scale(&d)?);
+                }
+            }
+            let statics = if is_static { Some(StaticInputScales::new(s13, s2)?) } else { None };
+            Fp8ChannelExperts::new(per, scheme.activations(), statics).map_err(|e| match e {
+                Error::InvalidProblem(m) => bad(prefix, m),
+                e => e,
+            })
+        };
+        read().map_err(self.located(prefix))
     }
 }

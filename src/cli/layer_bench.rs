@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use moe_gemm::layer::{GateUp, LayerWeights};
+use moe_gemm::layer::{GateUp, LayerWeights, WeightFormat};
 use moe_gemm::random::fill_device;
 use moe_gemm::{
     Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, MatrixView, MatrixViewMut, MoeLayer,
@@ -228,11 +228,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             room = room.iter().filter(|&b| b != Backend::Batched).collect();
         }
         let mut opts = MoeLayerOptions::new(max_t, k).backends(room);
-        if let Some(dir) = args.tuned.as_ref().filter(|_| ep == 1) {
-            opts = configs::with_tuned_file(opts, room, dir, info, m.name, e, i)?;
-        } else {
-            opts = configs::with_shipped_table(opts, room, info, m.name, e, i, ep);
-        }
+        opts = configs::with_table(opts, room, args, info, WeightFormat::Dense, m.name, e, i)?;
         let map: Vec<i32> = (0..e).map(|g| if g % ep == 0 { (g / ep) as i32 } else { -1 }).collect();
         let mut layer = if ep > 1 {
             MoeLayer::with_expert_map(stream, weights, opts, &map)?
@@ -240,6 +236,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             MoeLayer::new(stream, weights, opts)?
         };
         layer.set_fused_tile(fused_tile);
+        println!("{} (bf16): {}", m.name, layer.auto_source());
         // The quantised layer over experts of the same shape, where H and I allow it.
         let skip8 = quant.and_then(|d| quant_skip_reason(d, h, i));
         if let Some(why) = &skip8 {
@@ -256,7 +253,10 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 .filter(|&b| b != Backend::Auto && !(ep > 1 && b == Backend::Batched))
                 .collect::<Backends>()
                 .union(if ep > 1 { Backends::of(Backend::Grouped) } else { auto8 });
-            let opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
+            let mut opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
+            if qd == LayerDtype::Fp8 {
+                opts8 = configs::with_table(opts8, room8, args, info, WeightFormat::Fp8Block, m.name, e, i)?;
+            }
             let map = (ep > 1).then_some(&map[..]);
             Some(match qd {
                 LayerDtype::Mxfp4 => {
@@ -270,6 +270,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         } else {
             None
         };
+        if let Some(l8) = &layer8 {
+            println!("{} ({}): {}", m.name, qd.name(), l8.auto_source());
+        }
         let mut scratch = MoeScratch::for_layers(stream, [&layer])?;
         let mut scratch8 = layer8.as_ref().map(|l| l.scratch(stream)).transpose()?;
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-use moe_gemm::layer::{Fp8ChannelExpertWeights, GateUp, LayerShape, LayerWeights};
+use moe_gemm::layer::{AutoSource, Fp8ChannelExpertWeights, GateUp, LayerShape, LayerWeights};
 use moe_gemm::quant::{
     scale_blocks, ActivationScales, Fp8BlockWeights, Fp8ChannelWeights, Mxfp4, Ue8m0, F8E4M3, MX_BLOCK, SCALE_BLOCK,
 };
@@ -198,6 +198,13 @@ impl QuantLayer {
             QuantLayer::Fp8(l) => l.passes(tokens),
             QuantLayer::Mx(l) => l.passes(tokens),
             QuantLayer::Channel(l) => l.passes(tokens),
+        }
+    }
+    pub(super) fn auto_source(&self) -> AutoSource {
+        match self {
+            QuantLayer::Fp8(l) => l.auto_source(),
+            QuantLayer::Mx(l) => l.auto_source(),
+            QuantLayer::Channel(l) => l.auto_source(),
         }
     }
     pub(super) fn scratch(&self, stream: &Arc<CudaStream>) -> Result<MoeScratch<bf16>> {

@@ -131,12 +131,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             inter: m.inter,
             gated: true,
         };
-        // What MoeLayer::new takes on that GPU (16-bit weights only; a chosen backend set keeps its own).
+        // What MoeLayer::new takes on that GPU (a chosen backend set keeps the table's buckets of its backends).
         let tuned = args
             .gpu_name
             .as_deref()
-            .filter(|_| format == WeightFormat::Dense)
-            .and_then(|g| TunedBackends::shipped(g, m.experts, m.inter))
+            .and_then(|g| TunedBackends::shipped(g, format, m.experts, m.inter))
             .and_then(|t| backends.map_or(Some(t), |set| t.restricted_to(set)));
         let sizing = match args.compute_capability {
             Some(cc) => {
@@ -178,9 +177,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 tuned,
             )?,
         };
-        match (&args.gpu_name, &tuned) {
-            (Some(g), Some(_)) => println!("{}: Auto from the table shipped for {g} (configs/h200)", m.name),
-            (Some(g), None) => println!("{}: no shipped table for {g}: Auto from the cost model", m.name),
+        match (&args.gpu_name, tuned.and_then(|t| t.shipped_file())) {
+            (Some(g), Some(file)) => println!("{}: Auto from the table shipped for {g}: {file}", m.name),
+            (Some(g), None) => {
+                println!("{}: no table shipped for {g} and {format} weights: Auto from the cost model", m.name)
+            }
             (None, _) => {}
         }
         // Every layer of a model has the same shape: the shared scratch is one layer's need, whatever the count.

@@ -2,7 +2,8 @@
 //! tile of `--fused-tiles`, under uniform, balanced and zipf-skewed routing, and writes per token bucket the
 //! backend (and Fused tile) whose worst ratio to the fastest is the least, with the best Fused tile beside it,
 //! as a tuned file (`E=..,N=..,device_name=..,dtype=bf16.json`), which `TunedBackends::read` and
-//! `MoeLayerOptions::tuned` give back to `Auto`. It is `bench --layer --write-configs` over the buckets asked
+//! `MoeLayerOptions::tuned` give back to `Auto`. With `--dtype fp8` the same run also times the layer over
+//! block-FP8 experts on its backends and writes its table too (`dtype=fp8_w8a8,block_shape=[128, 128]`). It is `bench --layer --write-configs` over the buckets asked
 //! for, with every backend that can serve a batch (Eager synchronises: not one) and no PyTorch peer, so the
 //! tuner and the benchmark measure the same way.
 
@@ -36,6 +37,9 @@ pub struct TuneArgs {
     /// forced on the H200 it led the others by at most 0.8%, benches/results/h200-2026-12-02-swapab-merged/tiles.txt).
     #[arg(long, value_delimiter = ',', default_value = "decode-16,decode-merged,64x128x64,128x256x64")]
     pub fused_tiles: Vec<String>,
+    /// `bf16`: the 16-bit layer's table; `fp8`: the block-FP8 layer's too, from the same run.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
 }
 
 /// The bench arguments `tune` runs with, parsed by the bench's own parser so both share every default.
@@ -54,6 +58,12 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
         return Err(Error::InvalidProblem(format!(
             "--tokens {:?}: token buckets are batch sizes of at least 1",
             t.tokens
+        )));
+    }
+    if !matches!(t.dtype.as_str(), "bf16" | "fp8") {
+        return Err(Error::InvalidProblem(format!(
+            "--dtype {}: tables are tuned for bf16 and block-FP8 (fp8) layers",
+            t.dtype
         )));
     }
     let tokens = t.tokens.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
@@ -76,6 +86,8 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
         t.out.to_string_lossy().into_owned(),
         "--fused-tile".into(),
         t.fused_tiles.join(","),
+        "--dtype".into(),
+        t.dtype.clone(),
     ];
     AsBench::try_parse_from(argv).map(|a| a.bench).map_err(|e| Error::InvalidProblem(format!("tune: {e}")))
 }
@@ -97,6 +109,7 @@ mod tests {
             reps: 7,
             routing: vec!["uniform".into(), "zipf".into()],
             fused_tiles: vec!["decode-16".into(), "64x128x64".into()],
+            dtype: "fp8".into(),
         };
         let b = bench_args(&t).unwrap();
         assert!(b.layer && !b.suite);
@@ -105,5 +118,8 @@ mod tests {
         assert_eq!((b.peer.as_str(), b.write_configs), ("none", Some(PathBuf::from("out/tuned"))));
         assert_eq!(b.routing, ["uniform", "zipf"]);
         assert_eq!(b.fused_tile, ["decode-16", "64x128x64"]);
+        assert!(matches!(b.dtype, super::super::args::BenchDtype::Fp8));
+        let mxfp4 = TuneArgs { dtype: "mxfp4".into(), ..t };
+        assert!(bench_args(&mxfp4).unwrap_err().to_string().contains("--dtype mxfp4"));
     }
 }

@@ -117,15 +117,7 @@ impl PackedFp8Experts {
         activation_quant(self.act_eps, self.scale_format())
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
+    getters!(experts: usize, hidden: usize, inter: usize);
     pub fn block(&self) -> BlockShape {
         self.block
     }

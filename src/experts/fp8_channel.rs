@@ -148,12 +148,7 @@ impl Fp8ChannelExperts {
     pub fn experts(&self) -> usize {
         self.w13.len()
     }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
+    getters!(hidden: usize, inter: usize);
     /// Per expert, `[2I, H]` with one scale per row.
     pub fn w13(&self) -> &[BlockFp8] {
         &self.w13

@@ -22,15 +22,7 @@ pub struct GptOssMxfp4Experts {
 }
 
 impl GptOssMxfp4Experts {
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
+    getters!(experts: usize, hidden: usize, inter: usize);
     /// `[E · 2I, H]`, expert `e`'s rows at `e · 2I ..`, even rows gate, odd rows up.
     pub fn gate_up(&self) -> &Mxfp4 {
         &self.gate_up

@@ -1,7 +1,9 @@
 //! What every grouped GEMM launch and the grouped quantisers share: the group arrays a launch reads, and their
 //! checks. Plain descriptors of device buffers and extents; the callers build them from their own types.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, SyncOnDrop};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, SyncOnDrop};
+use float8::F8E4M3;
+use half::bf16;
 
 use super::sys;
 use super::{need_len, to_i32, to_i64};
@@ -125,3 +127,83 @@ impl<'a> GroupArrays<'a> {
 
 /// The stream-ordering guards of a launch's offsets and counts.
 pub(crate) type GroupGuards<'s> = (Option<SyncOnDrop<'s>>, Option<SyncOnDrop<'s>>);
+
+/// The buffers of one scaled FP8 grouped GEMM (blockwise or rowwise): e4m3 A and B and their f32 dequantisation
+/// multipliers, in the grids of the family's docs.
+pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
+    pub a: &'a A,
+    pub sa: &'a SA,
+    pub b: &'a B,
+    pub sb: &'a SB,
+}
+
+impl<A, SA, B, SB> ScaledOperands<'_, A, SA, B, SB>
+where
+    A: DevicePtr<F8E4M3>,
+    SA: DevicePtr<f32>,
+    B: DevicePtr<F8E4M3>,
+    SB: DevicePtr<f32>,
+{
+    /// A holds `max_rows x K`, B `G x N x K`, D `max_rows x N`, the scales what the family's grid needs
+    /// (`(elements, what)` each).
+    pub(crate) fn check_lens<C>(
+        &self,
+        plan: &GemmPlan<C>,
+        sa: (usize, &str),
+        sb: (usize, &str),
+        d: usize,
+    ) -> Result<()> {
+        let (g, n, k, rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
+        need_len("a", self.a.len(), rows * k, "max_rows x K")?;
+        need_len("sa", self.sa.len(), sa.0, sa.1)?;
+        need_len("b", self.b.len(), g * n * k, "G x N x K")?;
+        need_len("sb", self.sb.len(), sb.0, sb.1)?;
+        need_len("d", d, rows * n, "max_rows x N")
+    }
+
+    /// The device addresses of the launch's buffers on `stream`, each with the guard that makes `stream` wait
+    /// for its earlier writers and records this use: keep the result alive until the C++ call has returned.
+    pub(crate) fn bind<'s>(
+        &'s self,
+        stream: &'s CudaStream,
+        arrays: GroupArrays<'s>,
+        d: &'s mut impl DevicePtrMut<bf16>,
+        workspace: &'s mut CudaSlice<u8>,
+        status: &'s mut impl DevicePtrMut<u32>,
+    ) -> ScaledPtrs<'s> {
+        let (a, ga) = self.a.device_ptr(stream);
+        let (sa, gsa) = self.sa.device_ptr(stream);
+        let (b, gb) = self.b.device_ptr(stream);
+        let (sb, gsb) = self.sb.device_ptr(stream);
+        let ((offsets, counts), groups) = arrays.device_ptrs(stream);
+        let (d, gd) = d.device_ptr_mut(stream);
+        let (workspace, gw) = workspace.device_ptr_mut(stream);
+        let (status, gs) = status.device_ptr_mut(stream);
+        ScaledPtrs {
+            a,
+            sa,
+            b,
+            sb,
+            d,
+            offsets,
+            counts,
+            workspace,
+            status,
+            _guards: ([ga, gsa, gb, gsb, gd, gw, gs], groups),
+        }
+    }
+}
+
+/// The device addresses of a scaled grouped GEMM's buffers ([`ScaledOperands::bind`]) and their guards.
+pub(crate) struct ScaledPtrs<'s> {
+    pub a: u64,
+    pub sa: u64,
+    pub b: u64,
+    pub sb: u64,
+    pub d: u64,
+    pub offsets: u64,
+    pub counts: u64,
+    pub workspace: u64,
+    pub status: u64,
+    _guards: ([SyncOnDrop<'s>; 7], GroupGuards<'s>),
+}

@@ -222,29 +222,19 @@ impl Fp8ExpertWeights {
     pub fn activation_quant(&self) -> GroupQuant {
         self.quant
     }
-    /// Routed experts (the tensors hold [`Self::groups`]).
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    /// The shared expert's groups after the routed experts (0 without one).
-    pub fn shared_groups(&self) -> usize {
-        self.shared_groups
-    }
+    getters!(
+        /// Routed experts (the tensors hold [`Self::groups`]).
+        experts: usize,
+        /// The shared expert's groups after the routed experts (0 without one).
+        shared_groups: usize,
+        hidden: usize,
+        inter: usize,
+        gate_up: GateUp,
+        activation: Activation,
+    );
     /// Experts in every tensor: routed and shared groups.
     pub fn groups(&self) -> usize {
         self.experts + self.shared_groups
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn gate_up(&self) -> GateUp {
-        self.gate_up
-    }
-    pub fn activation(&self) -> Activation {
-        self.activation
     }
     /// Gives the device buffers back, `(w13, w2, b13, b2)` (see [`ExpertWeights::into_device`](super::ExpertWeights::into_device)).
     #[allow(clippy::type_complexity)]
@@ -292,19 +282,8 @@ pub(super) fn same(s: &mut CudaSlice<bf16>) -> &mut CudaSlice<bf16> {
 
 impl Sealed<bf16> for Fp8ExpertWeights {
     fn common(&self) -> Common<'_> {
-        Common {
-            format: WeightFormat::Fp8Block,
-            experts: self.experts,
-            shared_groups: self.shared_groups,
-            hidden: self.hidden,
-            inter: self.inter,
-            gate_up: self.gate_up,
-            activation: self.activation,
-            b13: self.b13.as_ref(),
-            b2: self.b2.as_ref(),
-            device: self.device(),
-            bytes: self.bytes(),
-        }
+        weights_common!(self, WeightFormat::Fp8Block, shared_groups: self.shared_groups, gate_up: self.gate_up,
+            b13: self.b13.as_ref(), b2: self.b2.as_ref())
     }
     fn parts(&self) -> Parts<'_, bf16> {
         Parts::Fp8(self, IsBf16(same))

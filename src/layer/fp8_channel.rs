@@ -156,18 +156,7 @@ impl Fp8ChannelExpertWeights {
         check_channel_shape(hidden, inter)
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn activation(&self) -> Activation {
-        self.activation
-    }
+    getters!(experts: usize, hidden: usize, inter: usize, activation: Activation);
     /// How the checkpoint scales the activations (per token at run time, or static per tensor).
     pub fn activation_scales(&self) -> ActivationScales {
         self.declared
@@ -217,19 +206,7 @@ pub(crate) fn check_channel_shape(hidden: usize, inter: usize) -> Result<()> {
 
 impl Sealed<bf16> for Fp8ChannelExpertWeights {
     fn common(&self) -> Common<'_> {
-        Common {
-            format: WeightFormat::Fp8Channel,
-            experts: self.experts,
-            shared_groups: 0,
-            hidden: self.hidden,
-            inter: self.inter,
-            gate_up: GateUp::Concatenated,
-            activation: self.activation,
-            b13: None,
-            b2: None,
-            device: self.device(),
-            bytes: self.bytes(),
-        }
+        weights_common!(self, WeightFormat::Fp8Channel)
     }
     fn parts(&self) -> Parts<'_, bf16> {
         Parts::Fp8Channel(self, IsBf16(same))

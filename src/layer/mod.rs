@@ -57,6 +57,30 @@
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
 //! graph, many layers back to back.
 
+/// The [`weights::sealed::Common`] facts of a weights type whose fields are named as [`ExpertWeights`]'s (`experts`,
+/// `hidden`, `inter`, `activation`, `device()`, `bytes()`), with its `format`; the other facts (no shared groups,
+/// concatenated gate/up, no biases unless given) as `field: value` overrides.
+macro_rules! weights_common {
+    ($w:expr, $format:expr $(, $field:ident: $value:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut c = Common {
+            format: $format,
+            experts: $w.experts,
+            shared_groups: 0,
+            hidden: $w.hidden,
+            inter: $w.inter,
+            gate_up: GateUp::Concatenated,
+            activation: $w.activation,
+            b13: None,
+            b2: None,
+            device: $w.device(),
+            bytes: $w.bytes(),
+        };
+        $(c.$field = $value;)*
+        c
+    }};
+}
+
 mod arch;
 mod fp8;
 mod fp8_channel;
@@ -65,6 +89,7 @@ mod mx;
 mod needs;
 mod passes;
 mod pick;
+pub use pick::AutoSource;
 mod plans;
 
 use passes::{same_device, view_addr_mut, PassIo};
@@ -120,9 +145,9 @@ pub struct MoeLayerOptions {
     pub fused_tile: Option<FusedTile>,
     /// `Auto`'s measured choice per token bucket ([`TunedBackends`]; `None`: the cost model alone).
     pub tuned: Option<TunedBackends>,
-    /// Where `tuned` is `None`, take the table this crate ships for the layer's `E`, `N` and GPU
-    /// ([`TunedBackends::shipped`], 16-bit weights only; with `backends` given, its buckets of those backends
-    /// only); `false` keeps the cost model alone.
+    /// Where `tuned` is `None`, take the table this crate ships for the layer's `E`, `N`, weight format and GPU
+    /// ([`TunedBackends::shipped`]: 16-bit and block-FP8 weights; with `backends` given, its buckets of those
+    /// backends only); `false` keeps the cost model alone.
     pub shipped_tuning: bool,
 }
 
@@ -162,7 +187,8 @@ impl MoeLayerOptions {
     }
     /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
     /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
-    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size.
+    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size, its
+    /// format the weights' ([`TunedBackends::format`]).
     pub fn tuned(mut self, tuned: TunedBackends) -> Self {
         self.tuned = Some(tuned);
         self
@@ -182,10 +208,11 @@ pub fn auto_backend(experts: usize, top_k: usize, hidden: usize, inter: usize, t
 
 /// `Auto`'s choice over block-FP8 experts (see [`MoeLayer::backend_for`]): Batched (the FP8 decode kernels) or
 /// Grouped, by costs fitted to the H200 under uniform routing (`moe-gemm bench --layer --dtype fp8`,
-/// benches/results/h200-2026-12-01-fp8-layer): Batched streams one expert's e4m3 weights per (token, slot) row at about
-/// 2.98 TB/s plus 16 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B at T = 1 fit within 3%); Grouped streams
-/// each active expert once at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation,
-/// activation and combine. A pure function, so the policy can be checked without a GPU.
+/// benches/results/h200-2026-12-06-fp8-decode-grid-order, T = 1 to 16): Batched streams each active expert's e4m3
+/// weights once and half of them again for every further row that repeats an expert, at about 3.3 TB/s plus
+/// 18 µs (DeepSeek-V3, Qwen3-235B, Mixtral and Qwen3-30B fit within 9%); Grouped streams each active expert once
+/// at the dense layout path's 3.3 / 4.16 TB/s plus about 44 µs of layout, quantisation, activation and combine. A
+/// pure function, so the policy can be checked without a GPU.
 pub fn auto_backend_fp8(experts: usize, top_k: usize, hidden: usize, inter: usize, tokens: usize) -> Backend {
     pick::fp8_cost_pick(Backends::FP8_AUTO, (experts, top_k, hidden, inter), tokens)
 }
@@ -272,21 +299,10 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             inter: c.inter,
             gated: c.activation.gated(),
         };
-        let shipped = (options.tuned.is_none() && options.shipped_tuning && c.format == WeightFormat::Dense)
-            .then(|| TunedBackends::shipped(&device.name, shape.global_experts, shape.inter))
+        let shipped = (options.tuned.is_none() && options.shipped_tuning)
+            .then(|| TunedBackends::shipped(&device.name, c.format, shape.global_experts, shape.inter))
             .flatten()
             .and_then(|t| options.backends.map_or(Some(t), |set| t.restricted_to(set)));
-        if let Some(t) = &options.tuned {
-            if t.shape() != (shape.global_experts, shape.inter) {
-                return Err(Error::InvalidProblem(format!(
-                    "tuned backends for E = {}, N = {}: this layer has E = {} experts (global), I = {}",
-                    t.shape().0,
-                    t.shape().1,
-                    shape.global_experts,
-                    shape.inter
-                )));
-            }
-        }
         let sizing = LayerSizing::for_device(
             &device,
             shape,
@@ -407,6 +423,12 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// this layer's shape and GPU ([`TunedBackends::shipped`]). `None`: the cost model alone.
     pub fn tuned(&self) -> Option<&TunedBackends> {
         self.sizing.tuned.as_ref()
+    }
+
+    /// Where `Auto`'s choices come from on this layer: the table given or shipped, the cost model, or Grouped
+    /// alone (its `Display` is a line for a server's log).
+    pub fn auto_source(&self) -> AutoSource {
+        self.sizing.auto_source()
     }
 
     /// The backend a pass of `tokens` tokens runs. `Auto` takes the nearest bucket of its tuned table

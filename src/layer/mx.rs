@@ -174,15 +174,7 @@ impl Mxfp4ExpertWeights {
         check_mx_shape(hidden, inter)
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
+    getters!(experts: usize, hidden: usize, inter: usize);
     /// `w13` on the device: `[E, 2I, K1]`.
     pub fn w13(&self) -> &Mxfp4Weights {
         &self.w13
@@ -206,19 +198,7 @@ impl Mxfp4ExpertWeights {
 
 impl Sealed<bf16> for Mxfp4ExpertWeights {
     fn common(&self) -> Common<'_> {
-        Common {
-            format: WeightFormat::Mxfp4,
-            experts: self.experts,
-            shared_groups: 0,
-            hidden: self.hidden,
-            inter: self.inter,
-            gate_up: self.gate_up,
-            activation: self.activation,
-            b13: self.b13.as_ref(),
-            b2: self.b2.as_ref(),
-            device: self.device(),
-            bytes: self.bytes(),
-        }
+        weights_common!(self, WeightFormat::Mxfp4, gate_up: self.gate_up, b13: self.b13.as_ref(), b2: self.b2.as_ref())
     }
     fn parts(&self) -> Parts<'_, bf16> {
         Parts::Mx(self, IsBf16(same))

@@ -6,6 +6,7 @@ use crate::tuning::TunedBackends;
 
 use super::arch::LayerGemm;
 use super::shape::LayerShape;
+use super::sizing::LayerSizing;
 use super::weights::WeightFormat;
 use crate::backend::{Backend, Backends, BATCHED_MAX_ROWS};
 
@@ -48,6 +49,49 @@ pub(crate) fn auto_pick(
     }
 }
 
+/// Where a layer's `Auto` takes its choices from ([`MoeLayer::auto_source`](super::MoeLayer::auto_source)).
+/// `Display` writes a line for a server's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoSource {
+    /// A tuned table the caller gave ([`MoeLayerOptions::tuned`](super::MoeLayerOptions::tuned)).
+    GivenTable,
+    /// The table this crate ships for the layer's shape, weight format and GPU: its file under `configs/`.
+    ShippedTable(&'static str),
+    /// The cost model fitted to the H200 suite: no table for this GPU, shape and format (or the plan asked for
+    /// the cost model alone).
+    CostModel,
+    /// Grouped, or the nearest planned backend: under expert parallelism, over weights whose only backends are
+    /// the layout ones (MXFP4, per-channel FP8), or on an arch no cost model was measured on (SM100).
+    GroupedOnly,
+}
+
+impl std::fmt::Display for AutoSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AutoSource::GivenTable => f.write_str("Auto from the tuned table given"),
+            AutoSource::ShippedTable(file) => write!(f, "Auto from the shipped table {file}"),
+            AutoSource::CostModel => {
+                f.write_str("Auto from the cost model (no table shipped for this GPU, shape and weight format)")
+            }
+            AutoSource::GroupedOnly => {
+                f.write_str("Auto runs Grouped (no cost model for this layer's weights, arch or expert map)")
+            }
+        }
+    }
+}
+
+/// Where `Auto` takes its choices from for a layer so sized, in the order [`auto_pick`] consults them.
+pub(crate) fn auto_source(sizing: &LayerSizing) -> AutoSource {
+    if sizing.expert_parallel {
+        return AutoSource::GroupedOnly;
+    }
+    match &sizing.tuned {
+        Some(t) => t.shipped_file().map_or(AutoSource::GivenTable, AutoSource::ShippedTable),
+        None if sizing.gemm.auto_cost_model_fits() => AutoSource::CostModel,
+        None => AutoSource::GroupedOnly,
+    }
+}
+
 /// The layout backends in the order Auto substitutes them when the one it prefers has no room: the other
 /// persistent-tile backend first, then the padded layouts.
 const FUSED_FIRST: [Backend; 4] = [Backend::Fused, Backend::Grouped, Backend::Contiguous, Backend::Masked];
@@ -80,16 +124,21 @@ fn layout_bandwidth(active: f64) -> f64 {
 }
 
 /// The cost model's constants for one weight format: bytes per weight, Batched's streaming rate and fixed cost,
-/// the layout backends' fixed cost (their rate is [`layout_bandwidth`]).
+/// the share of a repeated expert's bytes Batched reads again (1: every (token, slot) row streams its expert; the
+/// FP8 decode kernels run a tile's rows side by side, so a row whose expert another row has read finds about half
+/// of it in L2), the layout backends' fixed cost (their rate is [`layout_bandwidth`]).
 struct Costs {
     weight_bytes: f64,
     batched_bw: f64,
     batched_us: f64,
+    repeat_share: f64,
     layout_us: f64,
 }
 
-const DENSE_COSTS: Costs = Costs { weight_bytes: 2.0, batched_bw: 4.05e12, batched_us: 12.0, layout_us: 50.0 };
-const FP8_COSTS: Costs = Costs { weight_bytes: 1.0, batched_bw: 2.98e12, batched_us: 16.0, layout_us: 44.0 };
+const DENSE_COSTS: Costs =
+    Costs { weight_bytes: 2.0, batched_bw: 4.05e12, batched_us: 12.0, repeat_share: 1.0, layout_us: 50.0 };
+const FP8_COSTS: Costs =
+    Costs { weight_bytes: 1.0, batched_bw: 3.3e12, batched_us: 18.0, repeat_share: 0.5, layout_us: 44.0 };
 
 /// Whether `set` holds Batched, the batch fits it, and it streams cheaper than the layout backends; with the
 /// batch's (token, slot) rows and active experts.
@@ -98,7 +147,8 @@ fn batched_wins(c: &Costs, set: Backends, s: (usize, usize, usize, usize), token
     let rows = (tokens * top_k) as f64;
     let active = active_experts(experts, top_k, tokens);
     let expert_bytes = 3.0 * (hidden * inter) as f64 * c.weight_bytes;
-    let batched_us = rows * expert_bytes / c.batched_bw * 1e6 + c.batched_us;
+    let streamed = active + c.repeat_share * (rows - active).max(0.0);
+    let batched_us = streamed * expert_bytes / c.batched_bw * 1e6 + c.batched_us;
     let layout_us = active * expert_bytes / layout_bandwidth(active) * 1e6 + c.layout_us;
     let wins = set.contains(Backend::Batched) && tokens * top_k <= BATCHED_MAX_ROWS && batched_us <= layout_us;
     (wins, rows, active)

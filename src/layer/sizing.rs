@@ -260,6 +260,11 @@ impl LayerSizing {
         Self::build(shape, dtype, format, opts)
     }
 
+    /// Where `Auto`'s choices come from on a layer so sized ([`MoeLayer::auto_source`](super::MoeLayer::auto_source)).
+    pub fn auto_source(&self) -> super::AutoSource {
+        super::pick::auto_source(self)
+    }
+
     fn build(shape: LayerShape, dtype: DType, format: WeightFormat, o: SizingOptions) -> Result<Self> {
         let SizingOptions {
             max_tokens,
@@ -291,6 +296,23 @@ impl LayerSizing {
                 "top_k = {} and local experts = {} must not exceed the router's experts = {}",
                 s.top_k, s.experts, s.global_experts
             ));
+        }
+        if let Some(t) = &tuned {
+            if t.format() != format {
+                return bad(format!(
+                    "tuned backends measured over {} experts: this layer's experts are {format}",
+                    t.format()
+                ));
+            }
+            if t.shape() != (s.global_experts, s.inter) {
+                return bad(format!(
+                    "tuned backends for E = {}, N = {}: this layer has E = {} experts (global), I = {}",
+                    t.shape().0,
+                    t.shape().1,
+                    s.global_experts,
+                    s.inter
+                ));
+            }
         }
         let max_m = max_m.unwrap_or(max_tokens.min(256));
         if max_m == 0 {

@@ -149,29 +149,19 @@ impl<T: Element> ExpertWeights<T> {
         (self.w13, self.w2, self.b13, self.b2)
     }
 
-    /// Routed experts (without the shared-expert groups).
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
-    pub fn shared_groups(&self) -> usize {
-        self.shared_groups
-    }
+    getters!(
+        /// Routed experts (without the shared-expert groups).
+        experts: usize,
+        /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
+        shared_groups: usize,
+        hidden: usize,
+        inter: usize,
+        gate_up: GateUp,
+        activation: Activation,
+    );
     /// Experts every tensor holds: the routed ones and the shared groups.
     pub(crate) fn groups(&self) -> usize {
         self.experts + self.shared_groups
-    }
-    pub fn hidden(&self) -> usize {
-        self.hidden
-    }
-    pub fn inter(&self) -> usize {
-        self.inter
-    }
-    pub fn gate_up(&self) -> GateUp {
-        self.gate_up
-    }
-    pub fn activation(&self) -> Activation {
-        self.activation
     }
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {
@@ -222,55 +212,7 @@ fn upload_parts<'a, T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
     Ok(d)
 }
 
-/// How a layer's expert weights are stored, and so which GEMMs multiply them. More may come (FP4, MXFP8):
-/// match with a wildcard arm.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WeightFormat {
-    /// In the layer's element type (bf16 or f16): [`ExpertWeights`], the bf16/f16 grouped and fused GEMMs.
-    Dense,
-    /// e4m3 with one f32 scale per 128 × 128 block (DeepSeek-V3's recipe), the activations quantised per token
-    /// per 128 columns on the device before each GEMM: [`Fp8ExpertWeights`](super::Fp8ExpertWeights), the FP8
-    /// blockwise grouped GEMM of the device's arch (SM90 or SM100), or the FP8 decode kernels. Runs the Batched,
-    /// Grouped, Contiguous, Masked and (SM90 only) Fused backends (`Auto`: Batched or Grouped; Grouped on SM100).
-    Fp8Block,
-    /// e2m1 with one UE8M0 scale per 32 (gpt-oss's MXFP4), the activations quantised to MXFP8 on the device
-    /// before each GEMM: [`Mxfp4ExpertWeights`](super::Mxfp4ExpertWeights), the block-scaled grouped GEMM of the
-    /// device's arch (SM100 CUTLASS, or the portable kernel). Runs Grouped, Contiguous and Masked (`Auto`:
-    /// Grouped).
-    Mxfp4,
-    /// e4m3 with one f32 scale per output channel (a per-tensor scale repeated over its rows), the activations
-    /// quantised per token (at run time, or by the checkpoint's static `input_scale`): [`Fp8ChannelExpertWeights`](super::Fp8ChannelExpertWeights),
-    /// the SM90 FP8 rowwise grouped GEMM. Runs Grouped, Contiguous and Masked (`Auto`: Grouped).
-    Fp8Channel,
-}
-
-impl WeightFormat {
-    pub const fn name(self) -> &'static str {
-        match self {
-            WeightFormat::Dense => "dense",
-            WeightFormat::Fp8Block => "fp8 block 128x128",
-            WeightFormat::Mxfp4 => "mxfp4 (e2m1, ue8m0 per 32)",
-            WeightFormat::Fp8Channel => "fp8 per channel (per-token activations)",
-        }
-    }
-
-    /// The backends a layer over weights of this format runs (on an arch that has their kernels).
-    pub const fn backends(self) -> super::Backends {
-        match self {
-            WeightFormat::Dense => super::Backends::ALL,
-            WeightFormat::Fp8Block => super::Backends::FP8,
-            WeightFormat::Mxfp4 => super::Backends::MX,
-            WeightFormat::Fp8Channel => super::Backends::FP8_CHANNEL,
-        }
-    }
-}
-
-impl std::fmt::Display for WeightFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+pub use crate::backend::WeightFormat;
 
 /// Expert weights a [`MoeLayer`](super::MoeLayer) computes with, for activations of element type `T`:
 /// [`ExpertWeights<T>`] (dense, any element type), [`Fp8ExpertWeights`](super::Fp8ExpertWeights) (block FP8,
@@ -376,19 +318,8 @@ pub(super) mod sealed {
 
     impl<T: Element> Sealed<T> for ExpertWeights<T> {
         fn common(&self) -> Common<'_> {
-            Common {
-                format: WeightFormat::Dense,
-                experts: self.experts,
-                shared_groups: self.shared_groups,
-                hidden: self.hidden,
-                inter: self.inter,
-                gate_up: self.gate_up,
-                activation: self.activation,
-                b13: self.b13.as_ref(),
-                b2: self.b2.as_ref(),
-                device: self.device(),
-                bytes: self.bytes(),
-            }
+            weights_common!(self, WeightFormat::Dense, shared_groups: self.shared_groups, gate_up: self.gate_up,
+                b13: self.b13.as_ref(), b2: self.b2.as_ref())
         }
         fn parts(&self) -> Parts<'_, T> {
             Parts::Dense(self)

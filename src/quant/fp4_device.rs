@@ -288,15 +288,7 @@ impl Nvfp4Weights {
         })
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(experts: usize, n: usize, k: usize);
     /// The packed e2m1 bytes, `[G, N, K / 2]`.
     pub fn q(&self) -> &CudaSlice<u8> {
         &self.q

@@ -199,15 +199,7 @@ impl Mxfp8Weights {
         Ok(Mxfp8Weights { q: stream.clone_htod(&q)?, sf: stream.clone_htod(&sf)?, experts: experts.len(), n, k })
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(experts: usize, n: usize, k: usize);
     pub fn q(&self) -> &CudaSlice<F8E4M3> {
         &self.q
     }
@@ -257,16 +249,12 @@ impl Mxfp4Weights {
         Ok(Mxfp4Weights { q, sf, experts: experts.len(), n, k, logical_k })
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    /// The stored (GEMM) K.
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(
+        experts: usize,
+        n: usize,
+        /// The stored (GEMM) K.
+        k: usize,
+    );
     /// The model's K: columns past it are the zero pad.
     pub fn logical_k(&self) -> usize {
         self.logical_k

@@ -224,15 +224,7 @@ impl Fp8BlockWeights {
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(experts: usize, n: usize, k: usize);
     /// One expert's scale grid: `(ceil(N/128), ceil(K/128))`.
     pub fn scale_grid(&self) -> (usize, usize) {
         (scale_blocks(self.n), scale_blocks(self.k))

@@ -306,15 +306,7 @@ impl Fp8ChannelWeights {
         Self::new(stream.clone_htod(&q)?, stream.clone_htod(&s)?, experts.len(), n, k)
     }
 
-    pub fn experts(&self) -> usize {
-        self.experts
-    }
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(experts: usize, n: usize, k: usize);
     pub fn q(&self) -> CudaView<'_, F8E4M3> {
         self.q.as_view()
     }

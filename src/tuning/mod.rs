@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
-use crate::backend::{Backend, Backends};
+use crate::backend::{Backend, Backends, WeightFormat};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedTile;
 
@@ -87,6 +87,54 @@ impl ConfigName {
             return Err(bad(file, &format!("unknown field {k:?}")));
         }
         Ok(name)
+    }
+}
+
+impl ConfigName {
+    /// The name of this crate's table for layers of `experts` experts of intermediate size `inter` over weights
+    /// of `format` on the GPU named `device_name`, as vLLM names its configs of the same kernels: `dtype=bf16`
+    /// for 16-bit experts, `dtype=fp8_w8a8,block_shape=[128, 128]` for block-FP8 ones.
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for a format no table is tuned for ([`table_format`]).
+    pub fn for_table(device_name: &str, format: WeightFormat, experts: usize, inter: usize) -> Result<ConfigName> {
+        let (dtype, block_shape) = match format {
+            WeightFormat::Dense => ("bf16", None),
+            WeightFormat::Fp8Block => ("fp8_w8a8", Some([128, 128])),
+            f => return Err(untunable(f)),
+        };
+        Ok(ConfigName {
+            experts,
+            n: inter,
+            device_name: ConfigName::device(device_name),
+            dtype: Some(dtype.into()),
+            block_shape,
+        })
+    }
+}
+
+fn untunable(f: WeightFormat) -> Error {
+    Error::InvalidProblem(format!(
+        "tuned backends over {f} experts: tables are tuned for dense (bf16/f16) and fp8 block 128x128 experts only \
+         (their Auto picks Grouped)"
+    ))
+}
+
+/// The weight format a table of this name was measured over: `dtype` absent (vLLM's bf16 files), `bf16`,
+/// `float16` or `fp16`: [`WeightFormat::Dense`]; `fp8_w8a8` with `block_shape=[128, 128]`:
+/// [`WeightFormat::Fp8Block`].
+///
+/// # Errors
+/// [`Error::InvalidProblem`] naming the name's dtype and block shape, for any other (per-tensor or per-channel
+/// FP8, int8, other blocks: formats whose Auto has one backend).
+pub fn table_format(name: &ConfigName) -> Result<WeightFormat> {
+    match (name.dtype.as_deref(), name.block_shape) {
+        (None | Some("bf16" | "float16" | "fp16"), None) => Ok(WeightFormat::Dense),
+        (Some("fp8_w8a8"), Some([128, 128])) => Ok(WeightFormat::Fp8Block),
+        (d, b) => Err(Error::InvalidProblem(format!(
+            "{name}: dtype {d:?} with block_shape {b:?}: tables are read for bf16 (dtype absent, bf16, float16 or \
+             fp16, no block_shape) and block FP8 (dtype=fp8_w8a8, block_shape=[128, 128])"
+        ))),
     }
 }
 
@@ -173,6 +221,8 @@ pub struct LayerChoice {
     pub backend: Backend,
     /// What the built-in cost model picks there (for comparison).
     pub auto: Backend,
+    /// Block-FP8 experts (the GEMMs are the FP8 blockwise ones, the Fused tile its FP8 kernel's).
+    pub fp8: bool,
     pub experts: usize,
     pub hidden: usize,
     pub inter: usize,
@@ -191,10 +241,20 @@ impl LayerChoice {
         let gemm = |n: usize| match self.backend {
             Backend::Batched => serde_json::json!({"config": "batched-decode", "schedule": "Streaming"}),
             Backend::Fused => {
-                let t = self.fused_tile.unwrap_or_else(|| FusedTile::for_rows(rows, self.experts));
+                let t = self.fused_tile.unwrap_or_else(|| {
+                    if self.fp8 {
+                        FusedTile::for_rows_fp8(rows, self.experts)
+                    } else {
+                        FusedTile::for_rows(rows, self.experts)
+                    }
+                });
                 let (tm, tn, tk) = t.tile();
                 let schedule = if t.has_fp8() { "FusedPersistent" } else { "SwapAbStreaming" };
                 serde_json::json!({"config": t.name(), "schedule": schedule, "tile": [tm, tn, tk], "cluster": [1, 1, 1]})
+            }
+            _ if self.fp8 => {
+                let c = crate::kernels::fp8_blockwise::sm90::Fp8TileConfig::heuristic(self.experts, rows);
+                serde_json::json!({"config": c.name(), "schedule": format!("{:?}", c.schedule())})
             }
             _ => {
                 let c = crate::kernels::TileConfig::heuristic(self.experts, n, rows, self.sm_count);
@@ -233,6 +293,10 @@ impl LayerChoice {
 /// A fixed array (at most [`TunedBackends::MAX_BUCKETS`] buckets), so that the options holding it stay `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunedBackends {
+    /// The weights it was measured over: a table applies to layers of this format only.
+    format: WeightFormat,
+    /// The shipped file it came from ([`TunedBackends::shipped`]); `None`: given by the caller.
+    shipped: Option<&'static str>,
     experts: usize,
     inter: usize,
     len: usize,
@@ -245,7 +309,8 @@ impl TunedBackends {
     /// Most buckets a table holds (vLLM's files have 18).
     pub const MAX_BUCKETS: usize = 32;
 
-    /// A table for layers of `experts` experts of intermediate size `inter` (vLLM's `E` and `N`).
+    /// A table for layers of `experts` experts of intermediate size `inter` (vLLM's `E` and `N`) over 16-bit dense
+    /// weights ([`Self::with_format`] for block-FP8 ones).
     ///
     /// # Errors
     /// [`Error::InvalidProblem`] naming the constraint: no bucket, more than [`Self::MAX_BUCKETS`], a token count
@@ -268,7 +333,45 @@ impl TunedBackends {
         }
         let mut table = [(0, Backend::Grouped); Self::MAX_BUCKETS];
         table[..sorted.len()].copy_from_slice(&sorted);
-        Ok(TunedBackends { experts, inter, len: sorted.len(), buckets: table, tiles: [None; Self::MAX_BUCKETS] })
+        Ok(TunedBackends {
+            format: WeightFormat::Dense,
+            shipped: None,
+            experts,
+            inter,
+            len: sorted.len(),
+            buckets: table,
+            tiles: [None; Self::MAX_BUCKETS],
+        })
+    }
+
+    /// The table as measured over weights of `format` (a layer over other weights refuses it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] for a format no table is tuned for, or a bucket whose backend has no kernels
+    /// over `format` (Eager over block FP8), each named.
+    pub fn with_format(mut self, format: WeightFormat) -> Result<TunedBackends> {
+        if !matches!(format, WeightFormat::Dense | WeightFormat::Fp8Block) {
+            return Err(untunable(format));
+        }
+        if let Some(b) = self.buckets().iter().find(|b| !format.backends().contains(b.1)) {
+            return Err(Error::InvalidProblem(format!(
+                "tuned backends: bucket {}: {} does not run over {format} experts",
+                b.0,
+                b.1.name()
+            )));
+        }
+        self.format = format;
+        Ok(self)
+    }
+
+    /// The weights the table was measured over.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// The shipped file the table came from ([`Self::shipped`]); `None` for a table the caller made or read.
+    pub fn shipped_file(&self) -> Option<&'static str> {
+        self.shipped
     }
 
     /// The table with the Fused tile of some of its buckets: `(token count, tile)`, for 16-bit experts.
@@ -286,11 +389,14 @@ impl TunedBackends {
     }
 
     /// Parses a file's text: a JSON object from token counts to entries holding a `"backend"` name (as
-    /// `bench --layer --write-configs` writes them; other fields are ignored).
+    /// `bench --layer --write-configs` writes them; other fields are ignored). The name's dtype and block shape
+    /// give the weight format ([`table_format`]).
     ///
     /// # Errors
-    /// [`Error::InvalidProblem`] naming the key or value that does not parse; as [`Self::new`].
+    /// [`Error::InvalidProblem`] naming the key or value that does not parse; as [`Self::new`],
+    /// [`table_format`] and [`Self::with_format`].
     pub fn from_json(name: &ConfigName, text: &str) -> Result<TunedBackends> {
+        let format = table_format(name)?;
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| Error::InvalidProblem(format!("{name}: not JSON: {e}")))?;
         let obj = v.as_object().ok_or_else(|| Error::InvalidProblem(format!("{name}: not a JSON object")))?;
@@ -316,7 +422,8 @@ impl TunedBackends {
             })?;
             buckets.push((t, parse_backend(b).map_err(|e| Error::InvalidProblem(format!("{name}: bucket {k}: {e}")))?));
         }
-        TunedBackends::new(name.experts, name.n, &buckets)?.with_fused_tiles(&tiles).map_err(|e| match e {
+        let table = TunedBackends::new(name.experts, name.n, &buckets).and_then(|t| t.with_format(format));
+        table.and_then(|t| t.with_fused_tiles(&tiles)).map_err(|e| match e {
             Error::InvalidProblem(m) => Error::InvalidProblem(format!("{name}: {m}")),
             e => e,
         })
@@ -351,9 +458,11 @@ impl TunedBackends {
             .filter_map(|i| self.tiles[i].map(|t| (self.buckets[i].0, t)))
             .collect();
         (!kept.is_empty()).then(|| {
-            TunedBackends::new(self.experts, self.inter, &kept)
+            let t = TunedBackends::new(self.experts, self.inter, &kept)
+                .and_then(|t| t.with_format(self.format))
                 .and_then(|t| t.with_fused_tiles(&tiles))
-                .expect("a subset of a table")
+                .expect("a subset of a table");
+            TunedBackends { shipped: self.shipped, ..t }
         })
     }
 

@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::dtype::DType;
 use moe_gemm::kernels::fused::FusedTile;
-use moe_gemm::layer::{GateUp, LayerShape};
+use moe_gemm::layer::{GateUp, LayerShape, WeightFormat};
 use moe_gemm::random::{fill_device, topk_ids};
 use moe_gemm::reference::moe_forward;
 use moe_gemm::tuning::TunedBackends;
@@ -327,7 +327,7 @@ fn shipped_table_drives_auto_on_h200() {
     let (ctx, stream) = gpu();
     let (e, k, h, i, max_t) = (128usize, 8usize, 2048usize, 768usize, 256usize);
     let name = DeviceInfo::query(&ctx).unwrap().name;
-    let Some(table) = TunedBackends::shipped(&name, e, i) else {
+    let Some(table) = TunedBackends::shipped(&name, WeightFormat::Dense, e, i) else {
         println!("SKIP: no shipped table for {name}");
         return;
     };

@@ -1,25 +1,32 @@
 //! Tuned files of `bench --layer`: written from a run's measurements (`--write-configs`, `moe-gemm tune`) and
-//! read back for the bf16 layer's Auto (`--tuned`).
+//! read back for the bf16 and block-FP8 layers' Auto (`--tuned`).
 
 use moe_gemm::kernels::fused::FusedTile;
+use moe_gemm::layer::WeightFormat;
 use moe_gemm::tuning::{ConfigFile, ConfigName, LayerChoice, TunedBackends};
 use moe_gemm::{Backend, Backends, DeviceInfo, Error, MoeLayerOptions, Result};
 
 use super::{bf16_auto_us, LayerDtype, Point, Timed};
+use crate::cli::args::BenchArgs;
 
-/// The tuned file's name of a bf16 layer of `experts` experts of width `inter` on this device.
-fn config_name(info: &DeviceInfo, experts: usize, inter: usize) -> ConfigName {
-    ConfigName {
-        experts,
-        n: inter,
-        device_name: ConfigName::device(&info.name),
-        dtype: Some("bf16".into()),
-        block_shape: None,
+/// The tuned file's name of a layer over weights of `format` (16-bit dense or block FP8) of `experts` experts of
+/// width `inter` on this device.
+fn config_name(info: &DeviceInfo, format: WeightFormat, experts: usize, inter: usize) -> Result<ConfigName> {
+    ConfigName::for_table(&info.name, format, experts, inter)
+}
+
+/// The weight format of the layer rows of `dtype` that tuned files are written for (bf16 and block FP8).
+fn table_format(dtype: LayerDtype) -> Option<WeightFormat> {
+    match dtype {
+        LayerDtype::Bf16 => Some(WeightFormat::Dense),
+        LayerDtype::Fp8 => Some(WeightFormat::Fp8Block),
+        LayerDtype::Mxfp4 | LayerDtype::Fp8Channel => None,
     }
 }
 
-/// Per model and token bucket: the fastest backend measured (Auto's pick beside it), the tile configuration of
-/// each GEMM, and the measured median of that backend, in vLLM's file format (dtype=bf16, this device's name).
+/// Per model, weight format and token bucket: the fastest backend measured (Auto's pick beside it), the tile
+/// configuration of each GEMM, and the measured median of that backend, in vLLM's file format (`dtype=bf16`, or
+/// `dtype=fp8_w8a8,block_shape=[128, 128]` for the block-FP8 layer of `--dtype fp8`; this device's name).
 pub(super) fn write_configs(
     dir: &std::path::Path,
     info: &DeviceInfo,
@@ -29,8 +36,19 @@ pub(super) fn write_configs(
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
-    for (pi, p) in points.iter().enumerate().filter(|(_, p)| p.routing == points[0].routing) {
-        let name = config_name(info, p.experts, p.inter);
+    let mut dtypes: Vec<LayerDtype> = Vec::new();
+    for r in results {
+        if table_format(r.dtype).is_some() && !dtypes.contains(&r.dtype) {
+            dtypes.push(r.dtype);
+        }
+    }
+    let first = points.first().map(|p| p.routing);
+    for (dtype, (pi, p)) in dtypes
+        .iter()
+        .flat_map(|&d| points.iter().enumerate().filter(move |(_, p)| Some(p.routing) == first).map(move |x| (d, x)))
+    {
+        let format = table_format(dtype).expect("dtypes with tables only");
+        let name = config_name(info, format, p.experts, p.inter)?;
         // The same shape and batch under every routing of the run: the backend whose worst ratio to the
         // fastest (per routing) is the least, so a skewed batch does not pay for a uniform-only choice.
         let same: Vec<usize> = (0..points.len())
@@ -43,22 +61,25 @@ pub(super) fn write_configs(
         let timed = |(b, tile): (Backend, Option<FusedTile>), j: usize| {
             results
                 .iter()
-                .find(|r| r.point == j && r.dtype == LayerDtype::Bf16 && r.asked == b && r.ran == b && r.tile == tile)
+                .find(|r| r.point == j && r.dtype == dtype && r.asked == b && r.ran == b && r.tile == tile)
                 .and_then(|r| r.times.map(|t| t.0))
         };
         let mut keys: Vec<(Backend, Option<FusedTile>)> = Vec::new();
-        for r in results.iter().filter(|r| r.point == pi && r.dtype == LayerDtype::Bf16 && r.asked == r.ran) {
+        for r in results.iter().filter(|r| r.point == pi && r.dtype == dtype && r.asked == r.ran) {
             if r.asked != Backend::Auto && !keys.contains(&(r.asked, r.tile)) {
                 keys.push((r.asked, r.tile));
             }
         }
         let candidates: Vec<_> = keys.iter().map(|&c| (c, same.iter().map(|&j| timed(c, j)).collect())).collect();
         let (best, tile) = pick_bucket(&candidates);
-        let (backend, median) = best.map_or((p.auto, bf16_auto_us(results, pi, p)), |c| (c.0, timed(c, pi)));
+        let auto = if dtype == LayerDtype::Bf16 { p.auto } else { p.auto_fp8.unwrap_or(p.auto) };
+        let auto_us = || if dtype == LayerDtype::Bf16 { bf16_auto_us(results, pi, p) } else { timed((auto, None), pi) };
+        let (backend, median) = best.map_or_else(|| (auto, auto_us()), |c| (c.0, timed(c, pi)));
         let tile = tile.or(fused_tile);
         let entry = LayerChoice {
             backend,
-            auto: p.auto,
+            auto,
+            fp8: format == WeightFormat::Fp8Block,
             experts: p.experts,
             hidden: p.hidden,
             inter: p.inter,
@@ -82,48 +103,63 @@ pub(super) fn write_configs(
     Ok(())
 }
 
-/// `opts` with Auto from this GPU's tuned file of the model (`E`, `I`) in `dir`, and room for its backends
-/// beside `room`; unchanged (and said so) where there is none.
-pub(super) fn with_tuned_file(
+/// `opts` with Auto from `--tuned`'s file for the model's weights of `format` on this GPU, else (as a layer takes
+/// by default) from the table this crate ships for them, with room for the table's backends beside `room`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn with_table(
     opts: MoeLayerOptions,
     room: Backends,
-    dir: &std::path::Path,
+    args: &BenchArgs,
     info: &DeviceInfo,
+    format: WeightFormat,
     model: &str,
     experts: usize,
     inter: usize,
 ) -> Result<MoeLayerOptions> {
-    let path = dir.join(config_name(info, experts, inter).to_string());
+    match args.tuned.as_ref().filter(|_| args.ep == 1) {
+        Some(dir) => with_tuned_file(opts, room, dir, info, format, model, experts, inter),
+        None => Ok(with_shipped_table(opts, room, info, format, experts, inter, args.ep)),
+    }
+}
+
+/// `opts` with Auto from this GPU's tuned file of the model (`E`, `I`, weights of `format`) in `dir`, and room
+/// for its backends beside `room`; unchanged (and said so) where there is none.
+#[allow(clippy::too_many_arguments)]
+fn with_tuned_file(
+    opts: MoeLayerOptions,
+    room: Backends,
+    dir: &std::path::Path,
+    info: &DeviceInfo,
+    format: WeightFormat,
+    model: &str,
+    experts: usize,
+    inter: usize,
+) -> Result<MoeLayerOptions> {
+    let path = dir.join(config_name(info, format, experts, inter)?.to_string());
     if !path.exists() {
-        println!("{model}: no tuned file {} (Auto: cost model)", path.display());
-        return Ok(opts);
+        println!("{model} ({format}): no tuned file {} (Auto: cost model)", path.display());
+        return Ok(opts.cost_model_only());
     }
     let t = TunedBackends::read(&path)?;
     let tuned_room: Backends = t.buckets().iter().map(|b| b.1).collect();
-    println!("{model}: Auto from {}", path.display());
+    println!("{model} ({format}): Auto from {}", path.display());
     Ok(opts.backends(room.union(tuned_room)).tuned(t))
 }
 
-/// `opts` with room for the backends of the table this crate ships for the model on this GPU, which Auto takes
-/// by default, and a line saying which Auto the run times (the shipped table or the cost model).
-pub(super) fn with_shipped_table(
+/// `opts` with room for the backends of the table this crate ships for the model's weights of `format` on this
+/// GPU, which Auto takes by default (none under `--ep`: Auto runs Grouped there).
+fn with_shipped_table(
     opts: MoeLayerOptions,
     room: Backends,
     info: &DeviceInfo,
-    model: &str,
+    format: WeightFormat,
     experts: usize,
     inter: usize,
     ep: usize,
 ) -> MoeLayerOptions {
-    match TunedBackends::shipped(&info.name, experts, inter).filter(|_| ep == 1) {
-        Some(t) => {
-            println!("{model}: Auto from the shipped table {} (configs/h200)", config_name(info, experts, inter));
-            opts.backends(room.union(t.buckets().iter().map(|b| b.1).collect()))
-        }
-        None => {
-            println!("{model}: Auto from the cost model (no shipped table for this GPU and shape)");
-            opts
-        }
+    match TunedBackends::shipped(&info.name, format, experts, inter).filter(|_| ep == 1) {
+        Some(t) => opts.backends(room.union(t.buckets().iter().map(|b| b.1).collect())),
+        None => opts,
     }
 }
 

@@ -13,10 +13,10 @@ use half::bf16;
 use crate::error::{Error, Result};
 use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi_sm100;
-use crate::ffi::gemm::{group_rows, GemmPlan, GroupedRows};
+use crate::ffi::gemm::{group_rows, GemmPlan, GroupedRows, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, need_len, to_i32};
+use crate::ffi::{need_aligned, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
@@ -82,19 +82,9 @@ pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i3
 /// What an FP8 blockwise launch needs besides its buffers, fixed by a plan.
 pub(crate) type Fp8Plan = GemmPlan<Fp8TileConfig>;
 
-/// The buffers of one launch. Scales are f32 dequantisation multipliers in the grids of the module docs.
-pub(crate) struct Fp8Operands<'a, A, SA, B, SB>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
-    pub a: &'a A,
-    pub sfa: &'a SA,
-    pub b: &'a B,
-    pub sfb: &'a SB,
-}
+/// The buffers of one launch: e4m3 A and B, SA `max_rows x ceil(K/128)` and SB `G x ceil(N/128) x ceil(K/128)`
+/// f32 dequantisation multipliers (the grids of the module docs).
+pub(crate) type Fp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
 pub(crate) fn launch<A, SA, B, SB>(
@@ -123,32 +113,20 @@ where
     }
     let arrays = group_rows(rows, groups, max_rows)?;
     let (kb, nb) = (k.div_ceil(SCALE_BLOCK), n.div_ceil(SCALE_BLOCK));
-    need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
-    need_len("sfa", ops.sfa.len(), max_rows * kb, "max_rows x ceil(K/128)")?;
-    need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
-    need_len("sfb", ops.sfb.len(), groups * nb * kb, "G x ceil(N/128) x ceil(K/128)")?;
-    need_len("d", d.len(), max_rows * n, "max_rows x N")?;
+    let sb = (groups * nb * kb, "G x ceil(N/128) x ceil(K/128)");
+    ops.check_lens(plan, (max_rows * kb, "max_rows x ceil(K/128)"), sb, d.len())?;
     let workspace_bytes = plan.check_workspace(op(plan.config), workspace)?;
     let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
     crate::ffi::bind(stream)?;
-    // The guards make `stream` wait for earlier writers of each buffer and record this use; they must outlive
-    // the C++ call that queues the kernels, so they are bound to named locals.
-    let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
-    let (sfa_ptr, _sfa_guard) = ops.sfa.device_ptr(stream);
-    let (b_ptr, _b_guard) = ops.b.device_ptr(stream);
-    let (sfb_ptr, _sfb_guard) = ops.sfb.device_ptr(stream);
-    let ((offsets, counts), _group_guards) = arrays.device_ptrs(stream);
-    let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
-    let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
-    let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
-    for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr)] {
-        need_aligned(name, p)?;
+    let p = ops.bind(stream, arrays, d, workspace, status);
+    for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d)] {
+        need_aligned(name, ptr)?;
     }
-    for (name, p) in [("sfa", sfa_ptr), ("sfb", sfb_ptr)] {
+    for (name, ptr) in [("sa", p.sa), ("sb", p.sb)] {
         // f32 scales are read one by one (cp.async of 4 bytes): natural alignment, which a view of an f32
         // slice always has; checked because the unsafe call relies on it.
-        if p % 4 != 0 {
-            return Err(Error::Buffer { name, detail: format!("device address {p:#x} is not 4-byte aligned") });
+        if ptr % 4 != 0 {
+            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
         }
     }
     let args = sys::GroupedGemmFp8Args {
@@ -159,16 +137,16 @@ where
         n: n_i,
         k: k_i,
         max_rows,
-        a: a_ptr,
-        sfa: sfa_ptr,
-        b: b_ptr,
-        sfb: sfb_ptr,
-        d: d_ptr,
-        offsets,
-        counts,
-        workspace: w_ptr,
+        a: p.a,
+        sfa: p.sa,
+        b: p.b,
+        sfb: p.sb,
+        d: p.d,
+        offsets: p.offsets,
+        counts: p.counts,
+        workspace: p.workspace,
         workspace_bytes,
-        status: s_ptr,
+        status: p.status,
         device: plan.device,
         sm_count: plan.sm_count,
         stream: stream.cu_stream() as u64,
@@ -182,7 +160,7 @@ where
     // ceil(K/128) elements in) stays inside its array for rows the prepare kernel has clamped into
     // [0, max_rows]. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
     // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
-    // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued
+    // `p` keeps the guards until this function returns; cudarc frees memory stream-ordered, so queued
     // work never outlives its buffers. Both units read these args alike; a unit launched on a GPU it has no
     // SASS for fails with a CUDA error (no kernel image), which `check` reports (the domain plans refuse that
     // first).

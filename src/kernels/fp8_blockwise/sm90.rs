@@ -353,7 +353,7 @@ pub(crate) fn launch_planned(
     plan::check_operand_shapes(("FP8 rows", a.rows(), a.k()), ("FP8 weights", (b.experts(), b.n(), b.k())), dims)?;
     let plan = plan::launch_plan(p.config, dims, p.device, p.workspace_bytes);
     let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
-    let ops = launch::Fp8Operands { a: &aq, sfa: &sfa, b: &bq, sfb: &sfb };
+    let ops = launch::Fp8Operands { a: &aq, sa: &sfa, b: &bq, sb: &sfb };
     launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 

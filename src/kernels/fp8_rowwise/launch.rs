@@ -11,10 +11,10 @@ use half::bf16;
 use crate::error::{Error, Result};
 use crate::ffi::bridge_fp8::ffi;
 use crate::ffi::gemm::GroupedRows;
-use crate::ffi::gemm::{group_rows, GemmPlan};
+use crate::ffi::gemm::{group_rows, GemmPlan, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, need_len, to_i32};
+use crate::ffi::{need_aligned, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -49,19 +49,8 @@ pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count:
 /// What a rowwise launch needs besides its buffers, fixed by a plan.
 pub(crate) type RowwisePlan = GemmPlan<Fp8RowwiseConfig>;
 
-/// The buffers of one launch: e4m3 data and f32 dequantisation multipliers.
-pub(crate) struct RowwiseOperands<'a, A, SA, B, SB>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
-    pub a: &'a A,
-    pub sa: &'a SA,
-    pub b: &'a B,
-    pub sb: &'a SB,
-}
+/// The buffers of one launch: e4m3 A and B, SA one f32 per row of A, SB one per output channel of each group.
+pub(crate) type RowwiseOperands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues `prepare_rowwise_groups` and the CUTLASS FP8 rowwise grouped GEMM on `stream`.
 pub(crate) fn launch<A, SA, B, SB>(
@@ -87,28 +76,17 @@ where
         )));
     }
     let arrays = group_rows(rows, groups, max_rows)?;
-    need_len("a", ops.a.len(), max_rows * k, "max_rows x K")?;
-    need_len("sa", ops.sa.len(), max_rows, "max_rows (one scale per row)")?;
-    need_len("b", ops.b.len(), groups * n * k, "G x N x K")?;
-    need_len("sb", ops.sb.len(), groups * n, "G x N (one scale per output channel)")?;
-    need_len("d", d.len(), max_rows * n, "max_rows x N")?;
+    let (sa, sb) = ((max_rows, "max_rows (one scale per row)"), (groups * n, "G x N (one scale per output channel)"));
+    ops.check_lens(plan, sa, sb, d.len())?;
     let workspace_bytes = plan.check_workspace(OP, workspace)?;
     let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
     crate::ffi::bind(stream)?;
-    // Guards bound to named locals: they order the buffers on `stream` and must outlive the C++ call.
-    let (a_ptr, _a_guard) = ops.a.device_ptr(stream);
-    let (sa_ptr, _sa_guard) = ops.sa.device_ptr(stream);
-    let (b_ptr, _b_guard) = ops.b.device_ptr(stream);
-    let (sb_ptr, _sb_guard) = ops.sb.device_ptr(stream);
-    let ((offsets, counts), _group_guards) = arrays.device_ptrs(stream);
-    let (d_ptr, _d_guard) = d.device_ptr_mut(stream);
-    let (w_ptr, _w_guard) = workspace.device_ptr_mut(stream);
-    let (s_ptr, _s_guard) = status.device_ptr_mut(stream);
-    for (name, p) in [("a", a_ptr), ("b", b_ptr), ("d", d_ptr), ("sb", sb_ptr)] {
-        need_aligned(name, p)?;
+    let p = ops.bind(stream, arrays, d, workspace, status);
+    for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d), ("sb", p.sb)] {
+        need_aligned(name, ptr)?;
     }
-    if sa_ptr % 4 != 0 {
-        return Err(Error::Buffer { name: "sa", detail: format!("device address {sa_ptr:#x} is not 4-byte aligned") });
+    if p.sa % 4 != 0 {
+        return Err(Error::Buffer { name: "sa", detail: format!("device address {:#x} is not 4-byte aligned", p.sa) });
     }
     let args = sys::GroupedGemmFp8RowwiseArgs {
         config: plan.config,
@@ -118,16 +96,16 @@ where
         n: n_i,
         k: k_i,
         max_rows,
-        a: a_ptr,
-        sa: sa_ptr,
-        b: b_ptr,
-        sb: sb_ptr,
-        d: d_ptr,
-        offsets,
-        counts,
-        workspace: w_ptr,
+        a: p.a,
+        sa: p.sa,
+        b: p.b,
+        sb: p.sb,
+        d: p.d,
+        offsets: p.offsets,
+        counts: p.counts,
+        workspace: p.workspace,
         workspace_bytes,
-        status: s_ptr,
+        status: p.status,
         device: plan.device,
         sm_count: plan.sm_count,
         stream: stream.cu_stream() as u64,
@@ -138,7 +116,7 @@ where
     // asked for, status one u32. A/B/D/SB bases are 16-byte aligned and N, K multiples of 16, so every group's
     // A, B, D base and channel-scale vector (g*N f32) is 16-byte aligned; SA is read one f32 at a time from row
     // starts the prepare kernel clamps into [0, max_rows]. The stream's context is bound to this thread; the
-    // guards order the buffers on `stream` and the borrows keep them alive until this function returns
+    // guards in `p` order the buffers on `stream` until this function returns
     // (cudarc frees stream-ordered).
     let status = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_run(&args) };
     check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })

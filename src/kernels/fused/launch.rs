@@ -220,12 +220,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
 }
 
 /// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`launch_fused_fp8.h`).
-pub(crate) struct FusedFp8Operands<'a, A, SA, B, SB> {
-    pub a: &'a A,
-    pub sfa: &'a SA,
-    pub b: &'a B,
-    pub sfb: &'a SB,
-}
+pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = crate::ffi::gemm::ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues one FP8 fused MoE GEMM on `stream` (bf16 D). The kernel of `tile` must have been [`prepare_fp8`]d.
 pub(crate) fn launch_fused_gemm_fp8<A, SA, B, SB>(
@@ -251,21 +246,21 @@ where
     }
     let (a_rows, _) = check_launch(p, bm, ops.a.len(), ops.b.len(), d.len())?;
     let (kb, nb) = (p.k.div_ceil(128), p.n.div_ceil(128));
-    need_len("sfa", ops.sfa.len(), a_rows * kb, "A's rows x ceil(k/128)")?;
-    need_len("sfb", ops.sfb.len(), p.experts * nb * kb, "experts x ceil(n/128) x ceil(k/128)")?;
+    need_len("sa", ops.sa.len(), a_rows * kb, "A's rows x ceil(k/128)")?;
+    need_len("sb", ops.sb.len(), p.experts * nb * kb, "experts x ceil(n/128) x ceil(k/128)")?;
     let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
     let capacity = to_i64("capacity", p.capacity)?;
     let (n, k) = (to_i32("n", p.n)?, to_i32("k", p.k)?);
     crate::ffi::bind(stream)?;
     let (a_ptr, _a) = ops.a.device_ptr(stream);
-    let (sfa_ptr, _sfa) = ops.sfa.device_ptr(stream);
+    let (sfa_ptr, _sfa) = ops.sa.device_ptr(stream);
     let (b_ptr, _b) = ops.b.device_ptr(stream);
-    let (sfb_ptr, _sfb) = ops.sfb.device_ptr(stream);
+    let (sfb_ptr, _sfb) = ops.sb.device_ptr(stream);
     let (d_ptr, _d) = d.device_ptr_mut(stream);
     for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
         need_aligned(name, ptr)?;
     }
-    for (name, ptr) in [("sfa", sfa_ptr), ("sfb", sfb_ptr)] {
+    for (name, ptr) in [("sa", sfa_ptr), ("sb", sfb_ptr)] {
         if ptr % 4 != 0 {
             return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
         }

@@ -386,7 +386,7 @@ impl FusedGemm {
         check_fp8_operands(x, w, b.tokens, "x")?;
         let launch = self.launch_params(&b, w.n(), w.k(), None);
         let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
-        let ops = launch::FusedFp8Operands { a: &xq, sfa: &xs, b: &wq, sfb: &ws };
+        let ops = launch::FusedFp8Operands { a: &xq, sa: &xs, b: &wq, sb: &ws };
         launch::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, d1)
     }
 
@@ -408,7 +408,7 @@ impl FusedGemm {
         let scatter = Some(launch::FusedScatter { weights, bias });
         let launch = self.launch_params(&b, w.n(), w.k(), scatter);
         let (hq, hs, wq, ws) = (h.q(), h.scales().as_view(), w.q(), w.scales());
-        let ops = launch::FusedFp8Operands { a: &hq, sfa: &hs, b: &wq, sfb: &ws };
+        let ops = launch::FusedFp8Operands { a: &hq, sa: &hs, b: &wq, sb: &ws };
         launch::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, pairs)
     }
 
