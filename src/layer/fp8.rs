@@ -31,8 +31,8 @@ use super::weights::{LayerWeights, WeightFormat};
 use crate::error::{Error, Result};
 use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
 use crate::experts::{PackedFp8Experts, SharedFp8Expert};
-use crate::kernels::elementwise::DecodeFp8Experts;
-use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, Scales, SCALE_BLOCK};
+use crate::kernels::elementwise::DecodeFp8Weights;
+use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleRounding, Scales, SCALE_BLOCK};
 
 /// Block-FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows `0..I`, up rows `I..2I`; `[E, I,
 /// H]` for a non-gated activation) and `w2` `[E, H, I]`, each with its f32 scales per 128 × 128 block (DeepSeek's
@@ -250,17 +250,20 @@ impl Fp8ExpertWeights {
         &self.w2
     }
     /// What the batched backend's FP8 decode kernels read of these weights.
-    pub(super) fn decode_experts(&self) -> DecodeFp8Experts<'_> {
-        DecodeFp8Experts {
-            activation: self.activation,
-            groups: self.groups(),
+    pub(super) fn decode_experts(&self) -> DecodeFp8Weights<'_> {
+        DecodeFp8Weights {
+            act: self.activation.into(),
+            experts: self.groups(),
             hidden: self.hidden,
             inter: self.inter,
-            w13: &self.w13,
-            w2: &self.w2,
+            w13: self.w13.q(),
+            w13_scales: self.w13.scales(),
+            w2: self.w2.q(),
+            w2_scales: self.w2.scales(),
             b13: self.b13.as_ref(),
             b2: self.b2.as_ref(),
-            quant: self.quant,
+            eps: self.quant.eps(),
+            ue8m0: self.quant.rounding() == ScaleRounding::Ue8m0Ceil,
         }
     }
     /// The ordinal of the device the weights live on.

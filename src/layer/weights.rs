@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::experts::{
     check_lengths, shared_groups_beside, transpose_experts, Activation, GateUp, PackedExperts, SharedExpert, Storage,
 };
-use crate::kernels::elementwise::DecodeExperts;
+use crate::kernels::elementwise::DecodeWeights;
 
 /// Expert weights on the device, in the `[out, in]` layout the kernels read.
 #[derive(Debug)]
@@ -182,11 +182,11 @@ impl<T: Element> ExpertWeights<T> {
         }
     }
     /// What the batched backend's decode kernels read of these weights.
-    pub(super) fn decode_experts(&self) -> DecodeExperts<'_, T> {
-        DecodeExperts {
-            activation: self.activation,
-            gate_up: self.gate_up,
-            groups: self.groups(),
+    pub(super) fn decode_experts(&self) -> DecodeWeights<'_, T> {
+        DecodeWeights {
+            act: self.activation.into(),
+            gate_up: self.gate_up.into(),
+            experts: self.groups(),
             hidden: self.hidden,
             inter: self.inter,
             w13: &self.w13,
