@@ -2,10 +2,6 @@
 //! batched backend's whole decode layer: the layer's enums converted to `ffi`'s, and the plain descriptors `ffi`
 //! launches re-exported as they are.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
-
-use crate::dtype::Element;
-use crate::error::Result;
 use crate::experts::{Activation, GateUp};
 use crate::ffi;
 
@@ -28,39 +24,8 @@ impl From<GateUp> for ffi::GateUp {
     }
 }
 
-/// Gated activation of the layer over `rows` rows of `d1`, each with its expert in `row_experts` (−1: none,
-/// skipped), rows at or past `*total` skipped; `bias` f32 `[experts, 2I or I]`.
-pub(crate) struct ActivationLaunch<'a> {
-    pub act: Activation,
-    pub gate_up: GateUp,
-    pub inter: usize,
-    pub rows: usize,
-    pub total: Option<&'a CudaSlice<i32>>,
-    pub row_experts: CudaView<'a, i32>,
-    pub experts: usize,
-    pub bias: Option<&'a CudaSlice<f32>>,
-}
-
-/// Queues `h = act(d1 (+ bias))` for the rows of `d1 [rows, 2I or I]` that have an expert.
-pub(crate) fn launch_activate<T: Element>(
-    stream: &CudaStream,
-    p: &ActivationLaunch<'_>,
-    d1: &impl DevicePtr<T>,
-    h: &mut impl DevicePtrMut<T>,
-    status: &mut impl DevicePtrMut<u32>,
-) -> Result<()> {
-    let launch = ffi::elementwise::ActivationLaunch {
-        act: p.act.into(),
-        gate_up: p.gate_up.into(),
-        inter: p.inter,
-        rows: p.rows,
-        total: p.total,
-        row_experts: &p.row_experts,
-        experts: p.experts,
-        bias: p.bias,
-    };
-    ffi::elementwise::launch_activate(stream, &launch, d1, h, status)
-}
+/// The gated activation over the rows of a layout (`ffi`'s descriptor, filled by the layer).
+pub(crate) use crate::ffi::elementwise::{launch_activate, ActivationLaunch};
 
 /// The combine: `y[t] = Σ_j w[t, j] · (d[positions[t·k + j]] + b2[expert])` (its operands are plain buffers).
 pub(crate) use crate::ffi::layouts::launch_combine;

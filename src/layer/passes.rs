@@ -355,13 +355,14 @@ pub(super) fn activate_layout<T: Element>(
     h: &mut CudaSlice<T>,
     status: &mut DeviceStatus,
 ) -> Result<()> {
+    let row_experts = layout.m_indices().as_view();
     let act = elementwise::ActivationLaunch {
-        act: w.activation,
-        gate_up: w.gate_up,
+        act: w.activation.into(),
+        gate_up: w.gate_up.into(),
         inter: w.inter,
         rows: layout.dims().capacity(),
         total: Some(layout.total()),
-        row_experts: layout.m_indices().as_view(),
+        row_experts: &row_experts,
         experts: w.groups(),
         bias: w.b13,
     };
