@@ -2,6 +2,7 @@
 //! that quantise x and h per 128 columns in shared memory and stream e4m3 weight rows into tensor-core MMAs.
 
 use super::bridge::ffi;
+use super::elementwise::DecodeIo;
 use super::status::{check, Launched};
 use super::sys;
 use super::{need_aligned, need_len, to_i32, Activation};
@@ -115,27 +116,16 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     if let Some(b) = w.b2 {
         need_len("b2", b.len(), e * hid, "experts x H")?;
     }
-    need_len("x", x.len(), tokens * hid, "tokens x hidden")?;
-    need_len("topk_ids", ids.len(), rows, "tokens x top_k")?;
-    need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
-    need_len("h", h.len(), rows * inter, "rows x I")?;
-    need_len("y", y.len(), tokens * hid, "tokens x hidden")?;
     to_i32("(token, slot) rows", rows)?; // the expand grid's x extent
+    let io = DecodeIo::new(stream, (tokens, top_k, hid, inter), x, ids, weights, h, y, status)?;
     let (tokens, top_k, experts) = (to_i32("tokens", tokens)?, to_i32("top_k", top_k)?, to_i32("experts", e)?);
-    super::bind(stream)?;
-    let (x_ptr, _x) = x.device_ptr(stream);
-    let (i_ptr, _i) = ids.device_ptr(stream);
-    let (wt_ptr, _wt) = weights.device_ptr(stream);
     let (w13_ptr, _w13) = w.w13.device_ptr(stream);
     let (s13_ptr, _s13) = w.w13_scales.device_ptr(stream);
     let (w2_ptr, _w2) = w.w2.device_ptr(stream);
     let (s2_ptr, _s2) = w.w2_scales.device_ptr(stream);
     let (b13_ptr, _b13) = w.b13.map(|b| b.device_ptr(stream)).unzip();
     let (b2_ptr, _b2) = w.b2.map(|b| b.device_ptr(stream)).unzip();
-    let (h_ptr, _h) = h.device_ptr_mut(stream);
-    let (y_ptr, _y) = y.device_ptr_mut(stream);
-    let (s_ptr, _s) = status.device_ptr_mut(stream);
-    for (name, p) in [("x", x_ptr), ("w13", w13_ptr), ("w2", w2_ptr), ("h", h_ptr), ("y", y_ptr)] {
+    for (name, p) in [("w13", w13_ptr), ("w2", w2_ptr)] {
         need_aligned(name, p)?;
     }
     let args = sys::DecodeFp8Args {
@@ -147,18 +137,18 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
         inter: inter as i32,
         eps: w.eps,
         ue8m0: w.ue8m0 as i32,
-        x: x_ptr,
-        ids: i_ptr,
-        weights: wt_ptr,
+        x: io.x,
+        ids: io.ids,
+        weights: io.weights,
         w13: w13_ptr,
         w13_scales: s13_ptr,
         w2: w2_ptr,
         w2_scales: s2_ptr,
         b13: b13_ptr.unwrap_or(0),
         b2: b2_ptr.unwrap_or(0),
-        h: h_ptr,
-        y: y_ptr,
-        status: s_ptr,
+        h: io.h,
+        y: io.y,
+        status: io.status,
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H bf16; the weights E*2I*H and E*H*I
