@@ -15,13 +15,23 @@ macro_rules! shipped {
         ($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/", $dir, "/", $file)))
     };
 }
-/// `(file name, text)` of every shipped table.
-pub const SHIPPED: [(&str, &str); 5] = [
+/// `(file name, text)` of every shipped table: the H200's 16-bit tables (2026-12-01/02,
+/// `benches/results/h200-2026-12-01-tuned-tables/`), the H100's 16-bit and block-FP8 tables (2026-12-06,
+/// `benches/results/h100-2026-12-06-tuned-tables/`).
+pub const SHIPPED: [(&str, &str); 13] = [
     shipped!("h200", "E=8,N=14336,device_name=NVIDIA_H200,dtype=bf16.json"),
     shipped!("h200", "E=128,N=768,device_name=NVIDIA_H200,dtype=bf16.json"),
     shipped!("h200", "E=128,N=1536,device_name=NVIDIA_H200,dtype=bf16.json"),
     shipped!("h200", "E=128,N=2880,device_name=NVIDIA_H200,dtype=bf16.json"),
     shipped!("h200", "E=256,N=2048,device_name=NVIDIA_H200,dtype=bf16.json"),
+    shipped!("h100", "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json"),
+    shipped!("h100", "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json"),
+    shipped!("h100", "E=128,N=1536,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json"),
+    shipped!("h100", "E=256,N=2048,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json"),
+    shipped!("h100", "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json"),
+    shipped!("h100", "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json"),
+    shipped!("h100", "E=128,N=1536,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json"),
+    shipped!("h100", "E=256,N=2048,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json"),
 ];
 
 impl TunedBackends {
