@@ -151,6 +151,17 @@ pub struct MoeLayerOptions {
     pub shipped_tuning: bool,
 }
 
+/// Builder setters that store `Some(value)` in the option field of the same name.
+macro_rules! some_setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$name = Some(value);
+            self
+        }
+    )*};
+}
+
 impl MoeLayerOptions {
     /// `Auto` over its default backends, `max_tokens` tokens per pass, top-`top_k` routing.
     pub fn new(max_tokens: usize, top_k: usize) -> Self {
@@ -169,29 +180,19 @@ impl MoeLayerOptions {
         self.backend = backend;
         self
     }
-    /// Room in the scratch for each backend of `backends`, for full passes of `max_tokens` tokens (Masked:
-    /// `masked_max_m`; Batched: 4096 (token, slot) rows), whatever `Auto` would send it. Name a backend here to
-    /// force it later ([`MoeLayer::set_backend`]) without small passes. `Auto` then picks among `backends` only
-    /// (a tuned table's buckets of other backends are dropped).
-    pub fn backends(mut self, backends: Backends) -> Self {
-        self.backends = Some(backends);
-        self
-    }
-    pub fn masked_max_m(mut self, max_m: usize) -> Self {
-        self.masked_max_m = Some(max_m);
-        self
-    }
-    pub fn fused_tile(mut self, tile: FusedTile) -> Self {
-        self.fused_tile = Some(tile);
-        self
-    }
-    /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
-    /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
-    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size, its
-    /// format the weights' ([`TunedBackends::format`]).
-    pub fn tuned(mut self, tuned: TunedBackends) -> Self {
-        self.tuned = Some(tuned);
-        self
+    some_setters! {
+        /// Room in the scratch for each backend of `backends`, for full passes of `max_tokens` tokens (Masked:
+        /// `masked_max_m`; Batched: 4096 (token, slot) rows), whatever `Auto` would send it. Name a backend here to
+        /// force it later ([`MoeLayer::set_backend`]) without small passes. `Auto` then picks among `backends` only
+        /// (a tuned table's buckets of other backends are dropped).
+        backends: Backends;
+        masked_max_m: usize;
+        fused_tile: FusedTile;
+        /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
+        /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
+        /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size, its
+        /// format the weights' ([`TunedBackends::format`]).
+        tuned: TunedBackends;
     }
     /// `Auto` by its cost model alone: no shipped table (a `tuned` one given still applies).
     pub fn cost_model_only(mut self) -> Self {
