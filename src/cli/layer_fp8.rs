@@ -238,13 +238,7 @@ pub(super) fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, s
             F8E4M3::from_bits(if b & 0x7F == 0x7F { b ^ 1 } else { b })
         })
         .collect();
-    let mut at = 0;
-    while at < buf.len() {
-        let len = block.len().min(buf.len() - at);
-        stream.memcpy_htod(&block[..len], &mut buf.slice_mut(at..at + len))?;
-        at += len;
-    }
-    Ok(())
+    moe_gemm::random::fill_tiled(stream, buf, &block)
 }
 
 #[cfg(test)]
