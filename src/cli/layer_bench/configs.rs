@@ -103,8 +103,9 @@ pub(super) fn write_configs(
     Ok(())
 }
 
-/// `opts` with Auto from `--tuned`'s file for the model's weights of `format` on this GPU, else (as a layer takes
-/// by default) from the table this crate ships for them, with room for the table's backends beside `room`.
+/// `opts` with Auto from `--tuned`'s file for the model's weights of `format` on this GPU (the cost model where
+/// the folder has none, said so), else (as a layer takes by default) from the table this crate ships for them (none
+/// under `--ep`: Auto runs Grouped there), with room for the table's backends beside `room`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn with_table(
     opts: MoeLayerOptions,
@@ -116,51 +117,19 @@ pub(super) fn with_table(
     experts: usize,
     inter: usize,
 ) -> Result<MoeLayerOptions> {
-    match args.tuned.as_ref().filter(|_| args.ep == 1) {
-        Some(dir) => with_tuned_file(opts, room, dir, info, format, model, experts, inter),
-        None => Ok(with_shipped_table(opts, room, info, format, experts, inter, args.ep)),
+    let room_for = |t: &TunedBackends| room.union(t.buckets().iter().map(|b| b.1).collect());
+    if let Some(dir) = args.tuned.as_ref().filter(|_| args.ep == 1) {
+        let path = dir.join(config_name(info, format, experts, inter)?.to_string());
+        if !path.exists() {
+            println!("{model} ({format}): no tuned file {} (Auto: cost model)", path.display());
+            return Ok(opts.cost_model_only());
+        }
+        println!("{model} ({format}): Auto from {}", path.display());
+        let t = TunedBackends::read(&path)?;
+        return Ok(opts.backends(room_for(&t)).tuned(t));
     }
-}
-
-/// `opts` with Auto from this GPU's tuned file of the model (`E`, `I`, weights of `format`) in `dir`, and room
-/// for its backends beside `room`; unchanged (and said so) where there is none.
-#[allow(clippy::too_many_arguments)]
-fn with_tuned_file(
-    opts: MoeLayerOptions,
-    room: Backends,
-    dir: &std::path::Path,
-    info: &DeviceInfo,
-    format: WeightFormat,
-    model: &str,
-    experts: usize,
-    inter: usize,
-) -> Result<MoeLayerOptions> {
-    let path = dir.join(config_name(info, format, experts, inter)?.to_string());
-    if !path.exists() {
-        println!("{model} ({format}): no tuned file {} (Auto: cost model)", path.display());
-        return Ok(opts.cost_model_only());
-    }
-    let t = TunedBackends::read(&path)?;
-    let tuned_room: Backends = t.buckets().iter().map(|b| b.1).collect();
-    println!("{model} ({format}): Auto from {}", path.display());
-    Ok(opts.backends(room.union(tuned_room)).tuned(t))
-}
-
-/// `opts` with room for the backends of the table this crate ships for the model's weights of `format` on this
-/// GPU, which Auto takes by default (none under `--ep`: Auto runs Grouped there).
-fn with_shipped_table(
-    opts: MoeLayerOptions,
-    room: Backends,
-    info: &DeviceInfo,
-    format: WeightFormat,
-    experts: usize,
-    inter: usize,
-    ep: usize,
-) -> MoeLayerOptions {
-    match TunedBackends::shipped(&info.name, format, experts, inter).filter(|_| ep == 1) {
-        Some(t) => opts.backends(room.union(t.buckets().iter().map(|b| b.1).collect())),
-        None => opts,
-    }
+    let shipped = TunedBackends::shipped(&info.name, format, experts, inter).filter(|_| args.ep == 1);
+    Ok(shipped.map_or(opts, |t| opts.backends(room_for(&t))))
 }
 
 /// A bucket's candidate: a backend, and the Fused tile where the run timed several.
