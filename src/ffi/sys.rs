@@ -3,7 +3,7 @@
 //! at compile time against the C++ ones (sys_layout.rs); a unit test (src/ffi/mod.rs) checks that the
 //! inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 2d814ae1b73363f3
+//! inputs-fnv1a64: 4d1282e494fb4d40
 //! input: scripts/bindgen.sh
 //! input: cpp/bridge/sys.h
 //! input: cpp/common/launch.h
@@ -409,10 +409,19 @@ pub struct FusedGemmFp8Args {
     pub bias: u64,
     pub stream: u64,
 }
+#[repr(i32)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub enum DecodeScaling {
+    Block128 = 0,
+    ChannelToken = 1,
+    ChannelTensor = 2,
+    ChannelStatic = 3,
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct DecodeFp8Args {
     pub act: Activation,
+    pub scaling: DecodeScaling,
     pub tokens: i32,
     pub top_k: i32,
     pub experts: i32,
@@ -431,6 +440,9 @@ pub struct DecodeFp8Args {
     pub b2: u64,
     pub h: u64,
     pub y: u64,
+    pub x_scale: u64,
+    pub h_scale: u64,
+    pub amax: u64,
     pub status: u64,
     pub stream: u64,
 }

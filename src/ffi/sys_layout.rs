@@ -326,29 +326,33 @@ const _: () = {
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of DecodeFp8Args"][::std::mem::size_of::<DecodeFp8Args>() - 136usize];
+    ["Size of DecodeFp8Args"][::std::mem::size_of::<DecodeFp8Args>() - 168usize];
     ["Alignment of DecodeFp8Args"][::std::mem::align_of::<DecodeFp8Args>() - 8usize];
     ["Offset of field: DecodeFp8Args::act"][::std::mem::offset_of!(DecodeFp8Args, act) - 0usize];
-    ["Offset of field: DecodeFp8Args::tokens"][::std::mem::offset_of!(DecodeFp8Args, tokens) - 4usize];
-    ["Offset of field: DecodeFp8Args::top_k"][::std::mem::offset_of!(DecodeFp8Args, top_k) - 8usize];
-    ["Offset of field: DecodeFp8Args::experts"][::std::mem::offset_of!(DecodeFp8Args, experts) - 12usize];
-    ["Offset of field: DecodeFp8Args::hidden"][::std::mem::offset_of!(DecodeFp8Args, hidden) - 16usize];
-    ["Offset of field: DecodeFp8Args::inter"][::std::mem::offset_of!(DecodeFp8Args, inter) - 20usize];
-    ["Offset of field: DecodeFp8Args::eps"][::std::mem::offset_of!(DecodeFp8Args, eps) - 24usize];
-    ["Offset of field: DecodeFp8Args::ue8m0"][::std::mem::offset_of!(DecodeFp8Args, ue8m0) - 28usize];
-    ["Offset of field: DecodeFp8Args::x"][::std::mem::offset_of!(DecodeFp8Args, x) - 32usize];
-    ["Offset of field: DecodeFp8Args::ids"][::std::mem::offset_of!(DecodeFp8Args, ids) - 40usize];
-    ["Offset of field: DecodeFp8Args::weights"][::std::mem::offset_of!(DecodeFp8Args, weights) - 48usize];
-    ["Offset of field: DecodeFp8Args::w13"][::std::mem::offset_of!(DecodeFp8Args, w13) - 56usize];
-    ["Offset of field: DecodeFp8Args::w13_scales"][::std::mem::offset_of!(DecodeFp8Args, w13_scales) - 64usize];
-    ["Offset of field: DecodeFp8Args::w2"][::std::mem::offset_of!(DecodeFp8Args, w2) - 72usize];
-    ["Offset of field: DecodeFp8Args::w2_scales"][::std::mem::offset_of!(DecodeFp8Args, w2_scales) - 80usize];
-    ["Offset of field: DecodeFp8Args::b13"][::std::mem::offset_of!(DecodeFp8Args, b13) - 88usize];
-    ["Offset of field: DecodeFp8Args::b2"][::std::mem::offset_of!(DecodeFp8Args, b2) - 96usize];
-    ["Offset of field: DecodeFp8Args::h"][::std::mem::offset_of!(DecodeFp8Args, h) - 104usize];
-    ["Offset of field: DecodeFp8Args::y"][::std::mem::offset_of!(DecodeFp8Args, y) - 112usize];
-    ["Offset of field: DecodeFp8Args::status"][::std::mem::offset_of!(DecodeFp8Args, status) - 120usize];
-    ["Offset of field: DecodeFp8Args::stream"][::std::mem::offset_of!(DecodeFp8Args, stream) - 128usize];
+    ["Offset of field: DecodeFp8Args::scaling"][::std::mem::offset_of!(DecodeFp8Args, scaling) - 4usize];
+    ["Offset of field: DecodeFp8Args::tokens"][::std::mem::offset_of!(DecodeFp8Args, tokens) - 8usize];
+    ["Offset of field: DecodeFp8Args::top_k"][::std::mem::offset_of!(DecodeFp8Args, top_k) - 12usize];
+    ["Offset of field: DecodeFp8Args::experts"][::std::mem::offset_of!(DecodeFp8Args, experts) - 16usize];
+    ["Offset of field: DecodeFp8Args::hidden"][::std::mem::offset_of!(DecodeFp8Args, hidden) - 20usize];
+    ["Offset of field: DecodeFp8Args::inter"][::std::mem::offset_of!(DecodeFp8Args, inter) - 24usize];
+    ["Offset of field: DecodeFp8Args::eps"][::std::mem::offset_of!(DecodeFp8Args, eps) - 28usize];
+    ["Offset of field: DecodeFp8Args::ue8m0"][::std::mem::offset_of!(DecodeFp8Args, ue8m0) - 32usize];
+    ["Offset of field: DecodeFp8Args::x"][::std::mem::offset_of!(DecodeFp8Args, x) - 40usize];
+    ["Offset of field: DecodeFp8Args::ids"][::std::mem::offset_of!(DecodeFp8Args, ids) - 48usize];
+    ["Offset of field: DecodeFp8Args::weights"][::std::mem::offset_of!(DecodeFp8Args, weights) - 56usize];
+    ["Offset of field: DecodeFp8Args::w13"][::std::mem::offset_of!(DecodeFp8Args, w13) - 64usize];
+    ["Offset of field: DecodeFp8Args::w13_scales"][::std::mem::offset_of!(DecodeFp8Args, w13_scales) - 72usize];
+    ["Offset of field: DecodeFp8Args::w2"][::std::mem::offset_of!(DecodeFp8Args, w2) - 80usize];
+    ["Offset of field: DecodeFp8Args::w2_scales"][::std::mem::offset_of!(DecodeFp8Args, w2_scales) - 88usize];
+    ["Offset of field: DecodeFp8Args::b13"][::std::mem::offset_of!(DecodeFp8Args, b13) - 96usize];
+    ["Offset of field: DecodeFp8Args::b2"][::std::mem::offset_of!(DecodeFp8Args, b2) - 104usize];
+    ["Offset of field: DecodeFp8Args::h"][::std::mem::offset_of!(DecodeFp8Args, h) - 112usize];
+    ["Offset of field: DecodeFp8Args::y"][::std::mem::offset_of!(DecodeFp8Args, y) - 120usize];
+    ["Offset of field: DecodeFp8Args::x_scale"][::std::mem::offset_of!(DecodeFp8Args, x_scale) - 128usize];
+    ["Offset of field: DecodeFp8Args::h_scale"][::std::mem::offset_of!(DecodeFp8Args, h_scale) - 136usize];
+    ["Offset of field: DecodeFp8Args::amax"][::std::mem::offset_of!(DecodeFp8Args, amax) - 144usize];
+    ["Offset of field: DecodeFp8Args::status"][::std::mem::offset_of!(DecodeFp8Args, status) - 152usize];
+    ["Offset of field: DecodeFp8Args::stream"][::std::mem::offset_of!(DecodeFp8Args, stream) - 160usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {

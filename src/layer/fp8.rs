@@ -31,7 +31,7 @@ use super::weights::{LayerWeights, WeightFormat};
 use crate::error::{Error, Result};
 use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
 use crate::experts::{PackedFp8Experts, SharedFp8Expert};
-use crate::kernels::elementwise::DecodeFp8Weights;
+use crate::kernels::elementwise::{DecodeFp8Weights, DecodeScales, DynamicScale};
 use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleRounding, Scales, SCALE_BLOCK};
 
 /// Block-FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows `0..I`, up rows `I..2I`; `[E, I,
@@ -257,13 +257,14 @@ impl Fp8ExpertWeights {
             hidden: self.hidden,
             inter: self.inter,
             w13: self.w13.q(),
-            w13_scales: self.w13.scales(),
             w2: self.w2.q(),
-            w2_scales: self.w2.scales(),
+            scales: DecodeScales::Block128 {
+                w13: self.w13.scales(),
+                w2: self.w2.scales(),
+                act: DynamicScale { eps: self.quant.eps(), ue8m0: self.quant.rounding() == ScaleRounding::Ue8m0Ceil },
+            },
             b13: self.b13.as_ref(),
             b2: self.b2.as_ref(),
-            eps: self.quant.eps(),
-            ue8m0: self.quant.rounding() == ScaleRounding::Ue8m0Ceil,
         }
     }
     /// The ordinal of the device the weights live on.

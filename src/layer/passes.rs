@@ -221,15 +221,23 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
     /// W2 h per output with the router weights and the sum over k fused.
-    /// Over FP8 weights the kernels quantise x and h per 128 columns themselves (the layout path's rules).
+    /// Over FP8 weights the kernels quantise x and h themselves, by the layout path's rules: per 128 columns for
+    /// block scales, per row (or per tensor, or by the checkpoint's scales) for per-channel ones.
     pub(super) fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let tokens = p.x.rows();
-        let Buffers { h, status, .. } = p.scratch.buffers()?;
+        let Buffers { h, amax, status, .. } = p.scratch.buffers()?;
         let (slots, x, ids, weights) = (self.sizing.shape.slots(), p.x.as_view(), p.ids.as_view(), p.weights.as_view());
         let (y, word) = (&mut y.as_view_mut(), status.word_mut());
-        if let Parts::Fp8(w, _) = self.weights.parts() {
-            let w = w.decode_experts();
-            return elementwise::launch_decode_layer_fp8(p.stream, &w, tokens, slots, &x, &ids, &weights, h, y, word);
+        let fp8 = match self.weights.parts() {
+            Parts::Fp8(w, _) => Some(w.decode_experts()),
+            Parts::Fp8Channel(w, _) => Some(w.decode_experts()),
+            _ => None,
+        };
+        if let Some(w) = fp8 {
+            let (x, ids, weights) = (&x, &ids, &weights);
+            return elementwise::launch_decode_layer_fp8(
+                p.stream, &w, tokens, slots, x, ids, weights, h, y, amax, word,
+            );
         }
         let w = self.dense(Backend::Batched)?.decode_experts();
         elementwise::launch_decode_layer(p.stream, &w, tokens, slots, &x, &ids, &weights, h, y, word)
@@ -302,6 +310,7 @@ pub(super) struct Buffers<'a, T> {
     pub(super) d2: Option<&'a mut CudaSlice<T>>,
     pub(super) workspace: Option<&'a mut Workspace>,
     pub(super) single: Option<&'a mut CudaSlice<i32>>,
+    pub(super) amax: Option<&'a mut CudaSlice<u32>>,
     pub(super) status: &'a mut DeviceStatus,
 }
 
@@ -319,6 +328,7 @@ impl<T: Element> MoeScratch<T> {
             h8_token: self.h8_token.as_mut(),
             a_mx: self.a_mx.as_mut(),
             h_mx: self.h_mx.as_mut(),
+            amax: self.amax.as_mut(),
             d1: self.d1.as_mut(),
             h: self.h.as_mut().ok_or_else(|| missing("h"))?,
             d2: self.d2.as_mut(),
