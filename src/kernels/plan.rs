@@ -142,6 +142,30 @@ macro_rules! arch_plan_accessors {
     };
 }
 
+/// A plan's `launch`: `D = op(A, B)` over the groups `rows` describes, queued on `stream` with the plan's
+/// `workspace` and reported into `status`. Every grouped family takes these operands in this order and differs
+/// only in A's, B's, D's element and the workspace's types and in the body, so the signature is written once.
+macro_rules! grouped_launch {
+    (
+        $(#[$attr:meta])*
+        fn launch(&$self:ident, $stream:ident, $a:ident: $at:ty, $b:ident: $bt:ty, $rows:ident, $d:ident: $dt:ty,
+            $ws:ident: $wt:ty, $status:ident) $body:block
+    ) => {
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn launch<'r>(
+            &$self,
+            $stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+            $a: $at,
+            $b: $bt,
+            $rows: impl Into<$crate::layouts::GroupRows<'r>>,
+            $d: &mut impl cudarc::driver::DevicePtrMut<$dt>,
+            $ws: $wt,
+            $status: &mut $crate::status::DeviceStatus,
+        ) -> $crate::error::Result<()> $body
+    };
+}
+
 /// The arch a family plan runs on `device`, or the family's refusal naming the device: `family`'s text where the
 /// device has no arch this crate builds for.
 pub(crate) fn device_arch(

@@ -12,14 +12,12 @@ pub mod sm100;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use half::bf16;
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::error::{Error, Result};
 use crate::kernels::plan::{self, Workspace};
-use crate::layouts::GroupRows;
-use crate::status::DeviceStatus;
 use portable::GroupedGemmMxPortable;
 use sm100::{GroupedGemmMx, MxConfig, MxFormat, MxRows, MxWeights};
 
@@ -104,29 +102,22 @@ impl MxGemm {
         }
     }
 
-    /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] (SM100) when no workspace is given; the chosen plan's launch errors.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: MxRows<'_>,
-        b: MxWeights<'_>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: Option<&mut Workspace>,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match &self.plan {
-            Planned::Sm100(p) => {
-                let workspace = workspace.ok_or_else(|| {
-                    Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
-                })?;
-                p.launch(stream, a, b, rows, d, workspace, status)
+    grouped_launch! {
+        /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+        ///
+        /// # Errors
+        /// [`Error::InvalidProblem`] (SM100) when no workspace is given; the chosen plan's launch errors.
+        fn launch(&self, stream, a: MxRows<'_>, b: MxWeights<'_>, rows,
+            d: bf16, workspace: Option<&mut Workspace>, status) {
+            match &self.plan {
+                Planned::Sm100(p) => {
+                    let workspace = workspace.ok_or_else(|| {
+                        Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
+                    })?;
+                    p.launch(stream, a, b, rows, d, workspace, status)
+                }
+                Planned::Portable(p) => p.launch(stream, a, b, rows, d, status),
             }
-            Planned::Portable(p) => p.launch(stream, a, b, rows, d, status),
         }
     }
 }

@@ -38,7 +38,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use half::bf16;
 
 use super::launch;
@@ -48,9 +48,7 @@ use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::kernels::fp8_blockwise::sm90::check_fp8_extents;
 use crate::kernels::plan::Workspace;
-use crate::layouts::GroupRows;
 use crate::quant::{Mxfp4Rows, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights, Nvfp4Rows, Nvfp4Weights};
-use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm100_mx";
 
@@ -482,27 +480,19 @@ impl GroupedGemmMx {
         Workspace::zeroed(stream, self.workspace_bytes())
     }
 
-    /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's formats or shape; [`Error::Buffer`] for
-    /// short or misaligned buffers; [`Error::WorkspaceTooSmall`]; launch errors.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: MxRows<'_>,
-        b: MxWeights<'_>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let shape = MxShape { groups: self.groups, n: self.n, k: self.k, max_rows: self.max_rows };
-        let ops = operands(self.config.formats(), shape, a, b)?;
-        let plan = shape.plan(self.config, self.config.tile().1, &self.device, self.workspace_bytes);
-        let rows = rows.into();
-        launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    grouped_launch! {
+        /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+        ///
+        /// # Errors
+        /// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's formats or shape; [`Error::Buffer`] for
+        /// short or misaligned buffers; [`Error::WorkspaceTooSmall`]; launch errors.
+        fn launch(&self, stream, a: MxRows<'_>, b: MxWeights<'_>, rows, d: bf16, workspace: &mut Workspace, status) {
+            let shape = MxShape { groups: self.groups, n: self.n, k: self.k, max_rows: self.max_rows };
+            let ops = operands(self.config.formats(), shape, a, b)?;
+            let plan = shape.plan(self.config, self.config.tile().1, &self.device, self.workspace_bytes);
+            let rows = rows.into();
+            launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        }
     }
 }
 
