@@ -379,48 +379,25 @@ pub struct GroupedGemmMx {
 }
 
 impl GroupedGemmMx {
-    /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the
-    /// device of `stream`.
-    ///
-    /// # Errors
-    /// As [`Self::for_device`]; driver errors of the device query.
-    pub fn new(
-        stream: &Arc<CudaStream>,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
-    }
-
-    /// Plans for an already queried device, with the configuration [`MxConfig::default_for`] picks (2-SM for
-    /// prefill shapes; [`Self::with_config`] overrides it).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
-    /// among them); [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole 128-wide MMA
-    /// tiles of N and whole scale atoms of K; for MXFP4 weights under FP8 activations also CUTLASS's
-    /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here; pad it
-    /// to 2944, exactly, with [`crate::quant::Mxfp4::pad_k`] or
-    /// [`GptOssMxfp4Experts::padded_for_sm100`](crate::checkpoint::GptOssMxfp4Experts::padded_for_sm100)) and the
-    /// extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`]; [`Error::UnsupportedArch`] naming the device and the arch
-    /// the kernels need (SM100) on any other device.
-    pub fn for_device(
-        device: DeviceInfo,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        check_plan(activations, weights, MxShape { groups, n, k, max_rows })?;
-        device.require(OP, KernelFamily::GroupedGemmSm100)?;
-        let config = MxConfig::default_for(activations, weights, groups, n, max_rows)?;
-        Self::planned(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes: 0 })
+    mx_planners! {
+        /// Plans for an already queried device, with the configuration [`MxConfig::default_for`] picks (2-SM for
+        /// prefill shapes; [`Self::with_config`] overrides it).
+        ///
+        /// # Errors
+        /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
+        /// among them); [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole 128-wide MMA
+        /// tiles of N and whole scale atoms of K; for MXFP4 weights under FP8 activations also CUTLASS's
+        /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here; pad it
+        /// to 2944, exactly, with [`crate::quant::Mxfp4::pad_k`] or
+        /// [`GptOssMxfp4Experts::padded_for_sm100`](crate::checkpoint::GptOssMxfp4Experts::padded_for_sm100))
+        /// and the extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`];
+        /// [`Error::UnsupportedArch`] naming the device and the arch the kernels need (SM100) on any other device.
+        fn for_device(device, activations, weights, groups, n, k, max_rows) {
+            check_plan(activations, weights, MxShape { groups, n, k, max_rows })?;
+            device.require(OP, KernelFamily::GroupedGemmSm100)?;
+            let config = MxConfig::default_for(activations, weights, groups, n, max_rows)?;
+            Self::planned(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes: 0 })
+        }
     }
 
     /// The same plan with `config` in place of [`MxConfig::default_for`]'s choice, e.g. the 1-SM or the 2-SM
