@@ -11,10 +11,10 @@ use half::bf16;
 use crate::error::{Error, Result};
 use crate::ffi::bridge_fp8::ffi;
 use crate::ffi::gemm::GroupedRows;
-use crate::ffi::gemm::{group_rows, GemmPlan, ScaledOperands};
+use crate::ffi::gemm::{group_rows, scaled_gemm_args, GemmPlan, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, to_i32};
+use crate::ffi::{need_aligned, need_f32_aligned, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -78,38 +78,13 @@ where
     let arrays = group_rows(rows, groups, max_rows)?;
     let (sa, sb) = ((max_rows, "max_rows (one scale per row)"), (groups * n, "G x N (one scale per output channel)"));
     ops.check_lens(plan, sa, sb, d.len())?;
-    let workspace_bytes = plan.check_workspace(OP, workspace)?;
-    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
-    crate::ffi::bind(stream)?;
-    let p = ops.bind(stream, arrays, d, workspace, status);
+    let p = ops.bind(stream, plan, OP, arrays, d, workspace, status)?;
     for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d), ("sb", p.sb)] {
         need_aligned(name, ptr)?;
     }
-    if p.sa % 4 != 0 {
-        return Err(Error::Buffer { name: "sa", detail: format!("device address {:#x} is not 4-byte aligned", p.sa) });
-    }
-    let args = sys::GroupedGemmFp8RowwiseArgs {
-        config: plan.config,
-        mode: arrays.mode,
-        max_m,
-        groups: groups_i,
-        n: n_i,
-        k: k_i,
-        max_rows,
-        a: p.a,
-        sa: p.sa,
-        b: p.b,
-        sb: p.sb,
-        d: p.d,
-        offsets: p.offsets,
-        counts: p.counts,
-        workspace: p.workspace,
-        workspace_bytes,
-        status: p.status,
-        device: plan.device,
-        sm_count: plan.sm_count,
-        stream: stream.cu_stream() as u64,
-    };
+    need_f32_aligned("sa", p.sa)?;
+    let workspace_bytes = p.workspace_bytes;
+    let args = scaled_gemm_args!(sys::GroupedGemmFp8RowwiseArgs { sa, sb }, plan, arrays.mode, p, stream);
     // SAFETY: every address is a live cudarc allocation checked above to hold what the plan's shape implies: A
     // max_rows*K e4m3 and SA max_rows f32, B G*N*K e4m3 and SB G*N f32, D max_rows*N bf16, offsets G+1 /
     // counts G where the mode reads them, G*max_m <= max_rows for masked groups, workspace >= the size C++

@@ -11,7 +11,7 @@ use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi8;
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
+use crate::ffi::{dtype, need_aligned, need_f32_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{FusedFp8Tile, FusedTile};
 
@@ -260,11 +260,8 @@ where
     for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
         need_aligned(name, ptr)?;
     }
-    for (name, ptr) in [("sa", sfa_ptr), ("sb", sfb_ptr)] {
-        if ptr % 4 != 0 {
-            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
-        }
-    }
+    need_f32_aligned("sa", sfa_ptr)?;
+    need_f32_aligned("sb", sfb_ptr)?;
     let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
     let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
     let (t_ptr, _t) = p.total.device_ptr(stream);
