@@ -128,6 +128,14 @@ impl<'a> GroupArrays<'a> {
 /// The stream-ordering guards of a launch's offsets and counts.
 pub(crate) type GroupGuards<'s> = (Option<SyncOnDrop<'s>>, Option<SyncOnDrop<'s>>);
 
+/// e4m3 operand data on the device: A or B of a scaled FP8 GEMM.
+pub(crate) trait E4m3Buffer: DevicePtr<F8E4M3> {}
+impl<T: DevicePtr<F8E4M3>> E4m3Buffer for T {}
+
+/// f32 dequantisation multipliers on the device: SA or SB of a scaled FP8 GEMM.
+pub(crate) trait ScaleBuffer: DevicePtr<f32> {}
+impl<T: DevicePtr<f32>> ScaleBuffer for T {}
+
 /// The buffers of one scaled FP8 grouped GEMM (blockwise or rowwise): e4m3 A and B and their f32 dequantisation
 /// multipliers, in the grids of the family's docs.
 pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
@@ -137,13 +145,7 @@ pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
     pub sb: &'a SB,
 }
 
-impl<A, SA, B, SB> ScaledOperands<'_, A, SA, B, SB>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+impl<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer> ScaledOperands<'_, A, SA, B, SB> {
     /// A holds `max_rows x K`, B `G x N x K`, D `max_rows x N`, the scales what the family's grid needs
     /// (`(elements, what)` each).
     pub(crate) fn check_lens<C>(

@@ -6,14 +6,13 @@
 //! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi_sm100;
-use crate::ffi::gemm::{group_rows, scaled_gemm_args, GemmPlan, GroupedRows, ScaledOperands};
+use crate::ffi::gemm::{group_rows, scaled_gemm_args, E4m3Buffer, GemmPlan, GroupedRows, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
 use crate::ffi::{need_aligned, need_f32_aligned, to_i32};
@@ -87,7 +86,7 @@ pub(crate) type Fp8Plan = GemmPlan<Fp8TileConfig>;
 pub(crate) type Fp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
-pub(crate) fn launch<A, SA, B, SB>(
+pub(crate) fn launch<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
     stream: &CudaStream,
     plan: &Fp8Plan,
     ops: Fp8Operands<'_, A, SA, B, SB>,
@@ -95,13 +94,7 @@ pub(crate) fn launch<A, SA, B, SB>(
     d: &mut impl DevicePtrMut<bf16>,
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+) -> Result<()> {
     plan.check_device(stream, format_args!("FP8 grouped GEMM"))?;
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     // What the C++ side (and the TMA descriptors and scale grids) rely on; the domain plan guarantees it, this

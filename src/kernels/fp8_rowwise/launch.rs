@@ -4,14 +4,12 @@
 //! Operands (`cpp/fp8/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::ffi::bridge_fp8::ffi;
-use crate::ffi::gemm::GroupedRows;
-use crate::ffi::gemm::{group_rows, scaled_gemm_args, GemmPlan, ScaledOperands};
+use crate::ffi::gemm::{group_rows, scaled_gemm_args, E4m3Buffer, GemmPlan, GroupedRows, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
 use crate::ffi::{need_aligned, need_f32_aligned, to_i32};
@@ -53,7 +51,7 @@ pub(crate) type RowwisePlan = GemmPlan<Fp8RowwiseConfig>;
 pub(crate) type RowwiseOperands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues `prepare_rowwise_groups` and the CUTLASS FP8 rowwise grouped GEMM on `stream`.
-pub(crate) fn launch<A, SA, B, SB>(
+pub(crate) fn launch<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
     stream: &CudaStream,
     plan: &RowwisePlan,
     ops: RowwiseOperands<'_, A, SA, B, SB>,
@@ -61,13 +59,7 @@ pub(crate) fn launch<A, SA, B, SB>(
     d: &mut impl DevicePtrMut<bf16>,
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+) -> Result<()> {
     plan.check_device(stream, format_args!("FP8 rowwise grouped GEMM"))?;
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     if n == 0 || n % ROWWISE_ALIGN != 0 || k == 0 || k % ROWWISE_ALIGN != 0 {
