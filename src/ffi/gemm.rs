@@ -128,6 +128,14 @@ impl<'a> GroupArrays<'a> {
 /// The stream-ordering guards of a launch's offsets and counts.
 pub(crate) type GroupGuards<'s> = (Option<SyncOnDrop<'s>>, Option<SyncOnDrop<'s>>);
 
+/// e4m3 operand data on the device: A or B of a scaled FP8 GEMM.
+pub(crate) trait E4m3Buffer: DevicePtr<F8E4M3> {}
+impl<T: DevicePtr<F8E4M3>> E4m3Buffer for T {}
+
+/// f32 dequantisation multipliers on the device: SA or SB of a scaled FP8 GEMM.
+pub(crate) trait ScaleBuffer: DevicePtr<f32> {}
+impl<T: DevicePtr<f32>> ScaleBuffer for T {}
+
 /// The buffers of one scaled FP8 grouped GEMM (blockwise or rowwise): e4m3 A and B and their f32 dequantisation
 /// multipliers, in the grids of the family's docs.
 pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
@@ -137,13 +145,7 @@ pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
     pub sb: &'a SB,
 }
 
-impl<A, SA, B, SB> ScaledOperands<'_, A, SA, B, SB>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+impl<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer> ScaledOperands<'_, A, SA, B, SB> {
     /// A holds `max_rows x K`, B `G x N x K`, D `max_rows x N`, the scales what the family's grid needs
     /// (`(elements, what)` each).
     pub(crate) fn check_lens<C>(
@@ -161,16 +163,24 @@ where
         need_len("d", d, rows * n, "max_rows x N")
     }
 
-    /// The device addresses of the launch's buffers on `stream`, each with the guard that makes `stream` wait
-    /// for its earlier writers and records this use: keep the result alive until the C++ call has returned.
-    pub(crate) fn bind<'s>(
+    /// The launch of `plan` (named `op`) bound: `workspace` checked against the plan, the plan's extents as C++
+    /// takes them, the stream's context bound to this thread, and the device addresses of the buffers on
+    /// `stream`, each with the guard that makes `stream` wait for its earlier writers and records this use: keep
+    /// the result alive until the C++ call has returned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bind<'s, C>(
         &'s self,
         stream: &'s CudaStream,
+        plan: &GemmPlan<C>,
+        op: &'static str,
         arrays: GroupArrays<'s>,
         d: &'s mut impl DevicePtrMut<bf16>,
         workspace: &'s mut CudaSlice<u8>,
         status: &'s mut impl DevicePtrMut<u32>,
-    ) -> ScaledPtrs<'s> {
+    ) -> Result<ScaledPtrs<'s>> {
+        let workspace_bytes = plan.check_workspace(op, workspace)?;
+        let extents = plan.extents(arrays.max_m)?;
+        super::bind(stream)?;
         let (a, ga) = self.a.device_ptr(stream);
         let (sa, gsa) = self.sa.device_ptr(stream);
         let (b, gb) = self.b.device_ptr(stream);
@@ -179,7 +189,8 @@ where
         let (d, gd) = d.device_ptr_mut(stream);
         let (workspace, gw) = workspace.device_ptr_mut(stream);
         let (status, gs) = status.device_ptr_mut(stream);
-        ScaledPtrs {
+        Ok(ScaledPtrs {
+            extents,
             a,
             sa,
             b,
@@ -188,14 +199,17 @@ where
             offsets,
             counts,
             workspace,
+            workspace_bytes,
             status,
             _guards: ([ga, gsa, gb, gsb, gd, gw, gs], groups),
-        }
+        })
     }
 }
 
-/// The device addresses of a scaled grouped GEMM's buffers ([`ScaledOperands::bind`]) and their guards.
+/// The device addresses of a scaled grouped GEMM's buffers ([`ScaledOperands::bind`]) and their guards, with the
+/// plan's extents (max_m, groups, N, K, max_rows) and the workspace's bytes.
 pub(crate) struct ScaledPtrs<'s> {
+    pub extents: (i32, i32, i32, i32, i64),
     pub a: u64,
     pub sa: u64,
     pub b: u64,
@@ -204,6 +218,40 @@ pub(crate) struct ScaledPtrs<'s> {
     pub offsets: u64,
     pub counts: u64,
     pub workspace: u64,
+    pub workspace_bytes: u64,
     pub status: u64,
     _guards: ([SyncOnDrop<'s>; 7], GroupGuards<'s>),
 }
+
+/// The C++ argument struct `$args` of a scaled FP8 grouped GEMM (blockwise or rowwise: the same fields but for
+/// the names of the scale pointers, `$sa` and `$sb`) for a launch of `$plan` over groups of `$mode`, from the
+/// bound buffers `$p` ([`ScaledOperands::bind`]) on `$stream`.
+macro_rules! scaled_gemm_args {
+    ($args:path { $sa:ident, $sb:ident }, $plan:expr, $mode:expr, $p:expr, $stream:expr) => {{
+        let (plan, p) = ($plan, &$p);
+        let (max_m, groups, n, k, max_rows) = p.extents;
+        $args {
+            config: plan.config,
+            mode: $mode,
+            max_m,
+            groups,
+            n,
+            k,
+            max_rows,
+            a: p.a,
+            $sa: p.sa,
+            b: p.b,
+            $sb: p.sb,
+            d: p.d,
+            offsets: p.offsets,
+            counts: p.counts,
+            workspace: p.workspace,
+            workspace_bytes: p.workspace_bytes,
+            status: p.status,
+            device: plan.device,
+            sm_count: plan.sm_count,
+            stream: $stream.cu_stream() as u64,
+        }
+    }};
+}
+pub(crate) use scaled_gemm_args;

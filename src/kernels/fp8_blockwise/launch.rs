@@ -6,17 +6,16 @@
 //! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi_sm100;
-use crate::ffi::gemm::{group_rows, GemmPlan, GroupedRows, ScaledOperands};
+use crate::ffi::gemm::{group_rows, scaled_gemm_args, E4m3Buffer, GemmPlan, GroupedRows, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, to_i32};
+use crate::ffi::{need_aligned, need_f32_aligned, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
@@ -87,7 +86,7 @@ pub(crate) type Fp8Plan = GemmPlan<Fp8TileConfig>;
 pub(crate) type Fp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
-pub(crate) fn launch<A, SA, B, SB>(
+pub(crate) fn launch<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
     stream: &CudaStream,
     plan: &Fp8Plan,
     ops: Fp8Operands<'_, A, SA, B, SB>,
@@ -95,13 +94,7 @@ pub(crate) fn launch<A, SA, B, SB>(
     d: &mut impl DevicePtrMut<bf16>,
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+) -> Result<()> {
     plan.check_device(stream, format_args!("FP8 grouped GEMM"))?;
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     // What the C++ side (and the TMA descriptors and scale grids) rely on; the domain plan guarantees it, this
@@ -115,42 +108,15 @@ where
     let (kb, nb) = (k.div_ceil(SCALE_BLOCK), n.div_ceil(SCALE_BLOCK));
     let sb = (groups * nb * kb, "G x ceil(N/128) x ceil(K/128)");
     ops.check_lens(plan, (max_rows * kb, "max_rows x ceil(K/128)"), sb, d.len())?;
-    let workspace_bytes = plan.check_workspace(op(plan.config), workspace)?;
-    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
-    crate::ffi::bind(stream)?;
-    let p = ops.bind(stream, arrays, d, workspace, status);
+    let p = ops.bind(stream, plan, op(plan.config), arrays, d, workspace, status)?;
     for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d)] {
         need_aligned(name, ptr)?;
     }
-    for (name, ptr) in [("sa", p.sa), ("sb", p.sb)] {
-        // f32 scales are read one by one (cp.async of 4 bytes): natural alignment, which a view of an f32
-        // slice always has; checked because the unsafe call relies on it.
-        if ptr % 4 != 0 {
-            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
-        }
-    }
-    let args = sys::GroupedGemmFp8Args {
-        config: plan.config,
-        mode: arrays.mode,
-        max_m,
-        groups: groups_i,
-        n: n_i,
-        k: k_i,
-        max_rows,
-        a: p.a,
-        sfa: p.sa,
-        b: p.b,
-        sfb: p.sb,
-        d: p.d,
-        offsets: p.offsets,
-        counts: p.counts,
-        workspace: p.workspace,
-        workspace_bytes,
-        status: p.status,
-        device: plan.device,
-        sm_count: plan.sm_count,
-        stream: stream.cu_stream() as u64,
-    };
+    // f32 scales are read one by one (cp.async of 4 bytes).
+    need_f32_aligned("sa", p.sa)?;
+    need_f32_aligned("sb", p.sb)?;
+    let workspace_bytes = p.workspace_bytes;
+    let args = scaled_gemm_args!(sys::GroupedGemmFp8Args { sfa, sfb }, plan, arrays.mode, p, stream);
     // SAFETY: every address is a live cudarc allocation, checked above to hold what the plan's shape implies:
     // A max_rows*K e4m3 and SFA max_rows*ceil(K/128) f32, B G*N*K e4m3 and SFB G*ceil(N/128)*ceil(K/128) f32, D
     // max_rows*N bf16, offsets G+1 / counts G where the mode reads them, G*max_m <= max_rows for masked groups,

@@ -4,17 +4,15 @@
 //! Operands (`cpp/fp8/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::ffi::bridge_fp8::ffi;
-use crate::ffi::gemm::GroupedRows;
-use crate::ffi::gemm::{group_rows, GemmPlan, ScaledOperands};
+use crate::ffi::gemm::{group_rows, scaled_gemm_args, E4m3Buffer, GemmPlan, GroupedRows, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, to_i32};
+use crate::ffi::{need_aligned, need_f32_aligned, to_i32};
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -53,7 +51,7 @@ pub(crate) type RowwisePlan = GemmPlan<Fp8RowwiseConfig>;
 pub(crate) type RowwiseOperands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues `prepare_rowwise_groups` and the CUTLASS FP8 rowwise grouped GEMM on `stream`.
-pub(crate) fn launch<A, SA, B, SB>(
+pub(crate) fn launch<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
     stream: &CudaStream,
     plan: &RowwisePlan,
     ops: RowwiseOperands<'_, A, SA, B, SB>,
@@ -61,13 +59,7 @@ pub(crate) fn launch<A, SA, B, SB>(
     d: &mut impl DevicePtrMut<bf16>,
     workspace: &mut CudaSlice<u8>,
     status: &mut impl DevicePtrMut<u32>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+) -> Result<()> {
     plan.check_device(stream, format_args!("FP8 rowwise grouped GEMM"))?;
     let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
     if n == 0 || n % ROWWISE_ALIGN != 0 || k == 0 || k % ROWWISE_ALIGN != 0 {
@@ -78,38 +70,13 @@ where
     let arrays = group_rows(rows, groups, max_rows)?;
     let (sa, sb) = ((max_rows, "max_rows (one scale per row)"), (groups * n, "G x N (one scale per output channel)"));
     ops.check_lens(plan, sa, sb, d.len())?;
-    let workspace_bytes = plan.check_workspace(OP, workspace)?;
-    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
-    crate::ffi::bind(stream)?;
-    let p = ops.bind(stream, arrays, d, workspace, status);
+    let p = ops.bind(stream, plan, OP, arrays, d, workspace, status)?;
     for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d), ("sb", p.sb)] {
         need_aligned(name, ptr)?;
     }
-    if p.sa % 4 != 0 {
-        return Err(Error::Buffer { name: "sa", detail: format!("device address {:#x} is not 4-byte aligned", p.sa) });
-    }
-    let args = sys::GroupedGemmFp8RowwiseArgs {
-        config: plan.config,
-        mode: arrays.mode,
-        max_m,
-        groups: groups_i,
-        n: n_i,
-        k: k_i,
-        max_rows,
-        a: p.a,
-        sa: p.sa,
-        b: p.b,
-        sb: p.sb,
-        d: p.d,
-        offsets: p.offsets,
-        counts: p.counts,
-        workspace: p.workspace,
-        workspace_bytes,
-        status: p.status,
-        device: plan.device,
-        sm_count: plan.sm_count,
-        stream: stream.cu_stream() as u64,
-    };
+    need_f32_aligned("sa", p.sa)?;
+    let workspace_bytes = p.workspace_bytes;
+    let args = scaled_gemm_args!(sys::GroupedGemmFp8RowwiseArgs { sa, sb }, plan, arrays.mode, p, stream);
     // SAFETY: every address is a live cudarc allocation checked above to hold what the plan's shape implies: A
     // max_rows*K e4m3 and SA max_rows f32, B G*N*K e4m3 and SB G*N f32, D max_rows*N bf16, offsets G+1 /
     // counts G where the mode reads them, G*max_m <= max_rows for masked groups, workspace >= the size C++

@@ -2,16 +2,16 @@
 //! gather or scatter GEMM over an aligned layout.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
 use half::bf16;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi8;
+use crate::ffi::gemm::{E4m3Buffer, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
+use crate::ffi::{dtype, need_aligned, need_f32_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{FusedFp8Tile, FusedTile};
 
@@ -220,22 +220,16 @@ pub(crate) fn launch_fused_gemm<T: Element>(
 }
 
 /// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`launch_fused_fp8.h`).
-pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = crate::ffi::gemm::ScaledOperands<'a, A, SA, B, SB>;
+pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues one FP8 fused MoE GEMM on `stream` (bf16 D). The kernel of `tile` must have been [`prepare_fp8`]d.
-pub(crate) fn launch_fused_gemm_fp8<A, SA, B, SB>(
+pub(crate) fn launch_fused_gemm_fp8<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
     stream: &CudaStream,
     tile: FusedFp8Tile,
     p: &FusedLaunch<'_>,
     ops: FusedFp8Operands<'_, A, SA, B, SB>,
     d: &mut impl DevicePtrMut<bf16>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+) -> Result<()> {
     let (bm, bn) = fp8_tile_mn(tile);
     if p.n == 0 || p.n % bn != 0 || p.k == 0 || p.k % 16 != 0 {
         return Err(Error::InvalidProblem(format!(
@@ -260,11 +254,8 @@ where
     for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
         need_aligned(name, ptr)?;
     }
-    for (name, ptr) in [("sa", sfa_ptr), ("sb", sfb_ptr)] {
-        if ptr % 4 != 0 {
-            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
-        }
-    }
+    need_f32_aligned("sa", sfa_ptr)?;
+    need_f32_aligned("sb", sfb_ptr)?;
     let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
     let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
     let (t_ptr, _t) = p.total.device_ptr(stream);
