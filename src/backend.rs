@@ -90,10 +90,9 @@ impl Backends {
     /// What a layer over MXFP4 expert weights runs: the layout backends (the block-scaled grouped GEMM over a
     /// layout's groups). No decode kernel reads MXFP4 yet; the Fused GEMMs are bf16/FP8 wgmma kernels.
     pub const MX: Backends = Backends(4 | 8 | 16);
-    /// What a layer over per-channel FP8 expert weights runs: Batched (the FP8 decode kernels, where H and I are
-    /// multiples of 128) and the layout backends (the FP8 rowwise grouped GEMM). The fused kernels read block
-    /// scales only.
-    pub const FP8_CHANNEL: Backends = Backends(2 | 4 | 8 | 16);
+    /// What a layer over per-channel FP8 expert weights runs: Batched and Fused (the FP8 decode kernels and fused
+    /// GEMMs, where H and I are multiples of 128) and the layout backends (the FP8 rowwise grouped GEMM).
+    pub const FP8_CHANNEL: Backends = Backends(2 | 4 | 8 | 16 | 32);
     /// What `Auto` picks among over FP8 weights (block or per channel): Batched, Grouped.
     pub const FP8_AUTO: Backends = Backends(2 | 4);
 
@@ -168,8 +167,8 @@ pub enum WeightFormat {
     Mxfp4,
     /// e4m3 with one f32 scale per output channel (a per-tensor scale repeated over its rows), the activations
     /// quantised per token (at run time, or by the checkpoint's static `input_scale`): [`Fp8ChannelExpertWeights`](crate::layer::Fp8ChannelExpertWeights),
-    /// the SM90 FP8 rowwise grouped GEMM, or the FP8 decode kernels. Runs Batched (H and I multiples of 128),
-    /// Grouped, Contiguous and Masked (`Auto`: Batched or Grouped).
+    /// the SM90 FP8 rowwise grouped GEMM, the FP8 decode kernels or the FP8 fused GEMMs. Runs Batched and Fused
+    /// (H and I multiples of 128), Grouped, Contiguous and Masked (`Auto`: Batched or Grouped).
     Fp8Channel,
 }
 

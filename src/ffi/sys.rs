@@ -3,7 +3,7 @@
 //! at compile time against the C++ ones (sys_layout.rs); a unit test (src/ffi/mod.rs) checks that the
 //! inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 4d1282e494fb4d40
+//! inputs-fnv1a64: 71300b73eb40fc4c
 //! input: scripts/bindgen.sh
 //! input: cpp/bridge/sys.h
 //! input: cpp/common/launch.h
@@ -381,6 +381,12 @@ pub struct GroupedGemmFp8RowwiseArgs {
 }
 #[repr(u32)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub enum FusedFp8Scales {
+    Block128 = 0,
+    Channel = 1,
+}
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub enum FusedFp8Tile {
     M64N64K128 = 0,
     M128N128K128 = 1,
@@ -389,6 +395,7 @@ pub enum FusedFp8Tile {
 #[derive(Debug, Copy, Clone)]
 pub struct FusedGemmFp8Args {
     pub tile: FusedFp8Tile,
+    pub scales: FusedFp8Scales,
     pub mode: FusedMode,
     pub top_k: i32,
     pub experts: i32,

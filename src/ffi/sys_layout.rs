@@ -301,28 +301,29 @@ const _: () = {
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of FusedGemmFp8Args"][::std::mem::size_of::<FusedGemmFp8Args>() - 128usize];
+    ["Size of FusedGemmFp8Args"][::std::mem::size_of::<FusedGemmFp8Args>() - 136usize];
     ["Alignment of FusedGemmFp8Args"][::std::mem::align_of::<FusedGemmFp8Args>() - 8usize];
     ["Offset of field: FusedGemmFp8Args::tile"][::std::mem::offset_of!(FusedGemmFp8Args, tile) - 0usize];
-    ["Offset of field: FusedGemmFp8Args::mode"][::std::mem::offset_of!(FusedGemmFp8Args, mode) - 4usize];
-    ["Offset of field: FusedGemmFp8Args::top_k"][::std::mem::offset_of!(FusedGemmFp8Args, top_k) - 8usize];
-    ["Offset of field: FusedGemmFp8Args::experts"][::std::mem::offset_of!(FusedGemmFp8Args, experts) - 12usize];
-    ["Offset of field: FusedGemmFp8Args::n"][::std::mem::offset_of!(FusedGemmFp8Args, n) - 16usize];
-    ["Offset of field: FusedGemmFp8Args::k"][::std::mem::offset_of!(FusedGemmFp8Args, k) - 20usize];
-    ["Offset of field: FusedGemmFp8Args::rows"][::std::mem::offset_of!(FusedGemmFp8Args, rows) - 24usize];
-    ["Offset of field: FusedGemmFp8Args::sm_count"][::std::mem::offset_of!(FusedGemmFp8Args, sm_count) - 28usize];
-    ["Offset of field: FusedGemmFp8Args::capacity"][::std::mem::offset_of!(FusedGemmFp8Args, capacity) - 32usize];
-    ["Offset of field: FusedGemmFp8Args::a"][::std::mem::offset_of!(FusedGemmFp8Args, a) - 40usize];
-    ["Offset of field: FusedGemmFp8Args::sfa"][::std::mem::offset_of!(FusedGemmFp8Args, sfa) - 48usize];
-    ["Offset of field: FusedGemmFp8Args::b"][::std::mem::offset_of!(FusedGemmFp8Args, b) - 56usize];
-    ["Offset of field: FusedGemmFp8Args::sfb"][::std::mem::offset_of!(FusedGemmFp8Args, sfb) - 64usize];
-    ["Offset of field: FusedGemmFp8Args::d"][::std::mem::offset_of!(FusedGemmFp8Args, d) - 72usize];
-    ["Offset of field: FusedGemmFp8Args::sorted_ids"][::std::mem::offset_of!(FusedGemmFp8Args, sorted_ids) - 80usize];
-    ["Offset of field: FusedGemmFp8Args::expert_ids"][::std::mem::offset_of!(FusedGemmFp8Args, expert_ids) - 88usize];
-    ["Offset of field: FusedGemmFp8Args::total"][::std::mem::offset_of!(FusedGemmFp8Args, total) - 96usize];
-    ["Offset of field: FusedGemmFp8Args::weights"][::std::mem::offset_of!(FusedGemmFp8Args, weights) - 104usize];
-    ["Offset of field: FusedGemmFp8Args::bias"][::std::mem::offset_of!(FusedGemmFp8Args, bias) - 112usize];
-    ["Offset of field: FusedGemmFp8Args::stream"][::std::mem::offset_of!(FusedGemmFp8Args, stream) - 120usize];
+    ["Offset of field: FusedGemmFp8Args::scales"][::std::mem::offset_of!(FusedGemmFp8Args, scales) - 4usize];
+    ["Offset of field: FusedGemmFp8Args::mode"][::std::mem::offset_of!(FusedGemmFp8Args, mode) - 8usize];
+    ["Offset of field: FusedGemmFp8Args::top_k"][::std::mem::offset_of!(FusedGemmFp8Args, top_k) - 12usize];
+    ["Offset of field: FusedGemmFp8Args::experts"][::std::mem::offset_of!(FusedGemmFp8Args, experts) - 16usize];
+    ["Offset of field: FusedGemmFp8Args::n"][::std::mem::offset_of!(FusedGemmFp8Args, n) - 20usize];
+    ["Offset of field: FusedGemmFp8Args::k"][::std::mem::offset_of!(FusedGemmFp8Args, k) - 24usize];
+    ["Offset of field: FusedGemmFp8Args::rows"][::std::mem::offset_of!(FusedGemmFp8Args, rows) - 28usize];
+    ["Offset of field: FusedGemmFp8Args::sm_count"][::std::mem::offset_of!(FusedGemmFp8Args, sm_count) - 32usize];
+    ["Offset of field: FusedGemmFp8Args::capacity"][::std::mem::offset_of!(FusedGemmFp8Args, capacity) - 40usize];
+    ["Offset of field: FusedGemmFp8Args::a"][::std::mem::offset_of!(FusedGemmFp8Args, a) - 48usize];
+    ["Offset of field: FusedGemmFp8Args::sfa"][::std::mem::offset_of!(FusedGemmFp8Args, sfa) - 56usize];
+    ["Offset of field: FusedGemmFp8Args::b"][::std::mem::offset_of!(FusedGemmFp8Args, b) - 64usize];
+    ["Offset of field: FusedGemmFp8Args::sfb"][::std::mem::offset_of!(FusedGemmFp8Args, sfb) - 72usize];
+    ["Offset of field: FusedGemmFp8Args::d"][::std::mem::offset_of!(FusedGemmFp8Args, d) - 80usize];
+    ["Offset of field: FusedGemmFp8Args::sorted_ids"][::std::mem::offset_of!(FusedGemmFp8Args, sorted_ids) - 88usize];
+    ["Offset of field: FusedGemmFp8Args::expert_ids"][::std::mem::offset_of!(FusedGemmFp8Args, expert_ids) - 96usize];
+    ["Offset of field: FusedGemmFp8Args::total"][::std::mem::offset_of!(FusedGemmFp8Args, total) - 104usize];
+    ["Offset of field: FusedGemmFp8Args::weights"][::std::mem::offset_of!(FusedGemmFp8Args, weights) - 112usize];
+    ["Offset of field: FusedGemmFp8Args::bias"][::std::mem::offset_of!(FusedGemmFp8Args, bias) - 120usize];
+    ["Offset of field: FusedGemmFp8Args::stream"][::std::mem::offset_of!(FusedGemmFp8Args, stream) - 128usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {

@@ -28,6 +28,7 @@ use half::bf16;
 use super::fp8::same;
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::experts::{Activation, Fp8ChannelExperts, GateUp};
 use crate::kernels::elementwise::{ChannelActScale, DecodeFp8Weights, DecodeScales, DynamicScale};
@@ -225,22 +226,28 @@ pub(crate) fn check_channel_shape(hidden: usize, inter: usize) -> Result<()> {
     Ok(())
 }
 
-/// `H` and `I` as the FP8 decode kernels (the Batched backend) take them: whole 128-column blocks, the unit
-/// they quantise and stream by.
-pub(crate) fn check_decode_shape(hidden: usize, inter: usize) -> Result<()> {
+/// `H` and `I` as `backend`'s kernels take them: the FP8 decode kernels (Batched) and the FP8 fused GEMMs (Fused)
+/// work in whole 128-column blocks (what they quantise and stream by; the fused GEMMs' N tiles); the layout
+/// backends' rowwise GEMM takes multiples of 16.
+pub(crate) fn check_backend_shape(backend: Backend, hidden: usize, inter: usize) -> Result<()> {
+    let what = match backend {
+        Backend::Batched => "the FP8 decode kernels",
+        Backend::Fused => "the FP8 fused GEMMs",
+        _ => return Ok(()),
+    };
     for (name, v) in [("H", hidden), ("I", inter)] {
-        if v % DECODE_BLOCK != 0 {
+        if v % BLOCK != 0 {
             return Err(Error::InvalidProblem(format!(
-                "backend batched: per-channel FP8 experts with {name} = {v}: the FP8 decode kernels take H and I in \
-                 multiples of {DECODE_BLOCK} (run Grouped, Contiguous or Masked)"
+                "backend {backend}: per-channel FP8 experts with {name} = {v}: {what} take H and I in multiples of \
+                 {BLOCK} (run Grouped, Contiguous or Masked)"
             )));
         }
     }
     Ok(())
 }
 
-/// The FP8 decode kernels' column block.
-const DECODE_BLOCK: usize = 128;
+/// The column block of the decode kernels and the fused GEMMs' widest N tile.
+const BLOCK: usize = 128;
 
 impl Sealed<bf16> for Fp8ChannelExpertWeights {
     fn common(&self) -> Common<'_> {
@@ -320,12 +327,12 @@ mod tests {
     fn fp8_channel_refusals_name_their_constraint() {
         let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
         let s = mixtral(4096, 14336);
-        for b in [Backend::Fused, Backend::Eager] {
-            let e = size(&h200, s, DType::BF16, b, None).unwrap_err().to_string();
-            assert!(e.contains("per-channel FP8") && e.contains(b.name()), "{b}: {e}");
+        let e = size(&h200, s, DType::BF16, Backend::Eager, None).unwrap_err().to_string();
+        assert!(e.contains("per-channel FP8") && e.contains("eager"), "{e}");
+        for b in [Backend::Batched, Backend::Fused] {
+            let e = size(&h200, mixtral(4096, 14352), DType::BF16, b, None).unwrap_err().to_string();
+            assert!(e.contains(b.name()) && e.contains("I = 14352") && e.contains("multiples of 128"), "{e}");
         }
-        let e = size(&h200, mixtral(4096, 14352), DType::BF16, Backend::Batched, None).unwrap_err().to_string();
-        assert!(e.contains("batched") && e.contains("I = 14352") && e.contains("multiples of 128"), "{e}");
         let e = size(&h200, s, DType::F16, Backend::Grouped, None).unwrap_err().to_string();
         assert!(e.contains("bf16 activations"), "{e}");
         let e = size(&h200, mixtral(4100, 14336), DType::BF16, Backend::Auto, None).unwrap_err().to_string();

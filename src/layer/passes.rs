@@ -174,7 +174,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let tokens = p.x.rows();
         let (tile, _) = self.fused_pass(tokens);
         let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
-        let Buffers { layout, a8, h8, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
+        let Buffers { layout, a8, h8, a8_token, h8_token, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
         let ids = p.ids.as_view();
@@ -199,7 +199,18 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 }
             }
             Parts::Mx(..) => return Err(format_backend_error(WeightFormat::Mxfp4, Backend::Fused)),
-            Parts::Fp8Channel(..) => return Err(format_backend_error(WeightFormat::Fp8Channel, Backend::Fused)),
+            Parts::Fp8Channel(w, is_bf16) => {
+                // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 per row in use.
+                let (a8, h8) = (need(a8_token, "a fp8 per token")?, need(h8_token, "h fp8 per row")?);
+                a8.quantize(p.stream, p.x, &w.token_scale(false), status)?;
+                fused.gemm1_gather_fp8_channel(b, a8, &w.w13, is_bf16.cast(d1))?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let cap = dims.capacity();
+                let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
+                h8.requantize(p.stream, &h_view, &RowsInUse::of_layout(layout), &w.token_scale(true), status)?;
+                let weights = p.weights.as_view();
+                fused.gemm2_scatter_fp8_channel(b, h8, &w.w2, &weights, is_bf16.cast(d2))?;
+            }
             Parts::Fp8(w, is_bf16) => {
                 // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 by position.
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
