@@ -366,7 +366,7 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
     assert_eq!(rowwise.len(), 3, "{SM90_FP8}: the rowwise configurations");
     let fused = kernels(tool, FUSED);
     let fused_fp8 = named(&fused, "fused_moe_fp8_kernel");
-    assert_eq!(fused_fp8.len(), 2, "{FUSED}: the FP8 tiles");
+    assert_eq!(fused_fp8.len(), 4, "{FUSED}: the FP8 tiles, each over block and per-channel scales");
     for (what, ks) in [("FP8 rowwise", rowwise), ("fused FP8", fused_fp8)] {
         let ops = base_ops(ks.iter().copied());
         assert!(ops.iter().any(|o| o == "QGMMA"), "{what}: no QGMMA: {ops:?}");
