@@ -32,6 +32,12 @@
 //! picks Batched or Grouped ([`auto_backend_fp8`]). Eager has no FP8 form: asking for it is an
 //! [`Error::InvalidProblem`] that says so.
 //!
+//! **Per-channel FP8 experts** ([`Fp8ChannelExpertWeights`]: e4m3 with one f32 scale per output row, a
+//! per-tensor scale as its special case; activations per token, per tensor or by the checkpoint's static scale)
+//! run the FP8 rowwise grouped GEMM on the layout backends, the FP8 decode kernels (Batched) and the FP8 fused
+//! GEMMs (Fused) with per-row scale grids, the latter two where H and I are multiples of 128
+//! ([`Backends::FP8_CHANNEL`]); `Auto` picks Batched or Grouped by the FP8 cost model (see `fp8_channel.rs`).
+//!
 //! **MXFP4 experts** ([`Mxfp4ExpertWeights`]: gpt-oss's e2m1 weights with UE8M0 scales per 32, kept in four
 //! bits) plan as `MoeLayer<bf16, Mxfp4ExpertWeights>` and run Grouped, Contiguous and Masked ([`Backends::MX`];
 //! `Auto`: Grouped): the gathered `x` and the activation `h` are quantised to MXFP8 per group on the device and
