@@ -101,12 +101,7 @@ struct Groups {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};  // device-only shapes
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.d, arr.sd, device, sm_count);
     args.mainloop.ptr_A = arr.a;
     args.mainloop.dA = arr.sa;
     args.mainloop.ptr_B = arr.b;
@@ -117,18 +112,7 @@ struct Groups {
     args.mainloop.layout_SFB = arr.lsfb;
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.sd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.sd;
-    args.hw_info = hw;
     return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 };
 
@@ -191,6 +175,7 @@ Status run(const GroupedGemmFp8Args& p) {
         p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
         reinterpret_cast<const float*>(p.sfa), reinterpret_cast<const void*>(p.b),
         reinterpret_cast<const float*>(p.sfb), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
+    return grouped_run::launched();
   });
 }
 

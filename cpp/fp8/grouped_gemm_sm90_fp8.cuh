@@ -189,7 +189,7 @@ using fp8_blockwise::run;
     return true;
 #define MOE_GEMM_FP8_CASE_WORKSPACE(CFG)                                                         \
   case Fp8TileConfig::CFG:                                                                       \
-    *bytes = sm90_fp8::GroupedGemmFp8Sm90<sm90_fp8::CFG>::workspace_bytes(g, sms);               \
+    *bytes = grouped_run::workspace_bytes<sm90_fp8::GroupedGemmFp8Sm90<sm90_fp8::CFG>>(g, sms);   \
     return {StatusCode::Ok, 0};
 #define MOE_GEMM_FP8_CASE_RUN(CFG) \
   case Fp8TileConfig::CFG:         \

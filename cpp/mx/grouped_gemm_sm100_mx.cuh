@@ -149,12 +149,7 @@ struct GroupedGemmMx {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.d, arr.dd, device, sm_count);
     args.mainloop.ptr_A = arr.a;
     args.mainloop.dA = arr.da;
     args.mainloop.ptr_B = arr.b;
@@ -170,18 +165,7 @@ struct GroupedGemmMx {
       args.epilogue.thread.alpha_ptr_array = arr.alpha_ptrs;
       args.epilogue.thread.dAlpha = {_0{}, _0{}, 1};
     }
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.dd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.dd;
-    args.hw_info = hw;
     return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 };
 
@@ -254,6 +238,7 @@ Status run(const GroupedGemmMxArgs& p) {
   return grouped_run::run<G>(p, check_problem<G>(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
     constexpr int kThreads = 128;
     prepare_mx_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arr);
+    return grouped_run::launched();
   });
 }
 
