@@ -53,15 +53,19 @@ struct PlainArrays {
   }
 };
 
-// What every family's CUTLASS arguments share: grouped mode over the device-only shapes, D written with no source
-// C (C's stride is D's), and the persistent grid's device and SM count. The family adds its mainloop operands
-// and the epilogue's scalars.
-template <class Gemm, class Shape, class ElementD, class StrideD>
-typename Gemm::Arguments base_arguments(int groups, Shape* shapes, ElementD** d, StrideD* sd, int device,
-                                        int sm_count) {
+// What every family's CUTLASS arguments share: grouped mode over the device-only shapes, the per-group pointers
+// and strides of A and B, D written with no source C (C's stride is D's), and the persistent grid's device and
+// SM count. The family adds its scales and the epilogue's scalars.
+template <class Gemm, class Shape, class A, class StrideA, class B, class StrideB, class D, class StrideD>
+typename Gemm::Arguments base_arguments(int groups, Shape* shapes, A a, StrideA* sa, B b, StrideB* sb, D d,
+                                        StrideD* sd, int device, int sm_count) {
   typename Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = typename Gemm::GemmKernel::ProblemShape{groups, shapes, nullptr};
+  args.mainloop.ptr_A = a;
+  args.mainloop.dA = sa;
+  args.mainloop.ptr_B = b;
+  args.mainloop.dB = sb;
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = sd;
   args.epilogue.ptr_D = d;
@@ -69,6 +73,15 @@ typename Gemm::Arguments base_arguments(int groups, Shape* shapes, ElementD** d,
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count;
   return args;
+}
+
+// The per-group scale pointers and layouts of a block-scaled mainloop (FP8 blockwise, MX and NVFP4).
+template <class Args, class Arrays>
+void set_block_scales(Args& args, const Arrays& arr) {
+  args.mainloop.ptr_SFA = arr.sfa;
+  args.mainloop.layout_SFA = arr.lsfa;
+  args.mainloop.ptr_SFB = arr.sfb;
+  args.mainloop.layout_SFB = arr.lsfb;
 }
 
 // What a launch of G needs: our arrays, then CUTLASS's own workspace for arguments over them.

@@ -55,11 +55,8 @@ struct DenseGemm {
   static Arrays carve(uint8_t* base, int groups) { return Arrays::carve(base, groups); }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.d, arr.sd, device, sm_count);
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.sa;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.sb;
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.a, arr.sa, arr.b, arr.sb, arr.d, arr.sd,
+                                                  device, sm_count);
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     return args;

@@ -101,15 +101,9 @@ struct Groups {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.d, arr.sd, device, sm_count);
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.sa;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.sb;
-    args.mainloop.ptr_SFA = arr.sfa;
-    args.mainloop.layout_SFA = arr.lsfa;
-    args.mainloop.ptr_SFB = arr.sfb;
-    args.mainloop.layout_SFB = arr.lsfb;
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.a, arr.sa, arr.b, arr.sb, arr.d, arr.sd,
+                                                  device, sm_count);
+    grouped_run::set_block_scales(args, arr);
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     return args;

@@ -136,11 +136,8 @@ struct GroupedGemmFp8Rowwise {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.d, arr.dd, device, sm_count);
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.da;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.db;
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.a, arr.da, arr.b, arr.db, arr.d, arr.dd,
+                                                  device, sm_count);
     // EVT arguments nest as the tree: Cast{ Scaled{ ScaleB, Inner{ ScaleA, Acc, Mul }, Mul }, Cast-op }.
     auto& scaled = args.epilogue.thread;
     scaled = {{{arr.sb}, {{arr.sa}, {}, {}}, {}}, {}};
