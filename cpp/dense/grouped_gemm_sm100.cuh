@@ -24,6 +24,7 @@
 
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
+#include "common/sm100_config.cuh"
 #include "dense/dense_gemm.cuh"
 #include "dense/launch_sm100.h"
 
@@ -38,15 +39,11 @@ namespace sm100 {
 
 using namespace cute;
 
-// MMA tile, kernel and epilogue schedule, named as in launch_sm100.h's Sm100TileConfig. Cluster 1x1x1 (static):
-// no multicast, every CTA independent, as the SM90 family measured best.
+// MMA tile, kernel and epilogue schedule, named as in launch_sm100.h's Sm100TileConfig. 1-SM schedules only, so
+// the cluster is 1x1x1 (static, sm100_config.cuh): no multicast, every CTA independent, as the SM90 family
+// measured best.
 template <class MmaTile_, class Kernel_, class Epilogue_>
-struct Config {
-  using MmaTile = MmaTile_;
-  using Cluster = Shape<_1, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+struct Config : Sm100Config<MmaTile_, Kernel_, Epilogue_> {};
 using Kernel1Sm = cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmSm100;
 using Epilogue1Sm = cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm;
 
@@ -65,6 +62,7 @@ struct GroupedGemmSm100 : dense::DenseGemm<cutlass::arch::Sm100, Element_, typen
   using Base = dense::DenseGemm<cutlass::arch::Sm100, Element_, typename Cfg::MmaTile, Cfg>;
   using CollectiveMainloop = typename Base::CollectiveMainloop;
   using Kernel = typename Base::Kernel;
+  static_assert(Cfg::kSmsPerMma == 1, "1-SM schedules: a 1x1x1 cluster");
 
   // What the builder must have chosen: the ptr-array UMMA mainloop (not a fallback) on a grouped problem.
   using DispatchPolicy = typename CollectiveMainloop::DispatchPolicy;

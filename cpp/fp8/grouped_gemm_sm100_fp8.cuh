@@ -15,6 +15,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
+#include "common/sm100_config.cuh"
 #include "fp8/fp8_blockwise_groups.cuh"
 #include "fp8/fp8_schedules.cuh"
 
@@ -40,17 +41,10 @@ template <int S, int SP, int AP, class C>
 struct IsBlockwisePolicy<cutlass::gemm::MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling<S, SP, AP, C>>
     : std::true_type {};
 
-// MMA tile (M x N x K) of one MMA: one SM in a 1x1x1 cluster, or for a 2-SM schedule the two SMs of a static
-// 2x1x1 cluster, 128 rows each (the kernel type carries a static cluster: hw_info.cluster_shape stays unused and
-// the workspace query sees the same type).
+// MMA tile, kernel and epilogue schedule: one SM in a 1x1x1 cluster, or for a 2-SM schedule the two SMs of a
+// static 2x1x1 cluster, 128 rows each (sm100_config.cuh).
 template <class MmaTile_, class Kernel_, class Epilogue_>
-struct Config {
-  using MmaTile = MmaTile_;
-  static constexpr int kSmsPerMma = cute::is_base_of_v<cutlass::gemm::KernelSchedule2Sm, Kernel_> ? 2 : 1;
-  using Cluster = Shape<Int<kSmsPerMma>, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+struct Config : Sm100Config<MmaTile_, Kernel_, Epilogue_> {};
 using Blockwise1Sm128x128x128 = Config<Shape<_128, _128, _128>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100,
                                        cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm>;

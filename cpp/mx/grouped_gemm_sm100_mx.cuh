@@ -25,6 +25,7 @@
 
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
+#include "common/sm100_config.cuh"
 #include "mx/launch_sm100_mx.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
@@ -36,18 +37,9 @@ namespace sm100_mx {
 
 using namespace cute;
 
-// MMA tile (M x N x K) of one MMA, which a 2-SM schedule (KernelSchedule2Sm) spreads over the two SMs of a static
-// 2x1x1 cluster (TMA loads each SM's half: SM100_TMA_2SM_LOAD, no multicast); a 1-SM one runs in a 1x1x1 cluster.
-// The cluster being static, the kernel type carries it and hw_info.cluster_shape stays unused (only
-// dynamic-cluster kernels read it: gemm_universal_adapter.h), and the workspace query sees the same type.
+// MMA tile, kernel and epilogue schedule: a 1-SM or a 2-SM MMA (sm100_config.cuh).
 template <class MmaTile_, class Kernel_, class Epilogue_>
-struct Config {
-  using MmaTile = MmaTile_;
-  static constexpr int kSmsPerMma = cute::is_base_of_v<cutlass::gemm::KernelSchedule2Sm, Kernel_> ? 2 : 1;
-  using Cluster = Shape<Int<kSmsPerMma>, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+struct Config : Sm100Config<MmaTile_, Kernel_, Epilogue_> {};
 
 // ElementA_ / ElementB_: cutlass::mx_float8_t<float_e4m3_t>, mx_float4_t<float_e2m1_t> or nv_float4_t<float_e2m1_t>
 // (A and B of one scale type: the builder's rule).
