@@ -65,6 +65,30 @@ struct Groups {
   static constexpr bool kMnMajorSFB = size<0, 1>(InternalLayoutSFB{}.stride()) == 1;
   static_assert(!kMnMajorSFA && !kMnMajorSFB, "K-major SFA and SFB (Fp8Rows and Fp8BlockWeights)");
 
+  // The facts (launch_fp8.h) of the configuration with MMA or CTA tile Tile and cluster Cluster: those read from
+  // the mainloop here, and what the arch's wrapper checked (SMs per MMA, the two-level policy, FastAccum, the
+  // promotion interval).
+  template <class Tile, class Cluster>
+  static Fp8KernelFacts kernel_facts(int sms_per_mma, bool blockwise, bool fast, int promotion_k) {
+    Fp8KernelFacts f{};
+    f.tile_m = size<0>(Tile{});
+    f.tile_n = size<1>(Tile{});
+    f.tile_k = size<2>(Tile{});
+    f.cluster_m = size<0>(Cluster{});
+    f.cluster_n = size<1>(Cluster{});
+    f.sms_per_mma = sms_per_mma;
+    f.scale_m = CollectiveMainloop::ScaleGranularityM;
+    f.scale_n = CollectiveMainloop::ScaleGranularityN;
+    f.scale_k = CollectiveMainloop::ScaleGranularityK;
+    f.sfa_k_major = !kMnMajorSFA;
+    f.sfb_k_major = !kMnMajorSFB;
+    f.blockwise_mainloop = blockwise;
+    f.fast_accumulation = fast;
+    f.promotion_k = promotion_k;
+    f.stages = CollectiveMainloop::DispatchPolicy::Stages;
+    return f;
+  }
+
   // Our per-group arrays, carved from the start of the workspace; CUTLASS's own workspace follows.
   struct Arrays {
     UnderlyingShape* shapes;

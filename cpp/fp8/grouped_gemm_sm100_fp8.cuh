@@ -83,8 +83,6 @@ struct GroupedGemmFp8Sm100 : fp8_blockwise::Groups<typename Builders<Cfg>::Kerne
   using Base = fp8_blockwise::Groups<typename Builders<Cfg>::Kernel, ScaleConfig>;
   using CollectiveMainloop = typename Base::CollectiveMainloop;
   using Schedule = typename Cfg::KernelSchedule;
-  static constexpr int kTileM = static_cast<int>(size<0>(typename Cfg::MmaTile{}));
-  static constexpr int kTileN = static_cast<int>(size<1>(typename Cfg::MmaTile{}));
   static constexpr int kTileK = static_cast<int>(size<2>(typename Cfg::MmaTile{}));
   static constexpr int kMmaK = static_cast<int>(size<2>(typename CollectiveMainloop::TiledMma::AtomShape_MNK{}));
   // The mainloop scales and adds the tensor-memory partial sum once per K_BLOCK_MMAS_PER_SCALE_K MMAs.
@@ -99,23 +97,9 @@ struct GroupedGemmFp8Sm100 : fp8_blockwise::Groups<typename Builders<Cfg>::Kerne
   static_assert(kSmsPerMma == Cfg::kSmsPerMma, "the builder took the MMA the schedule names (1 or 2 SMs)");
 
   static Fp8KernelFacts facts() {
-    Fp8KernelFacts f{};
-    f.tile_m = kTileM;
-    f.tile_n = kTileN;
-    f.tile_k = kTileK;
-    f.cluster_m = size<0>(typename Cfg::Cluster{});
-    f.cluster_n = size<1>(typename Cfg::Cluster{});
-    f.sms_per_mma = kSmsPerMma;
-    f.scale_m = CollectiveMainloop::ScaleGranularityM;
-    f.scale_n = CollectiveMainloop::ScaleGranularityN;
-    f.scale_k = CollectiveMainloop::ScaleGranularityK;
-    f.sfa_k_major = !Base::kMnMajorSFA;
-    f.sfb_k_major = !Base::kMnMajorSFB;
-    f.blockwise_mainloop = IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value;
-    f.fast_accumulation = fp8_schedules::ScheduleTraits<Schedule>::fast_accumulation;
-    f.promotion_k = kPromotionK;
-    f.stages = CollectiveMainloop::DispatchPolicy::Stages;
-    return f;
+    return Base::template kernel_facts<typename Cfg::MmaTile, typename Cfg::Cluster>(
+        kSmsPerMma, IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value,
+        fp8_schedules::ScheduleTraits<Schedule>::fast_accumulation, kPromotionK);
   }
 };
 
