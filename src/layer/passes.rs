@@ -2,18 +2,20 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use half::bf16;
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::kernels::block_scaled::MxGemm;
 use crate::kernels::elementwise;
 use crate::kernels::fused::{self, FusedBatch};
 use crate::kernels::grouped::Workspace;
 use crate::kernels::grouped_mx::{MxRows, MxWeights};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::quant::{
-    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Fp8TokenRows, Mxfp8Rows,
-    RowsInUse,
+    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Fp8TokenRows, Mxfp4Weights,
+    Mxfp8Rows, RowsInUse,
 };
 use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut};
@@ -97,21 +99,11 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 let (a, a_mx, h_mx) = (need(a, "a")?, need(a_mx, "a mxfp8")?, need(h_mx, "h mxfp8")?);
                 let groups = c.groups();
                 layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
-                let m1 = g1.max_rows();
-                let x_view = MatrixView::new("a", a.slice(0..m1 * h), m1, h)?;
-                a_mx.reshape(m1, mx_padded(h), groups)?;
-                quantize_mxfp8_grouped(p.stream, &x_view, layout.group_rows(), a_mx, status)?;
-                let d1_bf16 = is_bf16.cast(d1);
-                let (a, b) = (MxRows::Mxfp8(a_mx), MxWeights::Mxfp4(&w.w13));
-                g1.launch(p.stream, a, b, layout.group_rows(), d1_bf16, workspace.as_deref_mut(), status)?;
+                let gemm1 = (g1, &w.w13, is_bf16.cast(d1));
+                mx_gemm(p.stream, layout, ("a", &*a, h), (a_mx, groups), gemm1, workspace.as_deref_mut(), status)?;
                 activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
-                let m2 = g2.max_rows();
-                let h_view = MatrixView::new("h", hbuf.slice(0..m2 * i), m2, i)?;
-                h_mx.reshape(m2, mx_padded(i), groups)?;
-                quantize_mxfp8_grouped(p.stream, &h_view, layout.group_rows(), h_mx, status)?;
-                let d2_bf16 = is_bf16.cast(d2);
-                let (a, b) = (MxRows::Mxfp8(h_mx), MxWeights::Mxfp4(&w.w2));
-                g2.launch(p.stream, a, b, layout.group_rows(), d2_bf16, workspace.as_deref_mut(), status)?;
+                let gemm2 = (g2, &w.w2, is_bf16.cast(d2));
+                mx_gemm(p.stream, layout, ("h", &*hbuf, i), (h_mx, groups), gemm2, workspace.as_deref_mut(), status)?;
                 ld_d2 = mx_padded(h);
             }
             (PairPlans::Fp8(g1, g2), Parts::Fp8(w, is_bf16)) => {
@@ -150,17 +142,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 )))
             }
         }
-        combine_layout(
-            p.stream,
-            &c,
-            self.sizing.shape.slots(),
-            tokens,
-            layout,
-            d2,
-            ld_d2,
-            &p.weights.as_view(),
-            &mut y.as_view_mut(),
-        )
+        combine_layout(p.stream, &c, (tokens, self.sizing.shape.slots()), layout, (d2, ld_d2), p.weights, y)
     }
 
     /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
@@ -283,17 +265,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
         let mut one = PerExpert { stream: p.stream, offsets, single, workspace, status: &mut *status };
         one.gemms(g2, hbuf, i, &w.w2, h, d2)?;
-        combine_layout(
-            p.stream,
-            &c,
-            self.sizing.shape.slots(),
-            tokens,
-            layout,
-            d2,
-            h,
-            &p.weights.as_view(),
-            &mut y.as_view_mut(),
-        )
+        combine_layout(p.stream, &c, (tokens, self.sizing.shape.slots()), layout, (d2, h), p.weights, y)
     }
 }
 
@@ -396,13 +368,11 @@ pub(super) fn activate_layout<T: Element>(
 pub(super) fn combine_layout<T: Element>(
     stream: &Arc<CudaStream>,
     w: &Common<'_>,
-    top_k: usize,
-    tokens: usize,
+    (tokens, top_k): (usize, usize),
     layout: &ExpertLayout,
-    d2: &CudaSlice<T>,
-    ld_d2: usize,
-    weights: &impl DevicePtr<f32>,
-    y: &mut impl DevicePtrMut<T>,
+    (d2, ld_d2): (&CudaSlice<T>, usize),
+    weights: &MatrixView<'_, f32>,
+    y: &mut MatrixViewMut<'_, T>,
 ) -> Result<()> {
     let bias = w.b2.map(|b| (layout.m_indices().as_view(), b.as_view(), w.groups()));
     elementwise::launch_combine(
@@ -413,9 +383,9 @@ pub(super) fn combine_layout<T: Element>(
         d2,
         ld_d2,
         layout.positions(),
-        weights,
+        &weights.as_view(),
         bias.as_ref().map(|(a, b, c)| (a, b, *c)),
-        y,
+        &mut y.as_view_mut(),
     )
 }
 
@@ -453,4 +423,22 @@ impl PerExpert<'_> {
         }
         Ok(())
     }
+}
+
+/// One MXFP4 GEMM of a layout pass: the GEMM's rows of `src` (`cols` wide) to MXFP8 per group (K padded), then
+/// `g` of them with the weights `w` into `d`.
+fn mx_gemm<T: Element>(
+    stream: &Arc<CudaStream>,
+    layout: &ExpertLayout,
+    (name, src, cols): (&'static str, &CudaSlice<T>, usize),
+    (mx, groups): (&mut Mxfp8Rows, usize),
+    (g, w, d): (&MxGemm, &Mxfp4Weights, &mut CudaSlice<bf16>),
+    workspace: Option<&mut Workspace>,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let m = g.max_rows();
+    let view = MatrixView::new(name, src.slice(0..m * cols), m, cols)?;
+    mx.reshape(m, mx_padded(cols), groups)?;
+    quantize_mxfp8_grouped(stream, &view, layout.group_rows(), mx, status)?;
+    g.launch(stream, MxRows::Mxfp8(mx), MxWeights::Mxfp4(w), layout.group_rows(), d, workspace, status)
 }
