@@ -5,8 +5,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, S
 use float8::F8E4M3;
 use half::bf16;
 
+use super::status::{check, Launched};
 use super::sys;
-use super::{need_len, to_i32, to_i64};
+use super::{need_aligned, need_f32_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
 
 /// Where each group's rows are (mirrors `GroupMode` in `cpp/common/launch.h`): device arrays the prepare kernel reads
@@ -255,3 +256,66 @@ macro_rules! scaled_gemm_args {
     }};
 }
 pub(crate) use scaled_gemm_args;
+
+/// A family of scaled FP8 grouped GEMMs, named by its configuration type (blockwise or rowwise): what its launch
+/// checks beyond what [`scaled_launch`] checks for both, and the C++ call that queues it.
+pub(crate) trait ScaledFamily: Copy + std::fmt::Debug + 'static {
+    /// The GEMM as errors name it.
+    const WHAT: &'static str;
+    /// Whether SB is read in 16-byte vectors (per-channel scales) rather than one f32 at a time.
+    const SB_VECTORS: bool;
+    /// The C++ unit this configuration is built into, as errors name it.
+    fn op(self) -> &'static str;
+    /// N and K must be positive multiples of these (what the TMA descriptors and scale grids rely on).
+    const N_ALIGN: usize;
+    const K_ALIGN: usize;
+    /// SA's and SB's lengths for `plan`, `(elements, what)` each.
+    fn scale_lens(plan: &GemmPlan<Self>) -> ((usize, &'static str), (usize, &'static str));
+    /// Queues the prepare kernel and the CUTLASS GEMM over the buffers `p` bound for `plan`, groups of `mode`.
+    ///
+    /// # Safety
+    /// `p` comes from [`ScaledOperands::bind`] for `plan` after every check of [`scaled_launch`] passed.
+    unsafe fn run(plan: &GemmPlan<Self>, mode: sys::GroupMode, p: &ScaledPtrs<'_>, stream: &CudaStream) -> sys::Status;
+}
+
+/// Queues a scaled FP8 grouped GEMM of `plan` (its prepare kernel, then CUTLASS's) on `stream`, after checking
+/// the device, N and K, the buffers' lengths and alignment against the plan.
+pub(crate) fn scaled_launch<C: ScaledFamily, A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
+    stream: &CudaStream,
+    plan: &GemmPlan<C>,
+    ops: ScaledOperands<'_, A, SA, B, SB>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    workspace: &mut CudaSlice<u8>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    plan.check_device(stream, format_args!("{}", C::WHAT))?;
+    // The domain plans guarantee these; checked again so that this floor is sound on its own.
+    let (n, k, na, ka) = (plan.n, plan.k, C::N_ALIGN, C::K_ALIGN);
+    if n == 0 || n % na != 0 || k == 0 || k % ka != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "{}: N = {n} must be a positive multiple of {na} and K = {k} a positive multiple of {ka}",
+            C::WHAT
+        )));
+    }
+    let arrays = group_rows(rows, plan.groups, plan.max_rows)?;
+    let (sa, sb) = C::scale_lens(plan);
+    ops.check_lens(plan, sa, sb, d.len())?;
+    let op = plan.config.op();
+    let p = ops.bind(stream, plan, op, arrays, d, workspace, status)?;
+    for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d)] {
+        need_aligned(name, ptr)?;
+    }
+    if C::SB_VECTORS {
+        need_aligned("sb", p.sb)?;
+    }
+    // f32 scales read one by one (cp.async of 4 bytes).
+    need_f32_aligned("sa", p.sa)?;
+    if !C::SB_VECTORS {
+        need_f32_aligned("sb", p.sb)?;
+    }
+    let workspace_bytes = p.workspace_bytes;
+    // SAFETY: `p` is bound for `plan` and every check above passed; each family's `run` says what that makes sound.
+    let s = unsafe { C::run(plan, arrays.mode, &p, stream) };
+    check(s, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(op) })
+}

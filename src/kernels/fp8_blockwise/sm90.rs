@@ -40,6 +40,7 @@ use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
+use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
@@ -351,8 +352,8 @@ pub(crate) fn launch_planned(
     plan::check_operand_shapes(("FP8 rows", a.rows(), a.k()), ("FP8 weights", (b.experts(), b.n(), b.k())), dims)?;
     let plan = plan::launch_plan(p.config, dims, p.device, p.workspace_bytes);
     let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
-    let ops = launch::Fp8Operands { a: &aq, sa: &sfa, b: &bq, sb: &sfb };
-    launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    let ops = ScaledOperands { a: &aq, sa: &sfa, b: &bq, sb: &sfb };
+    scaled_launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 
 impl plan::ArchConfig for Fp8TileConfig {

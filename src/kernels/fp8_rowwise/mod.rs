@@ -33,6 +33,7 @@ use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
+use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 
 use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
@@ -238,11 +239,11 @@ impl GroupedGemmFp8Rowwise {
             let dims = self.shape.dims();
             let b_dims = (b.experts(), b.n(), b.k());
             plan::check_operand_shapes(("FP8 token rows", a.rows(), a.k()), ("FP8 channel weights", b_dims), dims)?;
-            let plan = plan::launch_plan(self.config.into(), dims, &self.device, self.workspace_bytes);
+            let plan: launch::RowwisePlan = plan::launch_plan(self.config.into(), dims, &self.device, self.workspace_bytes);
             let rows = rows.into();
             let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
-            let ops = launch::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
-            launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+            let ops = ScaledOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
+            scaled_launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
         }
     }
 }
