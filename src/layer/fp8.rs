@@ -222,20 +222,7 @@ impl Fp8ExpertWeights {
     pub fn activation_quant(&self) -> GroupQuant {
         self.quant
     }
-    getters!(
-        /// Routed experts (the tensors hold [`Self::groups`]).
-        experts: usize,
-        /// The shared expert's groups after the routed experts (0 without one).
-        shared_groups: usize,
-        hidden: usize,
-        inter: usize,
-        gate_up: GateUp,
-        activation: Activation,
-    );
-    /// Experts in every tensor: routed and shared groups.
-    pub fn groups(&self) -> usize {
-        self.experts + self.shared_groups
-    }
+    routed_and_shared_getters!(pub);
     /// Gives the device buffers back, `(w13, w2, b13, b2)` (see [`ExpertWeights::into_device`](super::ExpertWeights::into_device)).
     #[allow(clippy::type_complexity)]
     pub fn into_device(self) -> (Fp8BlockWeights, Fp8BlockWeights, Option<CudaSlice<f32>>, Option<CudaSlice<f32>>) {

@@ -87,6 +87,27 @@ macro_rules! weights_common {
     }};
 }
 
+/// The getters of a weights type that may hold a shared expert after its routed experts (fields named as
+/// [`ExpertWeights`]'s), with `groups()` of visibility `$vis`.
+macro_rules! routed_and_shared_getters {
+    ($vis:vis) => {
+        getters!(
+            /// Routed experts (without the shared-expert groups).
+            experts: usize,
+            /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
+            shared_groups: usize,
+            hidden: usize,
+            inter: usize,
+            gate_up: GateUp,
+            activation: Activation,
+        );
+        /// Experts every tensor holds: the routed ones and the shared groups.
+        $vis fn groups(&self) -> usize {
+            self.experts + self.shared_groups
+        }
+    };
+}
+
 mod arch;
 mod fp8;
 mod fp8_channel;

@@ -149,20 +149,7 @@ impl<T: Element> ExpertWeights<T> {
         (self.w13, self.w2, self.b13, self.b2)
     }
 
-    getters!(
-        /// Routed experts (without the shared-expert groups).
-        experts: usize,
-        /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
-        shared_groups: usize,
-        hidden: usize,
-        inter: usize,
-        gate_up: GateUp,
-        activation: Activation,
-    );
-    /// Experts every tensor holds: the routed ones and the shared groups.
-    pub(crate) fn groups(&self) -> usize {
-        self.experts + self.shared_groups
-    }
+    routed_and_shared_getters!(pub(crate));
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {
         self.w13.context().ordinal()
