@@ -315,56 +315,50 @@ pub(super) fn operands<'a>(
     Ok(launch::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales })
 }
 
-/// The activations of a launch.
-#[derive(Clone, Copy, Debug)]
-pub enum MxRows<'a> {
-    Mxfp8(&'a Mxfp8Rows),
-    Mxfp4(&'a Mxfp4Rows),
-    Nvfp4(&'a Nvfp4Rows),
+/// An operand of a launch in one of the three formats (`$t8`, `$t4`, `$nv`), with its format and `$shape`
+/// (`$x` the operand): one enum and the same two matches for the activations and the weights.
+macro_rules! mx_operand {
+    ($(#[$doc:meta])* $name:ident($t8:ty, $t4:ty, $nv:ty), $(#[$shape_doc:meta])* |$x:ident| $shape:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub enum $name<'a> {
+            Mxfp8(&'a $t8),
+            Mxfp4(&'a $t4),
+            Nvfp4(&'a $nv),
+        }
+
+        impl $name<'_> {
+            pub fn format(&self) -> MxFormat {
+                match self {
+                    $name::Mxfp8(_) => MxFormat::Mxfp8,
+                    $name::Mxfp4(_) => MxFormat::Mxfp4,
+                    $name::Nvfp4(_) => MxFormat::Nvfp4,
+                }
+            }
+            $(#[$shape_doc])*
+            fn shape(&self) -> (usize, usize, usize) {
+                match self {
+                    $name::Mxfp8($x) => $shape,
+                    $name::Mxfp4($x) => $shape,
+                    $name::Nvfp4($x) => $shape,
+                }
+            }
+        }
+    };
 }
 
-impl MxRows<'_> {
-    pub fn format(&self) -> MxFormat {
-        match self {
-            MxRows::Mxfp8(_) => MxFormat::Mxfp8,
-            MxRows::Mxfp4(_) => MxFormat::Mxfp4,
-            MxRows::Nvfp4(_) => MxFormat::Nvfp4,
-        }
-    }
+mx_operand!(
+    /// The activations of a launch.
+    MxRows(Mxfp8Rows, Mxfp4Rows, Nvfp4Rows),
     /// (max_rows, K, groups).
-    fn shape(&self) -> (usize, usize, usize) {
-        match self {
-            MxRows::Mxfp8(a) => (a.max_rows(), a.k(), a.groups()),
-            MxRows::Mxfp4(a) => (a.max_rows(), a.k(), a.groups()),
-            MxRows::Nvfp4(a) => (a.max_rows(), a.k(), a.groups()),
-        }
-    }
-}
-
-/// The expert weights of a launch.
-#[derive(Clone, Copy, Debug)]
-pub enum MxWeights<'a> {
-    Mxfp8(&'a Mxfp8Weights),
-    Mxfp4(&'a Mxfp4Weights),
-    Nvfp4(&'a Nvfp4Weights),
-}
-
-impl MxWeights<'_> {
-    pub fn format(&self) -> MxFormat {
-        match self {
-            MxWeights::Mxfp8(_) => MxFormat::Mxfp8,
-            MxWeights::Mxfp4(_) => MxFormat::Mxfp4,
-            MxWeights::Nvfp4(_) => MxFormat::Nvfp4,
-        }
-    }
-    fn shape(&self) -> (usize, usize, usize) {
-        match self {
-            MxWeights::Mxfp8(w) => (w.experts(), w.n(), w.k()),
-            MxWeights::Mxfp4(w) => (w.experts(), w.n(), w.k()),
-            MxWeights::Nvfp4(w) => (w.experts(), w.n(), w.k()),
-        }
-    }
-}
+    |a| (a.max_rows(), a.k(), a.groups())
+);
+mx_operand!(
+    /// The expert weights of a launch.
+    MxWeights(Mxfp8Weights, Mxfp4Weights, Nvfp4Weights),
+    /// (experts, N, K).
+    |w| (w.experts(), w.n(), w.k())
+);
 
 /// A block-scaled grouped GEMM planned for one pair of formats, one shape and one SM100 device.
 #[derive(Debug)]
