@@ -227,13 +227,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn msg(r: Result<()>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
-    }
+    use crate::error::invalid_problem as msg;
 
     #[test]
     fn shapes_name_their_constraint() {

@@ -344,16 +344,10 @@ pub(crate) fn launch_quantize_weights<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::invalid_problem as invalid;
 
     fn desc(experts: usize, n: usize, k: usize) -> WeightQuantDesc {
         WeightQuantDesc { experts, n, k, ue8m0: false }
-    }
-
-    fn invalid(r: Result<impl std::fmt::Debug>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
     }
 
     #[test]

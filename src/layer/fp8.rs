@@ -286,13 +286,7 @@ impl LayerWeights<bf16> for Fp8ExpertWeights {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn err(r: Result<()>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
-    }
+    use crate::error::invalid_problem as err;
 
     #[test]
     fn fp8_formats_name_their_constraint() {

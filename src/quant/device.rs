@@ -368,16 +368,10 @@ impl Fp8BlockWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::invalid_problem as invalid;
 
     fn check(w_len: usize, experts: usize, n: usize, k: usize) -> Result<()> {
         check_weights(w_len, &weight_desc(experts, n, k, ScaleFormat::F32))
-    }
-
-    fn invalid(r: Result<()>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
     }
 
     #[test]
