@@ -25,6 +25,7 @@
 
 #include "moe_ops/decode_fp8.h"
 #include "common/element.cuh"
+#include "common/mma_sync.cuh"
 #include "moe_ops/quant_rules.cuh"
 
 namespace moe_gemm {
@@ -43,11 +44,7 @@ constexpr int kPrefetchBlocks = 2;  // K blocks per warp asked of L2 before the 
 
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  MOE_GEMM_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32", c, a0, a1, a2, a3, b0, b1);
 }
 
 // Four bf16 columns of shared memory: their bits, their values and the amax of the finite ones.
