@@ -109,26 +109,20 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      if constexpr (kChannel) {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(part);
-        pipeline.consumer_release(read_state);
-        ++read_state;
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += part(i);
-      } else {
-        // This k-tile's scales, while the MMAs run.
+      // This k-tile's scales, while the MMAs run (per channel: none; the sum goes in unscaled).
+      float s0 = 1.0f, s1 = 1.0f;
+      if constexpr (!kChannel) {
         const float sb = sfb[kt];
-        const float s0 = a_row[0] >= 0 ? p.sfa[a_row[0] * p.k_blocks + kt] * sb : 0.0f;
-        const float s1 = a_row[1] >= 0 ? p.sfa[a_row[1] * p.k_blocks + kt] * sb : 0.0f;
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(part);
-        pipeline.consumer_release(read_state);
-        ++read_state;
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) {
-          accum(i) += part(i) * (get<0>(coord(i)) == row_lo ? s0 : s1);
-        }
+        s0 = a_row[0] >= 0 ? p.sfa[a_row[0] * p.k_blocks + kt] * sb : 0.0f;
+        s1 = a_row[1] >= 0 ? p.sfa[a_row[1] * p.k_blocks + kt] * sb : 0.0f;
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(part);
+      pipeline.consumer_release(read_state);
+      ++read_state;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) {
+        accum(i) += kChannel ? part(i) : part(i) * (get<0>(coord(i)) == row_lo ? s0 : s1);
       }
     }
     if constexpr (kChannel) {

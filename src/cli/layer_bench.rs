@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use moe_gemm::layer::{GateUp, LayerWeights, WeightFormat};
+use moe_gemm::layer::{Fp8ChannelExpertWeights, GateUp, LayerWeights, WeightFormat};
 use moe_gemm::random::fill_device;
 use moe_gemm::{
     Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, MatrixView, MatrixViewMut, MoeLayer,
@@ -245,7 +245,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let mut layer8 = if fp8 && skip8.is_none() {
             // Per-channel Batched and Fused take H and I in whole 128s (the decode kernels' blocks, the fused
             // GEMMs' N tiles): elsewhere they are reported, not timed, and Auto runs Grouped.
-            let decodes = qd != LayerDtype::Fp8Channel || (h % 128 == 0 && i % 128 == 0);
+            let decodes = qd != LayerDtype::Fp8Channel
+                || Fp8ChannelExpertWeights::check_backend_shape(Backend::Batched, h, i).is_ok();
             let auto8 = match qd {
                 LayerDtype::Mxfp4 => Backends::of(Backend::Grouped),
                 LayerDtype::Fp8Channel if !decodes => Backends::of(Backend::Grouped),

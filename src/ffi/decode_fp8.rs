@@ -141,10 +141,10 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
         DecodeScales::Channel { w13, w2, act } => {
             need_len("w13 scales", w13.len(), e * 2 * inter, "experts x 2I (one per output channel)")?;
             need_len("w2 scales", w2.len(), e * hid, "experts x H (one per output channel)")?;
-            match act {
-                &ChannelActScale::Token(d) => (sys::DecodeScaling::ChannelToken, w13, w2, Some(d), None),
-                &ChannelActScale::Tensor(d) => (sys::DecodeScaling::ChannelTensor, w13, w2, Some(d), None),
-                &ChannelActScale::Static { x, h } => {
+            match *act {
+                ChannelActScale::Token(d) => (sys::DecodeScaling::ChannelToken, w13, w2, Some(d), None),
+                ChannelActScale::Tensor(d) => (sys::DecodeScaling::ChannelTensor, w13, w2, Some(d), None),
+                ChannelActScale::Static { x, h } => {
                     need_len("static x scale", x.len(), 1, "one f32")?;
                     need_len("static h scale", h.len(), 1, "one f32")?;
                     (sys::DecodeScaling::ChannelStatic, w13, w2, None, Some((x, h)))
@@ -152,10 +152,11 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
             }
         }
     };
-    let d = dynamic.unwrap_or(DynamicScale { eps: 1.0, ue8m0: false }); // unread under static scales
-    if !(d.eps.is_finite() && d.eps / 448.0 >= f32::MIN_POSITIVE) {
+    if let Some(d) = dynamic.filter(|d| !(d.eps.is_finite() && d.eps / 448.0 >= f32::MIN_POSITIVE)) {
         return Err(Error::InvalidProblem(format!("FP8 decode: eps = {:e}: eps / 448 must be a normal f32", d.eps)));
     }
+    // Static scales: the kernels read no eps.
+    let d = dynamic.unwrap_or(DynamicScale { eps: 1.0, ue8m0: false });
     let amax = match (scaling, amax) {
         (sys::DecodeScaling::ChannelTensor, Some(words)) => {
             need_len("amax words", words.len(), 2, "two u32 (x's and h's per-tensor amax)")?;

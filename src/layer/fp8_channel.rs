@@ -158,6 +158,15 @@ impl Fp8ChannelExpertWeights {
         check_channel_shape(hidden, inter)
     }
 
+    /// Whether `backend` runs a layer `[H, I]` of these weights beyond [`Self::check_shape`]: Batched and Fused
+    /// take H and I in multiples of 128 (what the plan checks).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the backend, the dimension and the multiple.
+    pub fn check_backend_shape(backend: Backend, hidden: usize, inter: usize) -> Result<()> {
+        check_backend_shape(backend, hidden, inter)
+    }
+
     getters!(experts: usize, hidden: usize, inter: usize, activation: Activation);
     /// How the checkpoint scales the activations (per token at run time, or static per tensor).
     pub fn activation_scales(&self) -> ActivationScales {
