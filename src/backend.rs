@@ -90,10 +90,10 @@ impl Backends {
     /// What a layer over MXFP4 expert weights runs: the layout backends (the block-scaled grouped GEMM over a
     /// layout's groups). No decode kernel reads MXFP4 yet; the Fused GEMMs are bf16/FP8 wgmma kernels.
     pub const MX: Backends = Backends(4 | 8 | 16);
-    /// What a layer over per-channel FP8 expert weights runs: the layout backends (the FP8 rowwise grouped
-    /// GEMM). The decode and fused kernels read block scales only.
-    pub const FP8_CHANNEL: Backends = Backends(4 | 8 | 16);
-    /// What `Auto` picks among over FP8 weights: Batched, Grouped.
+    /// What a layer over per-channel FP8 expert weights runs: Batched and Fused (the FP8 decode kernels and fused
+    /// GEMMs, where H and I are multiples of 128) and the layout backends (the FP8 rowwise grouped GEMM).
+    pub const FP8_CHANNEL: Backends = Backends(2 | 4 | 8 | 16 | 32);
+    /// What `Auto` picks among over FP8 weights (block or per channel): Batched, Grouped.
     pub const FP8_AUTO: Backends = Backends(2 | 4);
 
     /// The backends `backend` can run: itself, or [`Backends::AUTO`] for `Auto`.
@@ -112,6 +112,9 @@ impl Backends {
         Backends(self.0 | other.0)
     }
 
+    pub const fn without(self, backend: Backend) -> Backends {
+        Backends(self.0 & !backend.bit())
+    }
     pub const fn contains(self, backend: Backend) -> bool {
         let b = Backends::of(backend).0;
         b != 0 && self.0 & b == b
@@ -164,7 +167,8 @@ pub enum WeightFormat {
     Mxfp4,
     /// e4m3 with one f32 scale per output channel (a per-tensor scale repeated over its rows), the activations
     /// quantised per token (at run time, or by the checkpoint's static `input_scale`): [`Fp8ChannelExpertWeights`](crate::layer::Fp8ChannelExpertWeights),
-    /// the SM90 FP8 rowwise grouped GEMM. Runs Grouped, Contiguous and Masked (`Auto`: Grouped).
+    /// the SM90 FP8 rowwise grouped GEMM, the FP8 decode kernels or the FP8 fused GEMMs. Runs Batched and Fused
+    /// (H and I multiples of 128), Grouped, Contiguous and Masked (`Auto`: Batched or Grouped).
     Fp8Channel,
 }
 

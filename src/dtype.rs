@@ -68,40 +68,28 @@ pub trait Element: sealed::Sealed + DeviceRepr + ValidAsZeroBits + Copy + Send +
     fn from_bits(bits: u16) -> Self;
 }
 
-impl Element for half::bf16 {
-    const DTYPE: DType = DType::BF16;
-    fn from_f32(x: f32) -> Self {
-        half::bf16::from_f32(x)
-    }
-    fn to_f32(self) -> f32 {
-        half::bf16::to_f32(self)
-    }
-    fn nan() -> Self {
-        half::bf16::NAN
-    }
-    fn to_bits(self) -> u16 {
-        half::bf16::to_bits(self)
-    }
-    fn from_bits(bits: u16) -> Self {
-        half::bf16::from_bits(bits)
-    }
+/// The two impls differ only in the `half` type and its [`DType`]: each method is that type's own.
+macro_rules! element {
+    ($t:ty, $dtype:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $dtype;
+            fn from_f32(x: f32) -> Self {
+                <$t>::from_f32(x)
+            }
+            fn to_f32(self) -> f32 {
+                <$t>::to_f32(self)
+            }
+            fn nan() -> Self {
+                <$t>::NAN
+            }
+            fn to_bits(self) -> u16 {
+                <$t>::to_bits(self)
+            }
+            fn from_bits(bits: u16) -> Self {
+                <$t>::from_bits(bits)
+            }
+        }
+    };
 }
-
-impl Element for half::f16 {
-    const DTYPE: DType = DType::F16;
-    fn from_f32(x: f32) -> Self {
-        half::f16::from_f32(x)
-    }
-    fn to_f32(self) -> f32 {
-        half::f16::to_f32(self)
-    }
-    fn nan() -> Self {
-        half::f16::NAN
-    }
-    fn to_bits(self) -> u16 {
-        half::f16::to_bits(self)
-    }
-    fn from_bits(bits: u16) -> Self {
-        half::f16::from_bits(bits)
-    }
-}
+element!(half::bf16, DType::BF16);
+element!(half::f16, DType::F16);

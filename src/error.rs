@@ -86,5 +86,14 @@ fn kernel_detail(dtype: &Option<DType>, config: &Option<String>) -> String {
     s
 }
 
+/// The message of an expected [`Error::InvalidProblem`], for the tests of checks that name their constraint.
+#[cfg(test)]
+pub(crate) fn invalid_problem(r: Result<impl std::fmt::Debug>) -> String {
+    match r {
+        Err(Error::InvalidProblem(m)) => m,
+        other => panic!("expected InvalidProblem, got {other:?}"),
+    }
+}
+
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::thread;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 
 use crate::dtype::Element;
 use crate::error::Result;
@@ -71,8 +71,13 @@ pub fn random_vec<T: Element>(len: usize, seed: u64, scale: f32) -> Vec<T> {
 /// be independent.
 pub fn fill_device<T: Element>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, seed: u64, scale: f32) -> Result<()> {
     let block = random_vec::<T>(buf.len().min(16 << 20), seed, scale);
+    fill_tiled(stream, buf, &block)
+}
+
+/// Fills a device buffer with copies of `block`, back to back (the last one cut at the buffer's end).
+pub fn fill_tiled<T: DeviceRepr>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, block: &[T]) -> Result<()> {
     let mut at = 0;
-    while at < buf.len() {
+    while at < buf.len() && !block.is_empty() {
         let len = block.len().min(buf.len() - at);
         stream.memcpy_htod(&block[..len], &mut buf.slice_mut(at..at + len))?;
         at += len;

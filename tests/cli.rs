@@ -122,7 +122,13 @@ fn plan_sizes_auto_with_the_shipped_table_of_a_named_gpu() {
     let (ok, plain) = cli(&["plan", "--model", "mixtral-8x7b"]);
     assert!(ok && plain.contains("backends {batched,grouped,fused}") && !plain.contains("shipped"), "{plain}");
     let (ok, h100) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA H100 80GB HBM3"]);
-    assert!(ok && h100.contains("no table shipped for NVIDIA H100 80GB HBM3 and dense weights"), "{h100}");
+    let file = "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json";
+    assert!(ok && h100.contains(&format!("Auto from the table shipped for NVIDIA H100 80GB HBM3: {file}")), "{h100}");
+    let args = ["plan", "--model", "mixtral-8x7b", "--dtype", "fp8", "--gpu-name", "NVIDIA H100 80GB HBM3"];
+    let (ok, fp8) = cli(&args);
+    assert!(ok && fp8.contains("dtype=fp8_w8a8,block_shape=[128, 128].json"), "{fp8}");
+    let (ok, a100) = cli(&["plan", "--model", "mixtral-8x7b", "--gpu-name", "NVIDIA A100-SXM4-80GB"]);
+    assert!(ok && a100.contains("no table shipped for NVIDIA A100-SXM4-80GB and dense weights"), "{a100}");
 }
 
 /// `moe-gemm plan --compute-capability`: the FP8 layer planned for a described B200 takes the SM100 blockwise GEMM

@@ -190,7 +190,9 @@ fn plans_refuse_a_table_of_another_format_or_shape_and_say_what_auto_follows() {
     );
     assert_eq!(p.auto_source(), AutoSource::GivenTable);
     assert_eq!(plan(WeightFormat::Fp8Block, None).unwrap().auto_source(), AutoSource::CostModel);
-    assert_eq!(plan(WeightFormat::Fp8Channel, None).unwrap().auto_source(), AutoSource::GroupedOnly);
+    // Per-channel FP8 picks Batched or Grouped by the FP8 cost model; MXFP4 runs the layout backends alone.
+    assert_eq!(plan(WeightFormat::Fp8Channel, None).unwrap().auto_source(), AutoSource::CostModel);
+    assert_eq!(plan(WeightFormat::Mxfp4, None).unwrap().auto_source(), AutoSource::GroupedOnly);
     let shipped = TunedBackends::shipped("NVIDIA H200", WeightFormat::Dense, 256, 2048).unwrap();
     let p = plan(WeightFormat::Dense, Some(shipped)).unwrap();
     assert_eq!(p.auto_source(), AutoSource::ShippedTable("E=256,N=2048,device_name=NVIDIA_H200,dtype=bf16.json"));

@@ -295,9 +295,11 @@ fn the_fp8_decode_kernels_multiply_on_the_tensor_cores() {
     }));
     assert!(ops.iter().any(|o| o == "HMMA") && ops.iter().any(|o| o == "F2FP"), "decode_fp8: {ops:?}");
     assert!(!ops.iter().any(|o| o.ends_with("GMMA") || o.starts_with("UTC")), "decode_fp8: {ops:?}");
-    // expand, and reduce in its 512- and 1024-thread forms, for sm_90 and sm_100.
-    assert_eq!(named(&ks, "expand_kernel").len(), 2);
-    assert_eq!(named(&ks, "reduce_kernel").len(), 4);
+    // expand, and reduce in its 512- and 1024-thread forms, each over block and per-channel scales, for sm_90 and
+    // sm_100; the per-tensor amax reduction.
+    assert_eq!(named(&ks, "expand_kernel").len(), 4);
+    assert_eq!(named(&ks, "reduce_kernel").len(), 8);
+    assert_eq!(named(&ks, "x_amax_kernel").len(), 2);
 }
 
 /// The portable block-scaled grouped GEMM (`cpp/mx/grouped_mx_portable.cu`) multiplies its dequantised bf16 tiles on
@@ -364,7 +366,7 @@ fn the_mxfp8_gemm_multiplies_block_scaled_on_tcgen05() {
     assert_eq!(rowwise.len(), 3, "{SM90_FP8}: the rowwise configurations");
     let fused = kernels(tool, FUSED);
     let fused_fp8 = named(&fused, "fused_moe_fp8_kernel");
-    assert_eq!(fused_fp8.len(), 2, "{FUSED}: the FP8 tiles");
+    assert_eq!(fused_fp8.len(), 4, "{FUSED}: the FP8 tiles, each over block and per-channel scales");
     for (what, ks) in [("FP8 rowwise", rowwise), ("fused FP8", fused_fp8)] {
         let ops = base_ops(ks.iter().copied());
         assert!(ops.iter().any(|o| o == "QGMMA"), "{what}: no QGMMA: {ops:?}");

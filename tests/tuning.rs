@@ -80,7 +80,7 @@ fn qwen3_30b_choice(
     moe_gemm::tuning::LayerChoice {
         backend,
         auto: moe_gemm::Backend::Grouped,
-        fp8: false,
+        format: WeightFormat::Dense,
         experts: 128,
         hidden: 2048,
         inter: 768,
@@ -147,7 +147,7 @@ fn tuned_backends_pick_the_nearest_bucket_and_refuse_bad_tables() {
         LayerChoice {
             backend,
             auto: Grouped,
-            fp8: false,
+            format: WeightFormat::Dense,
             experts: 8,
             hidden: 4096,
             inter: 14336,
@@ -362,11 +362,11 @@ fn fp8_tables_carry_their_format_and_refuse_what_fp8_does_not_run() {
     assert!(eager.contains("bucket 1: eager") && eager.contains("fp8 block"), "{eager}");
     assert!(TunedBackends::new(256, 2048, &[(1, Eager)]).unwrap().with_format(WeightFormat::Fp8Block).is_err());
     assert!(TunedBackends::new(256, 2048, &[(1, Grouped)]).unwrap().with_format(WeightFormat::Fp8Channel).is_err());
-    let entry = |fp8| {
+    let entry = |fp8: bool| {
         LayerChoice {
             backend: Grouped,
             auto: Grouped,
-            fp8,
+            format: if fp8 { WeightFormat::Fp8Block } else { WeightFormat::Dense },
             experts: 256,
             hidden: 7168,
             inter: 2048,

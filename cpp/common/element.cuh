@@ -7,19 +7,12 @@
 namespace moe_gemm {
 namespace element {
 
+// Both types convert as these name it: to f32 exactly, from f32 to nearest even (__bfloat162float,
+// __float2bfloat16 and the __half ones, through the types' own conversions).
 template <class T>
-__device__ __forceinline__ float f32(T x);
-template <>
-__device__ __forceinline__ float f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float f32(__half x) { return __half2float(x); }
-
+__device__ __forceinline__ float f32(T x) { return static_cast<float>(x); }
 template <class T>
-__device__ __forceinline__ T cast(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 cast(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half cast(float x) { return __float2half(x); }
+__device__ __forceinline__ T cast(float x) { return T(x); }
 
 // The value an f32 takes once stored as T (the rounding a GEMM's output applies).
 template <class T>

@@ -23,6 +23,9 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "common/group_rows.cuh"
+#include "common/grouped_run.cuh"
+#include "common/sm100_config.cuh"
+#include "dense/dense_gemm.cuh"
 #include "dense/launch_sm100.h"
 
 // tcgen05 (UMMA, tensor memory) and the SM100 TMA descriptor updates exist only in arch-specific sm_100a code:
@@ -36,22 +39,16 @@ namespace sm100 {
 
 using namespace cute;
 
-// MMA tile, kernel and epilogue schedule, named as in launch_sm100.h's Sm100TileConfig. Cluster 1x1x1 (static):
-// no multicast, every CTA independent, as the SM90 family measured best.
+// MMA tile, kernel and epilogue schedule, named as in launch_sm100.h's Sm100TileConfig. 1-SM schedules only, so
+// the cluster is 1x1x1 (static, sm100_config.cuh): no multicast, every CTA independent, as the SM90 family
+// measured best.
 template <class MmaTile_, class Kernel_, class Epilogue_>
-struct Config {
-  using MmaTile = MmaTile_;
-  using Cluster = Shape<_1, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+struct Config : Sm100Config<MmaTile_, Kernel_, Epilogue_> {};
 using Kernel1Sm = cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmSm100;
 using Epilogue1Sm = cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm;
 
 using Mma1Sm128x256x64 = Config<Shape<_128, _256, _64>, Kernel1Sm, Epilogue1Sm>;
 using Mma1Sm128x128x64 = Config<Shape<_128, _128, _64>, Kernel1Sm, Epilogue1Sm>;
-
-inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 template <class Policy>
 struct is_umma_array_mainloop : std::false_type {};
@@ -61,101 +58,17 @@ struct is_umma_array_mainloop<
     : std::true_type {};
 
 template <class Element_, class Cfg>
-struct GroupedGemmSm100 {
-  using Element = Element_;
-  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
-  using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
-  using LayoutA = cutlass::layout::RowMajor;
-  using LayoutB = cutlass::layout::ColumnMajor;  // B stored [N, K] row-major == K x N column-major
-  using LayoutD = cutlass::layout::RowMajor;
-  static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA alignment
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, typename Cfg::MmaTile, typename Cfg::Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, LayoutD*, kAlign,  // no source tensor C: beta is 0 and C is never read
-      Element, LayoutD*, kAlign, typename Cfg::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element, LayoutB*, kAlign,
-      float, typename Cfg::MmaTile, typename Cfg::Cluster,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Cfg::KernelSchedule>::CollectiveOp;
-
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
+struct GroupedGemmSm100 : dense::DenseGemm<cutlass::arch::Sm100, Element_, typename Cfg::MmaTile, Cfg> {
+  using Base = dense::DenseGemm<cutlass::arch::Sm100, Element_, typename Cfg::MmaTile, Cfg>;
+  using CollectiveMainloop = typename Base::CollectiveMainloop;
+  using Kernel = typename Base::Kernel;
+  static_assert(Cfg::kSmsPerMma == 1, "1-SM schedules: a 1x1x1 cluster");
 
   // What the builder must have chosen: the ptr-array UMMA mainloop (not a fallback) on a grouped problem.
   using DispatchPolicy = typename CollectiveMainloop::DispatchPolicy;
   static constexpr bool kUmmaArrayMainloop = is_umma_array_mainloop<DispatchPolicy>::value;
   static_assert(kUmmaArrayMainloop, "the SM100 builder did not pick the ptr-array UMMA mainloop");
   static_assert(Kernel::IsGroupedGemmKernel, "not a grouped kernel");
-
-  // Our per-group arrays, carved from the start of the workspace; CUTLASS's own workspace (per-SM TMA
-  // descriptors of A, B and D) follows.
-  struct Arrays {
-    UnderlyingShape* shapes;
-    const Element** a;
-    const Element** b;
-    Element** d;
-    StrideA* sa;
-    StrideB* sb;
-    StrideD* sd;
-    uint64_t bytes;  // total bytes of the arrays, 256-aligned
-  };
-
-  static Arrays carve(uint8_t* base, int groups) {
-    Arrays r{};
-    uint64_t off = 0;
-    auto take = [&](uint64_t n) {
-      uint8_t* p = base ? base + off : nullptr;
-      off = align_up(off + n, 256);
-      return p;
-    };
-    const uint64_t g = static_cast<uint64_t>(groups);
-    r.shapes = reinterpret_cast<UnderlyingShape*>(take(g * sizeof(UnderlyingShape)));
-    r.a = reinterpret_cast<const Element**>(take(g * sizeof(void*)));
-    r.b = reinterpret_cast<const Element**>(take(g * sizeof(void*)));
-    r.d = reinterpret_cast<Element**>(take(g * sizeof(void*)));
-    r.sa = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    r.sb = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    r.sd = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
-    r.bytes = off;
-    return r;
-  }
-
-  static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;  // the persistent grid; the cluster shape is static, so hw.cluster_shape is unused
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};  // device-only shapes
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.sa;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.sb;
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.sd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.sd;
-    args.hw_info = hw;
-    return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
-  }
 
   static Sm100KernelFacts facts() {
     using Tile = typename Cfg::MmaTile;
@@ -222,42 +135,17 @@ Status check_problem(const GroupedGemmSm100Args& p) {
   return {StatusCode::Ok, 0};
 }
 
+// CUTLASS's own workspace (per-SM TMA descriptors of A, B and D) follows our arrays.
 template <class G>
 Status run(const GroupedGemmSm100Args& p) {
-  if (p.groups == 0) return {StatusCode::Ok, 0};
-  const Status checked = check_problem<G>(p);
-  if (checked.code != StatusCode::Ok) return checked;
-  const uint64_t need = G::workspace_bytes(p.groups, p.sm_count);
-  if (p.workspace_bytes < need) {
-    return {StatusCode::WorkspaceTooSmall, static_cast<int32_t>(need > 0x7fffffff ? 0x7fffffff : need)};
-  }
-  auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
-  auto* error_word = reinterpret_cast<uint32_t*>(p.status);
-  typename G::Arrays arr = G::carve(ws, p.groups);
-  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-
-  constexpr int kThreads = 128;
-  prepare_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
-      p.a_div, p.experts, p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
-      reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d), error_word);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-
-  auto args = G::arguments(arr, p.groups, p.device, p.sm_count);
-  typename G::Gemm gemm;
-  cutlass::Status s = gemm.can_implement(args);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
-  uint8_t* cutlass_ws = ws + arr.bytes;
-  s = gemm.initialize(args, cutlass_ws, stream);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
-  s = gemm.run(stream);
-  if (s != cutlass::Status::kSuccess) {
-    e = cudaGetLastError();
-    return e != cudaSuccess ? Status{StatusCode::Cuda, static_cast<int32_t>(e)}
-                            : Status{StatusCode::CutlassRun, static_cast<int32_t>(s)};
-  }
-  return {StatusCode::Ok, 0};
+  return grouped_run::run<G>(p, check_problem<G>(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
+    constexpr int kThreads = 128;
+    prepare_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+        p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
+        p.a_div, p.experts, p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
+        reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
+    return grouped_run::launched();
+  });
 }
 
 }  // namespace sm100
@@ -300,7 +188,7 @@ Status run(const GroupedGemmSm100Args& p) {
     return true;
 #define MOE_GEMM_SM100_CASE_WORKSPACE(CFG)                                               \
   case Sm100TileConfig::CFG:                                                             \
-    *bytes = sm100::GroupedGemmSm100<E, sm100::CFG>::workspace_bytes(g, sms);            \
+    *bytes = grouped_run::workspace_bytes<sm100::GroupedGemmSm100<E, sm100::CFG>>(g, sms); \
     return {StatusCode::Ok, 0};
 #define MOE_GEMM_SM100_CASE_RUN(CFG) \
   case Sm100TileConfig::CFG:         \

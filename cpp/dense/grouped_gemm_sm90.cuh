@@ -18,8 +18,10 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "common/grouped_run.cuh"
 #include "common/launch.h"
 #include "common/pdl.cuh"
+#include "dense/dense_gemm.cuh"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "grouped_gemm_sm90 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
@@ -50,95 +52,8 @@ using Pingpong128x128x64 = Config<Shape<_128, _128, _64>, Ping, PingEpi>;
 // Decode with few active experts: 64-wide N tiles double the CTAs that stream weights.
 using Pingpong64x64x128 = Config<Shape<_64, _64, _128>, Ping, PingEpi>;
 
-inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
 template <class Element_, class Cfg>
-struct GroupedGemmSm90 {
-  using Element = Element_;
-  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
-  using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
-  using LayoutA = cutlass::layout::RowMajor;
-  using LayoutB = cutlass::layout::ColumnMajor;  // B stored [N, K] row-major == K x N column-major
-  using LayoutD = cutlass::layout::RowMajor;
-  static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA alignment
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, LayoutD*, kAlign,  // no source tensor C: beta is 0 and C is never read
-      Element, LayoutD*, kAlign, typename Cfg::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element, LayoutB*, kAlign,
-      float, typename Cfg::Tile, typename Cfg::Cluster,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Cfg::KernelSchedule>::CollectiveOp;
-
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
-
-  // Our per-group arrays, carved from the start of the workspace; CUTLASS's own workspace follows.
-  struct Arrays {
-    UnderlyingShape* shapes;
-    const Element** a;
-    const Element** b;
-    Element** d;
-    StrideA* sa;
-    StrideB* sb;
-    StrideD* sd;
-    uint64_t bytes;  // total bytes of the arrays, 256-aligned
-  };
-
-  static Arrays carve(uint8_t* base, int groups) {
-    Arrays r{};
-    uint64_t off = 0;
-    auto take = [&](uint64_t n) {
-      uint8_t* p = base ? base + off : nullptr;
-      off = align_up(off + n, 256);
-      return p;
-    };
-    const uint64_t g = static_cast<uint64_t>(groups);
-    r.shapes = reinterpret_cast<UnderlyingShape*>(take(g * sizeof(UnderlyingShape)));
-    r.a = reinterpret_cast<const Element**>(take(g * sizeof(void*)));
-    r.b = reinterpret_cast<const Element**>(take(g * sizeof(void*)));
-    r.d = reinterpret_cast<Element**>(take(g * sizeof(void*)));
-    r.sa = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    r.sb = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    r.sd = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
-    r.bytes = off;
-    return r;
-  }
-
-  static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};  // device-only shapes
-    args.mainloop = {arr.a, arr.sa, arr.b, arr.sb};
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.sd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.sd;
-    args.hw_info = hw;
-    return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + align_up(Gemm::get_workspace_size(args), 256);
-  }
-};
+struct GroupedGemmSm90 : dense::DenseGemm<cutlass::arch::Sm90, Element_, typename Cfg::Tile, Cfg> {};
 
 // One thread per group: (offsets | counts) -> shapes, pointers and strides. Invalid values are clamped so that
 // nothing is read or written out of bounds ([0, max_rows], and each group within its room), and reported
@@ -195,52 +110,28 @@ __global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offse
   if (err) atomicOr(error_word, err);
 }
 
+// Programmatic dependent launch: where the kernel before it lets its dependents start early (the gather, the
+// activation), the one-CTA prepare kernel is resident when that ends. The GEMM after it is launched plainly:
+// CUTLASS 4.2's SM90 ptr-array kernels do not wait on griddepcontrol, so they must not start before it (entered
+// through a waiting kernel and let in early, it measured 8% slower at Mixtral T = 512 uniform and nowhere faster:
+// benches/results/h200-2026-12-03-tile-windows/r2/compare.txt).
 template <class G>
 Status run(const GroupedGemmArgs& p) {
-  if (p.groups == 0) return {StatusCode::Ok, 0};
-  const uint64_t need = G::workspace_bytes(p.groups, p.sm_count);
-  if (p.workspace_bytes < need) {
-    return {StatusCode::WorkspaceTooSmall, static_cast<int32_t>(need > 0x7fffffff ? 0x7fffffff : need)};
-  }
-  auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
-  auto* error_word = reinterpret_cast<uint32_t*>(p.status);
-  typename G::Arrays arr = G::carve(ws, p.groups);
-  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-
-  // Programmatic dependent launch: where the kernel before it lets its dependents start early (the gather, the
-  // activation), this one-CTA kernel is resident when that ends. The GEMM after it is launched plainly: CUTLASS
-  // 4.2's SM90 ptr-array kernels do not wait on griddepcontrol, so they must not start before it (entered through
-  // a waiting kernel and let in early, it measured 8% slower at Mixtral T = 512 uniform and nowhere faster:
-  // benches/results/h200-2026-12-03-tile-windows/r2/compare.txt).
-  constexpr int kThreads = 128;
-  const Status prepared = pdl::launch(
-      true, dim3((p.groups + kThreads - 1) / kThreads), dim3(kThreads), 0, stream, prepare_groups<G>, p.mode,
-      reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts),
-      static_cast<int>(p.max_m), static_cast<int>(p.a_div), static_cast<int>(p.experts), static_cast<int>(p.groups),
-      static_cast<int>(p.n), static_cast<int>(p.k), static_cast<int64_t>(p.max_rows), arr,
-      reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d),
-      error_word);
-  if (prepared.code != StatusCode::Ok) return prepared;
-
-  auto args = G::arguments(arr, p.groups, p.device, p.sm_count);
-  typename G::Gemm gemm;
-  cutlass::Status s = gemm.can_implement(args);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
-  uint8_t* cutlass_ws = ws + arr.bytes;
-  s = gemm.initialize(args, cutlass_ws, stream);
-  if (s != cutlass::Status::kSuccess) return {StatusCode::CutlassInitialize, static_cast<int32_t>(s)};
-  s = gemm.run(stream);
-  if (s != cutlass::Status::kSuccess) {
-    const cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? Status{StatusCode::Cuda, static_cast<int32_t>(e)}
-                            : Status{StatusCode::CutlassRun, static_cast<int32_t>(s)};
-  }
-  return {StatusCode::Ok, 0};
+  return grouped_run::run<G>(p, Status{StatusCode::Ok, 0}, [&](const typename G::Arrays& arr, cudaStream_t stream) {
+    constexpr int kThreads = 128;
+    return pdl::launch(
+        true, dim3((p.groups + kThreads - 1) / kThreads), dim3(kThreads), 0, stream, prepare_groups<G>, p.mode,
+        reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts),
+        static_cast<int>(p.max_m), static_cast<int>(p.a_div), static_cast<int>(p.experts),
+        static_cast<int>(p.groups), static_cast<int>(p.n), static_cast<int>(p.k), static_cast<int64_t>(p.max_rows),
+        arr, reinterpret_cast<const void*>(p.a), reinterpret_cast<const void*>(p.b), reinterpret_cast<void*>(p.d),
+        reinterpret_cast<uint32_t*>(p.status));
+  });
 }
 
 template <class G>
 Status workspace(int32_t groups, int32_t sm_count, uint64_t* bytes) {
-  *bytes = G::workspace_bytes(groups, sm_count);
+  *bytes = grouped_run::workspace_bytes<G>(groups, sm_count);
   return {StatusCode::Ok, 0};
 }
 

@@ -65,6 +65,30 @@ struct Groups {
   static constexpr bool kMnMajorSFB = size<0, 1>(InternalLayoutSFB{}.stride()) == 1;
   static_assert(!kMnMajorSFA && !kMnMajorSFB, "K-major SFA and SFB (Fp8Rows and Fp8BlockWeights)");
 
+  // The facts (launch_fp8.h) of the configuration with MMA or CTA tile Tile and cluster Cluster: those read from
+  // the mainloop here, and what the arch's wrapper checked (SMs per MMA, the two-level policy, FastAccum, the
+  // promotion interval).
+  template <class Tile, class Cluster>
+  static Fp8KernelFacts kernel_facts(int sms_per_mma, bool blockwise, bool fast, int promotion_k) {
+    Fp8KernelFacts f{};
+    f.tile_m = size<0>(Tile{});
+    f.tile_n = size<1>(Tile{});
+    f.tile_k = size<2>(Tile{});
+    f.cluster_m = size<0>(Cluster{});
+    f.cluster_n = size<1>(Cluster{});
+    f.sms_per_mma = sms_per_mma;
+    f.scale_m = CollectiveMainloop::ScaleGranularityM;
+    f.scale_n = CollectiveMainloop::ScaleGranularityN;
+    f.scale_k = CollectiveMainloop::ScaleGranularityK;
+    f.sfa_k_major = !kMnMajorSFA;
+    f.sfb_k_major = !kMnMajorSFB;
+    f.blockwise_mainloop = blockwise;
+    f.fast_accumulation = fast;
+    f.promotion_k = promotion_k;
+    f.stages = CollectiveMainloop::DispatchPolicy::Stages;
+    return f;
+  }
+
   // Our per-group arrays, carved from the start of the workspace; CUTLASS's own workspace follows.
   struct Arrays {
     UnderlyingShape* shapes;
@@ -101,34 +125,12 @@ struct Groups {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};  // device-only shapes
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.sa;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.sb;
-    args.mainloop.ptr_SFA = arr.sfa;
-    args.mainloop.layout_SFA = arr.lsfa;
-    args.mainloop.ptr_SFB = arr.sfb;
-    args.mainloop.layout_SFB = arr.lsfb;
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.a, arr.sa, arr.b, arr.sb, arr.d, arr.sd,
+                                                  device, sm_count);
+    grouped_run::set_block_scales(args, arr);
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.sd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.sd;
-    args.hw_info = hw;
     return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 };
 
@@ -191,6 +193,7 @@ Status run(const GroupedGemmFp8Args& p) {
         p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
         reinterpret_cast<const float*>(p.sfa), reinterpret_cast<const void*>(p.b),
         reinterpret_cast<const float*>(p.sfb), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
+    return grouped_run::launched();
   });
 }
 

@@ -15,6 +15,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
+#include "common/sm100_config.cuh"
 #include "fp8/fp8_blockwise_groups.cuh"
 #include "fp8/fp8_schedules.cuh"
 
@@ -40,17 +41,10 @@ template <int S, int SP, int AP, class C>
 struct IsBlockwisePolicy<cutlass::gemm::MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling<S, SP, AP, C>>
     : std::true_type {};
 
-// MMA tile (M x N x K) of one MMA: one SM in a 1x1x1 cluster, or for a 2-SM schedule the two SMs of a static
-// 2x1x1 cluster, 128 rows each (the kernel type carries a static cluster: hw_info.cluster_shape stays unused and
-// the workspace query sees the same type).
+// MMA tile, kernel and epilogue schedule: one SM in a 1x1x1 cluster, or for a 2-SM schedule the two SMs of a
+// static 2x1x1 cluster, 128 rows each (sm100_config.cuh).
 template <class MmaTile_, class Kernel_, class Epilogue_>
-struct Config {
-  using MmaTile = MmaTile_;
-  static constexpr int kSmsPerMma = cute::is_base_of_v<cutlass::gemm::KernelSchedule2Sm, Kernel_> ? 2 : 1;
-  using Cluster = Shape<Int<kSmsPerMma>, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+struct Config : Sm100Config<MmaTile_, Kernel_, Epilogue_> {};
 using Blockwise1Sm128x128x128 = Config<Shape<_128, _128, _128>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedBlockwise1SmSm100,
                                        cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm>;
@@ -89,8 +83,6 @@ struct GroupedGemmFp8Sm100 : fp8_blockwise::Groups<typename Builders<Cfg>::Kerne
   using Base = fp8_blockwise::Groups<typename Builders<Cfg>::Kernel, ScaleConfig>;
   using CollectiveMainloop = typename Base::CollectiveMainloop;
   using Schedule = typename Cfg::KernelSchedule;
-  static constexpr int kTileM = static_cast<int>(size<0>(typename Cfg::MmaTile{}));
-  static constexpr int kTileN = static_cast<int>(size<1>(typename Cfg::MmaTile{}));
   static constexpr int kTileK = static_cast<int>(size<2>(typename Cfg::MmaTile{}));
   static constexpr int kMmaK = static_cast<int>(size<2>(typename CollectiveMainloop::TiledMma::AtomShape_MNK{}));
   // The mainloop scales and adds the tensor-memory partial sum once per K_BLOCK_MMAS_PER_SCALE_K MMAs.
@@ -105,23 +97,9 @@ struct GroupedGemmFp8Sm100 : fp8_blockwise::Groups<typename Builders<Cfg>::Kerne
   static_assert(kSmsPerMma == Cfg::kSmsPerMma, "the builder took the MMA the schedule names (1 or 2 SMs)");
 
   static Fp8KernelFacts facts() {
-    Fp8KernelFacts f{};
-    f.tile_m = kTileM;
-    f.tile_n = kTileN;
-    f.tile_k = kTileK;
-    f.cluster_m = size<0>(typename Cfg::Cluster{});
-    f.cluster_n = size<1>(typename Cfg::Cluster{});
-    f.sms_per_mma = kSmsPerMma;
-    f.scale_m = CollectiveMainloop::ScaleGranularityM;
-    f.scale_n = CollectiveMainloop::ScaleGranularityN;
-    f.scale_k = CollectiveMainloop::ScaleGranularityK;
-    f.sfa_k_major = !Base::kMnMajorSFA;
-    f.sfb_k_major = !Base::kMnMajorSFB;
-    f.blockwise_mainloop = IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value;
-    f.fast_accumulation = fp8_schedules::ScheduleTraits<Schedule>::fast_accumulation;
-    f.promotion_k = kPromotionK;
-    f.stages = CollectiveMainloop::DispatchPolicy::Stages;
-    return f;
+    return Base::template kernel_facts<typename Cfg::MmaTile, typename Cfg::Cluster>(
+        kSmsPerMma, IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value,
+        fp8_schedules::ScheduleTraits<Schedule>::fast_accumulation, kPromotionK);
   }
 };
 

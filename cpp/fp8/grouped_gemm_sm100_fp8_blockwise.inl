@@ -19,8 +19,8 @@ bool grouped_gemm_sm100_fp8_blockwise_built(Fp8TileConfig c) {
 
 Status grouped_gemm_sm100_fp8_blockwise_workspace(Fp8TileConfig c, int32_t groups, int32_t sm_count, uint64_t* bytes) {
   switch (c) {
-    case Fp8TileConfig::Sm100Blockwise1Sm128x128x128: *bytes = Blockwise1Sm::workspace_bytes(groups, sm_count); break;
-    case Fp8TileConfig::Sm100Blockwise2Sm256x128x128: *bytes = Blockwise2Sm::workspace_bytes(groups, sm_count); break;
+    case Fp8TileConfig::Sm100Blockwise1Sm128x128x128: *bytes = grouped_run::workspace_bytes<Blockwise1Sm>(groups, sm_count); break;
+    case Fp8TileConfig::Sm100Blockwise2Sm256x128x128: *bytes = grouped_run::workspace_bytes<Blockwise2Sm>(groups, sm_count); break;
     default: return {StatusCode::NotBuilt, 0};
   }
   return {StatusCode::Ok, 0};

@@ -110,8 +110,6 @@ struct GroupedGemmFp8Sm90 : fp8_blockwise::Groups<typename Builders<Cfg>::Kernel
 
   // What the mainloop made of our types: checked here, at compile time, and reported by facts().
   using Schedule = typename Cfg::KernelSchedule;
-  static constexpr int kTileM = static_cast<int>(size<0>(typename Cfg::Tile{}));
-  static constexpr int kTileN = static_cast<int>(size<1>(typename Cfg::Tile{}));
   static constexpr int kTileK = static_cast<int>(size<2>(typename Cfg::Tile{}));
   static constexpr int kMmaK = static_cast<int>(size<2>(typename CollectiveMainloop::TiledMma::AtomShape_MNK{}));
   static constexpr int kPromotionK = CollectiveMainloop::ScalePromotionInterval * kMmaK;
@@ -124,23 +122,10 @@ struct GroupedGemmFp8Sm90 : fp8_blockwise::Groups<typename Builders<Cfg>::Kernel
                 "TileK = 128 and one promotion per scale block of K");
 
   static Fp8KernelFacts facts() {
-    Fp8KernelFacts f{};
-    f.tile_m = kTileM;
-    f.tile_n = kTileN;
-    f.tile_k = kTileK;
-    f.cluster_m = size<0>(typename Cfg::Cluster{});
-    f.cluster_n = size<1>(typename Cfg::Cluster{});
-    f.sms_per_mma = 1;  // wgmma: one SM per MMA
-    f.scale_m = CollectiveMainloop::ScaleGranularityM;
-    f.scale_n = CollectiveMainloop::ScaleGranularityN;
-    f.scale_k = CollectiveMainloop::ScaleGranularityK;
-    f.sfa_k_major = !CollectiveMainloop::MMajorSFA;
-    f.sfb_k_major = !CollectiveMainloop::NMajorSFB;
-    f.blockwise_mainloop = IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value;
-    f.fast_accumulation = ScheduleTraits<Schedule>::fast_accumulation;
-    f.promotion_k = kPromotionK;
-    f.stages = CollectiveMainloop::DispatchPolicy::Stages;
-    return f;
+    return Base::template kernel_facts<typename Cfg::Tile, typename Cfg::Cluster>(
+        1,  // wgmma: one SM per MMA
+        IsBlockwisePolicy<typename CollectiveMainloop::DispatchPolicy>::value,
+        ScheduleTraits<Schedule>::fast_accumulation, kPromotionK);
   }
 };
 
@@ -189,7 +174,7 @@ using fp8_blockwise::run;
     return true;
 #define MOE_GEMM_FP8_CASE_WORKSPACE(CFG)                                                         \
   case Fp8TileConfig::CFG:                                                                       \
-    *bytes = sm90_fp8::GroupedGemmFp8Sm90<sm90_fp8::CFG>::workspace_bytes(g, sms);               \
+    *bytes = grouped_run::workspace_bytes<sm90_fp8::GroupedGemmFp8Sm90<sm90_fp8::CFG>>(g, sms);   \
     return {StatusCode::Ok, 0};
 #define MOE_GEMM_FP8_CASE_RUN(CFG) \
   case Fp8TileConfig::CFG:         \

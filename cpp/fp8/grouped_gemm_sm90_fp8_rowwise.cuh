@@ -136,31 +136,12 @@ struct GroupedGemmFp8Rowwise {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};  // device-only shapes
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.da;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.db;
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.a, arr.da, arr.b, arr.db, arr.d, arr.dd,
+                                                  device, sm_count);
     // EVT arguments nest as the tree: Cast{ Scaled{ ScaleB, Inner{ ScaleA, Acc, Mul }, Mul }, Cast-op }.
     auto& scaled = args.epilogue.thread;
     scaled = {{{arr.sb}, {{arr.sa}, {}, {}}, {}}, {}};
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.dd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.dd;
-    args.hw_info = hw;
     return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 
   static Fp8KernelFacts facts() {
@@ -235,6 +216,7 @@ Status run(const GroupedGemmFp8RowwiseArgs& p) {
         p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
         reinterpret_cast<const float*>(p.sa), reinterpret_cast<const void*>(p.b),
         reinterpret_cast<const float*>(p.sb), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
+    return grouped_run::launched();
   });
 }
 

@@ -19,9 +19,9 @@ bool grouped_gemm_sm90_fp8_rowwise_built(Fp8RowwiseConfig c) {
 
 Status grouped_gemm_sm90_fp8_rowwise_workspace(Fp8RowwiseConfig c, int32_t groups, int32_t sm_count,
                                                uint64_t* bytes) {
-#define X(CFG)                                                                         \
-  case Fp8RowwiseConfig::CFG:                                                          \
-    *bytes = GroupedGemmFp8Rowwise<cfg::CFG>::workspace_bytes(groups, sm_count);       \
+#define X(CFG)                                                                             \
+  case Fp8RowwiseConfig::CFG:                                                              \
+    *bytes = grouped_run::workspace_bytes<GroupedGemmFp8Rowwise<cfg::CFG>>(groups, sm_count); \
     return {StatusCode::Ok, 0};
   switch (c) { MOE_GEMM_ROWWISE_CONFIGS(X) default: return {StatusCode::NotBuilt, 0}; }
 #undef X

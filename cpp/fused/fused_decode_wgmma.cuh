@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace moe_gemm {
 namespace fused_decode {
@@ -53,9 +54,6 @@ __device__ __forceinline__ void wg_fence_operands(float (&d)[NJ][4]) {
 #define MOE_WG_D8(j0)                                                                                              \
   MOE_WG_D(j0), MOE_WG_D(j0 + 1), MOE_WG_D(j0 + 2), MOE_WG_D(j0 + 3), MOE_WG_D(j0 + 4), MOE_WG_D(j0 + 5),        \
       MOE_WG_D(j0 + 6), MOE_WG_D(j0 + 7)
-// D (64 x N, f32) += A (64 x 16) . B (N x 16)^T, both K-major in shared memory (N = 8 * NJ: 64 or 128).
-template <class T, int NJ>
-__device__ __forceinline__ void wgmma_64xn(float (&d)[NJ][4], uint64_t da, uint64_t db);
 #define MOE_WG_64(TY)                                                                                              \
   asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                         \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
@@ -70,21 +68,19 @@ __device__ __forceinline__ void wgmma_64xn(float (&d)[NJ][4], uint64_t da, uint6
                "%59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;"                                             \
                : MOE_WG_D8(0), MOE_WG_D8(8)                                                                       \
                : "l"(da), "l"(db))
-template <>
-__device__ __forceinline__ void wgmma_64xn<__nv_bfloat16, 8>(float (&d)[8][4], uint64_t da, uint64_t db) {
-  MOE_WG_64("bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_64xn<__half, 8>(float (&d)[8][4], uint64_t da, uint64_t db) {
-  MOE_WG_64("f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_64xn<__nv_bfloat16, 16>(float (&d)[16][4], uint64_t da, uint64_t db) {
-  MOE_WG_128("bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_64xn<__half, 16>(float (&d)[16][4], uint64_t da, uint64_t db) {
-  MOE_WG_128("f16");
+// D (64 x N, f32) += A (64 x 16) . B (N x 16)^T, both K-major in shared memory (N = 8 * NJ: 64 or 128).
+template <class T, int NJ>
+__device__ __forceinline__ void wgmma_64xn(float (&d)[NJ][4], uint64_t da, uint64_t db) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>, "bf16 or f16");
+  static_assert(NJ == 8 || NJ == 16, "N = 64 or 128");
+  if constexpr (NJ == 8) {
+    if constexpr (kBf16) MOE_WG_64("bf16");
+    else MOE_WG_64("f16");
+  } else {
+    if constexpr (kBf16) MOE_WG_128("bf16");
+    else MOE_WG_128("f16");
+  }
 }
 #undef MOE_WG_64
 #undef MOE_WG_128

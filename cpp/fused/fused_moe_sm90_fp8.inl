@@ -1,7 +1,8 @@
 // Included once, by fused_moe_sm90.cu. SM90 fused MoE GEMMs over block-FP8 operands (launch_fused_fp8.h): the bf16
 // fused kernels' layout, producer and epilogue (fused_moe_sm90.cuh) with e4m3 A and B, TileK = one 128-wide scale
 // block, and a consumer that promotes each k-tile's tensor-core sum into f32 accumulators with its scales: accum +=
-// part * sfa[row] * sfb. The scales of a k-tile are loaded while its MMAs run.
+// part * sfa[row] * sfb. The scales of a k-tile are loaded while its MMAs run. kChannel (per-channel scales): accum
+// += part, then accum * sfa[row] * sfb[n] once before the epilogue.
 #include "fused/fused_moe_sm90.cuh"
 #include "fused/launch_fused_fp8.h"
 
@@ -26,7 +27,7 @@ struct Fp8Params {
   const float* bias;
 };
 
-template <class G>
+template <class G, bool kChannel>
 __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
     fused_moe_fp8_kernel(const __grid_constant__ Fp8Params<G> p, int64_t num_tiles) {
   constexpr int BM = G::kBM, BN = G::kBN, BK = G::kBK;
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
         }
       }
     }
-    const float* sfb = p.sfb + (int64_t(c.expert) * p.n_blocks + c.n0 / 128) * p.k_blocks;
+    const float* sfb = kChannel ? p.sfb + int64_t(c.expert) * p.n + c.n0
+                                : p.sfb + (int64_t(c.expert) * p.n_blocks + c.n0 / 128) * p.k_blocks;
     clear(accum);
     for (int kt = 0; kt < k_tiles; ++kt) {
       auto token = pipeline.consumer_try_wait(read_state);
@@ -107,17 +109,31 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      // This k-tile's scales, while the MMAs run.
-      const float sb = sfb[kt];
-      const float s0 = a_row[0] >= 0 ? p.sfa[a_row[0] * p.k_blocks + kt] * sb : 0.0f;
-      const float s1 = a_row[1] >= 0 ? p.sfa[a_row[1] * p.k_blocks + kt] * sb : 0.0f;
+      // This k-tile's scales, while the MMAs run (per channel: none; the sum goes in unscaled).
+      float s0 = 1.0f, s1 = 1.0f;
+      if constexpr (!kChannel) {
+        const float sb = sfb[kt];
+        s0 = a_row[0] >= 0 ? p.sfa[a_row[0] * p.k_blocks + kt] * sb : 0.0f;
+        s1 = a_row[1] >= 0 ? p.sfa[a_row[1] * p.k_blocks + kt] * sb : 0.0f;
+      }
       warpgroup_wait<0>();
       warpgroup_fence_operand(part);
       pipeline.consumer_release(read_state);
       ++read_state;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(accum); ++i) {
-        accum(i) += part(i) * (get<0>(coord(i)) == row_lo ? s0 : s1);
+        accum(i) += kChannel ? part(i) : part(i) * (get<0>(coord(i)) == row_lo ? s0 : s1);
+      }
+    }
+    if constexpr (kChannel) {
+      // The whole dot product scaled once: its row's and its channel's scales (padding rows: 0, never stored).
+      const float s0 = a_row[0] >= 0 ? p.sfa[a_row[0]] : 0.0f;
+      const float s1 = a_row[1] >= 0 ? p.sfa[a_row[1]] : 0.0f;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) {
+        const int n = c.n0 + get<1>(coord(i));
+        const float sb = n < p.n ? sfb[get<1>(coord(i))] : 0.0f;
+        accum(i) = accum(i) * (get<0>(coord(i)) == row_lo ? s0 : s1) * sb;
       }
     }
     const float* bias = p.bias ? p.bias + int64_t(c.expert) * p.n : nullptr;
@@ -176,15 +192,22 @@ Status run_fp8(const FusedGemmFp8Args& a) {
   const int64_t tiles = m_tiles * n_tiles;
   const int64_t slots = int64_t(a.sm_count) * G::kMinBlocks;
   const int64_t ctas = tiles < slots ? tiles : slots;
-  fused_moe_fp8_kernel<G><<<unsigned(ctas), G::kThreads, G::kSmem, reinterpret_cast<cudaStream_t>(a.stream)>>>(p, tiles);
+  auto s = reinterpret_cast<cudaStream_t>(a.stream);
+  if (a.scales == FusedFp8Scales::Channel)
+    fused_moe_fp8_kernel<G, true><<<unsigned(ctas), G::kThreads, G::kSmem, s>>>(p, tiles);
+  else
+    fused_moe_fp8_kernel<G, false><<<unsigned(ctas), G::kThreads, G::kSmem, s>>>(p, tiles);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
 template <class G>
 Status prepare_fp8() {
-  const cudaError_t e =
-      cudaFuncSetAttribute(fused_moe_fp8_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmem);
+  // Both scale forms of the tile.
+  cudaError_t e =
+      cudaFuncSetAttribute(fused_moe_fp8_kernel<G, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmem);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_moe_fp8_kernel<G, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmem);
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 

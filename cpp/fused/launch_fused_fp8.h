@@ -17,12 +17,20 @@ namespace moe_gemm {
 //   Gather:  D[p, :] = A[r / top_k, :] . B[e]^T          (D bf16 [capacity, N])
 //   Scatter: D[r, :] = w[r] * (round(A[p, :] . B[e]^T) + bias[e])   (D bf16 [rows, N])
 // N % 64 == 0 (M64N64K128) or % 128 (M128N128K128: whole N tiles), K % 16 == 0.
+// Per-channel scales (FusedFp8Scales::Channel): sfa one f32 per A row [a_rows], sfb one per output channel
+// [experts, N]; the k-tiles' sums are added unscaled into the f32 accumulators and the whole dot product is scaled
+// once by sfa[row] * sfb[n] (the rowwise layer's function).
+enum class FusedFp8Scales : uint32_t {
+  Block128 = 0,  // sfa [a_rows, ceil(K/128)], sfb [experts, ceil(N/128), ceil(K/128)]
+  Channel = 1,   // sfa [a_rows], sfb [experts, N]
+};
 enum class FusedFp8Tile : uint32_t {
   M64N64K128 = 0,    // decode: block_m 64, two CTAs per SM
   M128N128K128 = 1,  // prefill: block_m 128, two consumer warpgroups
 };
 struct FusedGemmFp8Args {
   FusedFp8Tile tile;
+  FusedFp8Scales scales;
   FusedMode mode;
   int32_t top_k;
   int32_t experts;

@@ -16,6 +16,8 @@
 // and B (lane t of a row holds bytes 16t .. 16t + 15: the first 8 feed one MMA, the last 8 the other), which a
 // dot product does not see. Each 128-column block is summed by four MMAs and then scaled by its activation and
 // weight scales into the f32 total (CUTLASS's two-level accumulation, at the same 128 interval).
+// Per-channel weights (kChannel): the same kernels and MMAs with one activation scale per row (quantised with it
+// in shared memory) and one weight scale per output row, applied once to the whole dot product.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 
 #include "moe_ops/decode_fp8.h"
 #include "common/element.cuh"
+#include "common/mma_sync.cuh"
 #include "moe_ops/quant_rules.cuh"
 
 namespace moe_gemm {
@@ -41,11 +44,41 @@ constexpr int kPrefetchBlocks = 2;  // K blocks per warp asked of L2 before the 
 
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  MOE_GEMM_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32", c, a0, a1, a2, a3, b0, b1);
+}
+
+// Four bf16 columns of shared memory: their bits, their values and the amax of the finite ones.
+struct Quad {
+  uint16_t raw[4];
+  float f[4];
+  float amax;
+};
+
+__device__ __forceinline__ Quad load_quad(const bf16* __restrict__ src, int c0) {
+  Quad d;
+  const uint2 v = *reinterpret_cast<const uint2*>(src + c0);
+  d.raw[0] = static_cast<uint16_t>(v.x & 0xffffu), d.raw[1] = static_cast<uint16_t>(v.x >> 16);
+  d.raw[2] = static_cast<uint16_t>(v.y & 0xffffu), d.raw[3] = static_cast<uint16_t>(v.y >> 16);
+  d.amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    d.f[i] = __bfloat162float(__ushort_as_bfloat16(d.raw[i]));
+    if (isfinite(d.f[i])) d.amax = fmaxf(d.amax, fabsf(d.f[i]));
+  }
+  return d;
+}
+
+__device__ __forceinline__ void store_quad(const Quad& d, float scale, uint8_t* q, int c0, uint32_t& err) {
+  uint32_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) packed |= quant::encode(d.f[i], d.raw[i], scale, err) << (8 * i);
+  *reinterpret_cast<uint32_t*>(q + c0) = packed;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
 }
 
 // Quantises group g (128 bf16 columns) of `src` into q (e4m3) and s[g] (f32) in shared memory by quant.h's rules,
@@ -53,25 +86,41 @@ __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1
 __device__ __forceinline__ uint32_t quantize_group(const bf16* __restrict__ src, int g, uint8_t* q, float* s,
                                                    float eps, bool ue8m0) {
   const int c0 = g * kBlock + 4 * (threadIdx.x % 32);
-  const uint2 v = *reinterpret_cast<const uint2*>(src + c0);
-  const uint16_t raw[4] = {static_cast<uint16_t>(v.x & 0xffffu), static_cast<uint16_t>(v.x >> 16),
-                           static_cast<uint16_t>(v.y & 0xffffu), static_cast<uint16_t>(v.y >> 16)};
-  float f[4];
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[i] = __bfloat162float(__ushort_as_bfloat16(raw[i]));
-    if (isfinite(f[i])) amax = fmaxf(amax, fabsf(f[i]));
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
-  const float scale = quant::group_scale(amax, eps, ue8m0);
-  uint32_t err = 0, packed = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) packed |= quant::encode(f[i], raw[i], scale, err) << (8 * i);
-  *reinterpret_cast<uint32_t*>(q + c0) = packed;
+  const Quad d = load_quad(src, c0);
+  const float scale = quant::group_scale(warp_max(d.amax), eps, ue8m0);
+  uint32_t err = 0;
+  store_quad(d, scale, q, c0, err);
   if (threadIdx.x % 32 == 0) s[g] = scale;
   return err;
+}
+
+// Per channel: group g of `src` into q with the row's `scale`. Called warp-uniformly.
+__device__ __forceinline__ uint32_t quantize_group_with(const bf16* __restrict__ src, int g, uint8_t* q, float scale) {
+  const int c0 = g * kBlock + 4 * (threadIdx.x % 32);
+  uint32_t err = 0;
+  store_quad(load_quad(src, c0), scale, q, c0, err);
+  return err;
+}
+
+// The amax of this thread's columns 4 * first, 4 * (first + step), ... of an n-column row in shared memory.
+__device__ __forceinline__ float amax_columns(const bf16* __restrict__ src, int n, int first, int step) {
+  float m = 0.f;
+  for (int c = 4 * first; c < n; c += 4 * step) m = fmaxf(m, load_quad(src, c).amax);
+  return m;
+}
+
+// Per channel: the activation scale of a row whose finite elements have `amax` (ChannelToken), of the tensor's
+// amax word (ChannelTensor; `second`: h's), or the checkpoint's (ChannelStatic; device data, replaced by 1 and
+// flagged unless finite and positive), as quant.cu's token_scale has them.
+__device__ __forceinline__ float channel_scale(const DecodeFp8Args& a, float amax, bool second, uint32_t& err) {
+  if (a.scaling == DecodeScaling::ChannelStatic) {
+    const float s = *reinterpret_cast<const float*>(second ? a.h_scale : a.x_scale);
+    if (isfinite(s) && s > 0.f) return s;
+    err |= kErrBadStaticScale;
+    return 1.f;
+  }
+  if (a.scaling == DecodeScaling::ChannelTensor) amax = __uint_as_float(reinterpret_cast<const unsigned*>(a.amax)[second]);
+  return quant::group_scale(amax, a.eps, a.ue8m0 != 0);
 }
 
 __device__ __forceinline__ void report(uint64_t status, uint32_t err) {
@@ -106,7 +155,8 @@ __device__ __forceinline__ void prefetch_tiles(const uint8_t* const (&w)[NT], in
 // Scaled dots of NT 16-row weight tiles (row stride `len` bytes, tile n at w[n], its scale row at ws[n]: one f32
 // per 128 columns) with the activation row q / s in shared memory, over the 128-column blocks kb0, kb0 + step,
 // ... Lanes with lane % 4 == 0 return rows lane / 4 and lane / 4 + 8 of each tile in out[n][0], out[n][1].
-template <int NT>
+// kChannel: the unscaled dots (ws and s unread), for the caller to scale per row.
+template <int NT, bool kChannel>
 __device__ __forceinline__ void tile_dots(const uint8_t* const (&w)[NT], const float* const (&ws)[NT],
                                           const uint8_t* q, const float* s, int len, int kb0, int step,
                                           float (&out)[NT][2]) {
@@ -128,7 +178,7 @@ __device__ __forceinline__ void tile_dots(const uint8_t* const (&w)[NT], const f
       }
       b[half] = g == 0 ? *reinterpret_cast<const uint4*>(q + c) : make_uint4(0u, 0u, 0u, 0u);
     }
-    const float sa = s[kb];
+    const float sa = kChannel ? 1.f : s[kb];
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       float blk[4] = {0.f, 0.f, 0.f, 0.f};
@@ -138,9 +188,14 @@ __device__ __forceinline__ void tile_dots(const uint8_t* const (&w)[NT], const f
         mma_e4m3(blk, l.x, h.x, l.y, h.y, bb.x, bb.y);
         mma_e4m3(blk, l.z, h.z, l.w, h.w, bb.z, bb.w);
       }
-      const float sc = sa * __ldg(ws[n] + kb);
-      acc[n][0] += blk[0] * sc;  // row g, column 0
-      acc[n][1] += blk[2] * sc;  // row g + 8, column 0
+      if (kChannel) {
+        acc[n][0] += blk[0];
+        acc[n][1] += blk[2];
+      } else {
+        const float sc = sa * __ldg(ws[n] + kb);
+        acc[n][0] += blk[0] * sc;  // row g, column 0
+        acc[n][1] += blk[2] * sc;  // row g + 8, column 0
+      }
     }
   }
 #pragma unroll
@@ -158,7 +213,9 @@ __device__ __forceinline__ float activate(Activation act, float g, float u) {
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 // grid (rows, I / 32); block: 2 tiles of 16 outputs x 4 warps splitting K. Dynamic shared memory: x staged
-// (H bf16), x_q (H bytes), its scales (H / 128 f32), the partial sums [tiles][splits][gate, up][16].
+// (H bf16), x_q (H bytes), its scales (H / 128 f32; per channel the first holds the row's), the partial sums
+// [tiles][splits][gate, up][16].
+template <bool kChannel>
 __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const DecodeFp8Args a) {
   extern __shared__ uint4 smem[];
   const int H = a.hidden, I = a.inter;
@@ -177,19 +234,42 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   const int i0 = (blockIdx.y * kExpandTiles + tile) * kTile;
   const int kb = H / kBlock;
   const uint8_t* w13 = reinterpret_cast<const uint8_t*>(a.w13) + static_cast<int64_t>(e) * 2 * I * H;
-  const float* s13 = reinterpret_cast<const float*>(a.w13_scales) + static_cast<int64_t>(e) * (2 * I / kBlock) * kb;
+  // Block scales: [2I / 128][H / 128] per expert, a tile's row of them; channel scales: [2I] per expert.
+  const float* s13 = reinterpret_cast<const float*>(a.w13_scales) +
+                     static_cast<int64_t>(e) * (kChannel ? 2 * I : (2 * I / kBlock) * kb);
   const uint8_t* w[2] = {w13 + static_cast<int64_t>(i0) * H, w13 + static_cast<int64_t>(I + i0) * H};
-  const float* ws[2] = {s13 + (i0 / kBlock) * kb, s13 + ((I + i0) / kBlock) * kb};
+  const float* ws[2] = {kChannel ? s13 + i0 : s13 + (i0 / kBlock) * kb,
+                        kChannel ? s13 + I + i0 : s13 + ((I + i0) / kBlock) * kb};
   prefetch_tiles<2>(w, H, split, kExpandSplits, kPrefetchBlocks);
   stage(reinterpret_cast<const bf16*>(a.x) + static_cast<int64_t>(r / a.top_k) * H, xb, H);
   __syncthreads();
   uint32_t err = 0;
-  for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group(xb, g, xq, xs, a.eps, a.ue8m0 != 0);
+  if (kChannel) {
+    // The row's amax, the block's warps' maxima through `part` (free until the dots below).
+    float amax = 0.f;
+    if (a.scaling == DecodeScaling::ChannelToken) {
+      const float m = warp_max(amax_columns(xb, H, threadIdx.x, blockDim.x));
+      if (threadIdx.x % 32 == 0) part[warp] = m;
+      __syncthreads();
+      for (int i = 0; i < kExpandWarps; ++i) amax = fmaxf(amax, part[i]);
+    }
+    const float scale = channel_scale(a, amax, false, err);
+    for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group_with(xb, g, xq, scale);
+    if (threadIdx.x == 0) xs[0] = scale;
+  } else {
+    for (int g = warp; g < H / kBlock; g += kExpandWarps) err |= quantize_group(xb, g, xq, xs, a.eps, a.ue8m0 != 0);
+  }
   if (blockIdx.y == 0) report(a.status, err);  // every block of the row finds the same: the first tile's reports
   __syncthreads();
   float d[2][2];
-  tile_dots<2>(w, ws, xq, xs, H, split, kExpandSplits, d);
+  tile_dots<2, kChannel>(w, ws, xq, xs, H, split, kExpandSplits, d);
   const int lane = threadIdx.x % 32;
+  if (kChannel) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) d[n][m] = d[n][m] * xs[0] * __ldg(ws[n] + lane / 4 + 8 * m);
+  }
   if (lane % 4 == 0) {
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -207,14 +287,22 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   const float* b13 = a.b13 ? reinterpret_cast<const float*>(a.b13) + static_cast<int64_t>(e) * 2 * I : nullptr;
   const float g = round_bf16(gate) + (b13 ? b13[i] : 0.f);
   const float u = round_bf16(up) + (b13 ? b13[I + i] : 0.f);
-  reinterpret_cast<bf16*>(a.h)[static_cast<int64_t>(r) * I + i] = __float2bfloat16(activate(a.act, g, u));
+  const bf16 hv = __float2bfloat16(activate(a.act, g, u));
+  reinterpret_cast<bf16*>(a.h)[static_cast<int64_t>(r) * I + i] = hv;
+  if (kChannel && a.scaling == DecodeScaling::ChannelTensor) {
+    // h's amax for the reduce kernel's per-tensor scale: these 32 threads are warp 0, whole.
+    const float v = __bfloat162float(hv);
+    const float m = warp_max(isfinite(v) ? fabsf(v) : 0.f);
+    if (threadIdx.x == 0 && m > 0.f) atomicMax(reinterpret_cast<unsigned*>(a.amax) + 1, __float_as_uint(m));
+  }
 }
 
 // grid (tokens, H / 16), block = top_k * splits warps (splits = max(1, 16 / top_k), at most I / 128): warp
 // (j, split) streams the 16 rows of w2[e_j] over the K blocks split, split + splits, ...; the block adds the
 // splits, then the slots, in order. Dynamic shared memory: the k rows of h staged (bf16), h_q (I bytes each),
-// their scales, the partial sums [k][splits][16]. kThreads: the largest block this instantiation takes.
-template <int kThreads>
+// their scales (per channel: one per row, hs[j]), the partial sums [k][splits][16]. kThreads: the largest block
+// this instantiation takes.
+template <int kThreads, bool kChannel>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a, int splits) {
   extern __shared__ uint4 smem[];
   const int H = a.hidden, I = a.inter, k = a.top_k, groups = I / kBlock;
@@ -237,20 +325,39 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
   stage(reinterpret_cast<const bf16*>(a.h) + static_cast<int64_t>(t) * k * I, hb, k * I);
   __syncthreads();
   uint32_t err = 0;
+  if (kChannel) {
+    // One scale per row of h: warp j < k finds row j's (blocks hold at least k warps).
+    if (warp < k) {
+      float amax = 0.f;
+      if (a.scaling == DecodeScaling::ChannelToken) amax = warp_max(amax_columns(hb + warp * I, I, threadIdx.x % 32, 32));
+      const float scale = channel_scale(a, amax, true, err);
+      if (threadIdx.x % 32 == 0) hs[warp] = scale;
+    }
+    __syncthreads();
+  }
   for (int task = warp; task < k * groups; task += warps) {
     const int j = task / groups, g = task % groups;
     const int e = ids[j];
     if (e < 0 || e >= a.experts) continue;  // reported by expand
-    err |= quantize_group(hb + j * I, g, hq + j * I, hs + j * groups, a.eps, a.ue8m0 != 0);
+    if (kChannel)
+      err |= quantize_group_with(hb + j * I, g, hq + j * I, hs[j]);
+    else
+      err |= quantize_group(hb + j * I, g, hq + j * I, hs + j * groups, a.eps, a.ue8m0 != 0);
   }
   if (blockIdx.y == 0) report(a.status, err);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   if (e >= 0 && e < a.experts) {
-    const float* s2 = reinterpret_cast<const float*>(a.w2_scales) + static_cast<int64_t>(e) * (H / kBlock) * groups;
-    const float* ws[1] = {s2 + (o0 / kBlock) * groups};
+    // Block scales: [H / 128][I / 128] per expert, the tile's row of them; channel scales: [H] per expert.
+    const float* s2 = reinterpret_cast<const float*>(a.w2_scales) +
+                      static_cast<int64_t>(e) * (kChannel ? H : (H / kBlock) * groups);
+    const float* ws[1] = {kChannel ? s2 + o0 : s2 + (o0 / kBlock) * groups};
     float d[1][2];
-    tile_dots<1>(w, ws, hq + j * I, hs + j * groups, I, split, splits, d);
+    tile_dots<1, kChannel>(w, ws, hq + j * I, hs + j * groups, I, split, splits, d);
+    if (kChannel) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) d[0][m] = d[0][m] * hs[j] * __ldg(ws[0] + lane / 4 + 8 * m);
+    }
     if (lane % 4 == 0) {
       part[(j * splits + split) * kTile + lane / 4] = d[0][0];
       part[(j * splits + split) * kTile + lane / 4 + 8] = d[0][1];
@@ -286,6 +393,19 @@ inline size_t reduce_smem(const DecodeFp8Args& a) {
   return 3 * k * a.inter + 4 * k * (a.inter / kBlock) + 4 * reduce_splits(a) * k * kTile;
 }
 
+// Per tensor: the amax of every finite element of x into the first amax word (zeroed before on the stream), as
+// f32 bits: non-negative floats order as their unsigned bits, so atomicMax on them is a float max.
+__global__ void __launch_bounds__(256) x_amax_kernel(const DecodeFp8Args a) {
+  const int64_t quads = static_cast<int64_t>(a.tokens) * a.hidden / 4;
+  const bf16* x = reinterpret_cast<const bf16*>(a.x);
+  float m = 0.f;
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    m = fmaxf(m, load_quad(x + q * 4, 0).amax);
+  m = warp_max(m);
+  if (threadIdx.x % 32 == 0 && m > 0.f) atomicMax(reinterpret_cast<unsigned*>(a.amax), __float_as_uint(m));
+}
+
 template <class Kernel>
 cudaError_t allow_smem(Kernel kernel, size_t bytes) {
   // Past the default 48 KB only: an attribute of the function, not a stream operation (graph-safe).
@@ -295,25 +415,46 @@ cudaError_t allow_smem(Kernel kernel, size_t bytes) {
 
 }  // namespace decode_fp8
 
+namespace decode_fp8 {
+
+template <bool kChannel>
+Status launch(const DecodeFp8Args& a, cudaStream_t s) {
+  const size_t smem1 = expand_smem(a), smem2 = reduce_smem(a);
+  const int splits = reduce_splits(a), threads2 = 32 * a.top_k * splits;
+  cudaError_t e = allow_smem(expand_kernel<kChannel>, smem1);
+  if (e == cudaSuccess)
+    e = threads2 <= 512 ? allow_smem(reduce_kernel<512, kChannel>, smem2) : allow_smem(reduce_kernel<1024, kChannel>, smem2);
+  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+  if (kChannel && a.scaling == DecodeScaling::ChannelTensor) {
+    // A memset node and a kernel before the two: graph-capturable, nothing synchronises.
+    e = cudaMemsetAsync(reinterpret_cast<void*>(a.amax), 0, 2 * sizeof(unsigned), s);
+    if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
+    const int64_t quads = static_cast<int64_t>(a.tokens) * a.hidden / 4;
+    const int blocks = static_cast<int>(quads / 256 + 1 < 264 ? quads / 256 + 1 : 264);
+    x_amax_kernel<<<blocks, 256, 0, s>>>(a);
+  }
+  expand_kernel<kChannel><<<dim3(a.tokens * a.top_k, a.inter / (kTile * kExpandTiles)), 32 * kExpandWarps, smem1, s>>>(a);
+  const dim3 grid2(a.tokens, a.hidden / kTile);
+  if (threads2 <= 512)
+    reduce_kernel<512, kChannel><<<grid2, threads2, smem2, s>>>(a, splits);
+  else
+    reduce_kernel<1024, kChannel><<<grid2, threads2, smem2, s>>>(a, splits);
+  e = cudaGetLastError();
+  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+}
+
+}  // namespace decode_fp8
+
 Status decode_layer_fp8(const DecodeFp8Args& a) {
   using namespace decode_fp8;
   if (a.tokens == 0) return {StatusCode::Ok, 0};
-  if (a.top_k < 1 || a.top_k > kMaxTopK || a.hidden % kBlock || a.inter % kBlock || a.hidden <= 0 || a.inter <= 0)
+  const bool channel = a.scaling != DecodeScaling::Block128;
+  if (a.top_k < 1 || a.top_k > kMaxTopK || a.hidden % kBlock || a.inter % kBlock || a.hidden <= 0 || a.inter <= 0 ||
+      (a.scaling == DecodeScaling::ChannelTensor && !a.amax) ||
+      (a.scaling == DecodeScaling::ChannelStatic && (!a.x_scale || !a.h_scale)))
     return {StatusCode::Cuda, static_cast<int32_t>(cudaErrorInvalidValue)};  // the Rust side checks these first
   auto s = reinterpret_cast<cudaStream_t>(a.stream);
-  const size_t smem1 = expand_smem(a), smem2 = reduce_smem(a);
-  const int splits = reduce_splits(a), threads2 = 32 * a.top_k * splits;
-  cudaError_t e = allow_smem(expand_kernel, smem1);
-  if (e == cudaSuccess) e = threads2 <= 512 ? allow_smem(reduce_kernel<512>, smem2) : allow_smem(reduce_kernel<1024>, smem2);
-  if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  expand_kernel<<<dim3(a.tokens * a.top_k, a.inter / (kTile * kExpandTiles)), 32 * kExpandWarps, smem1, s>>>(a);
-  const dim3 grid2(a.tokens, a.hidden / kTile);
-  if (threads2 <= 512)
-    reduce_kernel<512><<<grid2, threads2, smem2, s>>>(a, splits);
-  else
-    reduce_kernel<1024><<<grid2, threads2, smem2, s>>>(a, splits);
-  e = cudaGetLastError();
-  return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
+  return channel ? launch<true>(a, s) : launch<false>(a, s);
 }
 
 }  // namespace moe_gemm

@@ -1,5 +1,5 @@
-// moe-gemm: the plain C++17 surface of the FP8 decode kernels (decode_fp8.cu), the Batched backend over block-FP8
-// experts. Kept apart from moe_ops.h so that editing it recompiles no other translation unit.
+// moe-gemm: the plain C++17 surface of the FP8 decode kernels (decode_fp8.cu), the Batched backend over FP8 experts
+// (block-scaled or per channel). Kept apart from moe_ops.h so that editing it recompiles no other translation unit.
 //
 // Per (token, slot) row r = t * top_k + j with expert e = ids[r] (rows of an expert outside [0, experts) are
 // skipped and set kErrExpertIdOutOfRange), the same function as the FP8 layout path:
@@ -10,6 +10,12 @@
 //   y[t]  = bf16(sum_j w[r] * (bf16(h_q . w2[e]^T) + b2[e]))   (over the slots in order, in f32)
 // H and I are multiples of 128. Weights e4m3 [E, 2I, H] and [E, H, I] with f32 scales [E, 2I / 128, H / 128] and
 // [E, H / 128, I / 128] (DeepSeek's weight_scale_inv, stacked).
+//
+// Per-channel weights (scaling != Block128): one f32 scale per output row, [E, 2I] and [E, H], and one activation
+// scale per row of x and of h (ChannelToken: max(amax of the row, eps) / 448; ChannelTensor: the same of every
+// row of x, and of every row of h in use; ChannelStatic: x_scale and h_scale, device data replaced by 1 and
+// flagged kErrBadStaticScale unless finite and positive). d1 = bf16((x_q . w13[e]^T) * s_x * s_w13[row]), h_q and
+// d2 alike: the rowwise layer's function (fp8_channel.rs).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +25,17 @@
 
 namespace moe_gemm {
 
+// How the weights and the activations are scaled.
+enum class DecodeScaling : int32_t {
+  Block128 = 0,       // weights per 128 x 128 block, activations per token per 128 columns
+  ChannelToken = 1,   // weights per output row, activations per row at run time
+  ChannelTensor = 2,  // weights per output row, activations per tensor at run time (amax words)
+  ChannelStatic = 3,  // weights per output row, activations by the checkpoint's scales (x_scale, h_scale)
+};
+
 struct DecodeFp8Args {
   Activation act;       // gated: SiluGated or GptOssSwiglu
+  DecodeScaling scaling;
   int32_t tokens;
   int32_t top_k;        // at most 32
   int32_t experts;
@@ -32,13 +47,16 @@ struct DecodeFp8Args {
   uint64_t ids;         // int32 [tokens * top_k]
   uint64_t weights;     // f32 [tokens * top_k]
   uint64_t w13;         // e4m3 [E, 2I, H]
-  uint64_t w13_scales;  // f32 [E, 2I / 128, H / 128]
+  uint64_t w13_scales;  // f32 [E, 2I / 128, H / 128] (Block128) or [E, 2I]
   uint64_t w2;          // e4m3 [E, H, I]
-  uint64_t w2_scales;   // f32 [E, H / 128, I / 128]
+  uint64_t w2_scales;   // f32 [E, H / 128, I / 128] (Block128) or [E, H]
   uint64_t b13;         // f32 [E, 2I] or 0
   uint64_t b2;          // f32 [E, H] or 0
   uint64_t h;           // bf16 scratch [tokens * top_k, I]
   uint64_t y;           // bf16 [tokens, H]
+  uint64_t x_scale;     // ChannelStatic: f32 [1], else 0
+  uint64_t h_scale;     // ChannelStatic: f32 [1], else 0
+  uint64_t amax;        // ChannelTensor: u32 [2] scratch (x's and h's amax as f32 bits), else 0
   uint64_t status;
   uint64_t stream;
 };

@@ -25,8 +25,8 @@ bool grouped_gemm_sm100_fp4_built(Sm100MxConfig c) { return sm100_mx_is_fp4(c); 
 
 Status grouped_gemm_sm100_fp4_workspace(Sm100MxConfig c, int32_t groups, int32_t sm_count, uint64_t* bytes) {
   switch (c) {
-    case Sm100MxConfig::Mxf4Mma1Sm128x128x256: *bytes = sm100_mx::Mxf4::workspace_bytes(groups, sm_count); break;
-    case Sm100MxConfig::Nvf4Mma1Sm128x128x256: *bytes = sm100_mx::Nvf4::workspace_bytes(groups, sm_count); break;
+    case Sm100MxConfig::Mxf4Mma1Sm128x128x256: *bytes = grouped_run::workspace_bytes<sm100_mx::Mxf4>(groups, sm_count); break;
+    case Sm100MxConfig::Nvf4Mma1Sm128x128x256: *bytes = grouped_run::workspace_bytes<sm100_mx::Nvf4>(groups, sm_count); break;
     default: return {StatusCode::NotBuilt, 0};
   }
   return {StatusCode::Ok, 0};

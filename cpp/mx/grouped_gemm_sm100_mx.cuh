@@ -25,6 +25,7 @@
 
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
+#include "common/sm100_config.cuh"
 #include "mx/launch_sm100_mx.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
@@ -36,18 +37,9 @@ namespace sm100_mx {
 
 using namespace cute;
 
-// MMA tile (M x N x K) of one MMA, which a 2-SM schedule (KernelSchedule2Sm) spreads over the two SMs of a static
-// 2x1x1 cluster (TMA loads each SM's half: SM100_TMA_2SM_LOAD, no multicast); a 1-SM one runs in a 1x1x1 cluster.
-// The cluster being static, the kernel type carries it and hw_info.cluster_shape stays unused (only
-// dynamic-cluster kernels read it: gemm_universal_adapter.h), and the workspace query sees the same type.
+// MMA tile, kernel and epilogue schedule: a 1-SM or a 2-SM MMA (sm100_config.cuh).
 template <class MmaTile_, class Kernel_, class Epilogue_>
-struct Config {
-  using MmaTile = MmaTile_;
-  static constexpr int kSmsPerMma = cute::is_base_of_v<cutlass::gemm::KernelSchedule2Sm, Kernel_> ? 2 : 1;
-  using Cluster = Shape<Int<kSmsPerMma>, _1, _1>;
-  using KernelSchedule = Kernel_;
-  using EpilogueSchedule = Epilogue_;
-};
+struct Config : Sm100Config<MmaTile_, Kernel_, Epilogue_> {};
 
 // ElementA_ / ElementB_: cutlass::mx_float8_t<float_e4m3_t>, mx_float4_t<float_e2m1_t> or nv_float4_t<float_e2m1_t>
 // (A and B of one scale type: the builder's rule).
@@ -149,20 +141,9 @@ struct GroupedGemmMx {
   }
 
   static typename Gemm::Arguments arguments(const Arrays& arr, int groups, int device, int sm_count) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = ProblemShape{groups, arr.shapes, nullptr};
-    args.mainloop.ptr_A = arr.a;
-    args.mainloop.dA = arr.da;
-    args.mainloop.ptr_B = arr.b;
-    args.mainloop.dB = arr.db;
-    args.mainloop.ptr_SFA = arr.sfa;
-    args.mainloop.layout_SFA = arr.lsfa;
-    args.mainloop.ptr_SFB = arr.sfb;
-    args.mainloop.layout_SFB = arr.lsfb;
+    auto args = grouped_run::base_arguments<Gemm>(groups, arr.shapes, arr.a, arr.da, arr.b, arr.db, arr.d, arr.dd,
+                                                  device, sm_count);
+    grouped_run::set_block_scales(args, arr);
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     if constexpr (kTensorScaled) {
@@ -170,18 +151,7 @@ struct GroupedGemmMx {
       args.epilogue.thread.alpha_ptr_array = arr.alpha_ptrs;
       args.epilogue.thread.dAlpha = {_0{}, _0{}, 1};
     }
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = arr.dd;
-    args.epilogue.ptr_D = arr.d;
-    args.epilogue.dD = arr.dd;
-    args.hw_info = hw;
     return args;
-  }
-
-  static uint64_t workspace_bytes(int groups, int sm_count) {
-    Arrays arr = carve(nullptr, groups);
-    auto args = arguments(arr, groups, 0, sm_count);
-    return arr.bytes + grouped_run::align_up(Gemm::get_workspace_size(args), 256);
   }
 };
 
@@ -254,6 +224,7 @@ Status run(const GroupedGemmMxArgs& p) {
   return grouped_run::run<G>(p, check_problem<G>(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
     constexpr int kThreads = 128;
     prepare_mx_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arr);
+    return grouped_run::launched();
   });
 }
 

@@ -27,9 +27,9 @@ bool grouped_gemm_sm100_mxf8_built(Sm100MxConfig c) {
 
 Status grouped_gemm_sm100_mxf8_workspace(Sm100MxConfig c, int32_t groups, int32_t sm_count, uint64_t* bytes) {
   switch (c) {
-    case Sm100MxConfig::Mxf8Mma1Sm128x128x128: *bytes = sm100_mx::Mxf8::workspace_bytes(groups, sm_count); break;
-    case Sm100MxConfig::Mxf8f4Mma1Sm128x128x128: *bytes = sm100_mx::Mxf8f4::workspace_bytes(groups, sm_count); break;
-    case Sm100MxConfig::Mxf8Mma2Sm256x256x128: *bytes = sm100_mx::Mxf8x2::workspace_bytes(groups, sm_count); break;
+    case Sm100MxConfig::Mxf8Mma1Sm128x128x128: *bytes = grouped_run::workspace_bytes<sm100_mx::Mxf8>(groups, sm_count); break;
+    case Sm100MxConfig::Mxf8f4Mma1Sm128x128x128: *bytes = grouped_run::workspace_bytes<sm100_mx::Mxf8f4>(groups, sm_count); break;
+    case Sm100MxConfig::Mxf8Mma2Sm256x256x128: *bytes = grouped_run::workspace_bytes<sm100_mx::Mxf8x2>(groups, sm_count); break;
     default: return {StatusCode::NotBuilt, 0};
   }
   return {StatusCode::Ok, 0};

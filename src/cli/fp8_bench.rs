@@ -23,6 +23,7 @@ use moe_gemm::kernels::grouped_fp8::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmF
 use moe_gemm::kernels::grouped_fp8_rowwise::{
     Fp8Accumulation, Fp8RowwiseConfig, GroupedGemmFp8Rowwise, GroupedGemmFp8RowwiseOptions, GroupedGemmFp8RowwiseShape,
 };
+use moe_gemm::kernels::plan::Workspace;
 use moe_gemm::layouts::GroupRows;
 use moe_gemm::quant::{scale_blocks, Fp8BlockWeights, Fp8ChannelWeights, Fp8Rows, Fp8TokenRows, F8E4M3};
 use moe_gemm::timing::{measure, Stats};
@@ -134,6 +135,21 @@ struct Row {
     stats: Stats,
 }
 
+/// Times the launches of one configuration, with its workspace `ws` and a status word of its own that is
+/// checked after.
+fn time_config(
+    stream: &Arc<CudaStream>,
+    args: &BenchArgs,
+    flush: &mut Option<CudaSlice<u8>>,
+    mut ws: Workspace,
+    mut launch: impl FnMut(&mut Workspace, &mut DeviceStatus) -> Result<()>,
+) -> Result<Stats> {
+    let mut st = DeviceStatus::new(stream)?;
+    let stats = measure(stream, args.reps, args.warmup, flush, || launch(&mut ws, &mut st))?;
+    st.check(stream)?;
+    Ok(stats)
+}
+
 /// Times every point (and configuration) on `stream`'s device.
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
     let forced = configs(&args.config)?;
@@ -172,12 +188,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         for config in list {
             let opts = GroupedGemmFp8Options { config: Some(config), expected_rows: Some(p.rows()) };
             let plan = GroupedGemmFp8::new(stream, shape, opts)?;
-            let mut ws = plan.alloc_workspace(stream)?;
-            let mut st = DeviceStatus::new(stream)?;
-            let stats = measure(stream, args.reps, args.warmup, &mut flush, || {
-                plan.launch(stream, &a, &b, group_rows(), &mut d, &mut ws, &mut st)
+            let stats = time_config(stream, args, &mut flush, plan.alloc_workspace(stream)?, |ws, st| {
+                plan.launch(stream, &a, &b, group_rows(), &mut d, ws, st)
             })?;
-            st.check(stream)?;
             rows.push(Row { point: j, config: config.name(), stats });
         }
         // The rowwise family on the same shapes (per-token x per-channel scales: torch's recipe), both
@@ -206,12 +219,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         for config in rowwise {
             let opts = GroupedGemmFp8RowwiseOptions { config: Some(config), ..Default::default() };
             let plan = GroupedGemmFp8Rowwise::new(stream, rshape, opts)?;
-            let mut ws = plan.alloc_workspace(stream)?;
-            let mut st = DeviceStatus::new(stream)?;
-            let stats = measure(stream, args.reps, args.warmup, &mut flush, || {
-                plan.launch(stream, &ra, &rb, group_rows(), &mut d, &mut ws, &mut st)
+            let stats = time_config(stream, args, &mut flush, plan.alloc_workspace(stream)?, |ws, st| {
+                plan.launch(stream, &ra, &rb, group_rows(), &mut d, ws, st)
             })?;
-            st.check(stream)?;
             rows.push(Row { point: j, config: config.name(), stats });
         }
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use moe_gemm::layer::{GateUp, LayerWeights, WeightFormat};
+use moe_gemm::layer::{Fp8ChannelExpertWeights, GateUp, LayerWeights, WeightFormat};
 use moe_gemm::random::fill_device;
 use moe_gemm::{
     Activation, Backend, Backends, DeviceInfo, Error, ExpertWeights, MatrixView, MatrixViewMut, MoeLayer,
@@ -243,14 +243,20 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             skipped.push((m.name, why.clone()));
         }
         let mut layer8 = if fp8 && skip8.is_none() {
+            // Per-channel Batched and Fused take H and I in whole 128s (the decode kernels' blocks, the fused
+            // GEMMs' N tiles): elsewhere they are reported, not timed, and Auto runs Grouped.
+            let decodes = qd != LayerDtype::Fp8Channel
+                || Fp8ChannelExpertWeights::check_backend_shape(Backend::Batched, h, i).is_ok();
             let auto8 = match qd {
-                LayerDtype::Mxfp4 | LayerDtype::Fp8Channel => Backends::of(Backend::Grouped),
+                LayerDtype::Mxfp4 => Backends::of(Backend::Grouped),
+                LayerDtype::Fp8Channel if !decodes => Backends::of(Backend::Grouped),
                 _ => Backends::FP8_AUTO,
             };
             let room8: Backends = backends8
                 .iter()
                 .copied()
                 .filter(|&b| b != Backend::Auto && !(ep > 1 && b == Backend::Batched))
+                .filter(|&b| decodes || !matches!(b, Backend::Batched | Backend::Fused))
                 .collect::<Backends>()
                 .union(if ep > 1 { Backends::of(Backend::Grouped) } else { auto8 });
             let mut opts8 = MoeLayerOptions::new(max_t, k).backends(room8);
@@ -350,7 +356,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             let (Some(l8), Some(s8)) = (layer8.as_mut(), scratch8.as_mut()) else { continue };
             for &b in &backends8 {
                 let mut yv = MatrixViewMut::new("y", y.slice_mut(..t * h), t, h)?;
-                // Batched under --ep (it takes no expert map): reported, not timed.
+                // Batched under --ep (no expert map), Batched or Fused per channel at H or I not in 128s:
+                // reported, not timed.
                 if l8.set_backend(b).is_err() {
                     results.push(entry(b, b, None, qd));
                     bar.inc(1);

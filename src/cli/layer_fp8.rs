@@ -95,7 +95,9 @@ pub fn validate_quant(args: &BenchArgs, dtype: LayerDtype) -> Result<()> {
     if quant_backends(dtype, &backends).is_empty() {
         let runs = match dtype {
             LayerDtype::Mxfp4 => "the MXFP4 layer runs grouped, contiguous, masked and auto",
-            LayerDtype::Fp8Channel => "the per-channel FP8 layer runs grouped, contiguous, masked and auto",
+            LayerDtype::Fp8Channel => {
+                "the per-channel FP8 layer runs batched, grouped, contiguous, masked, fused and auto"
+            }
             _ => "the FP8 layer runs batched, grouped, contiguous, masked, fused and auto",
         };
         return Err(Error::InvalidProblem(format!(
@@ -238,13 +240,7 @@ pub(super) fn fill_e4m3(stream: &Arc<CudaStream>, buf: &mut CudaSlice<F8E4M3>, s
             F8E4M3::from_bits(if b & 0x7F == 0x7F { b ^ 1 } else { b })
         })
         .collect();
-    let mut at = 0;
-    while at < buf.len() {
-        let len = block.len().min(buf.len() - at);
-        stream.memcpy_htod(&block[..len], &mut buf.slice_mut(at..at + len))?;
-        at += len;
-    }
-    Ok(())
+    moe_gemm::random::fill_tiled(stream, buf, &block)
 }
 
 #[cfg(test)]
@@ -309,7 +305,8 @@ mod tests {
         assert!(quant_backends(LayerDtype::Fp8, &[Backend::Eager]).is_empty());
         let mx = [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto];
         assert_eq!(quant_backends(LayerDtype::Mxfp4, &all), mx);
-        let channel = [Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Auto];
+        let channel =
+            [Backend::Batched, Backend::Grouped, Backend::Contiguous, Backend::Masked, Backend::Fused, Backend::Auto];
         assert_eq!(quant_backends(LayerDtype::Fp8Channel, &all), channel);
         assert_eq!(quant_skip_reason(LayerDtype::Fp8Channel, 2880, 2880), None, "gpt-oss: multiples of 16");
         assert!(quant_skip_reason(LayerDtype::Fp8Channel, 2880, 2888).unwrap().contains("I = 2888"));

@@ -137,46 +137,17 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             .as_deref()
             .and_then(|g| TunedBackends::shipped(g, format, m.experts, m.inter))
             .and_then(|t| backends.map_or(Some(t), |set| t.restricted_to(set)));
-        let sizing = match args.compute_capability {
-            Some(cc) => {
-                let device = described_device(args, cc);
-                let sizing = LayerSizing::for_device(
-                    &device,
-                    shape,
-                    dtype,
-                    format,
-                    args.max_tokens,
-                    Backend::Auto,
-                    backends,
-                    None,
-                    None,
-                    false,
-                    tuned,
-                )
+        // Without --compute-capability: an SM90 device of --sm-count SMs (the kernels the default plans size for).
+        let cc = args.compute_capability.unwrap_or((9, 0));
+        let device = described_device(args, cc);
+        let (max_t, auto) = (args.max_tokens, Backend::Auto);
+        let sizing =
+            LayerSizing::for_device(&device, shape, dtype, format, max_t, auto, backends, None, None, false, tuned)
                 .map_err(|e| Error::InvalidProblem(format!("{} on {}: {e}", m.name, device.name)))?;
-                println!(
-                    "{}: planned for compute capability {}.{}: layout backends' GEMM {}",
-                    m.name,
-                    cc.0,
-                    cc.1,
-                    sizing.gemm()
-                );
-                sizing
-            }
-            None => LayerSizing::for_format_tuned(
-                shape,
-                dtype,
-                format,
-                args.max_tokens,
-                Backend::Auto,
-                backends,
-                None,
-                None,
-                false,
-                args.sm_count,
-                tuned,
-            )?,
-        };
+        if let Some((major, minor)) = args.compute_capability {
+            let gemm = sizing.gemm();
+            println!("{}: planned for compute capability {major}.{minor}: layout backends' GEMM {gemm}", m.name);
+        }
         match (&args.gpu_name, tuned.and_then(|t| t.shipped_file())) {
             (Some(g), Some(file)) => println!("{}: Auto from the table shipped for {g}: {file}", m.name),
             (Some(g), None) => {

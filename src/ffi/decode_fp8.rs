@@ -1,7 +1,9 @@
-//! The Batched backend over block-FP8 experts (`cpp/moe_ops/decode_fp8.cu`, contract in `cpp/moe_ops/decode_fp8.h`): two kernels
-//! that quantise x and h per 128 columns in shared memory and stream e4m3 weight rows into tensor-core MMAs.
+//! The Batched backend over FP8 experts (`cpp/moe_ops/decode_fp8.cu`, contract in `cpp/moe_ops/decode_fp8.h`): two
+//! kernels that quantise x and h in shared memory (per 128 columns for block-scaled weights, per row for
+//! per-channel ones) and stream e4m3 weight rows into tensor-core MMAs.
 
 use super::bridge::ffi;
+use super::elementwise::DecodeIo;
 use super::status::{check, Launched};
 use super::sys;
 use super::{need_aligned, need_len, to_i32, Activation};
@@ -17,22 +19,46 @@ pub(crate) const MAX_TOP_K: usize = 32;
 /// Shared memory a block may opt into on SM90 (227 KB).
 const MAX_SMEM: usize = 227 * 1024;
 
+/// A dynamic activation scale's rule: `max(amax, eps) / 448`, rounded up to a power of two with `ue8m0`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DynamicScale {
+    pub eps: f32,
+    pub ue8m0: bool,
+}
+
+/// How the weights and the activations are scaled (`DecodeScaling`, with what each form reads).
+#[derive(Debug)]
+pub(crate) enum DecodeScales<'a> {
+    /// f32 scales per 128 x 128 weight block, `[E, 2I / 128, H / 128]` and `[E, H / 128, I / 128]`; the
+    /// activations per token per 128 columns.
+    Block128 { w13: CudaView<'a, f32>, w2: CudaView<'a, f32>, act: DynamicScale },
+    /// f32 scales per output row, `[E, 2I]` and `[E, H]`; the activations as `act` says.
+    Channel { w13: CudaView<'a, f32>, w2: CudaView<'a, f32>, act: ChannelActScale<'a> },
+}
+
+/// The activation scales that meet per-channel weights.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ChannelActScale<'a> {
+    /// Each row's own, at run time.
+    Token(DynamicScale),
+    /// One for x's rows and one for h's rows in use, at run time (reduced into two words the launch is given).
+    Tensor(DynamicScale),
+    /// The checkpoint's, f32 `[1]` each on the device: GEMM1's and GEMM2's.
+    Static { x: &'a CudaSlice<f32>, h: &'a CudaSlice<f32> },
+}
+
 /// The experts (mirrors `DecodeFp8Args` without its activations): e4m3 `w13 [E, 2I, H]` and `w2 [E, H, I]`,
-/// f32 scales per 128 x 128 block `[E, 2I / 128, H / 128]` and `[E, H / 128, I / 128]`, f32 biases `[E, 2I]` and
-/// `[E, H]`; the activation quantisation's eps and scale rounding.
+/// their scales and the activations' ([`DecodeScales`]), f32 biases `[E, 2I]` and `[E, H]`.
 pub(crate) struct DecodeFp8Weights<'a> {
     pub act: Activation,
     pub experts: usize,
     pub hidden: usize,
     pub inter: usize,
     pub w13: CudaView<'a, F8E4M3>,
-    pub w13_scales: CudaView<'a, f32>,
     pub w2: CudaView<'a, F8E4M3>,
-    pub w2_scales: CudaView<'a, f32>,
+    pub scales: DecodeScales<'a>,
     pub b13: Option<&'a CudaSlice<f32>>,
     pub b2: Option<&'a CudaSlice<f32>>,
-    pub eps: f32,
-    pub ue8m0: bool,
 }
 
 /// Shared memory of the expand kernel: x staged in bf16 and in e4m3, its scales, the partial sums of 2 tiles x 4
@@ -79,7 +105,8 @@ pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize) -> Result<(
 }
 
 /// Queues the two FP8 decode kernels: the whole layer of `w` for `tokens` tokens. The activations are bf16 (`T`
-/// another element type is an error).
+/// another element type is an error). `amax`: two words of scratch, needed by per-tensor dynamic activation
+/// scales (a memset and a reduction kernel run first; the expand kernel reduces h's).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_decode_layer_fp8<T: Element>(
     stream: &CudaStream,
@@ -91,6 +118,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     weights: &impl DevicePtr<f32>,
     h: &mut CudaSlice<T>,
     y: &mut impl DevicePtrMut<T>,
+    amax: Option<&mut CudaSlice<u32>>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     if T::DTYPE != DType::BF16 {
@@ -102,68 +130,96 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     if w.act == Activation::Silu {
         return Err(Error::InvalidProblem("FP8 decode: the activation must be gated (w13 holds gate and up)".into()));
     }
-    if !(w.eps.is_finite() && w.eps / 448.0 >= f32::MIN_POSITIVE) {
-        return Err(Error::InvalidProblem(format!("FP8 decode: eps = {:e}: eps / 448 must be a normal f32", w.eps)));
-    }
     need_len("w13", w.w13.len(), e * 2 * inter * hid, "experts x 2I x H")?;
-    need_len("w13 scales", w.w13_scales.len(), e * (2 * inter / BLOCK) * (hid / BLOCK), "experts x 2I/128 x H/128")?;
     need_len("w2", w.w2.len(), e * hid * inter, "experts x H x I")?;
-    need_len("w2 scales", w.w2_scales.len(), e * (hid / BLOCK) * (inter / BLOCK), "experts x H/128 x I/128")?;
+    let (scaling, s13, s2, dynamic, statics) = match &w.scales {
+        DecodeScales::Block128 { w13, w2, act } => {
+            need_len("w13 scales", w13.len(), e * (2 * inter / BLOCK) * (hid / BLOCK), "experts x 2I/128 x H/128")?;
+            need_len("w2 scales", w2.len(), e * (hid / BLOCK) * (inter / BLOCK), "experts x H/128 x I/128")?;
+            (sys::DecodeScaling::Block128, w13, w2, Some(*act), None)
+        }
+        DecodeScales::Channel { w13, w2, act } => {
+            need_len("w13 scales", w13.len(), e * 2 * inter, "experts x 2I (one per output channel)")?;
+            need_len("w2 scales", w2.len(), e * hid, "experts x H (one per output channel)")?;
+            match *act {
+                ChannelActScale::Token(d) => (sys::DecodeScaling::ChannelToken, w13, w2, Some(d), None),
+                ChannelActScale::Tensor(d) => (sys::DecodeScaling::ChannelTensor, w13, w2, Some(d), None),
+                ChannelActScale::Static { x, h } => {
+                    need_len("static x scale", x.len(), 1, "one f32")?;
+                    need_len("static h scale", h.len(), 1, "one f32")?;
+                    (sys::DecodeScaling::ChannelStatic, w13, w2, None, Some((x, h)))
+                }
+            }
+        }
+    };
+    if let Some(d) = dynamic.filter(|d| !(d.eps.is_finite() && d.eps / 448.0 >= f32::MIN_POSITIVE)) {
+        return Err(Error::InvalidProblem(format!("FP8 decode: eps = {:e}: eps / 448 must be a normal f32", d.eps)));
+    }
+    // Static scales: the kernels read no eps.
+    let d = dynamic.unwrap_or(DynamicScale { eps: 1.0, ue8m0: false });
+    let amax = match (scaling, amax) {
+        (sys::DecodeScaling::ChannelTensor, Some(words)) => {
+            need_len("amax words", words.len(), 2, "two u32 (x's and h's per-tensor amax)")?;
+            Some(words)
+        }
+        (sys::DecodeScaling::ChannelTensor, None) => {
+            return Err(Error::InvalidProblem(
+                "FP8 decode: per-tensor dynamic activation scales need two amax words of scratch".into(),
+            ))
+        }
+        _ => None,
+    };
     if let Some(b) = w.b13 {
         need_len("b13", b.len(), e * 2 * inter, "experts x 2I")?;
     }
     if let Some(b) = w.b2 {
         need_len("b2", b.len(), e * hid, "experts x H")?;
     }
-    need_len("x", x.len(), tokens * hid, "tokens x hidden")?;
-    need_len("topk_ids", ids.len(), rows, "tokens x top_k")?;
-    need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
-    need_len("h", h.len(), rows * inter, "rows x I")?;
-    need_len("y", y.len(), tokens * hid, "tokens x hidden")?;
     to_i32("(token, slot) rows", rows)?; // the expand grid's x extent
+    let io = DecodeIo::new(stream, (tokens, top_k, hid, inter), x, ids, weights, h, y, status)?;
     let (tokens, top_k, experts) = (to_i32("tokens", tokens)?, to_i32("top_k", top_k)?, to_i32("experts", e)?);
-    super::bind(stream)?;
-    let (x_ptr, _x) = x.device_ptr(stream);
-    let (i_ptr, _i) = ids.device_ptr(stream);
-    let (wt_ptr, _wt) = weights.device_ptr(stream);
     let (w13_ptr, _w13) = w.w13.device_ptr(stream);
-    let (s13_ptr, _s13) = w.w13_scales.device_ptr(stream);
+    let (s13_ptr, _s13) = s13.device_ptr(stream);
     let (w2_ptr, _w2) = w.w2.device_ptr(stream);
-    let (s2_ptr, _s2) = w.w2_scales.device_ptr(stream);
+    let (s2_ptr, _s2) = s2.device_ptr(stream);
+    let (x_scale, _xs) = statics.map(|(x, _)| x.device_ptr(stream)).unzip();
+    let (h_scale, _hs) = statics.map(|(_, h)| h.device_ptr(stream)).unzip();
+    let (amax_ptr, _amax) = amax.map(|a| a.device_ptr_mut(stream)).unzip();
     let (b13_ptr, _b13) = w.b13.map(|b| b.device_ptr(stream)).unzip();
     let (b2_ptr, _b2) = w.b2.map(|b| b.device_ptr(stream)).unzip();
-    let (h_ptr, _h) = h.device_ptr_mut(stream);
-    let (y_ptr, _y) = y.device_ptr_mut(stream);
-    let (s_ptr, _s) = status.device_ptr_mut(stream);
-    for (name, p) in [("x", x_ptr), ("w13", w13_ptr), ("w2", w2_ptr), ("h", h_ptr), ("y", y_ptr)] {
+    for (name, p) in [("w13", w13_ptr), ("w2", w2_ptr)] {
         need_aligned(name, p)?;
     }
     let args = sys::DecodeFp8Args {
         act: w.act,
+        scaling,
         tokens,
         top_k,
         experts,
         hidden: hid as i32,
         inter: inter as i32,
-        eps: w.eps,
-        ue8m0: w.ue8m0 as i32,
-        x: x_ptr,
-        ids: i_ptr,
-        weights: wt_ptr,
+        eps: d.eps,
+        ue8m0: d.ue8m0 as i32,
+        x: io.x,
+        ids: io.ids,
+        weights: io.weights,
         w13: w13_ptr,
         w13_scales: s13_ptr,
         w2: w2_ptr,
         w2_scales: s2_ptr,
         b13: b13_ptr.unwrap_or(0),
         b2: b2_ptr.unwrap_or(0),
-        h: h_ptr,
-        y: y_ptr,
-        status: s_ptr,
+        h: io.h,
+        y: io.y,
+        x_scale: x_scale.unwrap_or(0),
+        h_scale: h_scale.unwrap_or(0),
+        amax: amax_ptr.unwrap_or(0),
+        status: io.status,
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H bf16; the weights E*2I*H and E*H*I
-    // e4m3 bytes with their E*(2I/128)*(H/128) and E*(H/128)*(I/128) f32 scales, biases E*2I and E*H (all
-    // checked above). H and I are multiples of 128 and the bases 16-byte aligned, so every row's 16-byte loads
+    // e4m3 bytes with their E*(2I/128)*(H/128) and E*(H/128)*(I/128) f32 block scales or E*2I and E*H channel
+    // scales, biases E*2I and E*H, one static scale each, two amax words (all checked above). H and I are multiples of 128 and the bases 16-byte aligned, so every row's 16-byte loads
     // are; the shared memory fits (checked). Expert ids are device data the kernels range-check. The stream's
     // context is bound to this thread; guards outlive the call.
     check(unsafe { ffi::decode_layer_fp8(&args) }, &Launched::op("decode_layer_fp8"))
@@ -172,13 +228,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn msg(r: Result<()>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
-    }
+    use crate::error::invalid_problem as msg;
 
     #[test]
     fn shapes_name_their_constraint() {

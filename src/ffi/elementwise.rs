@@ -1,7 +1,7 @@
 //! Row-wise kernels around the GEMMs: the gated activation (`cpp/moe_ops/activation.cu`), the fused backend's sum over
 //! slots (`cpp/moe_ops/layouts.cu`) and the batched backend's whole decode layer (`cpp/moe_ops/decode.cu`).
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use super::bridge::ffi;
 use super::status::{check, Launched};
@@ -129,6 +129,50 @@ pub(crate) struct DecodeWeights<'a, T> {
     pub b2: Option<&'a CudaSlice<f32>>,
 }
 
+/// The per-token buffers of a decode pass (both decode layers take them): checked against `tokens`, `top_k`, `H`
+/// and `I`, resolved to 16-byte-aligned device addresses on the bound stream, their guards held until drop.
+pub(crate) struct DecodeIo<'a> {
+    pub x: u64,
+    pub ids: u64,
+    pub weights: u64,
+    pub h: u64,
+    pub y: u64,
+    pub status: u64,
+    _sync: [SyncOnDrop<'a>; 6],
+}
+
+impl<'a> DecodeIo<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new<T: Element>(
+        stream: &'a CudaStream,
+        (tokens, top_k, hidden, inter): (usize, usize, usize, usize),
+        x: &'a impl DevicePtr<T>,
+        ids: &'a impl DevicePtr<i32>,
+        weights: &'a impl DevicePtr<f32>,
+        h: &'a mut CudaSlice<T>,
+        y: &'a mut impl DevicePtrMut<T>,
+        status: &'a mut impl DevicePtrMut<u32>,
+    ) -> Result<DecodeIo<'a>> {
+        let rows = tokens * top_k;
+        need_len("x", x.len(), tokens * hidden, "tokens x hidden")?;
+        need_len("topk_ids", ids.len(), rows, "tokens x top_k")?;
+        need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
+        need_len("h", h.len(), rows * inter, "rows x I")?;
+        need_len("y", y.len(), tokens * hidden, "tokens x hidden")?;
+        super::bind(stream)?;
+        let (x, sx) = x.device_ptr(stream);
+        let (ids, si) = ids.device_ptr(stream);
+        let (weights, sw) = weights.device_ptr(stream);
+        let (h, sh) = h.device_ptr_mut(stream);
+        let (y, sy) = y.device_ptr_mut(stream);
+        let (status, ss) = status.device_ptr_mut(stream);
+        for (name, p) in [("x", x), ("h", h), ("y", y)] {
+            need_aligned(name, p)?;
+        }
+        Ok(DecodeIo { x, ids, weights, h, y, status, _sync: [sx, si, sw, sh, sy, ss] })
+    }
+}
+
 /// Queues the two decode kernels of the batched backend: the whole layer for `tokens` tokens.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_decode_layer<T: Element>(
@@ -156,27 +200,16 @@ pub(crate) fn launch_decode_layer<T: Element>(
         need_len("b2", b.len(), e * hid, "experts x H")?;
     }
     let rows = tokens * top_k;
-    need_len("x", x.len(), tokens * hid, "tokens x hidden")?;
-    need_len("topk_ids", ids.len(), rows, "tokens x top_k")?;
-    need_len("topk_weights", weights.len(), rows, "tokens x top_k")?;
-    need_len("h", h.len(), rows * inter, "rows x I")?;
-    need_len("y", y.len(), tokens * hid, "tokens x hidden")?;
     if rows > u16::MAX as usize {
         return Err(Error::InvalidProblem(format!("decode path: {rows} rows exceed the grid's 65535")));
     }
+    let io = DecodeIo::new(stream, (tokens, top_k, hid, inter), x, ids, weights, h, y, status)?;
     let (tokens, top_k, experts) = (to_i32("tokens", tokens)?, to_i32("top_k", top_k)?, to_i32("experts", e)?);
-    super::bind(stream)?;
-    let (x_ptr, _x) = x.device_ptr(stream);
-    let (i_ptr, _i) = ids.device_ptr(stream);
-    let (wt_ptr, _wt) = weights.device_ptr(stream);
     let (w13_ptr, _w13) = w.w13.device_ptr(stream);
     let (w2_ptr, _w2) = w.w2.device_ptr(stream);
     let (b13_ptr, _b13) = w.b13.map(|b| b.device_ptr(stream)).unzip();
     let (b2_ptr, _b2) = w.b2.map(|b| b.device_ptr(stream)).unzip();
-    let (h_ptr, _h) = h.device_ptr_mut(stream);
-    let (y_ptr, _y) = y.device_ptr_mut(stream);
-    let (s_ptr, _s) = status.device_ptr_mut(stream);
-    for (name, p) in [("x", x_ptr), ("w13", w13_ptr), ("w2", w2_ptr), ("h", h_ptr), ("y", y_ptr)] {
+    for (name, p) in [("w13", w13_ptr), ("w2", w2_ptr)] {
         need_aligned(name, p)?;
     }
     let args = sys::DecodeArgs {
@@ -188,16 +221,16 @@ pub(crate) fn launch_decode_layer<T: Element>(
         experts,
         hidden: hid as i32,
         inter: inter as i32,
-        x: x_ptr,
-        ids: i_ptr,
-        weights: wt_ptr,
+        x: io.x,
+        ids: io.ids,
+        weights: io.weights,
         w13: w13_ptr,
         w2: w2_ptr,
         b13: b13_ptr.unwrap_or(0),
         b2: b2_ptr.unwrap_or(0),
-        h: h_ptr,
-        y: y_ptr,
-        status: s_ptr,
+        h: io.h,
+        y: io.y,
+        status: io.status,
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H, the weights E*(2I or I)*H and E*H*I

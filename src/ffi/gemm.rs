@@ -5,8 +5,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, S
 use float8::F8E4M3;
 use half::bf16;
 
+use super::status::{check, Launched};
 use super::sys;
-use super::{need_len, to_i32, to_i64};
+use super::{need_aligned, need_f32_aligned, need_len, to_i32, to_i64};
 use crate::error::{Error, Result};
 
 /// Where each group's rows are (mirrors `GroupMode` in `cpp/common/launch.h`): device arrays the prepare kernel reads
@@ -128,6 +129,14 @@ impl<'a> GroupArrays<'a> {
 /// The stream-ordering guards of a launch's offsets and counts.
 pub(crate) type GroupGuards<'s> = (Option<SyncOnDrop<'s>>, Option<SyncOnDrop<'s>>);
 
+/// e4m3 operand data on the device: A or B of a scaled FP8 GEMM.
+pub(crate) trait E4m3Buffer: DevicePtr<F8E4M3> {}
+impl<T: DevicePtr<F8E4M3>> E4m3Buffer for T {}
+
+/// f32 dequantisation multipliers on the device: SA or SB of a scaled FP8 GEMM.
+pub(crate) trait ScaleBuffer: DevicePtr<f32> {}
+impl<T: DevicePtr<f32>> ScaleBuffer for T {}
+
 /// The buffers of one scaled FP8 grouped GEMM (blockwise or rowwise): e4m3 A and B and their f32 dequantisation
 /// multipliers, in the grids of the family's docs.
 pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
@@ -137,13 +146,7 @@ pub(crate) struct ScaledOperands<'a, A, SA, B, SB> {
     pub sb: &'a SB,
 }
 
-impl<A, SA, B, SB> ScaledOperands<'_, A, SA, B, SB>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+impl<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer> ScaledOperands<'_, A, SA, B, SB> {
     /// A holds `max_rows x K`, B `G x N x K`, D `max_rows x N`, the scales what the family's grid needs
     /// (`(elements, what)` each).
     pub(crate) fn check_lens<C>(
@@ -161,16 +164,24 @@ where
         need_len("d", d, rows * n, "max_rows x N")
     }
 
-    /// The device addresses of the launch's buffers on `stream`, each with the guard that makes `stream` wait
-    /// for its earlier writers and records this use: keep the result alive until the C++ call has returned.
-    pub(crate) fn bind<'s>(
+    /// The launch of `plan` (named `op`) bound: `workspace` checked against the plan, the plan's extents as C++
+    /// takes them, the stream's context bound to this thread, and the device addresses of the buffers on
+    /// `stream`, each with the guard that makes `stream` wait for its earlier writers and records this use: keep
+    /// the result alive until the C++ call has returned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bind<'s, C>(
         &'s self,
         stream: &'s CudaStream,
+        plan: &GemmPlan<C>,
+        op: &'static str,
         arrays: GroupArrays<'s>,
         d: &'s mut impl DevicePtrMut<bf16>,
         workspace: &'s mut CudaSlice<u8>,
         status: &'s mut impl DevicePtrMut<u32>,
-    ) -> ScaledPtrs<'s> {
+    ) -> Result<ScaledPtrs<'s>> {
+        let workspace_bytes = plan.check_workspace(op, workspace)?;
+        let extents = plan.extents(arrays.max_m)?;
+        super::bind(stream)?;
         let (a, ga) = self.a.device_ptr(stream);
         let (sa, gsa) = self.sa.device_ptr(stream);
         let (b, gb) = self.b.device_ptr(stream);
@@ -179,7 +190,8 @@ where
         let (d, gd) = d.device_ptr_mut(stream);
         let (workspace, gw) = workspace.device_ptr_mut(stream);
         let (status, gs) = status.device_ptr_mut(stream);
-        ScaledPtrs {
+        Ok(ScaledPtrs {
+            extents,
             a,
             sa,
             b,
@@ -188,14 +200,17 @@ where
             offsets,
             counts,
             workspace,
+            workspace_bytes,
             status,
             _guards: ([ga, gsa, gb, gsb, gd, gw, gs], groups),
-        }
+        })
     }
 }
 
-/// The device addresses of a scaled grouped GEMM's buffers ([`ScaledOperands::bind`]) and their guards.
+/// The device addresses of a scaled grouped GEMM's buffers ([`ScaledOperands::bind`]) and their guards, with the
+/// plan's extents (max_m, groups, N, K, max_rows) and the workspace's bytes.
 pub(crate) struct ScaledPtrs<'s> {
+    pub extents: (i32, i32, i32, i32, i64),
     pub a: u64,
     pub sa: u64,
     pub b: u64,
@@ -204,6 +219,103 @@ pub(crate) struct ScaledPtrs<'s> {
     pub offsets: u64,
     pub counts: u64,
     pub workspace: u64,
+    pub workspace_bytes: u64,
     pub status: u64,
     _guards: ([SyncOnDrop<'s>; 7], GroupGuards<'s>),
+}
+
+/// The C++ argument struct `$args` of a scaled FP8 grouped GEMM (blockwise or rowwise: the same fields but for
+/// the names of the scale pointers, `$sa` and `$sb`) for a launch of `$plan` over groups of `$mode`, from the
+/// bound buffers `$p` ([`ScaledOperands::bind`]) on `$stream`.
+macro_rules! scaled_gemm_args {
+    ($args:path { $sa:ident, $sb:ident }, $plan:expr, $mode:expr, $p:expr, $stream:expr) => {{
+        let (plan, p) = ($plan, &$p);
+        let (max_m, groups, n, k, max_rows) = p.extents;
+        $args {
+            config: plan.config,
+            mode: $mode,
+            max_m,
+            groups,
+            n,
+            k,
+            max_rows,
+            a: p.a,
+            $sa: p.sa,
+            b: p.b,
+            $sb: p.sb,
+            d: p.d,
+            offsets: p.offsets,
+            counts: p.counts,
+            workspace: p.workspace,
+            workspace_bytes: p.workspace_bytes,
+            status: p.status,
+            device: plan.device,
+            sm_count: plan.sm_count,
+            stream: $stream.cu_stream() as u64,
+        }
+    }};
+}
+pub(crate) use scaled_gemm_args;
+
+/// A family of scaled FP8 grouped GEMMs, named by its configuration type (blockwise or rowwise): what its launch
+/// checks beyond what [`scaled_launch`] checks for both, and the C++ call that queues it.
+pub(crate) trait ScaledFamily: Copy + std::fmt::Debug + 'static {
+    /// The GEMM as errors name it.
+    const WHAT: &'static str;
+    /// Whether SB is read in 16-byte vectors (per-channel scales) rather than one f32 at a time.
+    const SB_VECTORS: bool;
+    /// The C++ unit this configuration is built into, as errors name it.
+    fn op(self) -> &'static str;
+    /// N and K must be positive multiples of these (what the TMA descriptors and scale grids rely on).
+    const N_ALIGN: usize;
+    const K_ALIGN: usize;
+    /// SA's and SB's lengths for `plan`, `(elements, what)` each.
+    fn scale_lens(plan: &GemmPlan<Self>) -> ((usize, &'static str), (usize, &'static str));
+    /// Queues the prepare kernel and the CUTLASS GEMM over the buffers `p` bound for `plan`, groups of `mode`.
+    ///
+    /// # Safety
+    /// `p` comes from [`ScaledOperands::bind`] for `plan` after every check of [`scaled_launch`] passed.
+    unsafe fn run(plan: &GemmPlan<Self>, mode: sys::GroupMode, p: &ScaledPtrs<'_>, stream: &CudaStream) -> sys::Status;
+}
+
+/// Queues a scaled FP8 grouped GEMM of `plan` (its prepare kernel, then CUTLASS's) on `stream`, after checking
+/// the device, N and K, the buffers' lengths and alignment against the plan.
+pub(crate) fn scaled_launch<C: ScaledFamily, A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
+    stream: &CudaStream,
+    plan: &GemmPlan<C>,
+    ops: ScaledOperands<'_, A, SA, B, SB>,
+    rows: GroupedRows<'_>,
+    d: &mut impl DevicePtrMut<bf16>,
+    workspace: &mut CudaSlice<u8>,
+    status: &mut impl DevicePtrMut<u32>,
+) -> Result<()> {
+    plan.check_device(stream, format_args!("{}", C::WHAT))?;
+    // The domain plans guarantee these; checked again so that this floor is sound on its own.
+    let (n, k, na, ka) = (plan.n, plan.k, C::N_ALIGN, C::K_ALIGN);
+    if n == 0 || n % na != 0 || k == 0 || k % ka != 0 {
+        return Err(Error::InvalidProblem(format!(
+            "{}: N = {n} must be a positive multiple of {na} and K = {k} a positive multiple of {ka}",
+            C::WHAT
+        )));
+    }
+    let arrays = group_rows(rows, plan.groups, plan.max_rows)?;
+    let (sa, sb) = C::scale_lens(plan);
+    ops.check_lens(plan, sa, sb, d.len())?;
+    let op = plan.config.op();
+    let p = ops.bind(stream, plan, op, arrays, d, workspace, status)?;
+    for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d)] {
+        need_aligned(name, ptr)?;
+    }
+    if C::SB_VECTORS {
+        need_aligned("sb", p.sb)?;
+    }
+    // f32 scales read one by one (cp.async of 4 bytes).
+    need_f32_aligned("sa", p.sa)?;
+    if !C::SB_VECTORS {
+        need_f32_aligned("sb", p.sb)?;
+    }
+    let workspace_bytes = p.workspace_bytes;
+    // SAFETY: `p` is bound for `plan` and every check above passed; each family's `run` says what that makes sound.
+    let s = unsafe { C::run(plan, arrays.mode, &p, stream) };
+    check(s, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(op) })
 }

@@ -74,6 +74,15 @@ pub(crate) fn need_aligned(name: &'static str, ptr: u64) -> Result<()> {
     Ok(())
 }
 
+/// f32 scales read one at a time need their natural alignment, which a view of an f32 slice always has; checked
+/// because the unsafe calls rely on it.
+pub(crate) fn need_f32_aligned(name: &'static str, ptr: u64) -> Result<()> {
+    if ptr % 4 != 0 {
+        return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
+    }
+    Ok(())
+}
+
 /// A row length (in elements of `T`) whose rows start on 16-byte boundaries when the base does: the element
 /// type's TMA alignment, which the kernels' vector loads and TMA descriptors need. Positive and within int32.
 pub(crate) fn need_row_len<T: Element>(name: &'static str, len: usize) -> Result<()> {

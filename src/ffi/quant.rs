@@ -2,7 +2,7 @@
 //! per token per 128 columns, stored K-major `[rows][ceil(K / 128)]`; either row by row (with an optional mask of
 //! rows in use) or gathered to each token's layout positions.
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;
 
 use super::bridge::ffi;
@@ -116,6 +116,13 @@ fn check_dst(d: &QuantDst<'_>, desc: &QuantDesc<'_>) -> Result<(usize, usize)> {
     Ok((data, scales))
 }
 
+/// What both quantisers of rows check first: the description, the source rows and the destination.
+fn check_rows<T>(d: &QuantDesc<'_>, src: &QuantSrc<'_, T>, dst: &QuantDst<'_>) -> Result<()> {
+    check_desc(d)?;
+    check_src(src, d.k)?;
+    check_dst(dst, d).map(|_| ())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn quant_args(
     ty: sys::DType,
@@ -152,6 +159,33 @@ fn quant_args(
     })
 }
 
+/// The stream guards of the buffers [`bind_rows`] binds.
+type RowGuards<'s> = [Option<SyncOnDrop<'s>>; 6];
+
+/// Binds the stream's context to this thread and sets in `p` the stream and the addresses of the buffers both
+/// quantisers of rows use: x, the static scale, the output rows and their scales, the amax word and the status.
+/// Keep the guards, which order the buffers on `stream`, until the C++ call has returned.
+fn bind_rows<'s, T>(
+    stream: &'s CudaStream,
+    p: &mut sys::QuantArgs,
+    d: &QuantDesc<'s>,
+    x: &'s CudaView<'s, T>,
+    dst: QuantDst<'s>,
+    status: &'s mut impl DevicePtrMut<u32>,
+) -> Result<RowGuards<'s>> {
+    super::bind(stream)?;
+    let (x_ptr, gx) = x.device_ptr(stream);
+    let (scale_ptr, gscale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
+    let (o_ptr, go) = dst.data.device_ptr_mut(stream);
+    let (sc_ptr, gsc) = dst.scales.device_ptr_mut(stream);
+    let (a_ptr, ga) = dst.amax.map(|w| w.device_ptr_mut(stream)).unzip();
+    let (s_ptr, gs) = status.device_ptr_mut(stream);
+    (p.x, p.scale, p.amax) = (x_ptr, scale_ptr.unwrap_or(0), a_ptr.unwrap_or(0));
+    (p.out, p.scales, p.status) = (o_ptr, sc_ptr, s_ptr);
+    p.stream = stream.cu_stream() as u64;
+    Ok([Some(gx), gscale, Some(go), Some(gsc), ga, Some(gs)])
+}
+
 /// Queues `dst row r = quant(src row r)` for the `src.rows` rows (those `mask` keeps).
 pub(crate) fn launch_quantize_rows<T: Element>(
     stream: &CudaStream,
@@ -161,9 +195,7 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     dst: QuantDst<'_>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    check_desc(d)?;
-    check_src(src, d.k)?;
-    check_dst(&dst, d)?;
+    check_rows(d, src, &dst)?;
     if dst.rows < src.rows {
         return Err(Error::Buffer { name: "fp8 rows", detail: format!("has {} rows, x {}", dst.rows, src.rows) });
     }
@@ -175,24 +207,11 @@ pub(crate) fn launch_quantize_rows<T: Element>(
     }
     let experts = mask.map_or(0, |m| m.experts);
     let mut p = quant_args(dtype(T::DTYPE), sys::QuantSource::Rows, d, src.rows, 1, src.stride, dst.rows, experts)?;
-    super::bind(stream)?;
-    let (x_ptr, _x) = src.x.device_ptr(stream);
-    let (scale_ptr, _scale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
+    let _guards = bind_rows(stream, &mut p, d, src.x, dst, status)?;
     let (re_ptr, _re) = mask.map(|m| m.row_experts.device_ptr(stream)).unzip();
     let (t_ptr, _t) = mask.and_then(|m| m.total).map(|t| t.device_ptr(stream)).unzip();
-    let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
-    let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
-    let (a_ptr, _a) = dst.amax.map(|w| w.device_ptr_mut(stream)).unzip();
-    let (s_ptr, _s) = status.device_ptr_mut(stream);
-    p.x = x_ptr;
-    p.scale = scale_ptr.unwrap_or(0);
-    p.amax = a_ptr.unwrap_or(0);
     p.row_experts = re_ptr.unwrap_or(0);
     p.total = t_ptr.unwrap_or(0);
-    p.out = o_ptr;
-    p.scales = sc_ptr;
-    p.status = s_ptr;
-    p.stream = stream.cu_stream() as u64;
     // SAFETY: x holds (rows - 1) * stride + k elements (checked), so every row the kernel reads is inside it; out
     // holds dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats (dst.rows per row) with dst.rows >= rows
     // (checked), and the kernel writes only rows < rows. row_experts holds `rows` ids (checked), which the kernel
@@ -215,9 +234,7 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     dst: QuantDst<'_>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
-    check_desc(d)?;
-    check_src(src, d.k)?;
-    check_dst(&dst, d)?;
+    check_rows(d, src, &dst)?;
     if top_k == 0 {
         return Err(Error::InvalidProblem("top_k = 0: every token has at least one slot".into()));
     }
@@ -228,22 +245,9 @@ pub(crate) fn launch_quantize_gather<T: Element>(
     need_len("positions", positions.len(), slots, "tokens x top_k")?;
     to_i64("tokens x top_k", slots)?;
     let mut p = quant_args(dtype(T::DTYPE), sys::QuantSource::Gather, d, src.rows, top_k, src.stride, dst.rows, 0)?;
-    super::bind(stream)?;
-    let (x_ptr, _x) = src.x.device_ptr(stream);
-    let (scale_ptr, _scale) = d.static_scale.map(|s| s.device_ptr(stream)).unzip();
+    let _guards = bind_rows(stream, &mut p, d, src.x, dst, status)?;
     let (pos_ptr, _pos) = positions.device_ptr(stream);
-    let (o_ptr, _o) = dst.data.device_ptr_mut(stream);
-    let (sc_ptr, _sc) = dst.scales.device_ptr_mut(stream);
-    let (a_ptr, _a) = dst.amax.map(|w| w.device_ptr_mut(stream)).unzip();
-    let (s_ptr, _s) = status.device_ptr_mut(stream);
-    p.x = x_ptr;
-    p.scale = scale_ptr.unwrap_or(0);
-    p.amax = a_ptr.unwrap_or(0);
     p.positions = pos_ptr;
-    p.out = o_ptr;
-    p.scales = sc_ptr;
-    p.status = s_ptr;
-    p.stream = stream.cu_stream() as u64;
     // SAFETY: x holds (tokens - 1) * stride + k elements and positions tokens * top_k ids (checked); out holds
     // dst.rows * k bytes and scales dst.rows * ceil(k / 128) floats, dst.rows per row (checked), and the kernel
     // writes a row only at a position in [0, dst.rows): positions are device data it range-checks (others
@@ -340,16 +344,10 @@ pub(crate) fn launch_quantize_weights<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::invalid_problem as invalid;
 
     fn desc(experts: usize, n: usize, k: usize) -> WeightQuantDesc {
         WeightQuantDesc { experts, n, k, ue8m0: false }
-    }
-
-    fn invalid(r: Result<impl std::fmt::Debug>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
     }
 
     #[test]

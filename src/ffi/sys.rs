@@ -3,7 +3,7 @@
 //! at compile time against the C++ ones (sys_layout.rs); a unit test (src/ffi/mod.rs) checks that the
 //! inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 2d814ae1b73363f3
+//! inputs-fnv1a64: 71300b73eb40fc4c
 //! input: scripts/bindgen.sh
 //! input: cpp/bridge/sys.h
 //! input: cpp/common/launch.h
@@ -381,6 +381,12 @@ pub struct GroupedGemmFp8RowwiseArgs {
 }
 #[repr(u32)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub enum FusedFp8Scales {
+    Block128 = 0,
+    Channel = 1,
+}
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub enum FusedFp8Tile {
     M64N64K128 = 0,
     M128N128K128 = 1,
@@ -389,6 +395,7 @@ pub enum FusedFp8Tile {
 #[derive(Debug, Copy, Clone)]
 pub struct FusedGemmFp8Args {
     pub tile: FusedFp8Tile,
+    pub scales: FusedFp8Scales,
     pub mode: FusedMode,
     pub top_k: i32,
     pub experts: i32,
@@ -409,10 +416,19 @@ pub struct FusedGemmFp8Args {
     pub bias: u64,
     pub stream: u64,
 }
+#[repr(i32)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub enum DecodeScaling {
+    Block128 = 0,
+    ChannelToken = 1,
+    ChannelTensor = 2,
+    ChannelStatic = 3,
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct DecodeFp8Args {
     pub act: Activation,
+    pub scaling: DecodeScaling,
     pub tokens: i32,
     pub top_k: i32,
     pub experts: i32,
@@ -431,6 +447,9 @@ pub struct DecodeFp8Args {
     pub b2: u64,
     pub h: u64,
     pub y: u64,
+    pub x_scale: u64,
+    pub h_scale: u64,
+    pub amax: u64,
     pub status: u64,
     pub stream: u64,
 }

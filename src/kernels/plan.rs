@@ -81,6 +81,13 @@ macro_rules! plan_accessors {
         pub fn workspace_bytes(&self) -> usize {
             self.workspace_bytes as usize
         }
+        workspace_and_flops!();
+    };
+}
+
+/// `alloc_workspace` and `flops` of a plan with `workspace_bytes()` and `shape()` (per-arch or over the arches).
+macro_rules! workspace_and_flops {
+    () => {
         /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path). Any
         /// [`Workspace`](crate::kernels::plan::Workspace) at least this large serves, including one shared with
         /// other plans.
@@ -95,7 +102,7 @@ macro_rules! plan_accessors {
         }
         /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
         pub fn flops(&self, rows: usize) -> f64 {
-            2.0 * rows as f64 * self.shape.n() as f64 * self.shape.k() as f64
+            2.0 * rows as f64 * self.shape().n() as f64 * self.shape().k() as f64
         }
     };
 }
@@ -125,20 +132,31 @@ macro_rules! arch_plan_accessors {
                 Planned::Sm100(p) => p.workspace_bytes(),
             }
         }
-        /// Allocates a zeroed workspace of [`Self::workspace_bytes`] on `stream` (outside the launch path).
-        ///
-        /// # Errors
-        /// Driver errors of the allocation.
-        pub fn alloc_workspace(
-            &self,
-            stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-        ) -> $crate::error::Result<$crate::kernels::plan::Workspace> {
-            $crate::kernels::plan::Workspace::zeroed(stream, self.workspace_bytes())
-        }
-        /// Useful floating-point operations for `rows` rows in total: `2 · rows · N · K`.
-        pub fn flops(&self, rows: usize) -> f64 {
-            2.0 * rows as f64 * self.shape().n() as f64 * self.shape().k() as f64
-        }
+        workspace_and_flops!();
+    };
+}
+
+/// A plan's `launch`: `D = op(A, B)` over the groups `rows` describes, queued on `stream` with the plan's
+/// `workspace` and reported into `status`. Every grouped family takes these operands in this order and differs
+/// only in A's, B's, D's element and the workspace's types and in the body, so the signature is written once.
+macro_rules! grouped_launch {
+    (
+        $(#[$attr:meta])*
+        fn launch(&$self:ident, $stream:ident, $a:ident: $at:ty, $b:ident: $bt:ty, $rows:ident, $d:ident: $dt:ty,
+            $ws:ident: $wt:ty, $status:ident) $body:block
+    ) => {
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn launch<'r>(
+            &$self,
+            $stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+            $a: $at,
+            $b: $bt,
+            $rows: impl Into<$crate::layouts::GroupRows<'r>>,
+            $d: &mut impl cudarc::driver::DevicePtrMut<$dt>,
+            $ws: $wt,
+            $status: &mut $crate::status::DeviceStatus,
+        ) -> $crate::error::Result<()> $body
     };
 }
 

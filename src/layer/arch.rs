@@ -112,17 +112,18 @@ impl LayerGemm {
 
     /// Whether `Auto`'s cost models ([`super::auto_backend`], [`super::auto_backend_fp8`]) were fitted on this
     /// GEMM's arch. They were measured on an H200; on SM100 nothing has been measured, so `Auto` runs Grouped,
-    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover. MXFP4 and per-channel FP8
-    /// layers run only the layout backends, of which `Auto` takes Grouped.
+    /// the backend whose GEMM is the SM100 plan, until a B200 fits its own crossover. MXFP4 layers run only
+    /// the layout backends, of which `Auto` takes Grouped; per-channel FP8 layers take the FP8 model (the same
+    /// decode kernels, a rowwise GEMM of about the blockwise one's cost).
     pub(crate) const fn auto_cost_model_fits(self) -> bool {
-        matches!(self.arch(), Arch::Sm90) && !self.is_mx() && !self.is_fp8_channel()
+        matches!(self.arch(), Arch::Sm90) && !self.is_mx()
     }
 
     /// The backends `Auto` plans room for (without a tuned table).
     pub(crate) const fn auto_backends(self, expert_parallel: bool) -> Backends {
         if expert_parallel || !self.auto_cost_model_fits() {
             Backends::of(Backend::Grouped)
-        } else if self.is_fp8() {
+        } else if self.is_fp8() || self.is_fp8_channel() {
             Backends::FP8_AUTO
         } else {
             Backends::AUTO

@@ -31,8 +31,8 @@ use super::weights::{LayerWeights, WeightFormat};
 use crate::error::{Error, Result};
 use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
 use crate::experts::{PackedFp8Experts, SharedFp8Expert};
-use crate::kernels::elementwise::DecodeFp8Experts;
-use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, Scales, SCALE_BLOCK};
+use crate::kernels::elementwise::{DecodeFp8Weights, DecodeScales, DynamicScale};
+use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleRounding, Scales, SCALE_BLOCK};
 
 /// Block-FP8 expert weights on the device: `w13` e4m3 `[E, 2I, H]` (gate rows `0..I`, up rows `I..2I`; `[E, I,
 /// H]` for a non-gated activation) and `w2` `[E, H, I]`, each with its f32 scales per 128 × 128 block (DeepSeek's
@@ -222,20 +222,7 @@ impl Fp8ExpertWeights {
     pub fn activation_quant(&self) -> GroupQuant {
         self.quant
     }
-    getters!(
-        /// Routed experts (the tensors hold [`Self::groups`]).
-        experts: usize,
-        /// The shared expert's groups after the routed experts (0 without one).
-        shared_groups: usize,
-        hidden: usize,
-        inter: usize,
-        gate_up: GateUp,
-        activation: Activation,
-    );
-    /// Experts in every tensor: routed and shared groups.
-    pub fn groups(&self) -> usize {
-        self.experts + self.shared_groups
-    }
+    routed_and_shared_getters!(pub);
     /// Gives the device buffers back, `(w13, w2, b13, b2)` (see [`ExpertWeights::into_device`](super::ExpertWeights::into_device)).
     #[allow(clippy::type_complexity)]
     pub fn into_device(self) -> (Fp8BlockWeights, Fp8BlockWeights, Option<CudaSlice<f32>>, Option<CudaSlice<f32>>) {
@@ -250,17 +237,21 @@ impl Fp8ExpertWeights {
         &self.w2
     }
     /// What the batched backend's FP8 decode kernels read of these weights.
-    pub(super) fn decode_experts(&self) -> DecodeFp8Experts<'_> {
-        DecodeFp8Experts {
-            activation: self.activation,
-            groups: self.groups(),
+    pub(super) fn decode_experts(&self) -> DecodeFp8Weights<'_> {
+        DecodeFp8Weights {
+            act: self.activation.into(),
+            experts: self.groups(),
             hidden: self.hidden,
             inter: self.inter,
-            w13: &self.w13,
-            w2: &self.w2,
+            w13: self.w13.q(),
+            w2: self.w2.q(),
+            scales: DecodeScales::Block128 {
+                w13: self.w13.scales(),
+                w2: self.w2.scales(),
+                act: DynamicScale { eps: self.quant.eps(), ue8m0: self.quant.rounding() == ScaleRounding::Ue8m0Ceil },
+            },
             b13: self.b13.as_ref(),
             b2: self.b2.as_ref(),
-            quant: self.quant,
         }
     }
     /// The ordinal of the device the weights live on.
@@ -295,13 +286,7 @@ impl LayerWeights<bf16> for Fp8ExpertWeights {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn err(r: Result<()>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
-    }
+    use crate::error::invalid_problem as err;
 
     #[test]
     fn fp8_formats_name_their_constraint() {

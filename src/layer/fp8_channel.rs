@@ -28,10 +28,12 @@ use half::bf16;
 use super::fp8::same;
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::experts::{Activation, Fp8ChannelExperts, GateUp};
+use crate::kernels::elementwise::{ChannelActScale, DecodeFp8Weights, DecodeScales, DynamicScale};
 use crate::kernels::grouped_fp8_rowwise::ROWWISE_ALIGN;
-use crate::quant::{ActivationScales, Fp8ChannelWeights, GroupQuant, TokenScale};
+use crate::quant::{ActivationScales, Fp8ChannelWeights, GroupQuant, ScaleRounding, TokenScale};
 
 /// How the layer scales the activations that meet per-channel FP8 weights.
 #[derive(Debug)]
@@ -156,6 +158,15 @@ impl Fp8ChannelExpertWeights {
         check_channel_shape(hidden, inter)
     }
 
+    /// Whether `backend` runs a layer `[H, I]` of these weights beyond [`Self::check_shape`]: Batched and Fused
+    /// take H and I in multiples of 128 (what the plan checks).
+    ///
+    /// # Errors
+    /// [`Error::InvalidProblem`] naming the backend, the dimension and the multiple.
+    pub fn check_backend_shape(backend: Backend, hidden: usize, inter: usize) -> Result<()> {
+        check_backend_shape(backend, hidden, inter)
+    }
+
     getters!(experts: usize, hidden: usize, inter: usize, activation: Activation);
     /// How the checkpoint scales the activations (per token at run time, or static per tensor).
     pub fn activation_scales(&self) -> ActivationScales {
@@ -175,6 +186,26 @@ impl Fp8ChannelExpertWeights {
             ChannelActivations::Dynamic(q) => TokenScale::Dynamic(*q),
             ChannelActivations::DynamicTensor(q) => TokenScale::DynamicTensor(*q),
             ChannelActivations::Static { w13, w2 } => TokenScale::Static(if second { w2 } else { w13 }),
+        }
+    }
+    /// What the batched backend's FP8 decode kernels read of these weights.
+    pub(super) fn decode_experts(&self) -> DecodeFp8Weights<'_> {
+        let dynamic = |q: &GroupQuant| DynamicScale { eps: q.eps(), ue8m0: q.rounding() == ScaleRounding::Ue8m0Ceil };
+        let act = match &self.activations {
+            ChannelActivations::Dynamic(q) => ChannelActScale::Token(dynamic(q)),
+            ChannelActivations::DynamicTensor(q) => ChannelActScale::Tensor(dynamic(q)),
+            ChannelActivations::Static { w13, w2 } => ChannelActScale::Static { x: w13, h: w2 },
+        };
+        DecodeFp8Weights {
+            act: self.activation.into(),
+            experts: self.experts,
+            hidden: self.hidden,
+            inter: self.inter,
+            w13: self.w13.q(),
+            w2: self.w2.q(),
+            scales: DecodeScales::Channel { w13: self.w13.scales(), w2: self.w2.scales(), act },
+            b13: None,
+            b2: None,
         }
     }
     /// The ordinal of the device the weights live on.
@@ -203,6 +234,29 @@ pub(crate) fn check_channel_shape(hidden: usize, inter: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// `H` and `I` as `backend`'s kernels take them: the FP8 decode kernels (Batched) and the FP8 fused GEMMs (Fused)
+/// work in whole 128-column blocks (what they quantise and stream by; the fused GEMMs' N tiles); the layout
+/// backends' rowwise GEMM takes multiples of 16.
+pub(crate) fn check_backend_shape(backend: Backend, hidden: usize, inter: usize) -> Result<()> {
+    let what = match backend {
+        Backend::Batched => "the FP8 decode kernels",
+        Backend::Fused => "the FP8 fused GEMMs",
+        _ => return Ok(()),
+    };
+    for (name, v) in [("H", hidden), ("I", inter)] {
+        if v % BLOCK != 0 {
+            return Err(Error::InvalidProblem(format!(
+                "backend {backend}: per-channel FP8 experts with {name} = {v}: {what} take H and I in multiples of \
+                 {BLOCK} (run Grouped, Contiguous or Masked)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The column block of the decode kernels and the fused GEMMs' widest N tile.
+const BLOCK: usize = 128;
 
 impl Sealed<bf16> for Fp8ChannelExpertWeights {
     fn common(&self) -> Common<'_> {
@@ -235,12 +289,16 @@ mod tests {
     fn mixtral_fp8_channel_plans_the_rowwise_gemm_with_per_token_rows() {
         let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
         let z = size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Auto, None).unwrap();
-        assert_eq!((z.gemm(), z.backends()), (LayerGemm::Sm90Fp8Rowwise, Backends::of(Backend::Grouped)));
+        assert_eq!((z.gemm(), z.backends()), (LayerGemm::Sm90Fp8Rowwise, Backends::FP8_AUTO));
         let extents: Vec<(usize, usize)> = z.gemms.iter().map(|g| (g.n, g.k)).collect();
         assert_eq!(extents, [(28672, 4096), (4096, 14336)]);
         let n = z.needs();
-        // 256 tokens x 2 slots: x per token at its positions, h per row; nothing of the block-FP8 or bf16 rows.
+        // Grouped's 256 tokens x 2 slots (Auto sends it every batch past Batched's): x per token at its positions,
+        // h per row; nothing of the block-FP8 or bf16 rows; Batched's two per-tensor amax words.
+        let grouped = z.passes.iter().find(|p| p.backend == Backend::Grouped).unwrap().tokens;
+        assert_eq!(grouped, 256);
         assert_eq!((n.a_token_rows, n.h_token_rows, n.a_fp8_rows, n.h_fp8_rows, n.a_rows), (512, 512, 0, 0, 0));
+        assert_eq!(n.amax_words, 2);
         let mut workspace = 0;
         for spec in &z.gemms {
             let plans = RowwisePlans::new(&h200, spec).unwrap();
@@ -258,15 +316,31 @@ mod tests {
         assert!(f.parts.iter().any(|(name, b)| name.starts_with("a fp8 per token") && *b == 512 * 4100 + 4), "{f}");
         let all = Backends::FP8_CHANNEL;
         assert_eq!(size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Masked, Some(all)).unwrap().backends(), all);
+        // Without Batched, no amax words.
+        let g = size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Grouped, None).unwrap();
+        assert_eq!(g.needs().amax_words, 0);
+    }
+
+    #[test]
+    fn auto_runs_batched_where_the_decode_kernels_take_the_shape() {
+        let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
+        let z = size(&h200, mixtral(4096, 14336), DType::BF16, Backend::Auto, None).unwrap();
+        assert_eq!(z.auto_source(), crate::layer::AutoSource::CostModel);
+        // H = 4096 + 16: the rowwise GEMM takes it, the decode kernels do not: Auto plans Grouped alone.
+        let z = size(&h200, mixtral(4112, 14336), DType::BF16, Backend::Auto, None).unwrap();
+        assert_eq!(z.backends(), Backends::of(Backend::Grouped));
+        assert_eq!(z.needs().amax_words, 0);
     }
 
     #[test]
     fn fp8_channel_refusals_name_their_constraint() {
         let h200 = DeviceInfo::described("NVIDIA H200", (9, 0), 132);
         let s = mixtral(4096, 14336);
-        for b in [Backend::Batched, Backend::Fused, Backend::Eager] {
-            let e = size(&h200, s, DType::BF16, b, None).unwrap_err().to_string();
-            assert!(e.contains("per-channel FP8") && e.contains(b.name()), "{b}: {e}");
+        let e = size(&h200, s, DType::BF16, Backend::Eager, None).unwrap_err().to_string();
+        assert!(e.contains("per-channel FP8") && e.contains("eager"), "{e}");
+        for b in [Backend::Batched, Backend::Fused] {
+            let e = size(&h200, mixtral(4096, 14352), DType::BF16, b, None).unwrap_err().to_string();
+            assert!(e.contains(b.name()) && e.contains("I = 14352") && e.contains("multiples of 128"), "{e}");
         }
         let e = size(&h200, s, DType::F16, Backend::Grouped, None).unwrap_err().to_string();
         assert!(e.contains("bf16 activations"), "{e}");

@@ -32,6 +32,12 @@
 //! picks Batched or Grouped ([`auto_backend_fp8`]). Eager has no FP8 form: asking for it is an
 //! [`Error::InvalidProblem`] that says so.
 //!
+//! **Per-channel FP8 experts** ([`Fp8ChannelExpertWeights`]: e4m3 with one f32 scale per output row, a
+//! per-tensor scale as its special case; activations per token, per tensor or by the checkpoint's static scale)
+//! run the FP8 rowwise grouped GEMM on the layout backends, the FP8 decode kernels (Batched) and the FP8 fused
+//! GEMMs (Fused) with per-row scale grids, the latter two where H and I are multiples of 128
+//! ([`Backends::FP8_CHANNEL`]); `Auto` picks Batched or Grouped by the FP8 cost model (see `fp8_channel.rs`).
+//!
 //! **MXFP4 experts** ([`Mxfp4ExpertWeights`]: gpt-oss's e2m1 weights with UE8M0 scales per 32, kept in four
 //! bits) plan as `MoeLayer<bf16, Mxfp4ExpertWeights>` and run Grouped, Contiguous and Masked ([`Backends::MX`];
 //! `Auto`: Grouped): the gathered `x` and the activation `h` are quantised to MXFP8 per group on the device and
@@ -79,6 +85,27 @@ macro_rules! weights_common {
         $(c.$field = $value;)*
         c
     }};
+}
+
+/// The getters of a weights type that may hold a shared expert after its routed experts (fields named as
+/// [`ExpertWeights`]'s), with `groups()` of visibility `$vis`.
+macro_rules! routed_and_shared_getters {
+    ($vis:vis) => {
+        getters!(
+            /// Routed experts (without the shared-expert groups).
+            experts: usize,
+            /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
+            shared_groups: usize,
+            hidden: usize,
+            inter: usize,
+            gate_up: GateUp,
+            activation: Activation,
+        );
+        /// Experts every tensor holds: the routed ones and the shared groups.
+        $vis fn groups(&self) -> usize {
+            self.experts + self.shared_groups
+        }
+    };
 }
 
 mod arch;
@@ -151,6 +178,17 @@ pub struct MoeLayerOptions {
     pub shipped_tuning: bool,
 }
 
+/// Builder setters that store `Some(value)` in the option field of the same name.
+macro_rules! some_setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$name = Some(value);
+            self
+        }
+    )*};
+}
+
 impl MoeLayerOptions {
     /// `Auto` over its default backends, `max_tokens` tokens per pass, top-`top_k` routing.
     pub fn new(max_tokens: usize, top_k: usize) -> Self {
@@ -169,29 +207,19 @@ impl MoeLayerOptions {
         self.backend = backend;
         self
     }
-    /// Room in the scratch for each backend of `backends`, for full passes of `max_tokens` tokens (Masked:
-    /// `masked_max_m`; Batched: 4096 (token, slot) rows), whatever `Auto` would send it. Name a backend here to
-    /// force it later ([`MoeLayer::set_backend`]) without small passes. `Auto` then picks among `backends` only
-    /// (a tuned table's buckets of other backends are dropped).
-    pub fn backends(mut self, backends: Backends) -> Self {
-        self.backends = Some(backends);
-        self
-    }
-    pub fn masked_max_m(mut self, max_m: usize) -> Self {
-        self.masked_max_m = Some(max_m);
-        self
-    }
-    pub fn fused_tile(mut self, tile: FusedTile) -> Self {
-        self.fused_tile = Some(tile);
-        self
-    }
-    /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
-    /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
-    /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size, its
-    /// format the weights' ([`TunedBackends::format`]).
-    pub fn tuned(mut self, tuned: TunedBackends) -> Self {
-        self.tuned = Some(tuned);
-        self
+    some_setters! {
+        /// Room in the scratch for each backend of `backends`, for full passes of `max_tokens` tokens (Masked:
+        /// `masked_max_m`; Batched: 4096 (token, slot) rows), whatever `Auto` would send it. Name a backend here to
+        /// force it later ([`MoeLayer::set_backend`]) without small passes. `Auto` then picks among `backends` only
+        /// (a tuned table's buckets of other backends are dropped).
+        backends: Backends;
+        masked_max_m: usize;
+        fused_tile: FusedTile;
+        /// `Auto` picks per batch from `tuned` (a file `moe-gemm bench --layer --write-configs` wrote on the target
+        /// GPU), falling back to its cost model where the tuned backend cannot run the batch; the plan makes room
+        /// for the tuned backends too. Its `E` and `N` must be the layer's global experts and intermediate size, its
+        /// format the weights' ([`TunedBackends::format`]).
+        tuned: TunedBackends;
     }
     /// `Auto` by its cost model alone: no shipped table (a `tuned` one given still applies).
     pub fn cost_model_only(mut self) -> Self {

@@ -66,6 +66,9 @@ pub struct ScratchNeeds {
     pub workspace_bytes: usize,
     /// Routing extended by the shared groups (`ids`, `weights` `[slots]`); 0 without shared experts.
     pub routing_slots: usize,
+    /// Per-tensor activation amax words (x's and h's) of the Batched backend over per-channel FP8 weights; 0
+    /// otherwise.
+    pub amax_words: usize,
     /// The eager backend's one-group offsets.
     pub eager: bool,
 }
@@ -95,7 +98,8 @@ macro_rules! each_count {
             layout_positions,
             layout_scratch_ints,
             workspace_bytes,
-            routing_slots
+            routing_slots,
+            amax_words
         )
     };
 }
@@ -184,6 +188,7 @@ impl ScratchNeeds {
             ("GEMM workspace", self.workspace_bytes),
             ("shared-expert routing", self.routing_slots * (i + std::mem::size_of::<f32>())),
             ("eager offsets", if self.eager { 2 * i } else { 0 }),
+            ("per-tensor amax words", self.amax_words * std::mem::size_of::<u32>()),
             ("status word", std::mem::size_of::<u32>()),
         ];
         Footprint { parts }

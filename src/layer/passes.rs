@@ -2,18 +2,20 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use half::bf16;
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::kernels::block_scaled::MxGemm;
 use crate::kernels::elementwise;
 use crate::kernels::fused::{self, FusedBatch};
 use crate::kernels::grouped::Workspace;
 use crate::kernels::grouped_mx::{MxRows, MxWeights};
 use crate::layouts::{ExpertLayout, LayoutDims, LayoutSpec};
 use crate::quant::{
-    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Fp8TokenRows, Mxfp8Rows,
-    RowsInUse,
+    quantize_gather, quantize_mxfp8_grouped, quantize_rows, requantize_rows, Fp8Rows, Fp8TokenRows, Mxfp4Weights,
+    Mxfp8Rows, RowsInUse,
 };
 use crate::status::DeviceStatus;
 use crate::view::{MatrixView, MatrixViewMut};
@@ -97,21 +99,11 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 let (a, a_mx, h_mx) = (need(a, "a")?, need(a_mx, "a mxfp8")?, need(h_mx, "h mxfp8")?);
                 let groups = c.groups();
                 layout.gather(p.stream, tokens, h, &p.x.as_view(), a, status)?;
-                let m1 = g1.max_rows();
-                let x_view = MatrixView::new("a", a.slice(0..m1 * h), m1, h)?;
-                a_mx.reshape(m1, mx_padded(h), groups)?;
-                quantize_mxfp8_grouped(p.stream, &x_view, layout.group_rows(), a_mx, status)?;
-                let d1_bf16 = is_bf16.cast(d1);
-                let (a, b) = (MxRows::Mxfp8(a_mx), MxWeights::Mxfp4(&w.w13));
-                g1.launch(p.stream, a, b, layout.group_rows(), d1_bf16, workspace.as_deref_mut(), status)?;
+                let gemm1 = (g1, &w.w13, is_bf16.cast(d1));
+                mx_gemm(p.stream, layout, ("a", &*a, h), (a_mx, groups), gemm1, workspace.as_deref_mut(), status)?;
                 activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
-                let m2 = g2.max_rows();
-                let h_view = MatrixView::new("h", hbuf.slice(0..m2 * i), m2, i)?;
-                h_mx.reshape(m2, mx_padded(i), groups)?;
-                quantize_mxfp8_grouped(p.stream, &h_view, layout.group_rows(), h_mx, status)?;
-                let d2_bf16 = is_bf16.cast(d2);
-                let (a, b) = (MxRows::Mxfp8(h_mx), MxWeights::Mxfp4(&w.w2));
-                g2.launch(p.stream, a, b, layout.group_rows(), d2_bf16, workspace.as_deref_mut(), status)?;
+                let gemm2 = (g2, &w.w2, is_bf16.cast(d2));
+                mx_gemm(p.stream, layout, ("h", &*hbuf, i), (h_mx, groups), gemm2, workspace.as_deref_mut(), status)?;
                 ld_d2 = mx_padded(h);
             }
             (PairPlans::Fp8(g1, g2), Parts::Fp8(w, is_bf16)) => {
@@ -150,17 +142,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 )))
             }
         }
-        combine_layout(
-            p.stream,
-            &c,
-            self.sizing.shape.slots(),
-            tokens,
-            layout,
-            d2,
-            ld_d2,
-            &p.weights.as_view(),
-            &mut y.as_view_mut(),
-        )
+        combine_layout(p.stream, &c, (tokens, self.sizing.shape.slots()), layout, (d2, ld_d2), p.weights, y)
     }
 
     /// Aligned layout; GEMM1 gathers x's rows through `sorted_ids`; activation by position; GEMM2 weights,
@@ -174,7 +156,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let tokens = p.x.rows();
         let (tile, _) = self.fused_pass(tokens);
         let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
-        let Buffers { layout, a8, h8, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
+        let Buffers { layout, a8, h8, a8_token, h8_token, d1, h: hbuf, d2, status, .. } = p.scratch.buffers()?;
         let (d1, d2, layout) = (need(d1, "d1")?, need(d2, "d2")?, need(layout, "layout")?);
         self.lay_out(p.stream, layout, dims, p.ids, status)?;
         let ids = p.ids.as_view();
@@ -199,7 +181,18 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 }
             }
             Parts::Mx(..) => return Err(format_backend_error(WeightFormat::Mxfp4, Backend::Fused)),
-            Parts::Fp8Channel(..) => return Err(format_backend_error(WeightFormat::Fp8Channel, Backend::Fused)),
+            Parts::Fp8Channel(w, is_bf16) => {
+                // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 per row in use.
+                let (a8, h8) = (need(a8_token, "a fp8 per token")?, need(h8_token, "h fp8 per row")?);
+                a8.quantize(p.stream, p.x, &w.token_scale(false), status)?;
+                fused.gemm1_gather_fp8_channel(b, a8, &w.w13, is_bf16.cast(d1))?;
+                activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
+                let cap = dims.capacity();
+                let h_view = MatrixView::new("h", hbuf.slice(0..cap * i), cap, i)?;
+                h8.requantize(p.stream, &h_view, &RowsInUse::of_layout(layout), &w.token_scale(true), status)?;
+                let weights = p.weights.as_view();
+                fused.gemm2_scatter_fp8_channel(b, h8, &w.w2, &weights, is_bf16.cast(d2))?;
+            }
             Parts::Fp8(w, is_bf16) => {
                 // x -> e4m3 per token (the gather reads token rows); GEMM1; activation; h -> e4m3 by position.
                 let (a8, h8) = (need(a8, "a fp8")?, need(h8, "h fp8")?);
@@ -221,15 +214,23 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
 
     /// Two kernels stream each (token, slot) row's expert weights with every SM: act(W13 x) per row, then
     /// W2 h per output with the router weights and the sum over k fused.
-    /// Over FP8 weights the kernels quantise x and h per 128 columns themselves (the layout path's rules).
+    /// Over FP8 weights the kernels quantise x and h themselves, by the layout path's rules: per 128 columns for
+    /// block scales, per row (or per tensor, or by the checkpoint's scales) for per-channel ones.
     pub(super) fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let tokens = p.x.rows();
-        let Buffers { h, status, .. } = p.scratch.buffers()?;
+        let Buffers { h, amax, status, .. } = p.scratch.buffers()?;
         let (slots, x, ids, weights) = (self.sizing.shape.slots(), p.x.as_view(), p.ids.as_view(), p.weights.as_view());
         let (y, word) = (&mut y.as_view_mut(), status.word_mut());
-        if let Parts::Fp8(w, _) = self.weights.parts() {
-            let w = w.decode_experts();
-            return elementwise::launch_decode_layer_fp8(p.stream, &w, tokens, slots, &x, &ids, &weights, h, y, word);
+        let fp8 = match self.weights.parts() {
+            Parts::Fp8(w, _) => Some(w.decode_experts()),
+            Parts::Fp8Channel(w, _) => Some(w.decode_experts()),
+            _ => None,
+        };
+        if let Some(w) = fp8 {
+            let (x, ids, weights) = (&x, &ids, &weights);
+            return elementwise::launch_decode_layer_fp8(
+                p.stream, &w, tokens, slots, x, ids, weights, h, y, amax, word,
+            );
         }
         let w = self.dense(Backend::Batched)?.decode_experts();
         elementwise::launch_decode_layer(p.stream, &w, tokens, slots, &x, &ids, &weights, h, y, word)
@@ -264,17 +265,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         activate_layout(p.stream, &c, layout, d1, hbuf, status)?;
         let mut one = PerExpert { stream: p.stream, offsets, single, workspace, status: &mut *status };
         one.gemms(g2, hbuf, i, &w.w2, h, d2)?;
-        combine_layout(
-            p.stream,
-            &c,
-            self.sizing.shape.slots(),
-            tokens,
-            layout,
-            d2,
-            h,
-            &p.weights.as_view(),
-            &mut y.as_view_mut(),
-        )
+        combine_layout(p.stream, &c, (tokens, self.sizing.shape.slots()), layout, (d2, h), p.weights, y)
     }
 }
 
@@ -302,6 +293,7 @@ pub(super) struct Buffers<'a, T> {
     pub(super) d2: Option<&'a mut CudaSlice<T>>,
     pub(super) workspace: Option<&'a mut Workspace>,
     pub(super) single: Option<&'a mut CudaSlice<i32>>,
+    pub(super) amax: Option<&'a mut CudaSlice<u32>>,
     pub(super) status: &'a mut DeviceStatus,
 }
 
@@ -319,6 +311,7 @@ impl<T: Element> MoeScratch<T> {
             h8_token: self.h8_token.as_mut(),
             a_mx: self.a_mx.as_mut(),
             h_mx: self.h_mx.as_mut(),
+            amax: self.amax.as_mut(),
             d1: self.d1.as_mut(),
             h: self.h.as_mut().ok_or_else(|| missing("h"))?,
             d2: self.d2.as_mut(),
@@ -355,13 +348,14 @@ pub(super) fn activate_layout<T: Element>(
     h: &mut CudaSlice<T>,
     status: &mut DeviceStatus,
 ) -> Result<()> {
+    let row_experts = layout.m_indices().as_view();
     let act = elementwise::ActivationLaunch {
-        act: w.activation,
-        gate_up: w.gate_up,
+        act: w.activation.into(),
+        gate_up: w.gate_up.into(),
         inter: w.inter,
         rows: layout.dims().capacity(),
         total: Some(layout.total()),
-        row_experts: layout.m_indices().as_view(),
+        row_experts: &row_experts,
         experts: w.groups(),
         bias: w.b13,
     };
@@ -374,13 +368,11 @@ pub(super) fn activate_layout<T: Element>(
 pub(super) fn combine_layout<T: Element>(
     stream: &Arc<CudaStream>,
     w: &Common<'_>,
-    top_k: usize,
-    tokens: usize,
+    (tokens, top_k): (usize, usize),
     layout: &ExpertLayout,
-    d2: &CudaSlice<T>,
-    ld_d2: usize,
-    weights: &impl DevicePtr<f32>,
-    y: &mut impl DevicePtrMut<T>,
+    (d2, ld_d2): (&CudaSlice<T>, usize),
+    weights: &MatrixView<'_, f32>,
+    y: &mut MatrixViewMut<'_, T>,
 ) -> Result<()> {
     let bias = w.b2.map(|b| (layout.m_indices().as_view(), b.as_view(), w.groups()));
     elementwise::launch_combine(
@@ -391,9 +383,9 @@ pub(super) fn combine_layout<T: Element>(
         d2,
         ld_d2,
         layout.positions(),
-        weights,
+        &weights.as_view(),
         bias.as_ref().map(|(a, b, c)| (a, b, *c)),
-        y,
+        &mut y.as_view_mut(),
     )
 }
 
@@ -431,4 +423,22 @@ impl PerExpert<'_> {
         }
         Ok(())
     }
+}
+
+/// One MXFP4 GEMM of a layout pass: the GEMM's rows of `src` (`cols` wide) to MXFP8 per group (K padded), then
+/// `g` of them with the weights `w` into `d`.
+fn mx_gemm<T: Element>(
+    stream: &Arc<CudaStream>,
+    layout: &ExpertLayout,
+    (name, src, cols): (&'static str, &CudaSlice<T>, usize),
+    (mx, groups): (&mut Mxfp8Rows, usize),
+    (g, w, d): (&MxGemm, &Mxfp4Weights, &mut CudaSlice<bf16>),
+    workspace: Option<&mut Workspace>,
+    status: &mut DeviceStatus,
+) -> Result<()> {
+    let m = g.max_rows();
+    let view = MatrixView::new(name, src.slice(0..m * cols), m, cols)?;
+    mx.reshape(m, mx_padded(cols), groups)?;
+    quantize_mxfp8_grouped(stream, &view, layout.group_rows(), mx, status)?;
+    g.launch(stream, MxRows::Mxfp8(mx), MxWeights::Mxfp4(w), layout.group_rows(), d, workspace, status)
 }

@@ -42,7 +42,7 @@ pub(crate) fn auto_pick(
     }
     // Shared groups count as experts every token picks: k' = k + m of E + m.
     let dims = (shape.groups(), shape.slots(), shape.hidden, shape.inter);
-    if gemm.is_fp8() {
+    if gemm.is_fp8() || gemm.is_fp8_channel() {
         fp8_cost_pick(set, dims, tokens)
     } else {
         dense_cost_pick(set, dims, tokens)
@@ -61,7 +61,7 @@ pub enum AutoSource {
     /// the cost model alone).
     CostModel,
     /// Grouped, or the nearest planned backend: under expert parallelism, over weights whose only backends are
-    /// the layout ones (MXFP4, per-channel FP8), or on an arch no cost model was measured on (SM100).
+    /// the layout ones (MXFP4), or on an arch no cost model was measured on (SM100).
     GroupedOnly,
 }
 

@@ -70,14 +70,10 @@ impl<T: Element> GemmPlans<T> {
             LayerGemm::Sm100Dense => {
                 spec.sm100_configs(sm_count).into_iter().map(|(c, r)| (DenseConfig::Sm100(c), r)).collect()
             }
-            other => {
-                return Err(Error::InvalidProblem(format!("dense GEMM plans of a {other} GEMM spec: not a dense GEMM")))
-            }
+            other => return Err(wrong_spec("dense", other, "not a dense GEMM")),
         };
-        let plans = configs
-            .into_iter()
-            .map(|(config, r)| DenseGemm::for_device(device.clone(), shape, Some(config), Some(r)))
-            .collect::<Result<Vec<_>>>()?;
+        let plans =
+            plan_each(configs, |(config, r)| DenseGemm::for_device(device.clone(), shape, Some(config), Some(r)))?;
         Ok(GemmPlans { plans, groups: spec.groups, n: spec.n, sm_count, arch: spec.gemm.arch() })
     }
 
@@ -88,13 +84,19 @@ impl<T: Element> GemmPlans<T> {
     }
 }
 
-/// The FP8 blockwise GEMM's plans of one GEMM of one layout: on SM90 one per configuration some batch size
-/// picks, on SM100 its one compiled configuration.
+/// The plans of one FP8 GEMM of one layout, whose configuration its heuristic picks from the groups and rows.
 #[derive(Debug)]
-pub(super) struct Fp8Plans {
-    pub(super) plans: Vec<BlockwiseFp8Gemm>,
+pub(super) struct FamilyPlans<P> {
+    pub(super) plans: Vec<P>,
     pub(super) groups: usize,
 }
+
+/// The FP8 blockwise GEMM's plans of one GEMM of one layout: on SM90 one per configuration some batch size
+/// picks, on SM100 its one compiled configuration.
+pub(super) type Fp8Plans = FamilyPlans<BlockwiseFp8Gemm>;
+
+/// The FP8 rowwise GEMM's plans of one GEMM of one layout (SM90): one per configuration some batch size picks.
+pub(super) type RowwisePlans = FamilyPlans<GroupedGemmFp8Rowwise>;
 
 impl Fp8Plans {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
@@ -105,15 +107,10 @@ impl Fp8Plans {
             LayerGemm::Sm90Fp8Blockwise => {
                 spec.fp8_configs().into_iter().map(|(c, r)| (Some(BlockwiseConfig::Sm90(c)), Some(r))).collect()
             }
-            other => {
-                return Err(Error::InvalidProblem(format!("FP8 GEMM plans of a {other} GEMM spec: not an FP8 GEMM")))
-            }
+            other => return Err(wrong_spec("FP8", other, "not an FP8 GEMM")),
         };
-        let plans = configs
-            .into_iter()
-            .map(|(config, r)| BlockwiseFp8Gemm::for_device(device.clone(), shape, config, r))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Fp8Plans { plans, groups: spec.groups })
+        let plans = plan_each(configs, |(config, r)| BlockwiseFp8Gemm::for_device(device.clone(), shape, config, r))?;
+        Ok(FamilyPlans { plans, groups: spec.groups })
     }
 
     /// The plan for a batch of `rows` routed rows (SM100: its one plan).
@@ -123,32 +120,18 @@ impl Fp8Plans {
     }
 }
 
-/// The FP8 rowwise GEMM's plans of one GEMM of one layout (SM90): one per configuration some batch size picks.
-#[derive(Debug)]
-pub(super) struct RowwisePlans {
-    pub(super) plans: Vec<GroupedGemmFp8Rowwise>,
-    pub(super) groups: usize,
-}
-
 impl RowwisePlans {
     pub(super) fn new(device: &DeviceInfo, spec: &GemmSpec) -> Result<Self> {
         if spec.gemm != LayerGemm::Sm90Fp8Rowwise {
-            return Err(Error::InvalidProblem(format!(
-                "FP8 rowwise GEMM plans of a {} GEMM spec: not the rowwise GEMM",
-                spec.gemm
-            )));
+            return Err(wrong_spec("FP8 rowwise", spec.gemm, "not the rowwise GEMM"));
         }
         let shape = spec.rowwise_shape()?;
-        let plans = spec
-            .rowwise_configs()
-            .into_iter()
-            .map(|(config, r)| {
-                let opts =
-                    GroupedGemmFp8RowwiseOptions { config: Some(config), expected_rows: Some(r), ..Default::default() };
-                GroupedGemmFp8Rowwise::for_device(device.clone(), shape, opts)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(RowwisePlans { plans, groups: spec.groups })
+        let plans = plan_each(spec.rowwise_configs(), |(config, r)| {
+            let opts =
+                GroupedGemmFp8RowwiseOptions { config: Some(config), expected_rows: Some(r), ..Default::default() };
+            GroupedGemmFp8Rowwise::for_device(device.clone(), shape, opts)
+        })?;
+        Ok(FamilyPlans { plans, groups: spec.groups })
     }
 
     /// The plan for a batch of `rows` routed rows.
@@ -156,6 +139,16 @@ impl RowwisePlans {
         let config = Fp8RowwiseConfig::heuristic(Fp8Accumulation::Fast, self.groups, rows);
         plan_for(&self.plans, config, |p| p.config())
     }
+}
+
+/// A plan per configuration (with the rows it was picked for), or the first planning error.
+fn plan_each<C, P>(configs: Vec<C>, plan: impl FnMut(C) -> Result<P>) -> Result<Vec<P>> {
+    configs.into_iter().map(plan).collect()
+}
+
+/// The refusal of `family` GEMM plans made from a spec of another GEMM (`gemm`), saying why (`not`).
+fn wrong_spec(family: &str, gemm: LayerGemm, not: &str) -> Error {
+    Error::InvalidProblem(format!("{family} GEMM plans of a {gemm} GEMM spec: {not}"))
 }
 
 /// The plan of `plans` made for `config` (`config_of` reads a plan's), else the first: what every GEMM's plans
@@ -167,7 +160,7 @@ fn plan_for<P, C: PartialEq>(plans: &[P], config: C, config_of: impl Fn(&P) -> C
 /// The MXFP8 x MXFP4 plan of one GEMM spec: [`MxGemm`] picks SM100's kernel or the portable one for the device.
 pub(super) fn mx_plan(device: &DeviceInfo, spec: &GemmSpec) -> Result<MxGemm> {
     if !matches!(spec.gemm, LayerGemm::Sm100Mxf8f4 | LayerGemm::PortableMxf8f4) {
-        return Err(Error::InvalidProblem(format!("MX GEMM plans of a {} GEMM spec: not an MX GEMM", spec.gemm)));
+        return Err(wrong_spec("MX", spec.gemm, "not an MX GEMM"));
     }
     let (a, b) = (MxFormat::Mxfp8, MxFormat::Mxfp4);
     MxGemm::for_device(device.clone(), a, b, spec.groups, spec.n, spec.k, spec.max_rows)
@@ -217,28 +210,38 @@ mod tests {
         fn workspace(&self) -> usize;
     }
 
-    impl Planned for BlockwiseFp8Gemm {
-        fn on_sm100(&self) -> bool {
-            self.config().arch() == Arch::Sm100
-        }
-        fn extents(&self) -> (usize, usize, usize) {
-            (self.shape().n(), self.shape().k(), self.shape().max_rows())
-        }
-        fn workspace(&self) -> usize {
-            self.workspace_bytes()
-        }
+    // Both plans over the arches have the same accessors.
+    macro_rules! planned {
+        ($(impl<$($g:ident: $bound:path),*> for $t:ty;)*) => {$(
+            impl<$($g: $bound),*> Planned for $t {
+                fn on_sm100(&self) -> bool {
+                    self.config().arch() == Arch::Sm100
+                }
+                fn extents(&self) -> (usize, usize, usize) {
+                    (self.shape().n(), self.shape().k(), self.shape().max_rows())
+                }
+                fn workspace(&self) -> usize {
+                    self.workspace_bytes()
+                }
+            }
+        )*};
+    }
+    planned! {
+        impl<> for BlockwiseFp8Gemm;
+        impl<T: Element> for DenseGemm<T>;
     }
 
-    impl<T: Element> Planned for DenseGemm<T> {
-        fn on_sm100(&self) -> bool {
-            self.config().arch() == Arch::Sm100
-        }
-        fn extents(&self) -> (usize, usize, usize) {
-            (self.shape().n(), self.shape().k(), self.shape().max_rows())
-        }
-        fn workspace(&self) -> usize {
-            self.workspace_bytes()
-        }
+    /// The sizing of a layer of shape `s` and `fmt` weights for `t` tokens on `dev`, the Grouped backend run
+    /// over the `layout` backends.
+    fn grouped_sizing(
+        dev: &DeviceInfo,
+        s: LayerShape,
+        dtype: DType,
+        fmt: WeightFormat,
+        t: usize,
+        layout: Backends,
+    ) -> Result<LayerSizing> {
+        LayerSizing::for_device(dev, s, dtype, fmt, t, Backend::Grouped, Some(layout), None, None, false, None)
     }
 
     /// `spec`'s plans: as many as the sizing counted, each of the device's arch with the spec's extents, and one
@@ -277,21 +280,7 @@ mod tests {
         let layout = Backends::of(Backend::Grouped).with(Backend::Contiguous).with(Backend::Masked);
         for (dev, sm100) in [(device("NVIDIA B200", 10, 148), true), (device("NVIDIA H200", 9, 132), false)] {
             for t in [1usize, 64, 4096] {
-                let fmt = WeightFormat::Fp8Block;
-                let sizing = LayerSizing::for_device(
-                    &dev,
-                    s,
-                    DType::BF16,
-                    fmt,
-                    t,
-                    Backend::Grouped,
-                    Some(layout),
-                    None,
-                    None,
-                    false,
-                    None,
-                )
-                .unwrap();
+                let sizing = grouped_sizing(&dev, s, DType::BF16, WeightFormat::Fp8Block, t, layout).unwrap();
                 let mut workspace = 0;
                 for spec in &sizing.gemms {
                     let plans = Fp8Plans::new(&dev, spec).unwrap();
@@ -319,21 +308,8 @@ mod tests {
         };
         let layout =
             Backends::of(Backend::Grouped).with(Backend::Contiguous).with(Backend::Masked).with(Backend::Eager);
-        let size = |dev: &DeviceInfo, dtype: DType, t: usize| {
-            LayerSizing::for_device(
-                dev,
-                s,
-                dtype,
-                WeightFormat::Dense,
-                t,
-                Backend::Grouped,
-                Some(layout),
-                None,
-                None,
-                false,
-                None,
-            )
-        };
+        let size =
+            |dev: &DeviceInfo, dtype: DType, t: usize| grouped_sizing(dev, s, dtype, WeightFormat::Dense, t, layout);
         for (dev, sm100) in [(device("NVIDIA B200", 10, 148), true), (device("NVIDIA H200", 9, 132), false)] {
             for t in [1usize, 16, 4096] {
                 let sizing = size(&dev, DType::BF16, t).unwrap();

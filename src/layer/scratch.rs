@@ -49,6 +49,7 @@ pub struct MoeScratch<T: Element> {
     pub(crate) ids: Option<CudaSlice<i32>>,
     pub(crate) weights: Option<CudaSlice<f32>>,
     pub(crate) single: Option<CudaSlice<i32>>,
+    pub(crate) amax: Option<CudaSlice<u32>>,
     pub(crate) status: DeviceStatus,
 }
 
@@ -114,6 +115,7 @@ impl<T: Element> MoeScratch<T> {
             h8_token: alloc_token_rows(stream, n.h_token_rows, n.inter)?,
             a_mx: alloc_mx(stream, n.a_mx_rows, n.hidden, n.groups)?,
             h_mx: alloc_mx(stream, n.h_mx_rows, n.inter, n.groups)?,
+            amax: alloc(stream, n.amax_words)?,
             d1: alloc(stream, n.d1_rows * n.w13_cols)?,
             h: alloc(stream, n.h_rows * n.inter)?,
             d2: alloc(stream, n.d2_rows * n.d2_cols)?,
@@ -213,6 +215,7 @@ impl<T: Element> MoeScratch<T> {
             + b(&self.ids)
             + b(&self.weights)
             + b(&self.single)
+            + b(&self.amax)
             + std::mem::size_of::<u32>()
     }
 

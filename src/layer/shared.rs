@@ -118,7 +118,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 ids_out.len().min(weights_out.len())
             )));
         }
-        let r = elementwise::SharedRouting { top_k: s.top_k, groups: s.shared_groups, first_id: s.global_experts };
+        let r =
+            elementwise::SharedRoutingDesc { top_k: s.top_k, shared: s.shared_groups, first_shared: s.global_experts };
         let sv = shared.map(|v| v.as_view());
         elementwise::launch_extend_routing(
             stream,

@@ -73,9 +73,9 @@ pub struct LayerSizing {
 pub(crate) fn format_backend_error(format: WeightFormat, backend: Backend) -> Error {
     match format {
         WeightFormat::Fp8Channel => Error::InvalidProblem(format!(
-            "backend {backend}: per-channel FP8 expert weights run the Grouped, Contiguous and Masked backends (the \
-             FP8 rowwise grouped GEMM over a layout); the decode and fused kernels read 128 x 128 block scales only, \
-             and Eager has no FP8 form"
+            "backend {backend}: per-channel FP8 expert weights run the Batched and Fused backends (the FP8 decode \
+             kernels and fused GEMMs) and the Grouped, Contiguous and Masked backends (the FP8 rowwise grouped GEMM \
+             over a layout); Eager has no FP8 form"
         )),
         WeightFormat::Mxfp4 => Error::InvalidProblem(format!(
             "backend {backend}: MXFP4 expert weights run the Grouped, Contiguous and Masked backends (the block-scaled \
@@ -319,6 +319,13 @@ impl LayerSizing {
             return bad("masked_max_m = 0: must be >= 1".into());
         }
         let auto_set = gemm.auto_backends(expert_parallel);
+        // Per-channel layers whose H or I the decode kernels do not take run Grouped alone.
+        let auto_set =
+            if channel && super::fp8_channel::check_backend_shape(Backend::Batched, s.hidden, s.inter).is_err() {
+                auto_set.without(Backend::Batched)
+            } else {
+                auto_set
+            };
         // The tuned backends Auto may run get room too.
         let auto_set = match (&tuned, expert_parallel) {
             (Some(t), false) => t
@@ -354,6 +361,9 @@ impl LayerSizing {
         }
         if channel {
             super::fp8_channel::check_channel_shape(s.hidden, s.inter)?;
+            for b in enabled.iter().chain([backend]) {
+                super::fp8_channel::check_backend_shape(b, s.hidden, s.inter)?;
+            }
         }
         if fp8 {
             for (name, v, why) in [
@@ -501,6 +511,9 @@ impl LayerSizing {
             layout_scratch_ints: if layout { build_scratch_ints(positions, s.groups()) } else { 0 },
             workspace_bytes,
             routing_slots: if s.shared_groups > 0 { positions } else { 0 },
+            // Per-channel FP8 on Batched: x's and h's per-tensor amax (whatever the activation scheme: the
+            // sizing does not know it, and two words do not matter).
+            amax_words: if channel && enabled.contains(Backend::Batched) { 2 } else { 0 },
             eager: enabled.contains(Backend::Eager),
         };
         Ok(LayerSizing {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::experts::{
     check_lengths, shared_groups_beside, transpose_experts, Activation, GateUp, PackedExperts, SharedExpert, Storage,
 };
-use crate::kernels::elementwise::DecodeExperts;
+use crate::kernels::elementwise::DecodeWeights;
 
 /// Expert weights on the device, in the `[out, in]` layout the kernels read.
 #[derive(Debug)]
@@ -149,20 +149,7 @@ impl<T: Element> ExpertWeights<T> {
         (self.w13, self.w2, self.b13, self.b2)
     }
 
-    getters!(
-        /// Routed experts (without the shared-expert groups).
-        experts: usize,
-        /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
-        shared_groups: usize,
-        hidden: usize,
-        inter: usize,
-        gate_up: GateUp,
-        activation: Activation,
-    );
-    /// Experts every tensor holds: the routed ones and the shared groups.
-    pub(crate) fn groups(&self) -> usize {
-        self.experts + self.shared_groups
-    }
+    routed_and_shared_getters!(pub(crate));
     /// The ordinal of the device the weights live on.
     pub fn device(&self) -> usize {
         self.w13.context().ordinal()
@@ -182,11 +169,11 @@ impl<T: Element> ExpertWeights<T> {
         }
     }
     /// What the batched backend's decode kernels read of these weights.
-    pub(super) fn decode_experts(&self) -> DecodeExperts<'_, T> {
-        DecodeExperts {
-            activation: self.activation,
-            gate_up: self.gate_up,
-            groups: self.groups(),
+    pub(super) fn decode_experts(&self) -> DecodeWeights<'_, T> {
+        DecodeWeights {
+            act: self.activation.into(),
+            gate_up: self.gate_up.into(),
+            experts: self.groups(),
             hidden: self.hidden,
             inter: self.inter,
             w13: &self.w13,

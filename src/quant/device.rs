@@ -193,11 +193,24 @@ pub fn quantize_rows<T: Element>(
     opts: &GroupQuant,
     status: &mut DeviceStatus,
 ) -> Result<()> {
+    quantize_same_rows(stream, x, "rows of x", None, out, opts, status)
+}
+
+/// Quantises the rows of `x` (those `mask` keeps) into the same rows of `out`; `what` names `x`'s rows in errors.
+fn quantize_same_rows<T: Element>(
+    stream: &Arc<CudaStream>,
+    x: &MatrixView<'_, T>,
+    what: &str,
+    mask: Option<&ffi::RowMask<'_>>,
+    out: &mut Fp8Rows,
+    opts: &GroupQuant,
+    status: &mut DeviceStatus,
+) -> Result<()> {
     same_k(x, out)?;
-    fits_rows(out, x.rows(), "rows of x")?;
+    fits_rows(out, x.rows(), what)?;
     let view = x.as_view();
     let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
-    ffi::launch_quantize_rows(stream, &desc(x.cols(), opts), &src, None, out.dst(), status.word_mut())
+    ffi::launch_quantize_rows(stream, &desc(x.cols(), opts), &src, mask, out.dst(), status.word_mut())
 }
 
 /// Which rows of a position-indexed matrix are in use: those whose expert in `row_experts` is in `0..experts`
@@ -233,12 +246,8 @@ pub fn requantize_rows<T: Element>(
     opts: &GroupQuant,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    same_k(h, out)?;
-    fits_rows(out, h.rows(), "rows of h")?;
-    let view = h.as_view();
-    let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
     let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
-    ffi::launch_quantize_rows(stream, &desc(h.cols(), opts), &src, Some(&mask), out.dst(), status.word_mut())
+    quantize_same_rows(stream, h, "rows of h", Some(&mask), out, opts, status)
 }
 
 /// Quantises each token row of `x [tokens, K]` into `out` at each of its `top_k` positions in `layout` (built for
@@ -359,16 +368,10 @@ impl Fp8BlockWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::invalid_problem as invalid;
 
     fn check(w_len: usize, experts: usize, n: usize, k: usize) -> Result<()> {
         check_weights(w_len, &weight_desc(experts, n, k, ScaleFormat::F32))
-    }
-
-    fn invalid(r: Result<()>) -> String {
-        match r {
-            Err(Error::InvalidProblem(m)) => m,
-            other => panic!("expected InvalidProblem, got {other:?}"),
-        }
     }
 
     #[test]

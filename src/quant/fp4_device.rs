@@ -46,23 +46,8 @@ impl Fp4Buffers {
         groups: usize,
         vec: usize,
     ) -> Result<Self> {
-        if k == 0 || k % vec != 0 || groups == 0 {
-            return Err(Error::InvalidProblem(format!(
-                "{what} rows: K = {k} must be a positive multiple of {vec} (one scale per {vec}) and groups = \
-                 {groups} positive"
-            )));
-        }
-        let overflow = || Error::InvalidProblem(format!("{what} rows [{max_rows}, {k}] x {groups} groups overflow"));
-        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / vec, groups).ok_or_else(overflow)?;
-        let n = max_rows.checked_mul(k / 2).ok_or_else(overflow)?;
-        Ok(Fp4Buffers {
-            q: stream.alloc_zeros(n)?,
-            sf: stream.alloc_zeros(sf_bytes)?,
-            sf_bases: stream.alloc_zeros(groups + 1)?,
-            max_rows,
-            k,
-            groups,
-        })
+        let (q, sf, sf_bases) = super::mx_device::alloc_grouped(what, stream, max_rows, k, groups, vec, 2)?;
+        Ok(Fp4Buffers { q, sf, sf_bases, max_rows, k, groups })
     }
 
     fn bytes(&self) -> usize {

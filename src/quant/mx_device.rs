@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 
 use super::{for_each_expert, rows_cols, F8E4M3};
 use crate::dtype::Element;
@@ -35,24 +35,8 @@ impl Mxfp8Rows {
     /// [`Error::InvalidProblem`] for `k` not a positive multiple of 32, no groups, sizes that overflow; driver
     /// errors of the allocations.
     pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Mxfp8Rows> {
-        if k == 0 || k % ffi::mx_quant::MX_VEC != 0 || groups == 0 {
-            return Err(Error::InvalidProblem(format!(
-                "MXFP8 rows: K = {k} must be a positive multiple of 32 and groups = {groups} positive"
-            )));
-        }
-        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / ffi::mx_quant::MX_VEC, groups)
-            .ok_or_else(|| Error::InvalidProblem(format!("MXFP8 rows [{max_rows}, {k}] x {groups} groups overflow")))?;
-        let n = max_rows
-            .checked_mul(k)
-            .ok_or_else(|| Error::InvalidProblem(format!("MXFP8 rows [{max_rows}, {k}] overflow")))?;
-        Ok(Mxfp8Rows {
-            q: stream.alloc_zeros(n)?,
-            sf: stream.alloc_zeros(sf_bytes)?,
-            sf_bases: stream.alloc_zeros(groups + 1)?,
-            max_rows,
-            k,
-            groups,
-        })
+        let (q, sf, sf_bases) = alloc_grouped("MXFP8", stream, max_rows, k, groups, ffi::mx_quant::MX_VEC, 1)?;
+        Ok(Mxfp8Rows { q, sf, sf_bases, max_rows, k, groups })
     }
 
     /// Device bytes [`Self::alloc`] takes for these extents (`None` where they overflow): the elements, the
@@ -115,6 +99,31 @@ impl Mxfp8Rows {
     pub fn bytes(&self) -> usize {
         self.q.len() + self.sf.len() + 8 * self.sf_bases.len()
     }
+}
+
+/// Zeroed buffers of grouped rows `[max_rows, k]` of `what` (`"MXFP8"`), one scale per `vec` of K, `per_byte`
+/// codes to a stored element: the codes, the scale atoms of up to `groups` groups (the worst case: every group
+/// padded to 128 rows) and each group's byte base `[groups + 1]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn alloc_grouped<Q: DeviceRepr + ValidAsZeroBits>(
+    what: &str,
+    stream: &Arc<CudaStream>,
+    max_rows: usize,
+    k: usize,
+    groups: usize,
+    vec: usize,
+    per_byte: usize,
+) -> Result<(CudaSlice<Q>, CudaSlice<u8>, CudaSlice<i64>)> {
+    if k == 0 || k % vec != 0 || groups == 0 {
+        return Err(Error::InvalidProblem(format!(
+            "{what} rows: K = {k} must be a positive multiple of {vec} (one scale per {vec}) and groups = {groups} \
+             positive"
+        )));
+    }
+    let overflow = || Error::InvalidProblem(format!("{what} rows [{max_rows}, {k}] x {groups} groups overflow"));
+    let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / vec, groups).ok_or_else(overflow)?;
+    let n = max_rows.checked_mul(k / per_byte).ok_or_else(overflow)?;
+    Ok((stream.alloc_zeros(n)?, stream.alloc_zeros(sf_bytes)?, stream.alloc_zeros(groups + 1)?))
 }
 
 /// That `x` fits grouped rows `[max_rows, k]` of `what` (`"MXFP8"`): all their rows, at most `k` columns (the

@@ -144,12 +144,7 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        self.check_fits(x)?;
-        let view = x.as_view();
-        let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
-        let desc = self.desc(scale);
-        let dst = self.dst(scale)?;
-        ffi::launch_quantize_rows(stream, &desc, &src, None, dst, status.word_mut())
+        self.quantize_same_rows(stream, x, None, scale, status)
     }
 
     /// As [`Self::quantize`], each token row of `x [tokens, K]` written at each of its `top_k` positions in
@@ -205,13 +200,25 @@ impl Fp8TokenRows {
         scale: &TokenScale<'_>,
         status: &mut DeviceStatus,
     ) -> Result<()> {
-        self.check_fits(h)?;
-        let view = h.as_view();
-        let src = ffi::QuantSrc { x: &view, rows: h.rows(), stride: h.stride() };
         let mask = ffi::RowMask { row_experts: &rows.row_experts, experts: rows.experts, total: rows.total };
+        self.quantize_same_rows(stream, h, Some(&mask), scale, status)
+    }
+
+    /// Quantises the rows of `x` (those `mask` keeps) into the same rows of these.
+    fn quantize_same_rows<T: Element>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        x: &MatrixView<'_, T>,
+        mask: Option<&ffi::RowMask<'_>>,
+        scale: &TokenScale<'_>,
+        status: &mut DeviceStatus,
+    ) -> Result<()> {
+        self.check_fits(x)?;
+        let view = x.as_view();
+        let src = ffi::QuantSrc { x: &view, rows: x.rows(), stride: x.stride() };
         let desc = self.desc(scale);
         let dst = self.dst(scale)?;
-        ffi::launch_quantize_rows(stream, &desc, &src, Some(&mask), dst, status.word_mut())
+        ffi::launch_quantize_rows(stream, &desc, &src, mask, dst, status.word_mut())
     }
 
     /// That `x` has these rows' `K` and no more rows than they.

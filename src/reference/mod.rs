@@ -73,6 +73,14 @@ pub fn grouped_gemm_rows<T: Element>(
     out
 }
 
+/// `N` of the first expert of `b` and `K` of `a`; `what` names the reference in the error for no experts.
+fn expert_extents(what: &str, a: &BlockFp8, b: &[BlockFp8]) -> Result<(usize, usize)> {
+    match b.first() {
+        Some(e) => Ok((e.rows(), a.cols())),
+        None => Err(Error::InvalidProblem(format!("{what}: no experts"))),
+    }
+}
+
 /// The FP8 blockwise grouped GEMM in f64: for each `(row, group)` of `rows`, the `n` outputs
 /// `D[row, j] = Σ_k (qa[row, k] · sa[row, k / 128]) · (qb[group][j, k] · sb[group][j / 128, k / 128])`,
 /// over the dequantised operands formed exactly in f64 (an e4m3 value times an f32 scale has at most 28
@@ -87,11 +95,7 @@ pub fn grouped_gemm_rows<T: Element>(
 /// row or group is out of range.
 pub fn blockwise_fp8_rows(a: &BlockFp8, b: &[BlockFp8], rows: &[(usize, usize)]) -> Result<Vec<f64>> {
     let bad = |m: String| Err(Error::InvalidProblem(format!("blockwise FP8 reference: {m}")));
-    let k = a.cols();
-    let n = match b.first() {
-        Some(e) => e.rows(),
-        None => return bad("no experts".into()),
-    };
+    let (n, k) = expert_extents("blockwise FP8 reference", a, b)?;
     if a.block() != BlockShape::PER_TOKEN_128 {
         return bad(format!("activations in {:?} blocks, expected 1 x 128", a.block()));
     }
@@ -117,11 +121,7 @@ pub fn blockwise_fp8_rows(a: &BlockFp8, b: &[BlockFp8], rows: &[(usize, usize)])
 /// group out of range.
 pub fn scaled_fp8_rows(a: &BlockFp8, b: &[BlockFp8], rows: &[(usize, usize)]) -> Result<Vec<f64>> {
     let bad = |m: String| Err(Error::InvalidProblem(format!("scaled FP8 reference: {m}")));
-    let k = a.cols();
-    let n = match b.first() {
-        Some(e) => e.rows(),
-        None => return bad("no experts".into()),
-    };
+    let (n, k) = expert_extents("scaled FP8 reference", a, b)?;
     if let Some(g) = b.iter().position(|e| (e.rows(), e.cols()) != (n, k)) {
         return bad(format!("expert {g} is [{}, {}], expected [{n}, {k}]", b[g].rows(), b[g].cols()));
     }

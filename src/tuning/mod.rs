@@ -221,8 +221,8 @@ pub struct LayerChoice {
     pub backend: Backend,
     /// What the built-in cost model picks there (for comparison).
     pub auto: Backend,
-    /// Block-FP8 experts (the GEMMs are the FP8 blockwise ones, the Fused tile its FP8 kernel's).
-    pub fp8: bool,
+    /// The weights' format: over block FP8 the GEMMs are the FP8 blockwise ones, the Fused tile its FP8 kernel's.
+    pub format: WeightFormat,
     pub experts: usize,
     pub hidden: usize,
     pub inter: usize,
@@ -242,7 +242,7 @@ impl LayerChoice {
             Backend::Batched => serde_json::json!({"config": "batched-decode", "schedule": "Streaming"}),
             Backend::Fused => {
                 let t = self.fused_tile.unwrap_or_else(|| {
-                    if self.fp8 {
+                    if self.format == WeightFormat::Fp8Block {
                         FusedTile::for_rows_fp8(rows, self.experts)
                     } else {
                         FusedTile::for_rows(rows, self.experts)
@@ -252,7 +252,7 @@ impl LayerChoice {
                 let schedule = if t.has_fp8() { "FusedPersistent" } else { "SwapAbStreaming" };
                 serde_json::json!({"config": t.name(), "schedule": schedule, "tile": [tm, tn, tk], "cluster": [1, 1, 1]})
             }
-            _ if self.fp8 => {
+            _ if self.format == WeightFormat::Fp8Block => {
                 let c = crate::kernels::fp8_blockwise::sm90::Fp8TileConfig::heuristic(self.experts, rows);
                 serde_json::json!({"config": c.name(), "schedule": format!("{:?}", c.schedule())})
             }

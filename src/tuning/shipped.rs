@@ -10,19 +10,26 @@
 use super::{table_format, ConfigName, TunedBackends};
 use crate::backend::WeightFormat;
 
+/// `(file name, text)` per table, from groups of `(folder, device_name, dtype part)` and the tables' `E=..,N=..`.
 macro_rules! shipped {
-    ($dir:literal, $file:literal) => {
-        ($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/", $dir, "/", $file)))
+    ($(($dir:literal, $gpu:literal, $dtype:literal): [$($shape:literal),*];)*) => {
+        [$($((
+            concat!($shape, ",device_name=", $gpu, ",", $dtype, ".json"),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"), "/configs/", $dir, "/", $shape, ",device_name=", $gpu, ",", $dtype, ".json"
+            )),
+        ),)*)*]
     };
 }
-/// `(file name, text)` of every shipped table.
-pub const SHIPPED: [(&str, &str); 5] = [
-    shipped!("h200", "E=8,N=14336,device_name=NVIDIA_H200,dtype=bf16.json"),
-    shipped!("h200", "E=128,N=768,device_name=NVIDIA_H200,dtype=bf16.json"),
-    shipped!("h200", "E=128,N=1536,device_name=NVIDIA_H200,dtype=bf16.json"),
-    shipped!("h200", "E=128,N=2880,device_name=NVIDIA_H200,dtype=bf16.json"),
-    shipped!("h200", "E=256,N=2048,device_name=NVIDIA_H200,dtype=bf16.json"),
-];
+/// `(file name, text)` of every shipped table: the H200's 16-bit tables (2026-12-01/02,
+/// `benches/results/h200-2026-12-01-tuned-tables/`), the H100's 16-bit and block-FP8 tables (2026-12-06,
+/// `benches/results/h100-2026-12-06-tuned-tables/`).
+pub const SHIPPED: [(&str, &str); 13] = shipped! {
+    ("h200", "NVIDIA_H200", "dtype=bf16"): ["E=8,N=14336", "E=128,N=768", "E=128,N=1536", "E=128,N=2880", "E=256,N=2048"];
+    ("h100", "NVIDIA_H100_80GB_HBM3", "dtype=bf16"): ["E=8,N=14336", "E=128,N=768", "E=128,N=1536", "E=256,N=2048"];
+    ("h100", "NVIDIA_H100_80GB_HBM3", "dtype=fp8_w8a8,block_shape=[128, 128]"):
+        ["E=8,N=14336", "E=128,N=768", "E=128,N=1536", "E=256,N=2048"];
+};
 
 impl TunedBackends {
     /// The shipped table for layers of `experts` experts (global) of intermediate size `inter` over weights of

@@ -1,5 +1,6 @@
 //! The MoE layer over per-channel and per-tensor FP8 expert weights (`MoeLayer<bf16, Fp8ChannelExpertWeights>`)
-//! on its backends (Grouped, Contiguous, Masked: the FP8 rowwise grouped GEMM), against
+//! on its backends (Batched: the FP8 decode kernels; Fused: the FP8 fused GEMMs; Grouped, Contiguous, Masked: the
+//! FP8 rowwise grouped GEMM), against
 //!
 //! * the CPU reference (`moe_forward_fp8_channel`: the same e4m3 operands, one scale per token and per channel)
 //!   under the FP8 layer bound (`fp8_layer_mismatch`), and
@@ -16,7 +17,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use moe_gemm::experts::CHANNEL_ACT_EPS;
 use moe_gemm::experts::{Fp8ChannelExperts, StaticInputScales};
-use moe_gemm::layer::Fp8ChannelExpertWeights;
+use moe_gemm::layer::{AutoSource, Fp8ChannelExpertWeights};
 use moe_gemm::quant::{
     per_row_block, quantize_element, ActivationScales, BlockFp8, BlockShape, Fp8TokenRows, GroupQuant, ScaleFormat,
     ScaleRounding, TokenScale,
@@ -27,7 +28,8 @@ use moe_gemm::*;
 use crate::common::*;
 use crate::layer::{views, weights_for, Rig};
 
-const BACKENDS: [Backend; 3] = [Backend::Grouped, Backend::Contiguous, Backend::Masked];
+const BACKENDS: [Backend; 5] =
+    [Backend::Batched, Backend::Fused, Backend::Grouped, Backend::Contiguous, Backend::Masked];
 
 /// `[rows, cols]` random weights, each row scaled by its own factor in 1/4 .. 4, quantised per row (or per
 /// tensor).
@@ -258,17 +260,24 @@ fn fp8_channel_layer_replays_in_a_graph() {
     }
 }
 
-/// What the layer refuses of these weights, by name, before anything runs: the backends without a rowwise
-/// kernel.
+/// What the layer refuses of these weights, by name, before anything runs: Eager (no FP8 form), and Batched and
+/// Fused where H is not whole 128-column blocks (Auto then runs Grouped alone). Where the decode kernels take the
+/// shape, Auto runs Batched at T = 1 (the FP8 cost model).
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn fp8_channel_refusals_name_the_constraint() {
     let (_ctx, stream) = gpu();
     let p = host_experts(4, 256, 128, true, ActivationScales::DynamicToken, 51);
     let w = Arc::new(Fp8ChannelExpertWeights::upload(&stream, &p, Activation::SiluGated).unwrap());
-    for b in [Backend::Batched, Backend::Fused, Backend::Eager] {
+    let e = MoeLayer::new(&stream, w.clone(), MoeLayerOptions::new(16, 2).backend(Backend::Eager)).unwrap_err();
+    assert!(e.to_string().contains("per-channel FP8") && e.to_string().contains("eager"), "{e}");
+    let auto = MoeLayer::new(&stream, w, MoeLayerOptions::new(16, 2)).unwrap();
+    assert_eq!((auto.backend_for(1), auto.auto_source()), (Backend::Batched, AutoSource::CostModel));
+    let odd = host_experts(4, 144, 128, true, ActivationScales::DynamicToken, 52);
+    let w = Arc::new(Fp8ChannelExpertWeights::upload(&stream, &odd, Activation::SiluGated).unwrap());
+    for b in [Backend::Batched, Backend::Fused] {
         let e = MoeLayer::new(&stream, w.clone(), MoeLayerOptions::new(16, 2).backend(b)).unwrap_err().to_string();
-        assert!(e.contains("per-channel FP8") && e.contains(b.name()), "{b}: {e}");
+        assert!(e.contains("H = 144") && e.contains("multiples of 128") && e.contains(b.name()), "{b}: {e}");
     }
     let auto = MoeLayer::new(&stream, w, MoeLayerOptions::new(16, 2)).unwrap();
     assert_eq!(auto.backend_for(1), Backend::Grouped);

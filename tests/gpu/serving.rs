@@ -417,3 +417,62 @@ fn a_scratch_used_on_another_stream_is_refused_until_handed_over() {
         .to_string();
     assert!(err.contains("hand_over"), "{err}");
 }
+
+/// A Qwen3-30B-A3B-shaped layer over block-FP8 experts (E 128, H 2048, I 768) takes the FP8 table shipped for
+/// this GPU by default (`dtype=fp8_w8a8,block_shape=[128, 128]`), says so (`auto_source`), and its Auto output at
+/// each batch is bit-equal to the table's backend run by hand; the 16-bit table of the same shape is not taken.
+/// On a GPU with no FP8 table the test says so.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn shipped_fp8_table_drives_auto() {
+    use moe_gemm::layer::{AutoSource, Fp8ExpertWeights};
+    use moe_gemm::quant::{Fp8BlockWeights, ScaleFormat};
+    let (ctx, stream) = gpu();
+    let (e, k, h, i, max_t) = (128usize, 8usize, 2048usize, 768usize, 256usize);
+    let name = DeviceInfo::query(&ctx).unwrap().name;
+    let Some(table) = TunedBackends::shipped(&name, WeightFormat::Fp8Block, e, i) else {
+        println!("SKIP: no FP8 table shipped for {name}");
+        return;
+    };
+    let mut b13 = stream.alloc_zeros::<bf16>(e * 2 * i * h).unwrap();
+    let mut b2 = stream.alloc_zeros::<bf16>(e * h * i).unwrap();
+    fill_device(&stream, &mut b13, 51, 0.05).unwrap();
+    fill_device(&stream, &mut b2, 52, 0.05).unwrap();
+    let mut status = DeviceStatus::new(&stream).unwrap();
+    let f = ScaleFormat::F32;
+    let w13 = Fp8BlockWeights::quantize_device(&stream, &b13.as_view(), e, 2 * i, h, f, &mut status).unwrap();
+    let w2 = Fp8BlockWeights::quantize_device(&stream, &b2.as_view(), e, h, i, f, &mut status).unwrap();
+    status.check(&stream).unwrap();
+    let w = Fp8ExpertWeights::from_device(Activation::SiluGated, GateUp::Concatenated, w13, w2, None, None);
+    let weights = Arc::new(w.unwrap());
+    let mut layer = MoeLayer::new(&stream, weights, MoeLayerOptions::new(max_t, k)).unwrap();
+    assert_eq!(layer.tuned(), Some(&table), "the FP8 table for E = {e}, N = {i} on {name}");
+    assert_eq!(layer.auto_source(), AutoSource::ShippedTable(table.shipped_file().unwrap()));
+    assert_ne!(TunedBackends::shipped(&name, WeightFormat::Dense, e, i).as_ref(), Some(&table));
+    let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+    for t in [1usize, 2, 8, 64, 256] {
+        let backend = table.pick(t);
+        assert_eq!(layer.backend_for(t), backend, "T = {t}");
+        let x = stream.clone_htod(&random_vec::<bf16>(t * h, 53 + t as u64, 1.0)).unwrap();
+        let ids = stream.clone_htod(&topk_ids(t, k, e, 54 + t as u64)).unwrap();
+        let w = stream.clone_htod(&weights_for(t, k, 55 + t as u64)).unwrap();
+        let mut run = |layer: &MoeLayer<bf16, Fp8ExpertWeights>| {
+            let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+            let (xv, iv, wv) = views(&x, h, &ids, &w, k);
+            let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
+            layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
+            scratch.check(&stream).unwrap();
+            stream.clone_dtoh(&y).unwrap()
+        };
+        let auto = run(&layer);
+        layer.set_backend_with_passes(backend).unwrap();
+        let by_hand = run(&layer);
+        layer.set_backend(Backend::Auto).unwrap();
+        assert!(auto.iter().all(|v| v.is_finite()), "T = {t}: non-finite output");
+        assert_eq!(
+            auto.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            by_hand.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "T = {t}: Auto and {backend:?} by hand"
+        );
+    }
+}

@@ -79,7 +79,7 @@ pub(super) fn write_configs(
         let entry = LayerChoice {
             backend,
             auto,
-            fp8: format == WeightFormat::Fp8Block,
+            format,
             experts: p.experts,
             hidden: p.hidden,
             inter: p.inter,

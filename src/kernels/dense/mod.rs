@@ -12,15 +12,13 @@ pub mod sm90;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr};
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::dtype::Element;
 use crate::error::Result;
 use crate::kernels::plan::{self, Workspace};
 use crate::kernels::TileConfig;
-use crate::layouts::GroupRows;
-use crate::status::DeviceStatus;
 use sm100::{GroupedGemmSm100, GroupedGemmSm100Options, Sm100TileConfig};
 use sm90::{GroupedGemm, GroupedGemmOptions, GroupedGemmShape};
 
@@ -124,25 +122,18 @@ impl<T: Element> DenseGemm<T> {
         }
     }
 
-    /// Queues `D = grouped(A, B)` over the groups `rows` describes on `stream`: [`GroupedGemm::launch`]'s
-    /// operands and errors, on either arch.
-    ///
-    /// # Errors
-    /// As [`GroupedGemm::launch`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &impl DevicePtr<T>,
-        b: &impl DevicePtr<T>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<T>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match &self.plan {
-            Planned::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
-            Planned::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
+    grouped_launch! {
+        /// Queues `D = grouped(A, B)` over the groups `rows` describes on `stream`: [`GroupedGemm::launch`]'s
+        /// operands and errors, on either arch.
+        ///
+        /// # Errors
+        /// As [`GroupedGemm::launch`].
+        fn launch(&self, stream, a: &impl DevicePtr<T>, b: &impl DevicePtr<T>, rows,
+            d: T, workspace: &mut Workspace, status) {
+            match &self.plan {
+                Planned::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
+                Planned::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
+            }
         }
     }
 }

@@ -15,11 +15,14 @@
 //! reaches this unverified kernel only by asking for it.
 //!
 //! [`GroupedGemm`]: crate::kernels::grouped::GroupedGemm
+//!
+//! [`GroupRows`]: crate::layouts::GroupRows
+//! [`DeviceStatus`]: crate::status::DeviceStatus
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr};
 
 use super::launch;
 use super::sm90::GroupedGemmShape;
@@ -28,8 +31,6 @@ use crate::device::KernelFamily;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::kernels::plan::{self, Workspace};
-use crate::layouts::GroupRows;
-use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm100";
 
@@ -187,28 +188,21 @@ impl<T: Element> GroupedGemmSm100<T> {
     // The workspace holds our per-group arrays and CUTLASS's per-SM TMA descriptors.
     plan_accessors!(GroupedGemmShape, Sm100TileConfig);
 
-    /// Queues `D = grouped(A, B)` over the groups `rows` describes on `stream`, as [`GroupedGemm::launch`].
-    ///
-    /// # Errors
-    /// As [`GroupedGemm::launch`]: [`Error::Buffer`], [`Error::WorkspaceTooSmall`], CUTLASS or CUDA launch
-    /// errors; invalid group *values* are clamped on the device and reported into `status`.
-    ///
-    /// [`GroupedGemm::launch`]: crate::kernels::grouped::GroupedGemm::launch
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &impl DevicePtr<T>,
-        b: &impl DevicePtr<T>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<T>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let kernel = launch::GroupedKernel::Sm100(self.config.into());
-        let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
-        let rows = rows.into();
-        launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    grouped_launch! {
+        /// Queues `D = grouped(A, B)` over the groups `rows` describes on `stream`, as [`GroupedGemm::launch`].
+        ///
+        /// # Errors
+        /// As [`GroupedGemm::launch`]: [`Error::Buffer`], [`Error::WorkspaceTooSmall`], CUTLASS or CUDA launch
+        /// errors; invalid group *values* are clamped on the device and reported into `status`.
+        ///
+        /// [`GroupedGemm::launch`]: crate::kernels::grouped::GroupedGemm::launch
+        fn launch(&self, stream, a: &impl DevicePtr<T>, b: &impl DevicePtr<T>, rows,
+            d: T, workspace: &mut Workspace, status) {
+            let kernel = launch::GroupedKernel::Sm100(self.config.into());
+            let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
+            let rows = rows.into();
+            launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        }
     }
 }
 

@@ -20,11 +20,14 @@
 //!
 //! Invalid offsets are not trusted: the device clamps them into `[0, max_rows]` and sets a bit in the
 //! caller's [`DeviceStatus`], which [`DeviceStatus::check`] turns into [`Error::DeviceCheck`].
+//!
+//! [`DeviceStatus`]: crate::status::DeviceStatus
+//! [`DeviceStatus::check`]: crate::status::DeviceStatus::check
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr};
 
 pub use crate::layouts::GroupRows;
 
@@ -35,7 +38,6 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::plan;
 use crate::kernels::TileConfig;
-use crate::status::DeviceStatus;
 
 /// The shape of a grouped GEMM, validated against the kernels' constraints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,28 +129,23 @@ impl<T: Element> GroupedGemm<T> {
 
     plan_accessors!(GroupedGemmShape, TileConfig);
 
-    /// Queues `D = grouped(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
-    /// `stream`. See the module docs for the layouts.
-    ///
-    /// # Errors
-    /// [`Error::Buffer`] if a buffer is smaller than the plan's shape implies or not 16-byte aligned;
-    /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset, count or expert-id
-    /// *values* are clamped on the device and reported into `status`, read by [`DeviceStatus::check`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &impl DevicePtr<T>,
-        b: &impl DevicePtr<T>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<T>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let kernel = launch::GroupedKernel::Sm90(self.config.into());
-        let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
-        let rows = rows.into();
-        launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    grouped_launch! {
+        /// Queues `D = grouped(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
+        /// `stream`. See the module docs for the layouts.
+        ///
+        /// # Errors
+        /// [`Error::Buffer`] if a buffer is smaller than the plan's shape implies or not 16-byte aligned;
+        /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset, count or expert-id
+        /// *values* are clamped on the device and reported into `status`, read by [`DeviceStatus::check`].
+        ///
+        /// [`DeviceStatus::check`]: crate::status::DeviceStatus::check
+        fn launch(&self, stream, a: &impl DevicePtr<T>, b: &impl DevicePtr<T>, rows,
+            d: T, workspace: &mut Workspace, status) {
+            let kernel = launch::GroupedKernel::Sm90(self.config.into());
+            let plan = plan::launch_plan(kernel, self.shape.dims(), &self.device, self.workspace_bytes);
+            let rows = rows.into();
+            launch::launch(stream, &plan, a, b, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        }
     }
 }
 

@@ -6,17 +6,15 @@
 //! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
-use half::bf16;
+use cudarc::driver::CudaStream;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi_sm100;
-use crate::ffi::gemm::{group_rows, GemmPlan, GroupedRows, ScaledOperands};
+use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, to_i32};
+use crate::ffi::to_i32;
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
@@ -82,94 +80,42 @@ pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i3
 /// What an FP8 blockwise launch needs besides its buffers, fixed by a plan.
 pub(crate) type Fp8Plan = GemmPlan<Fp8TileConfig>;
 
-/// The buffers of one launch: e4m3 A and B, SA `max_rows x ceil(K/128)` and SB `G x ceil(N/128) x ceil(K/128)`
-/// f32 dequantisation multipliers (the grids of the module docs).
-pub(crate) type Fp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
+impl ScaledFamily for Fp8TileConfig {
+    const WHAT: &'static str = "FP8 grouped GEMM";
+    const SB_VECTORS: bool = false;
+    const N_ALIGN: usize = SCALE_BLOCK;
+    const K_ALIGN: usize = 16;
 
-/// Queues `prepare_fp8_groups` and the CUTLASS FP8 blockwise grouped GEMM on `stream`.
-pub(crate) fn launch<A, SA, B, SB>(
-    stream: &CudaStream,
-    plan: &Fp8Plan,
-    ops: Fp8Operands<'_, A, SA, B, SB>,
-    rows: GroupedRows<'_>,
-    d: &mut impl DevicePtrMut<bf16>,
-    workspace: &mut CudaSlice<u8>,
-    status: &mut impl DevicePtrMut<u32>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
-    plan.check_device(stream, format_args!("FP8 grouped GEMM"))?;
-    let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
-    // What the C++ side (and the TMA descriptors and scale grids) rely on; the domain plan guarantees it, this
-    // keeps the floor sound on its own.
-    if n == 0 || n % SCALE_BLOCK != 0 || k == 0 || k % 16 != 0 {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 grouped GEMM: N = {n} must be a positive multiple of {SCALE_BLOCK} and K = {k} a positive multiple of 16"
-        )));
+    fn op(self) -> &'static str {
+        op(self)
     }
-    let arrays = group_rows(rows, groups, max_rows)?;
-    let (kb, nb) = (k.div_ceil(SCALE_BLOCK), n.div_ceil(SCALE_BLOCK));
-    let sb = (groups * nb * kb, "G x ceil(N/128) x ceil(K/128)");
-    ops.check_lens(plan, (max_rows * kb, "max_rows x ceil(K/128)"), sb, d.len())?;
-    let workspace_bytes = plan.check_workspace(op(plan.config), workspace)?;
-    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
-    crate::ffi::bind(stream)?;
-    let p = ops.bind(stream, arrays, d, workspace, status);
-    for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d)] {
-        need_aligned(name, ptr)?;
+
+    fn scale_lens(plan: &Fp8Plan) -> ((usize, &'static str), (usize, &'static str)) {
+        let (kb, nb) = (plan.k.div_ceil(SCALE_BLOCK), plan.n.div_ceil(SCALE_BLOCK));
+        ((plan.max_rows * kb, "max_rows x ceil(K/128)"), (plan.groups * nb * kb, "G x ceil(N/128) x ceil(K/128)"))
     }
-    for (name, ptr) in [("sa", p.sa), ("sb", p.sb)] {
-        // f32 scales are read one by one (cp.async of 4 bytes): natural alignment, which a view of an f32
-        // slice always has; checked because the unsafe call relies on it.
-        if ptr % 4 != 0 {
-            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
+
+    unsafe fn run(plan: &Fp8Plan, mode: sys::GroupMode, p: &ScaledPtrs<'_>, stream: &CudaStream) -> sys::Status {
+        let args = scaled_gemm_args!(sys::GroupedGemmFp8Args { sfa, sfb }, plan, mode, p, stream);
+        // SAFETY: every address is a live cudarc allocation, checked by `scaled_launch` to hold what the plan's
+        // shape implies: A max_rows*K e4m3 and SFA max_rows*ceil(K/128) f32, B G*N*K e4m3 and SFB
+        // G*ceil(N/128)*ceil(K/128) f32, D max_rows*N bf16, offsets G+1 / counts G where the mode reads them,
+        // G*max_m <= max_rows for masked groups, workspace >= the size C++ asked for for these G groups, status
+        // one u32. A/B/D bases are 16-byte aligned and K a multiple of 16 (1-byte e4m3) and N of 128, so every
+        // group's A, B and D base is 16-byte aligned for TMA; SFA/SFB are 4-byte aligned and every group's scale
+        // pointer (row_start*ceil(K/128), g*ceil(N/128)*ceil(K/128) elements in) stays inside its array for rows
+        // the prepare kernel has clamped into [0, max_rows]. Offsets and counts are device data the kernel clamps
+        // into [0, max_rows] and each group's room. The stream's context is bound to this thread. The guards keep
+        // the buffers ordered on `stream`, and `p` keeps the guards until `scaled_launch` returns; cudarc frees
+        // memory stream-ordered, so queued work never outlives its buffers. Both units read these args alike; a
+        // unit launched on a GPU it has no SASS for fails with a CUDA error (no kernel image), which `check`
+        // reports (the domain plans refuse that first).
+        unsafe {
+            if is_sm100(plan.config) {
+                ffi_sm100::grouped_gemm_sm100_fp8_blockwise_run(&args)
+            } else {
+                ffi::grouped_gemm_sm90_fp8_blockwise_run(&args)
+            }
         }
     }
-    let args = sys::GroupedGemmFp8Args {
-        config: plan.config,
-        mode: arrays.mode,
-        max_m,
-        groups: groups_i,
-        n: n_i,
-        k: k_i,
-        max_rows,
-        a: p.a,
-        sfa: p.sa,
-        b: p.b,
-        sfb: p.sb,
-        d: p.d,
-        offsets: p.offsets,
-        counts: p.counts,
-        workspace: p.workspace,
-        workspace_bytes,
-        status: p.status,
-        device: plan.device,
-        sm_count: plan.sm_count,
-        stream: stream.cu_stream() as u64,
-    };
-    // SAFETY: every address is a live cudarc allocation, checked above to hold what the plan's shape implies:
-    // A max_rows*K e4m3 and SFA max_rows*ceil(K/128) f32, B G*N*K e4m3 and SFB G*ceil(N/128)*ceil(K/128) f32, D
-    // max_rows*N bf16, offsets G+1 / counts G where the mode reads them, G*max_m <= max_rows for masked groups,
-    // workspace >= the size C++ asked for for these G groups, status one u32. A/B/D bases are 16-byte aligned
-    // and K a multiple of 16 (1-byte e4m3) and N of 128, so every group's A, B and D base is 16-byte aligned for
-    // TMA; SFA/SFB are 4-byte aligned and every group's scale pointer (row_start*ceil(K/128), g*ceil(N/128)*
-    // ceil(K/128) elements in) stays inside its array for rows the prepare kernel has clamped into
-    // [0, max_rows]. Offsets and counts are device data the kernel clamps into [0, max_rows] and each group's
-    // room. The stream's context is bound to this thread. The guards keep the buffers ordered on `stream`, and
-    // `p` keeps the guards until this function returns; cudarc frees memory stream-ordered, so queued
-    // work never outlives its buffers. Both units read these args alike; a unit launched on a GPU it has no
-    // SASS for fails with a CUDA error (no kernel image), which `check` reports (the domain plans refuse that
-    // first).
-    let status = unsafe {
-        if is_sm100(plan.config) {
-            ffi_sm100::grouped_gemm_sm100_fp8_blockwise_run(&args)
-        } else {
-            ffi::grouped_gemm_sm90_fp8_blockwise_run(&args)
-        }
-    };
-    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(op(plan.config)) })
 }

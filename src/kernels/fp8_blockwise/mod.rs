@@ -13,15 +13,13 @@ pub mod sm90;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use half::bf16;
 
 use crate::device::{Arch, DeviceInfo, KernelFamily};
 use crate::error::Result;
 use crate::kernels::plan::{self, Workspace};
-use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
-use crate::status::DeviceStatus;
 use sm100::{Fp8Sm100Config, GroupedGemmFp8Sm100};
 use sm90::{Fp8TileConfig, GroupedGemmFp8, GroupedGemmFp8Options, GroupedGemmFp8Shape};
 
@@ -126,25 +124,17 @@ impl BlockwiseFp8Gemm {
         }
     }
 
-    /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: [`GroupedGemmFp8::launch`]'s
-    /// operands and errors, on either arch.
-    ///
-    /// # Errors
-    /// As [`GroupedGemmFp8::launch`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Fp8Rows,
-        b: &Fp8BlockWeights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match &self.plan {
-            Planned::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
-            Planned::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
+    grouped_launch! {
+        /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: [`GroupedGemmFp8::launch`]'s
+        /// operands and errors, on either arch.
+        ///
+        /// # Errors
+        /// As [`GroupedGemmFp8::launch`].
+        fn launch(&self, stream, a: &Fp8Rows, b: &Fp8BlockWeights, rows, d: bf16, workspace: &mut Workspace, status) {
+            match &self.plan {
+                Planned::Sm90(p) => p.launch(stream, a, b, rows, d, workspace, status),
+                Planned::Sm100(p) => p.launch(stream, a, b, rows, d, workspace, status),
+            }
         }
     }
 }

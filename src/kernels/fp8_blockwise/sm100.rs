@@ -20,10 +20,12 @@
 //! **Never run on hardware**: no SM100 GPU is available to this project. The kernel is compiled for `sm_100a`
 //! only and its machine code checked (`tests/sass.rs`: `UTCQMMA`, the FFMA promotion, no `UTCCP`); plans on any
 //! other arch are refused with [`Error::UnsupportedArch`].
+//!
+//! [`GroupRows`]: crate::layouts::GroupRows
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use half::bf16;
 
 use super::launch;
@@ -32,9 +34,7 @@ use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::kernels::plan::{self, Workspace};
-use crate::layouts::GroupRows;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
-use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm100_fp8_blockwise";
 
@@ -171,29 +171,16 @@ impl GroupedGemmFp8Sm100 {
 
     plan_accessors!(GroupedGemmFp8Shape, Fp8Sm100Config);
 
-    /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: the operands and errors of
-    /// [`super::sm90::GroupedGemmFp8::launch`].
-    ///
-    /// # Errors
-    /// As [`super::sm90::GroupedGemmFp8::launch`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Fp8Rows,
-        b: &Fp8BlockWeights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let planned = Planned {
-            config: self.config.into(),
-            shape: &self.shape,
-            device: &self.device,
-            workspace_bytes: self.workspace_bytes,
-        };
-        launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
+    grouped_launch! {
+        /// Queues `D = blockwise(A, B)` over the groups `rows` describes on `stream`: the operands and errors of
+        /// [`super::sm90::GroupedGemmFp8::launch`].
+        ///
+        /// # Errors
+        /// As [`super::sm90::GroupedGemmFp8::launch`].
+        fn launch(&self, stream, a: &Fp8Rows, b: &Fp8BlockWeights, rows, d: bf16, workspace: &mut Workspace, status) {
+            let planned = Planned::new(self.config.into(), &self.shape, &self.device, self.workspace_bytes);
+            launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
+        }
     }
 }
 

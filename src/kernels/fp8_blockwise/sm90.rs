@@ -40,6 +40,7 @@ use super::launch;
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
+use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
 use crate::layouts::GroupRows;
@@ -297,33 +298,20 @@ impl GroupedGemmFp8 {
 
     plan_accessors!(GroupedGemmFp8Shape, Fp8TileConfig);
 
-    /// Queues `D = blockwise(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
-    /// `stream`. See the module docs for the operands.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
-    /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
-    /// or a group array is smaller than the plan implies or `d` is not 16-byte aligned;
-    /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset or count *values* are
-    /// clamped on the device and reported into `status`, read by [`DeviceStatus::check`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Fp8Rows,
-        b: &Fp8BlockWeights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let planned = Planned {
-            config: self.config.into(),
-            shape: &self.shape,
-            device: &self.device,
-            workspace_bytes: self.workspace_bytes,
-        };
-        launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
+    grouped_launch! {
+        /// Queues `D = blockwise(A, B)` over the groups `rows` describes (offsets `[G + 1]` convert into it) on
+        /// `stream`. See the module docs for the operands.
+        ///
+        /// # Errors
+        /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
+        /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
+        /// or a group array is smaller than the plan implies or `d` is not 16-byte aligned;
+        /// [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors. Invalid offset or count *values* are
+        /// clamped on the device and reported into `status`, read by [`DeviceStatus::check`].
+        fn launch(&self, stream, a: &Fp8Rows, b: &Fp8BlockWeights, rows, d: bf16, workspace: &mut Workspace, status) {
+            let planned = Planned::new(self.config.into(), &self.shape, &self.device, self.workspace_bytes);
+            launch_planned(planned, stream, a, b, rows.into(), d, workspace, status)
+        }
     }
 }
 
@@ -334,6 +322,17 @@ pub(crate) struct Planned<'p> {
     pub shape: &'p GroupedGemmFp8Shape,
     pub device: &'p DeviceInfo,
     pub workspace_bytes: u64,
+}
+
+impl<'p> Planned<'p> {
+    pub fn new(
+        config: launch::Fp8TileConfig,
+        shape: &'p GroupedGemmFp8Shape,
+        device: &'p DeviceInfo,
+        workspace_bytes: u64,
+    ) -> Self {
+        Planned { config, shape, device, workspace_bytes }
+    }
 }
 
 /// The launch every FP8 blockwise plan shares: checks `a` and `b` against the planned shape, then queues the
@@ -353,8 +352,8 @@ pub(crate) fn launch_planned(
     plan::check_operand_shapes(("FP8 rows", a.rows(), a.k()), ("FP8 weights", (b.experts(), b.n(), b.k())), dims)?;
     let plan = plan::launch_plan(p.config, dims, p.device, p.workspace_bytes);
     let (aq, sfa, bq, sfb) = (a.q(), a.scales().as_view(), b.q(), b.scales());
-    let ops = launch::Fp8Operands { a: &aq, sa: &sfa, b: &bq, sb: &sfb };
-    launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    let ops = ScaledOperands { a: &aq, sa: &sfa, b: &bq, sb: &sfb };
+    scaled_launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 
 impl plan::ArchConfig for Fp8TileConfig {

@@ -4,17 +4,14 @@
 //! Operands (`cpp/fp8/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
-use half::bf16;
+use cudarc::driver::CudaStream;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffi::bridge_fp8::ffi;
-use crate::ffi::gemm::GroupedRows;
-use crate::ffi::gemm::{group_rows, GemmPlan, ScaledOperands};
+use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{need_aligned, to_i32};
+use crate::ffi::to_i32;
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -49,75 +46,34 @@ pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count:
 /// What a rowwise launch needs besides its buffers, fixed by a plan.
 pub(crate) type RowwisePlan = GemmPlan<Fp8RowwiseConfig>;
 
-/// The buffers of one launch: e4m3 A and B, SA one f32 per row of A, SB one per output channel of each group.
-pub(crate) type RowwiseOperands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
+impl ScaledFamily for Fp8RowwiseConfig {
+    const WHAT: &'static str = "FP8 rowwise grouped GEMM";
+    // The epilogue loads each group's channel scales (g*N f32) as vectors.
+    const SB_VECTORS: bool = true;
+    const N_ALIGN: usize = ROWWISE_ALIGN;
+    const K_ALIGN: usize = ROWWISE_ALIGN;
 
-/// Queues `prepare_rowwise_groups` and the CUTLASS FP8 rowwise grouped GEMM on `stream`.
-pub(crate) fn launch<A, SA, B, SB>(
-    stream: &CudaStream,
-    plan: &RowwisePlan,
-    ops: RowwiseOperands<'_, A, SA, B, SB>,
-    rows: GroupedRows<'_>,
-    d: &mut impl DevicePtrMut<bf16>,
-    workspace: &mut CudaSlice<u8>,
-    status: &mut impl DevicePtrMut<u32>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
-    plan.check_device(stream, format_args!("FP8 rowwise grouped GEMM"))?;
-    let (groups, n, k, max_rows) = (plan.groups, plan.n, plan.k, plan.max_rows);
-    if n == 0 || n % ROWWISE_ALIGN != 0 || k == 0 || k % ROWWISE_ALIGN != 0 {
-        return Err(Error::InvalidProblem(format!(
-            "FP8 rowwise grouped GEMM: N = {n} and K = {k} must be positive multiples of {ROWWISE_ALIGN}"
-        )));
+    fn op(self) -> &'static str {
+        OP
     }
-    let arrays = group_rows(rows, groups, max_rows)?;
-    let (sa, sb) = ((max_rows, "max_rows (one scale per row)"), (groups * n, "G x N (one scale per output channel)"));
-    ops.check_lens(plan, sa, sb, d.len())?;
-    let workspace_bytes = plan.check_workspace(OP, workspace)?;
-    let (max_m, groups_i, n_i, k_i, max_rows) = plan.extents(arrays.max_m)?;
-    crate::ffi::bind(stream)?;
-    let p = ops.bind(stream, arrays, d, workspace, status);
-    for (name, ptr) in [("a", p.a), ("b", p.b), ("d", p.d), ("sb", p.sb)] {
-        need_aligned(name, ptr)?;
+
+    fn scale_lens(plan: &RowwisePlan) -> ((usize, &'static str), (usize, &'static str)) {
+        (
+            (plan.max_rows, "max_rows (one scale per row)"),
+            (plan.groups * plan.n, "G x N (one scale per output channel)"),
+        )
     }
-    if p.sa % 4 != 0 {
-        return Err(Error::Buffer { name: "sa", detail: format!("device address {:#x} is not 4-byte aligned", p.sa) });
+
+    unsafe fn run(plan: &RowwisePlan, mode: sys::GroupMode, p: &ScaledPtrs<'_>, stream: &CudaStream) -> sys::Status {
+        let args = scaled_gemm_args!(sys::GroupedGemmFp8RowwiseArgs { sa, sb }, plan, mode, p, stream);
+        // SAFETY: every address is a live cudarc allocation checked by `scaled_launch` to hold what the plan's
+        // shape implies: A max_rows*K e4m3 and SA max_rows f32, B G*N*K e4m3 and SB G*N f32, D max_rows*N bf16,
+        // offsets G+1 / counts G where the mode reads them, G*max_m <= max_rows for masked groups, workspace >=
+        // the size C++ asked for, status one u32. A/B/D/SB bases are 16-byte aligned and N, K multiples of 16, so
+        // every group's A, B, D base and channel-scale vector (g*N f32) is 16-byte aligned; SA is read one f32 at a
+        // time from row starts the prepare kernel clamps into [0, max_rows]. The stream's context is bound to this
+        // thread; the guards in `p` order the buffers on `stream` until `scaled_launch` returns
+        // (cudarc frees stream-ordered).
+        unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_run(&args) }
     }
-    let args = sys::GroupedGemmFp8RowwiseArgs {
-        config: plan.config,
-        mode: arrays.mode,
-        max_m,
-        groups: groups_i,
-        n: n_i,
-        k: k_i,
-        max_rows,
-        a: p.a,
-        sa: p.sa,
-        b: p.b,
-        sb: p.sb,
-        d: p.d,
-        offsets: p.offsets,
-        counts: p.counts,
-        workspace: p.workspace,
-        workspace_bytes,
-        status: p.status,
-        device: plan.device,
-        sm_count: plan.sm_count,
-        stream: stream.cu_stream() as u64,
-    };
-    // SAFETY: every address is a live cudarc allocation checked above to hold what the plan's shape implies: A
-    // max_rows*K e4m3 and SA max_rows f32, B G*N*K e4m3 and SB G*N f32, D max_rows*N bf16, offsets G+1 /
-    // counts G where the mode reads them, G*max_m <= max_rows for masked groups, workspace >= the size C++
-    // asked for, status one u32. A/B/D/SB bases are 16-byte aligned and N, K multiples of 16, so every group's
-    // A, B, D base and channel-scale vector (g*N f32) is 16-byte aligned; SA is read one f32 at a time from row
-    // starts the prepare kernel clamps into [0, max_rows]. The stream's context is bound to this thread; the
-    // guards in `p` order the buffers on `stream` until this function returns
-    // (cudarc frees stream-ordered).
-    let status = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_run(&args) };
-    check(status, &Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) })
 }

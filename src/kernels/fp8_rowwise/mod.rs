@@ -18,25 +18,26 @@
 //! # Shape constraints, checked when the plan is made
 //! `N` and `K` positive multiples of 16 (16-byte e4m3 rows for TMA, 16-byte aligned per-expert channel scales),
 //! and the extents of every FP8 GEMM (see [`super::grouped_fp8`]).
+//!
+//! [`GroupRows`]: crate::layouts::GroupRows
 
 #[allow(unsafe_code)] // floor 0: the launcher over the bridge
 mod launch;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use half::bf16;
 
 use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
+use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 
 use crate::kernels::plan::{self, Workspace};
 use crate::kernels::Schedule;
-use crate::layouts::GroupRows;
 use crate::quant::{Fp8ChannelWeights, Fp8TokenRows};
-use crate::status::DeviceStatus;
 pub(crate) use launch::ROWWISE_ALIGN;
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
@@ -225,32 +226,25 @@ impl GroupedGemmFp8Rowwise {
 
     plan_accessors!(GroupedGemmFp8RowwiseShape, Fp8RowwiseConfig);
 
-    /// Queues `D = rowwise(A, B)` over the groups `rows` describes on `stream`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
-    /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
-    /// or a group array is too small or misaligned; [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors.
-    /// Invalid offset or count values are clamped on the device and reported into `status`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: &Fp8TokenRows,
-        b: &Fp8ChannelWeights,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let dims = self.shape.dims();
-        let b_dims = (b.experts(), b.n(), b.k());
-        plan::check_operand_shapes(("FP8 token rows", a.rows(), a.k()), ("FP8 channel weights", b_dims), dims)?;
-        let plan = plan::launch_plan(self.config.into(), dims, &self.device, self.workspace_bytes);
-        let rows = rows.into();
-        let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
-        let ops = launch::RowwiseOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
-        launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    grouped_launch! {
+        /// Queues `D = rowwise(A, B)` over the groups `rows` describes on `stream`.
+        ///
+        /// # Errors
+        /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
+        /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
+        /// or a group array is too small or misaligned; [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors.
+        /// Invalid offset or count values are clamped on the device and reported into `status`.
+        fn launch(&self, stream, a: &Fp8TokenRows, b: &Fp8ChannelWeights, rows,
+            d: bf16, workspace: &mut Workspace, status) {
+            let dims = self.shape.dims();
+            let b_dims = (b.experts(), b.n(), b.k());
+            plan::check_operand_shapes(("FP8 token rows", a.rows(), a.k()), ("FP8 channel weights", b_dims), dims)?;
+            let plan: launch::RowwisePlan = plan::launch_plan(self.config.into(), dims, &self.device, self.workspace_bytes);
+            let rows = rows.into();
+            let (aq, sa, bq, sb) = (a.q(), a.scales(), b.q(), b.scales());
+            let ops = ScaledOperands { a: &aq, sa: &sa, b: &bq, sb: &sb };
+            scaled_launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        }
     }
 }
 

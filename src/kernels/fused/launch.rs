@@ -2,18 +2,18 @@
 //! gather or scatter GEMM over an aligned layout.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
-use float8::F8E4M3;
 use half::bf16;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::ffi;
 use crate::ffi::bridge_fp8::ffi as ffi8;
+use crate::ffi::gemm::{E4m3Buffer, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::sys;
-use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
+use crate::ffi::{dtype, need_aligned, need_f32_aligned, need_len, need_row_len, to_i32, to_i64};
 
-pub(crate) use sys::{FusedFp8Tile, FusedTile};
+pub(crate) use sys::{FusedFp8Scales, FusedFp8Tile, FusedTile};
 
 /// Rows of a compiled tile (`BM` of `cpp/fused/fused_moe_sm90.cuh`'s and `cpp/fused/fused_decode.cu`'s tiles): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
@@ -220,22 +220,17 @@ pub(crate) fn launch_fused_gemm<T: Element>(
 }
 
 /// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`launch_fused_fp8.h`).
-pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = crate::ffi::gemm::ScaledOperands<'a, A, SA, B, SB>;
+pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
-/// Queues one FP8 fused MoE GEMM on `stream` (bf16 D). The kernel of `tile` must have been [`prepare_fp8`]d.
-pub(crate) fn launch_fused_gemm_fp8<A, SA, B, SB>(
+/// Queues one FP8 fused MoE GEMM on `stream` (bf16 D) with `scales`' grids (per 128 x 128 block, or per row and
+/// per channel). The kernels of `tile` must have been [`prepare_fp8`]d.
+pub(crate) fn launch_fused_gemm_fp8<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffer, SB: ScaleBuffer>(
     stream: &CudaStream,
-    tile: FusedFp8Tile,
+    (tile, scales): (FusedFp8Tile, FusedFp8Scales),
     p: &FusedLaunch<'_>,
     ops: FusedFp8Operands<'_, A, SA, B, SB>,
     d: &mut impl DevicePtrMut<bf16>,
-) -> Result<()>
-where
-    A: DevicePtr<F8E4M3>,
-    SA: DevicePtr<f32>,
-    B: DevicePtr<F8E4M3>,
-    SB: DevicePtr<f32>,
-{
+) -> Result<()> {
     let (bm, bn) = fp8_tile_mn(tile);
     if p.n == 0 || p.n % bn != 0 || p.k == 0 || p.k % 16 != 0 {
         return Err(Error::InvalidProblem(format!(
@@ -246,8 +241,13 @@ where
     }
     let (a_rows, _) = check_launch(p, bm, ops.a.len(), ops.b.len(), d.len())?;
     let (kb, nb) = (p.k.div_ceil(128), p.n.div_ceil(128));
-    need_len("sa", ops.sa.len(), a_rows * kb, "A's rows x ceil(k/128)")?;
-    need_len("sb", ops.sb.len(), p.experts * nb * kb, "experts x ceil(n/128) x ceil(k/128)")?;
+    if scales == FusedFp8Scales::Channel {
+        need_len("sa", ops.sa.len(), a_rows, "A's rows (one scale each)")?;
+        need_len("sb", ops.sb.len(), p.experts * p.n, "experts x n (one scale per output channel)")?;
+    } else {
+        need_len("sa", ops.sa.len(), a_rows * kb, "A's rows x ceil(k/128)")?;
+        need_len("sb", ops.sb.len(), p.experts * nb * kb, "experts x ceil(n/128) x ceil(k/128)")?;
+    }
     let (top_k, experts, rows) = (to_i32("top_k", p.top_k)?, to_i32("experts", p.experts)?, to_i32("rows", p.rows)?);
     let capacity = to_i64("capacity", p.capacity)?;
     let (n, k) = (to_i32("n", p.n)?, to_i32("k", p.k)?);
@@ -260,11 +260,8 @@ where
     for (name, ptr) in [("A", a_ptr), ("B", b_ptr), ("D", d_ptr)] {
         need_aligned(name, ptr)?;
     }
-    for (name, ptr) in [("sa", sfa_ptr), ("sb", sfb_ptr)] {
-        if ptr % 4 != 0 {
-            return Err(Error::Buffer { name, detail: format!("device address {ptr:#x} is not 4-byte aligned") });
-        }
-    }
+    need_f32_aligned("sa", sfa_ptr)?;
+    need_f32_aligned("sb", sfb_ptr)?;
     let (s_ptr, _s) = p.sorted_ids.device_ptr(stream);
     let (e_ptr, _e) = p.expert_ids.device_ptr(stream);
     let (t_ptr, _t) = p.total.device_ptr(stream);
@@ -272,6 +269,7 @@ where
     let (bias_ptr, _bias) = p.scatter.as_ref().and_then(|s| s.bias).map(|b| b.device_ptr(stream)).unzip();
     let args = sys::FusedGemmFp8Args {
         tile,
+        scales,
         mode: if p.scatter.is_some() { sys::FusedMode::Scatter } else { sys::FusedMode::Gather },
         top_k,
         experts,
@@ -294,8 +292,9 @@ where
     };
     // SAFETY: as for `launch_fused_gemm`, with 1-byte e4m3 A and B (k a multiple of 16: 16-byte rows, checked),
     // n whole N tiles (checked), and the scale grids checked above: sfa one f32 per A row per 128 of k, sfb one
-    // per expert per 128 x 128 block; the kernel reads sfa only for placed rows (A rows below a_rows) and sfb
-    // for live tiles (expert ids below `experts`).
+    // per expert per 128 x 128 block (or sfa one per A row, sfb one per expert per channel); the kernel reads sfa
+    // only for placed rows (A rows below a_rows) and sfb for live tiles (expert ids below `experts`) and
+    // channels below n.
     let status = unsafe { ffi8::fused_moe_gemm_fp8(&args) };
     check(status, &Launched { config: Some(&tile), ..Launched::op("fused_moe_gemm_fp8") })
 }

@@ -32,8 +32,9 @@ use crate::error::{Error, Result};
 use crate::experts::{Activation, GateUp};
 use crate::ffi;
 use crate::layouts::{ExpertLayout, LayoutSpec};
-use crate::quant::{Fp8BlockWeights, Fp8Rows};
+use crate::quant::{Fp8BlockWeights, Fp8ChannelWeights, Fp8Rows, Fp8TokenRows};
 use half::bf16;
+use launch::FusedFp8Scales;
 
 /// A compiled tile of the fused GEMMs (`cpp/common/moe_ops.h`'s `FusedTile`).
 #[non_exhaustive]
@@ -383,11 +384,32 @@ impl FusedGemm {
         d1: &mut impl DevicePtrMut<bf16>,
     ) -> Result<()> {
         self.check_batch(&b)?;
-        check_fp8_operands(x, w, b.tokens, "x")?;
+        check_fp8_operands((x.rows(), x.k()), (w.experts(), w.n(), w.k()), b.tokens, "x")?;
         let launch = self.launch_params(&b, w.n(), w.k(), None);
         let (xq, xs, wq, ws) = (x.q(), x.scales().as_view(), w.q(), w.scales());
         let ops = launch::FusedFp8Operands { a: &xq, sa: &xs, b: &wq, sb: &ws };
-        launch::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, d1)
+        launch::launch_fused_gemm_fp8(b.stream, (b.tile.fp8()?, FusedFp8Scales::Block128), &launch, ops, d1)
+    }
+
+    /// [`Self::gemm1_gather`] over per-channel FP8 operands: `x` quantised per token (`[tokens, kdim]`, one scale
+    /// each, [`Fp8TokenRows::quantize`]), `w` e4m3 `[experts, n, kdim]` with one scale per output channel, bf16 `d1`
+    /// `[capacity, n]`: `d1 = (x_q · wᵀ) · s_x[token] · s_w[channel]`.
+    ///
+    /// # Errors
+    /// As [`Self::gemm1_gather_fp8`].
+    pub fn gemm1_gather_fp8_channel(
+        &self,
+        b: FusedBatch<'_>,
+        x: &Fp8TokenRows,
+        w: &Fp8ChannelWeights,
+        d1: &mut impl DevicePtrMut<bf16>,
+    ) -> Result<()> {
+        self.check_batch(&b)?;
+        check_fp8_operands((x.rows(), x.k()), (w.experts(), w.n(), w.k()), b.tokens, "x")?;
+        let launch = self.launch_params(&b, w.n(), w.k(), None);
+        let (xq, xs, wq, ws) = (x.q(), x.scales(), w.q(), w.scales());
+        let ops = launch::FusedFp8Operands { a: &xq, sa: &xs, b: &wq, sb: &ws };
+        launch::launch_fused_gemm_fp8(b.stream, (b.tile.fp8()?, FusedFp8Scales::Channel), &launch, ops, d1)
     }
 
     /// [`Self::gemm2_scatter`] over block-FP8 operands: `h` requantised per 1 x 128 in position order
@@ -404,12 +426,35 @@ impl FusedGemm {
         pairs: &mut impl DevicePtrMut<bf16>,
     ) -> Result<()> {
         self.check_batch(&b)?;
-        check_fp8_operands(h, w, b.layout.dims().capacity(), "h")?;
+        check_fp8_operands((h.rows(), h.k()), (w.experts(), w.n(), w.k()), b.layout.dims().capacity(), "h")?;
         let scatter = Some(launch::FusedScatter { weights, bias });
         let launch = self.launch_params(&b, w.n(), w.k(), scatter);
         let (hq, hs, wq, ws) = (h.q(), h.scales().as_view(), w.q(), w.scales());
         let ops = launch::FusedFp8Operands { a: &hq, sa: &hs, b: &wq, sb: &ws };
-        launch::launch_fused_gemm_fp8(b.stream, b.tile.fp8()?, &launch, ops, pairs)
+        launch::launch_fused_gemm_fp8(b.stream, (b.tile.fp8()?, FusedFp8Scales::Block128), &launch, ops, pairs)
+    }
+
+    /// [`Self::gemm2_scatter`] over per-channel FP8 operands: `h` requantised per row in position order
+    /// (`[capacity, kdim]`, one scale each), `w` e4m3 `[experts, n, kdim]` with one scale per output channel, bf16
+    /// `pairs`.
+    ///
+    /// # Errors
+    /// As [`Self::gemm2_scatter_fp8`].
+    pub fn gemm2_scatter_fp8_channel(
+        &self,
+        b: FusedBatch<'_>,
+        h: &Fp8TokenRows,
+        w: &Fp8ChannelWeights,
+        weights: &CudaView<'_, f32>,
+        pairs: &mut impl DevicePtrMut<bf16>,
+    ) -> Result<()> {
+        self.check_batch(&b)?;
+        check_fp8_operands((h.rows(), h.k()), (w.experts(), w.n(), w.k()), b.layout.dims().capacity(), "h")?;
+        let scatter = Some(launch::FusedScatter { weights, bias: None });
+        let launch = self.launch_params(&b, w.n(), w.k(), scatter);
+        let (hq, hs, wq, ws) = (h.q(), h.scales(), w.q(), w.scales());
+        let ops = launch::FusedFp8Operands { a: &hq, sa: &hs, b: &wq, sb: &ws };
+        launch::launch_fused_gemm_fp8(b.stream, (b.tile.fp8()?, FusedFp8Scales::Channel), &launch, ops, pairs)
     }
 
     fn check(&self, b: &FusedBatch<'_>, n: usize, kdim: usize) -> Result<()> {
@@ -461,16 +506,12 @@ impl FusedGemm {
     }
 }
 
-/// An FP8 operand's rows (`rows` used) and K against its weights'.
-fn check_fp8_operands(a: &Fp8Rows, w: &Fp8BlockWeights, rows: usize, name: &str) -> Result<()> {
-    if a.k() != w.k() || a.rows() < rows {
+/// An FP8 operand's `[rows, K]` (`rows` used) against its weights' `[experts, N, K]`.
+fn check_fp8_operands(a: (usize, usize), w: (usize, usize, usize), rows: usize, name: &str) -> Result<()> {
+    if a.1 != w.2 || a.0 < rows {
         return Err(Error::InvalidProblem(format!(
             "FP8 fused GEMM: {name} is [{}, {}], the weights [{}, {}, {}]: need K equal and at least {rows} rows",
-            a.rows(),
-            a.k(),
-            w.experts(),
-            w.n(),
-            w.k()
+            a.0, a.1, w.0, w.1, w.2
         )));
     }
     Ok(())

@@ -5,21 +5,56 @@
 //!
 //! SM100's kernel is compiled and SASS-checked, never run on hardware ([`crate::kernels::grouped_mx`]).
 
+/// A block-scaled plan's constructors: `new`, which queries the device of `stream`, and `for_device` (its docs and
+/// body given), both over one pair of formats and `groups` experts of `[n, k]` over at most `max_rows` rows. The
+/// three plans of the family take the same seven arguments.
+macro_rules! mx_planners {
+    (
+        $(#[$attr:meta])*
+        fn for_device($device:ident, $a:ident, $w:ident, $groups:ident, $n:ident, $k:ident, $max_rows:ident)
+            $body:block
+    ) => {
+        /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the
+        /// device of `stream`.
+        ///
+        /// # Errors
+        /// As [`Self::for_device`]; driver errors of the device query.
+        pub fn new(
+            stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+            activations: $crate::kernels::mx::MxFormat,
+            weights: $crate::kernels::mx::MxFormat,
+            groups: usize,
+            n: usize,
+            k: usize,
+            max_rows: usize,
+        ) -> $crate::error::Result<Self> {
+            let device = $crate::device::DeviceInfo::query(stream.context())?;
+            Self::for_device(device, activations, weights, groups, n, k, max_rows)
+        }
+
+        $(#[$attr])*
+        pub fn for_device(
+            $device: $crate::device::DeviceInfo,
+            $a: $crate::kernels::mx::MxFormat,
+            $w: $crate::kernels::mx::MxFormat,
+            $groups: usize,
+            $n: usize,
+            $k: usize,
+            $max_rows: usize,
+        ) -> $crate::error::Result<Self> $body
+    };
+}
+
 #[allow(unsafe_code)] // floor 0: the launcher over the bridge
 mod launch;
 pub mod portable;
 pub mod sm100;
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaStream, DevicePtrMut};
 use half::bf16;
 
-use crate::device::{Arch, DeviceInfo, KernelFamily};
-use crate::error::{Error, Result};
+use crate::device::{Arch, KernelFamily};
+use crate::error::Error;
 use crate::kernels::plan::{self, Workspace};
-use crate::layouts::GroupRows;
-use crate::status::DeviceStatus;
 use portable::GroupedGemmMxPortable;
 use sm100::{GroupedGemmMx, MxConfig, MxFormat, MxRows, MxWeights};
 
@@ -36,46 +71,24 @@ pub struct MxGemm {
 }
 
 impl MxGemm {
-    /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the device
-    /// of `stream`.
-    ///
-    /// # Errors
-    /// As [`Self::for_device`]; driver errors of the device query.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        stream: &Arc<CudaStream>,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
-    }
-
-    /// Plans for an already queried device: SM100's kernel on compute capability 10.0 (with its default
-    /// configuration, [`MxConfig::default_for`]), the portable one on 9.0.
-    ///
-    /// # Errors
-    /// The chosen plan's: [`Error::KernelNotBuilt`] for a pair of formats no kernel computes,
-    /// [`Error::InvalidProblem`] for extents it cannot take, [`Error::UnsupportedArch`] naming the device on any
-    /// other arch.
-    pub fn for_device(
-        device: DeviceInfo,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        let (a, w) = (activations, weights);
-        let plan = match plan::device_arch(&device, "grouped_gemm_mx", KernelFamily::GroupedGemmMxPortable)? {
-            Arch::Sm100 => Planned::Sm100(GroupedGemmMx::for_device(device, a, w, groups, n, k, max_rows)?),
-            Arch::Sm90 => Planned::Portable(GroupedGemmMxPortable::for_device(device, a, w, groups, n, k, max_rows)?),
-        };
-        Ok(MxGemm { plan })
+    mx_planners! {
+        /// Plans for an already queried device: SM100's kernel on compute capability 10.0 (with its default
+        /// configuration, [`MxConfig::default_for`]), the portable one on 9.0.
+        ///
+        /// # Errors
+        /// The chosen plan's: [`Error::KernelNotBuilt`] for a pair of formats no kernel computes,
+        /// [`Error::InvalidProblem`] for extents it cannot take, [`Error::UnsupportedArch`] naming the device on any
+        /// other arch.
+        fn for_device(device, activations, weights, groups, n, k, max_rows) {
+            let (a, w) = (activations, weights);
+            let plan = match plan::device_arch(&device, "grouped_gemm_mx", KernelFamily::GroupedGemmMxPortable)? {
+                Arch::Sm100 => Planned::Sm100(GroupedGemmMx::for_device(device, a, w, groups, n, k, max_rows)?),
+                Arch::Sm90 => {
+                    Planned::Portable(GroupedGemmMxPortable::for_device(device, a, w, groups, n, k, max_rows)?)
+                }
+            };
+            Ok(MxGemm { plan })
+        }
     }
 
     /// Whether the plan runs the portable kernel (Hopper) rather than SM100's.
@@ -104,29 +117,22 @@ impl MxGemm {
         }
     }
 
-    /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] (SM100) when no workspace is given; the chosen plan's launch errors.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: MxRows<'_>,
-        b: MxWeights<'_>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: Option<&mut Workspace>,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        match &self.plan {
-            Planned::Sm100(p) => {
-                let workspace = workspace.ok_or_else(|| {
-                    Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
-                })?;
-                p.launch(stream, a, b, rows, d, workspace, status)
+    grouped_launch! {
+        /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+        ///
+        /// # Errors
+        /// [`Error::InvalidProblem`] (SM100) when no workspace is given; the chosen plan's launch errors.
+        fn launch(&self, stream, a: MxRows<'_>, b: MxWeights<'_>, rows,
+            d: bf16, workspace: Option<&mut Workspace>, status) {
+            match &self.plan {
+                Planned::Sm100(p) => {
+                    let workspace = workspace.ok_or_else(|| {
+                        Error::InvalidProblem("scratch capacity: the scratch holds no GEMM workspace".into())
+                    })?;
+                    p.launch(stream, a, b, rows, d, workspace, status)
+                }
+                Planned::Portable(p) => p.launch(stream, a, b, rows, d, status),
             }
-            Planned::Portable(p) => p.launch(stream, a, b, rows, d, status),
         }
     }
 }
@@ -134,6 +140,7 @@ impl MxGemm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::DeviceInfo;
 
     #[test]
     fn picks_the_portable_kernel_on_hopper_and_sm100s_on_blackwell() {

@@ -50,45 +50,22 @@ pub struct GroupedGemmMxPortable {
 }
 
 impl GroupedGemmMxPortable {
-    /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the device
-    /// of `stream`.
-    ///
-    /// # Errors
-    /// As [`Self::for_device`]; driver errors of the device query.
-    pub fn new(
-        stream: &Arc<CudaStream>,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
-    }
-
-    /// Plans for an already queried device.
-    ///
-    /// # Errors
-    /// As [`GroupedGemmMx::for_device`](super::sm100::GroupedGemmMx::for_device), with the same texts:
-    /// [`Error::KernelNotBuilt`](crate::Error::KernelNotBuilt) for a pair of formats the SM100 kernels do not
-    /// compute (FP8 x NVFP4 among them); [`Error::InvalidProblem`](crate::Error::InvalidProblem) for `n` or `k`
-    /// not positive multiples of 128 and the extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`];
-    /// [`Error::UnsupportedArch`](crate::Error::UnsupportedArch) naming the device on one this family has no SASS
-    /// for ([`KernelFamily::GroupedGemmMxPortable`]: SM90 and SM100).
-    pub fn for_device(
-        device: DeviceInfo,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        let shape = MxShape { groups, n, k, max_rows };
-        let config = check_plan(activations, weights, shape)?;
-        device.require(OP, KernelFamily::GroupedGemmMxPortable)?;
-        Ok(GroupedGemmMxPortable { shape, config, device })
+    mx_planners! {
+        /// Plans for an already queried device.
+        ///
+        /// # Errors
+        /// As [`GroupedGemmMx::for_device`](super::sm100::GroupedGemmMx::for_device), with the same texts:
+        /// [`Error::KernelNotBuilt`](crate::Error::KernelNotBuilt) for a pair of formats the SM100 kernels do not
+        /// compute (FP8 x NVFP4 among them); [`Error::InvalidProblem`](crate::Error::InvalidProblem) for `n` or `k`
+        /// not positive multiples of 128 and the extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`];
+        /// [`Error::UnsupportedArch`](crate::Error::UnsupportedArch) naming the device on one this family has no SASS
+        /// for ([`KernelFamily::GroupedGemmMxPortable`]: SM90 and SM100).
+        fn for_device(device, activations, weights, groups, n, k, max_rows) {
+            let shape = MxShape { groups, n, k, max_rows };
+            let config = check_plan(activations, weights, shape)?;
+            device.require(OP, KernelFamily::GroupedGemmMxPortable)?;
+            Ok(GroupedGemmMxPortable { shape, config, device })
+        }
     }
 
     /// (activations, weights).

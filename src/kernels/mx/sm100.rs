@@ -38,7 +38,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use half::bf16;
 
 use super::launch;
@@ -48,9 +48,7 @@ use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::kernels::fp8_blockwise::sm90::check_fp8_extents;
 use crate::kernels::plan::Workspace;
-use crate::layouts::GroupRows;
 use crate::quant::{Mxfp4Rows, Mxfp4Weights, Mxfp8Rows, Mxfp8Weights, Nvfp4Rows, Nvfp4Weights};
-use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm100_mx";
 
@@ -317,56 +315,50 @@ pub(super) fn operands<'a>(
     Ok(launch::MxOperands { a: aq, sfa, sfa_bases, b: bq, sfb, tensor_scales })
 }
 
-/// The activations of a launch.
-#[derive(Clone, Copy, Debug)]
-pub enum MxRows<'a> {
-    Mxfp8(&'a Mxfp8Rows),
-    Mxfp4(&'a Mxfp4Rows),
-    Nvfp4(&'a Nvfp4Rows),
+/// An operand of a launch in one of the three formats (`$t8`, `$t4`, `$nv`), with its format and `$shape`
+/// (`$x` the operand): one enum and the same two matches for the activations and the weights.
+macro_rules! mx_operand {
+    ($(#[$doc:meta])* $name:ident($t8:ty, $t4:ty, $nv:ty), $(#[$shape_doc:meta])* |$x:ident| $shape:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub enum $name<'a> {
+            Mxfp8(&'a $t8),
+            Mxfp4(&'a $t4),
+            Nvfp4(&'a $nv),
+        }
+
+        impl $name<'_> {
+            pub fn format(&self) -> MxFormat {
+                match self {
+                    $name::Mxfp8(_) => MxFormat::Mxfp8,
+                    $name::Mxfp4(_) => MxFormat::Mxfp4,
+                    $name::Nvfp4(_) => MxFormat::Nvfp4,
+                }
+            }
+            $(#[$shape_doc])*
+            fn shape(&self) -> (usize, usize, usize) {
+                match self {
+                    $name::Mxfp8($x) => $shape,
+                    $name::Mxfp4($x) => $shape,
+                    $name::Nvfp4($x) => $shape,
+                }
+            }
+        }
+    };
 }
 
-impl MxRows<'_> {
-    pub fn format(&self) -> MxFormat {
-        match self {
-            MxRows::Mxfp8(_) => MxFormat::Mxfp8,
-            MxRows::Mxfp4(_) => MxFormat::Mxfp4,
-            MxRows::Nvfp4(_) => MxFormat::Nvfp4,
-        }
-    }
+mx_operand!(
+    /// The activations of a launch.
+    MxRows(Mxfp8Rows, Mxfp4Rows, Nvfp4Rows),
     /// (max_rows, K, groups).
-    fn shape(&self) -> (usize, usize, usize) {
-        match self {
-            MxRows::Mxfp8(a) => (a.max_rows(), a.k(), a.groups()),
-            MxRows::Mxfp4(a) => (a.max_rows(), a.k(), a.groups()),
-            MxRows::Nvfp4(a) => (a.max_rows(), a.k(), a.groups()),
-        }
-    }
-}
-
-/// The expert weights of a launch.
-#[derive(Clone, Copy, Debug)]
-pub enum MxWeights<'a> {
-    Mxfp8(&'a Mxfp8Weights),
-    Mxfp4(&'a Mxfp4Weights),
-    Nvfp4(&'a Nvfp4Weights),
-}
-
-impl MxWeights<'_> {
-    pub fn format(&self) -> MxFormat {
-        match self {
-            MxWeights::Mxfp8(_) => MxFormat::Mxfp8,
-            MxWeights::Mxfp4(_) => MxFormat::Mxfp4,
-            MxWeights::Nvfp4(_) => MxFormat::Nvfp4,
-        }
-    }
-    fn shape(&self) -> (usize, usize, usize) {
-        match self {
-            MxWeights::Mxfp8(w) => (w.experts(), w.n(), w.k()),
-            MxWeights::Mxfp4(w) => (w.experts(), w.n(), w.k()),
-            MxWeights::Nvfp4(w) => (w.experts(), w.n(), w.k()),
-        }
-    }
-}
+    |a| (a.max_rows(), a.k(), a.groups())
+);
+mx_operand!(
+    /// The expert weights of a launch.
+    MxWeights(Mxfp8Weights, Mxfp4Weights, Nvfp4Weights),
+    /// (experts, N, K).
+    |w| (w.experts(), w.n(), w.k())
+);
 
 /// A block-scaled grouped GEMM planned for one pair of formats, one shape and one SM100 device.
 #[derive(Debug)]
@@ -381,48 +373,25 @@ pub struct GroupedGemmMx {
 }
 
 impl GroupedGemmMx {
-    /// Plans `activations x weights` for `groups` experts of `[n, k]` over at most `max_rows` rows, on the
-    /// device of `stream`.
-    ///
-    /// # Errors
-    /// As [`Self::for_device`]; driver errors of the device query.
-    pub fn new(
-        stream: &Arc<CudaStream>,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        Self::for_device(DeviceInfo::query(stream.context())?, activations, weights, groups, n, k, max_rows)
-    }
-
-    /// Plans for an already queried device, with the configuration [`MxConfig::default_for`] picks (2-SM for
-    /// prefill shapes; [`Self::with_config`] overrides it).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
-    /// among them); [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole 128-wide MMA
-    /// tiles of N and whole scale atoms of K; for MXFP4 weights under FP8 activations also CUTLASS's
-    /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here; pad it
-    /// to 2944, exactly, with [`crate::quant::Mxfp4::pad_k`] or
-    /// [`GptOssMxfp4Experts::padded_for_sm100`](crate::checkpoint::GptOssMxfp4Experts::padded_for_sm100)) and the
-    /// extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`]; [`Error::UnsupportedArch`] naming the device and the arch
-    /// the kernels need (SM100) on any other device.
-    pub fn for_device(
-        device: DeviceInfo,
-        activations: MxFormat,
-        weights: MxFormat,
-        groups: usize,
-        n: usize,
-        k: usize,
-        max_rows: usize,
-    ) -> Result<Self> {
-        check_plan(activations, weights, MxShape { groups, n, k, max_rows })?;
-        device.require(OP, KernelFamily::GroupedGemmSm100)?;
-        let config = MxConfig::default_for(activations, weights, groups, n, max_rows)?;
-        Self::planned(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes: 0 })
+    mx_planners! {
+        /// Plans for an already queried device, with the configuration [`MxConfig::default_for`] picks (2-SM for
+        /// prefill shapes; [`Self::with_config`] overrides it).
+        ///
+        /// # Errors
+        /// [`Error::KernelNotBuilt`] for a pair of formats with no kernel ([`MxConfig::for_formats`]: FP8 x NVFP4
+        /// among them); [`Error::InvalidProblem`] for `n` or `k` not positive multiples of 128 (whole 128-wide MMA
+        /// tiles of N and whole scale atoms of K; for MXFP4 weights under FP8 activations also CUTLASS's
+        /// 128-element rows of a 4-bit operand under `kind::mxf8f6f4`: gpt-oss's K = 2880 is refused here; pad it
+        /// to 2944, exactly, with [`crate::quant::Mxfp4::pad_k`] or
+        /// [`GptOssMxfp4Experts::padded_for_sm100`](crate::checkpoint::GptOssMxfp4Experts::padded_for_sm100))
+        /// and the extents of [`crate::kernels::grouped_fp8::GroupedGemmFp8Shape::new`];
+        /// [`Error::UnsupportedArch`] naming the device and the arch the kernels need (SM100) on any other device.
+        fn for_device(device, activations, weights, groups, n, k, max_rows) {
+            check_plan(activations, weights, MxShape { groups, n, k, max_rows })?;
+            device.require(OP, KernelFamily::GroupedGemmSm100)?;
+            let config = MxConfig::default_for(activations, weights, groups, n, max_rows)?;
+            Self::planned(GroupedGemmMx { groups, n, k, max_rows, config, device, workspace_bytes: 0 })
+        }
     }
 
     /// The same plan with `config` in place of [`MxConfig::default_for`]'s choice, e.g. the 1-SM or the 2-SM
@@ -482,27 +451,19 @@ impl GroupedGemmMx {
         Workspace::zeroed(stream, self.workspace_bytes())
     }
 
-    /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's formats or shape; [`Error::Buffer`] for
-    /// short or misaligned buffers; [`Error::WorkspaceTooSmall`]; launch errors.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch<'r>(
-        &self,
-        stream: &Arc<CudaStream>,
-        a: MxRows<'_>,
-        b: MxWeights<'_>,
-        rows: impl Into<GroupRows<'r>>,
-        d: &mut impl DevicePtrMut<bf16>,
-        workspace: &mut Workspace,
-        status: &mut DeviceStatus,
-    ) -> Result<()> {
-        let shape = MxShape { groups: self.groups, n: self.n, k: self.k, max_rows: self.max_rows };
-        let ops = operands(self.config.formats(), shape, a, b)?;
-        let plan = shape.plan(self.config, self.config.tile().1, &self.device, self.workspace_bytes);
-        let rows = rows.into();
-        launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+    grouped_launch! {
+        /// Queues `D = alpha_g · A · Bᵀ` with both operands' block scales over the groups `rows` describes.
+        ///
+        /// # Errors
+        /// [`Error::InvalidProblem`] when `a` or `b` is not of the plan's formats or shape; [`Error::Buffer`] for
+        /// short or misaligned buffers; [`Error::WorkspaceTooSmall`]; launch errors.
+        fn launch(&self, stream, a: MxRows<'_>, b: MxWeights<'_>, rows, d: bf16, workspace: &mut Workspace, status) {
+            let shape = MxShape { groups: self.groups, n: self.n, k: self.k, max_rows: self.max_rows };
+            let ops = operands(self.config.formats(), shape, a, b)?;
+            let plan = shape.plan(self.config, self.config.tile().1, &self.device, self.workspace_bytes);
+            let rows = rows.into();
+            launch::launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
+        }
     }
 }
 
