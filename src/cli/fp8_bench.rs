@@ -5,7 +5,7 @@
 //! `F.grouped_mm` (bf16) and `torch._scaled_grouped_mm` (e4m3, row-wise scales) on the same shapes
 //! (benches/peers/grouped_mm_peer.py with its fp8 part on: `--fp8-peer` is implied).
 //!
-//! Shapes (DeepGEMM's README tables, shared/FP8_NOTES.md §C): N x K = 4096 x 7168 (DeepSeek-V3's w13) and
+//! Shapes (the tables of DeepGEMM's README): N x K = 4096 x 7168 (DeepSeek-V3's w13) and
 //! 7168 x 2048 (w2), over
 //! * contiguous layouts of 4 x 8192 and 8 x 4096 rows (groups back to back, `GroupRows::Offsets`), and
 //! * masked layouts of 1 x 1024, 2 x 512 and 4 x 256 rows (`GroupRows::Masked`, `max_m` = the rows per group,
