@@ -131,8 +131,17 @@
 #![warn(missing_debug_implementations)]
 
 /// Plain getters, `pub fn field(&self) -> Type { self.field }` with their docs, written once for the weight and
-/// plan types that expose their small `Copy` fields (experts, N, K, H, I): `getters!(experts: usize, n: usize)`.
+/// plan types that expose their small `Copy` fields (experts, N, K, H, I): `getters!(experts: usize, n: usize)`;
+/// `getters!(in dims; experts: usize)` reads `self.dims.experts`.
 macro_rules! getters {
+    (in $via:ident; $($(#[$doc:meta])* $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(&self) -> $ty {
+                self.$via.$field
+            }
+        )*
+    };
     ($($(#[$doc:meta])* $field:ident: $ty:ty),* $(,)?) => {
         $(
             $(#[$doc])*

@@ -63,35 +63,22 @@
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
 //! graph, many layers back to back.
 
-/// The [`weights::sealed::Common`] facts of a weights type whose fields are named as [`ExpertWeights`]'s (`experts`,
-/// `hidden`, `inter`, `activation`, `device()`, `bytes()`), with its `format`; the other facts (no shared groups,
-/// concatenated gate/up, no biases unless given) as `field: value` overrides.
+/// The [`weights::sealed::Common`] facts of a weights type with `dims` (its extents and gate/up format),
+/// `device()` and `bytes()`, with its `format`; biases (none unless given) as `field: value` overrides.
 macro_rules! weights_common {
     ($w:expr, $format:expr $(, $field:ident: $value:expr)* $(,)?) => {{
         #[allow(unused_mut)]
-        let mut c = Common {
-            format: $format,
-            experts: $w.experts,
-            shared_groups: 0,
-            hidden: $w.hidden,
-            inter: $w.inter,
-            gate_up: GateUp::Concatenated,
-            activation: $w.activation,
-            b13: None,
-            b2: None,
-            device: $w.device(),
-            bytes: $w.bytes(),
-        };
+        let mut c = Common { format: $format, dims: $w.dims, b13: None, b2: None, device: $w.device(), bytes: $w.bytes() };
         $(c.$field = $value;)*
         c
     }};
 }
 
-/// The getters of a weights type that may hold a shared expert after its routed experts (fields named as
-/// [`ExpertWeights`]'s), with `groups()` of visibility `$vis`.
+/// The getters of a weights type that may hold a shared expert after its routed experts (its `dims`), with
+/// `groups()` of visibility `$vis`.
 macro_rules! routed_and_shared_getters {
     ($vis:vis) => {
-        getters!(
+        getters!(in dims;
             /// Routed experts (without the shared-expert groups).
             experts: usize,
             /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
@@ -103,7 +90,7 @@ macro_rules! routed_and_shared_getters {
         );
         /// Experts every tensor holds: the routed ones and the shared groups.
         $vis fn groups(&self) -> usize {
-            self.experts + self.shared_groups
+            self.dims.groups()
         }
     };
 }
@@ -297,7 +284,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     ) -> Result<Self> {
         let mut local: Vec<i32> = expert_map.iter().copied().filter(|&l| l >= 0).collect();
         local.sort_unstable();
-        let experts = weights.common().experts;
+        let experts = weights.common().dims.experts;
         if local != (0..experts as i32).collect::<Vec<_>>() {
             return Err(Error::InvalidProblem(format!(
                 "expert_map must give each of the {experts} local experts exactly one global id (and -1 to the rest); it gives {local:?}"
@@ -319,13 +306,13 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let c = weights.common();
         same_device("the weights", c.device, device.ordinal)?;
         let shape = LayerShape {
-            experts: c.experts,
-            global_experts: expert_map.map_or(c.experts, <[i32]>::len),
+            experts: c.dims.experts,
+            global_experts: expert_map.map_or(c.dims.experts, <[i32]>::len),
             top_k: options.top_k,
-            shared_groups: c.shared_groups,
-            hidden: c.hidden,
-            inter: c.inter,
-            gated: c.activation.gated(),
+            shared_groups: c.dims.shared_groups,
+            hidden: c.dims.hidden,
+            inter: c.dims.inter,
+            gated: c.dims.activation.gated(),
         };
         let shipped = (options.tuned.is_none() && options.shipped_tuning)
             .then(|| TunedBackends::shipped(&device.name, c.format, shape.global_experts, shape.inter))
