@@ -260,16 +260,7 @@ pub(super) fn same(s: &mut CudaSlice<bf16>) -> &mut CudaSlice<bf16> {
     s
 }
 
-impl Sealed<bf16> for Fp8ExpertWeights {
-    fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Fp8Block, b13: self.b13.as_ref(), b2: self.b2.as_ref())
-    }
-    fn parts(&self) -> Parts<'_, bf16> {
-        Parts::Fp8(self, IsBf16(same))
-    }
-}
-
-impl LayerWeights<bf16> for Fp8ExpertWeights {}
+bf16_layer_weights!(Fp8ExpertWeights, WeightFormat::Fp8Block, Fp8, biases b13, b2);
 
 #[cfg(test)]
 mod tests {

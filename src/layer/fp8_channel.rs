@@ -254,16 +254,7 @@ pub(crate) fn check_backend_shape(backend: Backend, hidden: usize, inter: usize)
 /// The column block of the decode kernels and the fused GEMMs' widest N tile.
 const BLOCK: usize = 128;
 
-impl Sealed<bf16> for Fp8ChannelExpertWeights {
-    fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Fp8Channel)
-    }
-    fn parts(&self) -> Parts<'_, bf16> {
-        Parts::Fp8Channel(self, IsBf16(same))
-    }
-}
-
-impl LayerWeights<bf16> for Fp8ChannelExpertWeights {}
+bf16_layer_weights!(Fp8ChannelExpertWeights, WeightFormat::Fp8Channel, Fp8Channel);
 
 #[cfg(test)]
 mod tests {

@@ -74,6 +74,23 @@ macro_rules! weights_common {
     }};
 }
 
+/// `Sealed<bf16>` and `LayerWeights<bf16>` for a kind of quantised weights (bf16 activations): its `format`, its
+/// [`weights::sealed::Parts`] variant and, if it has them, its bias fields.
+macro_rules! bf16_layer_weights {
+    ($ty:ty, $format:expr, $part:ident $(, biases $b13:ident, $b2:ident)?) => {
+        impl Sealed<bf16> for $ty {
+            fn common(&self) -> Common<'_> {
+                weights_common!(self, $format $(, $b13: self.$b13.as_ref(), $b2: self.$b2.as_ref())?)
+            }
+            fn parts(&self) -> Parts<'_, bf16> {
+                Parts::$part(self, IsBf16(same))
+            }
+        }
+
+        impl LayerWeights<bf16> for $ty {}
+    };
+}
+
 /// The getters of a weights type that may hold a shared expert after its routed experts (its `dims`), with
 /// `groups()` of visibility `$vis`.
 macro_rules! routed_and_shared_getters {

@@ -189,16 +189,7 @@ impl Mxfp4ExpertWeights {
     }
 }
 
-impl Sealed<bf16> for Mxfp4ExpertWeights {
-    fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Mxfp4, b13: self.b13.as_ref(), b2: self.b2.as_ref())
-    }
-    fn parts(&self) -> Parts<'_, bf16> {
-        Parts::Mx(self, IsBf16(same))
-    }
-}
-
-impl LayerWeights<bf16> for Mxfp4ExpertWeights {}
+bf16_layer_weights!(Mxfp4ExpertWeights, WeightFormat::Mxfp4, Mx, biases b13, b2);
 
 #[cfg(test)]
 mod tests {

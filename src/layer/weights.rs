@@ -192,41 +192,37 @@ fn upload_parts<'a, T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
 
 pub use crate::backend::WeightFormat;
 
+/// [`LayerWeights`]' provided methods, each a fact of the sealed `common()`: `name: Type = path;`.
+macro_rules! common_getters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $($path:ident).+;)*) => {
+        $(
+            $(#[$doc])*
+            fn $name(&self) -> $ty {
+                self.common().$($path).+
+            }
+        )*
+    };
+}
+
 /// Expert weights a [`MoeLayer`](super::MoeLayer) computes with, for activations of element type `T`:
 /// [`ExpertWeights<T>`] (dense, any element type), [`Fp8ExpertWeights`](super::Fp8ExpertWeights) (block FP8,
 /// bf16 activations) or [`Mxfp4ExpertWeights`](super::Mxfp4ExpertWeights) (MXFP4, bf16 activations). Sealed: the layer knows how to multiply each of them.
 pub trait LayerWeights<T: Element>: sealed::Sealed<T> + std::fmt::Debug + Send + Sync {
-    /// How the weights are stored.
-    fn format(&self) -> WeightFormat {
-        self.common().format
-    }
-    /// Routed experts (without the shared-expert groups).
-    fn experts(&self) -> usize {
-        self.common().dims.experts
-    }
-    /// Shared-expert groups appended after the routed experts (0 without a shared expert).
-    fn shared_groups(&self) -> usize {
-        self.common().dims.shared_groups
-    }
-    fn hidden(&self) -> usize {
-        self.common().dims.hidden
-    }
-    fn inter(&self) -> usize {
-        self.common().dims.inter
-    }
-    fn gate_up(&self) -> GateUp {
-        self.common().dims.gate_up
-    }
-    fn activation(&self) -> Activation {
-        self.common().dims.activation
-    }
-    /// The ordinal of the device the weights live on.
-    fn device(&self) -> usize {
-        self.common().device
-    }
-    /// Device bytes of the weights, their scales and biases.
-    fn bytes(&self) -> usize {
-        self.common().bytes
+    common_getters! {
+        /// How the weights are stored.
+        format: WeightFormat = format;
+        /// Routed experts (without the shared-expert groups).
+        experts: usize = dims.experts;
+        /// Shared-expert groups appended after the routed experts (0 without a shared expert).
+        shared_groups: usize = dims.shared_groups;
+        hidden: usize = dims.hidden;
+        inter: usize = dims.inter;
+        gate_up: GateUp = dims.gate_up;
+        activation: Activation = dims.activation;
+        /// The ordinal of the device the weights live on.
+        device: usize = device;
+        /// Device bytes of the weights, their scales and biases.
+        bytes: usize = bytes;
     }
 }
 
