@@ -108,20 +108,9 @@ impl Sm100TileConfig {
     }
 }
 
-impl From<Sm100TileConfig> for launch::Sm100TileConfig {
-    fn from(c: Sm100TileConfig) -> Self {
-        match c {
-            Sm100TileConfig::Mma1Sm128x256x64 => launch::Sm100TileConfig::Mma1Sm128x256x64,
-            Sm100TileConfig::Mma1Sm128x128x64 => launch::Sm100TileConfig::Mma1Sm128x128x64,
-        }
-    }
-}
+variants_into!(Sm100TileConfig => launch::Sm100TileConfig { Mma1Sm128x256x64, Mma1Sm128x128x64 });
 
-impl std::fmt::Display for Sm100TileConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Sm100TileConfig);
 
 /// Compile-time facts of a built [`Sm100TileConfig`], read from the CUTLASS types of the compiled kernel.
 #[non_exhaustive]

@@ -111,20 +111,11 @@ impl Fp8Sm100Config {
     }
 }
 
-impl From<Fp8Sm100Config> for launch::Fp8TileConfig {
-    fn from(c: Fp8Sm100Config) -> Self {
-        match c {
-            Fp8Sm100Config::Blockwise1Sm128x128x128 => launch::Fp8TileConfig::Sm100Blockwise1Sm128x128x128,
-            Fp8Sm100Config::Blockwise2Sm256x128x128 => launch::Fp8TileConfig::Sm100Blockwise2Sm256x128x128,
-        }
-    }
-}
+variants_into!(Fp8Sm100Config => launch::Fp8TileConfig {
+    Blockwise1Sm128x128x128 => Sm100Blockwise1Sm128x128x128, Blockwise2Sm256x128x128 => Sm100Blockwise2Sm256x128x128
+});
 
-impl std::fmt::Display for Fp8Sm100Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Fp8Sm100Config);
 
 /// An SM100 FP8 blockwise grouped GEMM planned for one shape and device.
 #[derive(Debug)]

@@ -192,20 +192,9 @@ impl Fp8TileConfig {
     }
 }
 
-impl From<Fp8TileConfig> for launch::Fp8TileConfig {
-    fn from(c: Fp8TileConfig) -> Self {
-        match c {
-            Fp8TileConfig::Cooperative128x128x128 => launch::Fp8TileConfig::Cooperative128x128x128,
-            Fp8TileConfig::Pingpong64x128x128 => launch::Fp8TileConfig::Pingpong64x128x128,
-        }
-    }
-}
+variants_into!(Fp8TileConfig => launch::Fp8TileConfig { Cooperative128x128x128, Pingpong64x128x128 });
 
-impl std::fmt::Display for Fp8TileConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Fp8TileConfig);
 
 impl Fp8KernelFacts {
     pub(crate) fn from_ffi(f: &launch::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {

@@ -157,22 +157,11 @@ impl Fp8RowwiseConfig {
     }
 }
 
-impl From<Fp8RowwiseConfig> for launch::Fp8RowwiseConfig {
-    fn from(c: Fp8RowwiseConfig) -> Self {
-        use launch::Fp8RowwiseConfig as F;
-        match c {
-            Fp8RowwiseConfig::FastAccumPingpong64x128x128 => F::FastAccumPingpong64x128x128,
-            Fp8RowwiseConfig::FastAccumCooperative128x128x128 => F::FastAccumCooperative128x128x128,
-            Fp8RowwiseConfig::PromotedCooperative128x128x128 => F::PromotedCooperative128x128x128,
-        }
-    }
-}
+variants_into!(Fp8RowwiseConfig => launch::Fp8RowwiseConfig {
+    FastAccumPingpong64x128x128, FastAccumCooperative128x128x128, PromotedCooperative128x128x128
+});
 
-impl std::fmt::Display for Fp8RowwiseConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Fp8RowwiseConfig);
 
 /// Options of a [`GroupedGemmFp8Rowwise`] plan.
 #[derive(Clone, Copy, Debug, Default)]
