@@ -118,9 +118,7 @@ impl TileConfig {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<TileConfig> {
-        TileConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
+    config_queries!();
 
     /// Whether this configuration was compiled for `dtype` into the linked library.
     pub fn is_built(self, dtype: DType) -> bool {

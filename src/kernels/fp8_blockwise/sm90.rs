@@ -38,7 +38,6 @@ use half::bf16;
 
 use super::launch;
 use crate::device::DeviceInfo;
-use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 use crate::kernels::plan::{self, Workspace};
@@ -159,23 +158,9 @@ impl Fp8TileConfig {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Fp8TileConfig> {
-        Fp8TileConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// Whether this configuration was compiled into the linked library.
-    pub fn is_built(self) -> bool {
-        launch::built(self.into())
-    }
-
-    /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] when it was not compiled.
-    pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = launch::facts(self.into())?;
-        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
-    }
+    config_queries!(fp8
+        /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
+    );
 
     /// The default for `groups` groups over about `expected_rows` rows in all: 64-row ping-pong tiles up to
     /// 64 rows per group (decode: a 128-row tile would leave at least half its MMA rows idle), 128x128
@@ -345,19 +330,7 @@ pub(crate) fn launch_planned(
     scaled_launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 
-impl plan::ArchConfig for Fp8TileConfig {
-    const OP: &'static str = OP;
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
-    fn name(self) -> &'static str {
-        Fp8TileConfig::name(self)
-    }
-    fn built(self, _: Option<crate::dtype::DType>) -> bool {
-        self.is_built()
-    }
-    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        launch::workspace_bytes(self.into(), groups, sm_count)
-    }
-}
+arch_config!(Fp8TileConfig, OP, GroupedGemmSm90Fp8, one_dtype launch::workspace_bytes);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).

@@ -31,7 +31,6 @@ use half::bf16;
 
 use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
 use crate::device::DeviceInfo;
-use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 
@@ -124,23 +123,11 @@ impl Fp8RowwiseConfig {
             Fp8RowwiseConfig::PromotedCooperative128x128x128 => "fp8-rowwise-promoted-coop-128x128x128",
         }
     }
-    pub fn from_name(name: &str) -> Option<Fp8RowwiseConfig> {
-        Fp8RowwiseConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
-    pub fn is_built(self) -> bool {
-        launch::built(self.into())
-    }
-
-    /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
-    /// (`scale_block_a = (1, 0)`: one per row over all of K), no two-level accumulation, and for FastAccum no
-    /// promotion (`promotion_k = 0`).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] when it was not compiled.
-    pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = launch::facts(self.into())?;
-        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
-    }
+    config_queries!(fp8
+        /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
+        /// (`scale_block_a = (1, 0)`: one per row over all of K), no two-level accumulation, and for FastAccum no
+        /// promotion (`promotion_k = 0`).
+    );
 
     /// The default for `accumulation` over `groups` groups of about `expected_rows` rows in all: 64-row
     /// ping-pong tiles up to 64 rows per group with fast accumulation, 128-row cooperative tiles above; the
@@ -237,19 +224,7 @@ impl GroupedGemmFp8Rowwise {
     }
 }
 
-impl plan::ArchConfig for Fp8RowwiseConfig {
-    const OP: &'static str = OP;
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
-    fn name(self) -> &'static str {
-        Fp8RowwiseConfig::name(self)
-    }
-    fn built(self, _: Option<crate::dtype::DType>) -> bool {
-        self.is_built()
-    }
-    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        launch::workspace_bytes(self.into(), groups, sm_count)
-    }
-}
+arch_config!(Fp8RowwiseConfig, OP, GroupedGemmSm90Fp8, one_dtype launch::workspace_bytes);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).

@@ -119,9 +119,7 @@ impl MxConfig {
             MxConfig::Mxf8Mma2Sm256x256x128 => "mxf8-2sm-256x256x128",
         }
     }
-    pub fn from_name(name: &str) -> Option<MxConfig> {
-        MxConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
+    config_queries!();
     /// (activations, weights).
     pub const fn formats(self) -> (MxFormat, MxFormat) {
         match self {
