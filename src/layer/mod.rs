@@ -268,6 +268,15 @@ pub struct MoeLayer<T: Element, W: LayerWeights<T> = ExpertWeights<T>> {
     gemms: Vec<GemmPair<T>>,
 }
 
+/// A forward's routed inputs as the caller gave them: `x [T, H]`, the router's `topk_ids` and `topk_weights`
+/// `[T, k]`, and the shared expert's weight per token `[T, 1]` (`None`: 1).
+struct Routed<'v, 'a, T> {
+    x: &'v MatrixView<'a, T>,
+    ids: &'v MatrixView<'a, i32>,
+    weights: &'v MatrixView<'a, f32>,
+    shared: Option<&'v MatrixView<'a, f32>>,
+}
+
 impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// Plans the layer on `stream`'s device for `options.max_tokens` tokens per pass over `weights` (shared:
     /// pass an `Arc` clone to plan several layers, streams or micro-batches over one upload).
@@ -529,51 +538,43 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         topk_weights: &MatrixView<'_, f32>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        self.forward_passes(stream, scratch, x, topk_ids, topk_weights, None, y)
+        self.forward_passes(stream, scratch, Routed { x, ids: topk_ids, weights: topk_weights, shared: None }, y)
     }
 
-    /// Validates, then runs the passes; `shared` is the shared expert's weight `[T, 1]` (`None`: 1).
-    #[allow(clippy::too_many_arguments)]
+    /// Validates, then runs the passes.
     fn forward_passes(
         &self,
         stream: &Arc<CudaStream>,
         scratch: &mut MoeScratch<T>,
-        x: &MatrixView<'_, T>,
-        topk_ids: &MatrixView<'_, i32>,
-        topk_weights: &MatrixView<'_, f32>,
-        shared: Option<&MatrixView<'_, f32>>,
+        r: Routed<'_, '_, T>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        self.validate(stream, scratch, x, topk_ids, topk_weights, &mut *y)?;
-        self.validate_shared(x.rows(), shared)?;
-        let tokens = x.rows();
+        self.validate(stream, scratch, r.x, r.ids, r.weights, &mut *y)?;
+        self.validate_shared(r.x.rows(), r.shared)?;
+        let tokens = r.x.rows();
         for step in self.steps(tokens) {
             step?;
         }
         // The extended routing's buffers leave the scratch for the passes (no allocation), which then borrow the
         // rest of it, and return to it whatever the passes did.
         let mut routing = shared::TakenRouting::take(scratch);
-        let out = self.run_passes(stream, scratch, &mut routing, x, topk_ids, topk_weights, shared, y);
+        let out = self.run_passes(stream, scratch, &mut routing, r, y);
         routing.restore(scratch);
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_passes(
         &self,
         stream: &Arc<CudaStream>,
         scratch: &mut MoeScratch<T>,
         routing: &mut shared::TakenRouting,
-        x: &MatrixView<'_, T>,
-        topk_ids: &MatrixView<'_, i32>,
-        topk_weights: &MatrixView<'_, f32>,
-        shared: Option<&MatrixView<'_, f32>>,
+        r: Routed<'_, '_, T>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        for step in self.steps(x.rows()) {
+        for step in self.steps(r.x.rows()) {
             let Step { backend, lo, hi } = step?;
-            let (xs, ids, ws) = (x.row_range(lo, hi), topk_ids.row_range(lo, hi), topk_weights.row_range(lo, hi));
-            let sw = shared.map(|s| s.row_range(lo, hi));
+            let (xs, ids, ws) = (r.x.row_range(lo, hi), r.ids.row_range(lo, hi), r.weights.row_range(lo, hi));
+            let sw = r.shared.map(|s| s.row_range(lo, hi));
             let (ids, ws) = self.pass_routing(stream, &mut *routing, ids, ws, sw.as_ref())?;
             let mut ys = y.row_range_mut(lo, hi);
             let pass = PassIo { stream, scratch: &mut *scratch, x: &xs, ids: &ids, weights: &ws };
