@@ -163,6 +163,41 @@ macro_rules! config_queries {
     };
 }
 
+/// The validated shape type `$name` of an SM90 FP8 grouped GEMM: `groups` experts of `[n, k]` over at most
+/// `max_rows` rows of A, N a positive multiple of `$align` (`$why` says why), the rest as
+/// [`check_fp8_extents`](crate::kernels::fp8_blockwise::sm90::check_fp8_extents) checks it.
+macro_rules! fp8_shape {
+    ($(#[$doc:meta])* $name:ident, n in $align:expr => $why:literal, $(#[$errors:meta])*) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name {
+            groups: usize,
+            n: usize,
+            k: usize,
+            max_rows: usize,
+        }
+
+        impl $name {
+            /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
+            ///
+            /// # Errors
+            $(#[$errors])*
+            pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> $crate::error::Result<Self> {
+                if n == 0 || n % $align != 0 {
+                    return Err($crate::error::Error::InvalidProblem(format!(
+                        "N = {n} is not a positive multiple of {}: {}",
+                        $align, $why
+                    )));
+                }
+                $crate::kernels::fp8_blockwise::sm90::check_fp8_extents(groups, n, k, max_rows)?;
+                Ok($name { groups, n, k, max_rows })
+            }
+
+            shape_accessors!();
+        }
+    };
+}
+
 /// [`ArchConfig`] for a configuration enum with inherent `name()` and `is_built`: `per_dtype` for a family
 /// compiled and sized per element type (`is_built(dtype)`, `$workspace(dtype, ..)`), `one_dtype` for one
 /// (`is_built()`, `$workspace(..)`).

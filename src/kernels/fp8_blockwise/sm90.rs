@@ -48,34 +48,17 @@ use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
 
-/// The shape of an FP8 blockwise grouped GEMM, validated against the kernels' constraints (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupedGemmFp8Shape {
-    groups: usize,
-    n: usize,
-    k: usize,
-    max_rows: usize,
-}
-
-impl GroupedGemmFp8Shape {
-    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
-    ///
-    /// # Errors
+fp8_shape!(
+    /// The shape of an FP8 blockwise grouped GEMM, validated against the kernels' constraints (module docs).
+    GroupedGemmFp8Shape,
+    n in SCALE_BLOCK => "the blockwise FP8 GEMM takes whole 128 x 128 weight-scale blocks along N (one scale-grid \
+        row per N tile)",
     /// [`Error::InvalidProblem`] naming the constraint: `groups` in 1..=65536; `k` a positive multiple of 16
     /// (16-byte TMA rows of e4m3); `n` a positive multiple of 128 (whole weight-scale blocks); every extent
     /// within the kernels' 32-bit problem sizes; `G·N·K` and `max_rows·max(N, K)` within the address space.
-    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
-        if n == 0 || n % SCALE_BLOCK != 0 {
-            return Err(Error::InvalidProblem(format!(
-                "N = {n} is not a positive multiple of {SCALE_BLOCK}: the blockwise FP8 GEMM takes whole 128 x 128 \
-                 weight-scale blocks along N (one scale-grid row per N tile)"
-            )));
-        }
-        check_fp8_extents(groups, n, k, max_rows)?;
-        Ok(GroupedGemmFp8Shape { groups, n, k, max_rows })
-    }
+);
 
-    shape_accessors!();
+impl GroupedGemmFp8Shape {
     /// One expert's weight-scale grid: `(ceil(N/128), ceil(K/128))`.
     pub fn scale_grid(&self) -> (usize, usize) {
         (scale_blocks(self.n), scale_blocks(self.k))

@@ -29,9 +29,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use half::bf16;
 
-use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
+use super::fp8_blockwise::sm90::Fp8KernelFacts;
 use crate::device::DeviceInfo;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 
 use crate::kernels::plan::{self, Workspace};
@@ -41,32 +41,12 @@ pub(crate) use launch::ROWWISE_ALIGN;
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
 
-/// The shape of an FP8 rowwise grouped GEMM, validated against the kernels' constraints (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupedGemmFp8RowwiseShape {
-    groups: usize,
-    n: usize,
-    k: usize,
-    max_rows: usize,
-}
-
-impl GroupedGemmFp8RowwiseShape {
-    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] naming the constraint (module docs).
-    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
-        if n == 0 || n % ROWWISE_ALIGN != 0 {
-            return Err(Error::InvalidProblem(format!(
-                "N = {n} is not a positive multiple of {ROWWISE_ALIGN}: bf16 D rows and each expert's f32 channel \
-                 scales must start 16-byte aligned"
-            )));
-        }
-        check_fp8_extents(groups, n, k, max_rows)?;
-        Ok(GroupedGemmFp8RowwiseShape { groups, n, k, max_rows })
-    }
-    shape_accessors!();
-}
+fp8_shape!(
+    /// The shape of an FP8 rowwise grouped GEMM, validated against the kernels' constraints (module docs).
+    GroupedGemmFp8RowwiseShape,
+    n in ROWWISE_ALIGN => "bf16 D rows and each expert's f32 channel scales must start 16-byte aligned",
+    /// [`Error::InvalidProblem`](crate::error::Error::InvalidProblem) naming the constraint (module docs).
+);
 
 /// How the tensor cores' e4m3 products are summed over K.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
