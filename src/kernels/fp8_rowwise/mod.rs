@@ -166,8 +166,8 @@ impl GroupedGemmFp8Rowwise {
     /// Plans for an already queried device (no driver call).
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] unless the device is SM90; [`Error::KernelNotBuilt`] when the configuration
-    /// was not compiled.
+    /// [`Error::UnsupportedArch`](crate::error::Error::UnsupportedArch) unless the device is SM90;
+    /// [`Error::KernelNotBuilt`](crate::error::Error::KernelNotBuilt) when the configuration was not compiled.
     pub fn for_device(
         device: DeviceInfo,
         shape: GroupedGemmFp8RowwiseShape,
@@ -186,9 +186,10 @@ impl GroupedGemmFp8Rowwise {
         /// Queues `D = rowwise(A, B)` over the groups `rows` describes on `stream`.
         ///
         /// # Errors
-        /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
-        /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
-        /// or a group array is too small or misaligned; [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors.
+        /// [`Error::InvalidProblem`](crate::error::Error::InvalidProblem) when `a` or `b` does not have the plan's
+        /// shape (`a.k() == K`, `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups;
+        /// [`Error::Buffer`](crate::error::Error::Buffer) when `d` or a group array is too small or misaligned;
+        /// [`Error::WorkspaceTooSmall`](crate::error::Error::WorkspaceTooSmall); CUTLASS or CUDA launch errors.
         /// Invalid offset or count values are clamped on the device and reported into `status`.
         fn launch(&self, stream, a: &Fp8TokenRows, b: &Fp8ChannelWeights, rows,
             d: bf16, workspace: &mut Workspace, status) {
