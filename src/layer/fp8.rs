@@ -66,8 +66,9 @@ fn check_fp8_format(format: ExpertFormat, hidden: usize, inter: usize) -> Result
     }
     if format.gate_up != GateUp::Concatenated {
         return bad(format!(
-            "FP8 experts: gate/up {:?}: FP8 experts take GateUp::Concatenated only; interleaved gate and up rows \
-             would share one 128-row block's scale, which the checkpoint's per-matrix blocks never computed",
+            "FP8 experts: gate/up {:?}: block-FP8 experts take GateUp::Concatenated only; interleaved gate and up \
+             rows would share one 128-row block's scale, which the checkpoint's per-matrix blocks never computed \
+             (per-channel and per-tensor experts take them: Fp8ChannelExperts::from_gate_up)",
             format.gate_up
         ));
     }

@@ -54,7 +54,8 @@ pub(crate) enum ChannelActivations {
 /// aligned channel scales); a gated activation (w13 holds gate and up).
 #[derive(Debug)]
 pub struct Fp8ChannelExpertWeights {
-    /// Gate rows then up rows (`Concatenated`), no shared groups.
+    /// Gate rows then up rows (`Concatenated`; interleaved experts are reordered on the host,
+    /// [`Fp8ChannelExperts::from_gate_up`]), no shared groups.
     pub(crate) dims: ExpertDims,
     pub(crate) w13: Fp8ChannelWeights,
     pub(crate) w2: Fp8ChannelWeights,
