@@ -67,7 +67,11 @@ impl Backend {
     }
 }
 
-display_by_name!(Backend);
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
 
 /// A set of concrete backends.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -189,4 +193,8 @@ impl WeightFormat {
     }
 }
 
-display_by_name!(WeightFormat);
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}

@@ -44,7 +44,11 @@ impl DType {
     }
 }
 
-display_by_name!(DType);
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
 
 mod sealed {
     pub trait Sealed {}

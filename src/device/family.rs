@@ -5,6 +5,8 @@
 //! is one it has SASS for ([`crate::DeviceInfo::require`]), so that the requirement follows what was built and
 //! no module names an architecture itself.
 
+use std::fmt;
+
 use super::Arch;
 
 mod generated {
@@ -109,7 +111,11 @@ impl KernelFamily {
     }
 }
 
-display_by_name!(KernelFamily);
+impl fmt::Display for KernelFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 //! gpt-oss's bf16 [`PackedExperts`] (transposed, [`Storage::InOut`](super::Storage::InOut), as its bf16 checkpoint
 //! stores them).
 
-use super::{Activation, ExpertDims, ExpertFormat, GateUp, PackedExperts};
+use super::{ExpertFormat, PackedExperts};
 use crate::dtype::Element;
 use crate::error::Result;
 use crate::quant::Mxfp4;
@@ -12,8 +12,9 @@ use crate::quant::Mxfp4;
 /// `down` `[E · H, I]`, both `[out, in]`; the biases in f32, `[E, 2I]` (interleaved) and `[E, H]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GptOssMxfp4Experts {
-    /// Interleaved gate/up, gpt-oss's clamped SwiGLU.
-    pub(crate) dims: ExpertDims,
+    pub(crate) experts: usize,
+    pub(crate) hidden: usize,
+    pub(crate) inter: usize,
     pub(crate) gate_up: Mxfp4,
     pub(crate) down: Mxfp4,
     pub(crate) gate_up_bias: Vec<f32>,
@@ -21,12 +22,7 @@ pub struct GptOssMxfp4Experts {
 }
 
 impl GptOssMxfp4Experts {
-    /// gpt-oss's format for experts of `(E, H, I)`.
-    pub(crate) const fn dims((experts, hidden, inter): (usize, usize, usize)) -> ExpertDims {
-        ExpertDims::new((experts, hidden, inter), GateUp::Interleaved, Activation::GptOssSwiglu)
-    }
-
-    getters!(in dims; experts: usize, hidden: usize, inter: usize);
+    getters!(experts: usize, hidden: usize, inter: usize);
     /// `[E · 2I, H]`, expert `e`'s rows at `e · 2I ..`, even rows gate, odd rows up.
     pub fn gate_up(&self) -> &Mxfp4 {
         &self.gate_up
@@ -51,7 +47,7 @@ impl GptOssMxfp4Experts {
     /// # Errors
     /// [`crate::Error::InvalidProblem`] from [`PackedExperts::new`] (never, for a value this module made).
     pub fn dequantize<T: Element>(&self) -> Result<PackedExperts<T>> {
-        let (e, h, i) = (self.dims.experts, self.dims.hidden, self.dims.inter);
+        let (e, h, i) = (self.experts, self.hidden, self.inter);
         let w13 = transpose(&self.gate_up.dequantize(), e, 2 * i, h);
         let w2 = transpose(&self.down.dequantize(), e, h, i);
         PackedExperts::new(

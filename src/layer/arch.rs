@@ -137,7 +137,11 @@ impl LayerGemm {
     }
 }
 
-display_by_name!(LayerGemm);
+impl std::fmt::Display for LayerGemm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
 
 /// The kernel families `backend` launches when its GEMMs are `gemm`. The Fused backend's gather/scatter GEMMs
 /// (bf16 and FP8) are SM90 wgmma kernels; layouts, activations, quantisation and the decode kernels are plain
