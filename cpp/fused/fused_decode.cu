@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 // models and at T = 2 on Mixtral and gpt-oss; 0-1.2% at T = 16-64). GEMM2 (scatter, K = I): only while the tasks
 // would not fill every SM's 8 resident warps, and at 16 K steps per split: a split of Qwen3-30B's K = 768 lost
 // 2-6% at T = 2-16. The rule against no split, per point:
-// benches/results/h200-2026-12-01-gated-epilogue/COMPARE-gated-split.txt.
+// benches/results/h200-2026-12-01-gated-epilogue/README.md (`COMPARE-gated-split.txt`).
 template <int BM>
 int splits_for(const FusedGemmArgs& a, int64_t m_blocks) {
   const int chunks = (a.k + kChunk - 1) / kChunk;
