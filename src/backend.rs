@@ -67,11 +67,7 @@ impl Backend {
     }
 }
 
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Backend);
 
 /// A set of concrete backends.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -193,8 +189,4 @@ impl WeightFormat {
     }
 }
 
-impl std::fmt::Display for WeightFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(WeightFormat);

@@ -279,8 +279,8 @@ impl CandleMoe<ExpertWeights<bf16>> {
             None,
         )
         .map_err(|e| err(e.to_string()))?;
-        weights.experts = e;
-        weights.shared_groups = m;
+        weights.dims.experts = e;
+        weights.dims.shared_groups = m;
         Self::with_weights(device, weights, options)
     }
 

@@ -44,11 +44,7 @@ impl DType {
     }
 }
 
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(DType);
 
 mod sealed {
     pub trait Sealed {}

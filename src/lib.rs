@@ -131,8 +131,17 @@
 #![warn(missing_debug_implementations)]
 
 /// Plain getters, `pub fn field(&self) -> Type { self.field }` with their docs, written once for the weight and
-/// plan types that expose their small `Copy` fields (experts, N, K, H, I): `getters!(experts: usize, n: usize)`.
+/// plan types that expose their small `Copy` fields (experts, N, K, H, I): `getters!(experts: usize, n: usize)`;
+/// `getters!(in dims; experts: usize)` reads `self.dims.experts`.
 macro_rules! getters {
+    (in $via:ident; $($(#[$doc:meta])* $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(&self) -> $ty {
+                self.$via.$field
+            }
+        )*
+    };
     ($($(#[$doc:meta])* $field:ident: $ty:ty),* $(,)?) => {
         $(
             $(#[$doc])*
@@ -141,6 +150,35 @@ macro_rules! getters {
             }
         )*
     };
+}
+
+/// `Display` by the type's `name()`, padded (so `{:>10}` aligns it), for the crate's named enums.
+macro_rules! display_by_name {
+    ($($ty:ty),+ $(,)?) => {
+        $(
+            impl std::fmt::Display for $ty {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.pad(self.name())
+                }
+            }
+        )+
+    };
+}
+
+/// `From<$from> for $to` variant by variant, between an enum and its twin on the other side of the bridge (the
+/// bridge checks the discriminants): each variant to the one of the same name, or to the one named after `=>`.
+macro_rules! variants_into {
+    ($from:ident => $to:ty { $($v:ident $(=> $w:ident)?),+ $(,)? }) => {
+        impl From<$from> for $to {
+            fn from(v: $from) -> Self {
+                match v {
+                    $($from::$v => variants_into!(@to $v $($w)?),)+
+                }
+            }
+        }
+    };
+    (@to $v:ident) => { Self::$v };
+    (@to $v:ident $w:ident) => { Self::$w };
 }
 
 pub mod backend;

@@ -81,23 +81,19 @@ struct Fp8KernelFacts {
   int32_t stages;           // shared-memory pipeline stages the builder chose
 };
 
-bool grouped_gemm_sm90_fp8_blockwise_built(Fp8TileConfig config);
-Status grouped_gemm_sm90_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
-                                                 uint64_t* bytes);
-Status grouped_gemm_sm90_fp8_blockwise_run(const GroupedGemmFp8Args& args);
-// NotBuilt (and `facts` untouched) for a configuration that was not compiled.
-Status grouped_gemm_sm90_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFacts* facts);
-// The CUTLASS kernel schedule's name, e.g. "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise"; "" when
-// not built.
-const char* grouped_gemm_sm90_fp8_blockwise_schedule(Fp8TileConfig config);
-
-// The SM100 unit's entry points, for Sm100Blockwise{1Sm128x128x128,2Sm256x128x128} (NotBuilt / false / "" for the others):
-// the same arguments and operands on an SM100 GPU.
-bool grouped_gemm_sm100_fp8_blockwise_built(Fp8TileConfig config);
-Status grouped_gemm_sm100_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count,
-                                                  uint64_t* bytes);
-Status grouped_gemm_sm100_fp8_blockwise_run(const GroupedGemmFp8Args& args);
-Status grouped_gemm_sm100_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFacts* facts);
-const char* grouped_gemm_sm100_fp8_blockwise_schedule(Fp8TileConfig config);
+// The entry points of one arch's unit (ARCH: sm90, or sm100 for Sm100Blockwise{1Sm128x128x128,2Sm256x128x128},
+// the same arguments and operands on an SM100 GPU): whether `config` was compiled; its workspace; the launch;
+// its compile-time facts (NotBuilt, `facts` untouched, for a configuration that was not compiled); the CUTLASS
+// kernel schedule's name, e.g. "KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise" ("" when not built).
+#define MOE_GEMM_DECLARE_FP8_BLOCKWISE(ARCH)                                                                    \
+  bool grouped_gemm_##ARCH##_fp8_blockwise_built(Fp8TileConfig config);                                       \
+  Status grouped_gemm_##ARCH##_fp8_blockwise_workspace(Fp8TileConfig config, int32_t groups, int32_t sm_count, \
+                                                       uint64_t* bytes);                                      \
+  Status grouped_gemm_##ARCH##_fp8_blockwise_run(const GroupedGemmFp8Args& args);                             \
+  Status grouped_gemm_##ARCH##_fp8_blockwise_facts(Fp8TileConfig config, Fp8KernelFacts* facts);              \
+  const char* grouped_gemm_##ARCH##_fp8_blockwise_schedule(Fp8TileConfig config);
+MOE_GEMM_DECLARE_FP8_BLOCKWISE(sm90)
+MOE_GEMM_DECLARE_FP8_BLOCKWISE(sm100)
+#undef MOE_GEMM_DECLARE_FP8_BLOCKWISE
 
 }  // namespace moe_gemm

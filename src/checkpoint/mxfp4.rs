@@ -134,7 +134,8 @@ impl Checkpoint {
         if bs2 != [e, h] {
             return Err(bad(&n("down_proj_bias"), format!("shape {bs2:?}, expected [{e}, {h}]")));
         }
-        Ok(GptOssMxfp4Experts { experts: e, hidden: h, inter: i, gate_up, down, gate_up_bias: b13, down_bias: b2 })
+        let dims = GptOssMxfp4Experts::dims((e, h, i));
+        Ok(GptOssMxfp4Experts { dims, gate_up, down, gate_up_bias: b13, down_bias: b2 })
     }
 
     /// gpt-oss's MXFP4 experts under `prefix`, dequantised into the bf16 layer's format

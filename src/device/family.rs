@@ -5,8 +5,6 @@
 //! is one it has SASS for ([`crate::DeviceInfo::require`]), so that the requirement follows what was built and
 //! no module names an architecture itself.
 
-use std::fmt;
-
 use super::Arch;
 
 mod generated {
@@ -111,11 +109,7 @@ impl KernelFamily {
     }
 }
 
-impl fmt::Display for KernelFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(KernelFamily);
 
 #[cfg(test)]
 mod tests {

@@ -61,6 +61,43 @@ impl ExpertFormat {
         ExpertFormat { gate_up: GateUp::Interleaved, activation: Activation::GptOssSwiglu, storage: Storage::InOut };
 }
 
+/// The extents and gate/up format of a set of expert weights: what every kind of weights (dense, FP8, MXFP4)
+/// holds beside its tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertDims {
+    /// Routed experts (local ones under expert parallelism).
+    pub experts: usize,
+    /// Shared-expert groups appended after them in every tensor (`I_s / I`; 0 without a shared expert).
+    pub shared_groups: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub gate_up: GateUp,
+    pub activation: Activation,
+}
+
+impl ExpertDims {
+    /// Routed experts of `(E, H, I)` in `gate_up` order with `activation`, without shared groups.
+    pub(crate) const fn new(
+        (experts, hidden, inter): (usize, usize, usize),
+        gate_up: GateUp,
+        activation: Activation,
+    ) -> Self {
+        ExpertDims { experts, shared_groups: 0, hidden, inter, gate_up, activation }
+    }
+    /// Experts every tensor holds: the routed ones and the shared groups.
+    pub(crate) const fn groups(&self) -> usize {
+        self.experts + self.shared_groups
+    }
+    /// `w13` rows per expert: `2I` gated, `I` otherwise.
+    pub(crate) fn w13_rows(&self) -> usize {
+        if self.activation.gated() {
+            2 * self.inter
+        } else {
+            self.inter
+        }
+    }
+}
+
 /// Checks the element counts of packed expert tensors against `E`, `H`, `I` (and `2I` rows when gated), naming
 /// the first tensor that does not fit.
 pub(crate) fn check_lengths(

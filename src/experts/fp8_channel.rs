@@ -10,9 +10,14 @@
 //! amax floored at [`CHANNEL_ACT_EPS`], or by the checkpoint's static `input_scale`s. Like vLLM's fused MoE, which
 //! warns "Found input_scales that are not equal for fp8 MoE layer. Using the maximum across experts for each
 //! layer.", a layer applies one static scale per GEMM: the largest over the experts ([`StaticInputScales`]).
+//!
+//! Fused `w13`s whose gate and up rows are interleaved (gpt-oss's order) are accepted
+//! ([`Fp8ChannelExperts::from_gate_up`]): with one scale per row, the rows move with their scales into
+//! `[gate; up]`, an exact permutation, so the kernels run the concatenated layout only.
 
+use super::GateUp;
 use crate::error::{Error, Result};
-use crate::quant::{per_row_block, to_per_row, ActivationScales, BlockFp8, GroupQuant, ScaleRounding};
+use crate::quant::{per_row_block, to_per_row, ActivationScales, BlockFp8, GroupQuant, ScaleRounding, Scales};
 
 /// The amax floor of run-time (dynamic) per-token and per-tensor activation scales: 1/512, i.e. a smallest scale
 /// of `1 / (448 · 512)`, the minimum scaling factor of vLLM's dynamic per-token FP8 quantiser.
@@ -145,6 +150,41 @@ impl Fp8ChannelExperts {
         Ok(Fp8ChannelExperts { hidden, inter, w13, w2, activations, static_scales })
     }
 
+    /// Per-expert `(w13 [2I, H], down [H, I])` with gate and up sharing `w13`'s rows as `gate_up` orders them,
+    /// each matrix per-tensor or per-row, reordered exactly into `[gate; up]` (rows with their scales); then as
+    /// [`Self::new`].
+    ///
+    /// # Errors
+    /// As [`Self::new`], and [`Error::InvalidProblem`] naming the expert: `w13` with an odd or zero row count, or
+    /// interleaved with scale blocks of several rows short of the whole matrix (a 128-row block would mix gate
+    /// and up rows under one scale).
+    pub fn from_gate_up(
+        experts: Vec<(BlockFp8, BlockFp8)>,
+        gate_up: GateUp,
+        activations: ActivationScales,
+        static_scales: Option<StaticInputScales>,
+    ) -> Result<Fp8ChannelExperts> {
+        let mut per = Vec::with_capacity(experts.len());
+        for (e, (w13, down)) in experts.into_iter().enumerate() {
+            let (rows, b) = (w13.rows(), w13.block());
+            if rows == 0 || rows % 2 != 0 {
+                return Err(Error::InvalidProblem(format!(
+                    "expert {e}: w13 has {rows} rows: gate and up take 2I, a positive even count"
+                )));
+            }
+            if gate_up == GateUp::Interleaved && b.rows > 1 && b.rows < rows {
+                return Err(Error::InvalidProblem(format!(
+                    "expert {e}: w13 GateUp::Interleaved in {}-row scale blocks: a block would mix gate and up rows \
+                     under one scale; interleaved gate/up takes one scale per row or per tensor",
+                    b.rows
+                )));
+            }
+            let (gate, up) = split_gate_up(&to_per_row(&w13, &format!("expert {e} w13"))?, gate_up)?;
+            per.push((gate, up, down));
+        }
+        Fp8ChannelExperts::new(per, activations, static_scales)
+    }
+
     pub fn experts(&self) -> usize {
         self.w13.len()
     }
@@ -168,5 +208,21 @@ impl Fp8ChannelExperts {
     /// [`CHANNEL_ACT_EPS`], divided by 448, unrounded.
     pub fn dynamic_quant(&self) -> GroupQuant {
         GroupQuant::new(CHANNEL_ACT_EPS, ScaleRounding::Exact).expect("1/512 is a valid eps")
+    }
+}
+
+/// Gate's and up's rows of a per-row `w13 [2I, K]` in `gate_up`'s order, each row with its own scale: moved,
+/// never requantised.
+fn split_gate_up(w13: &BlockFp8, gate_up: GateUp) -> Result<(BlockFp8, BlockFp8)> {
+    let (i, k) = (w13.rows() / 2, w13.cols());
+    let Scales::F32(s) = w13.scales() else { unreachable!("to_per_row gives F32 scales") };
+    let rows = |first: usize, step: usize| {
+        let idx = (0..i).map(|n| first + n * step);
+        let q = idx.clone().flat_map(|r| w13.q()[r * k..(r + 1) * k].iter().copied()).collect();
+        BlockFp8::from_parts(i, k, per_row_block(k), q, Scales::F32(idx.map(|r| s[r]).collect()))
+    };
+    match gate_up {
+        GateUp::Concatenated => Ok((rows(0, 1)?, rows(i, 1)?)),
+        GateUp::Interleaved => Ok((rows(0, 2)?, rows(1, 2)?)),
     }
 }

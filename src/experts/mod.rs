@@ -12,7 +12,7 @@ mod fp8_channel;
 mod mxfp4;
 mod packed;
 
-pub(crate) use format::{check_lengths, transpose_experts};
+pub(crate) use format::{check_lengths, transpose_experts, ExpertDims};
 pub use format::{Activation, ExpertFormat, GateUp, Storage};
 pub(crate) use fp8::activation_quant;
 pub use fp8::{PackedFp8Experts, SharedFp8Expert};

@@ -3,7 +3,7 @@
 //! gpt-oss's bf16 [`PackedExperts`] (transposed, [`Storage::InOut`](super::Storage::InOut), as its bf16 checkpoint
 //! stores them).
 
-use super::{ExpertFormat, PackedExperts};
+use super::{Activation, ExpertDims, ExpertFormat, GateUp, PackedExperts};
 use crate::dtype::Element;
 use crate::error::Result;
 use crate::quant::Mxfp4;
@@ -12,9 +12,8 @@ use crate::quant::Mxfp4;
 /// `down` `[E · H, I]`, both `[out, in]`; the biases in f32, `[E, 2I]` (interleaved) and `[E, H]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GptOssMxfp4Experts {
-    pub(crate) experts: usize,
-    pub(crate) hidden: usize,
-    pub(crate) inter: usize,
+    /// Interleaved gate/up, gpt-oss's clamped SwiGLU.
+    pub(crate) dims: ExpertDims,
     pub(crate) gate_up: Mxfp4,
     pub(crate) down: Mxfp4,
     pub(crate) gate_up_bias: Vec<f32>,
@@ -22,7 +21,12 @@ pub struct GptOssMxfp4Experts {
 }
 
 impl GptOssMxfp4Experts {
-    getters!(experts: usize, hidden: usize, inter: usize);
+    /// gpt-oss's format for experts of `(E, H, I)`.
+    pub(crate) const fn dims((experts, hidden, inter): (usize, usize, usize)) -> ExpertDims {
+        ExpertDims::new((experts, hidden, inter), GateUp::Interleaved, Activation::GptOssSwiglu)
+    }
+
+    getters!(in dims; experts: usize, hidden: usize, inter: usize);
     /// `[E · 2I, H]`, expert `e`'s rows at `e · 2I ..`, even rows gate, odd rows up.
     pub fn gate_up(&self) -> &Mxfp4 {
         &self.gate_up
@@ -47,7 +51,7 @@ impl GptOssMxfp4Experts {
     /// # Errors
     /// [`crate::Error::InvalidProblem`] from [`PackedExperts::new`] (never, for a value this module made).
     pub fn dequantize<T: Element>(&self) -> Result<PackedExperts<T>> {
-        let (e, h, i) = (self.experts, self.hidden, self.inter);
+        let (e, h, i) = (self.dims.experts, self.dims.hidden, self.dims.inter);
         let w13 = transpose(&self.gate_up.dequantize(), e, 2 * i, h);
         let w2 = transpose(&self.down.dequantize(), e, h, i);
         PackedExperts::new(

@@ -3,7 +3,7 @@
 //! at compile time against the C++ ones (sys_layout.rs); a unit test (src/ffi/mod.rs) checks that the
 //! inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 71300b73eb40fc4c
+//! inputs-fnv1a64: 24e8a2149a5bd586
 //! input: scripts/bindgen.sh
 //! input: cpp/bridge/sys.h
 //! input: cpp/common/launch.h

@@ -5,24 +5,9 @@
 use crate::experts::{Activation, GateUp};
 use crate::ffi;
 
-impl From<Activation> for ffi::Activation {
-    fn from(a: Activation) -> Self {
-        match a {
-            Activation::SiluGated => ffi::Activation::SiluGated,
-            Activation::GptOssSwiglu => ffi::Activation::GptOssSwiglu,
-            Activation::Silu => ffi::Activation::Silu,
-        }
-    }
-}
+variants_into!(Activation => ffi::Activation { SiluGated, GptOssSwiglu, Silu });
 
-impl From<GateUp> for ffi::GateUp {
-    fn from(g: GateUp) -> Self {
-        match g {
-            GateUp::Concatenated => ffi::GateUp::Concatenated,
-            GateUp::Interleaved => ffi::GateUp::Interleaved,
-        }
-    }
-}
+variants_into!(GateUp => ffi::GateUp { Concatenated, Interleaved });
 
 /// The gated activation over the rows of a layout (`ffi`'s descriptor, filled by the layer).
 pub(crate) use crate::ffi::elementwise::{launch_activate, ActivationLaunch};

@@ -46,8 +46,6 @@ pub use mx::sm100 as grouped_mx;
 
 pub use crate::device::KernelFamily;
 
-use std::fmt;
-
 use crate::dtype::DType;
 use crate::ffi;
 
@@ -120,9 +118,7 @@ impl TileConfig {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<TileConfig> {
-        TileConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
+    config_queries!();
 
     /// Whether this configuration was compiled for `dtype` into the linked library.
     pub fn is_built(self, dtype: DType) -> bool {
@@ -152,20 +148,8 @@ impl TileConfig {
     }
 }
 
-impl From<TileConfig> for ffi::TileConfig {
-    fn from(c: TileConfig) -> Self {
-        match c {
-            TileConfig::Cooperative128x128x64 => ffi::TileConfig::Cooperative128x128x64,
-            TileConfig::Cooperative128x256x64 => ffi::TileConfig::Cooperative128x256x64,
-            TileConfig::Pingpong64x128x64 => ffi::TileConfig::Pingpong64x128x64,
-            TileConfig::Pingpong128x128x64 => ffi::TileConfig::Pingpong128x128x64,
-            TileConfig::Pingpong64x64x128 => ffi::TileConfig::Pingpong64x64x128,
-        }
-    }
-}
+variants_into!(TileConfig => ffi::TileConfig {
+    Cooperative128x128x64, Cooperative128x256x64, Pingpong64x128x64, Pingpong128x128x64, Pingpong64x64x128
+});
 
-impl fmt::Display for TileConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(TileConfig);

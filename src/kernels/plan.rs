@@ -136,6 +136,108 @@ macro_rules! arch_plan_accessors {
     };
 }
 
+/// A configuration enum's `from_name` (the inverse of its `name()` over `ALL`); with `fp8`, for a family of one
+/// element type, also whether it was compiled and what its compiled kernel is, asked of the family's `launch`.
+macro_rules! config_queries {
+    () => {
+        pub fn from_name(name: &str) -> Option<Self> {
+            Self::ALL.into_iter().find(|c| c.name() == name)
+        }
+    };
+    (fp8 $(#[$facts_doc:meta])*) => {
+        config_queries!();
+
+        /// Whether this configuration was compiled into the linked library.
+        pub fn is_built(self) -> bool {
+            launch::built(self.into())
+        }
+
+        $(#[$facts_doc])*
+        ///
+        /// # Errors
+        /// [`Error::KernelNotBuilt`](crate::error::Error::KernelNotBuilt) when it was not compiled.
+        pub fn facts(self) -> Result<Fp8KernelFacts> {
+            let (f, schedule) = launch::facts(self.into())?;
+            Ok(Fp8KernelFacts::from_ffi(&f, schedule))
+        }
+    };
+}
+
+/// The validated shape type `$name` of an SM90 FP8 grouped GEMM: `groups` experts of `[n, k]` over at most
+/// `max_rows` rows of A, N a positive multiple of `$align` (`$why` says why), the rest as
+/// [`check_fp8_extents`](crate::kernels::fp8_blockwise::sm90::check_fp8_extents) checks it.
+macro_rules! fp8_shape {
+    ($(#[$doc:meta])* $name:ident, n in $align:expr => $why:literal, $(#[$errors:meta])*) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name {
+            groups: usize,
+            n: usize,
+            k: usize,
+            max_rows: usize,
+        }
+
+        impl $name {
+            /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
+            ///
+            /// # Errors
+            $(#[$errors])*
+            pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> $crate::error::Result<Self> {
+                if n == 0 || n % $align != 0 {
+                    return Err($crate::error::Error::InvalidProblem(format!(
+                        "N = {n} is not a positive multiple of {}: {}",
+                        $align, $why
+                    )));
+                }
+                $crate::kernels::fp8_blockwise::sm90::check_fp8_extents(groups, n, k, max_rows)?;
+                Ok($name { groups, n, k, max_rows })
+            }
+
+            shape_accessors!();
+        }
+    };
+}
+
+/// [`ArchConfig`] for a configuration enum with inherent `name()` and `is_built`: `per_dtype` for a family
+/// compiled and sized per element type (`is_built(dtype)`, `$workspace(dtype, ..)`), `one_dtype` for one
+/// (`is_built()`, `$workspace(..)`).
+macro_rules! arch_config {
+    ($cfg:ident, $op:expr, $family:ident, $dtypes:ident $workspace:path) => {
+        impl $crate::kernels::plan::ArchConfig for $cfg {
+            const OP: &'static str = $op;
+            const FAMILY: $crate::device::KernelFamily = $crate::device::KernelFamily::$family;
+            fn name(self) -> &'static str {
+                $cfg::name(self)
+            }
+            fn built(self, dtype: Option<$crate::dtype::DType>) -> bool {
+                arch_config!(@built $dtypes self, dtype)
+            }
+            fn workspace(
+                self,
+                dtype: Option<$crate::dtype::DType>,
+                groups: usize,
+                sm_count: i32,
+            ) -> $crate::error::Result<u64> {
+                arch_config!(@workspace $dtypes $workspace, self, dtype, groups, sm_count)
+            }
+        }
+    };
+    (@built per_dtype $c:ident, $d:ident) => {
+        $d.is_some_and(|d| $c.is_built(d))
+    };
+    (@built one_dtype $c:ident, $d:ident) => {{
+        let _ = $d;
+        $c.is_built()
+    }};
+    (@workspace per_dtype $w:path, $c:ident, $d:ident, $groups:ident, $sms:ident) => {
+        $w($d.expect("the dense family plans per element type"), $c.into(), $groups, $sms)
+    };
+    (@workspace one_dtype $w:path, $c:ident, $d:ident, $groups:ident, $sms:ident) => {{
+        let _ = $d;
+        $w($c.into(), $groups, $sms)
+    }};
+}
+
 /// A plan's `launch`: `D = op(A, B)` over the groups `rows` describes, queued on `stream` with the plan's
 /// `workspace` and reported into `status`. Every grouped family takes these operands in this order and differs
 /// only in A's, B's, D's element and the workspace's types and in the body, so the signature is written once.

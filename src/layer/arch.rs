@@ -137,11 +137,7 @@ impl LayerGemm {
     }
 }
 
-impl std::fmt::Display for LayerGemm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(LayerGemm);
 
 /// The kernel families `backend` launches when its GEMMs are `gemm`. The Fused backend's gather/scatter GEMMs
 /// (bf16 and FP8) are SM90 wgmma kernels; layouts, activations, quantisation and the decode kernels are plain

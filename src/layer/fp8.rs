@@ -29,7 +29,7 @@ use half::bf16;
 use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
 use crate::error::{Error, Result};
-use crate::experts::{Activation, ExpertFormat, GateUp, Storage};
+use crate::experts::{Activation, ExpertDims, ExpertFormat, GateUp, Storage};
 use crate::experts::{PackedFp8Experts, SharedFp8Expert};
 use crate::kernels::elementwise::{DecodeFp8Weights, DecodeScales, DynamicScale};
 use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleRounding, Scales, SCALE_BLOCK};
@@ -45,14 +45,8 @@ use crate::quant::{BlockShape, Fp8BlockWeights, GroupQuant, ScaleRounding, Scale
 /// block's scale, which block-FP8 checkpoints never computed; `[out, in]` storage.
 #[derive(Debug)]
 pub struct Fp8ExpertWeights {
-    /// Routed experts; the tensors hold `experts + shared_groups`.
-    pub(crate) experts: usize,
-    /// A shared expert's groups appended after them (0 without one; [`Fp8ExpertWeights::upload_with_shared`]).
-    pub(crate) shared_groups: usize,
-    pub(crate) hidden: usize,
-    pub(crate) inter: usize,
-    pub(crate) gate_up: GateUp,
-    pub(crate) activation: Activation,
+    /// The tensors hold `experts + shared_groups` ([`Fp8ExpertWeights::upload_with_shared`]).
+    pub(crate) dims: ExpertDims,
     pub(crate) quant: GroupQuant,
     pub(crate) w13: Fp8BlockWeights,
     pub(crate) w2: Fp8BlockWeights,
@@ -72,8 +66,9 @@ fn check_fp8_format(format: ExpertFormat, hidden: usize, inter: usize) -> Result
     }
     if format.gate_up != GateUp::Concatenated {
         return bad(format!(
-            "FP8 experts: gate/up {:?}: FP8 experts take GateUp::Concatenated only; interleaved gate and up rows \
-             would share one 128-row block's scale, which the checkpoint's per-matrix blocks never computed",
+            "FP8 experts: gate/up {:?}: block-FP8 experts take GateUp::Concatenated only; interleaved gate and up \
+             rows would share one 128-row block's scale, which the checkpoint's per-matrix blocks never computed \
+             (per-channel and per-tensor experts take them: Fp8ChannelExperts::from_gate_up)",
             format.gate_up
         ));
     }
@@ -152,8 +147,8 @@ impl Fp8ExpertWeights {
     ) -> Result<Self> {
         let (all, m) = p.with_shared_groups(shared)?;
         let mut w = Self::upload(stream, &all, format)?;
-        w.experts = p.experts();
-        w.shared_groups = m;
+        w.dims.experts = p.experts();
+        w.dims.shared_groups = m;
         Ok(w)
     }
 
@@ -198,12 +193,7 @@ impl Fp8ExpertWeights {
             }
         }
         Ok(Fp8ExpertWeights {
-            experts: e,
-            shared_groups: 0,
-            hidden: h,
-            inter: i,
-            gate_up,
-            activation,
+            dims: ExpertDims::new((e, h, i), gate_up, activation),
             quant: GroupQuant::DEEPSEEK,
             w13,
             w2,
@@ -239,10 +229,10 @@ impl Fp8ExpertWeights {
     /// What the batched backend's FP8 decode kernels read of these weights.
     pub(super) fn decode_experts(&self) -> DecodeFp8Weights<'_> {
         DecodeFp8Weights {
-            act: self.activation.into(),
+            act: self.dims.activation.into(),
             experts: self.groups(),
-            hidden: self.hidden,
-            inter: self.inter,
+            hidden: self.dims.hidden,
+            inter: self.dims.inter,
             w13: self.w13.q(),
             w2: self.w2.q(),
             scales: DecodeScales::Block128 {
@@ -271,17 +261,7 @@ pub(super) fn same(s: &mut CudaSlice<bf16>) -> &mut CudaSlice<bf16> {
     s
 }
 
-impl Sealed<bf16> for Fp8ExpertWeights {
-    fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Fp8Block, shared_groups: self.shared_groups, gate_up: self.gate_up,
-            b13: self.b13.as_ref(), b2: self.b2.as_ref())
-    }
-    fn parts(&self) -> Parts<'_, bf16> {
-        Parts::Fp8(self, IsBf16(same))
-    }
-}
-
-impl LayerWeights<bf16> for Fp8ExpertWeights {}
+bf16_layer_weights!(Fp8ExpertWeights, WeightFormat::Fp8Block, Fp8, biases b13, b2);
 
 #[cfg(test)]
 mod tests {

@@ -30,7 +30,7 @@ use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::experts::{Activation, Fp8ChannelExperts, GateUp};
+use crate::experts::{Activation, ExpertDims, Fp8ChannelExperts, GateUp};
 use crate::kernels::elementwise::{ChannelActScale, DecodeFp8Weights, DecodeScales, DynamicScale};
 use crate::kernels::grouped_fp8_rowwise::ROWWISE_ALIGN;
 use crate::quant::{ActivationScales, Fp8ChannelWeights, GroupQuant, ScaleRounding, TokenScale};
@@ -54,10 +54,9 @@ pub(crate) enum ChannelActivations {
 /// aligned channel scales); a gated activation (w13 holds gate and up).
 #[derive(Debug)]
 pub struct Fp8ChannelExpertWeights {
-    pub(crate) experts: usize,
-    pub(crate) hidden: usize,
-    pub(crate) inter: usize,
-    pub(crate) activation: Activation,
+    /// Gate rows then up rows (`Concatenated`; interleaved experts are reordered on the host,
+    /// [`Fp8ChannelExperts::from_gate_up`]), no shared groups.
+    pub(crate) dims: ExpertDims,
     pub(crate) w13: Fp8ChannelWeights,
     pub(crate) w2: Fp8ChannelWeights,
     pub(crate) activations: ChannelActivations,
@@ -93,10 +92,7 @@ impl Fp8ChannelExpertWeights {
             }
         };
         Ok(Fp8ChannelExpertWeights {
-            experts: p.experts(),
-            hidden: p.hidden(),
-            inter: p.inter(),
-            activation,
+            dims: ExpertDims::new((p.experts(), p.hidden(), p.inter()), GateUp::Concatenated, activation),
             w13: Fp8ChannelWeights::from_host(stream, p.w13())?,
             w2: Fp8ChannelWeights::from_host(stream, p.w2())?,
             activations,
@@ -147,7 +143,8 @@ impl Fp8ChannelExpertWeights {
                 )))
             }
         };
-        Ok(Fp8ChannelExpertWeights { experts, hidden, inter, activation, w13, w2, activations, declared: scales })
+        let dims = ExpertDims::new((experts, hidden, inter), GateUp::Concatenated, activation);
+        Ok(Fp8ChannelExpertWeights { dims, w13, w2, activations, declared: scales })
     }
 
     /// Whether a layer `[H, I]` can hold per-channel FP8 experts (what [`Self::upload`] checks first).
@@ -167,7 +164,7 @@ impl Fp8ChannelExpertWeights {
         check_backend_shape(backend, hidden, inter)
     }
 
-    getters!(experts: usize, hidden: usize, inter: usize, activation: Activation);
+    getters!(in dims; experts: usize, hidden: usize, inter: usize, activation: Activation);
     /// How the checkpoint scales the activations (per token at run time, or static per tensor).
     pub fn activation_scales(&self) -> ActivationScales {
         self.declared
@@ -197,10 +194,10 @@ impl Fp8ChannelExpertWeights {
             ChannelActivations::Static { w13, w2 } => ChannelActScale::Static { x: w13, h: w2 },
         };
         DecodeFp8Weights {
-            act: self.activation.into(),
-            experts: self.experts,
-            hidden: self.hidden,
-            inter: self.inter,
+            act: self.dims.activation.into(),
+            experts: self.dims.experts,
+            hidden: self.dims.hidden,
+            inter: self.dims.inter,
             w13: self.w13.q(),
             w2: self.w2.q(),
             scales: DecodeScales::Channel { w13: self.w13.scales(), w2: self.w2.scales(), act },
@@ -258,16 +255,7 @@ pub(crate) fn check_backend_shape(backend: Backend, hidden: usize, inter: usize)
 /// The column block of the decode kernels and the fused GEMMs' widest N tile.
 const BLOCK: usize = 128;
 
-impl Sealed<bf16> for Fp8ChannelExpertWeights {
-    fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Fp8Channel)
-    }
-    fn parts(&self) -> Parts<'_, bf16> {
-        Parts::Fp8Channel(self, IsBf16(same))
-    }
-}
-
-impl LayerWeights<bf16> for Fp8ChannelExpertWeights {}
+bf16_layer_weights!(Fp8ChannelExpertWeights, WeightFormat::Fp8Channel, Fp8Channel);
 
 #[cfg(test)]
 mod tests {

@@ -63,35 +63,39 @@
 //! its first kernel, allocates nothing and (except `Eager`) never synchronises, so it can be captured in a CUDA
 //! graph, many layers back to back.
 
-/// The [`weights::sealed::Common`] facts of a weights type whose fields are named as [`ExpertWeights`]'s (`experts`,
-/// `hidden`, `inter`, `activation`, `device()`, `bytes()`), with its `format`; the other facts (no shared groups,
-/// concatenated gate/up, no biases unless given) as `field: value` overrides.
+/// The [`weights::sealed::Common`] facts of a weights type with `dims` (its extents and gate/up format),
+/// `device()` and `bytes()`, with its `format`; biases (none unless given) as `field: value` overrides.
 macro_rules! weights_common {
     ($w:expr, $format:expr $(, $field:ident: $value:expr)* $(,)?) => {{
         #[allow(unused_mut)]
-        let mut c = Common {
-            format: $format,
-            experts: $w.experts,
-            shared_groups: 0,
-            hidden: $w.hidden,
-            inter: $w.inter,
-            gate_up: GateUp::Concatenated,
-            activation: $w.activation,
-            b13: None,
-            b2: None,
-            device: $w.device(),
-            bytes: $w.bytes(),
-        };
+        let mut c = Common { format: $format, dims: $w.dims, b13: None, b2: None, device: $w.device(), bytes: $w.bytes() };
         $(c.$field = $value;)*
         c
     }};
 }
 
-/// The getters of a weights type that may hold a shared expert after its routed experts (fields named as
-/// [`ExpertWeights`]'s), with `groups()` of visibility `$vis`.
+/// `Sealed<bf16>` and `LayerWeights<bf16>` for a kind of quantised weights (bf16 activations): its `format`, its
+/// [`weights::sealed::Parts`] variant and, if it has them, its bias fields.
+macro_rules! bf16_layer_weights {
+    ($ty:ty, $format:expr, $part:ident $(, biases $b13:ident, $b2:ident)?) => {
+        impl Sealed<bf16> for $ty {
+            fn common(&self) -> Common<'_> {
+                weights_common!(self, $format $(, $b13: self.$b13.as_ref(), $b2: self.$b2.as_ref())?)
+            }
+            fn parts(&self) -> Parts<'_, bf16> {
+                Parts::$part(self, IsBf16(same))
+            }
+        }
+
+        impl LayerWeights<bf16> for $ty {}
+    };
+}
+
+/// The getters of a weights type that may hold a shared expert after its routed experts (its `dims`), with
+/// `groups()` of visibility `$vis`.
 macro_rules! routed_and_shared_getters {
     ($vis:vis) => {
-        getters!(
+        getters!(in dims;
             /// Routed experts (without the shared-expert groups).
             experts: usize,
             /// Shared-expert groups appended after the routed experts (`I_s / I`; 0 without a shared expert).
@@ -103,7 +107,7 @@ macro_rules! routed_and_shared_getters {
         );
         /// Experts every tensor holds: the routed ones and the shared groups.
         $vis fn groups(&self) -> usize {
-            self.experts + self.shared_groups
+            self.dims.groups()
         }
     };
 }
@@ -264,6 +268,15 @@ pub struct MoeLayer<T: Element, W: LayerWeights<T> = ExpertWeights<T>> {
     gemms: Vec<GemmPair<T>>,
 }
 
+/// A forward's routed inputs as the caller gave them: `x [T, H]`, the router's `topk_ids` and `topk_weights`
+/// `[T, k]`, and the shared expert's weight per token `[T, 1]` (`None`: 1).
+struct Routed<'v, 'a, T> {
+    x: &'v MatrixView<'a, T>,
+    ids: &'v MatrixView<'a, i32>,
+    weights: &'v MatrixView<'a, f32>,
+    shared: Option<&'v MatrixView<'a, f32>>,
+}
+
 impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// Plans the layer on `stream`'s device for `options.max_tokens` tokens per pass over `weights` (shared:
     /// pass an `Arc` clone to plan several layers, streams or micro-batches over one upload).
@@ -297,7 +310,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     ) -> Result<Self> {
         let mut local: Vec<i32> = expert_map.iter().copied().filter(|&l| l >= 0).collect();
         local.sort_unstable();
-        let experts = weights.common().experts;
+        let experts = weights.common().dims.experts;
         if local != (0..experts as i32).collect::<Vec<_>>() {
             return Err(Error::InvalidProblem(format!(
                 "expert_map must give each of the {experts} local experts exactly one global id (and -1 to the rest); it gives {local:?}"
@@ -319,13 +332,13 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let c = weights.common();
         same_device("the weights", c.device, device.ordinal)?;
         let shape = LayerShape {
-            experts: c.experts,
-            global_experts: expert_map.map_or(c.experts, <[i32]>::len),
+            experts: c.dims.experts,
+            global_experts: expert_map.map_or(c.dims.experts, <[i32]>::len),
             top_k: options.top_k,
-            shared_groups: c.shared_groups,
-            hidden: c.hidden,
-            inter: c.inter,
-            gated: c.activation.gated(),
+            shared_groups: c.dims.shared_groups,
+            hidden: c.dims.hidden,
+            inter: c.dims.inter,
+            gated: c.dims.activation.gated(),
         };
         let shipped = (options.tuned.is_none() && options.shipped_tuning)
             .then(|| TunedBackends::shipped(&device.name, c.format, shape.global_experts, shape.inter))
@@ -525,51 +538,43 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         topk_weights: &MatrixView<'_, f32>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        self.forward_passes(stream, scratch, x, topk_ids, topk_weights, None, y)
+        self.forward_passes(stream, scratch, Routed { x, ids: topk_ids, weights: topk_weights, shared: None }, y)
     }
 
-    /// Validates, then runs the passes; `shared` is the shared expert's weight `[T, 1]` (`None`: 1).
-    #[allow(clippy::too_many_arguments)]
+    /// Validates, then runs the passes.
     fn forward_passes(
         &self,
         stream: &Arc<CudaStream>,
         scratch: &mut MoeScratch<T>,
-        x: &MatrixView<'_, T>,
-        topk_ids: &MatrixView<'_, i32>,
-        topk_weights: &MatrixView<'_, f32>,
-        shared: Option<&MatrixView<'_, f32>>,
+        r: Routed<'_, '_, T>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        self.validate(stream, scratch, x, topk_ids, topk_weights, &mut *y)?;
-        self.validate_shared(x.rows(), shared)?;
-        let tokens = x.rows();
+        self.validate(stream, scratch, r.x, r.ids, r.weights, &mut *y)?;
+        self.validate_shared(r.x.rows(), r.shared)?;
+        let tokens = r.x.rows();
         for step in self.steps(tokens) {
             step?;
         }
         // The extended routing's buffers leave the scratch for the passes (no allocation), which then borrow the
         // rest of it, and return to it whatever the passes did.
         let mut routing = shared::TakenRouting::take(scratch);
-        let out = self.run_passes(stream, scratch, &mut routing, x, topk_ids, topk_weights, shared, y);
+        let out = self.run_passes(stream, scratch, &mut routing, r, y);
         routing.restore(scratch);
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_passes(
         &self,
         stream: &Arc<CudaStream>,
         scratch: &mut MoeScratch<T>,
         routing: &mut shared::TakenRouting,
-        x: &MatrixView<'_, T>,
-        topk_ids: &MatrixView<'_, i32>,
-        topk_weights: &MatrixView<'_, f32>,
-        shared: Option<&MatrixView<'_, f32>>,
+        r: Routed<'_, '_, T>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        for step in self.steps(x.rows()) {
+        for step in self.steps(r.x.rows()) {
             let Step { backend, lo, hi } = step?;
-            let (xs, ids, ws) = (x.row_range(lo, hi), topk_ids.row_range(lo, hi), topk_weights.row_range(lo, hi));
-            let sw = shared.map(|s| s.row_range(lo, hi));
+            let (xs, ids, ws) = (r.x.row_range(lo, hi), r.ids.row_range(lo, hi), r.weights.row_range(lo, hi));
+            let sw = r.shared.map(|s| s.row_range(lo, hi));
             let (ids, ws) = self.pass_routing(stream, &mut *routing, ids, ws, sw.as_ref())?;
             let mut ys = y.row_range_mut(lo, hi);
             let pass = PassIo { stream, scratch: &mut *scratch, x: &xs, ids: &ids, weights: &ws };

@@ -32,7 +32,7 @@ use super::weights::sealed::{Common, IsBf16, Parts, Sealed};
 use super::weights::{LayerWeights, WeightFormat};
 use crate::error::{Error, Result};
 use crate::experts::GptOssMxfp4Experts;
-use crate::experts::{Activation, GateUp};
+use crate::experts::{Activation, ExpertDims, GateUp};
 use crate::kernels::grouped_mx::MX_K_MULTIPLE;
 use crate::quant::{Mxfp4, Mxfp4Weights, Ue8m0, MX_BLOCK};
 
@@ -49,11 +49,8 @@ pub(crate) const fn mx_padded(v: usize) -> usize {
 /// (whole scale blocks); `2I` a multiple of 128 (GEMM1's N in whole MMA tiles).
 #[derive(Debug)]
 pub struct Mxfp4ExpertWeights {
-    pub(crate) experts: usize,
-    pub(crate) hidden: usize,
-    pub(crate) inter: usize,
-    pub(crate) gate_up: GateUp,
-    pub(crate) activation: Activation,
+    /// No shared groups.
+    pub(crate) dims: ExpertDims,
     pub(crate) w13: Mxfp4Weights,
     pub(crate) w2: Mxfp4Weights,
     pub(crate) b13: Option<CudaSlice<f32>>,
@@ -103,8 +100,8 @@ impl Mxfp4ExpertWeights {
     /// As [`Self::upload`].
     pub fn upload_gpt_oss(stream: &Arc<CudaStream>, e: &GptOssMxfp4Experts) -> Result<Self> {
         let biases = (Some(e.gate_up_bias()), Some(e.down_bias()));
-        let (gate_up, act) = (GateUp::Interleaved, Activation::GptOssSwiglu);
-        Self::upload(stream, (e.experts(), e.hidden(), e.inter()), gate_up, act, e.gate_up(), e.down(), biases)
+        let d = e.dims;
+        Self::upload(stream, (d.experts, d.hidden, d.inter), d.gate_up, d.activation, e.gate_up(), e.down(), biases)
     }
 
     /// Uploads MXFP4 experts of `(E, H, I)`: `gate_up` `[E · 2I, H]` (each expert's `2I` rows in `gate_up`'s
@@ -154,11 +151,7 @@ impl Mxfp4ExpertWeights {
             Mxfp4Weights::from_host(stream, &parts)
         };
         Ok(Mxfp4ExpertWeights {
-            experts,
-            hidden,
-            inter,
-            gate_up,
-            activation,
+            dims: ExpertDims::new((experts, hidden, inter), gate_up, activation),
             w13: per_expert(w13, r13, r13, k1)?,
             w2: per_expert(w2, hidden, n2, k2)?,
             b13: b13.map(|b| stream.clone_htod(b)).transpose()?,
@@ -174,7 +167,7 @@ impl Mxfp4ExpertWeights {
         check_mx_shape(hidden, inter)
     }
 
-    getters!(experts: usize, hidden: usize, inter: usize);
+    getters!(in dims; experts: usize, hidden: usize, inter: usize);
     /// `w13` on the device: `[E, 2I, K1]`.
     pub fn w13(&self) -> &Mxfp4Weights {
         &self.w13
@@ -196,16 +189,7 @@ impl Mxfp4ExpertWeights {
     }
 }
 
-impl Sealed<bf16> for Mxfp4ExpertWeights {
-    fn common(&self) -> Common<'_> {
-        weights_common!(self, WeightFormat::Mxfp4, gate_up: self.gate_up, b13: self.b13.as_ref(), b2: self.b2.as_ref())
-    }
-    fn parts(&self) -> Parts<'_, bf16> {
-        Parts::Mx(self, IsBf16(same))
-    }
-}
-
-impl LayerWeights<bf16> for Mxfp4ExpertWeights {}
+bf16_layer_weights!(Mxfp4ExpertWeights, WeightFormat::Mxfp4, Mx, biases b13, b2);
 
 #[cfg(test)]
 mod tests {

@@ -78,7 +78,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         let dims = self.layout_dims(spec, tokens)?;
         let gemms = self.gemm_pair(backend)?;
         let c = self.weights.common();
-        let (h, i) = (c.hidden, c.inter);
+        let (h, i) = (c.dims.hidden, c.dims.inter);
         let rows = tokens * self.sizing.shape.slots();
         let Buffers {
             layout, a, a8, h8, a8_token, h8_token, a_mx, h_mx, d1, h: hbuf, d2, mut workspace, status, ..
@@ -152,7 +152,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
             Error::InvalidProblem("backend fused: the layer was planned without it (no fused GEMM plan)".into())
         })?;
         let c = self.weights.common();
-        let (h, i) = (c.hidden, c.inter);
+        let (h, i) = (c.dims.hidden, c.dims.inter);
         let tokens = p.x.rows();
         let (tile, _) = self.fused_pass(tokens);
         let dims = self.layout_dims(LayoutSpec::Aligned { block_m: tile.block_m() }, tokens)?;
@@ -169,9 +169,9 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
                 let x = &p.x.as_view();
                 let weights = p.weights.as_view();
                 let b2 = w.b2.as_ref();
-                if !tile.has_fp8() && c.activation.gated() {
+                if !tile.has_fp8() && c.dims.activation.gated() {
                     // The SwapAb tiles apply the gated activation in GEMM1's epilogue: no d1, no activation kernel.
-                    let act = (c.activation, c.gate_up);
+                    let act = (c.dims.activation, c.dims.gate_up);
                     let (gemm1, gemm2) = ((x, &w.w13, c.b13), (&w.w2, &weights, b2));
                     fused.gated_pair(b, gemm1, (h, i), act, hbuf, gemm2, d2)?;
                 } else {
@@ -241,7 +241,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     pub(super) fn forward_eager(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let w = self.dense(Backend::Eager)?;
         let c = self.weights.common();
-        let (h, i, r13) = (w.hidden, w.inter, w.w13_rows());
+        let (h, i, r13) = (w.dims.hidden, w.dims.inter, w.w13_rows());
         let tokens = p.x.rows();
         let dims = self.layout_dims(LayoutSpec::Grouped, tokens)?;
         let PairPlans::Dense(g1, g2) = &self.gemm_pair(Backend::Eager)?.plans else {
@@ -350,9 +350,9 @@ pub(super) fn activate_layout<T: Element>(
 ) -> Result<()> {
     let row_experts = layout.m_indices().as_view();
     let act = elementwise::ActivationLaunch {
-        act: w.activation.into(),
-        gate_up: w.gate_up.into(),
-        inter: w.inter,
+        act: w.dims.activation.into(),
+        gate_up: w.dims.gate_up.into(),
+        inter: w.dims.inter,
         rows: layout.dims().capacity(),
         total: Some(layout.total()),
         row_experts: &row_experts,
@@ -379,7 +379,7 @@ pub(super) fn combine_layout<T: Element>(
         stream,
         tokens,
         top_k,
-        w.hidden,
+        w.dims.hidden,
         d2,
         ld_d2,
         layout.positions(),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::{LayerShape, LayerWeights, MoeLayer, MoeScratch};
+use super::{LayerShape, LayerWeights, MoeLayer, MoeScratch, Routed};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::elementwise;
@@ -65,7 +65,8 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         shared_weights: &MatrixView<'_, f32>,
         y: &mut MatrixViewMut<'_, T>,
     ) -> Result<()> {
-        self.forward_passes(stream, scratch, x, topk_ids, topk_weights, Some(shared_weights), y)
+        let r = Routed { x, ids: topk_ids, weights: topk_weights, shared: Some(shared_weights) };
+        self.forward_passes(stream, scratch, r, y)
     }
 
     /// The shared weights' view against `tokens` and the layer (host only, before any kernel).

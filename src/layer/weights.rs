@@ -8,21 +8,15 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::experts::{
-    check_lengths, shared_groups_beside, transpose_experts, Activation, GateUp, PackedExperts, SharedExpert, Storage,
+    check_lengths, shared_groups_beside, transpose_experts, Activation, ExpertDims, GateUp, PackedExperts,
+    SharedExpert, Storage,
 };
 use crate::kernels::elementwise::DecodeWeights;
 
 /// Expert weights on the device, in the `[out, in]` layout the kernels read.
 #[derive(Debug)]
 pub struct ExpertWeights<T: Element> {
-    /// Routed experts (local ones under expert parallelism).
-    pub(crate) experts: usize,
-    /// Shared-expert groups appended after them in every tensor (0 without a shared expert).
-    pub(crate) shared_groups: usize,
-    pub(crate) hidden: usize,
-    pub(crate) inter: usize,
-    pub(crate) gate_up: GateUp,
-    pub(crate) activation: Activation,
+    pub(crate) dims: ExpertDims,
     pub(crate) w13: CudaSlice<T>,
     pub(crate) w2: CudaSlice<T>,
     pub(crate) b13: Option<CudaSlice<f32>>,
@@ -98,8 +92,8 @@ impl<T: Element> ExpertWeights<T> {
             zero_rows(&p.b13, rows13)?,
             zero_rows(&p.b2, h)?,
         )?;
-        w.experts = e;
-        w.shared_groups = m;
+        w.dims.experts = e;
+        w.dims.shared_groups = m;
         Ok(w)
     }
 
@@ -139,7 +133,8 @@ impl<T: Element> ExpertWeights<T> {
                 ("b2", b2.as_ref().map(CudaSlice::len)),
             ],
         )?;
-        Ok(ExpertWeights { experts, shared_groups: 0, hidden, inter, gate_up, activation, w13, w2, b13, b2 })
+        let dims = ExpertDims::new((experts, hidden, inter), gate_up, activation);
+        Ok(ExpertWeights { dims, w13, w2, b13, b2 })
     }
 
     /// Gives the device buffers back, `(w13, w2, b13, b2)`: e.g. to release memory another library owns with
@@ -162,20 +157,16 @@ impl<T: Element> ExpertWeights<T> {
             + self.b2.as_ref().map_or(0, |b| b.num_bytes())
     }
     pub(crate) fn w13_rows(&self) -> usize {
-        if self.activation.gated() {
-            2 * self.inter
-        } else {
-            self.inter
-        }
+        self.dims.w13_rows()
     }
     /// What the batched backend's decode kernels read of these weights.
     pub(super) fn decode_experts(&self) -> DecodeWeights<'_, T> {
         DecodeWeights {
-            act: self.activation.into(),
-            gate_up: self.gate_up.into(),
+            act: self.dims.activation.into(),
+            gate_up: self.dims.gate_up.into(),
             experts: self.groups(),
-            hidden: self.hidden,
-            inter: self.inter,
+            hidden: self.dims.hidden,
+            inter: self.dims.inter,
             w13: &self.w13,
             w2: &self.w2,
             b13: self.b13.as_ref(),
@@ -201,41 +192,37 @@ fn upload_parts<'a, T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
 
 pub use crate::backend::WeightFormat;
 
+/// [`LayerWeights`]' provided methods, each a fact of the sealed `common()`: `name: Type = path;`.
+macro_rules! common_getters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $($path:ident).+;)*) => {
+        $(
+            $(#[$doc])*
+            fn $name(&self) -> $ty {
+                self.common().$($path).+
+            }
+        )*
+    };
+}
+
 /// Expert weights a [`MoeLayer`](super::MoeLayer) computes with, for activations of element type `T`:
 /// [`ExpertWeights<T>`] (dense, any element type), [`Fp8ExpertWeights`](super::Fp8ExpertWeights) (block FP8,
 /// bf16 activations) or [`Mxfp4ExpertWeights`](super::Mxfp4ExpertWeights) (MXFP4, bf16 activations). Sealed: the layer knows how to multiply each of them.
 pub trait LayerWeights<T: Element>: sealed::Sealed<T> + std::fmt::Debug + Send + Sync {
-    /// How the weights are stored.
-    fn format(&self) -> WeightFormat {
-        self.common().format
-    }
-    /// Routed experts (without the shared-expert groups).
-    fn experts(&self) -> usize {
-        self.common().experts
-    }
-    /// Shared-expert groups appended after the routed experts (0 without a shared expert).
-    fn shared_groups(&self) -> usize {
-        self.common().shared_groups
-    }
-    fn hidden(&self) -> usize {
-        self.common().hidden
-    }
-    fn inter(&self) -> usize {
-        self.common().inter
-    }
-    fn gate_up(&self) -> GateUp {
-        self.common().gate_up
-    }
-    fn activation(&self) -> Activation {
-        self.common().activation
-    }
-    /// The ordinal of the device the weights live on.
-    fn device(&self) -> usize {
-        self.common().device
-    }
-    /// Device bytes of the weights, their scales and biases.
-    fn bytes(&self) -> usize {
-        self.common().bytes
+    common_getters! {
+        /// How the weights are stored.
+        format: WeightFormat = format;
+        /// Routed experts (without the shared-expert groups).
+        experts: usize = dims.experts;
+        /// Shared-expert groups appended after the routed experts (0 without a shared expert).
+        shared_groups: usize = dims.shared_groups;
+        hidden: usize = dims.hidden;
+        inter: usize = dims.inter;
+        gate_up: GateUp = dims.gate_up;
+        activation: Activation = dims.activation;
+        /// The ordinal of the device the weights live on.
+        device: usize = device;
+        /// Device bytes of the weights, their scales and biases.
+        bytes: usize = bytes;
     }
 }
 
@@ -246,19 +233,14 @@ pub(super) mod sealed {
 
     use super::{ExpertWeights, WeightFormat};
     use crate::dtype::Element;
-    use crate::experts::{Activation, GateUp};
+    use crate::experts::ExpertDims;
     use crate::layer::{Fp8ChannelExpertWeights, Fp8ExpertWeights, Mxfp4ExpertWeights};
 
     /// The facts every kind of weights has.
     #[derive(Clone, Copy, Debug)]
     pub struct Common<'a> {
         pub format: WeightFormat,
-        pub experts: usize,
-        pub shared_groups: usize,
-        pub hidden: usize,
-        pub inter: usize,
-        pub gate_up: GateUp,
-        pub activation: Activation,
+        pub dims: ExpertDims,
         pub b13: Option<&'a CudaSlice<f32>>,
         pub b2: Option<&'a CudaSlice<f32>>,
         pub device: usize,
@@ -268,7 +250,7 @@ pub(super) mod sealed {
     impl Common<'_> {
         /// Experts every tensor holds: the routed ones and the shared groups.
         pub fn groups(&self) -> usize {
-            self.experts + self.shared_groups
+            self.dims.groups()
         }
     }
 
@@ -305,8 +287,7 @@ pub(super) mod sealed {
 
     impl<T: Element> Sealed<T> for ExpertWeights<T> {
         fn common(&self) -> Common<'_> {
-            weights_common!(self, WeightFormat::Dense, shared_groups: self.shared_groups, gate_up: self.gate_up,
-                b13: self.b13.as_ref(), b2: self.b2.as_ref())
+            weights_common!(self, WeightFormat::Dense, b13: self.b13.as_ref(), b2: self.b2.as_ref())
         }
         fn parts(&self) -> Parts<'_, T> {
             Parts::Dense(self)

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
+use super::mx_device::GroupedRows;
 use super::{for_each_expert, rows_cols};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -25,39 +26,8 @@ use crate::layouts::GroupRows;
 use crate::status::DeviceStatus;
 use crate::view::MatrixView;
 
-/// The buffers of a grouped FP4 A: packed e2m1 `[max_rows, K / 2]`, the scale atoms of up to `groups` groups
-/// (sized for the worst case: every group padded to 128 rows) and each group's byte base `[groups + 1]`.
-#[derive(Debug)]
-struct Fp4Buffers {
-    q: CudaSlice<u8>,
-    sf: CudaSlice<u8>,
-    sf_bases: CudaSlice<i64>,
-    max_rows: usize,
-    k: usize,
-    groups: usize,
-}
-
-impl Fp4Buffers {
-    fn alloc(
-        what: &str,
-        stream: &Arc<CudaStream>,
-        max_rows: usize,
-        k: usize,
-        groups: usize,
-        vec: usize,
-    ) -> Result<Self> {
-        let (q, sf, sf_bases) = super::mx_device::alloc_grouped(what, stream, max_rows, k, groups, vec, 2)?;
-        Ok(Fp4Buffers { q, sf, sf_bases, max_rows, k, groups })
-    }
-
-    fn bytes(&self) -> usize {
-        self.q.len() + self.sf.len() + 8 * self.sf_bases.len()
-    }
-
-    fn check_x<T: Element>(&self, what: &str, x: &MatrixView<'_, T>) -> Result<()> {
-        super::mx_device::check_grouped_x(what, x, self.max_rows, self.k)
-    }
-
+/// A grouped FP4 A's buffers: packed e2m1 `[max_rows, K / 2]`, the scale atoms and the groups' bases.
+impl GroupedRows<u8> {
     /// Quantises the grouped rows of `x` into these buffers as `format`; `tensor` is NVFP4's tensor scale word
     /// (`t`: the given scale, 0 to derive it).
     #[allow(clippy::too_many_arguments)]
@@ -88,37 +58,11 @@ impl Fp4Buffers {
     }
 }
 
-macro_rules! fp4_rows_accessors {
-    () => {
-        pub fn max_rows(&self) -> usize {
-            self.buf.max_rows
-        }
-        pub fn k(&self) -> usize {
-            self.buf.k
-        }
-        pub fn groups(&self) -> usize {
-            self.buf.groups
-        }
-        /// Packed e2m1 `[max_rows, K / 2]` bytes, the even element in the low nibble.
-        pub fn q(&self) -> &CudaSlice<u8> {
-            &self.buf.q
-        }
-        /// The scale atoms, all groups: group `g`'s at `sf_bases[g]`.
-        pub fn sf(&self) -> &CudaSlice<u8> {
-            &self.buf.sf
-        }
-        /// `[groups + 1]`: each group's byte base, the last the bytes in use.
-        pub fn sf_bases(&self) -> &CudaSlice<i64> {
-            &self.buf.sf_bases
-        }
-    };
-}
-
 /// A grouped A in MXFP4 on the device: e2m1 `[max_rows, K]` packed two per byte, UE8M0 per 32 of K, per group
 /// in the SM100 scale layout.
 #[derive(Debug)]
 pub struct Mxfp4Rows {
-    buf: Fp4Buffers,
+    buf: GroupedRows<u8>,
 }
 
 impl Mxfp4Rows {
@@ -128,9 +72,11 @@ impl Mxfp4Rows {
     /// [`Error::InvalidProblem`] for `k` not a positive multiple of 32, no groups, sizes that overflow; driver
     /// errors of the allocations.
     pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Mxfp4Rows> {
-        Ok(Mxfp4Rows { buf: Fp4Buffers::alloc("MXFP4", stream, max_rows, k, groups, ffi::mx_quant::MX_VEC)? })
+        Ok(Mxfp4Rows { buf: GroupedRows::alloc("MXFP4", stream, max_rows, k, groups, ffi::mx_quant::MX_VEC, 2)? })
     }
-    fp4_rows_accessors!();
+    grouped_rows_accessors!(u8,
+        /// Packed e2m1 `[max_rows, K / 2]` bytes, the even element in the low nibble.
+    );
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
         self.buf.bytes()
@@ -142,7 +88,7 @@ impl Mxfp4Rows {
 /// multiplies it into each group's alpha).
 #[derive(Debug)]
 pub struct Nvfp4Rows {
-    buf: Fp4Buffers,
+    buf: GroupedRows<u8>,
     /// `[tensor scale, amax scratch]`.
     tensor: CudaSlice<f32>,
 }
@@ -154,10 +100,12 @@ impl Nvfp4Rows {
     /// [`Error::InvalidProblem`] for `k` not a positive multiple of 16, no groups, sizes that overflow; driver
     /// errors of the allocations.
     pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Nvfp4Rows> {
-        let buf = Fp4Buffers::alloc("NVFP4", stream, max_rows, k, groups, ffi::mx_quant::NV_VEC)?;
+        let buf = GroupedRows::alloc("NVFP4", stream, max_rows, k, groups, ffi::mx_quant::NV_VEC, 2)?;
         Ok(Nvfp4Rows { buf, tensor: stream.alloc_zeros(2)? })
     }
-    fp4_rows_accessors!();
+    grouped_rows_accessors!(u8,
+        /// Packed e2m1 `[max_rows, K / 2]` bytes, the even element in the low nibble.
+    );
     /// `[2]`: element 0 is the tensor scale of the last quantisation (element 1 the kernels' scratch).
     pub fn tensor_scale(&self) -> &CudaSlice<f32> {
         &self.tensor

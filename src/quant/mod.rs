@@ -27,6 +27,34 @@
 
 use crate::error::{Error, Result};
 
+/// The accessors of a grouped-rows type over its `buf` ([`mx_device::GroupedRows`]): its extents, the codes
+/// (`$q`, with their docs), the scale atoms and the groups' bases.
+macro_rules! grouped_rows_accessors {
+    ($q:ty $(, #[$q_doc:meta])*) => {
+        pub fn max_rows(&self) -> usize {
+            self.buf.max_rows
+        }
+        pub fn k(&self) -> usize {
+            self.buf.k
+        }
+        pub fn groups(&self) -> usize {
+            self.buf.groups
+        }
+        $(#[$q_doc])*
+        pub fn q(&self) -> &CudaSlice<$q> {
+            &self.buf.q
+        }
+        /// The scale atoms, all groups: group `g`'s at `sf_bases[g]`.
+        pub fn sf(&self) -> &CudaSlice<u8> {
+            &self.buf.sf
+        }
+        /// `[groups + 1]`: each group's byte base, the last the bytes in use.
+        pub fn sf_bases(&self) -> &CudaSlice<i64> {
+            &self.buf.sf_bases
+        }
+    };
+}
+
 pub mod device;
 mod fp4_device;
 pub mod group;

@@ -254,6 +254,13 @@ fn check_ue8m0(what: &str, scales: &[Ue8m0], blocks_per_row: usize) -> Result<()
     }
 }
 
+/// A scale grid of `rows` rows of `blocks` scale bytes in SM100's 128 × 4 atom layout ([`to_sf_atoms`]); the
+/// grid's shape was checked when its type was made.
+fn sf_atoms_of(grid: impl Iterator<Item = u8>, rows: usize, blocks: usize) -> Vec<u8> {
+    let grid: Vec<u8> = grid.collect();
+    to_sf_atoms(&grid, rows, blocks).expect("the grid fits the shape, checked when made")
+}
+
 fn amax(block: &[f32]) -> f32 {
     block.iter().fold(0f32, |m, x| m.max(x.abs()))
 }
@@ -331,12 +338,7 @@ impl Mxfp8 {
             .collect()
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(rows: usize, k: usize);
     /// e4m3 `[rows, k]`.
     pub fn data(&self) -> &[F8E4M3] {
         &self.data
@@ -348,8 +350,7 @@ impl Mxfp8 {
     /// The scale grid in SM100's 128 × 4 atom layout ([`to_sf_atoms`]) over all `rows` (one group; for
     /// experts stacked by rows, [`to_sf_atoms_grouped`] of [`Self::scales`] gives each its own atoms).
     pub fn sf_atoms(&self) -> Vec<u8> {
-        let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
-        to_sf_atoms(&grid, self.rows, self.k / MX_BLOCK).expect("the grid fits the shape, checked when made")
+        sf_atoms_of(self.scales.iter().map(|s| s.0), self.rows, self.k / MX_BLOCK)
     }
     pub fn into_parts(self) -> (Vec<F8E4M3>, Vec<Ue8m0>) {
         (self.data, self.scales)
@@ -479,17 +480,13 @@ impl Mxfp4 {
         dequantize_e2m1_blocks(&self.data, MX_BLOCK, |b| self.scales[b].to_f32_exact())
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// The logical K.
-    pub fn k(&self) -> usize {
-        self.k
-    }
-    /// Columns stored per row (K, or more after [`Self::pad_k`]): the K a GEMM over these bytes runs.
-    pub fn k_padded(&self) -> usize {
-        self.k_padded
-    }
+    getters!(
+        rows: usize,
+        /// The logical K.
+        k: usize,
+        /// Columns stored per row (K, or more after [`Self::pad_k`]): the K a GEMM over these bytes runs.
+        k_padded: usize,
+    );
     /// Packed e2m1 `[rows, k_padded / 2]` bytes.
     pub fn data(&self) -> &[u8] {
         &self.data
@@ -500,8 +497,7 @@ impl Mxfp4 {
     }
     /// The scale grid in SM100's 128 × 4 atom layout, as [`Mxfp8::sf_atoms`], over the stored columns.
     pub fn sf_atoms(&self) -> Vec<u8> {
-        let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
-        to_sf_atoms(&grid, self.rows, self.k_padded / MX_BLOCK).expect("the grid fits the shape, checked when made")
+        sf_atoms_of(self.scales.iter().map(|s| s.0), self.rows, self.k_padded / MX_BLOCK)
     }
     /// The stored bytes and scales (`[rows, k_padded / 2]`, `[rows, k_padded / 32]`).
     pub fn into_parts(self) -> (Vec<u8>, Vec<Ue8m0>) {
@@ -613,12 +609,7 @@ impl Nvfp4 {
             .collect()
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
+    getters!(rows: usize, k: usize);
     /// Packed e2m1 `[rows, k / 2]` bytes.
     pub fn data(&self) -> &[u8] {
         &self.data
@@ -629,8 +620,7 @@ impl Nvfp4 {
     }
     /// The scale grid in SM100's 128 × 4 atom layout, as [`Mxfp8::sf_atoms`].
     pub fn sf_atoms(&self) -> Vec<u8> {
-        let grid: Vec<u8> = self.scales.iter().map(|s| s.0).collect();
-        to_sf_atoms(&grid, self.rows, self.k / NV_BLOCK).expect("the grid fits the shape, checked when made")
+        sf_atoms_of(self.scales.iter().map(|s| s.0), self.rows, self.k / NV_BLOCK)
     }
     pub fn tensor_scale(&self) -> f32 {
         self.tensor_scale

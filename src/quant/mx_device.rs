@@ -20,12 +20,7 @@ use crate::view::MatrixView;
 /// case: every group padded to 128 rows) and each group's byte base `[groups + 1]` (the last: the bytes in use).
 #[derive(Debug)]
 pub struct Mxfp8Rows {
-    q: CudaSlice<F8E4M3>,
-    sf: CudaSlice<u8>,
-    sf_bases: CudaSlice<i64>,
-    max_rows: usize,
-    k: usize,
-    groups: usize,
+    buf: GroupedRows<F8E4M3>,
 }
 
 impl Mxfp8Rows {
@@ -35,8 +30,7 @@ impl Mxfp8Rows {
     /// [`Error::InvalidProblem`] for `k` not a positive multiple of 32, no groups, sizes that overflow; driver
     /// errors of the allocations.
     pub fn alloc(stream: &Arc<CudaStream>, max_rows: usize, k: usize, groups: usize) -> Result<Mxfp8Rows> {
-        let (q, sf, sf_bases) = alloc_grouped("MXFP8", stream, max_rows, k, groups, ffi::mx_quant::MX_VEC, 1)?;
-        Ok(Mxfp8Rows { q, sf, sf_bases, max_rows, k, groups })
+        Ok(Mxfp8Rows { buf: GroupedRows::alloc("MXFP8", stream, max_rows, k, groups, ffi::mx_quant::MX_VEC, 1)? })
     }
 
     /// Device bytes [`Self::alloc`] takes for these extents (`None` where they overflow): the elements, the
@@ -60,9 +54,9 @@ impl Mxfp8Rows {
         }
         let sf = ffi::mx_quant::sf_capacity(max_rows, k / ffi::mx_quant::MX_VEC, groups);
         let fits = [
-            ("elements", max_rows.checked_mul(k), self.q.len()),
-            ("scale atoms", sf, self.sf.len()),
-            ("group bases", Some(groups + 1), self.sf_bases.len()),
+            ("elements", max_rows.checked_mul(k), self.buf.q.len()),
+            ("scale atoms", sf, self.buf.sf.len()),
+            ("group bases", Some(groups + 1), self.buf.sf_bases.len()),
         ];
         for (what, need, have) in fits {
             if need.is_none_or(|n| n > have) {
@@ -72,63 +66,70 @@ impl Mxfp8Rows {
                 )));
             }
         }
-        (self.max_rows, self.k, self.groups) = (max_rows, k, groups);
+        (self.buf.max_rows, self.buf.k, self.buf.groups) = (max_rows, k, groups);
         Ok(())
     }
 
-    pub fn max_rows(&self) -> usize {
-        self.max_rows
-    }
-    pub fn k(&self) -> usize {
-        self.k
-    }
-    pub fn groups(&self) -> usize {
-        self.groups
-    }
-    pub fn q(&self) -> &CudaSlice<F8E4M3> {
-        &self.q
-    }
-    /// The scale atoms, all groups: group `g`'s at `sf_bases[g]`.
-    pub fn sf(&self) -> &CudaSlice<u8> {
-        &self.sf
-    }
-    pub fn sf_bases(&self) -> &CudaSlice<i64> {
-        &self.sf_bases
-    }
+    grouped_rows_accessors!(F8E4M3);
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
-        self.q.len() + self.sf.len() + 8 * self.sf_bases.len()
+        self.buf.bytes()
     }
 }
 
-/// Zeroed buffers of grouped rows `[max_rows, k]` of `what` (`"MXFP8"`), one scale per `vec` of K, `per_byte`
-/// codes to a stored element: the codes, the scale atoms of up to `groups` groups (the worst case: every group
-/// padded to 128 rows) and each group's byte base `[groups + 1]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn alloc_grouped<Q: DeviceRepr + ValidAsZeroBits>(
-    what: &str,
-    stream: &Arc<CudaStream>,
-    max_rows: usize,
-    k: usize,
-    groups: usize,
-    vec: usize,
-    per_byte: usize,
-) -> Result<(CudaSlice<Q>, CudaSlice<u8>, CudaSlice<i64>)> {
-    if k == 0 || k % vec != 0 || groups == 0 {
-        return Err(Error::InvalidProblem(format!(
-            "{what} rows: K = {k} must be a positive multiple of {vec} (one scale per {vec}) and groups = {groups} \
-             positive"
-        )));
+/// Grouped rows `[max_rows, k]` of a block-scaled format on the device: the codes (`per_byte` to a stored
+/// element), the scale atoms of up to `groups` groups (the worst case: every group padded to 128 rows) and each
+/// group's byte base `[groups + 1]` (the last: the bytes in use).
+#[derive(Debug)]
+pub(super) struct GroupedRows<Q> {
+    pub(super) q: CudaSlice<Q>,
+    pub(super) sf: CudaSlice<u8>,
+    pub(super) sf_bases: CudaSlice<i64>,
+    pub(super) max_rows: usize,
+    pub(super) k: usize,
+    pub(super) groups: usize,
+}
+
+impl<Q: DeviceRepr + ValidAsZeroBits> GroupedRows<Q> {
+    /// Zeroed buffers of `what` (`"MXFP8"`), one scale per `vec` of K, `per_byte` codes to a stored element.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn alloc(
+        what: &str,
+        stream: &Arc<CudaStream>,
+        max_rows: usize,
+        k: usize,
+        groups: usize,
+        vec: usize,
+        per_byte: usize,
+    ) -> Result<Self> {
+        if k == 0 || k % vec != 0 || groups == 0 {
+            return Err(Error::InvalidProblem(format!(
+                "{what} rows: K = {k} must be a positive multiple of {vec} (one scale per {vec}) and groups = \
+                 {groups} positive"
+            )));
+        }
+        let overflow = || Error::InvalidProblem(format!("{what} rows [{max_rows}, {k}] x {groups} groups overflow"));
+        let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / vec, groups).ok_or_else(overflow)?;
+        let n = max_rows.checked_mul(k / per_byte).ok_or_else(overflow)?;
+        let (q, sf, sf_bases) =
+            (stream.alloc_zeros(n)?, stream.alloc_zeros(sf_bytes)?, stream.alloc_zeros(groups + 1)?);
+        Ok(GroupedRows { q, sf, sf_bases, max_rows, k, groups })
     }
-    let overflow = || Error::InvalidProblem(format!("{what} rows [{max_rows}, {k}] x {groups} groups overflow"));
-    let sf_bytes = ffi::mx_quant::sf_capacity(max_rows, k / vec, groups).ok_or_else(overflow)?;
-    let n = max_rows.checked_mul(k / per_byte).ok_or_else(overflow)?;
-    Ok((stream.alloc_zeros(n)?, stream.alloc_zeros(sf_bytes)?, stream.alloc_zeros(groups + 1)?))
+
+    /// Device bytes held (the codes are bytes).
+    pub(super) fn bytes(&self) -> usize {
+        self.q.len() + self.sf.len() + 8 * self.sf_bases.len()
+    }
+
+    /// That `x` fits these rows, as `what`: all their rows, at most `k` columns (the rest is the zero pad).
+    pub(super) fn check_x<T>(&self, what: &str, x: &MatrixView<'_, T>) -> Result<()> {
+        check_grouped_x(what, x, self.max_rows, self.k)
+    }
 }
 
 /// That `x` fits grouped rows `[max_rows, k]` of `what` (`"MXFP8"`): all their rows, at most `k` columns (the
 /// rest is the zero pad).
-pub(super) fn check_grouped_x<T>(what: &str, x: &MatrixView<'_, T>, max_rows: usize, k: usize) -> Result<()> {
+fn check_grouped_x<T>(what: &str, x: &MatrixView<'_, T>, max_rows: usize, k: usize) -> Result<()> {
     if x.rows() != max_rows || x.cols() > k {
         return Err(Error::InvalidProblem(format!(
             "{what} quantisation: x [{}, {}] for rows of [{max_rows}, {k}] (x's columns at most K: the rest is the \
@@ -159,7 +160,8 @@ pub fn quantize_mxfp8_grouped<'r, T: Element>(
     out: &mut Mxfp8Rows,
     status: &mut DeviceStatus,
 ) -> Result<()> {
-    check_grouped_x("MXFP8", x, out.max_rows, out.k)?;
+    let out = &mut out.buf;
+    out.check_x("MXFP8", x)?;
     let rows = rows.into();
     let view = x.as_view();
     let dst = ffi::mx_quant::MxDst { out: &mut out.q, sf: &mut out.sf, sf_bases: &mut out.sf_bases };

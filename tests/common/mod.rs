@@ -69,3 +69,15 @@ pub fn nonfinite_router_cases() -> Vec<RouterCase> {
         ("grouped sigmoid, NaN and -inf bias groups", cfg(12, grouped(3)), logits, Some(bad_groups)),
     ]
 }
+
+/// A concatenated `w13 [gate; up]` (`[2I, K]`, one scale per row or per tensor) in gpt-oss's interleaved order
+/// (`g0, u0, g1, u1, …`), its rows moved with their scales: what a fused interleaved checkpoint holds.
+pub fn interleave_w13(m: &moe_gemm::quant::BlockFp8) -> moe_gemm::quant::BlockFp8 {
+    use moe_gemm::quant::{BlockFp8, Scales};
+    let (n, k) = (m.rows(), m.cols());
+    let order: Vec<usize> = (0..n / 2).flat_map(|r| [r, n / 2 + r]).collect();
+    let q = order.iter().flat_map(|&r| m.q()[r * k..(r + 1) * k].iter().copied()).collect();
+    let Scales::F32(s) = m.scales() else { panic!("F32 scales") };
+    let s = if m.block().rows == 1 { order.iter().map(|&r| s[r]).collect() } else { s.clone() };
+    BlockFp8::from_parts(n, k, m.block(), q, Scales::F32(s)).unwrap()
+}

@@ -8,8 +8,9 @@
 //!
 //! with per-token (dynamic), dynamic per-tensor and static per-tensor activation scales, per-channel and per-tensor weight scales,
 //! the FP8 layer tests' adversarial routing (groups of 0, 1, 5 and 129 rows), passes, a scale swap caught and
-//! CUDA-graph replays bit-equal to eager. Weights are random with every row scaled by its own factor in 1/4 .. 4,
-//! so channel scales differ between rows and experts and a scale read from the wrong row or expert is seen.
+//! CUDA-graph replays bit-equal to eager, and interleaved gate/up experts bit-equal to concatenated ones. Weights
+//! are random with every row scaled by its own factor in 1/4 .. 4, so channel scales differ between rows and
+//! experts and a scale read from the wrong row or expert is seen.
 
 use std::sync::Arc;
 
@@ -215,6 +216,35 @@ fn fp8_channel_swapped_scales_are_caught() {
     for backend in BACKENDS {
         let got = rig.forward(backend, &x, &ids, &wts);
         assert!(fp8_layer_mismatch(&got, &want, h).is_some(), "[{backend:?}] swapped scales not caught");
+    }
+}
+
+/// Interleaved gate/up (gpt-oss's row order, `Fp8ChannelExperts::from_gate_up`): the layer over them is bit-equal
+/// to the layer over the same experts concatenated on every backend; the interleaved rows read as concatenated
+/// (a missing reorder) change the output on every backend.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_interleaved_experts_equal_concatenated_ones() {
+    let (e, h, i, k, t) = (8usize, 256usize, 128usize, 2usize, 40usize);
+    let ids = moe_gemm::random::topk_ids(t, k, e, 82);
+    let wts = weights_for(t, k, 83);
+    let x = random_vec::<bf16>(t * h, 84, 1.0);
+    for (per_row, acts) in [(true, ActivationScales::DynamicToken), (false, ActivationScales::StaticTensor)] {
+        let p = host_experts(e, h, i, per_row, acts, 81);
+        let inter: Vec<(BlockFp8, BlockFp8)> =
+            p.w13().iter().zip(p.w2()).map(|(w13, w2)| (interleave_w13(w13), w2.clone())).collect();
+        let make = |order| Fp8ChannelExperts::from_gate_up(inter.clone(), order, acts, p.static_scales().cloned());
+        let (mut concat, mut interleaved) =
+            (ChannelRig::new(&p, t, k), ChannelRig::new(&make(GateUp::Interleaved).unwrap(), t, k));
+        let mut unordered = ChannelRig::new(&make(GateUp::Concatenated).unwrap(), t, k);
+        for backend in BACKENDS {
+            let want = concat.forward(backend, &x, &ids, &wts);
+            let got = interleaved.forward(backend, &x, &ids, &wts);
+            let same = |a: &[bf16]| a.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same(&got), "{acts:?} [{backend:?}]: interleaved experts differ from concatenated ones");
+            let moved = unordered.forward(backend, &x, &ids, &wts);
+            assert!(!same(&moved), "{acts:?} [{backend:?}]: interleaved rows read as concatenated went unseen");
+        }
     }
 }
 

@@ -27,7 +27,6 @@ use cudarc::driver::{CudaStream, DevicePtr};
 use super::launch;
 use super::sm90::GroupedGemmShape;
 use crate::device::DeviceInfo;
-use crate::device::KernelFamily;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::kernels::plan::{self, Workspace};
@@ -68,9 +67,7 @@ impl Sm100TileConfig {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Sm100TileConfig> {
-        Sm100TileConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
+    config_queries!();
 
     /// Whether this configuration was compiled for `dtype` into the linked library (bf16 only so far).
     pub fn is_built(self, dtype: DType) -> bool {
@@ -108,20 +105,9 @@ impl Sm100TileConfig {
     }
 }
 
-impl From<Sm100TileConfig> for launch::Sm100TileConfig {
-    fn from(c: Sm100TileConfig) -> Self {
-        match c {
-            Sm100TileConfig::Mma1Sm128x256x64 => launch::Sm100TileConfig::Mma1Sm128x256x64,
-            Sm100TileConfig::Mma1Sm128x128x64 => launch::Sm100TileConfig::Mma1Sm128x128x64,
-        }
-    }
-}
+variants_into!(Sm100TileConfig => launch::Sm100TileConfig { Mma1Sm128x256x64, Mma1Sm128x128x64 });
 
-impl std::fmt::Display for Sm100TileConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Sm100TileConfig);
 
 /// Compile-time facts of a built [`Sm100TileConfig`], read from the CUTLASS types of the compiled kernel.
 #[non_exhaustive]
@@ -206,20 +192,7 @@ impl<T: Element> GroupedGemmSm100<T> {
     }
 }
 
-impl plan::ArchConfig for Sm100TileConfig {
-    const OP: &'static str = OP;
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm100;
-    fn name(self) -> &'static str {
-        Sm100TileConfig::name(self)
-    }
-    fn built(self, dtype: Option<DType>) -> bool {
-        dtype.is_some_and(|d| self.is_built(d))
-    }
-    fn workspace(self, dtype: Option<DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        let dtype = dtype.expect("the dense family plans per element type");
-        launch::workspace_bytes_sm100(dtype, self.into(), groups, sm_count)
-    }
-}
+arch_config!(Sm100TileConfig, OP, GroupedGemmSm100, per_dtype launch::workspace_bytes_sm100);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only).
 ///

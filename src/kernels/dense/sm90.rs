@@ -33,7 +33,6 @@ pub use crate::layouts::GroupRows;
 
 use super::launch;
 use crate::device::DeviceInfo;
-use crate::device::KernelFamily;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::kernels::plan;
@@ -149,20 +148,7 @@ impl<T: Element> GroupedGemm<T> {
     }
 }
 
-impl plan::ArchConfig for TileConfig {
-    const OP: &'static str = "grouped_gemm_sm90";
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90;
-    fn name(self) -> &'static str {
-        TileConfig::name(self)
-    }
-    fn built(self, dtype: Option<crate::dtype::DType>) -> bool {
-        dtype.is_some_and(|d| self.is_built(d))
-    }
-    fn workspace(self, dtype: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        let dtype = dtype.expect("the dense family plans per element type");
-        launch::workspace_bytes(dtype, self.into(), groups, sm_count)
-    }
-}
+arch_config!(TileConfig, "grouped_gemm_sm90", GroupedGemmSm90, per_dtype launch::workspace_bytes);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only).
 pub(crate) fn workspace_bytes(

@@ -33,7 +33,7 @@ use super::sm90::{launch_planned, Fp8KernelFacts, GroupedGemmFp8Shape, Planned};
 use crate::device::DeviceInfo;
 use crate::device::KernelFamily;
 use crate::error::{Error, Result};
-use crate::kernels::plan::{self, Workspace};
+use crate::kernels::plan::Workspace;
 use crate::quant::{Fp8BlockWeights, Fp8Rows};
 
 const OP: &str = "grouped_gemm_sm100_fp8_blockwise";
@@ -92,39 +92,16 @@ impl Fp8Sm100Config {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Fp8Sm100Config> {
-        Fp8Sm100Config::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// Whether this configuration was compiled into the linked library.
-    pub fn is_built(self) -> bool {
-        launch::built(self.into())
-    }
-
-    /// What the compiled kernel is, read from its CUTLASS types (host only; no GPU needed).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] when it was not compiled.
-    pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = launch::facts(self.into())?;
-        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
-    }
+    config_queries!(fp8
+        /// What the compiled kernel is, read from its CUTLASS types (host only; no GPU needed).
+    );
 }
 
-impl From<Fp8Sm100Config> for launch::Fp8TileConfig {
-    fn from(c: Fp8Sm100Config) -> Self {
-        match c {
-            Fp8Sm100Config::Blockwise1Sm128x128x128 => launch::Fp8TileConfig::Sm100Blockwise1Sm128x128x128,
-            Fp8Sm100Config::Blockwise2Sm256x128x128 => launch::Fp8TileConfig::Sm100Blockwise2Sm256x128x128,
-        }
-    }
-}
+variants_into!(Fp8Sm100Config => launch::Fp8TileConfig {
+    Blockwise1Sm128x128x128 => Sm100Blockwise1Sm128x128x128, Blockwise2Sm256x128x128 => Sm100Blockwise2Sm256x128x128
+});
 
-impl std::fmt::Display for Fp8Sm100Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Fp8Sm100Config);
 
 /// An SM100 FP8 blockwise grouped GEMM planned for one shape and device.
 #[derive(Debug)]
@@ -184,19 +161,7 @@ impl GroupedGemmFp8Sm100 {
     }
 }
 
-impl plan::ArchConfig for Fp8Sm100Config {
-    const OP: &'static str = OP;
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm100;
-    fn name(self) -> &'static str {
-        Fp8Sm100Config::name(self)
-    }
-    fn built(self, _: Option<crate::dtype::DType>) -> bool {
-        self.is_built()
-    }
-    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        launch::workspace_bytes(self.into(), groups, sm_count)
-    }
-}
+arch_config!(Fp8Sm100Config, OP, GroupedGemmSm100, one_dtype launch::workspace_bytes);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).

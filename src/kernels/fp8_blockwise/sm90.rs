@@ -38,7 +38,6 @@ use half::bf16;
 
 use super::launch;
 use crate::device::DeviceInfo;
-use crate::device::KernelFamily;
 use crate::error::{Error, Result};
 use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 use crate::kernels::plan::{self, Workspace};
@@ -49,34 +48,17 @@ use crate::status::DeviceStatus;
 
 const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
 
-/// The shape of an FP8 blockwise grouped GEMM, validated against the kernels' constraints (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupedGemmFp8Shape {
-    groups: usize,
-    n: usize,
-    k: usize,
-    max_rows: usize,
-}
-
-impl GroupedGemmFp8Shape {
-    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
-    ///
-    /// # Errors
+fp8_shape!(
+    /// The shape of an FP8 blockwise grouped GEMM, validated against the kernels' constraints (module docs).
+    GroupedGemmFp8Shape,
+    n in SCALE_BLOCK => "the blockwise FP8 GEMM takes whole 128 x 128 weight-scale blocks along N (one scale-grid \
+        row per N tile)",
     /// [`Error::InvalidProblem`] naming the constraint: `groups` in 1..=65536; `k` a positive multiple of 16
     /// (16-byte TMA rows of e4m3); `n` a positive multiple of 128 (whole weight-scale blocks); every extent
     /// within the kernels' 32-bit problem sizes; `G·N·K` and `max_rows·max(N, K)` within the address space.
-    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
-        if n == 0 || n % SCALE_BLOCK != 0 {
-            return Err(Error::InvalidProblem(format!(
-                "N = {n} is not a positive multiple of {SCALE_BLOCK}: the blockwise FP8 GEMM takes whole 128 x 128 \
-                 weight-scale blocks along N (one scale-grid row per N tile)"
-            )));
-        }
-        check_fp8_extents(groups, n, k, max_rows)?;
-        Ok(GroupedGemmFp8Shape { groups, n, k, max_rows })
-    }
+);
 
-    shape_accessors!();
+impl GroupedGemmFp8Shape {
     /// One expert's weight-scale grid: `(ceil(N/128), ceil(K/128))`.
     pub fn scale_grid(&self) -> (usize, usize) {
         (scale_blocks(self.n), scale_blocks(self.k))
@@ -159,23 +141,9 @@ impl Fp8TileConfig {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Fp8TileConfig> {
-        Fp8TileConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// Whether this configuration was compiled into the linked library.
-    pub fn is_built(self) -> bool {
-        launch::built(self.into())
-    }
-
-    /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] when it was not compiled.
-    pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = launch::facts(self.into())?;
-        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
-    }
+    config_queries!(fp8
+        /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
+    );
 
     /// The default for `groups` groups over about `expected_rows` rows in all: 64-row ping-pong tiles up to
     /// 64 rows per group (decode: a 128-row tile would leave at least half its MMA rows idle), 128x128
@@ -192,20 +160,9 @@ impl Fp8TileConfig {
     }
 }
 
-impl From<Fp8TileConfig> for launch::Fp8TileConfig {
-    fn from(c: Fp8TileConfig) -> Self {
-        match c {
-            Fp8TileConfig::Cooperative128x128x128 => launch::Fp8TileConfig::Cooperative128x128x128,
-            Fp8TileConfig::Pingpong64x128x128 => launch::Fp8TileConfig::Pingpong64x128x128,
-        }
-    }
-}
+variants_into!(Fp8TileConfig => launch::Fp8TileConfig { Cooperative128x128x128, Pingpong64x128x128 });
 
-impl std::fmt::Display for Fp8TileConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Fp8TileConfig);
 
 impl Fp8KernelFacts {
     pub(crate) fn from_ffi(f: &launch::Fp8KernelFacts, schedule: String) -> Fp8KernelFacts {
@@ -356,19 +313,7 @@ pub(crate) fn launch_planned(
     scaled_launch(stream, &plan, ops, rows.to_ffi(), d, workspace.buf_mut(), status.word_mut())
 }
 
-impl plan::ArchConfig for Fp8TileConfig {
-    const OP: &'static str = OP;
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
-    fn name(self) -> &'static str {
-        Fp8TileConfig::name(self)
-    }
-    fn built(self, _: Option<crate::dtype::DType>) -> bool {
-        self.is_built()
-    }
-    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        launch::workspace_bytes(self.into(), groups, sm_count)
-    }
-}
+arch_config!(Fp8TileConfig, OP, GroupedGemmSm90Fp8, one_dtype launch::workspace_bytes);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).

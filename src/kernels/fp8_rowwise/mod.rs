@@ -29,10 +29,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use half::bf16;
 
-use super::fp8_blockwise::sm90::{check_fp8_extents, Fp8KernelFacts};
+use super::fp8_blockwise::sm90::Fp8KernelFacts;
 use crate::device::DeviceInfo;
-use crate::device::KernelFamily;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffi::gemm::{scaled_launch, ScaledOperands};
 
 use crate::kernels::plan::{self, Workspace};
@@ -42,32 +41,12 @@ pub(crate) use launch::ROWWISE_ALIGN;
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
 
-/// The shape of an FP8 rowwise grouped GEMM, validated against the kernels' constraints (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupedGemmFp8RowwiseShape {
-    groups: usize,
-    n: usize,
-    k: usize,
-    max_rows: usize,
-}
-
-impl GroupedGemmFp8RowwiseShape {
-    /// `groups` experts of weight `[n, k]`, over at most `max_rows` rows of A in total.
-    ///
-    /// # Errors
-    /// [`Error::InvalidProblem`] naming the constraint (module docs).
-    pub fn new(groups: usize, n: usize, k: usize, max_rows: usize) -> Result<Self> {
-        if n == 0 || n % ROWWISE_ALIGN != 0 {
-            return Err(Error::InvalidProblem(format!(
-                "N = {n} is not a positive multiple of {ROWWISE_ALIGN}: bf16 D rows and each expert's f32 channel \
-                 scales must start 16-byte aligned"
-            )));
-        }
-        check_fp8_extents(groups, n, k, max_rows)?;
-        Ok(GroupedGemmFp8RowwiseShape { groups, n, k, max_rows })
-    }
-    shape_accessors!();
-}
+fp8_shape!(
+    /// The shape of an FP8 rowwise grouped GEMM, validated against the kernels' constraints (module docs).
+    GroupedGemmFp8RowwiseShape,
+    n in ROWWISE_ALIGN => "bf16 D rows and each expert's f32 channel scales must start 16-byte aligned",
+    /// [`Error::InvalidProblem`](crate::error::Error::InvalidProblem) naming the constraint (module docs).
+);
 
 /// How the tensor cores' e4m3 products are summed over K.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -124,23 +103,11 @@ impl Fp8RowwiseConfig {
             Fp8RowwiseConfig::PromotedCooperative128x128x128 => "fp8-rowwise-promoted-coop-128x128x128",
         }
     }
-    pub fn from_name(name: &str) -> Option<Fp8RowwiseConfig> {
-        Fp8RowwiseConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
-    pub fn is_built(self) -> bool {
-        launch::built(self.into())
-    }
-
-    /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
-    /// (`scale_block_a = (1, 0)`: one per row over all of K), no two-level accumulation, and for FastAccum no
-    /// promotion (`promotion_k = 0`).
-    ///
-    /// # Errors
-    /// [`Error::KernelNotBuilt`] when it was not compiled.
-    pub fn facts(self) -> Result<Fp8KernelFacts> {
-        let (f, schedule) = launch::facts(self.into())?;
-        Ok(Fp8KernelFacts::from_ffi(&f, schedule))
-    }
+    config_queries!(fp8
+        /// What the compiled kernel is, read from its CUTLASS types: per-row and per-channel scales
+        /// (`scale_block_a = (1, 0)`: one per row over all of K), no two-level accumulation, and for FastAccum no
+        /// promotion (`promotion_k = 0`).
+    );
 
     /// The default for `accumulation` over `groups` groups of about `expected_rows` rows in all: 64-row
     /// ping-pong tiles up to 64 rows per group with fast accumulation, 128-row cooperative tiles above; the
@@ -157,22 +124,11 @@ impl Fp8RowwiseConfig {
     }
 }
 
-impl From<Fp8RowwiseConfig> for launch::Fp8RowwiseConfig {
-    fn from(c: Fp8RowwiseConfig) -> Self {
-        use launch::Fp8RowwiseConfig as F;
-        match c {
-            Fp8RowwiseConfig::FastAccumPingpong64x128x128 => F::FastAccumPingpong64x128x128,
-            Fp8RowwiseConfig::FastAccumCooperative128x128x128 => F::FastAccumCooperative128x128x128,
-            Fp8RowwiseConfig::PromotedCooperative128x128x128 => F::PromotedCooperative128x128x128,
-        }
-    }
-}
+variants_into!(Fp8RowwiseConfig => launch::Fp8RowwiseConfig {
+    FastAccumPingpong64x128x128, FastAccumCooperative128x128x128, PromotedCooperative128x128x128
+});
 
-impl std::fmt::Display for Fp8RowwiseConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
-    }
-}
+display_by_name!(Fp8RowwiseConfig);
 
 /// Options of a [`GroupedGemmFp8Rowwise`] plan.
 #[derive(Clone, Copy, Debug, Default)]
@@ -210,8 +166,8 @@ impl GroupedGemmFp8Rowwise {
     /// Plans for an already queried device (no driver call).
     ///
     /// # Errors
-    /// [`Error::UnsupportedArch`] unless the device is SM90; [`Error::KernelNotBuilt`] when the configuration
-    /// was not compiled.
+    /// [`Error::UnsupportedArch`](crate::error::Error::UnsupportedArch) unless the device is SM90;
+    /// [`Error::KernelNotBuilt`](crate::error::Error::KernelNotBuilt) when the configuration was not compiled.
     pub fn for_device(
         device: DeviceInfo,
         shape: GroupedGemmFp8RowwiseShape,
@@ -230,9 +186,10 @@ impl GroupedGemmFp8Rowwise {
         /// Queues `D = rowwise(A, B)` over the groups `rows` describes on `stream`.
         ///
         /// # Errors
-        /// [`Error::InvalidProblem`] when `a` or `b` does not have the plan's shape (`a.k() == K`,
-        /// `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups; [`Error::Buffer`] when `d`
-        /// or a group array is too small or misaligned; [`Error::WorkspaceTooSmall`]; CUTLASS or CUDA launch errors.
+        /// [`Error::InvalidProblem`](crate::error::Error::InvalidProblem) when `a` or `b` does not have the plan's
+        /// shape (`a.k() == K`, `a.rows() >= max_rows`; `b` exactly `[G, N, K]`) or `rows` is per-row groups;
+        /// [`Error::Buffer`](crate::error::Error::Buffer) when `d` or a group array is too small or misaligned;
+        /// [`Error::WorkspaceTooSmall`](crate::error::Error::WorkspaceTooSmall); CUTLASS or CUDA launch errors.
         /// Invalid offset or count values are clamped on the device and reported into `status`.
         fn launch(&self, stream, a: &Fp8TokenRows, b: &Fp8ChannelWeights, rows,
             d: bf16, workspace: &mut Workspace, status) {
@@ -248,19 +205,7 @@ impl GroupedGemmFp8Rowwise {
     }
 }
 
-impl plan::ArchConfig for Fp8RowwiseConfig {
-    const OP: &'static str = OP;
-    const FAMILY: KernelFamily = KernelFamily::GroupedGemmSm90Fp8;
-    fn name(self) -> &'static str {
-        Fp8RowwiseConfig::name(self)
-    }
-    fn built(self, _: Option<crate::dtype::DType>) -> bool {
-        self.is_built()
-    }
-    fn workspace(self, _: Option<crate::dtype::DType>, groups: usize, sm_count: i32) -> Result<u64> {
-        launch::workspace_bytes(self.into(), groups, sm_count)
-    }
-}
+arch_config!(Fp8RowwiseConfig, OP, GroupedGemmSm90Fp8, one_dtype launch::workspace_bytes);
 
 /// Bytes of workspace a plan of `config` over `groups` groups needs on a device of `sm_count` SMs (host only: the
 /// layer's sizing asks it without a device).

@@ -176,17 +176,9 @@ impl FusedTile {
     }
 }
 
-impl From<FusedTile> for ffi::FusedTile {
-    fn from(t: FusedTile) -> Self {
-        match t {
-            FusedTile::Decode16 => ffi::FusedTile::SwapAb16,
-            FusedTile::Decode32 => ffi::FusedTile::SwapAb32,
-            FusedTile::DecodeMerged => ffi::FusedTile::SwapAbMerged,
-            FusedTile::M64N128K64 => ffi::FusedTile::M64N128K64,
-            FusedTile::M128N256K64 => ffi::FusedTile::M128N256K64,
-        }
-    }
-}
+variants_into!(FusedTile => ffi::FusedTile {
+    Decode16 => SwapAb16, Decode32 => SwapAb32, DecodeMerged => SwapAbMerged, M64N128K64, M128N256K64
+});
 
 fn check_layout(b: &FusedBatch<'_>) -> Result<()> {
     let (tile, tokens, dims) = (b.tile, b.tokens, b.layout.dims());

@@ -119,9 +119,7 @@ impl MxConfig {
             MxConfig::Mxf8Mma2Sm256x256x128 => "mxf8-2sm-256x256x128",
         }
     }
-    pub fn from_name(name: &str) -> Option<MxConfig> {
-        MxConfig::ALL.into_iter().find(|c| c.name() == name)
-    }
+    config_queries!();
     /// (activations, weights).
     pub const fn formats(self) -> (MxFormat, MxFormat) {
         match self {
@@ -205,18 +203,9 @@ impl MxConfig {
     }
 }
 
-impl From<MxConfig> for launch::Sm100MxConfig {
-    fn from(c: MxConfig) -> Self {
-        use launch::Sm100MxConfig as C;
-        match c {
-            MxConfig::Mxf8Mma1Sm128x128x128 => C::Mxf8Mma1Sm128x128x128,
-            MxConfig::Mxf8f4Mma1Sm128x128x128 => C::Mxf8f4Mma1Sm128x128x128,
-            MxConfig::Mxf4Mma1Sm128x128x256 => C::Mxf4Mma1Sm128x128x256,
-            MxConfig::Nvf4Mma1Sm128x128x256 => C::Nvf4Mma1Sm128x128x256,
-            MxConfig::Mxf8Mma2Sm256x256x128 => C::Mxf8Mma2Sm256x256x128,
-        }
-    }
-}
+variants_into!(MxConfig => launch::Sm100MxConfig {
+    Mxf8Mma1Sm128x128x128, Mxf8f4Mma1Sm128x128x128, Mxf4Mma1Sm128x128x256, Nvf4Mma1Sm128x128x256, Mxf8Mma2Sm256x256x128
+});
 
 /// The rules of a plan of `activations x weights` over `shape` that every configuration of the pair shares, and
 /// the portable GEMM too (it accepts the same problems): the pair's 1-SM configuration, the one these rules are of.
