@@ -1,5 +1,5 @@
-//! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. The GEMM
-//! families' launchers, each a `launch.rs` in its family's folder, stand on this floor too (`tests/layering.rs`
+//! The bottom floor: the door to C++ (the MoE ops' cxx bridge, `bridge`) and the launch layer around it. The GEMM
+//! families' launchers, each a `launch.rs` in its family's folder with the family's own bridge, stand on this floor too (`tests/layering.rs`
 //! lists them): they use the bridge and the checks here, and nothing here names them. Every `unsafe` block of the crate
 //! lives in these files, each with the argument for its safety; the crate denies `unsafe_code` everywhere else.
 //!
@@ -13,7 +13,7 @@
 //! | module | what |
 //! |---|---|
 //! | `sys` | the C++ argument structs, their enums and `Status`, generated from the headers (scripts/bindgen.sh) |
-//! | `bridge` | the `#[cxx::bridge]`s: the C++ functions, taking `sys`'s types |
+//! | `bridge` | the MoE ops' and the runtime's `#[cxx::bridge]`: the C++ functions, taking `sys`'s types |
 //! | `gemm` | what the grouped GEMM launchers share: the group arrays, the plan descriptor, the launch checks |
 //! | `routing` | routers |
 //! | `layouts` | layout build, gather, combine |
@@ -24,7 +24,6 @@
 //! | `status` | `Status` → `Error` |
 
 pub(crate) mod bridge;
-pub(crate) mod bridge_fp8;
 #[cfg(feature = "cli")]
 pub(crate) mod cublas;
 pub(crate) mod decode_fp8;

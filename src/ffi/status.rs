@@ -30,9 +30,16 @@ impl Launched<'_> {
     }
 }
 
+/// The status of an entry point with no kernel for what was asked (an element type or tile a unit does not build).
+pub(crate) const NOT_BUILT: Status = Status { code: StatusCode::NotBuilt, detail: 0 };
+
 /// `cudaGetErrorName` of a `cudaError_t` code, e.g. `cudaErrorInvalidValue` for 1 (no device needed).
 pub(crate) fn cuda_error_name(code: i32) -> String {
-    ffi::cuda_error_name(code)
+    // SAFETY: C++ returns cudaGetErrorName's string, a literal of the runtime, or null.
+    match unsafe { super::bridge::static_name(ffi::cuda_error_name(code)) } {
+        "" => "unknown CUDA error".to_string(),
+        name => name.to_string(),
+    }
 }
 
 /// A `cudaError_t` returned by `op`: `Ok` for `cudaSuccess` (0).
