@@ -7,14 +7,17 @@
 
 use std::ffi::{c_char, CStr};
 
-/// Hands each `sys` type to cxx as the C++ type of the same name in `moe_gemm`, a trivial one (passed and
-/// returned by value). Each type once in the crate: by the bridge of the family that owns it.
+use super::sys;
+
+/// Hands each `sys` type (`sys` as named where this is invoked: `ffi::sys`, or a family's own) to cxx as the C++
+/// type of the same name in `moe_gemm`, a trivial one (passed and returned by value). Each type once in the crate:
+/// by the bridge that owns it.
 macro_rules! trivial_extern_types {
     ($($t:ident)*) => {$(
         // SAFETY: `sys::$t` is bindgen's translation of `moe_gemm::$t` (a plain struct of scalars, or an enum
         // with its C++ underlying type), whose size, alignment and field offsets `sys` asserts at compile time
         // to be the C++ ones; such a type is trivially movable and destructible on both sides.
-        unsafe impl cxx::ExternType for $crate::ffi::sys::$t {
+        unsafe impl cxx::ExternType for sys::$t {
             type Id = cxx::type_id!(moe_gemm::$t);
             type Kind = cxx::kind::Trivial;
         }
@@ -23,7 +26,7 @@ macro_rules! trivial_extern_types {
 pub(crate) use trivial_extern_types;
 
 trivial_extern_types! {
-    Status DType RouterArgs SharedRoutingArgs LayoutArgs ActivationArgs DecodeArgs DecodeFp8Args QuantArgs
+    Status DType Fp8KernelFacts RouterArgs SharedRoutingArgs LayoutArgs ActivationArgs DecodeArgs DecodeFp8Args QuantArgs
     WeightQuantArgs MxQuantArgs Fp4QuantArgs
 }
 
@@ -43,6 +46,7 @@ pub(crate) unsafe fn static_name(name: *const c_char) -> &'static str {
 pub(crate) mod ffi {
     // The C++ declarations themselves, called as they are.
     unsafe extern "C++" {
+        include!("moe-gemm/cpp/common/launch.h");
         include!("moe-gemm/cpp/common/moe_ops.h");
         include!("moe-gemm/cpp/common/runtime.h");
         include!("moe-gemm/cpp/moe_ops/decode_fp8.h");

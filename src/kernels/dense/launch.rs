@@ -1,17 +1,17 @@
 //! The persistent bf16/f16 grouped GEMMs with device-side groups: SM90 (`cpp/dense/grouped_gemm_sm90.cuh`) and SM100
-//! (`cpp/dense/grouped_gemm_sm100.cuh`, `cpp/dense/launch_sm100.h`). Their bridge, whether a configuration was built,
+//! (`cpp/dense/grouped_gemm_sm100.cuh`, `cpp/dense/launch.h`). Their bridge, whether a configuration was built,
 //! its workspace (and for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one
 //! checked path for both families: they take the same operands and group descriptions. C++ has one entry point per
 //! element type; the element type picks it here. SM100 is built for bf16 only: f16 there is NotBuilt.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
+use super::sys;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::{GemmPlan, GroupArrays, GroupedRows};
 use crate::ffi::status::{check, Launched, NOT_BUILT};
-use crate::ffi::sys;
 use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
@@ -21,15 +21,14 @@ trivial_extern_types! { TileConfig Sm100TileConfig Sm100KernelFacts GroupedGemmA
 #[cxx::bridge(namespace = "moe_gemm")]
 mod ffi {
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/common/launch.h");
-        include!("moe-gemm/cpp/dense/launch_sm100.h");
+        include!("moe-gemm/cpp/dense/launch.h");
 
         type Status = crate::ffi::sys::Status;
-        type TileConfig = crate::ffi::sys::TileConfig;
-        type Sm100TileConfig = crate::ffi::sys::Sm100TileConfig;
-        type Sm100KernelFacts = crate::ffi::sys::Sm100KernelFacts;
-        type GroupedGemmArgs = crate::ffi::sys::GroupedGemmArgs;
-        type GroupedGemmSm100Args = crate::ffi::sys::GroupedGemmSm100Args;
+        type TileConfig = crate::kernels::dense::sys::TileConfig;
+        type Sm100TileConfig = crate::kernels::dense::sys::Sm100TileConfig;
+        type Sm100KernelFacts = crate::kernels::dense::sys::Sm100KernelFacts;
+        type GroupedGemmArgs = crate::kernels::dense::sys::GroupedGemmArgs;
+        type GroupedGemmSm100Args = crate::kernels::dense::sys::GroupedGemmSm100Args;
 
         fn grouped_gemm_sm90_bf16_built(config: TileConfig) -> bool;
         fn grouped_gemm_sm90_f16_built(config: TileConfig) -> bool;

@@ -8,16 +8,16 @@
 
 use cudarc::driver::CudaStream;
 
+use super::sys;
 use crate::error::Result;
 use crate::ffi::bridge::{static_name, trivial_extern_types};
 use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
 use crate::ffi::to_i32;
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
-trivial_extern_types! { Fp8TileConfig Fp8KernelFacts GroupedGemmFp8Args }
+trivial_extern_types! { Fp8TileConfig GroupedGemmFp8Args }
 
 // The SM90 unit and the SM100 one declare the same entry points (`cpp/fp8/launch_fp8.h`).
 #[cxx::bridge(namespace = "moe_gemm")]
@@ -26,9 +26,9 @@ mod ffi {
         include!("moe-gemm/cpp/fp8/launch_fp8.h");
 
         type Status = crate::ffi::sys::Status;
-        type Fp8TileConfig = crate::ffi::sys::Fp8TileConfig;
+        type Fp8TileConfig = crate::kernels::fp8_blockwise::sys::Fp8TileConfig;
         type Fp8KernelFacts = crate::ffi::sys::Fp8KernelFacts;
-        type GroupedGemmFp8Args = crate::ffi::sys::GroupedGemmFp8Args;
+        type GroupedGemmFp8Args = crate::kernels::fp8_blockwise::sys::GroupedGemmFp8Args;
 
         fn grouped_gemm_sm90_fp8_blockwise_built(config: Fp8TileConfig) -> bool;
         /// # Safety

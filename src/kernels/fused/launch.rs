@@ -1,17 +1,17 @@
 //! The SM90 fused MoE GEMMs (`cpp/fused/fused_moe_sm90.cuh`, the decode tiles of `cpp/fused/fused_decode.cu`, the
-//! FP8 ones of `cpp/fused/launch_fused_fp8.h`): their bridge, the per-plan shared-memory opt-in and the launch of
+//! FP8 ones of `cpp/fused/launch.h`): their bridge, the per-plan shared-memory opt-in and the launch of
 //! one gather or scatter GEMM over an aligned layout. C++ has one entry point per element type and one for the
 //! decode (SwapAb) tiles; the tile and the element type pick it here.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use half::bf16;
 
+use super::sys;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::{E4m3Buffer, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched, NOT_BUILT};
-use crate::ffi::sys;
 use crate::ffi::{dtype, need_aligned, need_f32_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{FusedFp8Scales, FusedFp8Tile, FusedTile};
@@ -21,14 +21,14 @@ trivial_extern_types! { FusedTile FusedFp8Tile FusedGemmArgs FusedGemmFp8Args }
 #[cxx::bridge(namespace = "moe_gemm")]
 mod ffi {
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/fused/launch_fused_fp8.h");
+        include!("moe-gemm/cpp/fused/launch.h");
 
         type Status = crate::ffi::sys::Status;
         type DType = crate::ffi::sys::DType;
-        type FusedTile = crate::ffi::sys::FusedTile;
-        type FusedFp8Tile = crate::ffi::sys::FusedFp8Tile;
-        type FusedGemmArgs = crate::ffi::sys::FusedGemmArgs;
-        type FusedGemmFp8Args = crate::ffi::sys::FusedGemmFp8Args;
+        type FusedTile = crate::kernels::fused::sys::FusedTile;
+        type FusedFp8Tile = crate::kernels::fused::sys::FusedFp8Tile;
+        type FusedGemmArgs = crate::kernels::fused::sys::FusedGemmArgs;
+        type FusedGemmFp8Args = crate::kernels::fused::sys::FusedGemmFp8Args;
 
         /// # Safety
         /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`; `args.dtype` bf16 and
@@ -123,7 +123,7 @@ pub(crate) struct FusedScatter<'a> {
     pub bias: Option<&'a CudaSlice<f32>>,
 }
 
-/// Rows of a compiled FP8 tile (`launch_fused_fp8.h`), and its N tile (N must be whole tiles).
+/// Rows of a compiled FP8 tile (`cpp/fused/launch.h`), and its N tile (N must be whole tiles).
 pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> (usize, usize) {
     match tile {
         FusedFp8Tile::M64N64K128 => (64, 64),
@@ -273,7 +273,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     check(status, &Launched { config: Some(&tile), ..Launched::typed("fused_moe_gemm", T::DTYPE) })
 }
 
-/// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`launch_fused_fp8.h`).
+/// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`cpp/fused/launch.h`).
 pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues one FP8 fused MoE GEMM on `stream` (bf16 D) with `scales`' grids (per 128 x 128 block, or per row and

@@ -1,19 +1,19 @@
 //! The SM100 block-scaled grouped GEMMs (`cpp/mx/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`,
-//! contract in `cpp/mx/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch; and the
-//! portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`, `launch_mx_portable.h`), launched from the same
+//! contract in `cpp/mx/launch.h`): whether a configuration was built, its workspace, and the launch; and the
+//! portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`, `mx/launch.h`), launched from the same
 //! checks.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;
 use half::bf16;
 
+use super::sys;
 use crate::error::{Error, Result};
 use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::group_rows;
 use crate::ffi::gemm::GroupedRows;
 use crate::ffi::mx_quant::expert_sf_bytes;
 use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
 use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
 
 pub(crate) use sys::Sm100MxConfig;
@@ -26,11 +26,11 @@ trivial_extern_types! { Sm100MxConfig GroupedGemmMxArgs }
 #[cxx::bridge(namespace = "moe_gemm")]
 mod ffi {
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/mx/launch_mx_portable.h");
+        include!("moe-gemm/cpp/mx/launch.h");
 
         type Status = crate::ffi::sys::Status;
-        type Sm100MxConfig = crate::ffi::sys::Sm100MxConfig;
-        type GroupedGemmMxArgs = crate::ffi::sys::GroupedGemmMxArgs;
+        type Sm100MxConfig = crate::kernels::mx::sys::Sm100MxConfig;
+        type GroupedGemmMxArgs = crate::kernels::mx::sys::GroupedGemmMxArgs;
 
         fn sm100_mx_is_fp4(config: Sm100MxConfig) -> bool;
         fn grouped_gemm_sm100_mxf8_built(config: Sm100MxConfig) -> bool;
@@ -52,7 +52,7 @@ mod ffi {
             bytes: *mut u64,
         ) -> Status;
         /// # Safety
-        /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/mx/launch_sm100_mx.h`), on an SM100 device;
+        /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/mx/launch.h`), on an SM100 device;
         /// `args.config` one of this part's.
         unsafe fn grouped_gemm_sm100_mxf8_run(args: &GroupedGemmMxArgs) -> Status;
         /// # Safety
