@@ -1,4 +1,4 @@
-//! Builds the CUDA kernels of moe-gemm and the cxx bridge.
+//! Builds the CUDA kernels of moe-gemm and the cxx bridges.
 //!
 //! 1. Finds nvcc (>= 12.8) and CUTLASS (>= 4.0); where either is missing, provisions the pinned CUDA 13.0
 //!    toolkit and CUTLASS 4.2 from PyPI into `third_party/pypi` (set `MOE_GEMM_NO_PROVISION=1` to forbid that).
@@ -6,7 +6,8 @@
 //!    only for the Hopper GEMMs, sm_100a only for the Blackwell ones, sm_90 and sm_100 lowered from compute_90
 //!    PTX, which is embedded too, for the plain kernels) with one nvcc process each, two at a time, into objects
 //!    cached under OUT_DIR by a hash of their inputs: a bridge edit reruns this script but recompiles no CUDA.
-//! 3. Compiles the cxx bridge with the host compiler and links cudart statically.
+//! 3. Compiles the cxx bridges (`src/ffi/bridge.rs` and each family's `src/kernels/<family>/launch.rs`) with the
+//!    host compiler and links cudart statically.
 
 #[path = "build/toolchain.rs"]
 mod toolchain;
@@ -35,8 +36,12 @@ fn main() {
 
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    for p in ["build.rs", "build/toolchain.rs", "cpp", "src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"] {
+    let bridges = bridge_files(&root);
+    for p in ["build.rs", "build/toolchain.rs", "cpp", "src/kernels"] {
         println!("cargo:rerun-if-changed={p}");
+    }
+    for p in &bridges {
+        println!("cargo:rerun-if-changed={}", p.display());
     }
     for v in [
         "NVCC",
@@ -63,8 +68,7 @@ fn main() {
     fs::write(out.join("kernel_families.rs"), families_rs(KERNEL_UNITS)).unwrap();
 
     // The bridge first: it references the CUDA library, which must come after it on the link line.
-    cxx_build::bridges(["src/ffi/bridge.rs", "src/ffi/bridge_fp8.rs"])
-        .file("cpp/bridge/bridge.cc")
+    cxx_build::bridges(&bridges)
         .include(root.join("cpp"))
         .std("c++17")
         .flag_if_supported("-Wno-unused-parameter")
@@ -140,6 +144,20 @@ impl Toolchain {
             });
         Toolchain { nvcc, nvcc_release, cuda_include, cudart_dir, cutlass, cutlass_version }
     }
+}
+
+/// The files with a `#[cxx::bridge]`: the MoE operations' (`src/ffi/bridge.rs`) and each GEMM family's launcher
+/// that declares one (`src/kernels/<family>/launch.rs`), found here so that a new family needs no line in this file.
+fn bridge_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from("src/ffi/bridge.rs")];
+    let mut families: Vec<PathBuf> = fs::read_dir(root.join("src/kernels"))
+        .unwrap()
+        .filter_map(|e| Some(Path::new("src/kernels").join(e.ok()?.file_name()).join("launch.rs")))
+        .filter(|p| fs::read_to_string(root.join(p)).is_ok_and(|t| t.contains("#[cxx::bridge")))
+        .collect();
+    families.sort();
+    files.extend(families);
+    files
 }
 
 fn nvcc_release(nvcc: &Path) -> Option<(u32, u32)> {

@@ -15,7 +15,7 @@
 //! | floor | module | what it holds |
 //! |---|---|---|
 //! | 0 | [`dtype`], [`error`] | element types ([`DType`], [`Element`]); the one [`Error`] type |
-//! | 1 | `ffi` (private) | the cxx bridge and launch layer, with each GEMM family's launcher (`kernels::<family>::launch`, private): all the `unsafe` code, no domain types |
+//! | 1 | `ffi` (private) | the cxx bridges and launch layer, with each GEMM family's launcher and bridge (`kernels::<family>::launch`, private): all the `unsafe` code, no domain types |
 //! | 2 | [`device`], [`status`], [`view`] | arch and device facts ([`Arch`], [`DeviceInfo`], [`KernelFamily`]); the device status word ([`DeviceStatus`]); 2-D device views ([`MatrixView`]) |
 //! | 3 | [`layouts`], [`routing`] | expert layouts and the group forms the GEMMs read ([`GroupRows`]); routers ([`RouterConfig`]) |
 //! | 4 | [`quant`] | FP8 and MX / NV block formats, their device types and quantisers |
@@ -42,8 +42,8 @@
 //!
 //! # Safety
 //!
-//! - All `unsafe` code and the cxx bridge are confined to the bottom floor: the private `ffi` module and each
-//!   GEMM family's private `launch` module, each unsafe block with its argument. The crate denies `unsafe_code`
+//! - All `unsafe` code and the cxx bridges are confined to the bottom floor: the private `ffi` module and each
+//!   GEMM family's private `launch` module (with the family's bridge), each unsafe block with its argument. The crate denies `unsafe_code`
 //!   but there, and `tests/layering.rs` fails if `unsafe` appears elsewhere.
 //! - Validation before launch: plans check shapes once; every launch checks buffer lengths, alignments and its
 //!   stream before it queues anything. C++ never prints, aborts or synchronises to report an error: it returns a

@@ -161,7 +161,7 @@ fn code_of(text: &str) -> String {
 fn portable_units_use_no_arch_specific_feature() {
     // What sm_90a / sm_100a alone have: a unit with any of these cannot be compiled for compute_90 PTX (nor
     // run its SASS on the other arch), and CUTLASS/CuTe headers bring them in. The code is read, not the `//`
-    // comments: a plain header may name the instructions of the kernels it describes (launch_sm100_mx.h, which the
+    // comments: a plain header may name the instructions of the kernels it describes (mx/launch.h, which the
     // portable block-scaled GEMM includes for its arguments).
     let markers = ["wgmma", "setmaxnreg", "tcgen05", "#include \"cutlass/", "#include \"cute/", "__CUDA_ARCH_FEAT_"];
     for u in KERNEL_UNITS.iter().filter(|u| u.targets == PORTABLE) {

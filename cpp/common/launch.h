@@ -1,5 +1,7 @@
-// moe-gemm: the plain C++17 surface between the cxx bridge (bridge.cc, host compiler) and the CUDA translation
-// units (*.cu, nvcc). No CUTLASS, no CUDA and no cxx headers here: both sides include it.
+// moe-gemm: what every launch surface shares (element types, the status, group modes, the FP8 GEMMs' kernel
+// facts, runtime facts), plain C++17 between the cxx bridges (host compiler) and the CUDA translation units
+// (nvcc). No CUTLASS, no CUDA and no cxx headers here: both sides include it. Each kernel family's surface is
+// its own folder's launch header.
 //
 // The enums and structs here are the source of truth: scripts/bindgen.sh generates their Rust types
 // (src/ffi/sys.rs), which the cxx bridges take as trivial extern types.
@@ -12,17 +14,6 @@ namespace moe_gemm {
 enum class DType : uint32_t {
   BF16 = 0,
   F16 = 1,
-};
-
-// Kernel configurations of the SM90 persistent grouped GEMM, named by schedule and CTA tile (M x N x K).
-// Cluster shape is 1x1x1 for all of them (a 256x128 tile on a 2x1 cluster measured slower on every point of the
-// bench suite, H200, 2026-11-29). Keep in sync with the instantiation lists in grouped_gemm_sm90_*.cu.
-enum class TileConfig : uint32_t {
-  Cooperative128x128x64 = 0,
-  Cooperative128x256x64 = 1,
-  Pingpong64x128x64 = 2,
-  Pingpong128x128x64 = 3,
-  Pingpong64x64x128 = 4,
 };
 
 enum class StatusCode : uint32_t {
@@ -59,45 +50,25 @@ enum class GroupMode : uint32_t {
   PerRow = 3,   // one row per group: D row g = A row (g / a_div) x B[counts[g]]^T; counts are expert ids < experts
 };
 
-// One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device (GroupMode).
-//   A: [max_rows, k] row-major; group g owns the rows its GroupMode gives
-//   B: [groups, n, k] (nn.Linear weight per group, i.e. column-major k x n)
-//   D: [max_rows, n] row-major; rows past offsets[groups] are not written
-//   offsets: int32 [groups + 1], offsets[0] == 0, non-decreasing, offsets[groups] <= max_rows (Offsets, Padded)
-//   counts: int32 [groups] (Padded, Masked; expert ids for PerRow); max_m: rows per group (Masked),
-//   groups * max_m <= max_rows; PerRow: `groups` rows, B holds `experts` matrices, A row of group g is g / a_div
-struct GroupedGemmArgs {
-  DType dtype;
-  TileConfig config;
-  GroupMode mode;
-  int32_t max_m;
-  int32_t a_div;
-  int32_t experts;
-  int32_t groups;
-  int32_t n;
-  int32_t k;
-  int64_t max_rows;
-  uint64_t a;
-  uint64_t b;
-  uint64_t d;
-  uint64_t offsets;
-  uint64_t counts;
-  uint64_t workspace;
-  uint64_t workspace_bytes;
-  uint64_t status;  // uint32_t* device status word
-  int32_t device;
-  int32_t sm_count;
-  uint64_t stream;  // cudaStream_t / CUstream
+// Compile-time facts of one compiled configuration of an FP8 grouped GEMM (blockwise or rowwise), read from the CUTLASS types themselves (not restated), so
+// that tests and `moe-gemm info` can check what was built.
+struct Fp8KernelFacts {
+  int32_t tile_m;  // the MMA tile (on SM100 a 2-SM MMA's 256 rows span both SMs of the cluster)
+  int32_t tile_n;
+  int32_t tile_k;
+  int32_t cluster_m;  // thread-block cluster (M, N)
+  int32_t cluster_n;
+  int32_t sms_per_mma;  // 1, or 2 for an SM100 2-SM MMA (tcgen05 cta_group::2)
+  int32_t scale_m;  // scale granularities the mainloop took from the SFA / SFB layout types
+  int32_t scale_n;
+  int32_t scale_k;
+  bool sfa_k_major;
+  bool sfb_k_major;
+  bool blockwise_mainloop;  // MainloopSm90ArrayTmaGmmaWarpSpecializedBlockwise: two-level accumulation
+  bool fast_accumulation;   // a FastAccum schedule (tensor-core accumulation only); never for this family
+  int32_t promotion_k;      // elements of K between two promotions of the partial sums into the f32 accumulators
+  int32_t stages;           // shared-memory pipeline stages the builder chose
 };
-
-// Per dtype family: one definition each in grouped_gemm_sm90_<dtype>.cu.
-bool grouped_gemm_sm90_bf16_built(TileConfig config);
-Status grouped_gemm_sm90_bf16_workspace(TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
-Status grouped_gemm_sm90_bf16_run(const GroupedGemmArgs& args);
-
-bool grouped_gemm_sm90_f16_built(TileConfig config);
-Status grouped_gemm_sm90_f16_workspace(TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
-Status grouped_gemm_sm90_f16_run(const GroupedGemmArgs& args);
 
 // Facts about the compiled library (runtime.cu).
 int32_t cudart_version();

@@ -26,7 +26,7 @@
 #include "common/grouped_run.cuh"
 #include "common/sm100_config.cuh"
 #include "dense/dense_gemm.cuh"
-#include "dense/launch_sm100.h"
+#include "dense/launch.h"
 
 // tcgen05 (UMMA, tensor memory) and the SM100 TMA descriptor updates exist only in arch-specific sm_100a code:
 // a device pass for any other target would compile CUTLASS's "not supported" stubs into a kernel that traps.
@@ -39,7 +39,7 @@ namespace sm100 {
 
 using namespace cute;
 
-// MMA tile, kernel and epilogue schedule, named as in launch_sm100.h's Sm100TileConfig. 1-SM schedules only, so
+// MMA tile, kernel and epilogue schedule, named as in dense/launch.h's Sm100TileConfig. 1-SM schedules only, so
 // the cluster is 1x1x1 (static, sm100_config.cuh): no multicast, every CTA independent, as the SM90 family
 // measured best.
 template <class MmaTile_, class Kernel_, class Epilogue_>
@@ -151,7 +151,7 @@ Status run(const GroupedGemmSm100Args& p) {
 }  // namespace sm100
 }  // namespace moe_gemm
 
-// Defines the four entry points of launch_sm100.h for one dtype family from an X-macro list of configurations:
+// Defines the four SM100 entry points of dense/launch.h for one dtype family from an X-macro list of configurations:
 //   X(Mma1Sm128x256x64) ...
 #define MOE_GEMM_DEFINE_SM100_FAMILY(NAME, ELEMENT, CONFIGS)                                                    \
   namespace moe_gemm {                                                                                        \

@@ -20,6 +20,7 @@
 
 #include "common/grouped_run.cuh"
 #include "common/launch.h"
+#include "dense/launch.h"
 #include "common/pdl.cuh"
 #include "dense/dense_gemm.cuh"
 
@@ -32,7 +33,7 @@ namespace sm90 {
 
 using namespace cute;
 
-// Schedules and tiles, named as in launch.h's TileConfig.
+// Schedules and tiles, named as in dense/launch.h's TileConfig.
 template <class Tile_, class Kernel_, class Epilogue_>
 struct Config {
   using Tile = Tile_;

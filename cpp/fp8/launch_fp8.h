@@ -1,8 +1,9 @@
-// moe-gemm: the plain C++17 surface of the FP8 grouped GEMMs, between the cxx bridge (bridge.cc) and
-// grouped_gemm_sm90_fp8_blockwise.inl. No CUTLASS, CUDA or cxx headers. A header of its own, so that adding to it
-// does not change launch.h, which the bf16/f16 CUTLASS units hash and would recompile for.
+// moe-gemm: the plain C++17 surface of the FP8 blockwise grouped GEMMs, between their cxx bridge
+// (src/kernels/fp8_blockwise/launch.rs) and grouped_gemm_sm90_fp8_blockwise.inl (and the SM100 .inl). No CUTLASS,
+// CUDA or cxx headers. A header of its own, so that adding to it does not change common/launch.h, which every
+// unit hashes and would recompile for.
 //
-// Its types are the source of truth for src/ffi/sys.rs (scripts/bindgen.sh).
+// Its types are the source of truth for src/kernels/fp8_blockwise/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>
@@ -61,25 +62,6 @@ struct GroupedGemmFp8Args {
   uint64_t stream;  // cudaStream_t / CUstream
 };
 
-// Compile-time facts of one compiled configuration, read from the CUTLASS types themselves (not restated), so
-// that tests and `moe-gemm info` can check what was built.
-struct Fp8KernelFacts {
-  int32_t tile_m;  // the MMA tile (on SM100 a 2-SM MMA's 256 rows span both SMs of the cluster)
-  int32_t tile_n;
-  int32_t tile_k;
-  int32_t cluster_m;  // thread-block cluster (M, N)
-  int32_t cluster_n;
-  int32_t sms_per_mma;  // 1, or 2 for an SM100 2-SM MMA (tcgen05 cta_group::2)
-  int32_t scale_m;  // scale granularities the mainloop took from the SFA / SFB layout types
-  int32_t scale_n;
-  int32_t scale_k;
-  bool sfa_k_major;
-  bool sfb_k_major;
-  bool blockwise_mainloop;  // MainloopSm90ArrayTmaGmmaWarpSpecializedBlockwise: two-level accumulation
-  bool fast_accumulation;   // a FastAccum schedule (tensor-core accumulation only); never for this family
-  int32_t promotion_k;      // elements of K between two promotions of the partial sums into the f32 accumulators
-  int32_t stages;           // shared-memory pipeline stages the builder chose
-};
 
 // The entry points of one arch's unit (ARCH: sm90, or sm100 for Sm100Blockwise{1Sm128x128x128,2Sm256x128x128},
 // the same arguments and operands on an SM100 GPU): whether `config` was compiled; its workspace; the launch;

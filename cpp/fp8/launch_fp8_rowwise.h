@@ -1,13 +1,13 @@
-// moe-gemm: the plain C++17 surface of the SM90 FP8 rowwise-scaled grouped GEMM, between the cxx bridge
-// (bridge.cc) and grouped_gemm_sm90_fp8_rowwise.inl. No CUTLASS, CUDA or cxx headers; a header of its own so that
-// the other CUTLASS units, which hash the headers they include, do not recompile for it.
+// moe-gemm: the plain C++17 surface of the SM90 FP8 rowwise-scaled grouped GEMM, between its cxx bridge
+// (src/kernels/fp8_rowwise/launch.rs) and grouped_gemm_sm90_fp8_rowwise.inl. No CUTLASS, CUDA or cxx headers; a
+// header of its own so that the other CUTLASS units, which hash the headers they include, do not recompile for it.
 //
-// Its types are the source of truth for src/ffi/sys.rs (scripts/bindgen.sh).
+// Its types are the source of truth for src/kernels/fp8_rowwise/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>
 
-#include "fp8/launch_fp8.h"
+#include "common/launch.h"
 
 namespace moe_gemm {
 

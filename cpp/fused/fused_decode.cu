@@ -30,6 +30,7 @@
 #include "common/gated.cuh"
 #include "common/mma_sync.cuh"
 #include "common/moe_ops.h"
+#include "fused/launch.h"
 #include "common/pdl.cuh"
 
 namespace moe_gemm {

@@ -6,7 +6,7 @@
 
 #include "common/element.cuh"
 #include "common/gated.cuh"
-#include "common/moe_ops.h"
+#include "fused/launch.h"
 
 namespace moe_gemm {
 namespace fused_decode {

@@ -21,7 +21,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/pipeline/pipeline.hpp"
 
-#include "common/moe_ops.h"
+#include "fused/launch.h"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "fused_moe_sm90 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
@@ -341,7 +341,7 @@ Status prepare() {
   return e == cudaSuccess ? Status{StatusCode::Ok, 0} : Status{StatusCode::Cuda, static_cast<int32_t>(e)};
 }
 
-// The tiles, named as in moe_ops.h's FusedTile. The 64-row tile runs two CTAs per SM (4 x 24 KiB stages each),
+// The tiles, named as in fused/launch.h's FusedTile. The 64-row tile runs two CTAs per SM (4 x 24 KiB stages each),
 // so one CTA's prologue and epilogue overlap the other's streaming. The 128 x 256 tile (4 x 48 KiB) halves the
 // operand traffic per FLOP of a 128 x 128 one, which measured 1.2-1.4x slower at prefill (H200, 2026-11-29).
 template <class E>

@@ -1,10 +1,10 @@
-// Included once, by fused_moe_sm90.cu. SM90 fused MoE GEMMs over block-FP8 operands (launch_fused_fp8.h): the bf16
+// Included once, by fused_moe_sm90.cu. SM90 fused MoE GEMMs over block-FP8 operands (fused/launch.h): the bf16
 // fused kernels' layout, producer and epilogue (fused_moe_sm90.cuh) with e4m3 A and B, TileK = one 128-wide scale
 // block, and a consumer that promotes each k-tile's tensor-core sum into f32 accumulators with its scales: accum +=
 // part * sfa[row] * sfb. The scales of a k-tile are loaded while its MMAs run. kChannel (per-channel scales): accum
 // += part, then accum * sfa[row] * sfb[n] once before the epilogue.
 #include "fused/fused_moe_sm90.cuh"
-#include "fused/launch_fused_fp8.h"
+#include "fused/launch.h"
 
 namespace moe_gemm {
 namespace fused {

@@ -26,7 +26,7 @@
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
 #include "common/sm100_config.cuh"
-#include "mx/launch_sm100_mx.h"
+#include "mx/launch.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
 #error "the SM100 block-scaled GEMM units must be compiled for sm_100a only (-gencode=arch=compute_100a,code=sm_100a)"

@@ -1,5 +1,5 @@
-// The portable block-scaled grouped GEMM (launch_mx_portable.h): the SM100 MX kernels' function and operand
-// buffers (launch_sm100_mx.h) on any GPU with bf16 tensor cores. One template over (A's element, B's element,
+// The portable block-scaled grouped GEMM (mx/launch.h): the SM100 MX kernels' function and operand
+// buffers (mx/launch.h) on any GPU with bf16 tensor cores. One template over (A's element, B's element,
 // the scale block V), instantiated for the four pairs the SM100 configurations compute.
 //
 // A CTA of 4 warps computes a 64 x 64 tile of D for one group: grid.x = groups x N / 64 tiles, grid.z = row splits
@@ -21,7 +21,7 @@
 #include <mma.h>
 
 #include "common/group_rows.cuh"
-#include "mx/launch_mx_portable.h"
+#include "mx/launch.h"
 #include "mx/mx_formats.cuh"
 
 namespace moe_gemm {

@@ -1,13 +1,17 @@
-//! The cxx bridge: the only declaration of the C++ surface (`cpp/bridge/bridge.h` and the headers of
-//! `cpp/bridge/sys.h`). The argument structs, their enums and `Status` are the C++ types themselves: generated
-//! from the headers into `sys` (scripts/bindgen.sh) and handed to cxx below as trivial extern types, so that C++
-//! reads what Rust wrote with no copy between them. Everything here is private to `ffi`; its sibling modules wrap
-//! it in safe, checked calls.
+//! The bridge of the MoE operations and the runtime: routers, layouts, activation, the decode layers, the FP8 and
+//! MX quantisers, expert parallelism's gather (`cpp/common/moe_ops.h` and the headers beside it). Each GEMM family
+//! has its own bridge in its launcher (`kernels/<family>/launch.rs`). The argument structs, their enums and
+//! `Status` are the C++ types themselves: generated from the headers into `sys` (scripts/bindgen.sh) and handed to
+//! cxx as trivial extern types ([`trivial_extern_types`]), so that C++ reads what Rust wrote with no copy between
+//! them. Everything here is private to `ffi`; its sibling modules wrap it in safe, checked calls.
+
+use std::ffi::{c_char, CStr};
 
 use super::sys;
 
-/// Hands each `sys` type to cxx as the C++ type of the same name in `moe_gemm`, a trivial one (passed and
-/// returned by value).
+/// Hands each `sys` type (`sys` as named where this is invoked: `ffi::sys`, or a family's own) to cxx as the C++
+/// type of the same name in `moe_gemm`, a trivial one (passed and returned by value). Each type once in the crate:
+/// by the bridge that owns it.
 macro_rules! trivial_extern_types {
     ($($t:ident)*) => {$(
         // SAFETY: `sys::$t` is bindgen's translation of `moe_gemm::$t` (a plain struct of scalars, or an enum
@@ -19,62 +23,53 @@ macro_rules! trivial_extern_types {
         }
     )*};
 }
+pub(crate) use trivial_extern_types;
 
 trivial_extern_types! {
-    Status DType TileConfig Fp8TileConfig Sm100TileConfig Fp8RowwiseConfig Sm100MxConfig FusedTile FusedFp8Tile
-    GroupedGemmArgs GroupedGemmSm100Args GroupedGemmFp8Args GroupedGemmFp8RowwiseArgs GroupedGemmMxArgs
-    Fp8KernelFacts Sm100KernelFacts RouterArgs SharedRoutingArgs LayoutArgs ActivationArgs DecodeArgs DecodeFp8Args
-    FusedGemmArgs FusedGemmFp8Args QuantArgs WeightQuantArgs MxQuantArgs Fp4QuantArgs
+    Status DType Fp8KernelFacts RouterArgs SharedRoutingArgs LayoutArgs ActivationArgs DecodeArgs DecodeFp8Args QuantArgs
+    WeightQuantArgs MxQuantArgs Fp4QuantArgs
+}
+
+/// A name C++ hands back as a C string literal (null for none) as Rust text, `""` for null.
+///
+/// # Safety
+/// `name` is null or points to a NUL-terminated string that lives as long as the program (a literal).
+pub(crate) unsafe fn static_name(name: *const c_char) -> &'static str {
+    if name.is_null() {
+        return "";
+    }
+    // SAFETY: non-null here; the caller promises a NUL-terminated string with static lifetime.
+    unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("(not UTF-8)")
 }
 
 #[cxx::bridge(namespace = "moe_gemm")]
 pub(crate) mod ffi {
-    // The C++ declarations themselves (launch.h and its siblings), called as they are.
+    // The C++ declarations themselves, called as they are.
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/bridge/bridge.h");
+        include!("moe-gemm/cpp/common/launch.h");
+        include!("moe-gemm/cpp/common/moe_ops.h");
+        include!("moe-gemm/cpp/common/runtime.h");
+        include!("moe-gemm/cpp/moe_ops/decode_fp8.h");
+        include!("moe-gemm/cpp/moe_ops/ep.h");
+        include!("moe-gemm/cpp/moe_ops/quant.h");
+        include!("moe-gemm/cpp/mx/mx_quant.h");
 
         type Status = crate::ffi::sys::Status;
         type DType = crate::ffi::sys::DType;
-        type TileConfig = crate::ffi::sys::TileConfig;
-        type Fp8TileConfig = crate::ffi::sys::Fp8TileConfig;
-        type Sm100TileConfig = crate::ffi::sys::Sm100TileConfig;
-        type FusedTile = crate::ffi::sys::FusedTile;
-        type GroupedGemmArgs = crate::ffi::sys::GroupedGemmArgs;
-        type GroupedGemmSm100Args = crate::ffi::sys::GroupedGemmSm100Args;
-        type GroupedGemmFp8Args = crate::ffi::sys::GroupedGemmFp8Args;
-        type Fp8KernelFacts = crate::ffi::sys::Fp8KernelFacts;
-        type Sm100KernelFacts = crate::ffi::sys::Sm100KernelFacts;
         type RouterArgs = crate::ffi::sys::RouterArgs;
         type SharedRoutingArgs = crate::ffi::sys::SharedRoutingArgs;
         type LayoutArgs = crate::ffi::sys::LayoutArgs;
         type ActivationArgs = crate::ffi::sys::ActivationArgs;
         type DecodeArgs = crate::ffi::sys::DecodeArgs;
         type DecodeFp8Args = crate::ffi::sys::DecodeFp8Args;
-        type FusedGemmArgs = crate::ffi::sys::FusedGemmArgs;
         type QuantArgs = crate::ffi::sys::QuantArgs;
         type WeightQuantArgs = crate::ffi::sys::WeightQuantArgs;
-
-        fn grouped_gemm_sm90_fp8_blockwise_built(config: Fp8TileConfig) -> bool;
-        /// # Safety
-        /// `bytes` points to a live u64, which the call writes.
-        unsafe fn grouped_gemm_sm90_fp8_blockwise_workspace(
-            config: Fp8TileConfig,
-            groups: i32,
-            sm_count: i32,
-            bytes: *mut u64,
-        ) -> Status;
-        /// Compile-time facts of `config` (NotBuilt and `facts` untouched when it was not compiled).
-        ///
-        /// # Safety
-        /// `facts` points to a live `Fp8KernelFacts`, which the call may write.
-        unsafe fn grouped_gemm_sm90_fp8_blockwise_facts(config: Fp8TileConfig, facts: *mut Fp8KernelFacts) -> Status;
-        /// # Safety
-        /// Every address in `args` must be a live device allocation of the size the args imply, on the device and
-        /// stream given, and stay alive until the queued work completes, with the operands `GroupedGemmFp8Args`
-        /// documents (e4m3 A and B, f32 scales, bf16 D).
-        unsafe fn grouped_gemm_sm90_fp8_blockwise_run(args: &GroupedGemmFp8Args) -> Status;
+        type MxQuantArgs = crate::ffi::sys::MxQuantArgs;
+        type Fp4QuantArgs = crate::ffi::sys::Fp4QuantArgs;
 
         fn cudart_version() -> i32;
+        /// `cudaGetErrorName` of a cudaError_t (no device needed); null for none.
+        fn cuda_error_name(code: i32) -> *const c_char;
         /// # Safety
         /// `stream` is a live stream of the current context.
         unsafe fn spin(ns: u64, stream: u64) -> i32;
@@ -166,46 +161,11 @@ pub(crate) mod ffi {
             out: u64,
             stream: u64,
         ) -> Status;
-    }
-
-    // bridge.cc: dispatch over the element type or tile family, names as Rust strings.
-    #[namespace = "moe_gemm::bridge"]
-    unsafe extern "C++" {
-        fn grouped_gemm_sm90_built(dtype: DType, config: TileConfig) -> bool;
-        fn grouped_gemm_sm90_workspace(
-            dtype: DType,
-            config: TileConfig,
-            groups: i32,
-            sm_count: i32,
-            bytes: &mut u64,
-        ) -> Status;
         /// # Safety
-        /// Every address in `args` must be a live device allocation of the size the args imply, on the device
-        /// and stream given, and stay alive until the queued work completes.
-        unsafe fn grouped_gemm_sm90_run(args: &GroupedGemmArgs) -> Status;
-        /// The CUTLASS kernel schedule's type name of `config` ("" when not built).
-        fn grouped_gemm_sm90_fp8_schedule(config: Fp8TileConfig) -> String;
-        fn grouped_gemm_sm100_built(dtype: DType, config: Sm100TileConfig) -> bool;
-        fn grouped_gemm_sm100_workspace(
-            dtype: DType,
-            config: Sm100TileConfig,
-            groups: i32,
-            sm_count: i32,
-            bytes: &mut u64,
-        ) -> Status;
-        /// Compile-time facts of (`dtype`, `config`) (NotBuilt and `facts` untouched when it was not compiled).
-        fn grouped_gemm_sm100_facts(dtype: DType, config: Sm100TileConfig, facts: &mut Sm100KernelFacts) -> Status;
+        /// Buffers of the sizes `MxQuantArgs` documents (`cpp/mx/mx_quant.h`), live on `stream`.
+        unsafe fn quantize_mxfp8_grouped(args: &MxQuantArgs) -> Status;
         /// # Safety
-        /// As for `grouped_gemm_sm90_run`: every address a live device allocation of the size the args imply,
-        /// on the device and stream given, alive until the queued work completes.
-        unsafe fn grouped_gemm_sm100_run(args: &GroupedGemmSm100Args) -> Status;
-        /// `cudaGetErrorName` of a cudaError_t (no device needed).
-        fn cuda_error_name(code: i32) -> String;
-        /// # Safety
-        /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`; `offsets`, `ready` and
-        /// `topk_ids` as `fused_decode_gemm` (`cpp/common/moe_ops.h`) reads them, or 0.
-        unsafe fn fused_moe_gemm(args: &FusedGemmArgs, offsets: u64, ready: u64, topk_ids: u64) -> Status;
-        /// Opts the fused kernel of (`dtype`, `tile`) into its dynamic shared memory on the current device.
-        fn fused_moe_prepare(dtype: DType, tile: FusedTile) -> Status;
+        /// Buffers of the sizes `Fp4QuantArgs` documents (`cpp/mx/mx_quant.h`), live on `stream`.
+        unsafe fn quantize_fp4_grouped(args: &Fp4QuantArgs) -> Status;
     }
 }

@@ -1,5 +1,5 @@
-//! The bottom floor: the one door to C++ (the cxx bridge, `bridge`) and the launch layer around it. The GEMM
-//! families' launchers, each a `launch.rs` in its family's folder, stand on this floor too (`tests/layering.rs`
+//! The bottom floor: the door to C++ (the MoE ops' cxx bridge, `bridge`) and the launch layer around it. The GEMM
+//! families' launchers, each a `launch.rs` in its family's folder with the family's own bridge, stand on this floor too (`tests/layering.rs`
 //! lists them): they use the bridge and the checks here, and nothing here names them. Every `unsafe` block of the crate
 //! lives in these files, each with the argument for its safety; the crate denies `unsafe_code` everywhere else.
 //!
@@ -13,7 +13,7 @@
 //! | module | what |
 //! |---|---|
 //! | `sys` | the C++ argument structs, their enums and `Status`, generated from the headers (scripts/bindgen.sh) |
-//! | `bridge` | the `#[cxx::bridge]`s: the C++ functions, taking `sys`'s types |
+//! | `bridge` | the MoE ops' and the runtime's `#[cxx::bridge]`: the C++ functions, taking `sys`'s types |
 //! | `gemm` | what the grouped GEMM launchers share: the group arrays, the plan descriptor, the launch checks |
 //! | `routing` | routers |
 //! | `layouts` | layout build, gather, combine |
@@ -24,7 +24,6 @@
 //! | `status` | `Status` → `Error` |
 
 pub(crate) mod bridge;
-pub(crate) mod bridge_fp8;
 #[cfg(feature = "cli")]
 pub(crate) mod cublas;
 pub(crate) mod decode_fp8;
@@ -42,7 +41,7 @@ mod sys_layout;
 
 use cudarc::driver::CudaStream;
 
-pub(crate) use sys::{Activation, FusedTile, GateUp, LayoutKind, RouterKind, TileConfig};
+pub(crate) use sys::{Activation, GateUp, LayoutKind, RouterKind};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -136,37 +135,94 @@ mod tests {
         assert_eq!(fnv1a64(FNV_OFFSET, b"foobar"), 0x8594_4171_f739_67e8);
     }
 
-    /// src/ffi/sys.rs records the inputs it was generated from and their hash; they must be as they are now.
-    #[test]
-    fn sys_rs_is_generated_from_the_headers_as_they_are() {
-        let sys = String::from_utf8(read("src/ffi/sys.rs")).unwrap();
+    /// The inputs a generated sys.rs records, and whether their hash is still the recorded one.
+    fn recorded_inputs(sys_path: &str) -> (Vec<String>, bool) {
+        let sys = String::from_utf8(read(sys_path)).unwrap();
         let recorded =
             sys.lines().find_map(|l| l.strip_prefix("//! inputs-fnv1a64: ")).expect("no inputs-fnv1a64 line");
-        let inputs: Vec<&str> = sys.lines().filter_map(|l| l.strip_prefix("//! input: ")).collect();
-        let wrapper = "cpp/bridge/sys.h";
-        let mut listed = vec!["scripts/bindgen.sh".to_string(), wrapper.to_string()];
-        listed.extend(quoted_includes(&read(wrapper)));
-        assert_eq!(
-            inputs, listed,
-            "{wrapper} lists other headers than src/ffi/sys.rs was generated from: run scripts/bindgen.sh"
-        );
-        for header in &listed[2..] {
-            for inc in quoted_includes(&read(header)) {
-                assert!(
-                    listed.contains(&inc),
-                    "{header} includes {inc}, which {wrapper} does not: add it there, then run scripts/bindgen.sh"
-                );
-            }
-        }
+        let inputs: Vec<String> = sys.lines().filter_map(|l| l.strip_prefix("//! input: ")).map(String::from).collect();
         let hash = inputs.iter().fold(FNV_OFFSET, |h, path| {
             let h = fnv1a64(fnv1a64(h, path.as_bytes()), &[0]);
             fnv1a64(fnv1a64(h, &read(path)), &[0])
         });
+        (inputs, format!("{hash:016x}") == recorded)
+    }
+
+    const STALE: &str = "is stale: a header it was generated from (or scripts/bindgen.sh) changed since; run \
+                         scripts/bindgen.sh (bindgen-cli 0.73, libclang) and commit what it writes";
+
+    /// The headers a bridge includes (`include!("moe-gemm/cpp/...")`), as paths from the crate root.
+    fn bridge_headers(text: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix("include!(\"moe-gemm/")?.strip_suffix("\");").map(String::from))
+            .collect()
+    }
+
+    /// The headers every family shares and the MoE ops' (those src/ffi/bridge.rs includes).
+    fn shared_headers() -> Vec<String> {
+        bridge_headers(&String::from_utf8(read("src/ffi/bridge.rs")).unwrap())
+    }
+
+    /// src/ffi/sys.rs records the inputs it was generated from and their hash; they must be as they are now.
+    #[test]
+    fn sys_rs_is_generated_from_the_headers_as_they_are() {
+        let (inputs, fresh) = recorded_inputs("src/ffi/sys.rs");
+        let mut listed = vec!["scripts/bindgen.sh".to_string()];
+        listed.extend(shared_headers());
         assert_eq!(
-            format!("{hash:016x}"),
-            recorded,
-            "src/ffi/sys.rs is stale: a header it was generated from (or scripts/bindgen.sh) changed since; run \
-             scripts/bindgen.sh (bindgen-cli 0.73, libclang) and commit src/ffi/sys.rs"
+            inputs, listed,
+            "src/ffi/bridge.rs includes other headers than src/ffi/sys.rs was generated from: run scripts/bindgen.sh"
+        );
+        for header in &listed[1..] {
+            for inc in quoted_includes(&read(header)) {
+                assert!(
+                    listed.contains(&inc),
+                    "{header} includes {inc}, which src/ffi/bridge.rs does not: include it there, then run \
+                     scripts/bindgen.sh"
+                );
+            }
+        }
+        assert!(fresh, "src/ffi/sys.rs {STALE}");
+    }
+
+    /// Each GEMM family's sys.rs is generated from the headers its bridge includes, as they are now; a header they
+    /// include is the family's own or a shared one.
+    #[test]
+    fn each_familys_sys_rs_is_generated_from_its_bridges_headers() {
+        let shared = shared_headers();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut families = 0;
+        for entry in fs::read_dir(root.join("src/kernels")).unwrap() {
+            let dir = entry.unwrap().path();
+            let family = dir.file_name().unwrap().to_string_lossy().to_string();
+            let launcher = format!("src/kernels/{family}/launch.rs");
+            let Ok(text) = fs::read_to_string(root.join(&launcher)) else { continue };
+            if !text.contains("#[cxx::bridge") {
+                continue;
+            }
+            families += 1;
+            let own = bridge_headers(&text);
+            let sys_path = format!("src/kernels/{family}/sys.rs");
+            let (inputs, fresh) = recorded_inputs(&sys_path);
+            let mut listed = vec!["scripts/bindgen.sh".to_string()];
+            listed.extend(own.iter().cloned());
+            assert_eq!(
+                inputs, listed,
+                "{launcher} includes other headers than {sys_path} was generated from: run scripts/bindgen.sh"
+            );
+            for header in &own {
+                for inc in quoted_includes(&read(header)) {
+                    assert!(
+                        own.contains(&inc) || shared.contains(&inc),
+                        "{header} includes {inc}, neither {family}'s (its bridge's include!s) nor src/ffi/bridge.rs's"
+                    );
+                }
+            }
+            assert!(fresh, "{sys_path} {STALE}");
+        }
+        assert!(
+            families >= 5,
+            "found {families} GEMM families with a bridge, expected dense, fp8_blockwise, fp8_rowwise, mx, fused"
         );
     }
 }

@@ -6,7 +6,7 @@
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;
 
-use super::bridge_fp8::ffi;
+use super::bridge::ffi;
 use super::gemm::{group_rows, GroupGuards, GroupedRows};
 use super::status::{check, Launched};
 use super::sys;

@@ -30,9 +30,16 @@ impl Launched<'_> {
     }
 }
 
+/// The status of an entry point with no kernel for what was asked (an element type or tile a unit does not build).
+pub(crate) const NOT_BUILT: Status = Status { code: StatusCode::NotBuilt, detail: 0 };
+
 /// `cudaGetErrorName` of a `cudaError_t` code, e.g. `cudaErrorInvalidValue` for 1 (no device needed).
 pub(crate) fn cuda_error_name(code: i32) -> String {
-    ffi::cuda_error_name(code)
+    // SAFETY: C++ returns cudaGetErrorName's string, a literal of the runtime, or null.
+    match unsafe { super::bridge::static_name(ffi::cuda_error_name(code)) } {
+        "" => "unknown CUDA error".to_string(),
+        name => name.to_string(),
+    }
 }
 
 /// A `cudaError_t` returned by `op`: `Ok` for `cudaSuccess` (0).
@@ -118,10 +125,11 @@ mod tests {
         assert!(matches!(e, Error::KernelNotBuilt { op: "route", dtype: None, config: None }), "{e:?}");
         assert_eq!(e.to_string(), "kernel not built: route (see `moe-gemm info` for what was compiled)");
 
-        let config = super::super::sys::TileConfig::Pingpong64x128x64;
+        // Any configuration enum, named by its Debug (a family's tile configuration, in the launchers).
+        let config = super::super::sys::GroupMode::Masked;
         let l = Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm90", DType::F16) };
         let e = check(status(StatusCode::NotBuilt, 0), &l).unwrap_err();
-        assert!(e.to_string().starts_with("kernel not built: grouped_gemm_sm90 for f16 with Pingpong64x128x64"), "{e}");
+        assert!(e.to_string().starts_with("kernel not built: grouped_gemm_sm90 for f16 with Masked"), "{e}");
     }
 
     #[test]

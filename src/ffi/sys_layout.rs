@@ -12,30 +12,25 @@ const _: () = {
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of GroupedGemmArgs"][::std::mem::size_of::<GroupedGemmArgs>() - 128usize];
-    ["Alignment of GroupedGemmArgs"][::std::mem::align_of::<GroupedGemmArgs>() - 8usize];
-    ["Offset of field: GroupedGemmArgs::dtype"][::std::mem::offset_of!(GroupedGemmArgs, dtype) - 0usize];
-    ["Offset of field: GroupedGemmArgs::config"][::std::mem::offset_of!(GroupedGemmArgs, config) - 4usize];
-    ["Offset of field: GroupedGemmArgs::mode"][::std::mem::offset_of!(GroupedGemmArgs, mode) - 8usize];
-    ["Offset of field: GroupedGemmArgs::max_m"][::std::mem::offset_of!(GroupedGemmArgs, max_m) - 12usize];
-    ["Offset of field: GroupedGemmArgs::a_div"][::std::mem::offset_of!(GroupedGemmArgs, a_div) - 16usize];
-    ["Offset of field: GroupedGemmArgs::experts"][::std::mem::offset_of!(GroupedGemmArgs, experts) - 20usize];
-    ["Offset of field: GroupedGemmArgs::groups"][::std::mem::offset_of!(GroupedGemmArgs, groups) - 24usize];
-    ["Offset of field: GroupedGemmArgs::n"][::std::mem::offset_of!(GroupedGemmArgs, n) - 28usize];
-    ["Offset of field: GroupedGemmArgs::k"][::std::mem::offset_of!(GroupedGemmArgs, k) - 32usize];
-    ["Offset of field: GroupedGemmArgs::max_rows"][::std::mem::offset_of!(GroupedGemmArgs, max_rows) - 40usize];
-    ["Offset of field: GroupedGemmArgs::a"][::std::mem::offset_of!(GroupedGemmArgs, a) - 48usize];
-    ["Offset of field: GroupedGemmArgs::b"][::std::mem::offset_of!(GroupedGemmArgs, b) - 56usize];
-    ["Offset of field: GroupedGemmArgs::d"][::std::mem::offset_of!(GroupedGemmArgs, d) - 64usize];
-    ["Offset of field: GroupedGemmArgs::offsets"][::std::mem::offset_of!(GroupedGemmArgs, offsets) - 72usize];
-    ["Offset of field: GroupedGemmArgs::counts"][::std::mem::offset_of!(GroupedGemmArgs, counts) - 80usize];
-    ["Offset of field: GroupedGemmArgs::workspace"][::std::mem::offset_of!(GroupedGemmArgs, workspace) - 88usize];
-    ["Offset of field: GroupedGemmArgs::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmArgs, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmArgs::status"][::std::mem::offset_of!(GroupedGemmArgs, status) - 104usize];
-    ["Offset of field: GroupedGemmArgs::device"][::std::mem::offset_of!(GroupedGemmArgs, device) - 112usize];
-    ["Offset of field: GroupedGemmArgs::sm_count"][::std::mem::offset_of!(GroupedGemmArgs, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmArgs::stream"][::std::mem::offset_of!(GroupedGemmArgs, stream) - 120usize];
+    ["Size of Fp8KernelFacts"][::std::mem::size_of::<Fp8KernelFacts>() - 48usize];
+    ["Alignment of Fp8KernelFacts"][::std::mem::align_of::<Fp8KernelFacts>() - 4usize];
+    ["Offset of field: Fp8KernelFacts::tile_m"][::std::mem::offset_of!(Fp8KernelFacts, tile_m) - 0usize];
+    ["Offset of field: Fp8KernelFacts::tile_n"][::std::mem::offset_of!(Fp8KernelFacts, tile_n) - 4usize];
+    ["Offset of field: Fp8KernelFacts::tile_k"][::std::mem::offset_of!(Fp8KernelFacts, tile_k) - 8usize];
+    ["Offset of field: Fp8KernelFacts::cluster_m"][::std::mem::offset_of!(Fp8KernelFacts, cluster_m) - 12usize];
+    ["Offset of field: Fp8KernelFacts::cluster_n"][::std::mem::offset_of!(Fp8KernelFacts, cluster_n) - 16usize];
+    ["Offset of field: Fp8KernelFacts::sms_per_mma"][::std::mem::offset_of!(Fp8KernelFacts, sms_per_mma) - 20usize];
+    ["Offset of field: Fp8KernelFacts::scale_m"][::std::mem::offset_of!(Fp8KernelFacts, scale_m) - 24usize];
+    ["Offset of field: Fp8KernelFacts::scale_n"][::std::mem::offset_of!(Fp8KernelFacts, scale_n) - 28usize];
+    ["Offset of field: Fp8KernelFacts::scale_k"][::std::mem::offset_of!(Fp8KernelFacts, scale_k) - 32usize];
+    ["Offset of field: Fp8KernelFacts::sfa_k_major"][::std::mem::offset_of!(Fp8KernelFacts, sfa_k_major) - 36usize];
+    ["Offset of field: Fp8KernelFacts::sfb_k_major"][::std::mem::offset_of!(Fp8KernelFacts, sfb_k_major) - 37usize];
+    ["Offset of field: Fp8KernelFacts::blockwise_mainloop"]
+        [::std::mem::offset_of!(Fp8KernelFacts, blockwise_mainloop) - 38usize];
+    ["Offset of field: Fp8KernelFacts::fast_accumulation"]
+        [::std::mem::offset_of!(Fp8KernelFacts, fast_accumulation) - 39usize];
+    ["Offset of field: Fp8KernelFacts::promotion_k"][::std::mem::offset_of!(Fp8KernelFacts, promotion_k) - 40usize];
+    ["Offset of field: Fp8KernelFacts::stages"][::std::mem::offset_of!(Fp8KernelFacts, stages) - 44usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -143,190 +138,6 @@ const _: () = {
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of FusedGemmArgs"][::std::mem::size_of::<FusedGemmArgs>() - 128usize];
-    ["Alignment of FusedGemmArgs"][::std::mem::align_of::<FusedGemmArgs>() - 8usize];
-    ["Offset of field: FusedGemmArgs::dtype"][::std::mem::offset_of!(FusedGemmArgs, dtype) - 0usize];
-    ["Offset of field: FusedGemmArgs::tile"][::std::mem::offset_of!(FusedGemmArgs, tile) - 4usize];
-    ["Offset of field: FusedGemmArgs::mode"][::std::mem::offset_of!(FusedGemmArgs, mode) - 8usize];
-    ["Offset of field: FusedGemmArgs::top_k"][::std::mem::offset_of!(FusedGemmArgs, top_k) - 12usize];
-    ["Offset of field: FusedGemmArgs::experts"][::std::mem::offset_of!(FusedGemmArgs, experts) - 16usize];
-    ["Offset of field: FusedGemmArgs::n"][::std::mem::offset_of!(FusedGemmArgs, n) - 20usize];
-    ["Offset of field: FusedGemmArgs::k"][::std::mem::offset_of!(FusedGemmArgs, k) - 24usize];
-    ["Offset of field: FusedGemmArgs::rows"][::std::mem::offset_of!(FusedGemmArgs, rows) - 28usize];
-    ["Offset of field: FusedGemmArgs::sm_count"][::std::mem::offset_of!(FusedGemmArgs, sm_count) - 32usize];
-    ["Offset of field: FusedGemmArgs::capacity"][::std::mem::offset_of!(FusedGemmArgs, capacity) - 40usize];
-    ["Offset of field: FusedGemmArgs::a"][::std::mem::offset_of!(FusedGemmArgs, a) - 48usize];
-    ["Offset of field: FusedGemmArgs::b"][::std::mem::offset_of!(FusedGemmArgs, b) - 56usize];
-    ["Offset of field: FusedGemmArgs::d"][::std::mem::offset_of!(FusedGemmArgs, d) - 64usize];
-    ["Offset of field: FusedGemmArgs::sorted_ids"][::std::mem::offset_of!(FusedGemmArgs, sorted_ids) - 72usize];
-    ["Offset of field: FusedGemmArgs::expert_ids"][::std::mem::offset_of!(FusedGemmArgs, expert_ids) - 80usize];
-    ["Offset of field: FusedGemmArgs::total"][::std::mem::offset_of!(FusedGemmArgs, total) - 88usize];
-    ["Offset of field: FusedGemmArgs::weights"][::std::mem::offset_of!(FusedGemmArgs, weights) - 96usize];
-    ["Offset of field: FusedGemmArgs::bias"][::std::mem::offset_of!(FusedGemmArgs, bias) - 104usize];
-    ["Offset of field: FusedGemmArgs::act"][::std::mem::offset_of!(FusedGemmArgs, act) - 112usize];
-    ["Offset of field: FusedGemmArgs::gate_up"][::std::mem::offset_of!(FusedGemmArgs, gate_up) - 116usize];
-    ["Offset of field: FusedGemmArgs::stream"][::std::mem::offset_of!(FusedGemmArgs, stream) - 120usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmSm100Args"][::std::mem::size_of::<GroupedGemmSm100Args>() - 128usize];
-    ["Alignment of GroupedGemmSm100Args"][::std::mem::align_of::<GroupedGemmSm100Args>() - 8usize];
-    ["Offset of field: GroupedGemmSm100Args::dtype"][::std::mem::offset_of!(GroupedGemmSm100Args, dtype) - 0usize];
-    ["Offset of field: GroupedGemmSm100Args::config"][::std::mem::offset_of!(GroupedGemmSm100Args, config) - 4usize];
-    ["Offset of field: GroupedGemmSm100Args::mode"][::std::mem::offset_of!(GroupedGemmSm100Args, mode) - 8usize];
-    ["Offset of field: GroupedGemmSm100Args::max_m"][::std::mem::offset_of!(GroupedGemmSm100Args, max_m) - 12usize];
-    ["Offset of field: GroupedGemmSm100Args::a_div"][::std::mem::offset_of!(GroupedGemmSm100Args, a_div) - 16usize];
-    ["Offset of field: GroupedGemmSm100Args::experts"][::std::mem::offset_of!(GroupedGemmSm100Args, experts) - 20usize];
-    ["Offset of field: GroupedGemmSm100Args::groups"][::std::mem::offset_of!(GroupedGemmSm100Args, groups) - 24usize];
-    ["Offset of field: GroupedGemmSm100Args::n"][::std::mem::offset_of!(GroupedGemmSm100Args, n) - 28usize];
-    ["Offset of field: GroupedGemmSm100Args::k"][::std::mem::offset_of!(GroupedGemmSm100Args, k) - 32usize];
-    ["Offset of field: GroupedGemmSm100Args::max_rows"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, max_rows) - 40usize];
-    ["Offset of field: GroupedGemmSm100Args::a"][::std::mem::offset_of!(GroupedGemmSm100Args, a) - 48usize];
-    ["Offset of field: GroupedGemmSm100Args::b"][::std::mem::offset_of!(GroupedGemmSm100Args, b) - 56usize];
-    ["Offset of field: GroupedGemmSm100Args::d"][::std::mem::offset_of!(GroupedGemmSm100Args, d) - 64usize];
-    ["Offset of field: GroupedGemmSm100Args::offsets"][::std::mem::offset_of!(GroupedGemmSm100Args, offsets) - 72usize];
-    ["Offset of field: GroupedGemmSm100Args::counts"][::std::mem::offset_of!(GroupedGemmSm100Args, counts) - 80usize];
-    ["Offset of field: GroupedGemmSm100Args::workspace"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, workspace) - 88usize];
-    ["Offset of field: GroupedGemmSm100Args::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmSm100Args::status"][::std::mem::offset_of!(GroupedGemmSm100Args, status) - 104usize];
-    ["Offset of field: GroupedGemmSm100Args::device"][::std::mem::offset_of!(GroupedGemmSm100Args, device) - 112usize];
-    ["Offset of field: GroupedGemmSm100Args::sm_count"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmSm100Args::stream"][::std::mem::offset_of!(GroupedGemmSm100Args, stream) - 120usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of Sm100KernelFacts"][::std::mem::size_of::<Sm100KernelFacts>() - 32usize];
-    ["Alignment of Sm100KernelFacts"][::std::mem::align_of::<Sm100KernelFacts>() - 4usize];
-    ["Offset of field: Sm100KernelFacts::tile_m"][::std::mem::offset_of!(Sm100KernelFacts, tile_m) - 0usize];
-    ["Offset of field: Sm100KernelFacts::tile_n"][::std::mem::offset_of!(Sm100KernelFacts, tile_n) - 4usize];
-    ["Offset of field: Sm100KernelFacts::tile_k"][::std::mem::offset_of!(Sm100KernelFacts, tile_k) - 8usize];
-    ["Offset of field: Sm100KernelFacts::cluster_m"][::std::mem::offset_of!(Sm100KernelFacts, cluster_m) - 12usize];
-    ["Offset of field: Sm100KernelFacts::cluster_n"][::std::mem::offset_of!(Sm100KernelFacts, cluster_n) - 16usize];
-    ["Offset of field: Sm100KernelFacts::atom_m"][::std::mem::offset_of!(Sm100KernelFacts, atom_m) - 20usize];
-    ["Offset of field: Sm100KernelFacts::stages"][::std::mem::offset_of!(Sm100KernelFacts, stages) - 24usize];
-    ["Offset of field: Sm100KernelFacts::umma_array_mainloop"]
-        [::std::mem::offset_of!(Sm100KernelFacts, umma_array_mainloop) - 28usize];
-    ["Offset of field: Sm100KernelFacts::ptr_array_epilogue"]
-        [::std::mem::offset_of!(Sm100KernelFacts, ptr_array_epilogue) - 29usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmFp8Args"][::std::mem::size_of::<GroupedGemmFp8Args>() - 128usize];
-    ["Alignment of GroupedGemmFp8Args"][::std::mem::align_of::<GroupedGemmFp8Args>() - 8usize];
-    ["Offset of field: GroupedGemmFp8Args::config"][::std::mem::offset_of!(GroupedGemmFp8Args, config) - 0usize];
-    ["Offset of field: GroupedGemmFp8Args::mode"][::std::mem::offset_of!(GroupedGemmFp8Args, mode) - 4usize];
-    ["Offset of field: GroupedGemmFp8Args::max_m"][::std::mem::offset_of!(GroupedGemmFp8Args, max_m) - 8usize];
-    ["Offset of field: GroupedGemmFp8Args::groups"][::std::mem::offset_of!(GroupedGemmFp8Args, groups) - 12usize];
-    ["Offset of field: GroupedGemmFp8Args::n"][::std::mem::offset_of!(GroupedGemmFp8Args, n) - 16usize];
-    ["Offset of field: GroupedGemmFp8Args::k"][::std::mem::offset_of!(GroupedGemmFp8Args, k) - 20usize];
-    ["Offset of field: GroupedGemmFp8Args::max_rows"][::std::mem::offset_of!(GroupedGemmFp8Args, max_rows) - 24usize];
-    ["Offset of field: GroupedGemmFp8Args::a"][::std::mem::offset_of!(GroupedGemmFp8Args, a) - 32usize];
-    ["Offset of field: GroupedGemmFp8Args::sfa"][::std::mem::offset_of!(GroupedGemmFp8Args, sfa) - 40usize];
-    ["Offset of field: GroupedGemmFp8Args::b"][::std::mem::offset_of!(GroupedGemmFp8Args, b) - 48usize];
-    ["Offset of field: GroupedGemmFp8Args::sfb"][::std::mem::offset_of!(GroupedGemmFp8Args, sfb) - 56usize];
-    ["Offset of field: GroupedGemmFp8Args::d"][::std::mem::offset_of!(GroupedGemmFp8Args, d) - 64usize];
-    ["Offset of field: GroupedGemmFp8Args::offsets"][::std::mem::offset_of!(GroupedGemmFp8Args, offsets) - 72usize];
-    ["Offset of field: GroupedGemmFp8Args::counts"][::std::mem::offset_of!(GroupedGemmFp8Args, counts) - 80usize];
-    ["Offset of field: GroupedGemmFp8Args::workspace"][::std::mem::offset_of!(GroupedGemmFp8Args, workspace) - 88usize];
-    ["Offset of field: GroupedGemmFp8Args::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmFp8Args, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmFp8Args::status"][::std::mem::offset_of!(GroupedGemmFp8Args, status) - 104usize];
-    ["Offset of field: GroupedGemmFp8Args::device"][::std::mem::offset_of!(GroupedGemmFp8Args, device) - 112usize];
-    ["Offset of field: GroupedGemmFp8Args::sm_count"][::std::mem::offset_of!(GroupedGemmFp8Args, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmFp8Args::stream"][::std::mem::offset_of!(GroupedGemmFp8Args, stream) - 120usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of Fp8KernelFacts"][::std::mem::size_of::<Fp8KernelFacts>() - 48usize];
-    ["Alignment of Fp8KernelFacts"][::std::mem::align_of::<Fp8KernelFacts>() - 4usize];
-    ["Offset of field: Fp8KernelFacts::tile_m"][::std::mem::offset_of!(Fp8KernelFacts, tile_m) - 0usize];
-    ["Offset of field: Fp8KernelFacts::tile_n"][::std::mem::offset_of!(Fp8KernelFacts, tile_n) - 4usize];
-    ["Offset of field: Fp8KernelFacts::tile_k"][::std::mem::offset_of!(Fp8KernelFacts, tile_k) - 8usize];
-    ["Offset of field: Fp8KernelFacts::cluster_m"][::std::mem::offset_of!(Fp8KernelFacts, cluster_m) - 12usize];
-    ["Offset of field: Fp8KernelFacts::cluster_n"][::std::mem::offset_of!(Fp8KernelFacts, cluster_n) - 16usize];
-    ["Offset of field: Fp8KernelFacts::sms_per_mma"][::std::mem::offset_of!(Fp8KernelFacts, sms_per_mma) - 20usize];
-    ["Offset of field: Fp8KernelFacts::scale_m"][::std::mem::offset_of!(Fp8KernelFacts, scale_m) - 24usize];
-    ["Offset of field: Fp8KernelFacts::scale_n"][::std::mem::offset_of!(Fp8KernelFacts, scale_n) - 28usize];
-    ["Offset of field: Fp8KernelFacts::scale_k"][::std::mem::offset_of!(Fp8KernelFacts, scale_k) - 32usize];
-    ["Offset of field: Fp8KernelFacts::sfa_k_major"][::std::mem::offset_of!(Fp8KernelFacts, sfa_k_major) - 36usize];
-    ["Offset of field: Fp8KernelFacts::sfb_k_major"][::std::mem::offset_of!(Fp8KernelFacts, sfb_k_major) - 37usize];
-    ["Offset of field: Fp8KernelFacts::blockwise_mainloop"]
-        [::std::mem::offset_of!(Fp8KernelFacts, blockwise_mainloop) - 38usize];
-    ["Offset of field: Fp8KernelFacts::fast_accumulation"]
-        [::std::mem::offset_of!(Fp8KernelFacts, fast_accumulation) - 39usize];
-    ["Offset of field: Fp8KernelFacts::promotion_k"][::std::mem::offset_of!(Fp8KernelFacts, promotion_k) - 40usize];
-    ["Offset of field: Fp8KernelFacts::stages"][::std::mem::offset_of!(Fp8KernelFacts, stages) - 44usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmFp8RowwiseArgs"][::std::mem::size_of::<GroupedGemmFp8RowwiseArgs>() - 128usize];
-    ["Alignment of GroupedGemmFp8RowwiseArgs"][::std::mem::align_of::<GroupedGemmFp8RowwiseArgs>() - 8usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::config"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, config) - 0usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::mode"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, mode) - 4usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::max_m"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, max_m) - 8usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::groups"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, groups) - 12usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::n"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, n) - 16usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::k"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, k) - 20usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::max_rows"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, max_rows) - 24usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::a"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, a) - 32usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::sa"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, sa) - 40usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::b"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, b) - 48usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::sb"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, sb) - 56usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::d"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, d) - 64usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::offsets"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, offsets) - 72usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::counts"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, counts) - 80usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::workspace"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, workspace) - 88usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::status"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, status) - 104usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::device"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, device) - 112usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::sm_count"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::stream"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, stream) - 120usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of FusedGemmFp8Args"][::std::mem::size_of::<FusedGemmFp8Args>() - 136usize];
-    ["Alignment of FusedGemmFp8Args"][::std::mem::align_of::<FusedGemmFp8Args>() - 8usize];
-    ["Offset of field: FusedGemmFp8Args::tile"][::std::mem::offset_of!(FusedGemmFp8Args, tile) - 0usize];
-    ["Offset of field: FusedGemmFp8Args::scales"][::std::mem::offset_of!(FusedGemmFp8Args, scales) - 4usize];
-    ["Offset of field: FusedGemmFp8Args::mode"][::std::mem::offset_of!(FusedGemmFp8Args, mode) - 8usize];
-    ["Offset of field: FusedGemmFp8Args::top_k"][::std::mem::offset_of!(FusedGemmFp8Args, top_k) - 12usize];
-    ["Offset of field: FusedGemmFp8Args::experts"][::std::mem::offset_of!(FusedGemmFp8Args, experts) - 16usize];
-    ["Offset of field: FusedGemmFp8Args::n"][::std::mem::offset_of!(FusedGemmFp8Args, n) - 20usize];
-    ["Offset of field: FusedGemmFp8Args::k"][::std::mem::offset_of!(FusedGemmFp8Args, k) - 24usize];
-    ["Offset of field: FusedGemmFp8Args::rows"][::std::mem::offset_of!(FusedGemmFp8Args, rows) - 28usize];
-    ["Offset of field: FusedGemmFp8Args::sm_count"][::std::mem::offset_of!(FusedGemmFp8Args, sm_count) - 32usize];
-    ["Offset of field: FusedGemmFp8Args::capacity"][::std::mem::offset_of!(FusedGemmFp8Args, capacity) - 40usize];
-    ["Offset of field: FusedGemmFp8Args::a"][::std::mem::offset_of!(FusedGemmFp8Args, a) - 48usize];
-    ["Offset of field: FusedGemmFp8Args::sfa"][::std::mem::offset_of!(FusedGemmFp8Args, sfa) - 56usize];
-    ["Offset of field: FusedGemmFp8Args::b"][::std::mem::offset_of!(FusedGemmFp8Args, b) - 64usize];
-    ["Offset of field: FusedGemmFp8Args::sfb"][::std::mem::offset_of!(FusedGemmFp8Args, sfb) - 72usize];
-    ["Offset of field: FusedGemmFp8Args::d"][::std::mem::offset_of!(FusedGemmFp8Args, d) - 80usize];
-    ["Offset of field: FusedGemmFp8Args::sorted_ids"][::std::mem::offset_of!(FusedGemmFp8Args, sorted_ids) - 88usize];
-    ["Offset of field: FusedGemmFp8Args::expert_ids"][::std::mem::offset_of!(FusedGemmFp8Args, expert_ids) - 96usize];
-    ["Offset of field: FusedGemmFp8Args::total"][::std::mem::offset_of!(FusedGemmFp8Args, total) - 104usize];
-    ["Offset of field: FusedGemmFp8Args::weights"][::std::mem::offset_of!(FusedGemmFp8Args, weights) - 112usize];
-    ["Offset of field: FusedGemmFp8Args::bias"][::std::mem::offset_of!(FusedGemmFp8Args, bias) - 120usize];
-    ["Offset of field: FusedGemmFp8Args::stream"][::std::mem::offset_of!(FusedGemmFp8Args, stream) - 128usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
     ["Size of DecodeFp8Args"][::std::mem::size_of::<DecodeFp8Args>() - 168usize];
     ["Alignment of DecodeFp8Args"][::std::mem::align_of::<DecodeFp8Args>() - 8usize];
     ["Offset of field: DecodeFp8Args::act"][::std::mem::offset_of!(DecodeFp8Args, act) - 0usize];
@@ -395,37 +206,6 @@ const _: () = {
     ["Offset of field: WeightQuantArgs::scales"][::std::mem::offset_of!(WeightQuantArgs, scales) - 40usize];
     ["Offset of field: WeightQuantArgs::status"][::std::mem::offset_of!(WeightQuantArgs, status) - 48usize];
     ["Offset of field: WeightQuantArgs::stream"][::std::mem::offset_of!(WeightQuantArgs, stream) - 56usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmMxArgs"][::std::mem::size_of::<GroupedGemmMxArgs>() - 152usize];
-    ["Alignment of GroupedGemmMxArgs"][::std::mem::align_of::<GroupedGemmMxArgs>() - 8usize];
-    ["Offset of field: GroupedGemmMxArgs::config"][::std::mem::offset_of!(GroupedGemmMxArgs, config) - 0usize];
-    ["Offset of field: GroupedGemmMxArgs::mode"][::std::mem::offset_of!(GroupedGemmMxArgs, mode) - 4usize];
-    ["Offset of field: GroupedGemmMxArgs::max_m"][::std::mem::offset_of!(GroupedGemmMxArgs, max_m) - 8usize];
-    ["Offset of field: GroupedGemmMxArgs::groups"][::std::mem::offset_of!(GroupedGemmMxArgs, groups) - 12usize];
-    ["Offset of field: GroupedGemmMxArgs::n"][::std::mem::offset_of!(GroupedGemmMxArgs, n) - 16usize];
-    ["Offset of field: GroupedGemmMxArgs::k"][::std::mem::offset_of!(GroupedGemmMxArgs, k) - 20usize];
-    ["Offset of field: GroupedGemmMxArgs::max_rows"][::std::mem::offset_of!(GroupedGemmMxArgs, max_rows) - 24usize];
-    ["Offset of field: GroupedGemmMxArgs::a"][::std::mem::offset_of!(GroupedGemmMxArgs, a) - 32usize];
-    ["Offset of field: GroupedGemmMxArgs::sfa"][::std::mem::offset_of!(GroupedGemmMxArgs, sfa) - 40usize];
-    ["Offset of field: GroupedGemmMxArgs::sfa_bases"][::std::mem::offset_of!(GroupedGemmMxArgs, sfa_bases) - 48usize];
-    ["Offset of field: GroupedGemmMxArgs::b"][::std::mem::offset_of!(GroupedGemmMxArgs, b) - 56usize];
-    ["Offset of field: GroupedGemmMxArgs::sfb"][::std::mem::offset_of!(GroupedGemmMxArgs, sfb) - 64usize];
-    ["Offset of field: GroupedGemmMxArgs::a_tensor_scale"]
-        [::std::mem::offset_of!(GroupedGemmMxArgs, a_tensor_scale) - 72usize];
-    ["Offset of field: GroupedGemmMxArgs::b_tensor_scales"]
-        [::std::mem::offset_of!(GroupedGemmMxArgs, b_tensor_scales) - 80usize];
-    ["Offset of field: GroupedGemmMxArgs::d"][::std::mem::offset_of!(GroupedGemmMxArgs, d) - 88usize];
-    ["Offset of field: GroupedGemmMxArgs::offsets"][::std::mem::offset_of!(GroupedGemmMxArgs, offsets) - 96usize];
-    ["Offset of field: GroupedGemmMxArgs::counts"][::std::mem::offset_of!(GroupedGemmMxArgs, counts) - 104usize];
-    ["Offset of field: GroupedGemmMxArgs::workspace"][::std::mem::offset_of!(GroupedGemmMxArgs, workspace) - 112usize];
-    ["Offset of field: GroupedGemmMxArgs::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmMxArgs, workspace_bytes) - 120usize];
-    ["Offset of field: GroupedGemmMxArgs::status"][::std::mem::offset_of!(GroupedGemmMxArgs, status) - 128usize];
-    ["Offset of field: GroupedGemmMxArgs::device"][::std::mem::offset_of!(GroupedGemmMxArgs, device) - 136usize];
-    ["Offset of field: GroupedGemmMxArgs::sm_count"][::std::mem::offset_of!(GroupedGemmMxArgs, sm_count) - 140usize];
-    ["Offset of field: GroupedGemmMxArgs::stream"][::std::mem::offset_of!(GroupedGemmMxArgs, stream) - 144usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {

@@ -47,7 +47,6 @@ pub use mx::sm100 as grouped_mx;
 pub use crate::device::KernelFamily;
 
 use crate::dtype::DType;
-use crate::ffi;
 
 /// CUTLASS kernel schedule of a tile configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -148,7 +147,7 @@ impl TileConfig {
     }
 }
 
-variants_into!(TileConfig => ffi::TileConfig {
+variants_into!(TileConfig => dense::launch::TileConfig {
     Cooperative128x128x64, Cooperative128x256x64, Pingpong64x128x64, Pingpong128x128x64, Pingpong64x64x128
 });
 

@@ -1,28 +1,91 @@
 //! The persistent bf16/f16 grouped GEMMs with device-side groups: SM90 (`cpp/dense/grouped_gemm_sm90.cuh`) and SM100
-//! (`cpp/dense/grouped_gemm_sm100.cuh`, `cpp/dense/launch_sm100.h`). Whether a configuration was built, its workspace (and
-//! for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one checked path for
-//! both families: they take the same operands and group descriptions.
+//! (`cpp/dense/grouped_gemm_sm100.cuh`, `cpp/dense/launch.h`). Their bridge, whether a configuration was built,
+//! its workspace (and for SM100 its compile-time facts), and the launch (our prepare kernel, then CUTLASS's), one
+//! checked path for both families: they take the same operands and group descriptions. C++ has one entry point per
+//! element type; the element type picks it here. SM100 is built for bf16 only: f16 there is NotBuilt.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
+use super::sys;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::ffi::bridge::ffi;
+use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::{GemmPlan, GroupArrays, GroupedRows};
-use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
+use crate::ffi::status::{check, Launched, NOT_BUILT};
 use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
 
+trivial_extern_types! { TileConfig Sm100TileConfig Sm100KernelFacts GroupedGemmArgs GroupedGemmSm100Args }
+
+#[cxx::bridge(namespace = "moe_gemm")]
+mod ffi {
+    unsafe extern "C++" {
+        include!("moe-gemm/cpp/dense/launch.h");
+
+        type Status = crate::ffi::sys::Status;
+        type TileConfig = crate::kernels::dense::sys::TileConfig;
+        type Sm100TileConfig = crate::kernels::dense::sys::Sm100TileConfig;
+        type Sm100KernelFacts = crate::kernels::dense::sys::Sm100KernelFacts;
+        type GroupedGemmArgs = crate::kernels::dense::sys::GroupedGemmArgs;
+        type GroupedGemmSm100Args = crate::kernels::dense::sys::GroupedGemmSm100Args;
+
+        fn grouped_gemm_sm90_bf16_built(config: TileConfig) -> bool;
+        fn grouped_gemm_sm90_f16_built(config: TileConfig) -> bool;
+        /// # Safety
+        /// `bytes` points to a live u64, which the call writes.
+        unsafe fn grouped_gemm_sm90_bf16_workspace(
+            config: TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// # Safety
+        /// As `grouped_gemm_sm90_bf16_workspace`.
+        unsafe fn grouped_gemm_sm90_f16_workspace(
+            config: TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// # Safety
+        /// Every address in `args` a live device allocation of the size the args imply, on the device and stream
+        /// given, alive until the queued work completes; `args.dtype` bf16.
+        unsafe fn grouped_gemm_sm90_bf16_run(args: &GroupedGemmArgs) -> Status;
+        /// # Safety
+        /// As `grouped_gemm_sm90_bf16_run`, `args.dtype` f16.
+        unsafe fn grouped_gemm_sm90_f16_run(args: &GroupedGemmArgs) -> Status;
+        fn grouped_gemm_sm100_bf16_built(config: Sm100TileConfig) -> bool;
+        /// # Safety
+        /// `bytes` points to a live u64, which the call writes.
+        unsafe fn grouped_gemm_sm100_bf16_workspace(
+            config: Sm100TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// Compile-time facts of `config` (NotBuilt and `facts` untouched when it was not compiled).
+        ///
+        /// # Safety
+        /// `facts` points to a live `Sm100KernelFacts`, which the call may write.
+        unsafe fn grouped_gemm_sm100_bf16_facts(config: Sm100TileConfig, facts: *mut Sm100KernelFacts) -> Status;
+        /// # Safety
+        /// As `grouped_gemm_sm90_bf16_run`, on an SM100 device.
+        unsafe fn grouped_gemm_sm100_bf16_run(args: &GroupedGemmSm100Args) -> Status;
+    }
+}
+
 /// Whether (`dtype`, `config`) was compiled into the library.
 pub(crate) fn built(d: DType, config: TileConfig) -> bool {
-    ffi::grouped_gemm_sm90_built(dtype(d), config)
+    match d {
+        DType::BF16 => ffi::grouped_gemm_sm90_bf16_built(config),
+        DType::F16 => ffi::grouped_gemm_sm90_f16_built(config),
+    }
 }
 
 /// Whether the SM100 (`dtype`, `config`) was compiled into the library.
 pub(crate) fn built_sm100(d: DType, config: Sm100TileConfig) -> bool {
-    ffi::grouped_gemm_sm100_built(dtype(d), config)
+    d == DType::BF16 && ffi::grouped_gemm_sm100_bf16_built(config)
 }
 
 const OP_SM100: &str = "grouped_gemm_sm100";
@@ -30,15 +93,20 @@ const OP_SM100: &str = "grouped_gemm_sm100";
 /// Compile-time facts of a built SM100 (`dtype`, `config`), read from its CUTLASS types (host only).
 pub(crate) fn facts_sm100(d: DType, config: Sm100TileConfig) -> Result<Sm100KernelFacts> {
     let mut f = Sm100KernelFacts::default();
-    let s = ffi::grouped_gemm_sm100_facts(dtype(d), config, &mut f);
+    // SAFETY: `f` is a live local, which the call may write (host only).
+    let s = if d == DType::BF16 { unsafe { ffi::grouped_gemm_sm100_bf16_facts(config, &mut f) } } else { NOT_BUILT };
     check(s, &Launched { config: Some(&config), ..Launched::typed(OP_SM100, d) })?;
     Ok(f)
 }
 
 /// Bytes of device workspace an SM100 launch of `groups` groups needs on a device of `sm_count` SMs.
 pub(crate) fn workspace_bytes_sm100(d: DType, config: Sm100TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
-    let mut bytes = 0u64;
-    let s = ffi::grouped_gemm_sm100_workspace(dtype(d), config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    let (mut bytes, groups) = (0u64, to_i32("groups", groups)?);
+    let s = match d {
+        // SAFETY: `bytes` is a live local, which the call writes (host only).
+        DType::BF16 => unsafe { ffi::grouped_gemm_sm100_bf16_workspace(config, groups, sm_count, &mut bytes) },
+        DType::F16 => NOT_BUILT,
+    };
     check(s, &Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm100 workspace", d) })?;
     Ok(bytes)
 }
@@ -61,8 +129,14 @@ impl GroupedKernel {
 
 /// Bytes of device workspace a launch of `groups` groups needs on a device of `sm_count` SMs.
 pub(crate) fn workspace_bytes(d: DType, config: TileConfig, groups: usize, sm_count: i32) -> Result<u64> {
-    let mut bytes = 0u64;
-    let s = ffi::grouped_gemm_sm90_workspace(dtype(d), config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    let (mut bytes, groups) = (0u64, to_i32("groups", groups)?);
+    // SAFETY: `bytes` is a live local, which the call writes (host only).
+    let s = unsafe {
+        match d {
+            DType::BF16 => ffi::grouped_gemm_sm90_bf16_workspace(config, groups, sm_count, &mut bytes),
+            DType::F16 => ffi::grouped_gemm_sm90_f16_workspace(config, groups, sm_count, &mut bytes),
+        }
+    };
     check(s, &Launched { config: Some(&config), ..Launched::typed("grouped_gemm_sm90 workspace", d) })?;
     Ok(bytes)
 }
@@ -179,13 +253,21 @@ pub(crate) fn launch<T: Element>(
     let status = match plan.config {
         GroupedKernel::Sm90(config) => {
             let args = args!(GroupedGemmArgs, config);
-            // SAFETY: the argument above, for the SM90 kernel.
-            unsafe { ffi::grouped_gemm_sm90_run(&args) }
+            // SAFETY: the argument above, for the SM90 kernel of `args.dtype`.
+            unsafe {
+                match T::DTYPE {
+                    DType::BF16 => ffi::grouped_gemm_sm90_bf16_run(&args),
+                    DType::F16 => ffi::grouped_gemm_sm90_f16_run(&args),
+                }
+            }
         }
         GroupedKernel::Sm100(config) => {
             let args = args!(GroupedGemmSm100Args, config);
-            // SAFETY: the argument above, for the SM100 kernel (the same operands and group arrays).
-            unsafe { ffi::grouped_gemm_sm100_run(&args) }
+            match T::DTYPE {
+                // SAFETY: the argument above, for the SM100 kernel (the same operands and group arrays).
+                DType::BF16 => unsafe { ffi::grouped_gemm_sm100_bf16_run(&args) },
+                DType::F16 => NOT_BUILT,
+            }
         }
     };
     let config: &dyn std::fmt::Debug = match &plan.config {

@@ -34,7 +34,7 @@ use crate::kernels::plan::{self, Workspace};
 const OP: &str = "grouped_gemm_sm100";
 
 /// A compiled tile configuration of the SM100 grouped GEMM: one SM per MMA (1SM UMMA), cluster 1x1x1. The C++
-/// enum in `cpp/dense/launch_sm100.h` is the source of truth; the bridge checks the discriminants.
+/// enum in `cpp/dense/launch.h` is the source of truth; the bridge checks the discriminants.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Sm100TileConfig {

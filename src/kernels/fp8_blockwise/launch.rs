@@ -8,15 +8,73 @@
 
 use cudarc::driver::CudaStream;
 
+use super::sys;
 use crate::error::Result;
-use crate::ffi::bridge::ffi;
-use crate::ffi::bridge_fp8::ffi as ffi_sm100;
+use crate::ffi::bridge::{static_name, trivial_extern_types};
 use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
 use crate::ffi::to_i32;
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
+
+trivial_extern_types! { Fp8TileConfig GroupedGemmFp8Args }
+
+// The SM90 unit and the SM100 one declare the same entry points (`cpp/fp8/launch_fp8.h`).
+#[cxx::bridge(namespace = "moe_gemm")]
+mod ffi {
+    unsafe extern "C++" {
+        include!("moe-gemm/cpp/fp8/launch_fp8.h");
+
+        type Status = crate::ffi::sys::Status;
+        type Fp8TileConfig = crate::kernels::fp8_blockwise::sys::Fp8TileConfig;
+        type Fp8KernelFacts = crate::ffi::sys::Fp8KernelFacts;
+        type GroupedGemmFp8Args = crate::kernels::fp8_blockwise::sys::GroupedGemmFp8Args;
+
+        fn grouped_gemm_sm90_fp8_blockwise_built(config: Fp8TileConfig) -> bool;
+        /// # Safety
+        /// `bytes` points to a live u64, which the call writes.
+        unsafe fn grouped_gemm_sm90_fp8_blockwise_workspace(
+            config: Fp8TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// Compile-time facts of `config` (NotBuilt and `facts` untouched when it was not compiled).
+        ///
+        /// # Safety
+        /// `facts` points to a live `Fp8KernelFacts`, which the call may write.
+        unsafe fn grouped_gemm_sm90_fp8_blockwise_facts(config: Fp8TileConfig, facts: *mut Fp8KernelFacts) -> Status;
+        /// The CUTLASS kernel schedule's type name of `config`: a literal, or null when not built.
+        fn grouped_gemm_sm90_fp8_blockwise_schedule(config: Fp8TileConfig) -> *const c_char;
+        /// # Safety
+        /// Every address in `args` a live device allocation of the size the args imply, on the device and stream
+        /// given, alive until the queued work completes, with the operands `GroupedGemmFp8Args` documents (e4m3
+        /// A and B, f32 scales, bf16 D).
+        unsafe fn grouped_gemm_sm90_fp8_blockwise_run(args: &GroupedGemmFp8Args) -> Status;
+
+        fn grouped_gemm_sm100_fp8_blockwise_built(config: Fp8TileConfig) -> bool;
+        /// # Safety
+        /// `bytes` points to a live u64, which the call writes.
+        unsafe fn grouped_gemm_sm100_fp8_blockwise_workspace(
+            config: Fp8TileConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// Compile-time facts of `config` (NotBuilt and `facts` untouched when it was not compiled).
+        ///
+        /// # Safety
+        /// `facts` points to a live `Fp8KernelFacts`, which the call may write.
+        unsafe fn grouped_gemm_sm100_fp8_blockwise_facts(config: Fp8TileConfig, facts: *mut Fp8KernelFacts) -> Status;
+        /// The CUTLASS kernel schedule's type name of `config`: a literal, or null when not built.
+        fn grouped_gemm_sm100_fp8_blockwise_schedule(config: Fp8TileConfig) -> *const c_char;
+        /// # Safety
+        /// Every address in `args` a live device allocation of the size the args imply, on the device and stream
+        /// given, alive until the queued work completes, with the operands `GroupedGemmFp8Args` documents (e4m3
+        /// A and B, f32 scales, bf16 D).
+        unsafe fn grouped_gemm_sm100_fp8_blockwise_run(args: &GroupedGemmFp8Args) -> Status;
+    }
+}
 
 const OP: &str = "grouped_gemm_sm90_fp8_blockwise";
 const OP_SM100: &str = "grouped_gemm_sm100_fp8_blockwise";
@@ -40,7 +98,7 @@ pub(crate) const SCALE_BLOCK: usize = 128;
 /// Whether `config` was compiled into the library.
 pub(crate) fn built(config: Fp8TileConfig) -> bool {
     if is_sm100(config) {
-        ffi_sm100::grouped_gemm_sm100_fp8_blockwise_built(config)
+        ffi::grouped_gemm_sm100_fp8_blockwise_built(config)
     } else {
         ffi::grouped_gemm_sm90_fp8_blockwise_built(config)
     }
@@ -49,16 +107,19 @@ pub(crate) fn built(config: Fp8TileConfig) -> bool {
 /// Compile-time facts of a built `config` (read from the CUTLASS types), and its kernel schedule's name.
 pub(crate) fn facts(config: Fp8TileConfig) -> Result<(Fp8KernelFacts, String)> {
     let mut f = Fp8KernelFacts::default();
-    // SAFETY: `f` is a live local, which the call may write (host only: no device, no CUDA call).
-    let (s, schedule) = if is_sm100(config) {
-        let s = unsafe { ffi_sm100::grouped_gemm_sm100_fp8_blockwise_facts(config, &mut f) };
-        (s, ffi_sm100::grouped_gemm_sm100_fp8_schedule(config))
-    } else {
-        let s = unsafe { ffi::grouped_gemm_sm90_fp8_blockwise_facts(config, &mut f) };
-        (s, ffi::grouped_gemm_sm90_fp8_schedule(config))
+    // SAFETY: `f` is a live local, which the calls may write (host only: no device, no CUDA call); a schedule is
+    // a C++ string literal or null.
+    let (s, schedule) = unsafe {
+        if is_sm100(config) {
+            let s = ffi::grouped_gemm_sm100_fp8_blockwise_facts(config, &mut f);
+            (s, static_name(ffi::grouped_gemm_sm100_fp8_blockwise_schedule(config)))
+        } else {
+            let s = ffi::grouped_gemm_sm90_fp8_blockwise_facts(config, &mut f);
+            (s, static_name(ffi::grouped_gemm_sm90_fp8_blockwise_schedule(config)))
+        }
     };
     check(s, &Launched { config: Some(&config), ..Launched::op(op(config)) })?;
-    Ok((f, schedule))
+    Ok((f, schedule.to_string()))
 }
 
 /// Bytes of device workspace a launch of `groups` groups needs on a device of `sm_count` SMs.
@@ -68,7 +129,7 @@ pub(crate) fn workspace_bytes(config: Fp8TileConfig, groups: usize, sm_count: i3
     // SAFETY: `bytes` is a live local, which the call writes (host only).
     let s = unsafe {
         if is_sm100(config) {
-            ffi_sm100::grouped_gemm_sm100_fp8_blockwise_workspace(config, groups, sm_count, &mut bytes)
+            ffi::grouped_gemm_sm100_fp8_blockwise_workspace(config, groups, sm_count, &mut bytes)
         } else {
             ffi::grouped_gemm_sm90_fp8_blockwise_workspace(config, groups, sm_count, &mut bytes)
         }
@@ -112,7 +173,7 @@ impl ScaledFamily for Fp8TileConfig {
         // reports (the domain plans refuse that first).
         unsafe {
             if is_sm100(plan.config) {
-                ffi_sm100::grouped_gemm_sm100_fp8_blockwise_run(&args)
+                ffi::grouped_gemm_sm100_fp8_blockwise_run(&args)
             } else {
                 ffi::grouped_gemm_sm90_fp8_blockwise_run(&args)
             }

@@ -1,19 +1,53 @@
-//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/fp8/grouped_gemm_sm90_fp8_rowwise.cuh`): whether a configuration
-//! was built, its compile-time facts, its workspace, and the launch (our prepare kernel, then CUTLASS's).
+//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/fp8/grouped_gemm_sm90_fp8_rowwise.cuh`): its bridge, whether a
+//! configuration was built, its compile-time facts, its workspace, and the launch (our prepare kernel, then
+//! CUTLASS's).
 //!
 //! Operands (`cpp/fp8/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
 
 use cudarc::driver::CudaStream;
 
+use super::sys;
 use crate::error::Result;
-use crate::ffi::bridge_fp8::ffi;
+use crate::ffi::bridge::{static_name, trivial_extern_types};
 use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
 use crate::ffi::to_i32;
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
+
+trivial_extern_types! { Fp8RowwiseConfig GroupedGemmFp8RowwiseArgs }
+
+#[cxx::bridge(namespace = "moe_gemm")]
+mod ffi {
+    unsafe extern "C++" {
+        include!("moe-gemm/cpp/fp8/launch_fp8_rowwise.h");
+
+        type Status = crate::ffi::sys::Status;
+        type Fp8RowwiseConfig = crate::kernels::fp8_rowwise::sys::Fp8RowwiseConfig;
+        type Fp8KernelFacts = crate::ffi::sys::Fp8KernelFacts;
+        type GroupedGemmFp8RowwiseArgs = crate::kernels::fp8_rowwise::sys::GroupedGemmFp8RowwiseArgs;
+
+        fn grouped_gemm_sm90_fp8_rowwise_built(config: Fp8RowwiseConfig) -> bool;
+        /// # Safety
+        /// `bytes` points to a live u64, which the call writes.
+        unsafe fn grouped_gemm_sm90_fp8_rowwise_workspace(
+            config: Fp8RowwiseConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// # Safety
+        /// `facts` points to a live `Fp8KernelFacts`, which the call may write.
+        unsafe fn grouped_gemm_sm90_fp8_rowwise_facts(config: Fp8RowwiseConfig, facts: *mut Fp8KernelFacts) -> Status;
+        /// The CUTLASS kernel schedule's type name of `config`: a literal, or null when not built.
+        fn grouped_gemm_sm90_fp8_rowwise_schedule(config: Fp8RowwiseConfig) -> *const c_char;
+        /// # Safety
+        /// Every address in `args` a live device allocation of the size the args imply, on the device and stream
+        /// given, alive until the queued work completes (e4m3 A and B, f32 per-row and per-channel scales, bf16 D).
+        unsafe fn grouped_gemm_sm90_fp8_rowwise_run(args: &GroupedGemmFp8RowwiseArgs) -> Status;
+    }
+}
 
 const OP: &str = "grouped_gemm_sm90_fp8_rowwise";
 
@@ -31,7 +65,9 @@ pub(crate) fn facts(config: Fp8RowwiseConfig) -> Result<(Fp8KernelFacts, String)
     // SAFETY: `f` is a live local, which the call may write (host only: no device, no CUDA call).
     let s = unsafe { ffi::grouped_gemm_sm90_fp8_rowwise_facts(config, &mut f) };
     check(s, &Launched { config: Some(&config), ..Launched::op(OP) })?;
-    Ok((f, ffi::grouped_gemm_sm90_fp8_rowwise_schedule(config)))
+    // SAFETY: the schedule is a C++ string literal or null.
+    let schedule = unsafe { static_name(ffi::grouped_gemm_sm90_fp8_rowwise_schedule(config)) };
+    Ok((f, schedule.to_string()))
 }
 
 pub(crate) fn workspace_bytes(config: Fp8RowwiseConfig, groups: usize, sm_count: i32) -> Result<u64> {

@@ -1,19 +1,64 @@
-//! The SM90 fused MoE GEMMs (`cpp/fused/fused_moe_sm90.cuh`): the per-plan shared-memory opt-in and the launch of one
-//! gather or scatter GEMM over an aligned layout.
+//! The SM90 fused MoE GEMMs (`cpp/fused/fused_moe_sm90.cuh`, the decode tiles of `cpp/fused/fused_decode.cu`, the
+//! FP8 ones of `cpp/fused/launch.h`): their bridge, the per-plan shared-memory opt-in and the launch of
+//! one gather or scatter GEMM over an aligned layout. C++ has one entry point per element type and one for the
+//! decode (SwapAb) tiles; the tile and the element type pick it here.
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use half::bf16;
 
+use super::sys;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::ffi::bridge::ffi;
-use crate::ffi::bridge_fp8::ffi as ffi8;
+use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::{E4m3Buffer, ScaleBuffer, ScaledOperands};
-use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
+use crate::ffi::status::{check, Launched, NOT_BUILT};
 use crate::ffi::{dtype, need_aligned, need_f32_aligned, need_len, need_row_len, to_i32, to_i64};
 
 pub(crate) use sys::{FusedFp8Scales, FusedFp8Tile, FusedTile};
+
+trivial_extern_types! { FusedTile FusedFp8Tile FusedGemmArgs FusedGemmFp8Args }
+
+#[cxx::bridge(namespace = "moe_gemm")]
+mod ffi {
+    unsafe extern "C++" {
+        include!("moe-gemm/cpp/fused/launch.h");
+
+        type Status = crate::ffi::sys::Status;
+        type DType = crate::ffi::sys::DType;
+        type FusedTile = crate::kernels::fused::sys::FusedTile;
+        type FusedFp8Tile = crate::kernels::fused::sys::FusedFp8Tile;
+        type FusedGemmArgs = crate::kernels::fused::sys::FusedGemmArgs;
+        type FusedGemmFp8Args = crate::kernels::fused::sys::FusedGemmFp8Args;
+
+        /// # Safety
+        /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`; `args.dtype` bf16 and
+        /// `args.tile` a warpgroup-MMA tile (not SwapAb).
+        unsafe fn fused_moe_gemm_bf16(args: &FusedGemmArgs) -> Status;
+        /// # Safety
+        /// As `fused_moe_gemm_bf16`, `args.dtype` f16.
+        unsafe fn fused_moe_gemm_f16(args: &FusedGemmArgs) -> Status;
+        /// # Safety
+        /// As `fused_moe_gemm_bf16` for a SwapAb tile, either element type; `offsets`, `ready` and `topk` as
+        /// `fused_decode_gemm` (`cpp/common/moe_ops.h`) reads them, or 0.
+        unsafe fn fused_decode_gemm(args: &FusedGemmArgs, offsets: u64, ready: u64, topk: u64) -> Status;
+        /// Opts the kernel of `tile` (a warpgroup-MMA tile) into its dynamic shared memory on the current device.
+        fn fused_moe_prepare_bf16(tile: FusedTile) -> Status;
+        fn fused_moe_prepare_f16(tile: FusedTile) -> Status;
+        /// As `fused_moe_prepare_bf16` for a SwapAb tile of `dtype`.
+        fn fused_decode_prepare(dtype: DType, tile: FusedTile) -> Status;
+        /// # Safety
+        /// Buffers of the sizes `FusedGemmFp8Args` documents for its mode, live on `stream`.
+        unsafe fn fused_moe_gemm_fp8(args: &FusedGemmFp8Args) -> Status;
+        /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on the current device.
+        fn fused_moe_prepare_fp8(tile: FusedFp8Tile) -> Status;
+    }
+}
+
+/// The decode tiles (`cpp/fused/fused_decode.cu`); the others are the warpgroup-MMA tiles of
+/// `cpp/fused/fused_moe_sm90.cuh`.
+fn is_swap_ab(tile: FusedTile) -> bool {
+    matches!(tile, FusedTile::SwapAb16 | FusedTile::SwapAb32 | FusedTile::SwapAbMerged)
+}
 
 /// Rows of a compiled tile (`BM` of `cpp/fused/fused_moe_sm90.cuh`'s and `cpp/fused/fused_decode.cu`'s tiles): the kernel gives
 /// each `BM` positions one entry of `expert_ids`.
@@ -31,10 +76,12 @@ pub(crate) fn block_m(tile: FusedTile) -> usize {
 /// before its first launch (launches set no attribute).
 pub(crate) fn prepare(stream: &CudaStream, d: DType, tile: FusedTile) -> Result<()> {
     crate::ffi::bind(stream)?;
-    check(
-        ffi::fused_moe_prepare(dtype(d), tile),
-        &Launched { config: Some(&tile), ..Launched::typed("fused_moe_prepare", d) },
-    )
+    let s = match d {
+        _ if is_swap_ab(tile) => ffi::fused_decode_prepare(dtype(d), tile),
+        DType::BF16 => ffi::fused_moe_prepare_bf16(tile),
+        DType::F16 => ffi::fused_moe_prepare_f16(tile),
+    };
+    check(s, &Launched { config: Some(&tile), ..Launched::typed("fused_moe_prepare", d) })
 }
 
 /// One fused MoE GEMM over an aligned layout (mirrors `FusedGemmArgs` and `FusedGemmFp8Args`, less the tile).
@@ -76,7 +123,7 @@ pub(crate) struct FusedScatter<'a> {
     pub bias: Option<&'a CudaSlice<f32>>,
 }
 
-/// Rows of a compiled FP8 tile (`launch_fused_fp8.h`), and its N tile (N must be whole tiles).
+/// Rows of a compiled FP8 tile (`cpp/fused/launch.h`), and its N tile (N must be whole tiles).
 pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> (usize, usize) {
     match tile {
         FusedFp8Tile::M64N64K128 => (64, 64),
@@ -87,7 +134,7 @@ pub(crate) fn fp8_tile_mn(tile: FusedFp8Tile) -> (usize, usize) {
 /// Opts the FP8 fused kernel of `tile` into its dynamic shared memory on `stream`'s device (once per plan).
 pub(crate) fn prepare_fp8(stream: &CudaStream, tile: FusedFp8Tile) -> Result<()> {
     crate::ffi::bind(stream)?;
-    check(ffi8::fused_moe_prepare_fp8(tile), &Launched { config: Some(&tile), ..Launched::op("fused_moe_prepare_fp8") })
+    check(ffi::fused_moe_prepare_fp8(tile), &Launched { config: Some(&tile), ..Launched::op("fused_moe_prepare_fp8") })
 }
 
 /// The checks both fused launches make: layout arrays, mode buffers and their lengths; the rows of A and D.
@@ -204,7 +251,7 @@ pub(crate) fn launch_fused_gemm<T: Element>(
         gate_up,
         stream: stream.cu_stream() as u64,
     };
-    // Beside the args: read by the SwapAb tiles only (bridge.cc).
+    // Beside the args: read by the SwapAb tiles only, which alone have the hand-off and the gated epilogue.
     let (ready, topk_ids) = (r_ptr.unwrap_or(0), k_ptr.unwrap_or(0));
     // SAFETY: A, B, D, sorted_ids, expert_ids (one per BLOCK_M positions of the tile), offsets (experts + 1; the
     // merged tile clamps what contradicts expert_ids to one block), block_ready (capacity / BLOCK_M, checked;
@@ -215,11 +262,18 @@ pub(crate) fn launch_fused_gemm<T: Element>(
     // id is negative or not below `experts`, zero-fills A rows whose flat row is outside [0, rows) and writes D
     // rows below capacity (gather) or flat rows in [0, rows) (scatter). The stream's context is bound to this
     // thread; guards outlive the call.
-    let status = unsafe { ffi::fused_moe_gemm(&args, o_ptr, ready, topk_ids) };
+    let status = unsafe {
+        match T::DTYPE {
+            _ if is_swap_ab(tile) => ffi::fused_decode_gemm(&args, o_ptr, ready, topk_ids),
+            _ if ready != 0 || args.mode == sys::FusedMode::GatherGated => NOT_BUILT,
+            DType::BF16 => ffi::fused_moe_gemm_bf16(&args),
+            DType::F16 => ffi::fused_moe_gemm_f16(&args),
+        }
+    };
     check(status, &Launched { config: Some(&tile), ..Launched::typed("fused_moe_gemm", T::DTYPE) })
 }
 
-/// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`launch_fused_fp8.h`).
+/// The FP8 operands of a fused launch: e4m3 A and B with their f32 block scales (`cpp/fused/launch.h`).
 pub(crate) type FusedFp8Operands<'a, A, SA, B, SB> = ScaledOperands<'a, A, SA, B, SB>;
 
 /// Queues one FP8 fused MoE GEMM on `stream` (bf16 D) with `scales`' grids (per 128 x 128 block, or per row and
@@ -295,6 +349,6 @@ pub(crate) fn launch_fused_gemm_fp8<A: E4m3Buffer, SA: ScaleBuffer, B: E4m3Buffe
     // per expert per 128 x 128 block (or sfa one per A row, sfb one per expert per channel); the kernel reads sfa
     // only for placed rows (A rows below a_rows) and sfb for live tiles (expert ids below `experts`) and
     // channels below n.
-    let status = unsafe { ffi8::fused_moe_gemm_fp8(&args) };
+    let status = unsafe { ffi::fused_moe_gemm_fp8(&args) };
     check(status, &Launched { config: Some(&tile), ..Launched::op("fused_moe_gemm_fp8") })
 }

@@ -20,6 +20,8 @@
 
 #[allow(unsafe_code)] // floor 0: the launcher over the bridge
 mod launch;
+// floor 0: the C++ types of the family's launch headers (scripts/bindgen.sh)
+mod sys;
 
 use std::sync::Arc;
 
@@ -155,7 +157,7 @@ impl FusedTile {
 
 impl FusedTile {
     /// The FP8 kernel with this tile's `BLOCK_M` (so one aligned layout serves both): 64 x 64 x 128 for the
-    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/fused/launch_fused_fp8.h`);
+    /// 64-row tile, 128 x 128 x 128 for the 128-row one (TileK one scale block; see `cpp/fused/launch.h`);
     /// `None` for the decode tiles.
     pub const fn fp8_tile(self) -> Option<(usize, usize, usize)> {
         match self {
@@ -176,7 +178,7 @@ impl FusedTile {
     }
 }
 
-variants_into!(FusedTile => ffi::FusedTile {
+variants_into!(FusedTile => launch::FusedTile {
     Decode16 => SwapAb16, Decode32 => SwapAb32, DecodeMerged => SwapAbMerged, M64N128K64, M128N256K64
 });
 

@@ -1,33 +1,90 @@
 //! The SM100 block-scaled grouped GEMMs (`cpp/mx/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`,
-//! contract in `cpp/mx/launch_sm100_mx.h`): whether a configuration was built, its workspace, and the launch; and the
-//! portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`, `launch_mx_portable.h`), launched from the same
+//! contract in `cpp/mx/launch.h`): whether a configuration was built, its workspace, and the launch; and the
+//! portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`, `mx/launch.h`), launched from the same
 //! checks.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;
 use half::bf16;
 
+use super::sys;
 use crate::error::{Error, Result};
-use crate::ffi::bridge_fp8::ffi;
+use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::group_rows;
 use crate::ffi::gemm::GroupedRows;
 use crate::ffi::mx_quant::expert_sf_bytes;
 use crate::ffi::status::{check, Launched};
-use crate::ffi::sys;
 use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
 
 pub(crate) use sys::Sm100MxConfig;
+
+trivial_extern_types! { Sm100MxConfig GroupedGemmMxArgs }
+
+// Two parts of the SM100 unit compile the configurations (`grouped_gemm_sm100_mxfp8.inl`: kind::mxf8f6f4;
+// `grouped_gemm_sm100_fp4.inl`: kind::mxf4, kind::mxf4nvf4), each with its entry points; `sm100_mx_is_fp4` says
+// which has a configuration.
+#[cxx::bridge(namespace = "moe_gemm")]
+mod ffi {
+    unsafe extern "C++" {
+        include!("moe-gemm/cpp/mx/launch.h");
+
+        type Status = crate::ffi::sys::Status;
+        type Sm100MxConfig = crate::kernels::mx::sys::Sm100MxConfig;
+        type GroupedGemmMxArgs = crate::kernels::mx::sys::GroupedGemmMxArgs;
+
+        fn sm100_mx_is_fp4(config: Sm100MxConfig) -> bool;
+        fn grouped_gemm_sm100_mxf8_built(config: Sm100MxConfig) -> bool;
+        fn grouped_gemm_sm100_fp4_built(config: Sm100MxConfig) -> bool;
+        /// # Safety
+        /// `bytes` points to a live u64, which the call writes.
+        unsafe fn grouped_gemm_sm100_mxf8_workspace(
+            config: Sm100MxConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// # Safety
+        /// As `grouped_gemm_sm100_mxf8_workspace`.
+        unsafe fn grouped_gemm_sm100_fp4_workspace(
+            config: Sm100MxConfig,
+            groups: i32,
+            sm_count: i32,
+            bytes: *mut u64,
+        ) -> Status;
+        /// # Safety
+        /// Buffers of the sizes `GroupedGemmMxArgs` documents (`cpp/mx/launch.h`), on an SM100 device;
+        /// `args.config` one of this part's.
+        unsafe fn grouped_gemm_sm100_mxf8_run(args: &GroupedGemmMxArgs) -> Status;
+        /// # Safety
+        /// As `grouped_gemm_sm100_mxf8_run`.
+        unsafe fn grouped_gemm_sm100_fp4_run(args: &GroupedGemmMxArgs) -> Status;
+        /// # Safety
+        /// As `grouped_gemm_sm100_mxf8_run` (the same buffers), on any device the portable unit has SASS for.
+        unsafe fn grouped_gemm_mx_portable_run(args: &GroupedGemmMxArgs) -> Status;
+    }
+}
 
 const OP: &str = "grouped_gemm_sm100_mx";
 const OP_PORTABLE: &str = "grouped_gemm_mx_portable";
 
 pub(crate) fn built(config: Sm100MxConfig) -> bool {
-    ffi::grouped_gemm_sm100_mx_built(config)
+    if ffi::sm100_mx_is_fp4(config) {
+        ffi::grouped_gemm_sm100_fp4_built(config)
+    } else {
+        ffi::grouped_gemm_sm100_mxf8_built(config)
+    }
 }
 
 pub(crate) fn workspace_bytes(config: Sm100MxConfig, groups: usize, sm_count: i32) -> Result<u64> {
-    let mut bytes = 0u64;
-    let s = ffi::grouped_gemm_sm100_mx_workspace(config, to_i32("groups", groups)?, sm_count, &mut bytes);
+    let (mut bytes, groups) = (0u64, to_i32("groups", groups)?);
+    // SAFETY: `bytes` is a live local, which the call writes (host only).
+    let s = unsafe {
+        if ffi::sm100_mx_is_fp4(config) {
+            ffi::grouped_gemm_sm100_fp4_workspace(config, groups, sm_count, &mut bytes)
+        } else {
+            ffi::grouped_gemm_sm100_mxf8_workspace(config, groups, sm_count, &mut bytes)
+        }
+    };
     check(s, &Launched { config: Some(&config), ..Launched::op("grouped_gemm_sm100_mx workspace") })?;
     Ok(bytes)
 }
@@ -112,8 +169,14 @@ pub(crate) fn launch(
     let launched = Launched { config: Some(&plan.config), workspace_bytes, ..Launched::op(OP) };
     with_args(stream, plan, ops, rows, d, Some(workspace), status, &launched, |args| {
         // SAFETY: `with_args` checked every buffer against the plan's shape (see there) and the workspace
-        // against the plan's size (above); the plan checked the arch (SM100).
-        unsafe { ffi::grouped_gemm_sm100_mx_run(args) }
+        // against the plan's size (above); the plan checked the arch (SM100); the part is the configuration's.
+        unsafe {
+            if ffi::sm100_mx_is_fp4(args.config) {
+                ffi::grouped_gemm_sm100_fp4_run(args)
+            } else {
+                ffi::grouped_gemm_sm100_mxf8_run(args)
+            }
+        }
     })
 }
 

@@ -83,7 +83,7 @@ impl MxFormat {
     }
 }
 
-/// A compiled configuration (`cpp/mx/launch_sm100_mx.h`): a pair of formats, SMs per MMA and the MMA tile.
+/// A compiled configuration (`cpp/mx/launch.h`): a pair of formats, SMs per MMA and the MMA tile.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MxConfig {

@@ -1,6 +1,7 @@
-// moe-gemm: the plain C++17 surface of the SM100 block-scaled grouped GEMMs (grouped_gemm_sm100_mxfp8.inl,
-// grouped_gemm_sm100_fp4.inl). No CUTLASS, CUDA or cxx headers. Its types are the source of truth
-// for src/ffi/sys.rs (scripts/bindgen.sh).
+// moe-gemm: the plain C++17 surface of the block-scaled grouped GEMMs: SM100 (grouped_gemm_sm100_mxfp8.inl,
+// grouped_gemm_sm100_fp4.inl) and portable (grouped_mx_portable.cu), called by their cxx bridge
+// (src/kernels/mx/launch.rs). No CUTLASS, CUDA or cxx headers. Its types are the source of truth for
+// src/kernels/mx/sys.rs (scripts/bindgen.sh).
 #pragma once
 
 #include <cstdint>
@@ -71,5 +72,14 @@ Status grouped_gemm_sm100_mxf8_run(const GroupedGemmMxArgs& args);
 bool grouped_gemm_sm100_fp4_built(Sm100MxConfig config);
 Status grouped_gemm_sm100_fp4_workspace(Sm100MxConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
 Status grouped_gemm_sm100_fp4_run(const GroupedGemmMxArgs& args);
+
+// The SM100 block-scaled grouped GEMMs' function over their operand buffers, exactly as grouped_gemm_sm100_mx_run
+// takes them (GroupedGemmMxArgs, above), on any GPU with bf16 tensor cores (the sm_90 and sm_100
+// SASS built here): the operands are dequantised exactly into bf16 and multiplied with f32 accumulation. `config`
+// picks the format pair only (a 2-SM configuration computes its pair; N need be whole 128s for every
+// configuration); the workspace fields and sm_count are not read. Requires what _run requires of the shape, the
+// alignments and the tensor scales; refuses PerRow. Each group's clamp bits (group_rows::resolve) are ORed into
+// the status word once per group.
+Status grouped_gemm_mx_portable_run(const GroupedGemmMxArgs& args);
 
 }  // namespace moe_gemm
