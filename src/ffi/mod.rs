@@ -37,9 +37,24 @@ pub(crate) mod routing;
 pub(crate) mod runtime;
 pub(crate) mod status;
 pub(crate) mod sys;
-mod sys_layout;
 
 use cudarc::driver::CudaStream;
+
+/// Checks at compile time that a generated type (`sys`, a family's `sys`) has its C++ layout: `layout!(Type: size,
+/// align; field offset, ...)`, the numbers bindgen computed from the header (scripts/bindgen.sh writes the lines).
+macro_rules! layout {
+    ($t:ident: $size:literal, $align:literal; $($field:ident $offset:literal),* $(,)?) => {
+        const _: () = {
+            assert!(::std::mem::size_of::<$t>() == $size, concat!("size of ", stringify!($t)));
+            assert!(::std::mem::align_of::<$t>() == $align, concat!("alignment of ", stringify!($t)));
+            $(assert!(
+                ::std::mem::offset_of!($t, $field) == $offset,
+                concat!("offset of ", stringify!($t), "::", stringify!($field))
+            );)*
+        };
+    };
+}
+pub(crate) use layout;
 
 pub(crate) use sys::{Activation, GateUp, LayoutKind, RouterKind};
 

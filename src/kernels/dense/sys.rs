@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 6d25039a478bc604
+//! inputs-fnv1a64: 629892069de135b5
 //! input: scripts/bindgen.sh
 //! input: cpp/dense/launch.h
 
@@ -45,33 +45,9 @@ pub struct GroupedGemmArgs {
     pub sm_count: i32,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmArgs"][::std::mem::size_of::<GroupedGemmArgs>() - 128usize];
-    ["Alignment of GroupedGemmArgs"][::std::mem::align_of::<GroupedGemmArgs>() - 8usize];
-    ["Offset of field: GroupedGemmArgs::dtype"][::std::mem::offset_of!(GroupedGemmArgs, dtype) - 0usize];
-    ["Offset of field: GroupedGemmArgs::config"][::std::mem::offset_of!(GroupedGemmArgs, config) - 4usize];
-    ["Offset of field: GroupedGemmArgs::mode"][::std::mem::offset_of!(GroupedGemmArgs, mode) - 8usize];
-    ["Offset of field: GroupedGemmArgs::max_m"][::std::mem::offset_of!(GroupedGemmArgs, max_m) - 12usize];
-    ["Offset of field: GroupedGemmArgs::a_div"][::std::mem::offset_of!(GroupedGemmArgs, a_div) - 16usize];
-    ["Offset of field: GroupedGemmArgs::experts"][::std::mem::offset_of!(GroupedGemmArgs, experts) - 20usize];
-    ["Offset of field: GroupedGemmArgs::groups"][::std::mem::offset_of!(GroupedGemmArgs, groups) - 24usize];
-    ["Offset of field: GroupedGemmArgs::n"][::std::mem::offset_of!(GroupedGemmArgs, n) - 28usize];
-    ["Offset of field: GroupedGemmArgs::k"][::std::mem::offset_of!(GroupedGemmArgs, k) - 32usize];
-    ["Offset of field: GroupedGemmArgs::max_rows"][::std::mem::offset_of!(GroupedGemmArgs, max_rows) - 40usize];
-    ["Offset of field: GroupedGemmArgs::a"][::std::mem::offset_of!(GroupedGemmArgs, a) - 48usize];
-    ["Offset of field: GroupedGemmArgs::b"][::std::mem::offset_of!(GroupedGemmArgs, b) - 56usize];
-    ["Offset of field: GroupedGemmArgs::d"][::std::mem::offset_of!(GroupedGemmArgs, d) - 64usize];
-    ["Offset of field: GroupedGemmArgs::offsets"][::std::mem::offset_of!(GroupedGemmArgs, offsets) - 72usize];
-    ["Offset of field: GroupedGemmArgs::counts"][::std::mem::offset_of!(GroupedGemmArgs, counts) - 80usize];
-    ["Offset of field: GroupedGemmArgs::workspace"][::std::mem::offset_of!(GroupedGemmArgs, workspace) - 88usize];
-    ["Offset of field: GroupedGemmArgs::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmArgs, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmArgs::status"][::std::mem::offset_of!(GroupedGemmArgs, status) - 104usize];
-    ["Offset of field: GroupedGemmArgs::device"][::std::mem::offset_of!(GroupedGemmArgs, device) - 112usize];
-    ["Offset of field: GroupedGemmArgs::sm_count"][::std::mem::offset_of!(GroupedGemmArgs, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmArgs::stream"][::std::mem::offset_of!(GroupedGemmArgs, stream) - 120usize];
-};
+crate::ffi::layout!(GroupedGemmArgs: 128, 8; dtype 0, config 4, mode 8, max_m 12, a_div 16, experts 20, groups 24,
+    n 28, k 32, max_rows 40, a 48, b 56, d 64, offsets 72, counts 80, workspace 88, workspace_bytes 96, status 104,
+    device 112, sm_count 116, stream 120);
 #[repr(u32)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub enum Sm100TileConfig {
@@ -102,36 +78,9 @@ pub struct GroupedGemmSm100Args {
     pub sm_count: i32,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmSm100Args"][::std::mem::size_of::<GroupedGemmSm100Args>() - 128usize];
-    ["Alignment of GroupedGemmSm100Args"][::std::mem::align_of::<GroupedGemmSm100Args>() - 8usize];
-    ["Offset of field: GroupedGemmSm100Args::dtype"][::std::mem::offset_of!(GroupedGemmSm100Args, dtype) - 0usize];
-    ["Offset of field: GroupedGemmSm100Args::config"][::std::mem::offset_of!(GroupedGemmSm100Args, config) - 4usize];
-    ["Offset of field: GroupedGemmSm100Args::mode"][::std::mem::offset_of!(GroupedGemmSm100Args, mode) - 8usize];
-    ["Offset of field: GroupedGemmSm100Args::max_m"][::std::mem::offset_of!(GroupedGemmSm100Args, max_m) - 12usize];
-    ["Offset of field: GroupedGemmSm100Args::a_div"][::std::mem::offset_of!(GroupedGemmSm100Args, a_div) - 16usize];
-    ["Offset of field: GroupedGemmSm100Args::experts"][::std::mem::offset_of!(GroupedGemmSm100Args, experts) - 20usize];
-    ["Offset of field: GroupedGemmSm100Args::groups"][::std::mem::offset_of!(GroupedGemmSm100Args, groups) - 24usize];
-    ["Offset of field: GroupedGemmSm100Args::n"][::std::mem::offset_of!(GroupedGemmSm100Args, n) - 28usize];
-    ["Offset of field: GroupedGemmSm100Args::k"][::std::mem::offset_of!(GroupedGemmSm100Args, k) - 32usize];
-    ["Offset of field: GroupedGemmSm100Args::max_rows"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, max_rows) - 40usize];
-    ["Offset of field: GroupedGemmSm100Args::a"][::std::mem::offset_of!(GroupedGemmSm100Args, a) - 48usize];
-    ["Offset of field: GroupedGemmSm100Args::b"][::std::mem::offset_of!(GroupedGemmSm100Args, b) - 56usize];
-    ["Offset of field: GroupedGemmSm100Args::d"][::std::mem::offset_of!(GroupedGemmSm100Args, d) - 64usize];
-    ["Offset of field: GroupedGemmSm100Args::offsets"][::std::mem::offset_of!(GroupedGemmSm100Args, offsets) - 72usize];
-    ["Offset of field: GroupedGemmSm100Args::counts"][::std::mem::offset_of!(GroupedGemmSm100Args, counts) - 80usize];
-    ["Offset of field: GroupedGemmSm100Args::workspace"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, workspace) - 88usize];
-    ["Offset of field: GroupedGemmSm100Args::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmSm100Args::status"][::std::mem::offset_of!(GroupedGemmSm100Args, status) - 104usize];
-    ["Offset of field: GroupedGemmSm100Args::device"][::std::mem::offset_of!(GroupedGemmSm100Args, device) - 112usize];
-    ["Offset of field: GroupedGemmSm100Args::sm_count"]
-        [::std::mem::offset_of!(GroupedGemmSm100Args, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmSm100Args::stream"][::std::mem::offset_of!(GroupedGemmSm100Args, stream) - 120usize];
-};
+crate::ffi::layout!(GroupedGemmSm100Args: 128, 8; dtype 0, config 4, mode 8, max_m 12, a_div 16, experts 20,
+    groups 24, n 28, k 32, max_rows 40, a 48, b 56, d 64, offsets 72, counts 80, workspace 88, workspace_bytes 96,
+    status 104, device 112, sm_count 116, stream 120);
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default)]
 pub struct Sm100KernelFacts {
@@ -145,19 +94,5 @@ pub struct Sm100KernelFacts {
     pub umma_array_mainloop: bool,
     pub ptr_array_epilogue: bool,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of Sm100KernelFacts"][::std::mem::size_of::<Sm100KernelFacts>() - 32usize];
-    ["Alignment of Sm100KernelFacts"][::std::mem::align_of::<Sm100KernelFacts>() - 4usize];
-    ["Offset of field: Sm100KernelFacts::tile_m"][::std::mem::offset_of!(Sm100KernelFacts, tile_m) - 0usize];
-    ["Offset of field: Sm100KernelFacts::tile_n"][::std::mem::offset_of!(Sm100KernelFacts, tile_n) - 4usize];
-    ["Offset of field: Sm100KernelFacts::tile_k"][::std::mem::offset_of!(Sm100KernelFacts, tile_k) - 8usize];
-    ["Offset of field: Sm100KernelFacts::cluster_m"][::std::mem::offset_of!(Sm100KernelFacts, cluster_m) - 12usize];
-    ["Offset of field: Sm100KernelFacts::cluster_n"][::std::mem::offset_of!(Sm100KernelFacts, cluster_n) - 16usize];
-    ["Offset of field: Sm100KernelFacts::atom_m"][::std::mem::offset_of!(Sm100KernelFacts, atom_m) - 20usize];
-    ["Offset of field: Sm100KernelFacts::stages"][::std::mem::offset_of!(Sm100KernelFacts, stages) - 24usize];
-    ["Offset of field: Sm100KernelFacts::umma_array_mainloop"]
-        [::std::mem::offset_of!(Sm100KernelFacts, umma_array_mainloop) - 28usize];
-    ["Offset of field: Sm100KernelFacts::ptr_array_epilogue"]
-        [::std::mem::offset_of!(Sm100KernelFacts, ptr_array_epilogue) - 29usize];
-};
+crate::ffi::layout!(Sm100KernelFacts: 32, 4; tile_m 0, tile_n 4, tile_k 8, cluster_m 12, cluster_n 16, atom_m 20,
+    stages 24, umma_array_mainloop 28, ptr_array_epilogue 29);

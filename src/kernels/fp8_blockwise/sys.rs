@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: aa5303841b78d30c
+//! inputs-fnv1a64: bbf893aae82f542f
 //! input: scripts/bindgen.sh
 //! input: cpp/fp8/launch_fp8.h
 
@@ -43,29 +43,6 @@ pub struct GroupedGemmFp8Args {
     pub sm_count: i32,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmFp8Args"][::std::mem::size_of::<GroupedGemmFp8Args>() - 128usize];
-    ["Alignment of GroupedGemmFp8Args"][::std::mem::align_of::<GroupedGemmFp8Args>() - 8usize];
-    ["Offset of field: GroupedGemmFp8Args::config"][::std::mem::offset_of!(GroupedGemmFp8Args, config) - 0usize];
-    ["Offset of field: GroupedGemmFp8Args::mode"][::std::mem::offset_of!(GroupedGemmFp8Args, mode) - 4usize];
-    ["Offset of field: GroupedGemmFp8Args::max_m"][::std::mem::offset_of!(GroupedGemmFp8Args, max_m) - 8usize];
-    ["Offset of field: GroupedGemmFp8Args::groups"][::std::mem::offset_of!(GroupedGemmFp8Args, groups) - 12usize];
-    ["Offset of field: GroupedGemmFp8Args::n"][::std::mem::offset_of!(GroupedGemmFp8Args, n) - 16usize];
-    ["Offset of field: GroupedGemmFp8Args::k"][::std::mem::offset_of!(GroupedGemmFp8Args, k) - 20usize];
-    ["Offset of field: GroupedGemmFp8Args::max_rows"][::std::mem::offset_of!(GroupedGemmFp8Args, max_rows) - 24usize];
-    ["Offset of field: GroupedGemmFp8Args::a"][::std::mem::offset_of!(GroupedGemmFp8Args, a) - 32usize];
-    ["Offset of field: GroupedGemmFp8Args::sfa"][::std::mem::offset_of!(GroupedGemmFp8Args, sfa) - 40usize];
-    ["Offset of field: GroupedGemmFp8Args::b"][::std::mem::offset_of!(GroupedGemmFp8Args, b) - 48usize];
-    ["Offset of field: GroupedGemmFp8Args::sfb"][::std::mem::offset_of!(GroupedGemmFp8Args, sfb) - 56usize];
-    ["Offset of field: GroupedGemmFp8Args::d"][::std::mem::offset_of!(GroupedGemmFp8Args, d) - 64usize];
-    ["Offset of field: GroupedGemmFp8Args::offsets"][::std::mem::offset_of!(GroupedGemmFp8Args, offsets) - 72usize];
-    ["Offset of field: GroupedGemmFp8Args::counts"][::std::mem::offset_of!(GroupedGemmFp8Args, counts) - 80usize];
-    ["Offset of field: GroupedGemmFp8Args::workspace"][::std::mem::offset_of!(GroupedGemmFp8Args, workspace) - 88usize];
-    ["Offset of field: GroupedGemmFp8Args::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmFp8Args, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmFp8Args::status"][::std::mem::offset_of!(GroupedGemmFp8Args, status) - 104usize];
-    ["Offset of field: GroupedGemmFp8Args::device"][::std::mem::offset_of!(GroupedGemmFp8Args, device) - 112usize];
-    ["Offset of field: GroupedGemmFp8Args::sm_count"][::std::mem::offset_of!(GroupedGemmFp8Args, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmFp8Args::stream"][::std::mem::offset_of!(GroupedGemmFp8Args, stream) - 120usize];
-};
+crate::ffi::layout!(GroupedGemmFp8Args: 128, 8; config 0, mode 4, max_m 8, groups 12, n 16, k 20, max_rows 24, a 32,
+    sfa 40, b 48, sfb 56, d 64, offsets 72, counts 80, workspace 88, workspace_bytes 96, status 104, device 112,
+    sm_count 116, stream 120);

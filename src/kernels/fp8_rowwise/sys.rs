@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 98060c94c447b3c0
+//! inputs-fnv1a64: 549d1e8259ffe12f
 //! input: scripts/bindgen.sh
 //! input: cpp/fp8/launch_fp8_rowwise.h
 
@@ -42,41 +42,6 @@ pub struct GroupedGemmFp8RowwiseArgs {
     pub sm_count: i32,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmFp8RowwiseArgs"][::std::mem::size_of::<GroupedGemmFp8RowwiseArgs>() - 128usize];
-    ["Alignment of GroupedGemmFp8RowwiseArgs"][::std::mem::align_of::<GroupedGemmFp8RowwiseArgs>() - 8usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::config"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, config) - 0usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::mode"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, mode) - 4usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::max_m"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, max_m) - 8usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::groups"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, groups) - 12usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::n"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, n) - 16usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::k"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, k) - 20usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::max_rows"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, max_rows) - 24usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::a"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, a) - 32usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::sa"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, sa) - 40usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::b"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, b) - 48usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::sb"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, sb) - 56usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::d"][::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, d) - 64usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::offsets"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, offsets) - 72usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::counts"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, counts) - 80usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::workspace"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, workspace) - 88usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, workspace_bytes) - 96usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::status"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, status) - 104usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::device"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, device) - 112usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::sm_count"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, sm_count) - 116usize];
-    ["Offset of field: GroupedGemmFp8RowwiseArgs::stream"]
-        [::std::mem::offset_of!(GroupedGemmFp8RowwiseArgs, stream) - 120usize];
-};
+crate::ffi::layout!(GroupedGemmFp8RowwiseArgs: 128, 8; config 0, mode 4, max_m 8, groups 12, n 16, k 20,
+    max_rows 24, a 32, sa 40, b 48, sb 56, d 64, offsets 72, counts 80, workspace 88, workspace_bytes 96,
+    status 104, device 112, sm_count 116, stream 120);

@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 2178806c83b9ec5b
+//! inputs-fnv1a64: ca7a77c1da1978c4
 //! input: scripts/bindgen.sh
 //! input: cpp/fused/launch.h
 
@@ -52,32 +52,9 @@ pub struct FusedGemmArgs {
     pub gate_up: GateUp,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of FusedGemmArgs"][::std::mem::size_of::<FusedGemmArgs>() - 128usize];
-    ["Alignment of FusedGemmArgs"][::std::mem::align_of::<FusedGemmArgs>() - 8usize];
-    ["Offset of field: FusedGemmArgs::dtype"][::std::mem::offset_of!(FusedGemmArgs, dtype) - 0usize];
-    ["Offset of field: FusedGemmArgs::tile"][::std::mem::offset_of!(FusedGemmArgs, tile) - 4usize];
-    ["Offset of field: FusedGemmArgs::mode"][::std::mem::offset_of!(FusedGemmArgs, mode) - 8usize];
-    ["Offset of field: FusedGemmArgs::top_k"][::std::mem::offset_of!(FusedGemmArgs, top_k) - 12usize];
-    ["Offset of field: FusedGemmArgs::experts"][::std::mem::offset_of!(FusedGemmArgs, experts) - 16usize];
-    ["Offset of field: FusedGemmArgs::n"][::std::mem::offset_of!(FusedGemmArgs, n) - 20usize];
-    ["Offset of field: FusedGemmArgs::k"][::std::mem::offset_of!(FusedGemmArgs, k) - 24usize];
-    ["Offset of field: FusedGemmArgs::rows"][::std::mem::offset_of!(FusedGemmArgs, rows) - 28usize];
-    ["Offset of field: FusedGemmArgs::sm_count"][::std::mem::offset_of!(FusedGemmArgs, sm_count) - 32usize];
-    ["Offset of field: FusedGemmArgs::capacity"][::std::mem::offset_of!(FusedGemmArgs, capacity) - 40usize];
-    ["Offset of field: FusedGemmArgs::a"][::std::mem::offset_of!(FusedGemmArgs, a) - 48usize];
-    ["Offset of field: FusedGemmArgs::b"][::std::mem::offset_of!(FusedGemmArgs, b) - 56usize];
-    ["Offset of field: FusedGemmArgs::d"][::std::mem::offset_of!(FusedGemmArgs, d) - 64usize];
-    ["Offset of field: FusedGemmArgs::sorted_ids"][::std::mem::offset_of!(FusedGemmArgs, sorted_ids) - 72usize];
-    ["Offset of field: FusedGemmArgs::expert_ids"][::std::mem::offset_of!(FusedGemmArgs, expert_ids) - 80usize];
-    ["Offset of field: FusedGemmArgs::total"][::std::mem::offset_of!(FusedGemmArgs, total) - 88usize];
-    ["Offset of field: FusedGemmArgs::weights"][::std::mem::offset_of!(FusedGemmArgs, weights) - 96usize];
-    ["Offset of field: FusedGemmArgs::bias"][::std::mem::offset_of!(FusedGemmArgs, bias) - 104usize];
-    ["Offset of field: FusedGemmArgs::act"][::std::mem::offset_of!(FusedGemmArgs, act) - 112usize];
-    ["Offset of field: FusedGemmArgs::gate_up"][::std::mem::offset_of!(FusedGemmArgs, gate_up) - 116usize];
-    ["Offset of field: FusedGemmArgs::stream"][::std::mem::offset_of!(FusedGemmArgs, stream) - 120usize];
-};
+crate::ffi::layout!(FusedGemmArgs: 128, 8; dtype 0, tile 4, mode 8, top_k 12, experts 16, n 20, k 24, rows 28,
+    sm_count 32, capacity 40, a 48, b 56, d 64, sorted_ids 72, expert_ids 80, total 88, weights 96, bias 104,
+    act 112, gate_up 116, stream 120);
 #[repr(u32)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub enum FusedFp8Scales {
@@ -115,29 +92,6 @@ pub struct FusedGemmFp8Args {
     pub bias: u64,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of FusedGemmFp8Args"][::std::mem::size_of::<FusedGemmFp8Args>() - 136usize];
-    ["Alignment of FusedGemmFp8Args"][::std::mem::align_of::<FusedGemmFp8Args>() - 8usize];
-    ["Offset of field: FusedGemmFp8Args::tile"][::std::mem::offset_of!(FusedGemmFp8Args, tile) - 0usize];
-    ["Offset of field: FusedGemmFp8Args::scales"][::std::mem::offset_of!(FusedGemmFp8Args, scales) - 4usize];
-    ["Offset of field: FusedGemmFp8Args::mode"][::std::mem::offset_of!(FusedGemmFp8Args, mode) - 8usize];
-    ["Offset of field: FusedGemmFp8Args::top_k"][::std::mem::offset_of!(FusedGemmFp8Args, top_k) - 12usize];
-    ["Offset of field: FusedGemmFp8Args::experts"][::std::mem::offset_of!(FusedGemmFp8Args, experts) - 16usize];
-    ["Offset of field: FusedGemmFp8Args::n"][::std::mem::offset_of!(FusedGemmFp8Args, n) - 20usize];
-    ["Offset of field: FusedGemmFp8Args::k"][::std::mem::offset_of!(FusedGemmFp8Args, k) - 24usize];
-    ["Offset of field: FusedGemmFp8Args::rows"][::std::mem::offset_of!(FusedGemmFp8Args, rows) - 28usize];
-    ["Offset of field: FusedGemmFp8Args::sm_count"][::std::mem::offset_of!(FusedGemmFp8Args, sm_count) - 32usize];
-    ["Offset of field: FusedGemmFp8Args::capacity"][::std::mem::offset_of!(FusedGemmFp8Args, capacity) - 40usize];
-    ["Offset of field: FusedGemmFp8Args::a"][::std::mem::offset_of!(FusedGemmFp8Args, a) - 48usize];
-    ["Offset of field: FusedGemmFp8Args::sfa"][::std::mem::offset_of!(FusedGemmFp8Args, sfa) - 56usize];
-    ["Offset of field: FusedGemmFp8Args::b"][::std::mem::offset_of!(FusedGemmFp8Args, b) - 64usize];
-    ["Offset of field: FusedGemmFp8Args::sfb"][::std::mem::offset_of!(FusedGemmFp8Args, sfb) - 72usize];
-    ["Offset of field: FusedGemmFp8Args::d"][::std::mem::offset_of!(FusedGemmFp8Args, d) - 80usize];
-    ["Offset of field: FusedGemmFp8Args::sorted_ids"][::std::mem::offset_of!(FusedGemmFp8Args, sorted_ids) - 88usize];
-    ["Offset of field: FusedGemmFp8Args::expert_ids"][::std::mem::offset_of!(FusedGemmFp8Args, expert_ids) - 96usize];
-    ["Offset of field: FusedGemmFp8Args::total"][::std::mem::offset_of!(FusedGemmFp8Args, total) - 104usize];
-    ["Offset of field: FusedGemmFp8Args::weights"][::std::mem::offset_of!(FusedGemmFp8Args, weights) - 112usize];
-    ["Offset of field: FusedGemmFp8Args::bias"][::std::mem::offset_of!(FusedGemmFp8Args, bias) - 120usize];
-    ["Offset of field: FusedGemmFp8Args::stream"][::std::mem::offset_of!(FusedGemmFp8Args, stream) - 128usize];
-};
+crate::ffi::layout!(FusedGemmFp8Args: 136, 8; tile 0, scales 4, mode 8, top_k 12, experts 16, n 20, k 24, rows 28,
+    sm_count 32, capacity 40, a 48, sfa 56, b 64, sfb 72, d 80, sorted_ids 88, expert_ids 96, total 104,
+    weights 112, bias 120, stream 128);

@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: a332b6b968bf5426
+//! inputs-fnv1a64: 114c70c666de87e1
 //! input: scripts/bindgen.sh
 //! input: cpp/mx/launch.h
 
@@ -47,34 +47,6 @@ pub struct GroupedGemmMxArgs {
     pub sm_count: i32,
     pub stream: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of GroupedGemmMxArgs"][::std::mem::size_of::<GroupedGemmMxArgs>() - 152usize];
-    ["Alignment of GroupedGemmMxArgs"][::std::mem::align_of::<GroupedGemmMxArgs>() - 8usize];
-    ["Offset of field: GroupedGemmMxArgs::config"][::std::mem::offset_of!(GroupedGemmMxArgs, config) - 0usize];
-    ["Offset of field: GroupedGemmMxArgs::mode"][::std::mem::offset_of!(GroupedGemmMxArgs, mode) - 4usize];
-    ["Offset of field: GroupedGemmMxArgs::max_m"][::std::mem::offset_of!(GroupedGemmMxArgs, max_m) - 8usize];
-    ["Offset of field: GroupedGemmMxArgs::groups"][::std::mem::offset_of!(GroupedGemmMxArgs, groups) - 12usize];
-    ["Offset of field: GroupedGemmMxArgs::n"][::std::mem::offset_of!(GroupedGemmMxArgs, n) - 16usize];
-    ["Offset of field: GroupedGemmMxArgs::k"][::std::mem::offset_of!(GroupedGemmMxArgs, k) - 20usize];
-    ["Offset of field: GroupedGemmMxArgs::max_rows"][::std::mem::offset_of!(GroupedGemmMxArgs, max_rows) - 24usize];
-    ["Offset of field: GroupedGemmMxArgs::a"][::std::mem::offset_of!(GroupedGemmMxArgs, a) - 32usize];
-    ["Offset of field: GroupedGemmMxArgs::sfa"][::std::mem::offset_of!(GroupedGemmMxArgs, sfa) - 40usize];
-    ["Offset of field: GroupedGemmMxArgs::sfa_bases"][::std::mem::offset_of!(GroupedGemmMxArgs, sfa_bases) - 48usize];
-    ["Offset of field: GroupedGemmMxArgs::b"][::std::mem::offset_of!(GroupedGemmMxArgs, b) - 56usize];
-    ["Offset of field: GroupedGemmMxArgs::sfb"][::std::mem::offset_of!(GroupedGemmMxArgs, sfb) - 64usize];
-    ["Offset of field: GroupedGemmMxArgs::a_tensor_scale"]
-        [::std::mem::offset_of!(GroupedGemmMxArgs, a_tensor_scale) - 72usize];
-    ["Offset of field: GroupedGemmMxArgs::b_tensor_scales"]
-        [::std::mem::offset_of!(GroupedGemmMxArgs, b_tensor_scales) - 80usize];
-    ["Offset of field: GroupedGemmMxArgs::d"][::std::mem::offset_of!(GroupedGemmMxArgs, d) - 88usize];
-    ["Offset of field: GroupedGemmMxArgs::offsets"][::std::mem::offset_of!(GroupedGemmMxArgs, offsets) - 96usize];
-    ["Offset of field: GroupedGemmMxArgs::counts"][::std::mem::offset_of!(GroupedGemmMxArgs, counts) - 104usize];
-    ["Offset of field: GroupedGemmMxArgs::workspace"][::std::mem::offset_of!(GroupedGemmMxArgs, workspace) - 112usize];
-    ["Offset of field: GroupedGemmMxArgs::workspace_bytes"]
-        [::std::mem::offset_of!(GroupedGemmMxArgs, workspace_bytes) - 120usize];
-    ["Offset of field: GroupedGemmMxArgs::status"][::std::mem::offset_of!(GroupedGemmMxArgs, status) - 128usize];
-    ["Offset of field: GroupedGemmMxArgs::device"][::std::mem::offset_of!(GroupedGemmMxArgs, device) - 136usize];
-    ["Offset of field: GroupedGemmMxArgs::sm_count"][::std::mem::offset_of!(GroupedGemmMxArgs, sm_count) - 140usize];
-    ["Offset of field: GroupedGemmMxArgs::stream"][::std::mem::offset_of!(GroupedGemmMxArgs, stream) - 144usize];
-};
+crate::ffi::layout!(GroupedGemmMxArgs: 152, 8; config 0, mode 4, max_m 8, groups 12, n 16, k 20, max_rows 24, a 32,
+    sfa 40, sfa_bases 48, b 56, sfb 64, a_tensor_scale 72, b_tensor_scales 80, d 88, offsets 96, counts 104,
+    workspace 112, workspace_bytes 120, status 128, device 136, sm_count 140, stream 144);
