@@ -177,6 +177,16 @@ impl Fp8ChannelExpertWeights {
     pub fn w2(&self) -> &Fp8ChannelWeights {
         &self.w2
     }
+    /// The static activation scales on the device, GEMM1's input (x) and GEMM2's (h), one f32 each, for a caller
+    /// that sets them after the upload (a run-time calibration); `None` unless the scales are `StaticTensor`. They
+    /// are device data and not trusted: a scale that is not finite and positive is replaced by 1 in every kernel
+    /// that reads it and sets [`crate::status::bits::BAD_STATIC_SCALE`], reported at the next check.
+    pub fn static_input_scales_mut(&mut self) -> Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)> {
+        match &mut self.activations {
+            ChannelActivations::Static { w13, w2 } => Some((w13, w2)),
+            _ => None,
+        }
+    }
     /// The scale rule of GEMM1's (`second == false`) or GEMM2's activations.
     pub(crate) fn token_scale(&self, second: bool) -> TokenScale<'_> {
         match &self.activations {

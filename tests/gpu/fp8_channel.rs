@@ -219,6 +219,49 @@ fn fp8_channel_swapped_scales_are_caught() {
     }
 }
 
+/// Static activation scales are device data (`Fp8ChannelExpertWeights::static_input_scales_mut`): one that is not
+/// finite and positive, GEMM1's (x) or GEMM2's (h), is replaced by 1 and flagged `BAD_STATIC_SCALE` on every
+/// backend, its output finite; the calibrated pair flags nothing.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_channel_corrupted_static_scales_are_flagged() {
+    let (e, h, i, k, t) = (8usize, 512usize, 256usize, 2usize, 16usize);
+    let p = host_experts(e, h, i, false, ActivationScales::StaticTensor, 41);
+    let ids = moe_gemm::random::topk_ids(t, k, e, 42);
+    let wts = weights_for(t, k, 43);
+    let x = random_vec::<bf16>(t * h, 44, 1.0);
+    let (_ctx, stream) = gpu();
+    let (xd, idd, wd) =
+        (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&wts).unwrap());
+    // (which scale, the value written there): None keeps the calibrated pair.
+    let cases =
+        [(None, 0.0f32), (Some("x"), 0.0), (Some("x"), f32::NAN), (Some("h"), -0.5), (Some("h"), f32::INFINITY)];
+    for (which, bad) in cases {
+        let mut w = Fp8ChannelExpertWeights::upload(&stream, &p, Activation::SiluGated).unwrap();
+        let (sx, sh) = w.static_input_scales_mut().expect("static scales on the device");
+        match which {
+            Some("x") => stream.memcpy_htod(&[bad], sx).unwrap(),
+            Some(_) => stream.memcpy_htod(&[bad], sh).unwrap(),
+            None => {}
+        }
+        let opts = MoeLayerOptions::new(t, k).backends(Backends::FP8_CHANNEL);
+        let mut layer = MoeLayer::new(&stream, Arc::new(w), opts).unwrap();
+        let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+        for backend in BACKENDS {
+            let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+            layer.set_backend(backend).unwrap();
+            let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
+            let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
+            layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
+            let word = crate::quant::status_word(scratch.check(&stream));
+            let what = format!("[{backend:?}] {} scale {bad}", which.unwrap_or("no"));
+            assert_eq!(word, if which.is_some() { status::bits::BAD_STATIC_SCALE } else { 0 }, "{what}: status");
+            let out = stream.clone_dtoh(&y).unwrap();
+            assert!(out.iter().all(|v| v.is_finite()), "{what}: a non-finite output");
+        }
+    }
+}
+
 /// Interleaved gate/up (gpt-oss's row order, `Fp8ChannelExperts::from_gate_up`): the layer over them is bit-equal
 /// to the layer over the same experts concatenated on every backend; the interleaved rows read as concatenated
 /// (a missing reorder) change the output on every backend.
