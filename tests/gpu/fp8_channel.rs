@@ -92,14 +92,25 @@ struct ChannelRig {
 impl ChannelRig {
     fn new(p: &Fp8ChannelExperts, max_tokens: usize, k: usize) -> ChannelRig {
         let (_ctx, stream) = gpu();
-        let w = Arc::new(Fp8ChannelExpertWeights::upload(&stream, p, Activation::SiluGated).unwrap());
+        let w = Fp8ChannelExpertWeights::upload(&stream, p, Activation::SiluGated).unwrap();
+        ChannelRig::of(stream, w, max_tokens, k)
+    }
+
+    fn of(stream: Arc<CudaStream>, w: Fp8ChannelExpertWeights, max_tokens: usize, k: usize) -> ChannelRig {
         let opts = MoeLayerOptions::new(max_tokens, k).backends(Backends::FP8_CHANNEL);
-        let layer = MoeLayer::new(&stream, w, opts).unwrap();
+        let layer = MoeLayer::new(&stream, Arc::new(w), opts).unwrap();
         let scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
         ChannelRig { stream, layer, scratch }
     }
 
     fn forward(&mut self, backend: Backend, x: &[bf16], ids: &[i32], wts: &[f32]) -> Vec<bf16> {
+        let (y, checked) = self.forward_unchecked(backend, x, ids, wts);
+        checked.unwrap();
+        y
+    }
+
+    /// The output and what the scratch's status check said of the pass.
+    fn forward_unchecked(&mut self, backend: Backend, x: &[bf16], ids: &[i32], wts: &[f32]) -> (Vec<bf16>, Result<()>) {
         let h = self.layer.weights().hidden();
         let k = ids.len() / (x.len() / h);
         let (xd, idd, wd) = (
@@ -112,8 +123,8 @@ impl ChannelRig {
         let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
         let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
         self.layer.forward(&self.stream, &mut self.scratch, &xv, &iv, &wv, &mut yv).unwrap();
-        self.scratch.check(&self.stream).unwrap();
-        self.stream.clone_dtoh(&y).unwrap()
+        let checked = self.scratch.check(&self.stream);
+        (self.stream.clone_dtoh(&y).unwrap(), checked)
     }
 }
 
@@ -230,13 +241,11 @@ fn fp8_channel_corrupted_static_scales_are_flagged() {
     let ids = moe_gemm::random::topk_ids(t, k, e, 42);
     let wts = weights_for(t, k, 43);
     let x = random_vec::<bf16>(t * h, 44, 1.0);
-    let (_ctx, stream) = gpu();
-    let (xd, idd, wd) =
-        (stream.clone_htod(&x).unwrap(), stream.clone_htod(&ids).unwrap(), stream.clone_htod(&wts).unwrap());
     // (which scale, the value written there): None keeps the calibrated pair.
     let cases =
         [(None, 0.0f32), (Some("x"), 0.0), (Some("x"), f32::NAN), (Some("h"), -0.5), (Some("h"), f32::INFINITY)];
     for (which, bad) in cases {
+        let (_ctx, stream) = gpu();
         let mut w = Fp8ChannelExpertWeights::upload(&stream, &p, Activation::SiluGated).unwrap();
         let (sx, sh) = w.static_input_scales_mut().expect("static scales on the device");
         match which {
@@ -244,19 +253,12 @@ fn fp8_channel_corrupted_static_scales_are_flagged() {
             Some(_) => stream.memcpy_htod(&[bad], sh).unwrap(),
             None => {}
         }
-        let opts = MoeLayerOptions::new(t, k).backends(Backends::FP8_CHANNEL);
-        let mut layer = MoeLayer::new(&stream, Arc::new(w), opts).unwrap();
-        let mut scratch = MoeScratch::for_layers(&stream, [&layer]).unwrap();
+        let mut rig = ChannelRig::of(stream, w, t, k);
         for backend in BACKENDS {
-            let mut y = stream.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
-            layer.set_backend(backend).unwrap();
-            let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
-            let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
-            layer.forward(&stream, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
-            let word = crate::quant::status_word(scratch.check(&stream));
+            let (out, checked) = rig.forward_unchecked(backend, &x, &ids, &wts);
             let what = format!("[{backend:?}] {} scale {bad}", which.unwrap_or("no"));
+            let word = crate::quant::status_word(checked);
             assert_eq!(word, if which.is_some() { status::bits::BAD_STATIC_SCALE } else { 0 }, "{what}: status");
-            let out = stream.clone_dtoh(&y).unwrap();
             assert!(out.iter().all(|v| v.is_finite()), "{what}: a non-finite output");
         }
     }
