@@ -57,7 +57,7 @@ pub enum Schedule {
     Pingpong,
 }
 
-/// A compiled tile configuration of the SM90 grouped GEMM (cluster 1x1x1). The C++ enum in `cpp/common/launch.h`
+/// A compiled tile configuration of the SM90 grouped GEMM (cluster 1x1x1). The C++ enum in `cpp/dense/launch.h`
 /// is the source of truth; the bridge checks the discriminants.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

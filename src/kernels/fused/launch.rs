@@ -39,7 +39,7 @@ mod ffi {
         unsafe fn fused_moe_gemm_f16(args: &FusedGemmArgs) -> Status;
         /// # Safety
         /// As `fused_moe_gemm_bf16` for a SwapAb tile, either element type; `offsets`, `ready` and `topk` as
-        /// `fused_decode_gemm` (`cpp/common/moe_ops.h`) reads them, or 0.
+        /// `fused_decode_gemm` (`cpp/fused/launch.h`) reads them, or 0.
         unsafe fn fused_decode_gemm(args: &FusedGemmArgs, offsets: u64, ready: u64, topk: u64) -> Status;
         /// Opts the kernel of `tile` (a warpgroup-MMA tile) into its dynamic shared memory on the current device.
         fn fused_moe_prepare_bf16(tile: FusedTile) -> Status;

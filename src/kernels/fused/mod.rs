@@ -38,7 +38,7 @@ use crate::quant::{Fp8BlockWeights, Fp8ChannelWeights, Fp8Rows, Fp8TokenRows};
 use half::bf16;
 use launch::FusedFp8Scales;
 
-/// A compiled tile of the fused GEMMs (`cpp/common/moe_ops.h`'s `FusedTile`).
+/// A compiled tile of the fused GEMMs (`cpp/fused/launch.h`'s `FusedTile`).
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FusedTile {
