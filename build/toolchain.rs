@@ -80,7 +80,7 @@ const fn unit(path: &'static str, family: &'static str, targets: &'static [Targe
 /// machine's 24, with another unit compiling beside it), the larger half peaks at 7.3 GB.
 pub const KERNEL_UNITS: &[KernelUnit] = &[
     unit("cpp/mx/grouped_gemm_sm100_mx.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/fp8/grouped_gemm_sm90_fp8.cu", "grouped_gemm_sm90_fp8", SM90A),
+    unit("cpp/fp8_blockwise/grouped_gemm_sm90_fp8.cu", "grouped_gemm_sm90_fp8", SM90A),
     unit("cpp/dense/grouped_gemm_sm100.cu", "grouped_gemm_sm100", SM100A),
     unit("cpp/dense/grouped_gemm_sm90.cu", "grouped_gemm_sm90", SM90A),
     unit("cpp/fused/fused_moe_sm90.cu", "fused_moe_sm90", SM90A),

@@ -86,7 +86,7 @@ fn every_cuda_file_is_one_unit_and_every_unit_exists() {
 /// directly or through another part.
 #[test]
 fn every_part_is_included_by_exactly_one_unit() {
-    // Included by their path below cpp/ (`#include "fp8/grouped_gemm_sm90_fp8_rowwise.inl"`).
+    // Included by their path below cpp/ (`#include "fp8_rowwise/grouped_gemm_sm90_fp8_rowwise.inl"`).
     let parts: Vec<String> = cpp_files("inl").into_iter().map(|p| p["cpp/".len()..].to_string()).collect();
     assert!(parts.len() >= 6, "the CUTLASS families' parts: {parts:?}");
     for part in &parts {

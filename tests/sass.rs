@@ -166,7 +166,7 @@ fn every_unit_holds_exactly_its_targets() {
 /// The units of the CUTLASS families (build/toolchain.rs: one unit per family, its dtypes and schedules in `.inl`
 /// parts). A part's kernels are told apart by their names: the MMA atom or mainloop CUTLASS instantiated.
 const SM90: &str = "cpp/dense/grouped_gemm_sm90.cu";
-const SM90_FP8: &str = "cpp/fp8/grouped_gemm_sm90_fp8.cu";
+const SM90_FP8: &str = "cpp/fp8_blockwise/grouped_gemm_sm90_fp8.cu";
 const FUSED: &str = "cpp/fused/fused_moe_sm90.cu";
 const SM100: &str = "cpp/dense/grouped_gemm_sm100.cu";
 const SM100_MX: &str = "cpp/mx/grouped_gemm_sm100_mx.cu";
@@ -423,7 +423,7 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
     ));
 }
 
-/// The SM100 FP8 blockwise grouped GEMM (`cpp/fp8/grouped_gemm_sm100_fp8_blockwise.inl`, FP8_NOTES' opcode table):
+/// The SM100 FP8 blockwise grouped GEMM (`cpp/fp8_blockwise/grouped_gemm_sm100_fp8_blockwise.inl`, FP8_NOTES' opcode table):
 /// the FP8 tcgen05 MMA (`UTCQMMA`) in its per-tensor form, ending at the instruction descriptor (no scale operand
 /// in tensor memory, so no `UTCCP`: the f32 scales are applied outside the tensor cores); the f32 promotion of
 /// each 128-wide K block as `FFMA` in CUTLASS's kernel; the K-major scales loaded with cp.async (`LDGSTS`), the

@@ -6,4 +6,4 @@
 #define MOE_GEMM_SM100_BF16_CONFIGS(X) X(Mma1Sm128x256x64) X(Mma1Sm128x128x64)
 MOE_GEMM_DEFINE_SM100_FAMILY(bf16, cutlass::bfloat16_t, MOE_GEMM_SM100_BF16_CONFIGS)
 
-#include "fp8/grouped_gemm_sm100_fp8_blockwise.inl"
+#include "fp8_blockwise/grouped_gemm_sm100_fp8_blockwise.inl"

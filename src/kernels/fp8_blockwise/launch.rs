@@ -1,9 +1,9 @@
-//! The FP8 blockwise-scaled grouped GEMMs (`cpp/fp8/grouped_gemm_sm90_fp8.cuh`, and for the one SM100 configuration
-//! `cpp/fp8/grouped_gemm_sm100_fp8.cuh`): whether a configuration was built, its compile-time facts, its workspace,
+//! The FP8 blockwise-scaled grouped GEMMs (`cpp/fp8_blockwise/grouped_gemm_sm90_fp8.cuh`, and for the one SM100 configuration
+//! `cpp/fp8_blockwise/grouped_gemm_sm100_fp8.cuh`): whether a configuration was built, its compile-time facts, its workspace,
 //! and the launch (our prepare kernel, then CUTLASS's). The configuration names the unit: both read the same
-//! operands through the same prepare kernel (`cpp/fp8/fp8_blockwise_groups.cuh`).
+//! operands through the same prepare kernel (`cpp/fp8_blockwise/fp8_blockwise_groups.cuh`).
 //!
-//! Operands (`cpp/fp8/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
+//! Operands (`cpp/fp8_blockwise/launch_fp8.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows, ceil(K/128)]` (K-major),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, ceil(N/128), ceil(K/128)]`, D bf16 `[max_rows, N]`.
 
 use cudarc::driver::CudaStream;
@@ -19,11 +19,11 @@ pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
 trivial_extern_types! { Fp8TileConfig GroupedGemmFp8Args }
 
-// The SM90 unit and the SM100 one declare the same entry points (`cpp/fp8/launch_fp8.h`).
+// The SM90 unit and the SM100 one declare the same entry points (`cpp/fp8_blockwise/launch_fp8.h`).
 #[cxx::bridge(namespace = "moe_gemm")]
 mod ffi {
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/fp8/launch_fp8.h");
+        include!("moe-gemm/cpp/fp8_blockwise/launch_fp8.h");
 
         type Status = crate::ffi::sys::Status;
         type Fp8TileConfig = crate::kernels::fp8_blockwise::sys::Fp8TileConfig;

@@ -4,7 +4,7 @@
 //! forms: [`Fp8Rows`] (e4m3 and f32 scales per row per 128 of K, K-major), [`Fp8BlockWeights`] (e4m3 `[G, N, K]`
 //! and f32 scales per 128 × 128 block) and the [`GroupRows`] of the bf16 GEMM, bf16 D. A caller switches arch by
 //! switching plan type, without requantising: both plans take a [`GroupedGemmFp8Shape`] and launch through one
-//! prepare kernel (`cpp/fp8/fp8_blockwise_groups.cuh`), which also writes the per-group scale layouts the SM100
+//! prepare kernel (`cpp/fp8_blockwise/fp8_blockwise_groups.cuh`), which also writes the per-group scale layouts the SM100
 //! mainloop reads.
 //!
 //! Two configurations: [`Fp8Sm100Config::Blockwise1Sm128x128x128`] (CUTLASS 4.2's
@@ -38,7 +38,7 @@ use crate::quant::{Fp8BlockWeights, Fp8Rows};
 
 const OP: &str = "grouped_gemm_sm100_fp8_blockwise";
 
-/// A compiled configuration of the SM100 FP8 blockwise grouped GEMM. The C++ enum (`cpp/fp8/launch_fp8.h`'s
+/// A compiled configuration of the SM100 FP8 blockwise grouped GEMM. The C++ enum (`cpp/fp8_blockwise/launch_fp8.h`'s
 /// `Fp8TileConfig`, shared with the SM90 unit) is the source of truth.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

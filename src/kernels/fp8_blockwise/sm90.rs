@@ -101,7 +101,7 @@ pub(crate) fn check_fp8_extents(groups: usize, n: usize, k: usize, max_rows: usi
 }
 
 /// A compiled configuration of the FP8 blockwise grouped GEMM (cluster 1x1x1, TileK 128). The C++ enum in
-/// `cpp/fp8/launch_fp8.h` is the source of truth; the bridge checks the discriminants.
+/// `cpp/fp8_blockwise/launch_fp8.h` is the source of truth; the bridge checks the discriminants.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fp8TileConfig {

@@ -3,9 +3,9 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: bbf893aae82f542f
+//! inputs-fnv1a64: 69675cbeea5c9d2d
 //! input: scripts/bindgen.sh
-//! input: cpp/fp8/launch_fp8.h
+//! input: cpp/fp8_blockwise/launch_fp8.h
 
 #[allow(unused_imports)] // the shared types, named by the ones below and by the launcher through this module
 pub(crate) use crate::ffi::sys::*;

@@ -1,8 +1,8 @@
-//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/fp8/grouped_gemm_sm90_fp8_rowwise.cuh`): its bridge, whether a
+//! The SM90 FP8 rowwise-scaled grouped GEMM (`cpp/fp8_rowwise/grouped_gemm_sm90_fp8_rowwise.cuh`): its bridge, whether a
 //! configuration was built, its compile-time facts, its workspace, and the launch (our prepare kernel, then
 //! CUTLASS's).
 //!
-//! Operands (`cpp/fp8/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
+//! Operands (`cpp/fp8_rowwise/launch_fp8_rowwise.h`): A e4m3 `[max_rows, K]` with f32 scales `[max_rows]` (one per row),
 //! B e4m3 `[G, N, K]` with f32 scales `[G, N]` (one per output channel), D bf16 `[max_rows, N]`.
 
 use cudarc::driver::CudaStream;
@@ -21,7 +21,7 @@ trivial_extern_types! { Fp8RowwiseConfig GroupedGemmFp8RowwiseArgs }
 #[cxx::bridge(namespace = "moe_gemm")]
 mod ffi {
     unsafe extern "C++" {
-        include!("moe-gemm/cpp/fp8/launch_fp8_rowwise.h");
+        include!("moe-gemm/cpp/fp8_rowwise/launch_fp8_rowwise.h");
 
         type Status = crate::ffi::sys::Status;
         type Fp8RowwiseConfig = crate::kernels::fp8_rowwise::sys::Fp8RowwiseConfig;

@@ -60,7 +60,7 @@ pub enum Fp8Accumulation {
     Promoted,
 }
 
-/// A compiled configuration of the rowwise family (cluster 1x1x1). The C++ enum in `cpp/fp8/launch_fp8_rowwise.h`
+/// A compiled configuration of the rowwise family (cluster 1x1x1). The C++ enum in `cpp/fp8_rowwise/launch_fp8_rowwise.h`
 /// is the source of truth; the bridge checks the discriminants.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,9 +3,9 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 549d1e8259ffe12f
+//! inputs-fnv1a64: 1e43121901de9910
 //! input: scripts/bindgen.sh
-//! input: cpp/fp8/launch_fp8_rowwise.h
+//! input: cpp/fp8_rowwise/launch_fp8_rowwise.h
 
 #[allow(unused_imports)] // the shared types, named by the ones below and by the launcher through this module
 pub(crate) use crate::ffi::sys::*;

@@ -2,7 +2,7 @@
 // e4m3 x e4m3 with f32 1x128 / 128x128 scales (K-major), f32 two-level accumulation, bf16 out; two
 // configurations: 1-SM 128x128x128 (cluster 1x1x1) and 2-SM 256x128x128 (cluster 2x1x1). Never run on hardware:
 // compiled and SASS-checked (tests/sass.rs).
-#include "fp8/grouped_gemm_sm100_fp8.cuh"
+#include "fp8_blockwise/grouped_gemm_sm100_fp8.cuh"
 
 namespace moe_gemm {
 

@@ -24,10 +24,10 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-#include "fp8/fp8_schedules.cuh"
+#include "common/fp8_schedules.cuh"
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
-#include "fp8/launch_fp8_rowwise.h"
+#include "fp8_rowwise/launch_fp8_rowwise.h"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "grouped_gemm_sm90_fp8_rowwise must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"

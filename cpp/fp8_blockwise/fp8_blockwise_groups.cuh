@@ -23,7 +23,7 @@
 
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
-#include "fp8/launch_fp8.h"
+#include "fp8_blockwise/launch_fp8.h"
 
 namespace moe_gemm {
 namespace fp8_blockwise {

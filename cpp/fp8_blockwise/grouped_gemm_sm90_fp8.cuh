@@ -32,8 +32,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-#include "fp8/fp8_blockwise_groups.cuh"
-#include "fp8/fp8_schedules.cuh"
+#include "fp8_blockwise/fp8_blockwise_groups.cuh"
+#include "common/fp8_schedules.cuh"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "grouped_gemm_sm90_fp8 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"

@@ -16,8 +16,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 #include "common/sm100_config.cuh"
-#include "fp8/fp8_blockwise_groups.cuh"
-#include "fp8/fp8_schedules.cuh"
+#include "fp8_blockwise/fp8_blockwise_groups.cuh"
+#include "common/fp8_schedules.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
 #error "grouped_gemm_sm100_fp8 must be compiled for sm_100a only (-gencode=arch=compute_100a,code=sm_100a)"
