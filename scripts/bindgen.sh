@@ -6,7 +6,8 @@
 #   - src/kernels/<family>/sys.rs for each GEMM family whose launcher has a cxx bridge, from the headers that
 #     bridge includes (`include!("moe-gemm/cpp/...")`); the types of any other header come from src/ffi/sys.rs.
 # Each type's layout as bindgen computed it from the header (size, alignment, every field's offset) is checked at
-# compile time: bindgen's checks, rewritten as one `crate::ffi::layout!` line per type. A new family is found here by its launcher: it adds no line to this script.
+# compile time: bindgen's checks, rewritten as one `crate::ffi::layout!` line per type. A new family is found here
+# by its launcher: it adds no line to this script.
 # Run it after editing any of those headers (or this script): a unit test (src/ffi/mod.rs) recomputes the hash of
 # the inputs recorded in each sys.rs and fails until then. The build itself never runs bindgen (CI has no libclang).
 #

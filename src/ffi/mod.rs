@@ -1,7 +1,8 @@
 //! The bottom floor: the door to C++ (the MoE ops' cxx bridge, `bridge`) and the launch layer around it. The GEMM
-//! families' launchers, each a `launch.rs` in its family's folder with the family's own bridge, stand on this floor too (`tests/layering.rs`
-//! lists them): they use the bridge and the checks here, and nothing here names them. Every `unsafe` block of the crate
-//! lives in these files, each with the argument for its safety; the crate denies `unsafe_code` everywhere else.
+//! families' launchers, each a `launch.rs` in its family's folder with the family's own bridge, and their generated
+//! `sys.rs`, stand on this floor too (`tests/layering.rs` lists them): they use the helpers and checks here, and
+//! nothing here names them. Every `unsafe` block of the crate lives in these files, each with the argument for its
+//! safety; the crate denies `unsafe_code` everywhere else.
 //!
 //! ffi knows no domain type: it takes cudarc buffers, `DType`/`Element` and its own plain descriptors (the C++
 //! enums as `sys` generates them, small structs of scalars and buffers defined here), which `kernels`, `layouts`,

@@ -3,7 +3,7 @@
 //! Their layouts are checked at compile time against the C++ ones (the `layout!` lines); a unit test
 //! (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 3e3df2a875554f1e
+//! inputs-fnv1a64: 8f4222b60e8487f7
 //! input: scripts/bindgen.sh
 //! input: cpp/common/launch.h
 //! input: cpp/common/moe_ops.h

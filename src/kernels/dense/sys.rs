@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 629892069de135b5
+//! inputs-fnv1a64: 3a70352d3da14b2e
 //! input: scripts/bindgen.sh
 //! input: cpp/dense/launch.h
 

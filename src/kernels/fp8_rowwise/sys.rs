@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 1e43121901de9910
+//! inputs-fnv1a64: 14f97bd0ce06b3e9
 //! input: scripts/bindgen.sh
 //! input: cpp/fp8_rowwise/launch_fp8_rowwise.h
 

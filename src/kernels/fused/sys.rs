@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: ca7a77c1da1978c4
+//! inputs-fnv1a64: 6567a87496296ab9
 //! input: scripts/bindgen.sh
 //! input: cpp/fused/launch.h
 

@@ -1,7 +1,6 @@
-//! The SM100 block-scaled grouped GEMMs (`cpp/mx/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`,
-//! contract in `cpp/mx/launch.h`): whether a configuration was built, its workspace, and the launch; and the
-//! portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`, `mx/launch.h`), launched from the same
-//! checks.
+//! The SM100 block-scaled grouped GEMMs (`cpp/mx/grouped_gemm_sm100_mxfp8.inl` and `grouped_gemm_sm100_fp4.inl`)
+//! and the portable GEMM of the same operands (`cpp/mx/grouped_mx_portable.cu`), contract in `cpp/mx/launch.h`:
+//! their bridge, whether a configuration was built, its workspace, and both launches, from the same checks.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use float8::F8E4M3;

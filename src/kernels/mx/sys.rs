@@ -3,7 +3,7 @@
 //! The types of the shared headers are src/ffi/sys.rs's. Each layout is checked at compile time against the
 //! C++ one; a unit test (src/ffi/mod.rs) checks that the inputs below are as they were when this was generated.
 //!
-//! inputs-fnv1a64: 114c70c666de87e1
+//! inputs-fnv1a64: d245c74e6047bf6c
 //! input: scripts/bindgen.sh
 //! input: cpp/mx/launch.h
 
