@@ -1,5 +1,6 @@
-//! Pure helpers of the build script: the kernel units and their targets, parsing tool versions, hashing inputs.
-//! Kept free of I/O so that `tests/build_helpers.rs` can unit-test them (`#[path]`-included there).
+//! Helpers of the build script: the kernel units and their targets, parsing tool versions, hashing inputs.
+//! Pure but for reading the units' declarations, so that `tests/build_helpers.rs` can unit-test them
+//! (`#[path]`-included there).
 
 /// One compilation target of a kernel unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,52 +59,78 @@ pub const SM100A: &[Target] = &[Target::Sass("sm_100a")];
 /// that is embedded too, for newer GPUs to JIT.
 pub const PORTABLE: &[Target] = &[Target::Sass("sm_90"), Target::Sass("sm_100"), Target::Ptx("compute_90")];
 
-/// A CUDA translation unit and the kernel family it belongs to. The units of one family share their targets.
-#[derive(Clone, Copy, Debug)]
+/// A CUDA translation unit: the gencode family it joins (one of src/device/family.rs's `KernelFamily`; the units of
+/// one family share their targets), its targets, and how long its nvcc takes on the 2-core build machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelUnit {
-    pub path: &'static str,
-    pub family: &'static str,
+    pub path: String,
+    pub family: String,
     pub targets: &'static [Target],
+    pub seconds: u32,
 }
 
-const fn unit(path: &'static str, family: &'static str, targets: &'static [Target]) -> KernelUnit {
-    KernelUnit { path, family, targets }
+/// How a unit declares itself: one line of its opening comment, e.g.
+/// `// moe-gemm unit: family=grouped_gemm_sm90 targets=sm_90a seconds=75`. `targets` is `sm_90a` ([`SM90A`]),
+/// `sm_100a` ([`SM100A`]) or `portable` ([`PORTABLE`]); `seconds`, its nvcc's wall time on the 2-core build
+/// machine, orders the build. So a new unit is found by the build where it stands, with no line elsewhere.
+pub const UNIT_DECLARATION: &str = "// moe-gemm unit:";
+
+/// The declaration of the unit at `path` (crate-relative) whose text is `text`.
+pub fn parse_unit(path: &str, text: &str) -> Result<KernelUnit, String> {
+    let line = text.lines().find_map(|l| l.strip_prefix(UNIT_DECLARATION)).ok_or_else(|| {
+        format!(
+            "{path} declares no unit: add `{UNIT_DECLARATION} family=NAME targets=sm_90a|sm_100a|portable seconds=N`"
+        )
+    })?;
+    let (mut family, mut targets, mut seconds) = (None, None, None);
+    for word in line.split_whitespace() {
+        match word.split_once('=') {
+            Some(("family", f)) if !f.is_empty() => family = Some(f.to_string()),
+            Some(("targets", "sm_90a")) => targets = Some(SM90A),
+            Some(("targets", "sm_100a")) => targets = Some(SM100A),
+            Some(("targets", "portable")) => targets = Some(PORTABLE),
+            Some(("seconds", n)) => seconds = n.parse().ok(),
+            _ => return Err(format!("{path}: `{word}` in its unit declaration: expected family=, targets= (sm_90a, sm_100a or portable) or seconds=")),
+        }
+    }
+    match (family, targets, seconds) {
+        (Some(family), Some(targets), Some(seconds)) => {
+            Ok(KernelUnit { path: path.to_string(), family, targets, seconds })
+        }
+        _ => Err(format!("{path}: its unit declaration needs family=, targets= and seconds=")),
+    }
 }
 
-/// The CUDA translation units with their targets: the gencode table. Explicit, so that nothing compiles by
-/// accident. A CUTLASS family is one unit (its dtypes and schedules in `.inl` parts the unit includes), because
-/// nvcc's cost is mostly per unit: on the 2-core build machine (2026-12-02, user time) a unit that only includes
-/// the SM90 grouped GEMM's header takes 14 s (CUTLASS parsed by cudafe++, cicc and the host compiler), its first
-/// kernel 33 s more, each further kernel 3.5-8 s; bf16 alone took 79 s, f16 with three tiles 66 s, both in one unit
-/// 89 s. The order is the build order: the heaviest units first, so that the small ones fill the other core while
+/// The CUDA translation units with their targets, the gencode table: every `cpp/<folder>/*.cu`, each declared in
+/// its own text ([`UNIT_DECLARATION`]), none compiled by accident (an undeclared one is an error). A CUTLASS family
+/// is one unit (its dtypes and schedules in `.inl` parts the unit includes), because nvcc's cost is mostly per
+/// unit: on the 2-core build machine (2026-12-02, user time) a unit that only includes the SM90 grouped GEMM's
+/// header takes 14 s (CUTLASS parsed by cudafe++, cicc and the host compiler), its first kernel 33 s more, each
+/// further kernel 3.5-8 s. In build order: the heaviest first, so that the small ones fill the other core while
 /// they compile. The SM100 GEMMs are two units, not one, for memory: as one unit nvcc peaked at 9.3 GB (of the
 /// machine's 24, with another unit compiling beside it), the larger half peaks at 7.3 GB.
-pub const KERNEL_UNITS: &[KernelUnit] = &[
-    unit("cpp/mx/grouped_gemm_sm100_mx.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/fp8_blockwise/grouped_gemm_sm90_fp8.cu", "grouped_gemm_sm90_fp8", SM90A),
-    unit("cpp/dense/grouped_gemm_sm100.cu", "grouped_gemm_sm100", SM100A),
-    unit("cpp/dense/grouped_gemm_sm90.cu", "grouped_gemm_sm90", SM90A),
-    unit("cpp/fused/fused_moe_sm90.cu", "fused_moe_sm90", SM90A),
-    // The Fused backend's decode tiles: launched only through FusedGemm, which requires this family (SM90).
-    unit("cpp/fused/fused_decode.cu", "fused_moe_sm90", SM90A),
-    unit("cpp/mx/grouped_mx_portable.cu", "grouped_gemm_mx_portable", PORTABLE),
-    unit("cpp/moe_ops/routing.cu", "routing", PORTABLE),
-    unit("cpp/moe_ops/layouts.cu", "layouts", PORTABLE),
-    unit("cpp/moe_ops/activation.cu", "activation", PORTABLE),
-    unit("cpp/moe_ops/decode.cu", "decode", PORTABLE),
-    unit("cpp/moe_ops/decode_fp8.cu", "decode", PORTABLE),
-    unit("cpp/common/runtime.cu", "runtime", PORTABLE),
-    unit("cpp/moe_ops/quant.cu", "quant", PORTABLE),
-    unit("cpp/mx/mx_quant.cu", "quant", PORTABLE),
-    unit("cpp/moe_ops/ep.cu", "layouts", PORTABLE),
-];
+pub fn kernel_units(root: &std::path::Path) -> Result<Vec<KernelUnit>, String> {
+    let mut units = Vec::new();
+    let folders = std::fs::read_dir(root.join("cpp")).map_err(|e| format!("cpp/: {e}"))?;
+    for folder in folders.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()) {
+        let files = std::fs::read_dir(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+        for file in files.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        {
+            let path = file.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&file).map_err(|e| format!("{path}: {e}"))?;
+            units.push(parse_unit(&path, &text)?);
+        }
+    }
+    units.sort_by(|a, b| b.seconds.cmp(&a.seconds).then_with(|| a.path.cmp(&b.path)));
+    Ok(units)
+}
 
 /// Each family once, in table order, with its targets (those of its first unit).
-pub fn families(units: &[KernelUnit]) -> Vec<(&'static str, &'static [Target])> {
-    let mut out: Vec<(&'static str, &'static [Target])> = Vec::new();
+pub fn families(units: &[KernelUnit]) -> Vec<(&str, &'static [Target])> {
+    let mut out: Vec<(&str, &'static [Target])> = Vec::new();
     for u in units {
         if !out.iter().any(|(f, _)| *f == u.family) {
-            out.push((u.family, u.targets));
+            out.push((&u.family, u.targets));
         }
     }
     out
@@ -133,7 +160,7 @@ pub fn families_rs(units: &[KernelUnit]) -> String {
         format!("&[{}]", names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "))
     };
     let mut s = String::from(
-        "// Generated by build.rs from build/toolchain.rs's KERNEL_UNITS:\n\
+        "// Generated by build.rs from the kernel units' declarations (build/toolchain.rs):\n\
          // (family, SASS targets, PTX targets, the SASS targets in words).\n\
          pub(crate) const FAMILY_TARGETS: &[(&str, &[&str], &[&str], &str)] = &[\n",
     );
@@ -196,6 +223,9 @@ pub const PYPI_PINS: &[&str] = &[
     "nvidia-nvvm==13.0.88",
     "nvidia-cutlass==4.2.0.0",
 ];
+
+/// The libclang bindgen loads (build/bindings.rs) where `LIBCLANG_PATH` names none: clang 18's, from PyPI.
+pub const LIBCLANG_PIN: &str = "libclang==18.1.1";
 
 /// The disassembler wheels `tests/sass.rs` installs (into the target folder, not the build's toolchain) to read
 /// the kernels' SASS. No 13.0 wheel of either exists on PyPI; 13.2.51 is the oldest, and reads CUDA 13.0's

@@ -41,6 +41,27 @@ fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The units as the build finds them.
+fn units() -> Vec<KernelUnit> {
+    kernel_units(root()).unwrap()
+}
+
+#[test]
+fn a_unit_declares_its_family_targets_and_cost() {
+    let u = parse_unit("cpp/x/a.cu", "// what it is\n// moe-gemm unit: family=routing targets=portable seconds=3\n")
+        .unwrap();
+    assert_eq!((u.family.as_str(), u.targets, u.seconds), ("routing", PORTABLE, 3));
+    let u = parse_unit("cpp/x/a.cu", "// moe-gemm unit: targets=sm_90a seconds=75 family=grouped_gemm_sm90").unwrap();
+    assert_eq!(u.targets, SM90A);
+    // Loud failures, each naming the file and what is wrong.
+    let undeclared = parse_unit("cpp/x/a.cu", "#include <cuda_runtime.h>\n").unwrap_err();
+    assert!(undeclared.contains("cpp/x/a.cu declares no unit"), "{undeclared}");
+    let arch = parse_unit("cpp/x/a.cu", "// moe-gemm unit: family=f targets=sm_89 seconds=1").unwrap_err();
+    assert!(arch.contains("`targets=sm_89`"), "{arch}");
+    let partial = parse_unit("cpp/x/a.cu", "// moe-gemm unit: family=f targets=sm_90a").unwrap_err();
+    assert!(partial.contains("needs family=, targets= and seconds="), "{partial}");
+}
+
 #[test]
 fn gencode_flags_are_spelled_as_nvcc_wants() {
     // The exact flag of the single-gencode build: the SM90 units keep their object-cache hash.
@@ -75,31 +96,34 @@ fn cpp_files(ext: &str) -> Vec<String> {
 }
 
 #[test]
-fn every_cuda_file_is_one_unit_and_every_unit_exists() {
+fn every_cuda_file_is_one_unit() {
     let on_disk = cpp_files("cu");
-    let mut listed: Vec<String> = KERNEL_UNITS.iter().map(|u| u.path.to_string()).collect();
-    listed.sort();
-    assert_eq!(listed, on_disk, "KERNEL_UNITS must list every cpp/*/*.cu exactly once");
+    let mut found: Vec<String> = units().iter().map(|u| u.path.clone()).collect();
+    found.sort();
+    assert_eq!(found, on_disk, "every cpp/*/*.cu is a unit, once");
+    assert_eq!(found.len(), 17, "{found:?}");
 }
 
 /// Each `.inl` part (a family's dtypes and schedules) is compiled exactly once: exactly one unit includes it,
 /// directly or through another part.
 #[test]
 fn every_part_is_included_by_exactly_one_unit() {
-    // Included by their path below cpp/ (`#include "fp8_rowwise/grouped_gemm_sm90_fp8_rowwise.inl"`).
+    // Included by their path below cpp/ (`#include "fp8_blockwise/grouped_gemm_sm90_fp8_blockwise.inl"`).
     let parts: Vec<String> = cpp_files("inl").into_iter().map(|p| p["cpp/".len()..].to_string()).collect();
-    assert!(parts.len() >= 6, "the CUTLASS families' parts: {parts:?}");
+    assert!(parts.len() >= 5, "the CUTLASS families' parts: {parts:?}");
     for part in &parts {
         let include = format!("#include \"{part}\"");
+        let units = units();
         let by: Vec<&str> =
-            KERNEL_UNITS.iter().filter(|u| code_of(&unit_text(u.path)).contains(&include)).map(|u| u.path).collect();
+            units.iter().filter(|u| code_of(&unit_text(&u.path)).contains(&include)).map(|u| u.path.as_str()).collect();
         assert_eq!(by.len(), 1, "{part} is included by {by:?}");
     }
 }
 
 #[test]
 fn the_gencode_table_gives_each_family_its_arches() {
-    for u in KERNEL_UNITS {
+    let units = units();
+    for u in &units {
         let name = u.path.rsplit('/').next().unwrap();
         // fused_decode.cu is plain mma.sync, but joins the Fused backend's SM90 family (FusedGemm requires it).
         if name.contains("_sm90") || u.family.ends_with("_sm90") {
@@ -117,11 +141,11 @@ fn the_gencode_table_gives_each_family_its_arches() {
         }
     }
     // The units of one family share their targets: a family's arch list is then one list.
-    for u in KERNEL_UNITS {
-        let first = KERNEL_UNITS.iter().find(|v| v.family == u.family).unwrap();
+    for u in &units {
+        let first = units.iter().find(|v| v.family == u.family).unwrap();
         assert_eq!(u.targets, first.targets, "{} and {} are both {}", u.path, first.path, u.family);
     }
-    let names: Vec<&str> = families(KERNEL_UNITS).iter().map(|(f, _)| *f).collect();
+    let names: Vec<&str> = families(&units).iter().map(|(f, _)| *f).collect();
     assert_eq!(names.len(), 11, "{names:?}");
     let some = ["grouped_gemm_sm90", "grouped_gemm_sm90_fp8", "fused_moe_sm90", "grouped_gemm_sm100", "routing"];
     for f in some.into_iter().chain(["grouped_gemm_mx_portable"]) {
@@ -164,8 +188,8 @@ fn portable_units_use_no_arch_specific_feature() {
     // comments: a plain header may name the instructions of the kernels it describes (mx/launch.h, which the
     // portable block-scaled GEMM includes for its arguments).
     let markers = ["wgmma", "setmaxnreg", "tcgen05", "#include \"cutlass/", "#include \"cute/", "__CUDA_ARCH_FEAT_"];
-    for u in KERNEL_UNITS.iter().filter(|u| u.targets == PORTABLE) {
-        let text = code_of(&unit_text(u.path));
+    for u in units().iter().filter(|u| u.targets == PORTABLE) {
+        let text = code_of(&unit_text(&u.path));
         for m in markers {
             assert!(!text.contains(m), "{} is compiled for every target but contains `{m}`", u.path);
         }
@@ -179,17 +203,20 @@ fn portable_units_use_no_arch_specific_feature() {
 #[test]
 fn heavy_units_start_first() {
     // The build queue takes units in table order: the CUTLASS GEMMs first, so the small units fill the other core.
-    let first_small = KERNEL_UNITS.iter().position(|u| u.targets == PORTABLE).unwrap();
-    assert!(KERNEL_UNITS[..first_small].iter().all(|u| u.targets != PORTABLE));
-    assert!(KERNEL_UNITS[first_small..].iter().all(|u| u.targets == PORTABLE));
+    let units = units();
+    let first_small = units.iter().position(|u| u.targets == PORTABLE).unwrap();
+    assert!(units[..first_small].iter().all(|u| u.targets != PORTABLE));
+    assert!(units[first_small..].iter().all(|u| u.targets == PORTABLE));
+    assert!(units.windows(2).all(|w| w[0].seconds >= w[1].seconds), "heaviest first");
 }
 
 #[test]
 fn the_family_table_for_the_library_and_the_description_agree() {
-    let rs = families_rs(KERNEL_UNITS);
+    let units = units();
+    let rs = families_rs(&units);
     assert!(rs.contains(r#"("grouped_gemm_sm100", &["sm_100a"], &[], "sm_100a"),"#), "{rs}");
     assert!(rs.contains(r#"("routing", &["sm_90", "sm_100"], &["compute_90"], "sm_90 or sm_100"),"#), "{rs}");
-    let text = describe_families(KERNEL_UNITS);
+    let text = describe_families(&units);
     assert!(text.contains("grouped_gemm_sm90: sm_90a;"), "{text}");
     assert!(text.contains("layouts: sm_90, sm_100, compute_90 (PTX)"), "{text}");
 }

@@ -3,8 +3,8 @@
 // (nvcc). No CUTLASS, no CUDA and no cxx headers here: both sides include it. Each kernel family's surface is
 // its own folder's launch header.
 //
-// The enums and structs here are the source of truth: scripts/bindgen.sh generates their Rust types
-// (src/ffi/sys.rs), which the cxx bridges take as trivial extern types.
+// The enums and structs here are the source of truth: build/bindings.rs generates their Rust types (ffi::sys) as
+// the crate builds, which the cxx bridges take as trivial extern types.
 #pragma once
 
 #include <cstdint>

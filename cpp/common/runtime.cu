@@ -1,3 +1,4 @@
+// moe-gemm unit: family=runtime targets=portable seconds=1
 // Facts about the CUDA runtime linked into the library.
 #include <cuda_runtime.h>
 

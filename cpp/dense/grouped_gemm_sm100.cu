@@ -1,5 +1,6 @@
+// moe-gemm unit: family=grouped_gemm_sm100 targets=sm_100a seconds=63
 // The SM100 (sm_100a) grouped GEMMs over OpClassTensorOp, in one nvcc process (why one unit per family:
-// build/toolchain.rs's KERNEL_UNITS): bf16 in / bf16 out with fp32 accumulation in tensor memory (below), and FP8
+// build/toolchain.rs's kernel_units): bf16 in / bf16 out with fp32 accumulation in tensor memory (below), and FP8
 // blockwise (grouped_gemm_sm100_fp8_blockwise.inl). Never run on hardware: compiled and SASS-checked.
 #include "dense/grouped_gemm_sm100.cuh"
 

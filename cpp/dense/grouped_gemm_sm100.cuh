@@ -112,7 +112,7 @@ __global__ void prepare_groups(GroupMode mode, const int32_t* __restrict__ offse
 // What CUTLASS's can_implement would check if it had the shapes (with device-only shapes it checks nothing),
 // and what the prepare kernel's clamping relies on.
 template <class G>
-Status check_problem(const GroupedGemmSm100Args& p) {
+Status check_problem(const GroupedGemmArgs& p) {
   const auto refuse = [](cutlass::Status s) {
     return Status{StatusCode::CutlassCannotImplement, static_cast<int32_t>(s)};
   };
@@ -137,7 +137,7 @@ Status check_problem(const GroupedGemmSm100Args& p) {
 
 // CUTLASS's own workspace (per-SM TMA descriptors of A, B and D) follows our arrays.
 template <class G>
-Status run(const GroupedGemmSm100Args& p) {
+Status run(const GroupedGemmArgs& p) {
   return grouped_run::run<G>(p, check_problem<G>(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
     constexpr int kThreads = 128;
     prepare_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
@@ -168,9 +168,9 @@ Status run(const GroupedGemmSm100Args& p) {
       default: return {StatusCode::NotBuilt, 0};                                                              \
     }                                                                                                         \
   }                                                                                                           \
-  Status grouped_gemm_sm100_##NAME##_run(const GroupedGemmSm100Args& p) {                                     \
+  Status grouped_gemm_sm100_##NAME##_run(Sm100TileConfig c, const GroupedGemmArgs& p) {                      \
     using E = ELEMENT;                                                                                        \
-    switch (p.config) {                                                                                       \
+    switch (c) {                                                                                              \
       CONFIGS(MOE_GEMM_SM100_CASE_RUN)                                                                        \
       default: return {StatusCode::NotBuilt, 0};                                                              \
     }                                                                                                         \

@@ -156,9 +156,9 @@ Status workspace(int32_t groups, int32_t sm_count, uint64_t* bytes) {
       default: return {StatusCode::NotBuilt, 0};                                                            \
     }                                                                                                       \
   }                                                                                                         \
-  Status grouped_gemm_sm90_##NAME##_run(const GroupedGemmArgs& p) {                                         \
+  Status grouped_gemm_sm90_##NAME##_run(TileConfig c, const GroupedGemmArgs& p) {                           \
     using E = ELEMENT;                                                                                      \
-    switch (p.config) {                                                                                     \
+    switch (c) {                                                                                            \
       CONFIGS(MOE_GEMM_CASE_RUN)                                                                            \
       default: return {StatusCode::NotBuilt, 0};                                                            \
     }                                                                                                       \

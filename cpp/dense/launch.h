@@ -2,7 +2,8 @@
 // (Blackwell, sm_100a: grouped_gemm_sm100.cu), between their cxx bridge (src/kernels/dense/launch.rs, host
 // compiler) and the units (nvcc). No CUTLASS, CUDA or cxx headers.
 //
-// Its types are the source of truth for src/kernels/dense/sys.rs (scripts/bindgen.sh).
+// Its types are the source of truth for the family's Rust types (build/bindings.rs generates them as the
+// crate builds).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,8 @@ enum class TileConfig : uint32_t {
   Pingpong64x64x128 = 4,
 };
 
-// One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device (GroupMode).
+// One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device (GroupMode), SM90's or SM100's (the
+// configuration, passed beside it, picks the kernel).
 //   A: [max_rows, k] row-major; group g owns the rows its GroupMode gives
 //   B: [groups, n, k] (nn.Linear weight per group, i.e. column-major k x n)
 //   D: [max_rows, n] row-major; rows past offsets[groups] are not written
@@ -31,7 +33,6 @@ enum class TileConfig : uint32_t {
 //   groups * max_m <= max_rows; PerRow: `groups` rows, B holds `experts` matrices, A row of group g is g / a_div
 struct GroupedGemmArgs {
   DType dtype;
-  TileConfig config;
   GroupMode mode;
   int32_t max_m;
   int32_t a_div;
@@ -56,11 +57,11 @@ struct GroupedGemmArgs {
 // Per dtype family: one definition each in grouped_gemm_sm90_<dtype>.cu.
 bool grouped_gemm_sm90_bf16_built(TileConfig config);
 Status grouped_gemm_sm90_bf16_workspace(TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
-Status grouped_gemm_sm90_bf16_run(const GroupedGemmArgs& args);
+Status grouped_gemm_sm90_bf16_run(TileConfig config, const GroupedGemmArgs& args);
 
 bool grouped_gemm_sm90_f16_built(TileConfig config);
 Status grouped_gemm_sm90_f16_workspace(TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
-Status grouped_gemm_sm90_f16_run(const GroupedGemmArgs& args);
+Status grouped_gemm_sm90_f16_run(TileConfig config, const GroupedGemmArgs& args);
 
 // Configurations of the SM100 ptr-array grouped GEMM (CUTLASS KernelPtrArrayTmaWarpSpecialized1SmSm100: one SM
 // per MMA, tcgen05 UMMA into tensor memory), named by the MMA tile (M x N x K). Cluster 1x1x1. Keep in sync with
@@ -68,36 +69,6 @@ Status grouped_gemm_sm90_f16_run(const GroupedGemmArgs& args);
 enum class Sm100TileConfig : uint32_t {
   Mma1Sm128x256x64 = 0,  // prefill: CUTLASS example 75's 1-SM tile, one read of an A tile per 256 of N
   Mma1Sm128x128x64 = 1,  // few active experts: twice the CTAs streaming weights for the same N
-};
-
-// One grouped GEMM D[g] = A[g] * B[g]^T over groups described on the device, with the operands, GroupModes and
-// rules of GroupedGemmArgs (dense/launch.h): A [max_rows, k] row-major, B [groups or experts, n, k], D [max_rows, n]
-// row-major, int32 offsets [groups + 1] / counts [groups] (expert ids for PerRow). _run checks what CUTLASS
-// would if it had the shapes (it checks nothing when they live only on the device): n, k positive multiples of
-// 8, a/b/d 16-byte aligned and non-null, the arrays the mode reads present, groups * max_m <= max_rows (Masked),
-// groups <= max_rows with a_div, experts positive (PerRow); a violation is CutlassCannotImplement.
-struct GroupedGemmSm100Args {
-  DType dtype;
-  Sm100TileConfig config;
-  GroupMode mode;
-  int32_t max_m;
-  int32_t a_div;
-  int32_t experts;
-  int32_t groups;
-  int32_t n;
-  int32_t k;
-  int64_t max_rows;
-  uint64_t a;
-  uint64_t b;
-  uint64_t d;
-  uint64_t offsets;
-  uint64_t counts;
-  uint64_t workspace;
-  uint64_t workspace_bytes;
-  uint64_t status;  // uint32_t* device status word (kErr* bits of launch.h)
-  int32_t device;
-  int32_t sm_count;
-  uint64_t stream;  // cudaStream_t / CUstream
 };
 
 // Compile-time facts of one compiled configuration, read from the CUTLASS types themselves.
@@ -113,9 +84,13 @@ struct Sm100KernelFacts {
   bool ptr_array_epilogue;     // the epilogue updates its TMA descriptors per group
 };
 
+// The SM100 entry points, over GroupedGemmArgs too. _run checks what CUTLASS would if it had the shapes (it checks
+// nothing when they live only on the device): n, k positive multiples of 8, a/b/d 16-byte aligned and non-null,
+// the arrays the mode reads present, groups * max_m <= max_rows (Masked), groups <= max_rows with a_div, experts
+// positive (PerRow); a violation is CutlassCannotImplement.
 bool grouped_gemm_sm100_bf16_built(Sm100TileConfig config);
 Status grouped_gemm_sm100_bf16_workspace(Sm100TileConfig config, int32_t groups, int32_t sm_count, uint64_t* bytes);
-Status grouped_gemm_sm100_bf16_run(const GroupedGemmSm100Args& args);
+Status grouped_gemm_sm100_bf16_run(Sm100TileConfig config, const GroupedGemmArgs& args);
 // NotBuilt (and `facts` untouched) for a configuration that was not compiled.
 Status grouped_gemm_sm100_bf16_facts(Sm100TileConfig config, Sm100KernelFacts* facts);
 

@@ -3,7 +3,8 @@
 // CUDA or cxx headers. A header of its own, so that adding to it does not change common/launch.h, which every
 // unit hashes and would recompile for.
 //
-// Its types are the source of truth for src/kernels/fp8_blockwise/sys.rs (scripts/bindgen.sh).
+// Its types are the source of truth for the family's Rust types (build/bindings.rs generates them as the
+// crate builds).
 #pragma once
 
 #include <cstdint>

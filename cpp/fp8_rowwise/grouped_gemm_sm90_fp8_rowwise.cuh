@@ -3,7 +3,7 @@
 // accumulator in the epilogue (the recipe of vLLM's `cutlass_moe_mm` and PyTorch's rowwise
 // `_scaled_grouped_mm`; per-tensor scales are its special case). See launch_fp8_rowwise.h for the operands.
 //
-// Included only by grouped_gemm_sm90_fp8_rowwise.inl, which lists the configurations it instantiates. Our
+// Included only by grouped_gemm_sm90_fp8_rowwise.cu, which lists the configurations it instantiates. Our
 // prepare kernel turns the device offsets into CUTLASS's per-group shapes, pointers and strides inside the
 // caller's workspace, and points each group at its scale vectors: the epilogue's column broadcast (one value per
 // row of D) reads sa[g] = sa + row_start, the row broadcast (one value per column of D) sb[g] = sb + g * n.

@@ -1,8 +1,9 @@
 // moe-gemm: the plain C++17 surface of the SM90 FP8 rowwise-scaled grouped GEMM, between its cxx bridge
-// (src/kernels/fp8_rowwise/launch.rs) and grouped_gemm_sm90_fp8_rowwise.inl. No CUTLASS, CUDA or cxx headers; a
+// (src/kernels/fp8_rowwise/launch.rs) and grouped_gemm_sm90_fp8_rowwise.cu. No CUTLASS, CUDA or cxx headers; a
 // header of its own so that the other CUTLASS units, which hash the headers they include, do not recompile for it.
 //
-// Its types are the source of truth for src/kernels/fp8_rowwise/sys.rs (scripts/bindgen.sh).
+// Its types are the source of truth for the family's Rust types (build/bindings.rs generates them as the
+// crate builds).
 #pragma once
 
 #include <cstdint>

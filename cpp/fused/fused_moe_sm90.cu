@@ -1,5 +1,6 @@
+// moe-gemm unit: family=fused_moe_sm90 targets=sm_90a seconds=34
 // The SM90 fused MoE GEMMs (gather in GEMM1, router weight and scatter in GEMM2's epilogue), in one nvcc process
-// (why one unit per family: build/toolchain.rs's KERNEL_UNITS): bf16 and f16 in / out with fp32 accumulation
+// (why one unit per family: build/toolchain.rs's kernel_units): bf16 and f16 in / out with fp32 accumulation
 // (below), and e4m3 with f32 blockwise scales (fused_moe_sm90_fp8.inl).
 #include "fused/fused_moe_sm90.cuh"
 

@@ -2,7 +2,8 @@
 // fused_moe_sm90_fp8.inl, fused_decode.cu), between
 // their cxx bridge (src/kernels/fused/launch.rs, host compiler) and the kernels. No CUTLASS, CUDA or cxx headers.
 //
-// Its types are the source of truth for src/kernels/fused/sys.rs (scripts/bindgen.sh).
+// Its types are the source of truth for the family's Rust types (build/bindings.rs generates them as the
+// crate builds).
 #pragma once
 
 #include <cstdint>

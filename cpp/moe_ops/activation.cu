@@ -1,3 +1,4 @@
+// moe-gemm unit: family=activation targets=portable seconds=2
 // Gated activations between the two expert GEMMs: h = act(gate, up) per row, f32 math on 16-bit inputs, one
 // rounding on output. Rows whose expert is -1 (padding, dropped) and rows past the device-side total are skipped.
 #include <cuda_bf16.h>

@@ -1,3 +1,4 @@
+// moe-gemm unit: family=decode targets=portable seconds=2
 // Decode path of the MoE layer (the Batched backend): per (token, slot) row, weights streamed with 16-byte loads
 // by every SM, no layout, no tiles. Two kernels for the whole layer:
 //   expand: h[r, :] = act(W13[e_r] · x[r / k] (+ b13)), gate/up dot products rounded to the element type first

@@ -1,3 +1,4 @@
+// moe-gemm unit: family=decode targets=portable seconds=3
 // The Batched backend over block-FP8 experts (decode_fp8.h states the function): two kernels, no layout.
 //   expand: per (token, slot) row and 32 outputs of h per block, the token's x staged and quantised to e4m3 in
 //           shared memory (every block of the row does it, bit for bit alike), gate and up weight rows

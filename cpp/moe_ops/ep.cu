@@ -1,3 +1,4 @@
+// moe-gemm unit: family=layouts targets=portable seconds=1
 // Expert parallelism: the one kernel the dispatch needs beyond the layout build and the row gather (ep.h).
 #include <cuda_runtime.h>
 

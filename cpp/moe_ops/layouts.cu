@@ -1,3 +1,4 @@
+// moe-gemm unit: family=layouts targets=portable seconds=3
 // Expert layouts: from topk_ids to per-expert rows (packed with BLOCK_M padding, or masked with a fixed capacity),
 // plus the row gather and the weighted combine. See src/layouts/ for the contracts.
 //

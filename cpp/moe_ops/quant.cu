@@ -1,3 +1,4 @@
+// moe-gemm unit: family=quant targets=portable seconds=5
 // FP8 (e4m3) quantisation of 16-bit rows with one f32 scale per token per 128 columns, K-major (quant.h states the
 // rules). One warp per (row, group): each lane owns 4 consecutive columns, the warp reduces the group's amax with
 // shuffles, lane 0 writes the scale. Per token (per_row): one warp per row, over all its groups. The Gather

@@ -1,3 +1,4 @@
+// moe-gemm unit: family=routing targets=portable seconds=1
 // Routers: one warp per token, the token's scores in shared memory. See src/routing/mod.rs for the semantics
 // of each RouterKind; the CPU reference (src/routing/reference.rs) is written independently from those.
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// moe-gemm unit: family=grouped_gemm_mx_portable targets=portable seconds=2
 // The portable block-scaled grouped GEMM (mx/launch.h): the SM100 MX kernels' function and operand
 // buffers (mx/launch.h) on any GPU with bf16 tensor cores. One template over (A's element, B's element,
 // the scale block V), instantiated for the four pairs the SM100 configurations compute.

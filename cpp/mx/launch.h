@@ -1,7 +1,7 @@
 // moe-gemm: the plain C++17 surface of the block-scaled grouped GEMMs: SM100 (grouped_gemm_sm100_mxfp8.inl,
 // grouped_gemm_sm100_fp4.inl) and portable (grouped_mx_portable.cu), called by their cxx bridge
 // (src/kernels/mx/launch.rs). No CUTLASS, CUDA or cxx headers. Its types are the source of truth for
-// src/kernels/mx/sys.rs (scripts/bindgen.sh).
+// the family's Rust types (build/bindings.rs generates them as the crate builds).
 #pragma once
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// moe-gemm unit: family=quant targets=portable seconds=3
 // MXFP8, MXFP4 and NVFP4 activations in CUTLASS's SM100 block-scale layout, per group, built on the device from
 // the group rows (mx_quant.h). Portable: it runs on SM90 too, where the tests check it against the host layout.
 #include <cuda_bf16.h>

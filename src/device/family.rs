@@ -1,7 +1,7 @@
 //! Kernel families and the GPU targets each was compiled for.
 //!
-//! The build script compiles every CUDA unit for its own targets (the gencode table, `build/toolchain.rs`'s
-//! `KERNEL_UNITS`) and writes each family's targets into this crate. A plan asks its family whether the device
+//! The build script compiles every CUDA unit for the targets it declares (the gencode table, `build/toolchain.rs`'s
+//! `kernel_units`) and writes each family's targets into this crate. A plan asks its family whether the device
 //! is one it has SASS for ([`crate::DeviceInfo::require`]), so that the requirement follows what was built and
 //! no module names an architecture itself.
 
@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn every_family_is_in_the_build_table_and_back() {
         for f in KernelFamily::ALL {
-            assert!(f.is_built(), "{f} is not in build/toolchain.rs's KERNEL_UNITS");
+            assert!(f.is_built(), "{f} is the family of no unit (build/toolchain.rs's kernel_units)");
             assert!(!f.sass_targets().is_empty(), "{f} has no SASS");
         }
         for (name, ..) in generated::FAMILY_TARGETS {

@@ -1,7 +1,7 @@
 //! The bridge of the MoE operations and the runtime: routers, layouts, activation, the decode layers, the FP8 and
 //! MX quantisers, expert parallelism's gather (`cpp/common/moe_ops.h` and the headers beside it). Each GEMM family
 //! has its own bridge in its launcher (`kernels/<family>/launch.rs`). The argument structs, their enums and
-//! `Status` are the C++ types themselves: generated from the headers into `sys` (scripts/bindgen.sh) and handed to
+//! `Status` are the C++ types themselves: generated from the headers into `sys` (build/bindings.rs) and handed to
 //! cxx as trivial extern types ([`trivial_extern_types`]), so that C++ reads what Rust wrote with no copy between
 //! them. Everything here is private to `ffi`; its sibling modules wrap it in safe, checked calls.
 

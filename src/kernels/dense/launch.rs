@@ -6,7 +6,6 @@
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::sys;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::trivial_extern_types;
@@ -14,9 +13,11 @@ use crate::ffi::gemm::{GemmPlan, GroupArrays, GroupedRows};
 use crate::ffi::status::{check, Launched, NOT_BUILT};
 use crate::ffi::{dtype, need_aligned, need_len, need_row_len, to_i32, to_i64};
 
+crate::ffi::family_sys!("dense");
+
 pub(crate) use sys::{Sm100KernelFacts, Sm100TileConfig, TileConfig};
 
-trivial_extern_types! { TileConfig Sm100TileConfig Sm100KernelFacts GroupedGemmArgs GroupedGemmSm100Args }
+trivial_extern_types! { TileConfig Sm100TileConfig Sm100KernelFacts GroupedGemmArgs }
 
 #[cxx::bridge(namespace = "moe_gemm")]
 mod ffi {
@@ -24,11 +25,10 @@ mod ffi {
         include!("moe-gemm/cpp/dense/launch.h");
 
         type Status = crate::ffi::sys::Status;
-        type TileConfig = crate::kernels::dense::sys::TileConfig;
-        type Sm100TileConfig = crate::kernels::dense::sys::Sm100TileConfig;
-        type Sm100KernelFacts = crate::kernels::dense::sys::Sm100KernelFacts;
-        type GroupedGemmArgs = crate::kernels::dense::sys::GroupedGemmArgs;
-        type GroupedGemmSm100Args = crate::kernels::dense::sys::GroupedGemmSm100Args;
+        type TileConfig = crate::kernels::dense::launch::sys::TileConfig;
+        type Sm100TileConfig = crate::kernels::dense::launch::sys::Sm100TileConfig;
+        type Sm100KernelFacts = crate::kernels::dense::launch::sys::Sm100KernelFacts;
+        type GroupedGemmArgs = crate::kernels::dense::launch::sys::GroupedGemmArgs;
 
         fn grouped_gemm_sm90_bf16_built(config: TileConfig) -> bool;
         fn grouped_gemm_sm90_f16_built(config: TileConfig) -> bool;
@@ -51,10 +51,10 @@ mod ffi {
         /// # Safety
         /// Every address in `args` a live device allocation of the size the args imply, on the device and stream
         /// given, alive until the queued work completes; `args.dtype` bf16.
-        unsafe fn grouped_gemm_sm90_bf16_run(args: &GroupedGemmArgs) -> Status;
+        unsafe fn grouped_gemm_sm90_bf16_run(config: TileConfig, args: &GroupedGemmArgs) -> Status;
         /// # Safety
         /// As `grouped_gemm_sm90_bf16_run`, `args.dtype` f16.
-        unsafe fn grouped_gemm_sm90_f16_run(args: &GroupedGemmArgs) -> Status;
+        unsafe fn grouped_gemm_sm90_f16_run(config: TileConfig, args: &GroupedGemmArgs) -> Status;
         fn grouped_gemm_sm100_bf16_built(config: Sm100TileConfig) -> bool;
         /// # Safety
         /// `bytes` points to a live u64, which the call writes.
@@ -71,7 +71,7 @@ mod ffi {
         unsafe fn grouped_gemm_sm100_bf16_facts(config: Sm100TileConfig, facts: *mut Sm100KernelFacts) -> Status;
         /// # Safety
         /// As `grouped_gemm_sm90_bf16_run`, on an SM100 device.
-        unsafe fn grouped_gemm_sm100_bf16_run(args: &GroupedGemmSm100Args) -> Status;
+        unsafe fn grouped_gemm_sm100_bf16_run(config: Sm100TileConfig, args: &GroupedGemmArgs) -> Status;
     }
 }
 
@@ -213,34 +213,29 @@ pub(crate) fn launch<T: Element>(
     }
     let (n, k, stream_u64) = (to_i32("n", n)?, to_i32("k", k)?, stream.cu_stream() as u64);
     let (device, sm_count, mode) = (plan.device, plan.sm_count, arrays.mode);
-    // The SM90 and SM100 argument structs: C++'s own (`sys`), the same fields, read by the C++ side as written.
-    macro_rules! args {
-        ($args:ident, $config:expr) => {
-            sys::$args {
-                dtype: dtype(T::DTYPE),
-                config: $config,
-                mode,
-                max_m,
-                a_div,
-                experts,
-                groups,
-                n,
-                k,
-                max_rows,
-                a: a_ptr,
-                b: b_ptr,
-                d: d_ptr,
-                offsets,
-                counts,
-                workspace: w_ptr,
-                workspace_bytes,
-                status: s_ptr,
-                device,
-                sm_count,
-                stream: stream_u64,
-            }
-        };
-    }
+    // The argument struct of both arches: C++'s own (`sys`), read by the C++ side as written.
+    let args = sys::GroupedGemmArgs {
+        dtype: dtype(T::DTYPE),
+        mode,
+        max_m,
+        a_div,
+        experts,
+        groups,
+        n,
+        k,
+        max_rows,
+        a: a_ptr,
+        b: b_ptr,
+        d: d_ptr,
+        offsets,
+        counts,
+        workspace: w_ptr,
+        workspace_bytes,
+        status: s_ptr,
+        device,
+        sm_count,
+        stream: stream_u64,
+    };
     // Why both calls below are sound: every address is a live cudarc allocation, checked above to hold what the
     // plan's shape implies (A max_rows*K or the per-row tokens, B G*N*K or num_experts matrices, D max_rows*N,
     // offsets G+1 / counts per group where the mode reads them, G*max_m <= max_rows, per-row groups <= G and
@@ -251,21 +246,17 @@ pub(crate) fn launch<T: Element>(
     // the borrows keep them alive until this function returns; cudarc frees memory stream-ordered, so queued work
     // never outlives its buffers.
     let status = match plan.config {
-        GroupedKernel::Sm90(config) => {
-            let args = args!(GroupedGemmArgs, config);
-            // SAFETY: the argument above, for the SM90 kernel of `args.dtype`.
-            unsafe {
-                match T::DTYPE {
-                    DType::BF16 => ffi::grouped_gemm_sm90_bf16_run(&args),
-                    DType::F16 => ffi::grouped_gemm_sm90_f16_run(&args),
-                }
+        // SAFETY: the argument above, for the SM90 kernel of `args.dtype`.
+        GroupedKernel::Sm90(config) => unsafe {
+            match T::DTYPE {
+                DType::BF16 => ffi::grouped_gemm_sm90_bf16_run(config, &args),
+                DType::F16 => ffi::grouped_gemm_sm90_f16_run(config, &args),
             }
-        }
+        },
         GroupedKernel::Sm100(config) => {
-            let args = args!(GroupedGemmSm100Args, config);
             match T::DTYPE {
                 // SAFETY: the argument above, for the SM100 kernel (the same operands and group arrays).
-                DType::BF16 => unsafe { ffi::grouped_gemm_sm100_bf16_run(&args) },
+                DType::BF16 => unsafe { ffi::grouped_gemm_sm100_bf16_run(config, &args) },
                 DType::F16 => NOT_BUILT,
             }
         }

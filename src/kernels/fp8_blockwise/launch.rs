@@ -8,12 +8,13 @@
 
 use cudarc::driver::CudaStream;
 
-use super::sys;
 use crate::error::Result;
 use crate::ffi::bridge::{static_name, trivial_extern_types};
 use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::to_i32;
+
+crate::ffi::family_sys!("fp8_blockwise");
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8TileConfig};
 
@@ -26,9 +27,9 @@ mod ffi {
         include!("moe-gemm/cpp/fp8_blockwise/launch_fp8.h");
 
         type Status = crate::ffi::sys::Status;
-        type Fp8TileConfig = crate::kernels::fp8_blockwise::sys::Fp8TileConfig;
+        type Fp8TileConfig = crate::kernels::fp8_blockwise::launch::sys::Fp8TileConfig;
         type Fp8KernelFacts = crate::ffi::sys::Fp8KernelFacts;
-        type GroupedGemmFp8Args = crate::kernels::fp8_blockwise::sys::GroupedGemmFp8Args;
+        type GroupedGemmFp8Args = crate::kernels::fp8_blockwise::launch::sys::GroupedGemmFp8Args;
 
         fn grouped_gemm_sm90_fp8_blockwise_built(config: Fp8TileConfig) -> bool;
         /// # Safety

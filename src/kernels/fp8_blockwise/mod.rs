@@ -8,10 +8,8 @@
 
 #[allow(unsafe_code)] // floor 0: the launcher over the bridge
 mod launch;
-// floor 0: the C++ types of the family's launch headers (scripts/bindgen.sh)
 pub mod sm100;
 pub mod sm90;
-mod sys;
 
 use std::sync::Arc;
 

@@ -7,12 +7,13 @@
 
 use cudarc::driver::CudaStream;
 
-use super::sys;
 use crate::error::Result;
 use crate::ffi::bridge::{static_name, trivial_extern_types};
 use crate::ffi::gemm::{scaled_gemm_args, GemmPlan, ScaledFamily, ScaledPtrs};
 use crate::ffi::status::{check, Launched};
 use crate::ffi::to_i32;
+
+crate::ffi::family_sys!("fp8_rowwise");
 
 pub(crate) use sys::{Fp8KernelFacts, Fp8RowwiseConfig};
 
@@ -24,9 +25,9 @@ mod ffi {
         include!("moe-gemm/cpp/fp8_rowwise/launch_fp8_rowwise.h");
 
         type Status = crate::ffi::sys::Status;
-        type Fp8RowwiseConfig = crate::kernels::fp8_rowwise::sys::Fp8RowwiseConfig;
+        type Fp8RowwiseConfig = crate::kernels::fp8_rowwise::launch::sys::Fp8RowwiseConfig;
         type Fp8KernelFacts = crate::ffi::sys::Fp8KernelFacts;
-        type GroupedGemmFp8RowwiseArgs = crate::kernels::fp8_rowwise::sys::GroupedGemmFp8RowwiseArgs;
+        type GroupedGemmFp8RowwiseArgs = crate::kernels::fp8_rowwise::launch::sys::GroupedGemmFp8RowwiseArgs;
 
         fn grouped_gemm_sm90_fp8_rowwise_built(config: Fp8RowwiseConfig) -> bool;
         /// # Safety

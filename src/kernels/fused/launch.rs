@@ -6,13 +6,14 @@
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use half::bf16;
 
-use super::sys;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::{E4m3Buffer, ScaleBuffer, ScaledOperands};
 use crate::ffi::status::{check, Launched, NOT_BUILT};
 use crate::ffi::{dtype, need_aligned, need_f32_aligned, need_len, need_row_len, to_i32, to_i64};
+
+crate::ffi::family_sys!("fused");
 
 pub(crate) use sys::{FusedFp8Scales, FusedFp8Tile, FusedTile};
 
@@ -25,10 +26,10 @@ mod ffi {
 
         type Status = crate::ffi::sys::Status;
         type DType = crate::ffi::sys::DType;
-        type FusedTile = crate::kernels::fused::sys::FusedTile;
-        type FusedFp8Tile = crate::kernels::fused::sys::FusedFp8Tile;
-        type FusedGemmArgs = crate::kernels::fused::sys::FusedGemmArgs;
-        type FusedGemmFp8Args = crate::kernels::fused::sys::FusedGemmFp8Args;
+        type FusedTile = crate::kernels::fused::launch::sys::FusedTile;
+        type FusedFp8Tile = crate::kernels::fused::launch::sys::FusedFp8Tile;
+        type FusedGemmArgs = crate::kernels::fused::launch::sys::FusedGemmArgs;
+        type FusedGemmFp8Args = crate::kernels::fused::launch::sys::FusedGemmFp8Args;
 
         /// # Safety
         /// Buffers of the sizes `FusedGemmArgs` documents for its mode, live on `stream`; `args.dtype` bf16 and

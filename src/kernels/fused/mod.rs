@@ -20,8 +20,6 @@
 
 #[allow(unsafe_code)] // floor 0: the launcher over the bridge
 mod launch;
-// floor 0: the C++ types of the family's launch headers (scripts/bindgen.sh)
-mod sys;
 
 use std::sync::Arc;
 

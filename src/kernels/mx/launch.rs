@@ -6,7 +6,6 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop}
 use float8::F8E4M3;
 use half::bf16;
 
-use super::sys;
 use crate::error::{Error, Result};
 use crate::ffi::bridge::trivial_extern_types;
 use crate::ffi::gemm::group_rows;
@@ -14,6 +13,8 @@ use crate::ffi::gemm::GroupedRows;
 use crate::ffi::mx_quant::expert_sf_bytes;
 use crate::ffi::status::{check, Launched};
 use crate::ffi::{need_aligned, need_len, to_i32, to_i64};
+
+crate::ffi::family_sys!("mx");
 
 pub(crate) use sys::Sm100MxConfig;
 
@@ -28,8 +29,8 @@ mod ffi {
         include!("moe-gemm/cpp/mx/launch.h");
 
         type Status = crate::ffi::sys::Status;
-        type Sm100MxConfig = crate::kernels::mx::sys::Sm100MxConfig;
-        type GroupedGemmMxArgs = crate::kernels::mx::sys::GroupedGemmMxArgs;
+        type Sm100MxConfig = crate::kernels::mx::launch::sys::Sm100MxConfig;
+        type GroupedGemmMxArgs = crate::kernels::mx::launch::sys::GroupedGemmMxArgs;
 
         fn sm100_mx_is_fp4(config: Sm100MxConfig) -> bool;
         fn grouped_gemm_sm100_mxf8_built(config: Sm100MxConfig) -> bool;

@@ -47,10 +47,8 @@ macro_rules! mx_planners {
 
 #[allow(unsafe_code)] // floor 0: the launcher over the bridge
 mod launch;
-// floor 0: the C++ types of the family's launch headers (scripts/bindgen.sh)
 pub mod portable;
 pub mod sm100;
-mod sys;
 
 use half::bf16;
 
