@@ -101,7 +101,31 @@ fn every_cuda_file_is_one_unit() {
     let mut found: Vec<String> = units().iter().map(|u| u.path.clone()).collect();
     found.sort();
     assert_eq!(found, on_disk, "every cpp/*/*.cu is a unit, once");
-    assert_eq!(found.len(), 17, "{found:?}");
+    assert_eq!(found.len(), 18, "{found:?}");
+}
+
+/// Each family's C++ stands in its own folder: it includes headers of its folder and of `cpp/common` only, so that
+/// a family is added, moved or removed with its folder (and its `src/kernels/<family>/`) alone.
+#[test]
+fn each_family_includes_its_own_headers_and_the_common_ones_only() {
+    let mut checked = 0;
+    for ext in ["cu", "cuh", "inl", "h"] {
+        for file in cpp_files(ext) {
+            let family = file.split('/').nth(1).unwrap();
+            for line in std::fs::read_to_string(root().join(&file)).unwrap().lines() {
+                let Some(inc) = line.trim_start().strip_prefix("#include \"").and_then(|r| r.split('"').next()) else {
+                    continue;
+                };
+                // Ours are `folder/file`, found in cpp/ (CUTLASS's and CuTe's are found elsewhere).
+                let Some((folder, _)) = inc.split_once('/').filter(|_| root().join("cpp").join(inc).is_file()) else {
+                    continue;
+                };
+                assert!(folder == family || folder == "common", "{file} includes {inc}: another family's header");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} includes of ours found");
 }
 
 /// Each `.inl` part (a family's dtypes and schedules) is compiled exactly once: exactly one unit includes it,
@@ -110,7 +134,7 @@ fn every_cuda_file_is_one_unit() {
 fn every_part_is_included_by_exactly_one_unit() {
     // Included by their path below cpp/ (`#include "fp8_blockwise/grouped_gemm_sm90_fp8_blockwise.inl"`).
     let parts: Vec<String> = cpp_files("inl").into_iter().map(|p| p["cpp/".len()..].to_string()).collect();
-    assert!(parts.len() >= 5, "the CUTLASS families' parts: {parts:?}");
+    assert!(parts.len() >= 4, "the CUTLASS families' parts: {parts:?}");
     for part in &parts {
         let include = format!("#include \"{part}\"");
         let units = units();

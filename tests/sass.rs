@@ -157,7 +157,7 @@ fn every_unit_holds_exactly_its_targets() {
         assert_eq!(sass, ["sm_90a"], "{}: no sm_100 code in the SM90 GEMMs", u.path);
         assert!(ptx.is_empty(), "{}: {ptx:?}", u.path);
     }
-    for u in [SM100, SM100_MX] {
+    for u in [SM100, SM100_FP8, SM100_MX] {
         let (sass, ptx) = embedded(tool, &object(u));
         assert_eq!(sass, ["sm_100a"], "{u}");
         assert!(ptx.is_empty(), "{u}: {ptx:?}");
@@ -171,6 +171,7 @@ const SM90_FP8: &str = "cpp/fp8_blockwise/grouped_gemm_sm90_fp8.cu";
 const SM90_FP8_ROWWISE: &str = "cpp/fp8_rowwise/grouped_gemm_sm90_fp8_rowwise.cu";
 const FUSED: &str = "cpp/fused/fused_moe_sm90.cu";
 const SM100: &str = "cpp/dense/grouped_gemm_sm100.cu";
+const SM100_FP8: &str = "cpp/fp8_blockwise/grouped_gemm_sm100_fp8.cu";
 const SM100_MX: &str = "cpp/mx/grouped_gemm_sm100_mx.cu";
 
 /// One kernel of an object: its `Function :` name and its instructions, each as its opcode with modifiers
@@ -425,7 +426,7 @@ fn the_fp4_gemms_multiply_block_scaled_on_tcgen05() {
     ));
 }
 
-/// The SM100 FP8 blockwise grouped GEMM (`cpp/fp8_blockwise/grouped_gemm_sm100_fp8_blockwise.inl`, FP8_NOTES' opcode table):
+/// The SM100 FP8 blockwise grouped GEMM (`cpp/fp8_blockwise/grouped_gemm_sm100_fp8.cu`, FP8_NOTES' opcode table):
 /// the FP8 tcgen05 MMA (`UTCQMMA`) in its per-tensor form, ending at the instruction descriptor (no scale operand
 /// in tensor memory, so no `UTCCP`: the f32 scales are applied outside the tensor cores); the f32 promotion of
 /// each 128-wide K block as `FFMA` in CUTLASS's kernel; the K-major scales loaded with cp.async (`LDGSTS`), the
@@ -435,7 +436,7 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
     let Some(tool) = tools("the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma") else {
         return;
     };
-    let all = kernels(tool, SM100);
+    let all = kernels(tool, SM100_FP8);
     let gemms: Vec<&Kernel> = named(&all, "MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling")
         .into_iter()
         .filter(|k| k.is_gemm())
@@ -455,7 +456,7 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
         assert_scale_operand(&[k], "UTCQMMA", false, "FP8 blockwise");
         let ffma = k.ops.iter().filter(|o| o.split('.').next() == Some("FFMA")).count();
         assert!(ffma > 0, "no FFMA in a GEMM: the f32 promotion is missing");
-        say(&format!("{SM100}: FP8 blockwise GEMM, {} UTCQMMA, {ffma} FFMA", lines_of(&[k], "UTCQMMA").len()));
+        say(&format!("{SM100_FP8}: FP8 blockwise GEMM, {} UTCQMMA, {ffma} FFMA", lines_of(&[k], "UTCQMMA").len()));
     }
 }
 
@@ -469,12 +470,12 @@ fn the_sm100_fp8_blockwise_gemm_multiplies_on_tcgen05_and_promotes_with_ffma() {
 #[test]
 fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
     let Some(tool) = tools("the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05") else { return };
-    let (sm100, mx) = (kernels(tool, SM100), kernels(tool, SM100_MX));
+    let (dense, fp8, mx) = (kernels(tool, SM100), kernels(tool, SM100_FP8), kernels(tool, SM100_MX));
     // (what, its GEMMs, their MMA, the 2-SM schedules, block-scaled)
     // Both are 8-bit MMAs (`UTCQMMA`); (what, its GEMMs, its 2-SM schedule, block-scaled).
     let mma = "UTCQMMA";
     let mxf8 = named(&mx, "SM100_MMA_MXF8F6F4");
-    let blockwise = named(&sm100, "MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling");
+    let blockwise = named(&fp8, "MainloopSm100ArrayTmaUmmaWarpSpecializedBlockwiseScaling");
     let families = [
         ("MXF8F6F4", mxf8, "KernelPtrArrayTmaWarpSpecialized2SmMxf8f6f4Sm100", true),
         ("FP8 blockwise", blockwise, "KernelPtrArrayTmaWarpSpecializedBlockwise2SmSm100", false),
@@ -484,7 +485,7 @@ fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
         let (pair, single): (Vec<&Kernel>, Vec<&Kernel>) = gemms.into_iter().partition(|k| k.name.contains("2x1SM"));
         assert_eq!(pair.len(), 1, "{what}: one 2-SM GEMM");
         assert!(!single.is_empty(), "{what}: the 1-SM twins");
-        let prep = sm100.iter().chain(&mx).filter(|k| k.name.contains("prepare_") && k.name.contains(schedule)).count();
+        let prep = fp8.iter().chain(&mx).filter(|k| k.name.contains("prepare_") && k.name.contains(schedule)).count();
         assert_eq!(prep, 1, "{what}: the prepare kernel of {schedule}");
         for k in &pair {
             let ops = &k.ops;
@@ -510,7 +511,7 @@ fn the_sm100_units_hold_their_2sm_kernels_in_the_pair_form_of_tcgen05() {
             assert!(!k.ops.iter().any(|o| o.contains(".2CTA")), "{what}: a 2-SM instruction in a 1-SM GEMM {}", k.name);
         }
     }
-    for (what, key, ks) in [("bf16", "SM100_MMA_F16BF16", &sm100), ("4-bit", "SM100_MMA_MXF4", &mx)] {
+    for (what, key, ks) in [("bf16", "SM100_MMA_F16BF16", &dense), ("4-bit", "SM100_MMA_MXF4", &mx)] {
         let ks = named(ks, key);
         assert!(!ks.is_empty(), "{what}: no GEMM");
         assert!(ks.iter().all(|k| !k.ops.iter().any(|o| o.contains(".2CTA"))), "{what} is 1-SM only");

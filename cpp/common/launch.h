@@ -41,6 +41,11 @@ constexpr uint32_t kErrNonfiniteLogits = 1u << 3;
 constexpr uint32_t kErrExpertIdOutOfRange = 1u << 4;
 constexpr uint32_t kErrCapacityOverflow = 1u << 5;
 constexpr uint32_t kErrGroupCountOutOfRange = 1u << 6;
+// An input element of a quantised row or weight was NaN or infinite (its e4m3 is NaN).
+constexpr uint32_t kErrNonfiniteInput = 1u << 7;
+// (1u << 8 is kErrScaleOverflow, the MX quantisers': mx/mx_quant.h.)
+// A static FP8 activation scale (QuantArgs.scale) was not finite and positive; the rows took scale 1.
+constexpr uint32_t kErrBadStaticScale = 1u << 9;
 
 // How a grouped GEMM finds the rows of group g (see GroupedGemmArgs).
 enum class GroupMode : uint32_t {

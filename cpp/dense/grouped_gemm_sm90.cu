@@ -1,4 +1,4 @@
-// moe-gemm unit: family=grouped_gemm_sm90 targets=sm_90a seconds=86
+// moe-gemm unit: family=grouped_gemm_sm90 targets=sm_90a seconds=82
 // The SM90 grouped GEMM, bf16 and f16 in / out, fp32 accumulation, in one nvcc process (why one unit per family:
 // build/toolchain.rs's kernel_units). The tiles are TileConfig's; each is one CUTLASS kernel per dtype.
 #include "dense/grouped_gemm_sm90.cuh"

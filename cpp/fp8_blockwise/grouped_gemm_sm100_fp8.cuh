@@ -2,7 +2,7 @@
 // partial sums of each 128 of K read out of tensor memory, scaled by sfa * sfb and added with FFMA): DeepSeek-V3's
 // 1 x 128 / 128 x 128 recipe on Blackwell, reading the operands of the SM90 kernel (launch_fp8.h) through the same
 // prepare kernel and launcher (fp8_blockwise_groups.cuh). The SM100 mainloop reads the per-group layout_SFA/SFB
-// arrays the prepare kernel writes. Included only by grouped_gemm_sm100_fp8_blockwise.inl. Never run on hardware:
+// arrays the prepare kernel writes. Included only by grouped_gemm_sm100_fp8.cu. Never run on hardware:
 // compiled, SASS-checked (tests/sass.rs), refused on other arches by the plan.
 #pragma once
 

@@ -20,7 +20,7 @@ namespace moe_gemm {
 enum class Fp8TileConfig : uint32_t {
   Cooperative128x128x128 = 0,  // prefill: two consumer warpgroups on one 128-row tile
   Pingpong64x128x128 = 1,      // decode: 64-row tiles, half the idle MMA rows of a 128-row tile for tiny groups
-  // SM100 (grouped_gemm_sm100_fp8_blockwise.inl): tcgen05, the same operands. One SM per 128x128x128 MMA tile
+  // SM100 (grouped_gemm_sm100_fp8.cu): tcgen05, the same operands. One SM per 128x128x128 MMA tile
   // (cluster 1x1x1), or two SMs per 256x128x128 MMA tile (tcgen05 cta_group::2, a static 2x1x1 cluster, each SM
   // holding 128 of the 256 rows): for prefill.
   Sm100Blockwise1Sm128x128x128 = 2,

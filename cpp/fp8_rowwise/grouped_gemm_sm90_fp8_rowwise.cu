@@ -1,4 +1,4 @@
-// moe-gemm unit: family=grouped_gemm_sm90_fp8 targets=sm_90a seconds=58
+// moe-gemm unit: family=grouped_gemm_sm90_fp8 targets=sm_90a seconds=59
 // The SM90 FP8 rowwise-scaled grouped GEMM, e4m3 x e4m3 with f32 per-token x per-channel scales in the epilogue,
 // bf16 out, in one nvcc process. Three configurations: two FastAccum tiles and one promoted.
 #include "fp8_rowwise/grouped_gemm_sm90_fp8_rowwise.cuh"

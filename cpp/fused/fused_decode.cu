@@ -1,4 +1,4 @@
-// moe-gemm unit: family=fused_moe_sm90 targets=sm_90a seconds=24
+// moe-gemm unit: family=fused_moe_sm90 targets=sm_90a seconds=25
 // (Plain mma.sync, but in the Fused backend's SM90 family: launched only through FusedGemm, which requires it.)
 // The Fused backend's decode tiles (FusedTile::SwapAb16 / SwapAb32 / SwapAbMerged): the same gather and scatter
 // GEMMs over the same aligned layout as fused_moe_sm90.cuh, for the batches where every expert gets a handful of rows.

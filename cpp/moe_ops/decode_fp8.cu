@@ -27,7 +27,7 @@
 #include "moe_ops/decode_fp8.h"
 #include "common/element.cuh"
 #include "common/mma_sync.cuh"
-#include "moe_ops/quant_rules.cuh"
+#include "common/quant_rules.cuh"
 
 namespace moe_gemm {
 namespace decode_fp8 {

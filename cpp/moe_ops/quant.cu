@@ -17,7 +17,7 @@
 
 #include "common/element.cuh"
 #include "moe_ops/quant.h"
-#include "moe_ops/quant_rules.cuh"
+#include "common/quant_rules.cuh"
 
 namespace moe_gemm {
 namespace quant {

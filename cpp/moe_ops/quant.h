@@ -27,13 +27,6 @@
 
 namespace moe_gemm {
 
-// Status bit: an input element of a quantised row or weight was NaN or infinite (its e4m3 is NaN). The Rust name
-// is in src/status.rs.
-constexpr uint32_t kErrNonfiniteInput = 1u << 7;
-
-// Status bit: a static FP8 activation scale (QuantArgs.scale) was not finite and positive; the rows took scale 1.
-constexpr uint32_t kErrBadStaticScale = 1u << 9;
-
 // Columns per scale.
 constexpr int32_t kQuantGroup = 128;
 

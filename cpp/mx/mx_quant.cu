@@ -8,7 +8,7 @@
 #include "common/group_rows.cuh"
 #include "mx/mx_formats.cuh"
 #include "mx/mx_quant.h"
-#include "moe_ops/quant_rules.cuh"
+#include "common/quant_rules.cuh"
 
 namespace moe_gemm {
 namespace mx {

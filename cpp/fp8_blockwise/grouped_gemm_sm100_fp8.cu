@@ -1,4 +1,5 @@
-// Explicit instantiations (included once, by grouped_gemm_sm100.cu): SM100 FP8 blockwise-scaled grouped GEMM,
+// moe-gemm unit: family=grouped_gemm_sm100 targets=sm_100a seconds=49
+// The SM100 (sm_100a) FP8 blockwise-scaled grouped GEMM, in one nvcc process,
 // e4m3 x e4m3 with f32 1x128 / 128x128 scales (K-major), f32 two-level accumulation, bf16 out; two
 // configurations: 1-SM 128x128x128 (cluster 1x1x1) and 2-SM 256x128x128 (cluster 2x1x1). Never run on hardware:
 // compiled and SASS-checked (tests/sass.rs).

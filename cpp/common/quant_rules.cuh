@@ -1,13 +1,13 @@
-// The e4m3 quantisation rules of quant.h as device functions, shared by the quantisation kernels (quant.cu) and
-// the FP8 decode kernels (decode_fp8.cu), so that both quantise bit for bit alike: the activation group scale, the
-// weight block scale, and the element encoding of both.
+// The e4m3 quantisation rules of moe_ops/quant.h as device functions, shared by the quantisation kernels
+// (moe_ops/quant.cu, mx/mx_quant.cu) and the FP8 decode kernels (moe_ops/decode_fp8.cu), so that all quantise bit
+// for bit alike: the activation group scale, the weight block scale, and the element encoding of both.
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include <cstdint>
 
-#include "moe_ops/quant.h"
+#include "common/launch.h"
 
 namespace moe_gemm {
 namespace quant {
