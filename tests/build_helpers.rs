@@ -101,7 +101,7 @@ fn every_cuda_file_is_one_unit() {
     let mut found: Vec<String> = units().iter().map(|u| u.path.clone()).collect();
     found.sort();
     assert_eq!(found, on_disk, "every cpp/*/*.cu is a unit, once");
-    assert_eq!(found.len(), 18, "{found:?}");
+    assert!(found.len() >= 18, "the units found: {found:?}");
 }
 
 /// Each family's C++ stands in its own folder: it includes headers of its folder and of `cpp/common` only, so that
