@@ -283,7 +283,7 @@ fn find_or_provision_libclang(root: &Path) {
     let native = dir.join("clang/native");
     if !native.join("libclang.so").is_file() {
         let hint = "set LIBCLANG_PATH to the folder of a libclang (>= 9), or let this build fetch it";
-        pip_install(&dir, &[LIBCLANG_PIN], "libclang (for bindgen)", "~80 MB", hint);
+        pip_install(&dir, &[LIBCLANG_PIN], "libclang (for bindgen)", "~65 MB", hint);
     }
     // Read by clang-sys when bindgen loads libclang, below; the build script has no other thread yet.
     env::set_var("LIBCLANG_PATH", &native);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use bindgen::callbacks::{DeriveInfo, ParseCallbacks};
 
 /// The headers a bridge includes (`include!("moe-gemm/cpp/...")`), as paths from the crate root.
-pub fn bridge_headers(bridge: &str) -> Vec<String> {
+fn bridge_headers(bridge: &str) -> Vec<String> {
     bridge
         .lines()
         .filter_map(|l| l.trim().strip_prefix("include!(\"moe-gemm/")?.strip_suffix("\");").map(String::from))
@@ -22,7 +22,7 @@ pub fn bridge_headers(bridge: &str) -> Vec<String> {
 }
 
 /// The headers a header includes by quotes (`#include "common/launch.h"`), as paths from the crate root.
-pub fn quoted_includes(header: &str) -> Vec<String> {
+fn quoted_includes(header: &str) -> Vec<String> {
     header
         .lines()
         .filter_map(|l| l.strip_prefix("#include \"")?.strip_suffix('"').map(|h| format!("cpp/{h}")))
@@ -73,8 +73,8 @@ fn check_includes(root: &Path, headers: &[String], allowed: &[String], whose: &s
     Ok(())
 }
 
-/// Writes OUT_DIR/sys.rs and OUT_DIR/sys/<family>.rs for the families of `launchers`; returns the headers read.
-pub fn generate(root: &Path, out: &Path, launchers: &[PathBuf]) -> Result<Vec<String>, String> {
+/// Writes OUT_DIR/sys.rs and OUT_DIR/sys/<family>.rs for the families of `launchers`.
+pub fn generate(root: &Path, out: &Path, launchers: &[PathBuf]) -> Result<(), String> {
     let shared = bridge_headers(&read(root, "src/ffi/bridge.rs"));
     check_includes(root, &shared, &shared, "src/ffi/bridge.rs's include!s")?;
     let bindings = builder(root, &shared)
@@ -84,7 +84,6 @@ pub fn generate(root: &Path, out: &Path, launchers: &[PathBuf]) -> Result<Vec<St
         .generate()
         .map_err(|e| format!("bindgen over {shared:?}: {e}"))?;
     bindings.write_to_file(out.join("sys.rs")).map_err(|e| e.to_string())?;
-    let mut read_headers = shared.clone();
 
     fs::create_dir_all(out.join("sys")).unwrap();
     for launcher in launchers {
@@ -99,7 +98,6 @@ pub fn generate(root: &Path, out: &Path, launchers: &[PathBuf]) -> Result<Vec<St
         }
         let bindings = b.generate().map_err(|e| format!("bindgen over {own:?}: {e}"))?;
         bindings.write_to_file(out.join("sys").join(format!("{family}.rs"))).map_err(|e| e.to_string())?;
-        read_headers.extend(own);
     }
-    Ok(read_headers)
+    Ok(())
 }

@@ -108,7 +108,7 @@ pub fn parse_unit(path: &str, text: &str) -> Result<KernelUnit, String> {
 /// header takes 14 s (CUTLASS parsed by cudafe++, cicc and the host compiler), its first kernel 33 s more, each
 /// further kernel 3.5-8 s. In build order: the heaviest first, so that the small ones fill the other core while
 /// they compile. The SM100 GEMMs are one unit per family, not one for all, for memory too: as one unit nvcc peaked
-/// at 9.3 GB (of the machine's 24, with another unit compiling beside it), the block-scaled unit peaks at 7.3 GB.
+/// at 9.3 GB (of the machine's 24, with another unit compiling beside it), the larger of two halves at 7.3 GB.
 pub fn kernel_units(root: &std::path::Path) -> Result<Vec<KernelUnit>, String> {
     let mut units = Vec::new();
     let folders = std::fs::read_dir(root.join("cpp")).map_err(|e| format!("cpp/: {e}"))?;
