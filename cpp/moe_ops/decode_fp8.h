@@ -11,6 +11,11 @@
 // H and I are multiples of 128. Weights e4m3 [E, 2I, H] and [E, H, I] with f32 scales [E, 2I / 128, H / 128] and
 // [E, H / 128, I / 128] (DeepSeek's weight_scale_inv, stacked).
 //
+// Block128 quantises each row of h once, in the expand kernel: the four blocks that write a 128-column group of
+// h count themselves in `arrivals`, and the one that finds the count at 3 (mod 4) quantises the group into h_q
+// and h_scales. The counters are never reset: a launch adds 4 to each group it writes (the blocks of a row with
+// an expert id out of range count nothing), so zeroed once they stay at multiples of 4 between launches.
+//
 // Per-channel weights (scaling != Block128): one f32 scale per output row, [E, 2I] and [E, H], and one activation
 // scale per row of x and of h (ChannelToken: max(amax of the row, eps) / 448; ChannelTensor: the same of every
 // row of x, and of every row of h in use; ChannelStatic: x_scale and h_scale, device data replaced by 1 and
@@ -53,6 +58,9 @@ struct DecodeFp8Args {
   uint64_t b13;         // f32 [E, 2I] or 0
   uint64_t b2;          // f32 [E, H] or 0
   uint64_t h;           // bf16 scratch [tokens * top_k, I]
+  uint64_t h_q;         // Block128: e4m3 scratch [tokens * top_k, I], h quantised once for the reduce kernel
+  uint64_t h_scales;    // Block128: f32 scratch [tokens * top_k, I / 128], its scales
+  uint64_t arrivals;    // Block128: u32 scratch [tokens * top_k, I / 128], zeroed when allocated (see above)
   uint64_t y;           // bf16 [tokens, H]
   uint64_t x_scale;     // ChannelStatic: f32 [1], else 0
   uint64_t h_scale;     // ChannelStatic: f32 [1], else 0

@@ -1,6 +1,7 @@
 //! The Batched backend over FP8 experts (`cpp/moe_ops/decode_fp8.cu`, contract in `cpp/moe_ops/decode_fp8.h`): two
-//! kernels that quantise x and h in shared memory (per 128 columns for block-scaled weights, per row for
-//! per-channel ones) and stream e4m3 weight rows into tensor-core MMAs.
+//! kernels that stream e4m3 weight rows into tensor-core MMAs. x is quantised in shared memory by each expand
+//! block; h, per 128 columns for block-scaled weights, once by the expand kernel into scratch, per row for
+//! per-channel ones in shared memory by each reduce block.
 
 use super::bridge::ffi;
 use super::elementwise::DecodeIo;
@@ -67,15 +68,16 @@ pub(crate) fn expand_smem_bytes(hidden: usize) -> usize {
     3 * hidden + 4 * (hidden / BLOCK) + 4 * 2 * 4 * 2 * 16
 }
 
-/// Shared memory of the reduce kernel: k rows of h staged in bf16 and in e4m3, their scales, the partial sums
-/// (`reduce_smem`).
-pub(crate) fn reduce_smem_bytes(top_k: usize, inter: usize) -> usize {
+/// Shared memory of the reduce kernel: k rows of h staged in e4m3 (and, per channel, in bf16 first), their
+/// scales, the partial sums (`reduce_smem`).
+pub(crate) fn reduce_smem_bytes(top_k: usize, inter: usize, per_channel: bool) -> usize {
     let splits = if top_k >= 16 { 1 } else { (16 / top_k).min(inter / BLOCK) };
-    3 * top_k * inter + 4 * top_k * (inter / BLOCK) + 4 * splits * top_k * 16
+    let staged = if per_channel { 3 } else { 1 };
+    staged * top_k * inter + 4 * top_k * (inter / BLOCK) + 4 * splits * top_k * 16
 }
 
 /// Checks what the kernels assume of the shapes, naming the constraint.
-pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize) -> Result<()> {
+pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize, per_channel: bool) -> Result<()> {
     let bad = |s: String| Err(Error::InvalidProblem(s));
     for (name, v) in [("H", hidden), ("I", inter)] {
         if v == 0 || v % BLOCK != 0 {
@@ -92,7 +94,7 @@ pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize) -> Result<(
              than {MAX_SMEM}"
         ));
     }
-    let smem = reduce_smem_bytes(top_k, inter);
+    let smem = reduce_smem_bytes(top_k, inter, per_channel);
     if smem > MAX_SMEM {
         return bad(format!(
             "FP8 decode: top_k x I = {top_k} x {inter}: the block's quantised rows of h need {smem} bytes of shared \
@@ -104,9 +106,21 @@ pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize) -> Result<(
     Ok(())
 }
 
+/// The scratch the kernels write besides h.
+#[derive(Debug, Default)]
+pub(crate) struct DecodeFp8Scratch<'a> {
+    /// Per-tensor dynamic activation scales (per channel): two words (a memset and a reduction kernel run first;
+    /// the expand kernel reduces h's amax into the second).
+    pub amax: Option<&'a mut CudaSlice<u32>>,
+    /// Block scales: h quantised once, e4m3 `[rows, I]` and f32 scales `[rows, I / 128]`.
+    pub h_q: Option<(&'a mut CudaSlice<F8E4M3>, &'a mut CudaSlice<f32>)>,
+    /// Block scales: one u32 counter per row per 128 columns of h, zeroed when allocated and left at multiples of
+    /// 4 by every launch (`decode_fp8.h`).
+    pub arrivals: Option<&'a mut CudaSlice<u32>>,
+}
+
 /// Queues the two FP8 decode kernels: the whole layer of `w` for `tokens` tokens. The activations are bf16 (`T`
-/// another element type is an error). `amax`: two words of scratch, needed by per-tensor dynamic activation
-/// scales (a memset and a reduction kernel run first; the expand kernel reduces h's).
+/// another element type is an error); `scratch` as [`DecodeFp8Scratch`] says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_decode_layer_fp8<T: Element>(
     stream: &CudaStream,
@@ -118,7 +132,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     weights: &impl DevicePtr<f32>,
     h: &mut CudaSlice<T>,
     y: &mut impl DevicePtrMut<T>,
-    amax: Option<&mut CudaSlice<u32>>,
+    scratch: DecodeFp8Scratch<'_>,
     status: &mut impl DevicePtrMut<u32>,
 ) -> Result<()> {
     if T::DTYPE != DType::BF16 {
@@ -126,7 +140,8 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     }
     let (hid, inter, e) = (w.hidden, w.inter, w.experts);
     let rows = tokens * top_k;
-    check_shape(hid, inter, top_k)?;
+    let per_channel = matches!(w.scales, DecodeScales::Channel { .. });
+    check_shape(hid, inter, top_k, per_channel)?;
     if w.act == Activation::Silu {
         return Err(Error::InvalidProblem("FP8 decode: the activation must be gated (w13 holds gate and up)".into()));
     }
@@ -157,6 +172,7 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     }
     // Static scales: the kernels read no eps.
     let d = dynamic.unwrap_or(DynamicScale { eps: 1.0, ue8m0: false });
+    let DecodeFp8Scratch { amax, h_q, arrivals } = scratch;
     let amax = match (scaling, amax) {
         (sys::DecodeScaling::ChannelTensor, Some(words)) => {
             need_len("amax words", words.len(), 2, "two u32 (x's and h's per-tensor amax)")?;
@@ -175,6 +191,20 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     if let Some(b) = w.b2 {
         need_len("b2", b.len(), e * hid, "experts x H")?;
     }
+    let quantised_h = match (per_channel, h_q, arrivals) {
+        (true, ..) => None,
+        (false, Some((q, s)), Some(a)) => {
+            need_len("quantised h", q.len(), rows * inter, "(token, slot) rows x I e4m3")?;
+            need_len("quantised h scales", s.len(), rows * (inter / BLOCK), "(token, slot) rows x I/128")?;
+            need_len("arrival counters", a.len(), rows * (inter / BLOCK), "(token, slot) rows x I/128")?;
+            Some((q, s, a))
+        }
+        (false, ..) => {
+            return Err(Error::InvalidProblem(
+                "FP8 decode: block-scaled weights need scratch for h quantised once and its arrival counters".into(),
+            ))
+        }
+    };
     to_i32("(token, slot) rows", rows)?; // the expand grid's x extent
     let io = DecodeIo::new(stream, (tokens, top_k, hid, inter), x, ids, weights, h, y, status)?;
     let (tokens, top_k, experts) = (to_i32("tokens", tokens)?, to_i32("top_k", top_k)?, to_i32("experts", e)?);
@@ -185,6 +215,15 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
     let (x_scale, _xs) = statics.map(|(x, _)| x.device_ptr(stream)).unzip();
     let (h_scale, _hs) = statics.map(|(_, h)| h.device_ptr(stream)).unzip();
     let (amax_ptr, _amax) = amax.map(|a| a.device_ptr_mut(stream)).unzip();
+    let (hq_ptrs, _hq) = quantised_h
+        .map(|(q, s, a)| {
+            let (q, gq) = q.device_ptr_mut(stream);
+            let (s, gs) = s.device_ptr_mut(stream);
+            let (a, ga) = a.device_ptr_mut(stream);
+            ((q, s, a), (gq, gs, ga))
+        })
+        .unzip();
+    let (h_q, h_scales, arrivals) = hq_ptrs.unwrap_or((0, 0, 0));
     let (b13_ptr, _b13) = w.b13.map(|b| b.device_ptr(stream)).unzip();
     let (b2_ptr, _b2) = w.b2.map(|b| b.device_ptr(stream)).unzip();
     for (name, p) in [("w13", w13_ptr), ("w2", w2_ptr)] {
@@ -210,6 +249,9 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
         b13: b13_ptr.unwrap_or(0),
         b2: b2_ptr.unwrap_or(0),
         h: io.h,
+        h_q,
+        h_scales,
+        arrivals,
         y: io.y,
         x_scale: x_scale.unwrap_or(0),
         h_scale: h_scale.unwrap_or(0),
@@ -217,7 +259,8 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
         status: io.status,
         stream: stream.cu_stream() as u64,
     };
-    // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H bf16; the weights E*2I*H and E*H*I
+    // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H bf16; block scales: h_q rows*I e4m3,
+    // h_scales and arrivals rows*I/128 words; the weights E*2I*H and E*H*I
     // e4m3 bytes with their E*(2I/128)*(H/128) and E*(H/128)*(I/128) f32 block scales or E*2I and E*H channel
     // scales, biases E*2I and E*H, one static scale each, two amax words (all checked above). H and I are multiples of 128 and the bases 16-byte aligned, so every row's 16-byte loads
     // are; the shared memory fits (checked). Expert ids are device data the kernels range-check. The stream's
@@ -232,31 +275,36 @@ mod tests {
 
     #[test]
     fn shapes_name_their_constraint() {
-        assert!(check_shape(7168, 2048, 8).is_ok());
-        assert!(check_shape(4096, 14336, 2).is_ok());
-        assert!(msg(check_shape(2880, 2048, 8)).contains("H = 2880"));
-        assert!(msg(check_shape(7168, 192, 8)).contains("I = 192"));
-        assert!(msg(check_shape(7168, 2048, 0)).contains("top_k = 0"));
-        assert!(msg(check_shape(7168, 2048, 33)).contains("top_k = 33"));
-        assert!(msg(check_shape(131072, 2048, 8)).contains("H = 131072"));
-        let m = msg(check_shape(4096, 16384, 8));
+        for pc in [false, true] {
+            assert!(check_shape(7168, 2048, 8, pc).is_ok());
+            assert!(check_shape(4096, 14336, 2, pc).is_ok());
+            assert!(msg(check_shape(2880, 2048, 8, pc)).contains("H = 2880"));
+            assert!(msg(check_shape(7168, 192, 8, pc)).contains("I = 192"));
+            assert!(msg(check_shape(7168, 2048, 0, pc)).contains("top_k = 0"));
+            assert!(msg(check_shape(7168, 2048, 33, pc)).contains("top_k = 33"));
+            assert!(msg(check_shape(131072, 2048, 8, pc)).contains("H = 131072"));
+        }
+        // Per channel h is staged in bf16 too: three bytes a column where block scales stage one.
+        let m = msg(check_shape(4096, 16384, 8, true));
         assert!(m.contains("8 x 16384") && m.contains("shared"), "{m}");
+        assert!(check_shape(4096, 16384, 8, false).is_ok());
+        assert!(msg(check_shape(4096, 16384, 16, false)).contains("16 x 16384"));
         // Whatever the shared memory admits keeps the grid's y extents (I / 32, H / 16) under 65535.
-        let (h_max, i_max) = (
-            (1..).map(|n| n * BLOCK).take_while(|&h| expand_smem_bytes(h) <= MAX_SMEM).last().unwrap(),
-            (1..).map(|n| n * BLOCK).take_while(|&i| reduce_smem_bytes(1, i) <= MAX_SMEM).last().unwrap(),
-        );
+        let h_max = (1..).map(|n| n * BLOCK).take_while(|&h| expand_smem_bytes(h) <= MAX_SMEM).last().unwrap();
+        let i_max = (1..).map(|n| n * BLOCK).take_while(|&i| reduce_smem_bytes(1, i, false) <= MAX_SMEM).last();
+        let i_max = i_max.unwrap();
         assert!(h_max / 16 <= 65535 && i_max / 32 <= 65535, "H {h_max}, I {i_max}");
     }
 
     #[test]
     fn reduce_smem_matches_the_kernel_formula() {
-        // DeepSeek-V3: 8 rows of 2048 in bf16 and e4m3, 8 x 16 scales, 2 splits x 8 x 16 partials.
-        assert_eq!(reduce_smem_bytes(8, 2048), 3 * 8 * 2048 + 4 * 8 * 16 + 4 * 2 * 8 * 16);
+        // DeepSeek-V3: 8 rows of 2048 in e4m3, 8 x 16 scales, 2 splits x 8 x 16 partials; per channel in bf16 too.
+        assert_eq!(reduce_smem_bytes(8, 2048, false), 8 * 2048 + 4 * 8 * 16 + 4 * 2 * 8 * 16);
+        assert_eq!(reduce_smem_bytes(8, 2048, true), 3 * 8 * 2048 + 4 * 8 * 16 + 4 * 2 * 8 * 16);
         // Mixtral: k 2 -> 8 splits.
-        assert_eq!(reduce_smem_bytes(2, 14336), 3 * 2 * 14336 + 4 * 2 * 112 + 4 * 8 * 2 * 16);
+        assert_eq!(reduce_smem_bytes(2, 14336, false), 2 * 14336 + 4 * 2 * 112 + 4 * 8 * 2 * 16);
         // I = 128 has one K block: one split however small k is.
-        assert_eq!(reduce_smem_bytes(1, 128), 3 * 128 + 4 + 4 * 16);
+        assert_eq!(reduce_smem_bytes(1, 128, true), 3 * 128 + 4 + 4 * 16);
         assert_eq!(expand_smem_bytes(7168), 3 * 7168 + 4 * 56 + 1024);
     }
 }

@@ -18,7 +18,7 @@ pub(crate) use crate::ffi::layouts::launch_combine;
 /// The batched backend's decode kernels (16-bit and block-FP8 experts) and the shared-expert routing take plain
 /// descriptors of buffers and sizes; the layer fills them (its enums converted above) and launches them as they are.
 pub(crate) use crate::ffi::decode_fp8::{
-    launch_decode_layer_fp8, ChannelActScale, DecodeFp8Weights, DecodeScales, DynamicScale,
+    launch_decode_layer_fp8, ChannelActScale, DecodeFp8Scratch, DecodeFp8Weights, DecodeScales, DynamicScale,
 };
 pub(crate) use crate::ffi::elementwise::{launch_decode_layer, DecodeWeights};
 pub(crate) use crate::ffi::routing::{launch_extend_routing, SharedRoutingDesc};

@@ -69,6 +69,9 @@ pub struct ScratchNeeds {
     /// Per-tensor activation amax words (x's and h's) of the Batched backend over per-channel FP8 weights; 0
     /// otherwise.
     pub amax_words: usize,
+    /// Block-FP8 weights on Batched: one u32 arrival counter per (token, slot) row per 128 columns of h, by which
+    /// the last of the expand blocks writing a group quantises it (zeroed once, when allocated); 0 otherwise.
+    pub arrival_words: usize,
     /// The eager backend's one-group offsets.
     pub eager: bool,
 }
@@ -99,7 +102,8 @@ macro_rules! each_count {
             layout_scratch_ints,
             workspace_bytes,
             routing_slots,
-            amax_words
+            amax_words,
+            arrival_words
         )
     };
 }
@@ -189,6 +193,7 @@ impl ScratchNeeds {
             ("shared-expert routing", self.routing_slots * (i + std::mem::size_of::<f32>())),
             ("eager offsets", if self.eager { 2 * i } else { 0 }),
             ("per-tensor amax words", self.amax_words * std::mem::size_of::<u32>()),
+            ("FP8 decode arrival counters", self.arrival_words * std::mem::size_of::<u32>()),
             ("status word", std::mem::size_of::<u32>()),
         ];
         Footprint { parts }

@@ -218,7 +218,7 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
     /// block scales, per row (or per tensor, or by the checkpoint's scales) for per-channel ones.
     pub(super) fn forward_batched(&self, p: PassIo<'_, '_, T>, y: &mut MatrixViewMut<'_, T>) -> Result<()> {
         let tokens = p.x.rows();
-        let Buffers { h, amax, status, .. } = p.scratch.buffers()?;
+        let Buffers { h, h8, amax, arrivals, status, .. } = p.scratch.buffers()?;
         let (slots, x, ids, weights) = (self.sizing.shape.slots(), p.x.as_view(), p.ids.as_view(), p.weights.as_view());
         let (y, word) = (&mut y.as_view_mut(), status.word_mut());
         let fp8 = match self.weights.parts() {
@@ -228,8 +228,9 @@ impl<T: Element, W: LayerWeights<T>> MoeLayer<T, W> {
         };
         if let Some(w) = fp8 {
             let (x, ids, weights) = (&x, &ids, &weights);
+            let scratch = elementwise::DecodeFp8Scratch { amax, h_q: h8.map(|r| r.parts_mut()), arrivals };
             return elementwise::launch_decode_layer_fp8(
-                p.stream, &w, tokens, slots, x, ids, weights, h, y, amax, word,
+                p.stream, &w, tokens, slots, x, ids, weights, h, y, scratch, word,
             );
         }
         let w = self.dense(Backend::Batched)?.decode_experts();
@@ -294,6 +295,7 @@ pub(super) struct Buffers<'a, T> {
     pub(super) workspace: Option<&'a mut Workspace>,
     pub(super) single: Option<&'a mut CudaSlice<i32>>,
     pub(super) amax: Option<&'a mut CudaSlice<u32>>,
+    pub(super) arrivals: Option<&'a mut CudaSlice<u32>>,
     pub(super) status: &'a mut DeviceStatus,
 }
 
@@ -312,6 +314,7 @@ impl<T: Element> MoeScratch<T> {
             a_mx: self.a_mx.as_mut(),
             h_mx: self.h_mx.as_mut(),
             amax: self.amax.as_mut(),
+            arrivals: self.arrivals.as_mut(),
             d1: self.d1.as_mut(),
             h: self.h.as_mut().ok_or_else(|| missing("h"))?,
             d2: self.d2.as_mut(),

@@ -50,6 +50,7 @@ pub struct MoeScratch<T: Element> {
     pub(crate) weights: Option<CudaSlice<f32>>,
     pub(crate) single: Option<CudaSlice<i32>>,
     pub(crate) amax: Option<CudaSlice<u32>>,
+    pub(crate) arrivals: Option<CudaSlice<u32>>,
     pub(crate) status: DeviceStatus,
 }
 
@@ -116,6 +117,7 @@ impl<T: Element> MoeScratch<T> {
             a_mx: alloc_mx(stream, n.a_mx_rows, n.hidden, n.groups)?,
             h_mx: alloc_mx(stream, n.h_mx_rows, n.inter, n.groups)?,
             amax: alloc(stream, n.amax_words)?,
+            arrivals: alloc(stream, n.arrival_words)?,
             d1: alloc(stream, n.d1_rows * n.w13_cols)?,
             h: alloc(stream, n.h_rows * n.inter)?,
             d2: alloc(stream, n.d2_rows * n.d2_cols)?,
@@ -216,6 +218,7 @@ impl<T: Element> MoeScratch<T> {
             + b(&self.weights)
             + b(&self.single)
             + b(&self.amax)
+            + b(&self.arrivals)
             + std::mem::size_of::<u32>()
     }
 

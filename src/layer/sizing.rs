@@ -481,6 +481,9 @@ impl LayerSizing {
         // d1 (and h in e4m3): the GEMM backends' rows; Batched keeps them in registers and shared memory.
         let gemm_rows =
             passes.iter().filter(|p| p.backend != Backend::Batched).map(|p| rows_of(p).0).max().unwrap_or(0);
+        // Block-FP8 weights on Batched: h quantised once (e4m3 rows and scales) and its groups' arrival counters.
+        let batched_rows = passes.iter().filter(|p| p.backend == Backend::Batched).map(|p| slots(p.tokens)).max();
+        let batched_rows = if fp8 { batched_rows.unwrap_or(0) } else { 0 };
         let positions = slots(max_tokens);
         let needs = ScratchNeeds {
             dtype,
@@ -493,7 +496,7 @@ impl LayerSizing {
             // requantised (every layout row the GEMM plans may read: `rows`).
             a_rows: if fp8 || channel { 0 } else { a_rows },
             a_fp8_rows: if fp8 { a_rows } else { 0 },
-            h_fp8_rows: if fp8 { gemm_rows } else { 0 },
+            h_fp8_rows: if fp8 { gemm_rows.max(batched_rows) } else { 0 },
             // Per-channel FP8 weights: x quantised per token at its layout positions, h per row (one scale each).
             a_token_rows: if channel { a_rows } else { 0 },
             h_token_rows: if channel { gemm_rows } else { 0 },
@@ -514,6 +517,7 @@ impl LayerSizing {
             // Per-channel FP8 on Batched: x's and h's per-tensor amax (whatever the activation scheme: the
             // sizing does not know it, and two words do not matter).
             amax_words: if channel && enabled.contains(Backend::Batched) { 2 } else { 0 },
+            arrival_words: batched_rows * s.inter.div_ceil(128),
             eager: enabled.contains(Backend::Eager),
         };
         Ok(LayerSizing {

@@ -129,6 +129,10 @@ impl Fp8Rows {
     pub fn scales(&self) -> &CudaSlice<f32> {
         &self.scales
     }
+    /// The data and the scales, borrowed mutably at once.
+    pub fn parts_mut(&mut self) -> (&mut CudaSlice<F8E4M3>, &mut CudaSlice<f32>) {
+        (&mut self.data, &mut self.scales)
+    }
     pub fn data_mut(&mut self) -> &mut CudaSlice<F8E4M3> {
         &mut self.data
     }

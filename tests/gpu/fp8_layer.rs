@@ -270,6 +270,61 @@ fn fp8_decode_reports_an_out_of_range_expert() {
     assert!(got[2 * h..3 * h].iter().all(|v| v.is_finite()), "token 2 keeps its valid slot");
 }
 
+/// The FP8 decode kernels quantise h once per launch, the last of each group's expand blocks counting itself in
+/// the scratch's arrival counters: one scratch serves two layers of different I, forwards alternate between
+/// them with fresh inputs (a stale or half-written group of h would carry the previous forward's values), and a
+/// forward with an out-of-range expert id (whose row counts nothing) sits between; every valid forward must
+/// match its reference.
+#[test]
+#[ignore = "needs an SM90 GPU"]
+fn fp8_decode_quantises_h_once_per_launch_across_layers_sharing_a_scratch() {
+    let (e, h, k, t) = (8usize, 512usize, 2usize, 6usize);
+    let (_ctx, stream) = gpu();
+    let inters = [256usize, 640];
+    let packs: Vec<PackedFp8Experts> =
+        inters.iter().zip(101..).map(|(&i, seed)| experts(e, h, i, &Fp8Config::DEEPSEEK_V3, seed).1).collect();
+    let layers: Vec<MoeLayer<bf16, Fp8ExpertWeights>> = packs
+        .iter()
+        .map(|p| {
+            let w = Fp8ExpertWeights::upload(&stream, p, ExpertFormat::SWIGLU).unwrap();
+            let opts = MoeLayerOptions::new(t, k).backends(Backends::FP8);
+            let mut l = MoeLayer::new(&stream, Arc::new(w), opts).unwrap();
+            l.set_backend(Backend::Batched).unwrap();
+            l
+        })
+        .collect();
+    let mut scratch = MoeScratch::for_layers(&stream, layers.iter()).unwrap();
+    let s = &stream;
+    for step in 0..6u64 {
+        let which = (step % 2) as usize;
+        let mut ids = moe_gemm::random::topk_ids(t, k, e, 110 + step);
+        let w = weights_for(t, k, 120 + step);
+        let x = random_vec::<bf16>(t * h, 130 + step, 1.0 + step as f32);
+        let want = moe_forward_fp8(&Fp8HostLayer::new(&packs[which], Activation::SiluGated), &x, &ids, &w, k);
+        let bad = step == 3;
+        if bad {
+            ids[1] = -1; // token 0, slot 1
+        }
+        let (xd, idd, wd) = (s.clone_htod(&x).unwrap(), s.clone_htod(&ids).unwrap(), s.clone_htod(&w).unwrap());
+        let mut y = s.clone_htod(&vec![bf16::NAN; t * h]).unwrap();
+        let (xv, iv, wv) = views(&xd, h, &idd, &wd, k);
+        let mut yv = MatrixViewMut::of("y", &mut y, h).unwrap();
+        layers[which].forward(s, &mut scratch, &xv, &iv, &wv, &mut yv).unwrap();
+        let checked = scratch.check(s);
+        let got = s.clone_dtoh(&y).unwrap();
+        let first = if bad {
+            assert!(checked.unwrap_err().to_string().to_lowercase().contains("expert"));
+            h // token 0 lost a slot; the others are whole
+        } else {
+            checked.unwrap();
+            0
+        };
+        if let Some(m) = fp8_layer_mismatch(&got[first..], &want[first..], h) {
+            panic!("step {step} (layer {which}, I {}): {m}", inters[which]);
+        }
+    }
+}
+
 /// DeepSeek-V3-like: E 64, k 8, the grouped sigmoid router (8 groups keep 4, routed_scaling_factor 2.5); in one
 /// pass and in passes of 16 tokens.
 #[test]
