@@ -22,9 +22,10 @@ macro_rules! shipped {
     };
 }
 /// `(file name, text)` of every shipped table: the H200's 16-bit tables (2026-12-01/02,
-/// `benches/results/h200-2026-12-01-tuned-tables/`), the H100's 16-bit and block-FP8 tables (2026-12-06,
-/// `benches/results/h100-2026-12-06-tuned-tables/`; gpt-oss-120b's 16-bit one 2026-12-07,
-/// `benches/results/h100-2026-12-07-gpu-5128bfd/`).
+/// `benches/results/h200-2026-12-01-tuned-tables/`), the H100's 16-bit tables (2026-12-06,
+/// `benches/results/h100-2026-12-06-tuned-tables/`; gpt-oss-120b's 2026-12-07,
+/// `benches/results/h100-2026-12-07-gpu-5128bfd/`) and block-FP8 tables (2026-12-07, after the FP8 decode
+/// kernels quantise h once: `benches/results/h100-2026-12-07-fp8-decode-h-once/`).
 pub const SHIPPED: [(&str, &str); 14] = shipped! {
     ("h200", "NVIDIA_H200", "dtype=bf16"): ["E=8,N=14336", "E=128,N=768", "E=128,N=1536", "E=128,N=2880", "E=256,N=2048"];
     ("h100", "NVIDIA_H100_80GB_HBM3", "dtype=bf16"):
