@@ -7,8 +7,9 @@
 //           write a 128-column group of h quantises it once into scratch (decode_fp8.h).
 //   reduce: per token and 16 outputs of y per block, the token's k rows of quantised h staged in shared memory,
 //           warps per slot (and per share of K for small k) stream w2's rows, the block sums in a fixed order.
-// Quantising h once instead of in each of the H / 16 reduce blocks took 8-21% off the layer on an H100 (bit for
-// bit the same output), the weight loads' cache hints another 3-9%.
+// Quantising h once instead of in each of the H / 16 reduce blocks, with the weight loads' cache hints, took 3-16%
+// off the two kernels at 19 of 20 decode points on an H100, output bit-equal
+// (benches/results/h100-2026-12-07-fp8-decode-h-once).
 // Splitting K is what keeps enough loads in flight at T = 1 (DeepSeek-V3: 8 rows x 64 blocks of 8 warps).
 // Both grids put the rows (tokens) in x, the fastest: the blocks of one output tile for every row run side by side,
 // so rows that share an expert read its weight tile while another row's read holds it in L2 (T = 4 to 64: 3-36%
@@ -78,7 +79,8 @@ __device__ __forceinline__ Quad load_quad(const bf16* __restrict__ src, int c0) 
 }
 
 // 16 bytes of a weight row, read once per launch: not kept in L1, and L2 asked for the whole 128-byte line (the
-// warp reads all of it), which measured 3-9% faster over both kernels than plain __ldg on an H100.
+// warp reads all of it). 5% faster than plain __ldg over the two kernels on an H100 (geomean of 20 decode
+// points), slower only where the weights stay in L2 between launches.
 __device__ __forceinline__ uint4 load_weights(const uint8_t* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
