@@ -620,33 +620,6 @@ struct SizingOptions<'d> {
 mod tests {
     use super::*;
 
-    /// Over block-FP8 weights Batched's expand kernel quantises h once into the scratch: e4m3 rows for every
-    /// (token, slot) row of its largest pass and one arrival counter per row per 128 columns of h; without
-    /// Batched neither is held for it.
-    #[test]
-    fn fp8_batched_holds_h_quantised_once_and_its_arrival_counters() {
-        let shape = LayerShape {
-            experts: 256,
-            global_experts: 256,
-            top_k: 8,
-            shared_groups: 1,
-            hidden: 7168,
-            inter: 2048,
-            gated: true,
-        };
-        let batched = Some(Backends::of(Backend::Batched));
-        let s = LayerSizing::new_fp8(shape, 5, Backend::Batched, batched, None, false, 132).unwrap();
-        let n = s.needs();
-        assert_eq!((n.h_fp8_rows, n.arrival_words), (5 * 9, 5 * 9 * 16), "5 tokens x (8 + 1 shared) slots");
-        let f = n.footprint();
-        assert!(f.parts.iter().any(|(name, b)| name.contains("arrival") && *b == 5 * 9 * 16 * 4), "{f}");
-        let grouped = Some(Backends::of(Backend::Grouped));
-        let g = LayerSizing::new_fp8(shape, 5, Backend::Grouped, grouped, None, false, 132).unwrap();
-        assert_eq!((g.needs().h_fp8_rows, g.needs().arrival_words), (5 * 9, 0), "Grouped's own h rows, no counters");
-        let dense = LayerSizing::new(shape, DType::BF16, 5, Backend::Batched, batched, None, None, false, 132).unwrap();
-        assert_eq!((dense.needs().h_fp8_rows, dense.needs().arrival_words), (0, 0));
-    }
-
     /// Every GEMM plan reads at most the rows its pass's buffers hold. With Fused and Grouped enabled and no
     /// Masked, Fused's padded layout is the largest pass: GEMM plans sized by it overran Grouped's `a`.
     #[test]
