@@ -107,7 +107,7 @@ pub(crate) fn check_shape(hidden: usize, inter: usize, top_k: usize, per_channel
 }
 
 /// The scratch the kernels write besides h.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct DecodeFp8Scratch<'a> {
     /// Per-tensor dynamic activation scales (per channel): two words (a memset and a reduction kernel run first;
     /// the expand kernel reduces h's amax into the second).
@@ -260,11 +260,11 @@ pub(crate) fn launch_decode_layer_fp8<T: Element>(
         stream: stream.cu_stream() as u64,
     };
     // SAFETY: x holds tokens*H, ids/weights tokens*k, h rows*I, y tokens*H bf16; block scales: h_q rows*I e4m3,
-    // h_scales and arrivals rows*I/128 words; the weights E*2I*H and E*H*I
-    // e4m3 bytes with their E*(2I/128)*(H/128) and E*(H/128)*(I/128) f32 block scales or E*2I and E*H channel
-    // scales, biases E*2I and E*H, one static scale each, two amax words (all checked above). H and I are multiples of 128 and the bases 16-byte aligned, so every row's 16-byte loads
-    // are; the shared memory fits (checked). Expert ids are device data the kernels range-check. The stream's
-    // context is bound to this thread; guards outlive the call.
+    // h_scales and arrivals rows*I/128 words; the weights E*2I*H and E*H*I e4m3 bytes with their
+    // E*(2I/128)*(H/128) and E*(H/128)*(I/128) f32 block scales or E*2I and E*H channel scales, biases E*2I and
+    // E*H, one static scale each, two amax words (all checked above). H and I are multiples of 128 and the bases
+    // 16-byte aligned, so every row's 16-byte loads are; the shared memory fits (checked). Expert ids are device
+    // data the kernels range-check. The stream's context is bound to this thread; guards outlive the call.
     check(unsafe { ffi::decode_layer_fp8(&args) }, &Launched::op("decode_layer_fp8"))
 }
 
