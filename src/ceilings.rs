@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 
 use crate::error::Result;
@@ -46,7 +46,10 @@ pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
     let mut buf = stream.alloc_zeros::<bf16>(2 << 30)?; // 4 GiB
     random::fill_device(stream, &mut buf, 11, 1.0)?;
     let mut sink = stream.alloc_zeros::<u32>(sm * 4)?;
-    let us = timing::measure(stream, 10, 1, &mut None, || ffi::runtime::read_sweep(stream, &buf, &mut sink))?.median_us;
+    let us = timing::measure(stream, 10, 1, &mut None, || {
+        ffi::runtime::read_sweep(stream, &buf, buf.num_bytes(), &mut sink)
+    })?
+    .median_us;
     let read_bytes_per_s = buf.num_bytes() as f64 / (us * 1e-6);
     drop(buf);
     let bf16_flops = if ffi::cublas::cublas_present() {
@@ -76,6 +79,38 @@ pub fn measure(stream: &Arc<CudaStream>) -> Result<Ceilings> {
         None
     };
     Ok(Ceilings { read_bytes_per_s, bf16_flops, fp8_flops })
+}
+
+/// One streaming-read kernel (the one [`measure`] takes the read bandwidth with) over the first bytes of a buffer
+/// of random data: timed by a benchmark under its points' own protocol over a point's active weight bytes, the
+/// measured lower bound of any kernel chain that must read those bytes once (`bench --layer --read-floor`).
+#[derive(Debug)]
+pub struct ReadProbe {
+    buf: CudaSlice<bf16>,
+    sink: CudaSlice<u32>,
+}
+
+impl ReadProbe {
+    /// Room for reads of up to `bytes` on `stream`'s device (`bytes` of device memory, allocated and filled now).
+    pub fn new(stream: &Arc<CudaStream>, bytes: usize) -> Result<ReadProbe> {
+        let sm = device::DeviceInfo::query(stream.context())?.sm_count.max(1) as usize;
+        let mut buf = stream.alloc_zeros::<bf16>(bytes.div_ceil(16) * 8)?;
+        random::fill_device(stream, &mut buf, 17, 1.0)?;
+        Ok(ReadProbe { buf, sink: stream.alloc_zeros::<u32>(sm * 4)? })
+    }
+
+    /// The most bytes one read may take.
+    pub fn capacity(&self) -> usize {
+        self.buf.num_bytes()
+    }
+
+    /// Queues one read of the first `bytes` bytes (whole 16-byte vectors) on `stream`.
+    ///
+    /// # Errors
+    /// `bytes` past [`Self::capacity`], or what the launch returns.
+    pub fn queue(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<()> {
+        ffi::runtime::read_sweep(stream, &self.buf, bytes, &mut self.sink)
+    }
 }
 
 #[cfg(test)]

@@ -116,6 +116,11 @@ pub struct BenchArgs {
     /// Do not flush L2 between repetitions.
     #[arg(long)]
     pub no_flush: bool,
+    /// --layer: also time one streaming-read kernel over each point's active weight bytes (bf16's and the
+    /// quantised experts'), captured and replayed as the layer is: a measured lower bound per point (`read µs`,
+    /// `x read`). Takes as much device memory again as the bf16 experts of the largest model.
+    #[arg(long)]
+    pub read_floor: bool,
     /// Also run the balanced-routing points (every expert gets exactly T·k/E rows).
     #[arg(long)]
     pub balanced: bool,

@@ -24,7 +24,7 @@ use moe_gemm::{
     MoeLayerOptions, MoeScratch, Result,
 };
 
-use moe_gemm::ceilings::Ceilings;
+use moe_gemm::ceilings::{Ceilings, ReadProbe};
 
 use super::args::{BenchArgs, BenchDtype};
 use super::layer_fp8::{
@@ -37,6 +37,7 @@ use moe_gemm::kernels::fused::FusedTile;
 
 mod configs;
 mod csv;
+mod read_floor;
 
 /// One timed entry.
 struct Timed {
@@ -79,6 +80,8 @@ struct Point {
     routing: &'static str,
     /// Expert-parallel degree: this GPU holds the experts `e` with `e % ep == 0` (1: all).
     ep: usize,
+    /// With `--read-floor`: per dtype timed here, the median µs of one streaming read of its active weight bytes.
+    read_us: Vec<(LayerDtype, f64)>,
 }
 
 impl Point {
@@ -97,16 +100,24 @@ impl Point {
     /// The floor of the layer over `dtype` experts: bytes and FLOPs of [`floor_terms`], at the dense rate of
     /// `dtype` (bf16 or fp8).
     fn floor_for(&self, dtype: LayerDtype, c: &Ceilings) -> f64 {
-        let mut active = vec![false; self.experts];
-        let local = self.ids.iter().filter(|&&e| e as usize % self.ep == 0);
-        local.clone().for_each(|&e| active[e as usize] = true);
-        let n = active.iter().filter(|&&a| a).count();
-        let (bytes, flops) = floor_terms(dtype, n, local.count(), self.hidden, self.inter);
+        let (bytes, flops) = self.terms(dtype);
         match dtype {
             LayerDtype::Bf16 => c.floor_us(bytes, flops),
             // Hopper has no FP4 MMA: the fp8 rate is the best its tensor cores give MXFP8 x e2m1.
             LayerDtype::Fp8 | LayerDtype::Mxfp4 | LayerDtype::Fp8Channel => c.floor_fp8_us(bytes, flops),
         }
+    }
+    /// [`floor_terms`] of this GPU's active experts and rows over `dtype` experts: (bytes, FLOPs).
+    fn terms(&self, dtype: LayerDtype) -> (f64, f64) {
+        let mut active = vec![false; self.experts];
+        let local = self.ids.iter().filter(|&&e| e as usize % self.ep == 0);
+        local.clone().for_each(|&e| active[e as usize] = true);
+        let n = active.iter().filter(|&&a| a).count();
+        floor_terms(dtype, n, local.count(), self.hidden, self.inter)
+    }
+    /// The `--read-floor` median of `dtype`'s active weight bytes at this point, where timed.
+    fn read_for(&self, dtype: LayerDtype) -> Option<f64> {
+        self.read_us.iter().find(|r| r.0 == dtype).map(|r| r.1)
     }
     /// The point's Auto pick for `dtype`'s layer.
     fn auto_for(&self, dtype: LayerDtype) -> Option<Backend> {
@@ -284,6 +295,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         let mut x = stream.alloc_zeros::<bf16>(max_t * h)?;
         fill_device(stream, &mut x, 5, 1.0)?;
         let mut y = stream.alloc_zeros::<bf16>(max_t * h)?;
+        // Room to read every local expert's bf16 bytes, the most any point of this model reads.
+        let probe_bytes = floor_terms(LayerDtype::Bf16, local_e, 0, h, i).0 as usize;
+        let mut probe = args.read_floor.then(|| ReadProbe::new(stream, probe_bytes)).transpose()?;
         for (&t, kind) in shape.tokens.iter().flat_map(|t| routings.iter().map(move |r| (t, *r))) {
             let (ids, w) = routing(kind, e, k, t, 7 + t as u64)?;
             let ids_d = stream.clone_htod(&ids)?;
@@ -313,8 +327,17 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 auto_fp8,
                 routing: kind,
                 ep,
+                read_us: Vec::new(),
             });
             let pi = points.len() - 1;
+            if let Some(probe) = probe.as_mut() {
+                let dtypes = [LayerDtype::Bf16].into_iter().chain(quant.filter(|_| layer8.is_some()));
+                for d in dtypes {
+                    let bytes = points[pi].terms(d).0 as usize;
+                    let us = read_floor::time_read(stream, args, &mut flush, probe, bytes)?;
+                    points[pi].read_us.push((d, us));
+                }
+            }
             let entry = |asked, ran, times, dtype| Timed { point: pi, asked, ran, times, dtype, tile: None };
             // The bf16 backends asked, then (with --dtype fp8) bf16 Auto where no backend asked ran it (the
             // FP8 rows' reference), then the FP8 backends.
@@ -419,10 +442,11 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         "{:<34} {:<11} {:<11} {:>10} {:>17} {:>9} {:>8} {:>10} {:>8}",
         "point", "backend", "ran", "median µs", "p10-p90", "floor µs", "x floor", "peer µs", "x peer"
     );
+    let read_head = if args.read_floor { format!(" {:>9} {:>7}", "read µs", "x read") } else { String::new() };
     if fp8 {
-        println!("{head} {:<5} {:>10} {:>7}", "dtype", "bf16 Auto", "x bf16");
+        println!("{head} {:<5} {:>10} {:>7}{read_head}", "dtype", "bf16 Auto", "x bf16");
     } else {
-        println!("{head}");
+        println!("{head}{read_head}");
     }
     for r in &results {
         let (ran, times) = (&r.ran, &r.times);
@@ -445,6 +469,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             )
         } else {
             String::new()
+        };
+        let read = p.read_for(r.dtype);
+        let tail = if args.read_floor {
+            let x = times.zip(read).map_or("-".into(), |(t, u)| format!("{:.2}", t.0 / u));
+            format!("{tail} {:>9} {x:>7}", read.map_or("-".into(), |u| format!("{u:.1}")))
+        } else {
+            tail
         };
         let star = if Some(*ran) == p.auto_for(r.dtype) { "*" } else { "" };
         match times {
@@ -524,6 +555,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     "p10_us": times.map(|t| t.1), "p90_us": times.map(|t| t.2),
                     "floor_us": p.floor_for(r.dtype, ceil), "peers": peers, "dtype": r.dtype.name(),
                     "bf16_auto_us": reference, "x_bf16": times.zip(reference).map(|(t, b)| t.0 / b),
+                    "read_us": p.read_for(r.dtype), "x_read": times.zip(p.read_for(r.dtype)).map(|(t, u)| t.0 / u),
                 })
             })
             .collect();
@@ -549,6 +581,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
             _ => "the layer over block-FP8 experts (Auto: Batched or Grouped, auto_backend_fp8)",
         };
         println!("{} rows: {auto}; bf16 Auto = the bf16 layer's Auto median at the same point, this run; x bf16 = the row's median / it (< 1: faster than bf16)", qd.name());
+    }
+    if args.read_floor {
+        println!("read µs = one streaming-read kernel over the point's active weight bytes of the row's dtype (the floor's bytes), captured and replayed as the layer is, L2 flushed: a measured lower bound; x read = the row's median / it");
     }
     Ok(())
 }
@@ -654,6 +689,7 @@ mod tests {
             auto_fp8: Some(Backend::Grouped),
             routing: "uniform",
             ep,
+            read_us: Vec::new(),
         }
     }
 

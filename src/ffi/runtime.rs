@@ -5,7 +5,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use super::bridge::ffi;
 use super::status::cuda_result;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Restores the default action of SIGPIPE (Rust ignores it, so `println!` into a closed pipe panics).
 #[cfg(feature = "cli")]
@@ -79,16 +79,28 @@ pub(crate) fn spin(stream: &CudaStream, ns: u64) -> Result<()> {
     cuda_result("spin", unsafe { ffi::spin(ns, stream.cu_stream() as u64) })
 }
 
-/// Queues a streaming read of all of `buf` (its whole 16-byte vectors) by `sink.len()` blocks.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))] // the bandwidth ceiling of the benchmarks
-pub(crate) fn read_sweep<T>(stream: &CudaStream, buf: &CudaSlice<T>, sink: &mut CudaSlice<u32>) -> Result<()> {
+/// Queues a streaming read of the first `bytes` of `buf` (rounded up to whole 16-byte vectors) by `sink.len()`
+/// blocks.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // the bandwidth ceiling and read floors of the benchmarks
+pub(crate) fn read_sweep<T>(
+    stream: &CudaStream,
+    buf: &CudaSlice<T>,
+    bytes: usize,
+    sink: &mut CudaSlice<u32>,
+) -> Result<()> {
+    let vectors = bytes.div_ceil(16) * 16;
+    if vectors > buf.num_bytes() {
+        return Err(Error::InvalidProblem(format!(
+            "read_sweep: {bytes} bytes ({vectors} in 16-byte vectors) asked of a buffer of {}",
+            buf.num_bytes()
+        )));
+    }
     super::bind(stream)?;
-    let bytes = (buf.num_bytes() / 16 * 16) as u64;
     let blocks = sink.len().min(i32::MAX as usize) as i32;
     let (p, _p) = buf.device_ptr(stream);
     let (s, _s) = sink.device_ptr_mut(stream);
-    // SAFETY: the kernel reads bytes <= buf's size from its (256-byte aligned) start and writes at most one
-    // word per block into sink, which has `blocks` words; the guards order both on `stream`, whose context is
+    // SAFETY: the kernel reads `vectors` <= buf's size bytes from its (256-byte aligned) start and writes at most
+    // one word per block into sink, which has `blocks` words; the guards order both on `stream`, whose context is
     // bound to this thread.
-    cuda_result("read_sweep", unsafe { ffi::read_sweep(p, bytes, s, blocks, stream.cu_stream() as u64) })
+    cuda_result("read_sweep", unsafe { ffi::read_sweep(p, vectors as u64, s, blocks, stream.cu_stream() as u64) })
 }

@@ -10,9 +10,10 @@ use super::super::peer::{Extras, Headline};
 use super::{bf16_auto_us, Peer, Point, Timed};
 
 /// The fixed columns: the point, the backend asked and run, Auto's pick, the times, the floor, the headline peer,
-/// then the dtype of the row's experts, the bf16 layer's Auto median at the point and the row's median over it.
+/// then the dtype of the row's experts, the bf16 layer's Auto median at the point and the row's median over it,
+/// and (`--read-floor`) the point's measured read floor for the row's dtype and the row's median over it.
 pub const BASE_COLUMNS: &str = "model,tokens,routing,backend,ran,auto,median_us,p10_us,p90_us,floor_us,x_floor,\
-                                peer_us,x_peer,dtype,bf16_auto_us,x_bf16";
+                                peer_us,x_peer,dtype,bf16_auto_us,x_bf16,read_us,x_read";
 
 /// A peer variant's name as a column stem: ASCII letters, digits and `_`, the rest `_`.
 fn stem(name: &str) -> String {
@@ -87,9 +88,10 @@ pub(super) fn table(
         let peer_us = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().ok()).copied();
         let (med, p10, p90) = times.map_or((None, None, None), |t| (Some(t.0), Some(t.1), Some(t.2)));
         let reference = bf16_auto_us(results, r.point, p);
+        let read = p.read_for(r.dtype);
         let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
         text += &format!(
-            "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{}{}\n",
+            "{},{},{},{},{ran:?},{},{},{},{},{floor:.2},{},{},{},{},{},{},{},{}{}\n",
             p.model,
             p.tokens,
             p.routing,
@@ -104,6 +106,8 @@ pub(super) fn table(
             r.dtype.name(),
             f(reference),
             med.zip(reference).map_or(String::new(), |(m, b)| format!("{:.3}", m / b)),
+            f(read),
+            med.zip(read).map_or(String::new(), |(m, u)| format!("{:.3}", m / u)),
             variant_cells(&columns, extras.get(&p.name()).map(Vec::as_slice), med),
         );
     }
@@ -112,7 +116,9 @@ pub(super) fn table(
 
 #[cfg(test)]
 mod tests {
+    use super::super::{LayerDtype, Timed};
     use super::*;
+    use moe_gemm::Backend;
 
     fn extras() -> Extras {
         let mut e = Extras::new();
@@ -157,5 +163,41 @@ mod tests {
         let row =
             format!("{}{}", "x,".repeat(BASE_COLUMNS.split(',').count() - 1) + "x", variant_cells(&v, None, None));
         assert_eq!(row.split(',').count(), cols);
+    }
+
+    #[test]
+    fn csv_rows_carry_the_read_floor_of_their_own_dtype() {
+        let c = Ceilings { read_bytes_per_s: 4e12, bf16_flops: None, fp8_flops: None };
+        let p = Point {
+            model: "test",
+            experts: 4,
+            top_k: 2,
+            hidden: 256,
+            inter: 128,
+            tokens: 1,
+            ids: vec![0, 1],
+            weights: vec![0.5; 2],
+            auto: Backend::Grouped,
+            auto_fp8: Some(Backend::Grouped),
+            routing: "uniform",
+            ep: 1,
+            read_us: vec![(LayerDtype::Bf16, 20.0), (LayerDtype::Fp8, 10.0)],
+        };
+        let row = |dtype, us| Timed {
+            point: 0,
+            asked: Backend::Grouped,
+            ran: Backend::Grouped,
+            times: Some((us, us, us)),
+            dtype,
+            tile: None,
+        };
+        let rows = [row(LayerDtype::Bf16, 30.0), row(LayerDtype::Fp8, 12.5), row(LayerDtype::Mxfp4, 9.0)];
+        let headline = Headline { id: None, text: "none".into() };
+        let text = table(&rows, &[p], &c, &Err("no peer".into()), &Default::default(), &headline);
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
+        let col = |name: &str| lines[0].iter().position(|h| *h == name).unwrap();
+        let cells: Vec<(&str, &str)> = lines[1..].iter().map(|l| (l[col("read_us")], l[col("x_read")])).collect();
+        // Each row against its own dtype's read; a dtype with no read timed gets empty cells, not another's.
+        assert_eq!(cells, [("20.00", "1.500"), ("10.00", "1.250"), ("", "")]);
     }
 }
