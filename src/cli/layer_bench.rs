@@ -308,6 +308,9 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     }
     bar.finish_and_clear();
     drop(flush);
+    // Freed device memory returns to the driver's pool asynchronously and leaves this process only at a
+    // synchronisation: the peer, another process, needs it (DeepSeek-V3's on an 80 GB GPU with --read-floor).
+    stream.synchronize()?;
     if let Some(dir) = &args.write_configs {
         configs::write_configs(dir, info, &points, &results, fused_tile)?;
     }
@@ -414,8 +417,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     for (model, why) in &skipped {
         println!("{} skipped: {model}: {why}", qd.name());
     }
-    if let Err(why) = &peer {
-        println!("peer: {why}");
+    match &peer {
+        Err(why) => println!("peer: {why}"),
+        Ok(_) => {
+            for (name, why) in peer_errors(&peer, &points) {
+                println!("peer at {name}: {why}");
+            }
+        }
     }
     if !extras.is_empty() {
         println!("other PyTorch peers of the same points (µs; ratio = Auto's median / peer's):");
@@ -451,12 +459,13 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                     })
                     .collect();
                 let reference = bf16_auto_us(&results, r.point, p);
+                let peer_error = peer.as_ref().ok().and_then(|m| m.get(&p.name())).and_then(|r| r.as_ref().err());
                 serde_json::json!({
                     "model": p.model, "tokens": p.tokens, "routing": p.routing, "experts": p.experts, "top_k": p.top_k,
                     "hidden": p.hidden, "inter": p.inter, "backend": r.label(), "ran": format!("{ran:?}"),
                     "auto": p.auto_for(r.dtype).map(|b| format!("{b:?}")), "median_us": times.map(|t| t.0),
                     "p10_us": times.map(|t| t.1), "p90_us": times.map(|t| t.2),
-                    "floor_us": p.floor_for(r.dtype, ceil), "peers": peers, "dtype": r.dtype.name(),
+                    "floor_us": p.floor_for(r.dtype, ceil), "peers": peers, "peer_error": peer_error, "dtype": r.dtype.name(),
                     "bf16_auto_us": reference, "x_bf16": times.zip(reference).map(|(t, b)| t.0 / b),
                     "read_us": p.read_for(r.dtype), "x_read": times.zip(p.read_for(r.dtype)).map(|(t, u)| t.0 / u),
                 })
@@ -493,6 +502,12 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
 
 type Peer = std::result::Result<super::peer::Medians, String>;
 type Extras = super::peer::Extras;
+
+/// The points the peer ran but has no headline figure for, each with the peer's reason (its `error`), in order.
+fn peer_errors(peer: &Peer, points: &[Point]) -> Vec<(String, String)> {
+    let Ok(m) = peer else { return Vec::new() };
+    points.iter().filter_map(|p| m.get(&p.name())?.as_ref().err().map(|why| (p.name(), why.clone()))).collect()
+}
 
 /// The headline peer's medians (or why none), the other peers, and the headline's name.
 fn run_peer(args: &BenchArgs, points: &[Point]) -> (Peer, Extras, Headline) {
@@ -571,4 +586,39 @@ fn plots(
         println!("wrote {}", file.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_the_peer_failed_is_reported_with_its_reason() {
+        let point = |t: usize| Point {
+            model: "deepseek-v3",
+            experts: 256,
+            top_k: 8,
+            hidden: 7168,
+            inter: 2048,
+            tokens: t,
+            ids: vec![0; 8 * t],
+            weights: vec![0.125; 8 * t],
+            auto: Backend::Batched,
+            auto_fp8: None,
+            routing: "uniform",
+            ep: 1,
+            read_us: Vec::new(),
+        };
+        let points = [point(1), point(2), point(4)];
+        let mut m = super::super::peer::Medians::new();
+        m.insert(points[0].name(), Ok(147.1));
+        m.insert(points[1].name(), Err("OutOfMemoryError: CUDA out of memory".into()));
+        // T = 4 has no entry at all: nothing to report for it here (the table shows '-').
+        let peer: Peer = Ok(m);
+        assert_eq!(
+            peer_errors(&peer, &points),
+            [("deepseek-v3/T=2".to_string(), "OutOfMemoryError: CUDA out of memory".to_string())]
+        );
+        assert!(peer_errors(&Err("peer skipped (--peer none)".into()), &points).is_empty());
+    }
 }
