@@ -38,11 +38,27 @@ use moe_gemm::kernels::fused::FusedTile;
 mod configs;
 mod csv;
 mod point;
-mod read_floor;
 
 use point::{bf16_auto_us, Point, Timed};
 
-/// Captures one forward of `layer` in a CUDA graph and times its replays; checks the scratch's status after.
+/// Captures what `queue` queues on `stream` in a CUDA graph and times its replays (the layer and the read floor
+/// alike: same flush, spin and repetitions).
+fn time_graph(
+    stream: &Arc<CudaStream>,
+    args: &BenchArgs,
+    flush: &mut Option<cudarc::driver::CudaSlice<u8>>,
+    queue: impl FnOnce() -> Result<()>,
+) -> Result<(f64, f64, f64)> {
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let queued = queue();
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+    queued?;
+    let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
+    let t = moe_gemm::timing::measure(stream, args.reps, 3, flush, || Ok(graph.launch()?))?;
+    Ok((t.median_us, t.p10_us, t.p90_us))
+}
+
+/// Times one forward of `layer` ([`time_graph`]); checks the scratch's status after.
 #[allow(clippy::too_many_arguments)]
 fn time_forward<W: LayerWeights<bf16>>(
     stream: &Arc<CudaStream>,
@@ -55,14 +71,9 @@ fn time_forward<W: LayerWeights<bf16>>(
     w: &MatrixView<'_, f32>,
     y: &mut MatrixViewMut<'_, bf16>,
 ) -> Result<(f64, f64, f64)> {
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let queued = layer.forward(stream, scratch, x, ids, w, y);
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
-    queued?;
-    let graph = graph.ok_or_else(|| Error::InvalidProblem("empty graph".into()))?;
-    let t = moe_gemm::timing::measure(stream, args.reps, 3, flush, || Ok(graph.launch()?))?;
+    let t = time_graph(stream, args, flush, || layer.forward(stream, scratch, x, ids, w, y))?;
     scratch.check(stream)?;
-    Ok((t.median_us, t.p10_us, t.p90_us))
+    Ok(t)
 }
 
 pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: &Ceilings) -> Result<()> {
@@ -237,7 +248,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
                 let dtypes = [LayerDtype::Bf16].into_iter().chain(quant.filter(|_| layer8.is_some()));
                 for d in dtypes {
                     let bytes = points[pi].terms(d).0 as usize;
-                    let us = read_floor::time_read(stream, args, &mut flush, probe, bytes)?;
+                    // One streaming read of the floor's bytes under the layer's protocol: a measured lower bound.
+                    let us = time_graph(stream, args, &mut flush, || probe.queue(stream, bytes))?.0;
                     points[pi].read_us.push((d, us));
                 }
             }
@@ -594,21 +606,8 @@ mod tests {
 
     #[test]
     fn a_point_the_peer_failed_is_reported_with_its_reason() {
-        let point = |t: usize| Point {
-            model: "deepseek-v3",
-            experts: 256,
-            top_k: 8,
-            hidden: 7168,
-            inter: 2048,
-            tokens: t,
-            ids: vec![0; 8 * t],
-            weights: vec![0.125; 8 * t],
-            auto: Backend::Batched,
-            auto_fp8: None,
-            routing: "uniform",
-            ep: 1,
-            read_us: Vec::new(),
-        };
+        let point =
+            |t: usize| Point { model: "deepseek-v3", ..point::tests::point(vec![0; 8 * t], 256, 8, 7168, 2048, 1) };
         let points = [point(1), point(2), point(4)];
         let mut m = super::super::peer::Medians::new();
         m.insert(points[0].name(), Ok(147.1));

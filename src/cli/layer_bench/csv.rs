@@ -168,21 +168,8 @@ mod tests {
     #[test]
     fn csv_rows_carry_the_read_floor_of_their_own_dtype() {
         let c = Ceilings { read_bytes_per_s: 4e12, bf16_flops: None, fp8_flops: None };
-        let p = Point {
-            model: "test",
-            experts: 4,
-            top_k: 2,
-            hidden: 256,
-            inter: 128,
-            tokens: 1,
-            ids: vec![0, 1],
-            weights: vec![0.5; 2],
-            auto: Backend::Grouped,
-            auto_fp8: Some(Backend::Grouped),
-            routing: "uniform",
-            ep: 1,
-            read_us: vec![(LayerDtype::Bf16, 20.0), (LayerDtype::Fp8, 10.0)],
-        };
+        let mut p = super::super::point::tests::point(vec![0, 1], 4, 2, 256, 128, 1);
+        p.read_us = vec![(LayerDtype::Bf16, 20.0), (LayerDtype::Fp8, 10.0)];
         let row = |dtype, us| Timed {
             point: 0,
             asked: Backend::Grouped,

@@ -108,11 +108,19 @@ pub(super) fn bf16_auto_us(results: &[Timed], pi: usize, p: &Point) -> Option<f6
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::super::layer_inputs::routing;
     use super::*;
 
-    fn point(ids: Vec<i32>, experts: usize, k: usize, hidden: usize, inter: usize, ep: usize) -> Point {
+    /// A point of `ids` (k per token) over `experts`, Grouped for both dtypes, uniform routing.
+    pub(in super::super) fn point(
+        ids: Vec<i32>,
+        experts: usize,
+        k: usize,
+        hidden: usize,
+        inter: usize,
+        ep: usize,
+    ) -> Point {
         let tokens = ids.len() / k;
         Point {
             model: "test",
