@@ -99,10 +99,15 @@ impl ReadProbe {
         Ok(ReadProbe { buf, sink: stream.alloc_zeros::<u32>(sm * 4)? })
     }
 
+    /// The most bytes one read may take.
+    pub fn capacity(&self) -> usize {
+        self.buf.num_bytes()
+    }
+
     /// Queues one read of the first `bytes` bytes (whole 16-byte vectors) on `stream`.
     ///
     /// # Errors
-    /// `bytes` past the room [`Self::new`] made, or what the launch returns.
+    /// `bytes` past [`Self::capacity`], or what the launch returns.
     pub fn queue(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<()> {
         ffi::runtime::read_sweep(stream, &self.buf, bytes, &mut self.sink)
     }
