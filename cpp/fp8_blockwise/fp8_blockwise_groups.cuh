@@ -23,6 +23,7 @@
 
 #include "common/group_rows.cuh"
 #include "common/grouped_run.cuh"
+#include "common/pdl.cuh"
 #include "fp8_blockwise/launch_fp8.h"
 
 namespace moe_gemm {
@@ -143,6 +144,7 @@ __global__ void prepare_fp8_groups(GroupMode mode, const int32_t* __restrict__ o
                                    const int32_t* __restrict__ counts, int max_m, int groups, int n, int k,
                                    int64_t max_rows, const typename G::Arrays arr, const void* a, const float* sfa,
                                    const void* b, const float* sfb, void* d, uint32_t* error_word) {
+  pdl::wait_for_prerequisites();  // launched while the kernel before it ends (run below): its offsets first
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
   const group_rows::Group r = group_rows::resolve(mode, offsets, counts, max_m, 1, groups, g, max_rows);
@@ -184,16 +186,19 @@ inline Status check_problem(const GroupedGemmFp8Args& p) {
   return {StatusCode::Ok, 0};
 }
 
+// Programmatic dependent launch, as the 16-bit family's (grouped_gemm_sm90.cuh): the one-CTA prepare kernel is
+// resident when the quantisation before it (which lets it in early) ends; the GEMM after it is launched plainly.
 template <class G>
 Status run(const GroupedGemmFp8Args& p) {
   return grouped_run::run<G>(p, check_problem(p), [&](const typename G::Arrays& arr, cudaStream_t stream) {
     constexpr int kThreads = 128;
-    prepare_fp8_groups<G><<<(p.groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-        p.mode, reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts), p.max_m,
-        p.groups, p.n, p.k, p.max_rows, arr, reinterpret_cast<const void*>(p.a),
+    return pdl::launch(
+        true, dim3((p.groups + kThreads - 1) / kThreads), dim3(kThreads), 0, stream, prepare_fp8_groups<G>, p.mode,
+        reinterpret_cast<const int32_t*>(p.offsets), reinterpret_cast<const int32_t*>(p.counts),
+        static_cast<int>(p.max_m), static_cast<int>(p.groups), static_cast<int>(p.n), static_cast<int>(p.k),
+        static_cast<int64_t>(p.max_rows), arr, reinterpret_cast<const void*>(p.a),
         reinterpret_cast<const float*>(p.sfa), reinterpret_cast<const void*>(p.b),
         reinterpret_cast<const float*>(p.sfb), reinterpret_cast<void*>(p.d), reinterpret_cast<uint32_t*>(p.status));
-    return grouped_run::launched();
   });
 }
 

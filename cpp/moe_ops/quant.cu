@@ -5,6 +5,10 @@
 // source quantises a token row once and writes it at each of its layout positions, so the permuted copy of x is
 // produced directly in e4m3.
 //
+// The row kernels are launched with programmatic dependent launch (pdl.cuh): scheduled while the kernel before them
+// (the layout build, the activation) ends, they wait for it before reading anything, then let the GEMM's one-CTA
+// prepare kernel after them be scheduled likewise.
+//
 // Expert weights per 128 x 128 block (quantize_weights_fp8, quant.h states the rules): one CTA of 256 threads per
 // block, grid-stride over the blocks; each thread owns 8 columns of 8 rows and keeps their raw bits in registers
 // between the amax reduction (warp shuffles, then the 8 warps' maxima through shared memory) and the encoding.
@@ -17,6 +21,7 @@
 
 #include "common/element.cuh"
 #include "moe_ops/quant.h"
+#include "common/pdl.cuh"
 #include "common/quant_rules.cuh"
 
 namespace moe_gemm {
@@ -155,6 +160,8 @@ __device__ __forceinline__ bool row_in_use(const QuantArgs& a, int64_t row) {
 // shuffles.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(32 * kWarps) quantize_rows_kernel(const QuantArgs a) {
+  pdl::wait_for_prerequisites();  // every thread, first: none returns before
+  pdl::launch_dependents();
   const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
   const int64_t rows = rows_counted(a);
   const T* x = reinterpret_cast<const T*>(a.x);
@@ -173,6 +180,8 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_rows_kernel(const QuantA
 
 template <class T, bool kVec>
 __global__ void __launch_bounds__(32 * kWarps) quantize_gather_kernel(const QuantArgs a) {
+  pdl::wait_for_prerequisites();  // every thread, first: none returns before
+  pdl::launch_dependents();
   const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
   const int32_t* positions = reinterpret_cast<const int32_t*>(a.positions);
   const T* x = reinterpret_cast<const T*>(a.x);
@@ -237,6 +246,8 @@ __device__ __forceinline__ float token_scale(const QuantArgs& a, const T* __rest
 // scale per output row.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(32 * kWarps) quantize_rows_per_row_kernel(const QuantArgs a) {
+  pdl::wait_for_prerequisites();  // every thread, first: none returns before
+  pdl::launch_dependents();
   const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
   const int64_t rows = rows_counted(a);
   const T* x = reinterpret_cast<const T*>(a.x);
@@ -259,6 +270,8 @@ __global__ void __launch_bounds__(32 * kWarps) quantize_rows_per_row_kernel(cons
 
 template <class T, bool kVec>
 __global__ void __launch_bounds__(32 * kWarps) quantize_gather_per_row_kernel(const QuantArgs a) {
+  pdl::wait_for_prerequisites();  // every thread, first: none returns before
+  pdl::launch_dependents();
   const int groups = (a.k + kQuantGroup - 1) / kQuantGroup;
   const int32_t* positions = reinterpret_cast<const int32_t*>(a.positions);
   const T* x = reinterpret_cast<const T*>(a.x);
@@ -298,17 +311,12 @@ void launch(const QuantArgs& a, unsigned blocks, cudaStream_t s) {
     if (cudaMemsetAsync(reinterpret_cast<void*>(a.amax), 0, sizeof(unsigned), s) != cudaSuccess) return;
     tensor_amax_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
   }
-  if (a.per_row) {
-    if (a.source == QuantSource::Gather) {
-      quantize_gather_per_row_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
-    } else {
-      quantize_rows_per_row_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
-    }
-  } else if (a.source == QuantSource::Gather) {
-    quantize_gather_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
-  } else {
-    quantize_rows_kernel<T, kVec><<<blocks, 32 * kWarps, 0, s>>>(a);
-  }
+  auto kernel = a.per_row ? (a.source == QuantSource::Gather ? quantize_gather_per_row_kernel<T, kVec>
+                                                              : quantize_rows_per_row_kernel<T, kVec>)
+                          : (a.source == QuantSource::Gather ? quantize_gather_kernel<T, kVec>
+                                                              : quantize_rows_kernel<T, kVec>);
+  // A launch error is also the runtime's last error, which quantize_fp8 reads.
+  (void)pdl::launch(true, dim3(blocks), dim3(32 * kWarps), 0, s, kernel, a);
 }
 
 template <class T>
