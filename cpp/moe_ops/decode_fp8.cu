@@ -153,19 +153,14 @@ __device__ __forceinline__ void report(uint64_t status, uint32_t err) {
   if (err && threadIdx.x % 32 == 0) atomicOr(reinterpret_cast<uint32_t*>(status), err);
 }
 
-// Copies `n` bf16 (a multiple of 8) from global to shared memory with 16-byte loads, all threads of the block,
-// so that the quantisation that follows reads shared memory instead of waiting on one global load per group.
-__device__ __forceinline__ void stage(const bf16* __restrict__ src, bf16* dst, int n) {
+// Copies `bytes` (a multiple of 16) from global to shared memory with 16-byte loads, all threads of the block, so
+// that the quantisation or the dots that follow read shared memory instead of waiting on one global load per group.
+__device__ __forceinline__ void stage(const void* __restrict__ src, void* dst, int bytes) {
+  const auto* from = static_cast<const uint8_t*>(src);
+  auto* to = static_cast<uint8_t*>(dst);
 #pragma unroll 4
-  for (int c = threadIdx.x * 8; c < n; c += blockDim.x * 8)
-    *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
-}
-
-// Copies `n` bytes (a multiple of 16) likewise.
-__device__ __forceinline__ void stage_bytes(const uint8_t* __restrict__ src, uint8_t* dst, int n) {
-#pragma unroll 4
-  for (int c = threadIdx.x * 16; c < n; c += blockDim.x * 16)
-    *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
+  for (int c = threadIdx.x * 16; c < bytes; c += blockDim.x * 16)
+    *reinterpret_cast<uint4*>(to + c) = *reinterpret_cast<const uint4*>(from + c);
 }
 
 // Asks L2 for the first `ahead` 128-column blocks of this warp's share (kb0, kb0 + step, ...) of NT 16-row weight
@@ -274,7 +269,7 @@ __global__ void __launch_bounds__(32 * kExpandWarps, 2) expand_kernel(const Deco
   const float* ws[2] = {kChannel ? s13 + i0 : s13 + (i0 / kBlock) * kb,
                         kChannel ? s13 + I + i0 : s13 + ((I + i0) / kBlock) * kb};
   prefetch_tiles<2>(w, H, split, kExpandSplits, kPrefetchBlocks);
-  stage(reinterpret_cast<const bf16*>(a.x) + static_cast<int64_t>(r / a.top_k) * H, xb, H);
+  stage(reinterpret_cast<const bf16*>(a.x) + static_cast<int64_t>(r / a.top_k) * H, xb, 2 * H);
   __syncthreads();
   uint32_t err = 0;
   if (kChannel) {
@@ -382,11 +377,11 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
   pdl::wait_for_prerequisites();
   // The token's k rows of h are contiguous: one staging copy (rows of invalid slots are read, never used).
   if (!kChannel) {
-    stage_bytes(reinterpret_cast<const uint8_t*>(a.h_q) + static_cast<int64_t>(t) * k * I, hq, k * I);
+    stage(reinterpret_cast<const uint8_t*>(a.h_q) + static_cast<int64_t>(t) * k * I, hq, k * I);
     const float* src = reinterpret_cast<const float*>(a.h_scales) + static_cast<int64_t>(t) * k * groups;
     for (int c = threadIdx.x; c < k * groups; c += blockDim.x) hs[c] = src[c];
   } else {
-    stage(reinterpret_cast<const bf16*>(a.h) + static_cast<int64_t>(t) * k * I, hb, k * I);
+    stage(reinterpret_cast<const bf16*>(a.h) + static_cast<int64_t>(t) * k * I, hb, 2 * k * I);
   }
   __syncthreads();
   uint32_t err = 0;
