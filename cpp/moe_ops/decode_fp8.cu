@@ -12,8 +12,7 @@
 // (benches/results/h100-2026-12-07-fp8-decode-h-once).
 // Splitting K is what keeps enough loads in flight at T = 1 (DeepSeek-V3: 8 rows x 64 blocks of 8 warps).
 // The reduce kernel is launched while expand's last wave runs (programmatic dependent launch): its blocks ask L2 for
-// their first w2 tiles, which do not depend on expand, before they wait for h. Its blocks are made smaller where
-// that puts the whole grid in one wave (reduce_splits).
+// their first w2 tiles, which do not depend on expand, before they wait for h.
 // Both grids put the rows (tokens) in x, the fastest: the blocks of one output tile for every row run side by side,
 // so rows that share an expert read its weight tile while another row's read holds it in L2 (T = 4 to 64: 3-36%
 // faster on an H200 than tiles in x, benches/results/h200-2026-12-06-fp8-decode-grid-order).
@@ -439,19 +438,17 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const DecodeFp8Args a,
   }
 }
 
-// Shared memory of the two kernels (bytes); decode_fp8.rs mirrors these (the reduce kernel's at its most splits,
-// the largest) to check them before launching.
+// Shared memory of the two kernels (bytes); decode_fp8.rs mirrors these to check them before launching.
 inline size_t expand_smem(const DecodeFp8Args& a) {
   return 3 * static_cast<size_t>(a.hidden) + 4 * (a.hidden / kBlock) + 4 * kExpandTiles * kExpandSplits * 2 * kTile;
 }
-// K splits of a reduce block of about `warps` warps (k x splits; at least one per slot).
-inline int reduce_splits(const DecodeFp8Args& a, int warps) {
-  const int s = a.top_k >= warps ? 1 : warps / a.top_k;
+inline int reduce_splits(const DecodeFp8Args& a) {
+  const int s = a.top_k >= kReduceWarps ? 1 : kReduceWarps / a.top_k;
   return s < a.inter / kBlock ? s : a.inter / kBlock;  // no warp without a K block
 }
-inline size_t reduce_smem(const DecodeFp8Args& a, int splits) {
+inline size_t reduce_smem(const DecodeFp8Args& a) {
   const size_t k = a.top_k, staged = a.scaling == DecodeScaling::Block128 ? 1 : 3;  // e4m3, or bf16 and e4m3
-  return staged * k * a.inter + 4 * k * (a.inter / kBlock) + 4 * splits * k * kTile;
+  return staged * k * a.inter + 4 * k * (a.inter / kBlock) + 4 * reduce_splits(a) * k * kTile;
 }
 
 // Per tensor: the amax of every finite element of x into the first amax word (zeroed before on the stream), as
@@ -479,50 +476,13 @@ cudaError_t allow_smem(Kernel kernel, size_t bytes) {
 namespace decode_fp8 {
 
 template <bool kChannel>
-using ReduceKernel = void (*)(DecodeFp8Args, int);
-
-template <bool kChannel>
-ReduceKernel<kChannel> reduce_for(int threads) {
-  return threads <= 512 ? reduce_kernel<512, kChannel> : reduce_kernel<1024, kChannel>;
-}
-
-// The reduce kernel's K splits: blocks of 16 warps (kReduceWarps), unless the grid of those takes more than one
-// wave and one of 8- or 4-warp blocks would be resident at once: then the largest such, so that no SM runs a
-// second round while others idle (DeepSeek-V3 T = 1 on an H100: 448 blocks, 264 resident of 16 warps, 528 of 8).
-// The split changes the order of the f32 partial sums, never between runs of a shape.
-template <bool kChannel>
-cudaError_t reduce_splits_for(const DecodeFp8Args& a, int* splits) {
-  *splits = reduce_splits(a, kReduceWarps);
-  int device = 0, sms = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t blocks = static_cast<int64_t>(a.tokens) * (a.hidden / kTile);
-  for (int warps = kReduceWarps; e == cudaSuccess && warps >= 4 && warps >= a.top_k; warps /= 2) {
-    const int s = reduce_splits(a, warps), threads = 32 * a.top_k * s;
-    if (warps < kReduceWarps && s == *splits) continue;
-    int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reduce_for<kChannel>(threads), threads, reduce_smem(a, s));
-    if (e != cudaSuccess) break;
-    if (blocks <= static_cast<int64_t>(sms) * per_sm) {
-      *splits = s;
-      break;
-    }
-  }
-  return e;
-}
-
-template <bool kChannel>
 Status launch(const DecodeFp8Args& a, cudaStream_t s) {
-  // The largest shared memory of either reduce block (the most splits), allowed before occupancy is asked.
-  const size_t smem1 = expand_smem(a), smem2_max = reduce_smem(a, reduce_splits(a, kReduceWarps));
+  const size_t smem1 = expand_smem(a), smem2 = reduce_smem(a);
+  const int splits = reduce_splits(a), threads2 = 32 * a.top_k * splits;
+  auto reduce = threads2 <= 512 ? reduce_kernel<512, kChannel> : reduce_kernel<1024, kChannel>;
   cudaError_t e = allow_smem(expand_kernel<kChannel>, smem1);
-  if (e == cudaSuccess) e = allow_smem(reduce_kernel<512, kChannel>, smem2_max);
-  if (e == cudaSuccess) e = allow_smem(reduce_kernel<1024, kChannel>, smem2_max);
-  int splits = 1;
-  if (e == cudaSuccess) e = reduce_splits_for<kChannel>(a, &splits);
+  if (e == cudaSuccess) e = allow_smem(reduce, smem2);
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
-  const int threads2 = 32 * a.top_k * splits;
-  const size_t smem2 = reduce_smem(a, splits);
   if (kChannel && a.scaling == DecodeScaling::ChannelTensor) {
     // A memset node and a kernel before the two: graph-capturable, nothing synchronises.
     e = cudaMemsetAsync(reinterpret_cast<void*>(a.amax), 0, 2 * sizeof(unsigned), s);
@@ -535,7 +495,7 @@ Status launch(const DecodeFp8Args& a, cudaStream_t s) {
   e = cudaGetLastError();
   if (e != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(e)};
   const dim3 grid2(a.tokens, a.hidden / kTile);
-  return pdl::launch(true, grid2, dim3(threads2), smem2, s, reduce_for<kChannel>(threads2), a, splits);
+  return pdl::launch(true, grid2, dim3(threads2), smem2, s, reduce, a, splits);
 }
 
 }  // namespace decode_fp8

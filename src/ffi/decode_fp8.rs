@@ -69,8 +69,7 @@ pub(crate) fn expand_smem_bytes(hidden: usize) -> usize {
 }
 
 /// Shared memory of the reduce kernel: k rows of h staged in e4m3 (and, per channel, in bf16 first), their
-/// scales, the partial sums (`reduce_smem`) of its largest block (16 warps; the kernel takes smaller ones where
-/// that puts its grid in one wave, with less).
+/// scales, the partial sums (`reduce_smem`).
 pub(crate) fn reduce_smem_bytes(top_k: usize, inter: usize, per_channel: bool) -> usize {
     let splits = if top_k >= 16 { 1 } else { (16 / top_k).min(inter / BLOCK) };
     let staged = if per_channel { 3 } else { 1 };

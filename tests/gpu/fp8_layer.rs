@@ -225,9 +225,7 @@ fn fp8_layer_with_biases_from_device_buffers() {
 
 /// The FP8 decode kernels (Batched) at the widths of real models, where their K loops run long and their
 /// blocks split K: DeepSeek-V3's H 7168 x I 2048 with k 8, and a Mixtral-like k 2 (four warps share each slot's
-/// K). Every backend runs the same data, so the decode kernels are held to the layout path's reference. On a GPU
-/// of 132 SMs (H100, H200) the reduce kernel runs each of its block sizes here: T H / 16 blocks of 16 warps at
-/// DeepSeek-V3 T = 3 (1344), of 8 warps at T = 1 (448) and H 1024 T = 5 (320), of 4 warps at H 1024 T = 12 (768).
+/// K). Every backend runs the same data, so the decode kernels are held to the layout path's reference.
 #[test]
 #[ignore = "needs an SM90 GPU"]
 fn fp8_decode_at_model_widths() {
@@ -237,11 +235,8 @@ fn fp8_decode_at_model_widths() {
         check_fp8_backends(&format!("H 7168 I 2048 k 8, T = {t}"), &p, 8, 8, &ids, &weights_for(t, 8, 83));
     }
     let (_, p) = experts(4, 1024, 1536, &Fp8Config::DEEPSEEK_V3_1, 84);
-    for (t, seed) in [(5usize, 85u64), (12, 87)] {
-        let ids = moe_gemm::random::topk_ids(t, 2, 4, seed);
-        let name = format!("H 1024 I 1536 k 2, UE8M0, T = {t}");
-        check_fp8_backends(&name, &p, 16, 2, &ids, &weights_for(t, 2, seed + 1));
-    }
+    let ids = moe_gemm::random::topk_ids(5, 2, 4, 85);
+    check_fp8_backends("H 1024 I 1536 k 2, UE8M0, T = 5", &p, 8, 2, &ids, &weights_for(5, 2, 86));
 }
 
 /// An expert id outside the layer's range in the FP8 decode path: its row is skipped and the step's status
