@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The block-FP8 decode points of `moe-gemm bench --layer --dtype fp8 --backends auto [--read-floor] --csv` tables
 against their targets: per point the crate's Auto, vLLM's block-FP8 `fused_experts` of the same run
-(`vllm_fp8_block_us`), the floor, the target = min(vLLM, max(1.10 x floor, floor + 10 us)), whether it is met (judged only where the run has vLLM's
-figure), and,
-where the run timed `--read-floor`, the measured read floor (one streaming read of the point's active e4m3 + scale
-bytes, timed as the layer is) with the crate's and the target's ratios to it. Below 1: faster.
+(`vllm_fp8_block_us`), the floor, the target = min(vLLM, max(1.10 x floor, floor + 10 us)), whether it is met
+(judged only where the run has vLLM's figure), and, where the run timed `--read-floor`, the measured read floor
+(one streaming read of the point's active e4m3 + scale bytes, timed as the layer is) with the crate's and the
+target's ratios to it. Below 1: faster.
 
     python3 scripts/fp8_targets.py TABLE.csv... [--md]
 """
@@ -78,8 +78,8 @@ def main():
     ahead = sum(1 for r in rows if r["vllm"] and r["crate"] < r["vllm"])
     timed = [r for r in rows if r["read"]]
     under = sum(r["target"] < r["read"] for r in timed)
-    print(f"\n{len(rows)} points, {len(judged)} with vLLM's figure: target met at {met} of those; ahead of vLLM at {ahead} of {len(vs)}; crate/vLLM geomean "
-          f"{math.exp(sum(vs) / len(vs)) if vs else float('nan'):.3f}; read floor timed at {len(timed)}, the target "
+    print(f"\n{len(rows)} points, {len(judged)} with vLLM's figure: target met at {met} of those; ahead of vLLM at "
+          f"{ahead} of {len(vs)}; crate/vLLM geomean {math.exp(sum(vs) / len(vs)) if vs else float('nan'):.3f}; read floor timed at {len(timed)}, the target "
           f"below it at {under}")
 
 

@@ -321,7 +321,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     bar.finish_and_clear();
     drop(flush);
     // Freed device memory returns to the driver's pool asynchronously and leaves this process only at a
-    // synchronisation: the peer, another process, needs it (DeepSeek-V3's on an 80 GB GPU with --read-floor).
+    // synchronisation: the peer, another process, may need it (with --read-floor on an 80 GB GPU, DeepSeek-V3's
+    // peer returned no figure before this synchronisation and did after; the first failure's cause was not kept).
     stream.synchronize()?;
     if let Some(dir) = &args.write_configs {
         configs::write_configs(dir, info, &points, &results, fused_tile)?;
