@@ -78,31 +78,35 @@ fn every_config_is_built_and_plans() {
             GroupedGemmFp8::for_device(h200(), shape, GroupedGemmFp8Options { config: Some(c), ..Default::default() })
                 .unwrap();
         assert_eq!(plan.config(), c);
-        assert!(plan.workspace_bytes() > 0);
+        // The CUTLASS kernels' per-group arrays live in the workspace; the swap-AB kernel reads the offsets itself.
+        assert_eq!(plan.workspace_bytes() == 0, c == Fp8TileConfig::SwapAb16, "{c}");
         assert_eq!(plan.flops(10), 2.0 * 10.0 * 4096.0 * 7168.0);
     }
 }
 
 #[test]
 fn workspace_grows_with_groups() {
-    let plan =
-        |g| GroupedGemmFp8::for_device(h200(), GroupedGemmFp8Shape::new(g, 256, 256, 64).unwrap(), Default::default());
+    // A CUTLASS configuration (the swap-AB one needs no workspace at any G).
+    let opts = GroupedGemmFp8Options { config: Some(Fp8TileConfig::Pingpong64x128x128), ..Default::default() };
+    let plan = |g| GroupedGemmFp8::for_device(h200(), GroupedGemmFp8Shape::new(g, 256, 256, 64).unwrap(), opts);
     let (small, big) = (plan(8).unwrap().workspace_bytes(), plan(256).unwrap().workspace_bytes());
     assert!(big > small, "{small} {big}");
 }
 
-/// What was compiled is the two-level blockwise kernel of DeepSeek's recipe, read from the CUTLASS types:
-/// never a FastAccum schedule, a promotion every 128 of K (= TileK), 1x128 / 128x128 K-major scales.
+/// What was compiled is the two-level blockwise kernel of DeepSeek's recipe, read from the CUTLASS types (and
+/// stated by the swap-AB kernel): never a FastAccum schedule, a promotion every 128 of K (= TileK), 1x128 /
+/// 128x128 K-major scales.
 #[test]
 fn compiled_kernels_are_blockwise_and_never_fast_accumulation() {
     for c in Fp8TileConfig::ALL {
         let f = c.facts().unwrap();
         assert!(f.schedule.contains("FP8Blockwise") && !f.schedule.contains("FastAccum"), "{c}: {}", f.schedule);
-        assert!(f.schedule.starts_with("KernelPtrArrayTmaWarpSpecialized"), "{c}: {}", f.schedule);
-        let expected_schedule = match c.schedule() {
-            kernels::Schedule::Cooperative => "Cooperative",
-            kernels::Schedule::Pingpong => "Pingpong",
+        let (prefix, expected_schedule) = match c.schedule() {
+            kernels::Schedule::Cooperative => ("KernelPtrArrayTmaWarpSpecialized", "Cooperative"),
+            kernels::Schedule::Pingpong => ("KernelPtrArrayTmaWarpSpecialized", "Pingpong"),
+            kernels::Schedule::SwapAb => ("SwapAbMmaSync", "SwapAb"),
         };
+        assert!(f.schedule.starts_with(prefix), "{c}: {}", f.schedule);
         assert!(f.schedule.contains(expected_schedule), "{c}: {}", f.schedule);
         assert!(f.two_level_accumulation && !f.fast_accumulation, "{c}: {f:?}");
         assert_eq!(f.promotion_k, 128, "{c}");
@@ -118,11 +122,13 @@ fn compiled_kernels_are_blockwise_and_never_fast_accumulation() {
 /// blockwise kernels: the blockwise launch never reaches a FastAccum schedule.
 #[test]
 fn heuristic_picks_decode_tiles_for_small_groups_and_never_fast_accumulation() {
-    assert_eq!(Fp8TileConfig::heuristic(256, 8 * 8), Fp8TileConfig::Pingpong64x128x128);
+    assert_eq!(Fp8TileConfig::heuristic(256, 8 * 8), Fp8TileConfig::SwapAb16);
+    assert_eq!(Fp8TileConfig::heuristic(256, 256 * 16), Fp8TileConfig::SwapAb16);
+    assert_eq!(Fp8TileConfig::heuristic(256, 256 * 16 + 1), Fp8TileConfig::Pingpong64x128x128);
     assert_eq!(Fp8TileConfig::heuristic(256, 256 * 64), Fp8TileConfig::Pingpong64x128x128);
     assert_eq!(Fp8TileConfig::heuristic(256, 256 * 65), Fp8TileConfig::Cooperative128x128x128);
     assert_eq!(Fp8TileConfig::heuristic(8, 8192), Fp8TileConfig::Cooperative128x128x128);
-    assert_eq!(Fp8TileConfig::heuristic(0, 0), Fp8TileConfig::Pingpong64x128x128);
+    assert_eq!(Fp8TileConfig::heuristic(0, 0), Fp8TileConfig::SwapAb16);
     for groups in [1usize, 8, 64, 256] {
         for rows in [0usize, 1, 63, 64, 65, 512, 4096, 65536] {
             let shape = GroupedGemmFp8Shape::new(groups, 4096, 7168, rows).unwrap();

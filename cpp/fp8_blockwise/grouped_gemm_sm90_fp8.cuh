@@ -34,6 +34,7 @@
 
 #include "fp8_blockwise/fp8_blockwise_groups.cuh"
 #include "common/fp8_schedules.cuh"
+#include "fp8_blockwise/swapab_decode.cuh"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90A_SUPPORTED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "grouped_gemm_sm90_fp8 must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
@@ -134,37 +135,43 @@ using fp8_blockwise::run;
 }  // namespace sm90_fp8
 }  // namespace moe_gemm
 
-// Defines the entry points of launch_fp8.h from an X-macro list of configurations:
+// Defines the entry points of launch_fp8.h from an X-macro list of CUTLASS configurations:
 //   X(Cooperative128x128x128) X(Pingpong64x128x128)
+// and SwapAb16 (swapab_decode.cuh), which every SM90 unit carries.
 #define MOE_GEMM_DEFINE_SM90_FP8_BLOCKWISE(CONFIGS)                                                           \
   namespace moe_gemm {                                                                                      \
   bool grouped_gemm_sm90_fp8_blockwise_built(Fp8TileConfig c) {                                             \
     switch (c) {                                                                                            \
       CONFIGS(MOE_GEMM_FP8_CASE_BUILT)                                                                      \
+      case Fp8TileConfig::SwapAb16: return true;                                                            \
       default: return false;                                                                                \
     }                                                                                                       \
   }                                                                                                         \
   Status grouped_gemm_sm90_fp8_blockwise_workspace(Fp8TileConfig c, int32_t g, int32_t sms, uint64_t* bytes) { \
     switch (c) {                                                                                            \
       CONFIGS(MOE_GEMM_FP8_CASE_WORKSPACE)                                                                  \
+      case Fp8TileConfig::SwapAb16: *bytes = 0; return {StatusCode::Ok, 0};                                 \
       default: return {StatusCode::NotBuilt, 0};                                                            \
     }                                                                                                       \
   }                                                                                                         \
   Status grouped_gemm_sm90_fp8_blockwise_run(const GroupedGemmFp8Args& p) {                                 \
     switch (p.config) {                                                                                     \
       CONFIGS(MOE_GEMM_FP8_CASE_RUN)                                                                        \
+      case Fp8TileConfig::SwapAb16: return fp8_swapab::run(p, fp8_blockwise::check_problem(p));             \
       default: return {StatusCode::NotBuilt, 0};                                                            \
     }                                                                                                       \
   }                                                                                                         \
   Status grouped_gemm_sm90_fp8_blockwise_facts(Fp8TileConfig c, Fp8KernelFacts* facts) {                    \
     switch (c) {                                                                                            \
       CONFIGS(MOE_GEMM_FP8_CASE_FACTS)                                                                      \
+      case Fp8TileConfig::SwapAb16: *facts = fp8_swapab::facts(); return {StatusCode::Ok, 0};               \
       default: return {StatusCode::NotBuilt, 0};                                                            \
     }                                                                                                       \
   }                                                                                                         \
   const char* grouped_gemm_sm90_fp8_blockwise_schedule(Fp8TileConfig c) {                                   \
     switch (c) {                                                                                            \
       CONFIGS(MOE_GEMM_FP8_CASE_SCHEDULE)                                                                   \
+      case Fp8TileConfig::SwapAb16: return fp8_swapab::kSchedule;                                           \
       default: return "";                                                                                   \
     }                                                                                                       \
   }                                                                                                         \

@@ -25,6 +25,9 @@ enum class Fp8TileConfig : uint32_t {
   // holding 128 of the 256 rows): for prefill.
   Sm100Blockwise1Sm128x128x128 = 2,
   Sm100Blockwise2Sm256x128x128 = 3,
+  // SM90, built into the SM90 unit: decode, no CUTLASS (swapab_decode.cuh): mma.sync with the weights on the
+  // MMA's M side and 16 rows of a group on its N side; no workspace.
+  SwapAb16 = 4,
 };
 
 // D[r, :] (bf16) = sum over K blocks kb of (A[r, kb] . B[g][:, kb]^T) * sfa[r, kb] * sfb[g][n / 128, kb], with

@@ -1,27 +1,13 @@
-// The SwapAb decode tiles' asynchronous copies (fused_decode.cu, fused_decode_wgmma.cuh): cp.async into shared
-// memory, bulk prefetches to L2, and the mbarriers of the shared rings.
+// The SwapAb decode tiles' asynchronous copies (fused_decode.cu, fused_decode_wgmma.cuh): bulk prefetches to L2
+// and the mbarriers of the shared rings (their cp.async is common/cp_async.cuh's).
 #pragma once
 
 #include <cstdint>
 
+#include "common/cp_async.cuh"  // cp_async_cg, cp_async_ca, cp_async_commit, cp_async_wait
+
 namespace moe_gemm {
 namespace fused_decode {
-
-// 16 bytes global -> shared, zero-filled where `bytes` is 0: .cg (L2 only) for streamed weights, .ca for rows
-// that the block's warps share.
-__device__ __forceinline__ void cp_async_cg(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_ca(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
 
 // Sends `bytes` (a multiple of 16, 16-byte aligned) from `src` towards L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void* src, int bytes) {

@@ -46,13 +46,16 @@ pub use crate::device::KernelFamily;
 
 use crate::dtype::DType;
 
-/// CUTLASS kernel schedule of a tile configuration.
+/// Kernel schedule of a tile configuration (CUTLASS's, or the crate's own swap-AB decode kernel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Schedule {
     /// Two consumer warpgroups share one CTA tile (better for large tiles / prefill).
     Cooperative,
     /// Two consumer warpgroups alternate over two tiles, overlapping one's epilogue with the other's MMAs.
     Pingpong,
+    /// Not CUTLASS: warps of `mma.sync` with the weights on the MMA's M side and a group's few rows on its N
+    /// side, each streaming its weight rows through its own ring of `cp.async` steps (decode).
+    SwapAb,
 }
 
 /// A compiled tile configuration of the SM90 grouped GEMM (cluster 1x1x1). The C++ enum in `cpp/dense/launch.h`

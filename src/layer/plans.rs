@@ -286,7 +286,8 @@ mod tests {
                     let plans = Fp8Plans::new(&dev, spec).unwrap();
                     workspace = workspace.max(check_family(&dev, spec, sm100, &plans.plans, |r| plans.for_rows(r)));
                 }
-                assert!(workspace > 0);
+                // On SM90 a decode batch (at most 16 rows per group) plans only the swap-AB kernel: no workspace.
+                assert_eq!(workspace > 0, sm100 || t == 4096, "{} T = {t}", dev.name);
                 assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
             }
         }

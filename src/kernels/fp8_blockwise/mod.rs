@@ -155,7 +155,8 @@ mod tests {
             let p = BlockwiseFp8Gemm::for_device(dev, shape(), None, Some(16)).unwrap();
             assert_eq!(p.config(), BlockwiseConfig::heuristic(arch, &shape(), 16), "{name}");
             assert_eq!(p.config().arch(), arch);
-            assert!(p.workspace_bytes() > 0);
+            // 2 rows per group: SM90's swap-AB decode kernel, which needs no workspace.
+            assert_eq!(p.workspace_bytes() > 0, arch == Arch::Sm100, "{name}");
         }
         // A forced configuration of the device's arch is taken.
         let b200 = DeviceInfo::described("NVIDIA B200", (10, 0), 148);

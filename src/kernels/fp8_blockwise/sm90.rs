@@ -109,16 +109,22 @@ pub enum Fp8TileConfig {
     Cooperative128x128x128,
     /// Ping-pong, 64x128x128: decode, half the idle MMA rows of a 128-row tile for small groups.
     Pingpong64x128x128,
+    /// Swap AB, 16x128x128, no CUTLASS (`cpp/fp8_blockwise/swapab_decode.cuh`): decode, `mma.sync` with the
+    /// weights on the MMA's M side and 16 rows of a group on its N side, a CTA per group and 128 weight rows, no
+    /// workspace. A group of more than 16 rows takes a pass over its weights per 16. K must be a multiple of 128.
+    SwapAb16,
 }
 
 impl Fp8TileConfig {
-    pub const ALL: [Fp8TileConfig; 2] = [Fp8TileConfig::Cooperative128x128x128, Fp8TileConfig::Pingpong64x128x128];
+    pub const ALL: [Fp8TileConfig; 3] =
+        [Fp8TileConfig::Cooperative128x128x128, Fp8TileConfig::Pingpong64x128x128, Fp8TileConfig::SwapAb16];
 
     /// CTA tile (M, N, K).
     pub const fn tile(self) -> (u32, u32, u32) {
         match self {
             Fp8TileConfig::Cooperative128x128x128 => (128, 128, 128),
             Fp8TileConfig::Pingpong64x128x128 => (64, 128, 128),
+            Fp8TileConfig::SwapAb16 => (16, 128, 128),
         }
     }
 
@@ -131,6 +137,7 @@ impl Fp8TileConfig {
         match self {
             Fp8TileConfig::Cooperative128x128x128 => Schedule::Cooperative,
             Fp8TileConfig::Pingpong64x128x128 => Schedule::Pingpong,
+            Fp8TileConfig::SwapAb16 => Schedule::SwapAb,
         }
     }
 
@@ -138,6 +145,7 @@ impl Fp8TileConfig {
         match self {
             Fp8TileConfig::Cooperative128x128x128 => "fp8-coop-128x128x128",
             Fp8TileConfig::Pingpong64x128x128 => "fp8-pingpong-64x128x128",
+            Fp8TileConfig::SwapAb16 => "fp8-swapab-16x128x128",
         }
     }
 
@@ -145,22 +153,29 @@ impl Fp8TileConfig {
         /// What the compiled kernel of this configuration is, read from its CUTLASS types (host only).
     );
 
-    /// The default for `groups` groups over about `expected_rows` rows in all: 64-row ping-pong tiles up to
-    /// 64 rows per group (decode: a 128-row tile would leave at least half its MMA rows idle), 128x128
-    /// cooperative tiles above. Not yet measured on an H200 for FP8: the threshold is the tile height, where
-    /// the bf16 GEMM's measured regimes (64-row tiles best up to 32 rows per group) suggest the break-even
-    /// lies at or below it.
+    /// The default for `groups` groups over about `expected_rows` rows in all: the swap-AB decode kernel up to
+    /// 16 rows per group (one pass over each expert's weights at the mean), 64-row ping-pong tiles up to 64 (a
+    /// 128-row tile would leave at least half its MMA rows idle), 128x128 cooperative tiles above. The swap-AB
+    /// threshold is its pass height; where it pays is measured by the layer bench
+    /// (`moe-gemm bench --layer --dtype fp8 --backends grouped`).
     pub fn heuristic(groups: usize, expected_rows: usize) -> Fp8TileConfig {
         let per_group = expected_rows.div_ceil(groups.max(1));
-        if per_group <= 64 {
+        if per_group <= 16 {
+            Fp8TileConfig::SwapAb16
+        } else if per_group <= 64 {
             Fp8TileConfig::Pingpong64x128x128
         } else {
             Fp8TileConfig::Cooperative128x128x128
         }
     }
+
+    /// Whether this configuration takes a K of `k`: the swap-AB kernel steps through whole 128-blocks of K.
+    pub const fn takes_k(self, k: usize) -> bool {
+        !matches!(self, Fp8TileConfig::SwapAb16) || k % SCALE_BLOCK == 0
+    }
 }
 
-variants_into!(Fp8TileConfig => launch::Fp8TileConfig { Cooperative128x128x128, Pingpong64x128x128 });
+variants_into!(Fp8TileConfig => launch::Fp8TileConfig { Cooperative128x128x128, Pingpong64x128x128, SwapAb16 });
 
 display_by_name!(Fp8TileConfig);
 
@@ -215,7 +230,8 @@ pub struct Fp8KernelFacts {
 /// Options of a [`GroupedGemmFp8`] plan.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GroupedGemmFp8Options {
-    /// Force a tile configuration; `None` picks [`Fp8TileConfig::heuristic`].
+    /// Force a tile configuration; `None` picks [`Fp8TileConfig::heuristic`] (64-row ping-pong tiles in place of
+    /// the swap-AB kernel where K is not a multiple of 128).
     pub config: Option<Fp8TileConfig>,
     /// Expected rows in all groups together (T·k), a speed hint only: it picks the tile configuration and never
     /// changes results. Default `max_rows`.
@@ -245,10 +261,24 @@ impl GroupedGemmFp8 {
     ///
     /// # Errors
     /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0); [`Error::KernelNotBuilt`]
-    /// when the configuration was not compiled.
+    /// when the configuration was not compiled; [`Error::InvalidProblem`] for [`Fp8TileConfig::SwapAb16`] forced
+    /// on a K that is not a multiple of 128.
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
-        let config = options.config.unwrap_or_else(|| Fp8TileConfig::heuristic(shape.groups, expected));
+        let config = match options.config {
+            Some(c) if !c.takes_k(shape.k) => {
+                return Err(Error::InvalidProblem(format!(
+                    "{c} steps through whole 128-blocks of K: K = {} is not a multiple of 128 (the CUTLASS \
+                     configurations take it)",
+                    shape.k
+                )))
+            }
+            Some(c) => c,
+            None => match Fp8TileConfig::heuristic(shape.groups, expected) {
+                c if c.takes_k(shape.k) => c,
+                _ => Fp8TileConfig::Pingpong64x128x128,
+            },
+        };
         let workspace_bytes = plan::planned_workspace(&device, config, None, shape.groups)?;
         Ok(GroupedGemmFp8 { shape, config, device, workspace_bytes })
     }
@@ -347,7 +377,16 @@ mod tests {
             GroupedGemmFp8Options { expected_rows: Some(64), ..Default::default() },
         )
         .unwrap();
-        assert_eq!(decode.config(), Fp8TileConfig::Pingpong64x128x128);
+        assert_eq!(decode.config(), Fp8TileConfig::SwapAb16);
+        assert_eq!(decode.workspace_bytes(), 0);
+        // K = 7168 + 16: not whole 128-blocks, so the heuristic's swap-AB pick becomes the 64-row tile, and a
+        // forced one is refused naming the rule.
+        let odd_k = GroupedGemmFp8Shape::new(256, 4096, 7184, 4096).unwrap();
+        let opts = GroupedGemmFp8Options { expected_rows: Some(64), ..Default::default() };
+        assert_eq!(GroupedGemmFp8::for_device(h200(), odd_k, opts).unwrap().config(), Fp8TileConfig::Pingpong64x128x128);
+        let forced = GroupedGemmFp8Options { config: Some(Fp8TileConfig::SwapAb16), ..opts };
+        let err = GroupedGemmFp8::for_device(h200(), odd_k, forced).unwrap_err().to_string();
+        assert!(err.contains("K = 7184") && err.contains("multiple of 128"), "{err}");
         let prefill = GroupedGemmFp8::for_device(
             h200(),
             GroupedGemmFp8Shape::new(8, 4096, 7168, 65536).unwrap(),
