@@ -104,6 +104,7 @@ impl<T: Element> MoeScratch<T> {
         } else {
             None
         };
+        let has_layout = layout.is_some();
         Ok(MoeScratch {
             needs: *needs,
             device: stream.context().ordinal(),
@@ -121,7 +122,13 @@ impl<T: Element> MoeScratch<T> {
             d1: alloc(stream, n.d1_rows * n.w13_cols)?,
             h: alloc(stream, n.h_rows * n.inter)?,
             d2: alloc(stream, n.d2_rows * n.d2_cols)?,
-            workspace: if n.workspace_bytes > 0 { Some(Workspace::zeroed(stream, n.workspace_bytes)?) } else { None },
+            // Wherever there is a layout: a layout backend's GEMMs take one, of 0 bytes where every plan needs none
+            // (the FP8 swap-AB decode kernel).
+            workspace: if n.workspace_bytes > 0 || has_layout {
+                Some(Workspace::zeroed(stream, n.workspace_bytes)?)
+            } else {
+                None
+            },
             ids: alloc(stream, n.routing_slots)?,
             weights: alloc(stream, n.routing_slots)?,
             single: alloc(stream, if n.eager { 2 } else { 0 })?,
