@@ -123,8 +123,8 @@ fn compiled_kernels_are_blockwise_and_never_fast_accumulation() {
 #[test]
 fn heuristic_picks_decode_tiles_for_small_groups_and_never_fast_accumulation() {
     assert_eq!(Fp8TileConfig::heuristic(256, 8 * 8), Fp8TileConfig::SwapAb16);
-    assert_eq!(Fp8TileConfig::heuristic(256, 256 * 16), Fp8TileConfig::SwapAb16);
-    assert_eq!(Fp8TileConfig::heuristic(256, 256 * 16 + 1), Fp8TileConfig::Pingpong64x128x128);
+    assert_eq!(Fp8TileConfig::heuristic(256, 256 * 2), Fp8TileConfig::SwapAb16);
+    assert_eq!(Fp8TileConfig::heuristic(256, 256 * 2 + 1), Fp8TileConfig::Pingpong64x128x128);
     assert_eq!(Fp8TileConfig::heuristic(256, 256 * 64), Fp8TileConfig::Pingpong64x128x128);
     assert_eq!(Fp8TileConfig::heuristic(256, 256 * 65), Fp8TileConfig::Cooperative128x128x128);
     assert_eq!(Fp8TileConfig::heuristic(8, 8192), Fp8TileConfig::Cooperative128x128x128);

@@ -286,8 +286,9 @@ mod tests {
                     let plans = Fp8Plans::new(&dev, spec).unwrap();
                     workspace = workspace.max(check_family(&dev, spec, sm100, &plans.plans, |r| plans.for_rows(r)));
                 }
-                // On SM90 a decode batch (at most 16 rows per group) plans only the swap-AB kernel: no workspace.
-                assert_eq!(workspace > 0, sm100 || t == 4096, "{} T = {t}", dev.name);
+                // On SM90 a batch of at most 2 rows per group (T = 1 here) plans only the swap-AB kernel: no
+                // workspace.
+                assert_eq!(workspace > 0, sm100 || t > 1, "{} T = {t}", dev.name);
                 assert_eq!(sizing.needs.workspace_bytes, workspace, "{} T = {t}: sized vs planned workspace", dev.name);
             }
         }

@@ -154,13 +154,15 @@ impl Fp8TileConfig {
     );
 
     /// The default for `groups` groups over about `expected_rows` rows in all: the swap-AB decode kernel up to
-    /// 16 rows per group (one pass over each expert's weights at the mean), 64-row ping-pong tiles up to 64 (a
-    /// 128-row tile would leave at least half its MMA rows idle), 128x128 cooperative tiles above. The swap-AB
-    /// threshold is its pass height; where it pays is measured by the layer bench
-    /// (`moe-gemm bench --layer --dtype fp8 --backends grouped`).
+    /// 2 rows per group, 64-row ping-pong tiles up to 64 (a 128-row tile would leave at least half its MMA rows
+    /// idle), 128x128 cooperative tiles above. The swap-AB kernel passes over an expert's weights once per 16 of
+    /// its rows, so a skewed batch's popular experts cost it several passes: on an H100 it was 5-12% faster than
+    /// the 64-row tiles at every point of up to 2 rows per group on average (four models, uniform and zipf
+    /// routing) but up to 9% slower at 4 on zipf routing and 1.2-1.9x at 8-16
+    /// (`benches/results/h100-2026-12-07-fp8-swapab/`).
     pub fn heuristic(groups: usize, expected_rows: usize) -> Fp8TileConfig {
         let per_group = expected_rows.div_ceil(groups.max(1));
-        if per_group <= 16 {
+        if per_group <= 2 {
             Fp8TileConfig::SwapAb16
         } else if per_group <= 64 {
             Fp8TileConfig::Pingpong64x128x128
