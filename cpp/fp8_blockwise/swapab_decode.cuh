@@ -1,9 +1,9 @@
 // The FP8 blockwise grouped GEMM's decode configuration (Fp8TileConfig::SwapAb16): the same operands and
 // function as the CUTLASS kernels (launch_fp8.h), for groups of a handful of rows, with plain mma.sync and no
 // CUTLASS. Why: the ptr-array kernels give each CTA a 64- or 128-row tile of one group at a time and, their tiles
-// dealt round-robin, switch group (and rewrite their TMA descriptors) at nearly every tile; at decode that kept
-// their weight streams at 75-91% of the DRAM peak on an H100 (ncu, Qwen3-30B-A3B to DeepSeek-V3 at T = 8-64)
-// where the swap-AB bf16 decode tiles reach 96%.
+// dealt round-robin, switch group (and rewrite their TMA descriptors) at nearly every tile; at decode their weight
+// streams ran at 75-91% of the DRAM peak on an H100 where the bf16 swap-AB decode tiles ran at 85-96% (ncu,
+// Qwen3-30B-A3B to DeepSeek-V3 at T = 8-64: benches/results/h100-2026-12-07-fp8-swapab/ncu-main-chain.txt).
 //
 // Swap AB (as the fused decode tiles, fused/fused_decode.cu): the expert's weight rows sit on the M side of
 // `mma.sync.m16n8k32` (e4m3 x e4m3, f32) and 16 of the group's rows of A on its N side. A CTA of four warps takes

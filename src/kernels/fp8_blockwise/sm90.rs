@@ -156,9 +156,9 @@ impl Fp8TileConfig {
     /// The default for `groups` groups over about `expected_rows` rows in all: the swap-AB decode kernel up to
     /// 2 rows per group, 64-row ping-pong tiles up to 64 (a 128-row tile would leave at least half its MMA rows
     /// idle), 128x128 cooperative tiles above. The swap-AB kernel passes over an expert's weights once per 16 of
-    /// its rows, so a skewed batch's popular experts cost it several passes: on an H100 it was 5-12% faster than
-    /// the 64-row tiles at every point of up to 2 rows per group on average (four models, uniform and zipf
-    /// routing) but up to 9% slower at 4 on zipf routing and 1.2-1.9x at 8-16
+    /// its rows, so a skewed batch's popular experts cost it several passes. Against the 64-row tiles in the
+    /// Grouped FP8 layer on an H100 (four models, T = 1-256, uniform and zipf routing): geomean 0.95 (0.88-1.10)
+    /// at up to 2 rows per group, 0.97 at 3-4 (zipf up to 1.09), 1.06 at 5-8 and 1.44 at 9-16 (zipf up to 1.9)
     /// (`benches/results/h100-2026-12-07-fp8-swapab/`).
     pub fn heuristic(groups: usize, expected_rows: usize) -> Fp8TileConfig {
         let per_group = expected_rows.div_ceil(groups.max(1));
