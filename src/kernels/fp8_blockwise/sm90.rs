@@ -175,7 +175,35 @@ impl Fp8TileConfig {
     pub const fn takes_k(self, k: usize) -> bool {
         !matches!(self, Fp8TileConfig::SwapAb16) || k % SCALE_BLOCK == 0
     }
+
+    /// Whether this configuration takes `groups` groups: the swap-AB kernel's grid has one row of CTAs per group,
+    /// at most 65535 (the shape takes 65536).
+    pub const fn takes_groups(self, groups: usize) -> bool {
+        !matches!(self, Fp8TileConfig::SwapAb16) || groups <= SWAP_AB_MAX_GROUPS
+    }
+
+    /// [`Error::InvalidProblem`] naming the rule where this configuration does not take `shape`.
+    fn check_takes(self, shape: &GroupedGemmFp8Shape) -> Result<()> {
+        if !self.takes_k(shape.k) {
+            return Err(Error::InvalidProblem(format!(
+                "{self} steps through whole 128-blocks of K: K = {} is not a multiple of 128 (the CUTLASS \
+                 configurations take it)",
+                shape.k
+            )));
+        }
+        if !self.takes_groups(shape.groups) {
+            return Err(Error::InvalidProblem(format!(
+                "{self} launches one row of CTAs per group, at most {SWAP_AB_MAX_GROUPS}: G = {} (the CUTLASS \
+                 configurations take it)",
+                shape.groups
+            )));
+        }
+        Ok(())
+    }
 }
+
+/// The swap-AB kernel's most groups: its grid's y extent.
+const SWAP_AB_MAX_GROUPS: usize = 65535;
 
 variants_into!(Fp8TileConfig => launch::Fp8TileConfig { Cooperative128x128x128, Pingpong64x128x128, SwapAb16 });
 
@@ -264,20 +292,16 @@ impl GroupedGemmFp8 {
     /// # Errors
     /// [`Error::UnsupportedArch`] unless the device is SM90 (compute capability 9.0); [`Error::KernelNotBuilt`]
     /// when the configuration was not compiled; [`Error::InvalidProblem`] for [`Fp8TileConfig::SwapAb16`] forced
-    /// on a K that is not a multiple of 128.
+    /// on a K that is not a multiple of 128 or on 65536 groups (the heuristic picks the 64-row tiles there).
     pub fn for_device(device: DeviceInfo, shape: GroupedGemmFp8Shape, options: GroupedGemmFp8Options) -> Result<Self> {
         let expected = options.expected_rows.unwrap_or(shape.max_rows);
         let config = match options.config {
-            Some(c) if !c.takes_k(shape.k) => {
-                return Err(Error::InvalidProblem(format!(
-                    "{c} steps through whole 128-blocks of K: K = {} is not a multiple of 128 (the CUTLASS \
-                     configurations take it)",
-                    shape.k
-                )))
+            Some(c) => {
+                c.check_takes(&shape)?;
+                c
             }
-            Some(c) => c,
             None => match Fp8TileConfig::heuristic(shape.groups, expected) {
-                c if c.takes_k(shape.k) => c,
+                c if c.check_takes(&shape).is_ok() => c,
                 _ => Fp8TileConfig::Pingpong64x128x128,
             },
         };
@@ -389,6 +413,15 @@ mod tests {
         let forced = GroupedGemmFp8Options { config: Some(Fp8TileConfig::SwapAb16), ..opts };
         let err = GroupedGemmFp8::for_device(h200(), odd_k, forced).unwrap_err().to_string();
         assert!(err.contains("K = 7184") && err.contains("multiple of 128"), "{err}");
+        // 65536 groups (the shape's most): past the swap-AB grid's 65535, alike.
+        let many = GroupedGemmFp8Shape::new(65536, 128, 128, 65536).unwrap();
+        let opts = GroupedGemmFp8Options { expected_rows: Some(65536), ..Default::default() };
+        assert_eq!(GroupedGemmFp8::for_device(h200(), many, opts).unwrap().config(), Fp8TileConfig::Pingpong64x128x128);
+        let forced = GroupedGemmFp8Options { config: Some(Fp8TileConfig::SwapAb16), ..opts };
+        let err = GroupedGemmFp8::for_device(h200(), many, forced).unwrap_err().to_string();
+        assert!(err.contains("G = 65536") && err.contains("65535"), "{err}");
+        let below = GroupedGemmFp8Shape::new(65535, 128, 128, 65535).unwrap();
+        assert_eq!(GroupedGemmFp8::for_device(h200(), below, opts).unwrap().config(), Fp8TileConfig::SwapAb16);
         let prefill = GroupedGemmFp8::for_device(
             h200(),
             GroupedGemmFp8Shape::new(8, 4096, 7168, 65536).unwrap(),
