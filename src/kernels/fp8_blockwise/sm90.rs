@@ -25,8 +25,8 @@
 //!   neither needed (DeepSeek-V3 w13/w2: N = 4096, 7168; Qwen3 FP8 MoE: 1536, 2048, 3072, 4096) nor covered by
 //!   our GPU tests, so it is refused rather than trusted. The bf16 D rows are then 16-byte aligned as well.
 //!
-//! A launch queues two kernels and does no host work besides checks and CUTLASS's argument setup: no
-//! allocation, copy or synchronisation.
+//! A launch queues two kernels (our prepare kernel and CUTLASS's; the swap-AB configuration, our own kernel
+//! alone) and does no host work besides checks and the argument setup: no allocation, copy or synchronisation.
 //!
 //! On SM100 the same GEMM over the same operands and [`GroupedGemmFp8Shape`] is
 //! [`super::sm100::GroupedGemmFp8Sm100`] (compiled and SASS-checked only): one plan type per arch.
@@ -261,7 +261,7 @@ pub struct Fp8KernelFacts {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GroupedGemmFp8Options {
     /// Force a tile configuration; `None` picks [`Fp8TileConfig::heuristic`] (64-row ping-pong tiles in place of
-    /// the swap-AB kernel where K is not a multiple of 128).
+    /// the swap-AB kernel where K is not a multiple of 128 or G is 65536).
     pub config: Option<Fp8TileConfig>,
     /// Expected rows in all groups together (T·k), a speed hint only: it picks the tile configuration and never
     /// changes results. Default `max_rows`.
