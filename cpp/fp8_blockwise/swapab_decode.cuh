@@ -53,11 +53,6 @@ struct Step {
 };
 constexpr int kSmemBytes = kWarps * kStages * static_cast<int>(sizeof(Step));
 
-__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  MOE_GEMM_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32", c, a0, a1, a2, a3, b0, b1);
-}
-
 struct Operands {
   const uint8_t* a;    // this group's first row of A
   const float* sfa;    // its scales
@@ -204,7 +199,7 @@ inline Status run(const GroupedGemmFp8Args& p, Status checked) {
   const Status own = check(p);
   if (own.code != StatusCode::Ok) return own;
   if (p.groups == 0 || p.max_rows == 0) return {StatusCode::Ok, 0};
-  static_assert(kSmemBytes <= 227 * 1024, "the ring fits one SM's shared memory");
+  static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs' rings (and their reserved 1 KB) fit an SM");
   const cudaError_t attr =
       cudaFuncSetAttribute(swapab_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (attr != cudaSuccess) return {StatusCode::Cuda, static_cast<int32_t>(attr)};

@@ -52,11 +52,6 @@ constexpr int kPrefetchBlocks = 2;  // K blocks per warp asked of L2 before the 
 constexpr int kGroupBlocks = kBlock / (kExpandTiles * kTile);  // expand blocks writing one 128-column group of h
 static_assert(kBlock % (kExpandTiles * kTile) == 0, "an expand block's outputs lie in one group of h");
 
-__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  MOE_GEMM_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32", c, a0, a1, a2, a3, b0, b1);
-}
-
 // Four bf16 columns of shared memory: their bits, their values and the amax of the finite ones.
 struct Quad {
   uint16_t raw[4];

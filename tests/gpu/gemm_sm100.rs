@@ -193,7 +193,7 @@ fn fp8_blockwise_sm100_plan_is_refused_off_sm100() {
         other => panic!("SM100 FP8 blockwise plan on {}: {other:?}", info.name),
     }
     if info.arch == Some(Arch::Sm90) {
-        // 16 rows per group: the swap-AB decode kernel, which needs no workspace; the CUTLASS tiles do.
+        // The CUTLASS tiles hold their per-group arrays in a workspace; the swap-AB decode kernel needs none.
         let plan = GroupedGemmFp8::new(&stream, shape, Default::default()).unwrap();
         assert_eq!(plan.workspace_bytes() == 0, plan.config() == Fp8TileConfig::SwapAb16);
     }

@@ -405,22 +405,22 @@ mod tests {
         .unwrap();
         assert_eq!(decode.config(), Fp8TileConfig::SwapAb16);
         assert_eq!(decode.workspace_bytes(), 0);
-        // K = 7168 + 16: not whole 128-blocks, so the heuristic's swap-AB pick becomes the 64-row tile, and a
-        // forced one is refused naming the rule.
-        let odd_k = GroupedGemmFp8Shape::new(256, 4096, 7184, 4096).unwrap();
-        let opts = GroupedGemmFp8Options { expected_rows: Some(64), ..Default::default() };
-        assert_eq!(GroupedGemmFp8::for_device(h200(), odd_k, opts).unwrap().config(), Fp8TileConfig::Pingpong64x128x128);
-        let forced = GroupedGemmFp8Options { config: Some(Fp8TileConfig::SwapAb16), ..opts };
-        let err = GroupedGemmFp8::for_device(h200(), odd_k, forced).unwrap_err().to_string();
-        assert!(err.contains("K = 7184") && err.contains("multiple of 128"), "{err}");
-        // 65536 groups (the shape's most): past the swap-AB grid's 65535, alike.
-        let many = GroupedGemmFp8Shape::new(65536, 128, 128, 65536).unwrap();
-        let opts = GroupedGemmFp8Options { expected_rows: Some(65536), ..Default::default() };
-        assert_eq!(GroupedGemmFp8::for_device(h200(), many, opts).unwrap().config(), Fp8TileConfig::Pingpong64x128x128);
-        let forced = GroupedGemmFp8Options { config: Some(Fp8TileConfig::SwapAb16), ..opts };
-        let err = GroupedGemmFp8::for_device(h200(), many, forced).unwrap_err().to_string();
-        assert!(err.contains("G = 65536") && err.contains("65535"), "{err}");
+        // A shape the swap-AB kernel does not take: the heuristic's swap-AB pick (1 row per group) becomes the
+        // 64-row tile, and a forced one is refused naming the rule.
+        let refused = |shape: GroupedGemmFp8Shape, needles: [&str; 2]| {
+            let opts = GroupedGemmFp8Options { expected_rows: Some(shape.groups()), ..Default::default() };
+            let plan = GroupedGemmFp8::for_device(h200(), shape, opts).unwrap();
+            assert_eq!(plan.config(), Fp8TileConfig::Pingpong64x128x128);
+            let forced = GroupedGemmFp8Options { config: Some(Fp8TileConfig::SwapAb16), ..opts };
+            let err = GroupedGemmFp8::for_device(h200(), shape, forced).unwrap_err().to_string();
+            assert!(needles.iter().all(|n| err.contains(n)), "{err}");
+        };
+        // K = 7168 + 16: not whole 128-blocks.
+        refused(GroupedGemmFp8Shape::new(256, 4096, 7184, 4096).unwrap(), ["K = 7184", "multiple of 128"]);
+        // 65536 groups (the shape's most): past the swap-AB grid's 65535; one fewer is taken.
+        refused(GroupedGemmFp8Shape::new(65536, 128, 128, 65536).unwrap(), ["G = 65536", "65535"]);
         let below = GroupedGemmFp8Shape::new(65535, 128, 128, 65535).unwrap();
+        let opts = GroupedGemmFp8Options { expected_rows: Some(65535), ..Default::default() };
         assert_eq!(GroupedGemmFp8::for_device(h200(), below, opts).unwrap().config(), Fp8TileConfig::SwapAb16);
         let prefill = GroupedGemmFp8::for_device(
             h200(),
