@@ -101,12 +101,22 @@ fn tune_checks_its_arguments_and_fails_cleanly_without_a_gpu() {
     assert!(!ok && text.contains("--model nope: not a suite model") && text.contains("deepseek-v3"), "{text}");
     let (ok, text) = cli(&["tune", "--model", "mixtral-8x7b", "--tokens", "1,0"]);
     assert!(!ok && text.contains("at least 1"), "{text}");
+    let (ok, text) = cli(&["tune", "--model", "mixtral-8x7b", "--fp8-only"]);
+    assert!(!ok && text.contains("--fp8-only with --dtype bf16"), "{text}");
+    // bench's switch under it: a quantised --layer only.
+    for args in [&["bench", "--layer", "--quant-only"][..], &["bench", "--dtype", "fp8", "--quant-only"]] {
+        let (ok, text) = cli(args);
+        assert!(!ok && text.contains("--quant-only") && text.contains("--dtype fp8, mxfp4 or fp8-channel"), "{text}");
+    }
     let (ok, text) = cli(&["tune", "--help"]);
-    assert!(ok && text.contains("--out") && text.contains("Token buckets"), "{text}");
+    assert!(ok && text.contains("--out") && text.contains("Token buckets") && text.contains("--fp8-only"), "{text}");
     if moe_gemm::device::driver_present() {
         return; // measured on the GPU host instead
     }
     let (ok, text) = cli(&["tune", "--model", "mixtral-8x7b", "--tokens", "1,64", "--out", "/tmp/moe-gemm-tune-test"]);
+    assert!(ok && text.contains("no CUDA device"), "{text}");
+    let args = ["tune", "--model", "mixtral-8x7b", "--tokens", "1", "--dtype", "fp8", "--fp8-only", "--out", "/tmp/t"];
+    let (ok, text) = cli(&args);
     assert!(ok && text.contains("no CUDA device"), "{text}");
 }
 

@@ -116,6 +116,10 @@ pub struct BenchArgs {
     /// Do not flush L2 between repetitions.
     #[arg(long)]
     pub no_flush: bool,
+    /// --layer with a quantised --dtype: time the bf16 layer only as the quantised rows' reference (its Auto, one
+    /// row per point), not on every backend of --backends; --write-configs then writes the quantised table alone.
+    #[arg(long)]
+    pub quant_only: bool,
     /// --layer: also time one streaming-read kernel over each point's active weight bytes (bf16's and the
     /// quantised experts'), captured and replayed as the layer is: a measured lower bound per point (`read µs`,
     /// `x read`). Takes as much device memory again as the bf16 experts of the largest model.

@@ -135,6 +135,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         super::layer_fp8::validate_quant(&args, super::layer_fp8::LayerDtype::Fp8Channel)?;
     }
+    if args.quant_only && (!args.layer || args.dtype == BenchDtype::Bf16) {
+        return Err(moe_gemm::Error::InvalidProblem(
+            "--quant-only: times the bf16 layer only as the reference of a quantised one; it needs --layer and \
+             --dtype fp8, mxfp4 or fp8-channel"
+                .into(),
+        ));
+    }
     if !device::driver_present() {
         println!("moe-gemm bench: no CUDA device (libcuda.so could not be loaded); nothing to measure.");
         return Ok(());

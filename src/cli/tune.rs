@@ -14,7 +14,7 @@ use moe_gemm::{Error, Result};
 
 use super::args::{BenchArgs, MODELS};
 
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct TuneArgs {
     /// The model whose MoE layer to tune (a suite model: mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b,
     /// deepseek-v3, gpt-oss-120b).
@@ -40,6 +40,10 @@ pub struct TuneArgs {
     /// `bf16`: the 16-bit layer's table; `fp8`: the block-FP8 layer's too, from the same run.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
+    /// With `--dtype fp8`: time the bf16 layer only as the FP8 rows' reference (its Auto) and write the FP8 table
+    /// alone, leaving the bf16 tables as they are (about half the run's time).
+    #[arg(long)]
+    pub fp8_only: bool,
 }
 
 /// The bench arguments `tune` runs with, parsed by the bench's own parser so both share every default.
@@ -66,8 +70,14 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
             t.dtype
         )));
     }
+    if t.fp8_only && t.dtype != "fp8" {
+        return Err(Error::InvalidProblem(format!(
+            "--fp8-only with --dtype {}: it writes the block-FP8 table alone; give --dtype fp8",
+            t.dtype
+        )));
+    }
     let tokens = t.tokens.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
-    let argv = [
+    let mut argv = vec![
         "tune".to_string(),
         "--layer".into(),
         "--models".into(),
@@ -89,6 +99,9 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
         "--dtype".into(),
         t.dtype.clone(),
     ];
+    if t.fp8_only {
+        argv.push("--quant-only".into());
+    }
     AsBench::try_parse_from(argv).map(|a| a.bench).map_err(|e| Error::InvalidProblem(format!("tune: {e}")))
 }
 
@@ -110,15 +123,22 @@ mod tests {
             routing: vec!["uniform".into(), "zipf".into()],
             fused_tiles: vec!["decode-16".into(), "64x128x64".into()],
             dtype: "fp8".into(),
+            fp8_only: false,
         };
         let b = bench_args(&t).unwrap();
-        assert!(b.layer && !b.suite);
+        assert!(b.layer && !b.suite && !b.quant_only);
         assert_eq!((b.models, b.layer_tokens, b.reps), (vec!["deepseek-v3".to_string()], vec![1, 64], 7));
         assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
         assert_eq!((b.peer.as_str(), b.write_configs), ("none", Some(PathBuf::from("out/tuned"))));
         assert_eq!(b.routing, ["uniform", "zipf"]);
         assert_eq!(b.fused_tile, ["decode-16", "64x128x64"]);
         assert!(matches!(b.dtype, super::super::args::BenchDtype::Fp8));
+        let fp8_only = TuneArgs { fp8_only: true, ..t.clone() };
+        let b = bench_args(&fp8_only).unwrap();
+        assert!(b.quant_only && matches!(b.dtype, super::super::args::BenchDtype::Fp8));
+        assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
+        let bf16_only = TuneArgs { fp8_only: true, dtype: "bf16".into(), ..t.clone() };
+        assert!(bench_args(&bf16_only).unwrap_err().to_string().contains("--fp8-only with --dtype bf16"));
         let mxfp4 = TuneArgs { dtype: "mxfp4".into(), ..t };
         assert!(bench_args(&mxfp4).unwrap_err().to_string().contains("--dtype mxfp4"));
     }

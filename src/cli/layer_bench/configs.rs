@@ -37,8 +37,10 @@ pub(super) fn write_configs(
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
     let mut dtypes: Vec<LayerDtype> = Vec::new();
+    // A format gets a table where some backend other than Auto was timed (under --quant-only the bf16 layer
+    // ran Auto alone, as the reference: no table of its own).
     for r in results {
-        if table_format(r.dtype).is_some() && !dtypes.contains(&r.dtype) {
+        if table_format(r.dtype).is_some() && r.asked != Backend::Auto && !dtypes.contains(&r.dtype) {
             dtypes.push(r.dtype);
         }
     }
@@ -189,6 +191,47 @@ mod tests {
         // No tiles timed: no tile named.
         let c = [((Grouped, None), vec![Some(90.0)]), ((Fused, None), vec![Some(80.0)])];
         assert_eq!(pick_bucket(&c), (Some((Fused, None)), None));
+    }
+
+    /// A run that timed the bf16 layer only as the FP8 rows' reference (`--quant-only`: its Auto, no backend of
+    /// its own) writes the FP8 table alone; with a bf16 backend timed, both.
+    #[test]
+    fn a_format_timed_only_by_its_auto_gets_no_table() {
+        use super::super::point::tests::point;
+        let info = DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H200".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            l2_bytes: 50 << 20,
+            max_smem_per_block_optin: 232448,
+            arch: None,
+        };
+        let points = [point(vec![0, 1], 8, 2, 256, 128, 1)];
+        let row =
+            |asked, dtype, us| Timed { point: 0, asked, ran: asked, times: Some((us, us, us)), dtype, tile: None };
+        let mut results = vec![
+            row(Backend::Auto, LayerDtype::Bf16, 50.0),
+            row(Grouped, LayerDtype::Fp8, 40.0),
+            row(Batched, LayerDtype::Fp8, 30.0),
+        ];
+        let files = |results: &[Timed], dir: &str| {
+            let dir = std::env::temp_dir().join(dir);
+            let _ = std::fs::remove_dir_all(&dir);
+            write_configs(&dir, &info, &points, results, None).unwrap();
+            let mut names: Vec<String> =
+                std::fs::read_dir(&dir).unwrap().map(|f| f.unwrap().file_name().into_string().unwrap()).collect();
+            names.sort();
+            (dir, names)
+        };
+        let (dir, names) = files(&results, "moe-gemm-quant-only-table");
+        assert_eq!(names, ["E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"]);
+        let t = TunedBackends::read(&dir.join(&names[0])).unwrap();
+        assert_eq!(t.pick(1), Batched);
+        results.push(row(Grouped, LayerDtype::Bf16, 45.0));
+        let (_, names) = files(&results, "moe-gemm-both-tables");
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names[0].ends_with("dtype=bf16.json"), "{names:?}");
     }
 
     #[test]
