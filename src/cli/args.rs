@@ -79,6 +79,10 @@ pub struct BenchArgs {
     /// median) as vLLM-format config files into this folder.
     #[arg(long)]
     pub write_configs: Option<PathBuf>,
+    /// --write-configs: where the folder already holds a table of that name, the buckets this run measured
+    /// replace its own and its other buckets are kept (re-tuning some buckets of a shipped table).
+    #[arg(long)]
+    pub merge_configs: bool,
     /// --layer: Auto of the bf16 layer from the tuned files in this folder (`moe-gemm tune` or
     /// --write-configs wrote them on this GPU; a model without one keeps the cost model).
     #[arg(long)]

@@ -327,7 +327,7 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
     // peer returned no figure before this synchronisation and did after; the first failure's cause was not kept).
     stream.synchronize()?;
     if let Some(dir) = &args.write_configs {
-        configs::write_configs(dir, info, &points, &results, fused_tile)?;
+        configs::write_configs(dir, info, &points, &results, fused_tile, args.merge_configs)?;
     }
     let (peer, extras, headline) = run_peer(args, &points);
     if fp8 {

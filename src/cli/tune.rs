@@ -44,6 +44,10 @@ pub struct TuneArgs {
     /// alone, leaving the bf16 tables as they are (about half the run's time).
     #[arg(long)]
     pub fp8_only: bool,
+    /// Where `--out` already holds the table, replace only the buckets of `--tokens` and keep its others
+    /// (re-tuning the decode buckets of a shipped table, say); without it the table is written anew.
+    #[arg(long)]
+    pub merge: bool,
 }
 
 /// The bench arguments `tune` runs with, parsed by the bench's own parser so both share every default.
@@ -102,6 +106,9 @@ pub fn bench_args(t: &TuneArgs) -> Result<BenchArgs> {
     if t.fp8_only {
         argv.push("--quant-only".into());
     }
+    if t.merge {
+        argv.push("--merge-configs".into());
+    }
     AsBench::try_parse_from(argv).map(|a| a.bench).map_err(|e| Error::InvalidProblem(format!("tune: {e}")))
 }
 
@@ -124,6 +131,7 @@ mod tests {
             fused_tiles: vec!["decode-16".into(), "64x128x64".into()],
             dtype: "fp8".into(),
             fp8_only: false,
+            merge: false,
         };
         let b = bench_args(&t).unwrap();
         assert!(b.layer && !b.suite && !b.quant_only);
@@ -133,9 +141,10 @@ mod tests {
         assert_eq!(b.routing, ["uniform", "zipf"]);
         assert_eq!(b.fused_tile, ["decode-16", "64x128x64"]);
         assert!(matches!(b.dtype, super::super::args::BenchDtype::Fp8));
-        let fp8_only = TuneArgs { fp8_only: true, ..t.clone() };
+        assert!(!b.merge_configs);
+        let fp8_only = TuneArgs { fp8_only: true, merge: true, ..t.clone() };
         let b = bench_args(&fp8_only).unwrap();
-        assert!(b.quant_only && matches!(b.dtype, super::super::args::BenchDtype::Fp8));
+        assert!(b.quant_only && b.merge_configs && matches!(b.dtype, super::super::args::BenchDtype::Fp8));
         assert_eq!(b.backends, ["batched", "grouped", "contiguous", "masked", "fused"]);
         let bf16_only = TuneArgs { fp8_only: true, dtype: "bf16".into(), ..t.clone() };
         assert!(bench_args(&bf16_only).unwrap_err().to_string().contains("--fp8-only with --dtype bf16"));

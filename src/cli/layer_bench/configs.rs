@@ -33,6 +33,7 @@ pub(super) fn write_configs(
     points: &[Point],
     results: &[Timed],
     fused_tile: Option<FusedTile>,
+    merge: bool,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::InvalidProblem(format!("cannot create {}: {e}", dir.display())))?;
     let mut files: Vec<ConfigFile> = Vec::new();
@@ -99,7 +100,17 @@ pub(super) fn write_configs(
             None => files.push(ConfigFile { name, buckets: [(p.tokens, entry)].into() }),
         }
     }
-    for f in files {
+    for mut f in files {
+        let old = dir.join(f.name.to_string());
+        if merge && old.exists() {
+            // The existing table's buckets this run did not measure are kept.
+            let kept = ConfigFile::read(&old)?;
+            let fresh: Vec<String> = f.buckets.keys().map(|t| t.to_string()).collect();
+            println!("merging buckets {} into {}", fresh.join(","), old.display());
+            for (t, entry) in kept.buckets {
+                f.buckets.entry(t).or_insert(entry);
+            }
+        }
         println!("wrote {}", f.write(dir)?.display());
     }
     Ok(())
@@ -194,9 +205,10 @@ mod tests {
     }
 
     /// A run that timed the bf16 layer only as the FP8 rows' reference (`--quant-only`: its Auto, no backend of
-    /// its own) writes the FP8 table alone; with a bf16 backend timed, both.
+    /// its own) writes the FP8 table alone; with a bf16 backend timed, both. `--merge-configs` replaces the
+    /// measured buckets of a table already there and keeps its others.
     #[test]
-    fn a_format_timed_only_by_its_auto_gets_no_table() {
+    fn a_format_timed_only_by_its_auto_gets_no_table_and_merging_keeps_other_buckets() {
         use super::super::point::tests::point;
         let info = DeviceInfo {
             ordinal: 0,
@@ -218,7 +230,7 @@ mod tests {
         let files = |results: &[Timed], dir: &str| {
             let dir = std::env::temp_dir().join(dir);
             let _ = std::fs::remove_dir_all(&dir);
-            write_configs(&dir, &info, &points, results, None).unwrap();
+            write_configs(&dir, &info, &points, results, None, false).unwrap();
             let mut names: Vec<String> =
                 std::fs::read_dir(&dir).unwrap().map(|f| f.unwrap().file_name().into_string().unwrap()).collect();
             names.sort();
@@ -232,6 +244,18 @@ mod tests {
         let (_, names) = files(&results, "moe-gemm-both-tables");
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(names[0].ends_with("dtype=bf16.json"), "{names:?}");
+        // Merged into a table of buckets 1 and 64: bucket 1 is replaced, 64 kept; written anew without merge.
+        let file = dir.join(names_fp8());
+        std::fs::write(&file, r#"{"1": {"backend": "Fused"}, "64": {"backend": "Fused"}}"#).unwrap();
+        write_configs(&dir, &info, &points, &results[..3], None, true).unwrap();
+        let t = TunedBackends::read(&file).unwrap();
+        assert_eq!(t.buckets().iter().map(|b| (b.0, b.1)).collect::<Vec<_>>(), [(1, Batched), (64, Fused)]);
+        write_configs(&dir, &info, &points, &results[..3], None, false).unwrap();
+        assert_eq!(TunedBackends::read(&file).unwrap().buckets().len(), 1);
+    }
+
+    fn names_fp8() -> String {
+        "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json".into()
     }
 
     #[test]
