@@ -99,7 +99,8 @@ pub fn run(args: &BenchArgs, stream: &Arc<CudaStream>, info: &DeviceInfo, ceil: 
         super::layer_fp8::validate_quant(args, d)?;
     }
     let backends8 = quant.map_or_else(Vec::new, |d| quant_backends(d, &backends));
-    // --quant-only (checked in bench::run: a quantised --layer --dtype): the bf16 layer runs only as the reference (its Auto, added below where layer8 exists).
+    // --quant-only (bench::run checks it comes with a quantised --dtype): the bf16 layer runs only as the
+    // reference, its Auto, added below where layer8 exists.
     let backends = if args.quant_only { Vec::new() } else { backends };
     let mut flush = if args.no_flush { None } else { Some(stream.alloc_zeros::<u8>(512 << 20)?) };
     let mut points = Vec::new();

@@ -236,26 +236,22 @@ mod tests {
             names.sort();
             (dir, names)
         };
-        let (dir, names) = files(&results, "moe-gemm-quant-only-table");
-        assert_eq!(names, ["E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"]);
-        let t = TunedBackends::read(&dir.join(&names[0])).unwrap();
+        let (dir, fp8_only) = files(&results, "moe-gemm-quant-only-table");
+        assert_eq!(fp8_only, ["E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"]);
+        let file = dir.join(&fp8_only[0]);
+        let t = TunedBackends::read(&file).unwrap();
         assert_eq!(t.pick(1), Batched);
         results.push(row(Grouped, LayerDtype::Bf16, 45.0));
         let (_, names) = files(&results, "moe-gemm-both-tables");
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(names[0].ends_with("dtype=bf16.json"), "{names:?}");
         // Merged into a table of buckets 1 and 64: bucket 1 is replaced, 64 kept; written anew without merge.
-        let file = dir.join(names_fp8());
         std::fs::write(&file, r#"{"1": {"backend": "Fused"}, "64": {"backend": "Fused"}}"#).unwrap();
         write_configs(&dir, &info, &points, &results[..3], None, true).unwrap();
         let t = TunedBackends::read(&file).unwrap();
         assert_eq!(t.buckets().iter().map(|b| (b.0, b.1)).collect::<Vec<_>>(), [(1, Batched), (64, Fused)]);
         write_configs(&dir, &info, &points, &results[..3], None, false).unwrap();
         assert_eq!(TunedBackends::read(&file).unwrap().buckets().len(), 1);
-    }
-
-    fn names_fp8() -> String {
-        "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json".into()
     }
 
     #[test]
