@@ -4,7 +4,8 @@
 # tables and read floors, and print its targets. Run from the checkout with the vLLM run folder that
 # ../shared/peers/vllm/make_vllmrun.sh builds (RUN, default devrun/vllmrun; copy summarize.py there too).
 #   OUT=/tmp/r GPU=h100 TOKENS=1,2,4,8,16,32,64,128,256 scripts/fp8_retune_suite.sh
-# Env: GPU (configs folder: h100, h200), TOKENS (buckets to tune; empty: none), MODELS, SUITE_MODELS,
+# Env: GPU (configs folder: h100, h200), TOKENS (buckets to tune; empty: none; several comma lists separated by
+# spaces are tuned one after the other, every model's, so a call cut short keeps the lists it finished), MODELS, SUITE_MODELS,
 # SUITE_BUDGET (seconds: the suite starts only before then), GPU_TESTS (an xz-compressed GPU test binary to run
 # first, --include-ignored). Every stage's start is logged in $OUT/timeline.txt.
 set -u
@@ -25,10 +26,13 @@ fi
 MODELS=${MODELS:-"qwen3-30b-a3b mixtral-8x7b qwen3-235b-a22b deepseek-v3"}
 SUITE_MODELS=${SUITE_MODELS:-$MODELS}
 mkdir -p "$R/tables" && cp "$ROOT/configs/${GPU:?}"/* "$R/tables/"
-for m in $([ -n "${TOKENS:-}" ] && echo $MODELS); do
-  el "tune $m"
-  ./moe-gemm tune --dtype fp8 --fp8-only --merge --model "$m" --tokens "$TOKENS" --reps 10 --out "$R/tables" \
-    > "$R/tune-$m.log" 2>&1 || el "tune $m: rc $?"
+for tokens in ${TOKENS:-}; do
+  for m in $MODELS; do
+    el "tune $m $tokens"
+    echo "### moe-gemm tune --dtype fp8 --fp8-only --merge --model $m --tokens $tokens --reps 10" >> "$R/tune-$m.log"
+    ./moe-gemm tune --dtype fp8 --fp8-only --merge --model "$m" --tokens "$tokens" --reps 10 --out "$R/tables" \
+      >> "$R/tune-$m.log" 2>&1 || el "tune $m $tokens: rc $?"
+  done
 done
 [ $(($(date +%s) - T0)) -lt "${SUITE_BUDGET:-600}" ] || { el "no time left for the suite"; exit 0; }
 mkdir -p "$R/suite"
