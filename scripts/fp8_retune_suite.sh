@@ -3,11 +3,12 @@
 # copy of configs/<gpu>/), then run issue 35's decode suite beside vLLM's block-FP8 `fused_experts` with those
 # tables and read floors, and print its targets. Run from the checkout with the vLLM run folder that
 # ../shared/peers/vllm/make_vllmrun.sh builds (RUN, default devrun/vllmrun; copy summarize.py there too).
-#   OUT=/tmp/r GPU=h100 TOKENS=1,2,4,8,16,32,64,128,256 scripts/fp8_retune_suite.sh
-# Env: GPU (configs folder: h100, h200), TOKENS (buckets to tune; empty: none; several comma lists separated by
-# spaces are tuned one after the other, every model's, so a call cut short keeps the lists it finished), MODELS, SUITE_MODELS,
-# SUITE_BUDGET (seconds: the suite starts only before then), GPU_TESTS (an xz-compressed GPU test binary to run
-# first, --include-ignored). Every stage's start is logged in $OUT/timeline.txt.
+#   OUT=/tmp/r TOKENS="1,2,4,8,16,32,64,128,256 512,1024,2048,4096,8192,16384" scripts/fp8_retune_suite.sh
+# Env: GPU (configs folder: h100, h200; default: the one named like the GPU), TOKENS (buckets to tune; empty:
+# none; several comma lists separated by spaces are tuned one after the other, every model's, so a call cut short
+# keeps the lists it finished), MODELS, SUITE_MODELS, SUITE_BUDGET (seconds: the suite starts only before then),
+# GPU_TESTS (an xz-compressed GPU test binary to run first, --include-ignored). Every stage's start is logged in
+# $OUT/timeline.txt.
 set -u
 ROOT=$PWD R=$OUT T0=$(date +%s)
 RUN=$(realpath "${RUN:-devrun/vllmrun}")
@@ -16,6 +17,13 @@ el() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$R/timeline.txt"; }
 LIBS=$(python3 -c "import nvidia,glob;print(':'.join(sorted(d for p in nvidia.__path__ for d in glob.glob(p+'/*/lib'))))")
 export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv | tee "$R/gpu.txt"
+if [ -z "${GPU:-}" ]; then  # the configs folder of the GPU that came
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H200*) GPU=h200 ;;
+    *H100*) GPU=h100 ;;
+    *) el "no configs folder for this GPU: set GPU"; exit 1 ;;
+  esac
+fi
 cd "$RUN" && chmod +x moe-gemm && sha256sum moe-gemm > "$R/sha256.txt"
 if [ -n "${GPU_TESTS:-}" ]; then
   el "gpu tests"
@@ -25,7 +33,7 @@ if [ -n "${GPU_TESTS:-}" ]; then
 fi
 MODELS=${MODELS:-"qwen3-30b-a3b mixtral-8x7b qwen3-235b-a22b deepseek-v3"}
 SUITE_MODELS=${SUITE_MODELS:-$MODELS}
-mkdir -p "$R/tables" && cp "$ROOT/configs/${GPU:?}"/* "$R/tables/"
+mkdir -p "$R/tables" && cp "$ROOT/configs/$GPU"/* "$R/tables/"
 for tokens in ${TOKENS:-}; do
   for m in $MODELS; do
     el "tune $m $tokens"
