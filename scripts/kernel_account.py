@@ -205,6 +205,19 @@ def self_test():
     assert abs(res[1][1][0]["time"] - 600e-6) < 1e-12
     text = render(res, md=False)
     assert "1110.0 µs in all" in text and "600.0 µs in all" in text, text
+    # Another ncu version's columns (a "Kernel Time", no block or grid), short units and an "n/a" value.
+    other = [
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Kernel Time","Context","Stream",'
+        '"Section Name","Metric Name","Metric Unit","Metric Value"',
+        '"0","1","b","h","spin_kernel(unsigned long)","t","1","7","m","gpu__time_duration.sum","us","200.00"',
+        '"1","1","b","h","k(int)","t","1","7","m","gpu__time_duration.sum","us","1,234.50"',
+        '"1","1","b","h","k(int)","t","1","7","m","dram__throughput.avg.pct_of_peak_sustained_elapsed","","n/a"',
+        '"2","1","b","h","spin_kernel(unsigned long)","t","1","7","m","gpu__time_duration.sum","us","200.00"',
+        '"3","1","b","h","k(int)","t","1","7","m","gpu__time_duration.sum","ms","1.00"',
+    ]
+    res = account(parse("\n".join(other)))
+    assert len(res) == 1 and res[0][0] == 2 and abs(res[0][1][0]["time"] - 1117.25e-6) < 1e-12, res
+    assert res[0][1][0]["dram_pct"] is None, res
     print("kernel_account self-test: ok")
 
 
