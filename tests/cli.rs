@@ -108,6 +108,8 @@ fn tune_checks_its_arguments_and_fails_cleanly_without_a_gpu() {
         let (ok, text) = cli(args);
         assert!(!ok && text.contains("--quant-only") && text.contains("--dtype fp8, mxfp4 or fp8-channel"), "{text}");
     }
+    let (ok, text) = cli(&["bench", "--layer", "--merge-configs"]);
+    assert!(!ok && text.contains("--merge-configs") && text.contains("needs --write-configs DIR"), "{text}");
     let (ok, text) = cli(&["tune", "--help"]);
     assert!(ok && text.contains("--out") && text.contains("Token buckets") && text.contains("--fp8-only"), "{text}");
     if moe_gemm::device::driver_present() {

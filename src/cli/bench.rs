@@ -135,6 +135,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         super::layer_fp8::validate_quant(&args, super::layer_fp8::LayerDtype::Fp8Channel)?;
     }
+    if args.merge_configs && args.write_configs.is_none() {
+        return Err(moe_gemm::Error::InvalidProblem(
+            "--merge-configs: merges the tables --write-configs writes into those already in its folder; it needs \
+             --write-configs DIR"
+                .into(),
+        ));
+    }
     if args.quant_only && (!args.layer || args.dtype == BenchDtype::Bf16) {
         return Err(moe_gemm::Error::InvalidProblem(
             "--quant-only: times the bf16 layer only as the reference of a quantised one; it needs --layer and \
