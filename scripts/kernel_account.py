@@ -54,7 +54,8 @@ def short_name(name):
         if depth == 0:
             out.append(ch)
         depth -= ch == ">"
-    fn = "".join(out).split()[-1].split("::")[-1] if "".join(out).split() else base
+    words = "".join(out).split()  # "void ns::fn": the last word, its last path segment
+    fn = words[-1].split("::")[-1] if words else base
     if fn == "device_kernel":
         sched = re.findall(r"Kernel(?:PtrArray)?\w*?(?:Cooperative|Pingpong)\w*", name)
         if sched:
